@@ -1,0 +1,363 @@
+"""Recipe schema, loading and validation.
+
+A recipe declares a study before it runs: what to run (backends), on what (inputs and
+workloads), how (protocol), where (controls) and what counts as success (gates).
+Validation errors name the file, the line and the field path.
+
+Format history:
+    1  (2026-11) first version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import date
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import RecipeError
+
+__all__ = [
+    "RECIPE_FORMAT_VERSION",
+    "Recipe",
+    "Study",
+    "InputFile",
+    "Inputs",
+    "Workload",
+    "Backend",
+    "Protocol",
+    "Controls",
+    "Gate",
+    "load_recipe",
+    "parse_recipe",
+    "parse_duration",
+]
+
+RECIPE_FORMAT_VERSION = 1
+SHA256_RE = r"^[0-9a-f]{64}$"
+NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Study(_Strict):
+    id: Annotated[str, Field(pattern=NAME_RE)]
+    date: date
+    purpose: str
+    source: str | None = None  # the published report this recipe reproduces, if any
+
+
+class InputFile(_Strict):
+    path: str  # relative to inputs.root, POSIX separators
+    sha256: Annotated[str, Field(pattern=SHA256_RE)]
+    role: str = "input"
+
+    @field_validator("path")
+    @classmethod
+    def _relative(cls, value: str) -> str:
+        if value.startswith("/") or ".." in Path(value).parts:
+            raise ValueError("input paths are relative to inputs.root and may not leave it")
+        return value
+
+
+class Inputs(_Strict):
+    root: str  # relative to the recipe file, or absolute
+    scan: list[str] = []  # directories under root whose undeclared files are reported
+    files: list[InputFile]
+
+    @model_validator(mode="after")
+    def _unique(self) -> "Inputs":
+        seen: set[str] = set()
+        for f in self.files:
+            if f.path in seen:
+                raise ValueError(f"input {f.path!r} is declared twice")
+            seen.add(f.path)
+        return self
+
+
+class Selection(_Strict):
+    types: list[Literal["noul", "choice", "score"]] = ["noul"]
+    ids: list[str] | None = None  # exactly these case ids, in this order
+    first: Annotated[int, Field(ge=1)] | None = None  # the first N after filtering
+
+
+class Workload(_Strict):
+    name: Annotated[str, Field(pattern=NAME_RE)]
+    requests: str  # path under inputs.root; must be a declared input
+    selection: Selection = Selection()
+    repeat: Annotated[int, Field(ge=1)] = 1  # each selected request repeated (fixed-length workloads)
+    order: Literal["file"] = "file"
+    feasibility_passes: Annotated[int, Field(ge=0)] | None = None  # None: protocol's value
+    measured_passes: Annotated[int, Field(ge=1)] | None = None
+
+
+class Artifact(_Strict):
+    path: str
+    sha256: Annotated[str, Field(pattern=SHA256_RE)]
+
+
+class Backend(_Strict):
+    name: Annotated[str, Field(pattern=NAME_RE)]
+    runtime: Literal["local", "docker"] = "local"
+    # argv; placeholders: {python} {host} {port} {inputs} {run} {backend}
+    command: list[str]
+    image: str | None = None  # docker image reference for runtime docker
+    env: dict[str, str] = {}
+    endpoint: str = "/v1/systemone"
+    health: str = "/health"
+    model: str = "open-jev"
+    artifacts: list[Artifact] = []
+    description: str = ""
+
+
+class Warmup(_Strict):
+    longest_first: bool = True  # the longest selected request first, to size scratch buffers
+    requests: Annotated[int, Field(ge=0)] = 2  # then the first N requests of the workload
+
+
+class Protocol(_Strict):
+    first_inference: bool = True
+    warmup: Warmup = Warmup()
+    feasibility_passes: Annotated[int, Field(ge=0)] = 1
+    measured_passes: Annotated[int, Field(ge=1)] = 2
+    concurrency: Literal[1] = 1
+    request_timeout_s: Annotated[float, Field(gt=0)] = 120.0
+    ready_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    stop_grace_s: Annotated[float, Field(gt=0)] = 10.0
+
+
+class Gpu(_Strict):
+    index: Annotated[int, Field(ge=0)]
+    uuid: Annotated[str, Field(pattern=r"^GPU-[0-9a-fA-F-]{36}$")]
+
+
+class Reservation(_Strict):
+    wait: str = "0s"
+    timeout: str = "45m"
+    note: str = ""
+
+    @field_validator("wait", "timeout")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        parse_duration(value)
+        return value
+
+
+class Controls(_Strict):
+    gpu: Gpu | None = None
+    numa_node: Annotated[int, Field(ge=0)] | None = None
+    cpus: Annotated[str, Field(pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*$")] | None = None
+    reservation: Reservation | None = None
+    memory_sample_period_ms: Annotated[int, Field(ge=10)] = 100
+    allow_busy: bool = False
+
+
+class _Gate(_Strict):
+    name: Annotated[str, Field(pattern=NAME_RE)]
+    description: str = ""
+
+
+class MeanReductionGate(_Gate):
+    """candidate's overall mean is at least `min_percent` below baseline's."""
+
+    kind: Literal["mean_reduction"]
+    workload: str
+    baseline: str
+    candidate: str
+    min_percent: float
+    disjoint_ranges: bool = False  # the two sets of pass means do not overlap
+    every_pass: bool = False  # every candidate pass mean below every baseline pass mean
+
+
+class MaxProbabilityDeltaGate(_Gate):
+    kind: Literal["max_probability_delta"]
+    workload: str
+    a: str
+    b: str
+    max: float
+
+
+class DecisionsUnchangedGate(_Gate):
+    kind: Literal["decisions_unchanged"]
+    workload: str
+    a: str
+    b: str
+
+
+class ProbabilitiesStableGate(_Gate):
+    """A backend's probabilities are bit-identical across its feasibility and measured passes."""
+
+    kind: Literal["probabilities_stable"]
+    workload: str
+    backend: str
+
+
+class ExternalGate(_Gate):
+    """Judged from evidence the runner does not produce (traces, GPU test suites): recorded, not evaluated."""
+
+    kind: Literal["external"]
+    evidence: str
+
+
+Gate = Annotated[
+    Union[MeanReductionGate, MaxProbabilityDeltaGate, DecisionsUnchangedGate, ProbabilitiesStableGate, ExternalGate],
+    Field(discriminator="kind"),
+]
+
+
+class Recipe(_Strict):
+    format_version: Literal[1]
+    study: Study
+    inputs: Inputs
+    workloads: Annotated[list[Workload], Field(min_length=1)]
+    backends: Annotated[list[Backend], Field(min_length=1)]
+    protocol: Protocol = Protocol()
+    controls: Controls = Controls()
+    gates: list[Gate] = []
+    notes: list[str] = []
+
+    @model_validator(mode="after")
+    def _references(self) -> "Recipe":
+        declared = {f.path for f in self.inputs.files}
+        for w in self.workloads:
+            if w.requests not in declared:
+                raise ValueError(f"workload {w.name!r} reads {w.requests!r}, which is not a declared input")
+        _unique([b.name for b in self.backends], "backend")
+        _unique([w.name for w in self.workloads], "workload")
+        _unique([g.name for g in self.gates], "gate")
+        backends = {b.name for b in self.backends}
+        workloads = {w.name for w in self.workloads}
+        for g in self.gates:
+            for field in ("baseline", "candidate", "a", "b", "backend"):
+                ref = getattr(g, field, None)
+                if ref is not None and ref not in backends:
+                    raise ValueError(f"gate {g.name!r}: {field} {ref!r} is not a backend of this recipe")
+            wl = getattr(g, "workload", None)
+            if wl is not None and wl not in workloads:
+                raise ValueError(f"gate {g.name!r}: workload {wl!r} is not a workload of this recipe")
+        return self
+
+    def passes_for(self, workload: Workload) -> tuple[int, int]:
+        """(feasibility, measured) pass counts of a workload."""
+        feas = self.protocol.feasibility_passes if workload.feasibility_passes is None else workload.feasibility_passes
+        meas = self.protocol.measured_passes if workload.measured_passes is None else workload.measured_passes
+        return feas, meas
+
+    def backend(self, name: str) -> Backend:
+        for b in self.backends:
+            if b.name == name:
+                return b
+        raise RecipeError(f"Recipe {self.study.id} has no backend named {name!r}.")
+
+
+def _unique(names: list[str], what: str) -> None:
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"{what} names must be unique; repeated: {', '.join(dupes)}")
+
+
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
+
+
+def parse_duration(text: str) -> float:
+    """'10m' -> 600.0 seconds. Units: ms, s, m, h."""
+    match = _DURATION_RE.match(str(text).strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a duration like 30s, 10m or 1h")
+    value, unit = float(match.group(1)), match.group(2)
+    return value * {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+
+
+# --- loading with line numbers ---------------------------------------------------------
+
+
+def _line_map(node: yaml.Node, path: tuple = ()) -> dict[tuple, int]:
+    """Map each field path (keys and list indices) to its 1-based line in the YAML text."""
+    lines = {path: node.start_mark.line + 1}
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            lines[path + (key.value,)] = key.start_mark.line + 1
+            lines.update({k: v for k, v in _line_map(value, path + (key.value,)).items() if k != path + (key.value,)})
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            lines.update(_line_map(item, path + (index,)))
+    return lines
+
+
+def _nearest_line(lines: dict[tuple, int], loc: tuple) -> int:
+    # pydantic adds discriminator tags to locations; drop unknown parts until a match.
+    parts = tuple(loc)
+    while parts:
+        if parts in lines:
+            return lines[parts]
+        parts = tuple(p for p in parts[:-1])
+    return lines.get((), 1)
+
+
+def _format_loc(loc: tuple) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
+    """Parse and validate recipe text; every problem names source:line and the field path."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark else source
+        raise RecipeError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}.") from exc
+    if not isinstance(data, dict):
+        raise RecipeError(f"{source}:1: a recipe is a YAML mapping with format_version, study, inputs, ...")
+    version = data.get("format_version")
+    if version != RECIPE_FORMAT_VERSION:
+        raise RecipeError(
+            f"{source}: format_version {version!r} is not supported; this tool reads format_version {RECIPE_FORMAT_VERSION}."
+        )
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        lines = _line_map(node) if node is not None else {}
+        problems = []
+        for err in exc.errors():
+            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.endswith("Gate")) and p not in _GATE_KINDS)
+            line = _nearest_line(lines, loc)
+            problems.append(f"{source}:{line}: {_format_loc(loc)}: {err['msg']}")
+        raise RecipeError("Recipe is invalid:\n  " + "\n  ".join(problems)) from exc
+
+
+_GATE_KINDS = {"mean_reduction", "max_probability_delta", "decisions_unchanged", "probabilities_stable", "external"}
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise RecipeError(f"No recipe at {path}.") from exc
+    return parse_recipe(text, source=str(path))
+
+
+def recipe_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def inputs_root(recipe_path: str | Path, recipe: Recipe, override: str | Path | None = None) -> Path:
+    """The absolute directory every input path is relative to."""
+    if override is not None:
+        return Path(override).resolve()
+    root = Path(recipe.inputs.root)
+    return root if root.is_absolute() else (Path(recipe_path).resolve().parent / root).resolve()
+
+
+def as_dict(recipe: Recipe) -> dict[str, Any]:
+    return recipe.model_dump(mode="json")

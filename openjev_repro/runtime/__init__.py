@@ -1,0 +1,19 @@
+"""Runtimes start a backend, wait for it to be ready and stop it: local process, docker."""
+
+from .base import ExitRecord, LaunchSpec, Runtime, RunningBackend
+
+__all__ = ["ExitRecord", "LaunchSpec", "Runtime", "RunningBackend", "get_runtime"]
+
+
+def get_runtime(name: str) -> Runtime:
+    if name == "local":
+        from .local import LocalRuntime
+
+        return LocalRuntime()
+    if name == "docker":
+        from .docker import DockerRuntime
+
+        return DockerRuntime()
+    from ..errors import RecipeError
+
+    raise RecipeError(f"Unknown runtime {name!r}; use 'local' or 'docker'.")

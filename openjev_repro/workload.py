@@ -1,0 +1,86 @@
+"""JevBench request files: reading tasks, selecting a workload, building HTTP bodies.
+
+A request file is JSONL in JevBench's task format, one task per line with the fields
+`id, family, question{type, instructions, criteria}, state, labels, expected, split,
+group, provenance, topic` (only id, question, state and expected are required here).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import RecipeError
+
+__all__ = ["Task", "Request", "load_tasks", "select", "request_body", "QUESTION_ID"]
+
+QUESTION_ID = "q"  # never shown to the model, so any fixed id will do
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    question: dict[str, Any]
+    state: Any
+    expected: str | None
+    raw: dict[str, Any]
+
+    @property
+    def type(self) -> str:
+        return str(self.question.get("type"))
+
+
+@dataclass(frozen=True)
+class Request:
+    """A prepared request: its body is serialised once, before any clock starts."""
+
+    id: str
+    body: bytes
+    label: str | None
+
+
+def load_tasks(path: Path) -> list[Task]:
+    tasks: list[Task] = []
+    text = Path(path).read_text(encoding="utf-8")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+            tasks.append(Task(id=str(raw["id"]), question=raw["question"], state=raw["state"],
+                              expected=raw.get("expected"), raw=raw))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise RecipeError(f"{path}:{number}: not a JevBench task ({exc!r}).") from exc
+    ids = [t.id for t in tasks]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise RecipeError(f"{path}: duplicate case ids: {', '.join(dupes[:5])}.")
+    return tasks
+
+
+def select(tasks: list[Task], types: list[str], ids: list[str] | None = None, first: int | None = None,
+           repeat: int = 1) -> list[Task]:
+    """Tasks of the given types in file order (or exactly `ids` in that order), first N, each repeated."""
+    chosen = [t for t in tasks if t.type in types]
+    if ids is not None:
+        by_id = {t.id: t for t in chosen}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise RecipeError(f"Selected case ids not in the request file: {', '.join(missing[:5])}.")
+        chosen = [by_id[i] for i in ids]
+    if first is not None:
+        chosen = chosen[:first]
+    if not chosen:
+        raise RecipeError("The workload selects no requests.")
+    return [t for t in chosen for _ in range(repeat)]
+
+
+def request_body(task: Task, model: str = "open-jev") -> bytes:
+    body = {"model": model, "state": task.state, "questions": {QUESTION_ID: task.question}}
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def prepare(tasks: list[Task], model: str = "open-jev") -> list[Request]:
+    return [Request(id=t.id, body=request_body(t, model), label=t.expected) for t in tasks]
