@@ -5,7 +5,10 @@ workloads), how (protocol), where (controls) and what counts as success (gates).
 Validation errors name the file, the line and the field path.
 
 Format history:
-    1  (2026-11) first version.
+    1  (2026-11) first version. Later additive fields (all optional, old recipes unchanged):
+       `sha256: unpinned` for inputs/artifacts of recipes with a `preparation` section (their
+       hashes come from the inputs lock written by `invoke prepare`), `InputFile.published_sha256`,
+       `preparation`, `pins`, `traces`, `Backend.aux` (auxiliary processes of one backend).
 """
 
 from __future__ import annotations
@@ -35,11 +38,29 @@ __all__ = [
     "load_recipe",
     "parse_recipe",
     "parse_duration",
+    "AuxProcess",
+    "Download",
+    "Source",
+    "PrepareStep",
+    "RequestSelection",
+    "Preparation",
+    "Pins",
+    "Traces",
+    "UNPINNED",
+    "COMMIT_RE",
+    "SHA256_RE",
+    "lock_path",
 ]
 
 RECIPE_FORMAT_VERSION = 1
 SHA256_RE = r"^[0-9a-f]{64}$"
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
+COMMIT_RE = r"^[0-9a-f]{40}$"
+HF_REPO_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$"
+# A hash not yet known: allowed only in recipes with a `preparation` section, filled from the
+# inputs lock by `invoke prepare`; `invoke study` refuses to run while any remains.
+UNPINNED = "unpinned"
+PIN_RE = r"^([0-9a-f]{64}|unpinned)$"
 
 
 class _Strict(BaseModel):
@@ -53,17 +74,24 @@ class Study(_Strict):
     source: str | None = None  # the published report this recipe reproduces, if any
 
 
+def _relative_path(value: str) -> str:
+    if value.startswith("/") or ".." in Path(value).parts:
+        raise ValueError("input paths are relative to inputs.root and may not leave it")
+    return value
+
+
 class InputFile(_Strict):
     path: str  # relative to inputs.root, POSIX separators
-    sha256: Annotated[str, Field(pattern=SHA256_RE)]
+    sha256: Annotated[str, Field(pattern=PIN_RE)]  # or "unpinned" (see UNPINNED)
     role: str = "input"
+    # A hash the published study reports for this input whose serialization is unverified:
+    # prepare compares and reports it, but does not enforce it.
+    published_sha256: Annotated[str, Field(pattern=SHA256_RE)] | None = None
 
     @field_validator("path")
     @classmethod
     def _relative(cls, value: str) -> str:
-        if value.startswith("/") or ".." in Path(value).parts:
-            raise ValueError("input paths are relative to inputs.root and may not leave it")
-        return value
+        return _relative_path(value)
 
 
 class Inputs(_Strict):
@@ -99,7 +127,23 @@ class Workload(_Strict):
 
 class Artifact(_Strict):
     path: str
-    sha256: Annotated[str, Field(pattern=SHA256_RE)]
+    sha256: Annotated[str, Field(pattern=PIN_RE)]  # or "unpinned" (see UNPINNED)
+
+
+class AuxProcess(_Strict):
+    """A helper process of one backend (a worker behind a frontend), started before `command`.
+
+    The runner starts aux processes in list order, each on its own port (`port`, or a free one),
+    waits for its `health` path to answer ready, then starts the backend's `command`, which
+    may refer to `{port.<name>}`. Stop order is the reverse: command first, then aux reversed.
+    """
+
+    name: Annotated[str, Field(pattern=NAME_RE)]
+    command: list[str]  # placeholders as Backend.command, plus {port.<name>} of earlier aux
+    env: dict[str, str] = {}
+    health: str | None = "/health"  # None: no readiness check (started, then assumed up)
+    port: Annotated[int, Field(ge=1, le=65535)] | None = None  # fixed port if upstream needs one
+    ready_timeout_s: Annotated[float, Field(gt=0)] | None = None  # None: protocol.ready_timeout_s
 
 
 class Backend(_Strict):
@@ -109,16 +153,26 @@ class Backend(_Strict):
     command: list[str]
     image: str | None = None  # docker image reference for runtime docker
     env: dict[str, str] = {}
+    port: Annotated[int, Field(ge=1, le=65535)] | None = None  # fixed port; None: a free one is chosen
     endpoint: str = "/v1/systemone"
     health: str = "/health"
     model: str = "open-jev"
     artifacts: list[Artifact] = []
     description: str = ""
+    aux: list[AuxProcess] = []  # started before command, stopped after it
+
+    @model_validator(mode="after")
+    def _aux_names(self) -> "Backend":
+        _unique([a.name for a in self.aux], "aux process")
+        return self
 
 
 class Warmup(_Strict):
     longest_first: bool = True  # the longest selected request first, to size scratch buffers
     requests: Annotated[int, Field(ge=0)] = 2  # then the first N requests of the workload
+    # The workload whose longest request goes first, so one scratch size serves every later
+    # workload (None: the workload being run).
+    longest_of: str | None = None
 
 
 class Protocol(_Strict):
@@ -211,6 +265,119 @@ Gate = Annotated[
 ]
 
 
+class Download(_Strict):
+    """A Hugging Face repository snapshot at a pinned revision, fetched by `invoke prepare`."""
+
+    name: Annotated[str, Field(pattern=NAME_RE)]
+    repo: Annotated[str, Field(pattern=HF_REPO_RE)]
+    revision: Annotated[str, Field(pattern=COMMIT_RE)]
+    dest: str  # under inputs.root
+    include: list[str] = []  # allow patterns; empty: every file
+    repo_type: Literal["model", "dataset"] = "model"
+
+    @field_validator("dest")
+    @classmethod
+    def _inside_root(cls, value: str) -> str:
+        return _relative_path(value)
+
+
+class Source(_Strict):
+    """A git checkout at a pinned commit (upstream code we run, never copy)."""
+
+    name: Annotated[str, Field(pattern=NAME_RE)]
+    url: str
+    commit: Annotated[str, Field(pattern=COMMIT_RE)]
+    dest: str  # under inputs.root
+
+    @field_validator("dest")
+    @classmethod
+    def _inside_root(cls, value: str) -> str:
+        return _relative_path(value)
+
+
+class PrepareStep(_Strict):
+    """A command prepare runs once (an upstream script at its pinned commit), unless `produces` exists.
+
+    Placeholders: {python} {inputs} {source.<name>} {download.<name>}.
+    """
+
+    name: Annotated[str, Field(pattern=NAME_RE)]
+    command: list[str]
+    env: dict[str, str] = {}
+    cwd: str | None = None  # placeholders allowed; default inputs.root
+    produces: str  # a path under inputs.root; the step is done when it exists
+    description: str = ""
+
+    @field_validator("produces")
+    @classmethod
+    def _inside_root(cls, value: str) -> str:
+        return _relative_path(value)
+
+
+JEVBENCH_PUBLIC_FILES = ["datasets/public/original.jsonl", "datasets/public/easy.jsonl", "datasets/public/hard.jsonl"]
+
+
+class RequestSelection(_Strict):
+    """Our selection: tasks of `types` from a JevBench checkout's `files`, in file order, lines kept byte-exact."""
+
+    source: str  # a Source name
+    files: list[str] = JEVBENCH_PUBLIC_FILES
+    types: list[Literal["noul", "choice", "score"]] = ["noul"]
+    dest: str  # a declared input
+    expect_count: Annotated[int, Field(ge=1)] | None = None  # of the whole selection, before positions
+    positions: list[Annotated[int, Field(ge=1)]] | None = None  # keep only these (1-based) selected tasks
+
+
+class Preparation(_Strict):
+    """What `invoke prepare` fetches and builds; its hashes land in the inputs lock."""
+
+    lock: str | None = None  # relative to the recipe file; default locks/<study.id>.inputs.lock
+    downloads: list[Download] = []
+    sources: list[Source] = []
+    steps: list[PrepareStep] = []
+    requests: list[RequestSelection] = []
+    # Inputs prepare cannot make from public pins (the operator places them); their hash is
+    # locked when first seen, and the plan marks them as such.
+    provided: list[str] = []
+    # Directories under inputs.root whose every file prepare hashes into the lock (weights
+    # whose file names the report does not list).
+    lock_trees: list[str] = []
+
+    @model_validator(mode="after")
+    def _names(self) -> "Preparation":
+        _unique([d.name for d in self.downloads] + [s.name for s in self.sources], "download/source")
+        _unique([s.name for s in self.steps], "prepare step")
+        known = {s.name for s in self.sources}
+        for r in self.requests:
+            if r.source not in known:
+                raise ValueError(f"request selection reads source {r.source!r}, which is not a preparation source")
+        return self
+
+
+class Pins(_Strict):
+    """Published facts a rerun must match but no file carries: toolchain, extra commits, constants."""
+
+    toolchain: dict[str, str] = {}  # name -> version, e.g. torch: 2.13.0+cu130
+    commits: dict[str, Annotated[str, Field(pattern=COMMIT_RE)]] = {}
+    sha256: dict[str, Annotated[str, Field(pattern=SHA256_RE)]] = {}
+    temperature: float | None = None
+    max_length: Annotated[int, Field(ge=1)] | None = None
+    dtype: str | None = None
+
+
+class Traces(_Strict):
+    """Opt-in Nsight Systems traces, separate from the timed passes (never during them)."""
+
+    enabled: bool = False
+    tokens: list[Annotated[int, Field(ge=1)]] = [107, 936, 3399]
+    per_length: Annotated[int, Field(ge=1)] = 2
+    workload: str  # the workload whose requests are picked by input token count
+    backends: list[str] = []  # empty: every backend
+    token_counts: str | None = None  # input with per-request token counts, in request order
+    nsys_args: list[str] = ["profile", "--trace=cuda,nvtx", "--cuda-graph-trace=node"]
+    aux: str | None = None  # wrap this aux process (the GPU worker) instead of the command
+
+
 class Recipe(_Strict):
     format_version: Literal[1]
     study: Study
@@ -221,10 +388,14 @@ class Recipe(_Strict):
     controls: Controls = Controls()
     gates: list[Gate] = []
     notes: list[str] = []
+    preparation: Preparation | None = None
+    pins: Pins = Pins()
+    traces: Traces | None = None
 
     @model_validator(mode="after")
     def _references(self) -> "Recipe":
         declared = {f.path for f in self.inputs.files}
+        self._check_preparation(declared)
         for w in self.workloads:
             if w.requests not in declared:
                 raise ValueError(f"workload {w.name!r} reads {w.requests!r}, which is not a declared input")
@@ -242,6 +413,31 @@ class Recipe(_Strict):
             if wl is not None and wl not in workloads:
                 raise ValueError(f"gate {g.name!r}: workload {wl!r} is not a workload of this recipe")
         return self
+
+    def _check_preparation(self, declared: set[str]) -> None:
+        unpinned = [f.path for f in self.inputs.files if f.sha256 == UNPINNED]
+        unpinned += [a.path for b in self.backends for a in b.artifacts if a.sha256 == UNPINNED]
+        if unpinned and self.preparation is None:
+            raise ValueError(f"inputs {', '.join(unpinned[:3])} are unpinned; only a recipe with a "
+                             "`preparation` section may leave a hash to the inputs lock")
+        if self.preparation is not None:
+            for r in self.preparation.requests:
+                if r.dest not in declared:
+                    raise ValueError(f"request selection writes {r.dest!r}, which is not a declared input")
+        longest_of = self.protocol.warmup.longest_of
+        if longest_of is not None and longest_of not in {w.name for w in self.workloads}:
+            raise ValueError(f"protocol.warmup.longest_of {longest_of!r} is not a workload of this recipe")
+        if self.traces is not None:
+            if self.traces.workload not in {w.name for w in self.workloads}:
+                raise ValueError(f"traces: workload {self.traces.workload!r} is not a workload of this recipe")
+            unknown = set(self.traces.backends) - {b.name for b in self.backends}
+            if unknown:
+                raise ValueError(f"traces: backends {sorted(unknown)} are not backends of this recipe")
+
+    def unpinned(self) -> list[str]:
+        """Paths (inputs and artifacts) whose hash is still 'unpinned'."""
+        paths = [f.path for f in self.inputs.files if f.sha256 == UNPINNED]
+        return paths + [a.path for b in self.backends for a in b.artifacts if a.sha256 == UNPINNED]
 
     def passes_for(self, workload: Workload) -> tuple[int, int]:
         """(feasibility, measured) pass counts of a workload."""
@@ -357,6 +553,13 @@ def inputs_root(recipe_path: str | Path, recipe: Recipe, override: str | Path | 
         return Path(override).resolve()
     root = Path(recipe.inputs.root)
     return root if root.is_absolute() else (Path(recipe_path).resolve().parent / root).resolve()
+
+
+def lock_path(recipe: Recipe, recipe_path: str | Path) -> Path:
+    """Where `invoke prepare` writes (and `invoke study` reads) this recipe's inputs lock."""
+    base = Path(recipe_path).resolve().parent
+    rel = recipe.preparation.lock if recipe.preparation and recipe.preparation.lock else None
+    return base / (rel or f"locks/{recipe.study.id}.inputs.lock")
 
 
 def as_dict(recipe: Recipe) -> dict[str, Any]:

@@ -1,0 +1,152 @@
+"""The pass protocol: first inference, warm-up, excluded feasibility passes, measured passes.
+
+Timed code does as little as possible: request bodies are serialised before the clock starts
+(workload.prepare), the client times from send to last byte, and parsing happens afterwards.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import BackendCrashed, ProtocolError, RunIncomplete
+from .rows import Row, RowWriter
+from .timed_client import TimedClient, TimedResponse
+from .workload import QUESTION_ID, Request
+
+__all__ = ["ParsedAnswer", "parse_noul_response", "PassRunner", "PassBudget", "Outcome"]
+
+Outcome = tuple[Row, bytes | None]
+
+
+@dataclass(frozen=True)
+class ParsedAnswer:
+    probability: float
+    decision: str
+    input_tokens: int
+
+
+def parse_noul_response(body: bytes) -> ParsedAnswer:
+    """Check a /v1/systemone response to a single noul question; ProtocolError says what is wrong."""
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"response is not JSON ({exc.__class__.__name__}: {exc})") from None
+    try:
+        answer = data["answers"][QUESTION_ID]
+        p = answer["noul"]
+        tokens = data["usage"]["input_tokens"]
+    except (KeyError, TypeError) as exc:
+        raise ProtocolError(f"response lacks answers.{QUESTION_ID}.noul or usage.input_tokens ({exc!r})") from None
+    if answer.get("type") != "noul":
+        raise ProtocolError(f"answer type is {answer.get('type')!r}, expected 'noul'")
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0.0 <= p <= 1.0:
+        raise ProtocolError(f"probability {p!r} is not a finite number in [0, 1]")
+    if isinstance(tokens, list):  # per-candidate counts; noul has one candidate
+        tokens = sum(tokens)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+        raise ProtocolError(f"usage.input_tokens {tokens!r} is not a positive integer")
+    return ParsedAnswer(float(p), "yes" if p >= 0.5 else "no", tokens)
+
+
+class PassBudget:
+    """Refuses measured passes beyond what the recipe declared (no adding passes after the fact)."""
+
+    def __init__(self, declared: dict[tuple[str, str], int]) -> None:
+        self.declared = declared
+        self.done: dict[tuple[str, str], int] = {}
+
+    def claim(self, backend: str, workload: str, pass_index: int) -> None:
+        key = (backend, workload)
+        allowed = self.declared.get(key, 0)
+        if pass_index > allowed or pass_index != self.done.get(key, 0) + 1:
+            raise RunIncomplete(
+                f"Refusing measured pass {pass_index} of {backend}/{workload}: the recipe declares "
+                f"{allowed} measured pass(es); passes cannot be added or repeated."
+            )
+        self.done[key] = pass_index
+
+
+@dataclass
+class PassRunner:
+    """Runs requests of one backend over one persistent connection and records every one."""
+
+    backend: str
+    client: TimedClient
+    endpoint: str
+    rows: RowWriter
+    responses: "ResponseLog"
+    alive: Callable[[], bool]
+    on_row: Callable[[Row], None] = lambda row: None
+    failures: list[Row] = field(default_factory=list)
+
+    def request(self, req: Request, *, workload: str, phase: str, pass_index: int, seq: int) -> Row:
+        headers = {"Content-Type": "application/json"}
+        try:
+            resp: TimedResponse = self.client.request("POST", self.endpoint, req.body, headers)
+        except Exception as exc:  # a timeout, reset or refused connection: record, then decide
+            row = self._row(req, workload, phase, pass_index, seq, 0, 0, None, None, None,
+                            f"{exc.__class__.__name__}: {exc}")
+            self.client.close()  # the connection state is unknown; the next request reconnects
+            self._record(row, None)
+            if not self.alive():
+                raise BackendCrashed(f"Backend {self.backend} died during {phase} pass {pass_index} "
+                                     f"(request {seq}, case {req.id}): {exc}") from None
+            return row
+        digest = hashlib.sha256(resp.body).hexdigest()
+        error = parsed = None
+        if resp.status != 200:
+            error = f"HTTP {resp.status}: {resp.body[:300].decode('utf-8', 'replace')}"
+        else:
+            try:
+                parsed = parse_noul_response(resp.body)
+            except ProtocolError as exc:
+                error = str(exc)
+        row = self._row(req, workload, phase, pass_index, seq, resp.start_ns, resp.end_ns, resp.status, digest,
+                        parsed, error)
+        self._record(row, resp.body)
+        return row
+
+    def run_pass(self, requests: list[Request], *, workload: str, phase: str, pass_index: int) -> list[Row]:
+        return [self.request(r, workload=workload, phase=phase, pass_index=pass_index, seq=i)
+                for i, r in enumerate(requests)]
+
+    def _row(self, req: Request, workload: str, phase: str, pass_index: int, seq: int, start: int, end: int,
+             status: int | None, digest: str | None, parsed: ParsedAnswer | None, error: str | None) -> Row:
+        return Row(id=req.id, backend=self.backend, workload=workload, phase=phase, pass_index=pass_index,
+                   seq=seq, start_ns=start, end_ns=end, status=status, body_sha256=digest,
+                   probability=parsed.probability if parsed else None,
+                   decision=parsed.decision if parsed else None, label=req.label,
+                   input_tokens=parsed.input_tokens if parsed else None, error=error)
+
+    def _record(self, row: Row, body: bytes | None) -> None:
+        self.rows.write(row)
+        self.responses.write(row, body)
+        if row.error is not None:
+            self.failures.append(row)
+        self.on_row(row)
+
+
+class ResponseLog:
+    """Response bodies beside the rows (never published: JevBench terms allow aggregates only)."""
+
+    def __init__(self, path) -> None:
+        self._file = open(path, "a", encoding="utf-8")
+
+    def write(self, row: Row, body: bytes | None) -> None:
+        entry = {"backend": row.backend, "workload": row.workload, "phase": row.phase,
+                 "pass_index": row.pass_index, "seq": row.seq, "id": row.id}
+        if body is not None:
+            try:
+                entry["body"] = body.decode("utf-8")
+            except UnicodeDecodeError:
+                entry["body_base64"] = base64.b64encode(body).decode("ascii")
+        self._file.write(json.dumps(entry, sort_keys=True) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()

@@ -1,0 +1,76 @@
+"""A real loopback HTTP server that speaks the /v1/systemone contract with scripted answers.
+
+It exists to make the runner meet misbehaving backends for real (crash mid-pass, non-JSON,
+NaN probability, slow answers, never ready, ignoring SIGTERM) without loading a model.
+Behaviour comes from the environment:
+
+    SCRIPTED_FAULT   none | crash | non_json | nan | slow | never_ready | exit_now | ignore_sigterm
+    SCRIPTED_AFTER   number of /v1/systemone requests answered normally before the fault (default 0)
+"""
+
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+FAULT = os.environ.get("SCRIPTED_FAULT", "none")
+AFTER = int(os.environ.get("SCRIPTED_AFTER", "0"))
+served = 0
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):  # keep the backend log readable
+        pass
+
+    def _send(self, status, body: bytes, ctype="application/json"):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/health":
+            if FAULT == "never_ready":
+                return self._send(503, b'{"status":"loading"}')
+            return self._send(200, json.dumps({"status": "ready", "model": "scripted", "method": "scripted"}).encode())
+        self._send(404, b'{"error":"not found"}')
+
+    def do_POST(self):
+        global served
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        state = json.dumps(body["state"], sort_keys=True)
+        faulty = served >= AFTER
+        served += 1
+        if faulty and FAULT == "crash":
+            os._exit(3)
+        if faulty and FAULT == "non_json":
+            return self._send(200, b"<html>oops</html>", "text/html")
+        if faulty and FAULT == "slow":
+            time.sleep(5)
+        p = int(hashlib.sha256(state.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+        prob = float("nan") if faulty and FAULT == "nan" else p
+        answer = {"model": "open-jev", "answers": {"q": {"type": "noul", "noul": prob}},
+                  "usage": {"input_tokens": 10 + len(state) // 4, "output_tokens": 0}, "metadata": {"method": "scripted"}}
+        self._send(200, json.dumps(answer).encode())
+
+
+def main():
+    port = int(sys.argv[sys.argv.index("--port") + 1])
+    if FAULT == "exit_now":
+        print("scripted backend: exiting before ready as asked", flush=True)
+        sys.exit(7)
+    if FAULT == "ignore_sigterm":
+        signal.signal(signal.SIGTERM, lambda *a: print("ignoring SIGTERM", flush=True))
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    print(f"scripted backend on 127.0.0.1:{port} fault={FAULT} after={AFTER}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
