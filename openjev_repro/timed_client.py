@@ -159,7 +159,11 @@ class TimedClient:
                 f"the connection to {self._host_header} failed during a request: "
                 f"{exc.strerror or exc}; the request was not retried."
             ) from exc
-        return self._finish(frame, start, end)
+        try:
+            return self._finish(frame, start, end)
+        except MalformedResponse:
+            self._discard()
+            raise
 
     def close(self) -> None:
         self._discard()
@@ -312,7 +316,6 @@ class TimedClient:
         headers = _parse_fields(lines[1:])
         trailers = _parse_fields(bytes(buf[slice(*trailer_span)]).decode("latin-1").split("\r\n")) if trailer_span else {}
         if "transfer-encoding" not in headers and len({v.strip() for v in headers.get("content-length", "").split(",")}) > 1:
-            self._discard()
             raise MalformedResponse(f"conflicting Content-Length values {headers['content-length']!r}.")
         body = bytes(buf[spans[0][0] : spans[0][1]]) if len(spans) == 1 else b"".join(buf[a:b] for a, b in spans)
         connection = headers.get("connection", "").lower()
