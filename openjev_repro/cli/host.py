@@ -1,0 +1,116 @@
+"""GPU host tasks: `invoke gpus` (inventory) and `invoke reserve ... -- CMD` (reserve, run, time out)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from invoke import Exit, task
+
+from ..errors import HostError
+from ..evidence import write_json_atomic
+from ..host import NoDriver, detect_backend, format_inventory, inventory, reserve_gpus, run_with_timeout
+from ..recipe import parse_duration
+from . import user_errors
+
+__all__ = ["gpus", "reserve", "command_after_dashes"]
+
+TIMEOUT_EXIT = 124  # like GNU timeout(1)
+
+
+def command_after_dashes(remainder: str, argv: list[str]) -> list[str]:
+    """The command after `--`, with its original word boundaries.
+
+    invoke joins the words after `--` with spaces into ctx.remainder, which loses quoting
+    (`sh -c "a b"`); the process's own argv still has them, so take the words from there."""
+    if "--" in argv:
+        words = argv[argv.index("--") + 1:]
+        if " ".join(words) == remainder:
+            return words
+    return shlex.split(remainder)
+
+
+def _duration(text: str, flag: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise HostError(f"{flag}: {exc}.") from exc
+
+
+def _resolve(ids: str) -> list[str]:
+    """'2,3' or 'GPU-…' -> UUIDs. Indices need the driver; UUIDs are checked when it is there."""
+    wanted = [w.strip() for w in ids.split(",") if w.strip()]
+    if not wanted:
+        raise HostError("--gpu-ids is empty; give indices like 2 or UUIDs like GPU-cbf66259-….")
+    if all(w.startswith("GPU-") for w in wanted):
+        try:
+            backend = detect_backend()
+        except NoDriver:
+            return wanted  # a lock needs no driver; nothing to check the UUIDs against
+        known = {g.uuid for g in backend.gpus()}
+        backend.close()
+        missing = [w for w in wanted if w not in known]
+        if missing:
+            raise HostError(f"No GPU on this host has UUID {', '.join(missing)}; `invoke gpus` lists them.")
+        return wanted
+    backend = detect_backend()
+    try:
+        by_index = {str(g.index): g.uuid for g in backend.gpus()}
+    finally:
+        backend.close()
+    missing = [w for w in wanted if w not in by_index]
+    if missing:
+        raise HostError(f"No GPU index {', '.join(missing)} on this host (indices: {', '.join(by_index)}).")
+    return [by_index[w] for w in wanted]
+
+
+@task(help={"json": "print the inventory as JSON instead of text"})
+@user_errors
+def gpus(ctx, json_=False):
+    """List every GPU: index, UUID, name, memory, compute processes, NUMA node, reservation holder."""
+    try:
+        backend = detect_backend()
+    except NoDriver as exc:
+        print(str(exc))  # not an error: there is simply nothing to list here
+        return
+    try:
+        inv = inventory(backend)
+    finally:
+        backend.close()
+    print(json.dumps(inv, indent=2, sort_keys=True) if json_ else format_inventory(inv))
+
+
+@task(
+    help={
+        "gpu_ids": "GPU indices or UUIDs to reserve, comma-separated (e.g. 2 or GPU-cbf66259-…)",
+        "wait": "how long to wait for a reservation held by someone else (e.g. 10m; default 0s)",
+        "timeout": "stop the command's whole process group after this long (default 45m)",
+        "grace": "time between SIGTERM and SIGKILL at the timeout (default 10s)",
+        "note": "a label others see while you hold the GPU",
+        "record": "write the reservation and the command's exit record to this JSON file",
+    },
+)
+@user_errors
+def reserve(ctx, gpu_ids, wait="0s", timeout="45m", grace="10s", note="", record=None):
+    """Reserve GPUs exclusively, run the command after `--` in its own process group, release."""
+    cmd = command_after_dashes(ctx.remainder, sys.argv)
+    if not cmd:
+        raise HostError("No command to run: put it after `--`, e.g. invoke reserve --gpu-ids 2 -- nvidia-smi.")
+    wait_s, timeout_s, grace_s = _duration(wait, "--wait"), _duration(timeout, "--timeout"), _duration(grace, "--grace")
+    uuids = _resolve(gpu_ids)
+    with reserve_gpus(uuids, wait_s=wait_s, note=note) as held:
+        print(f"reserved {', '.join(uuids)} (lock dir {held.lock_dir}, waited {held.waited_s:g} s)", file=sys.stderr)
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(uuids)}
+        outcome = run_with_timeout(cmd, timeout_s, grace_s, env=env)
+    if record:
+        write_json_atomic(Path(record), {"format_version": 1, "reservation": held.to_dict(), "command": outcome})
+    if outcome["timed_out"]:
+        how = "killed with SIGKILL" if outcome["killed"] else "stopped with SIGTERM"
+        raise Exit(f"error: the command ran past --timeout {timeout} and its process group was {how}.", code=TIMEOUT_EXIT)
+    if outcome["signal"]:
+        raise Exit(code=128 + __import__("signal").Signals[outcome["signal"]].value)
+    if outcome["exit_status"]:
+        raise Exit(code=outcome["exit_status"])

@@ -1,0 +1,109 @@
+"""The exact device: check the pinned GPU before the first backend starts and after the study.
+
+Before: index and UUID must match the recipe, no compute process may run on it (unless the
+recipe allows a busy GPU, which is recorded), and the memory used at start is recorded.
+After: every process we started has exited and the memory is back to its starting value.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+from ..errors import HostError
+from .backend import GpuBackend, GpuProcess
+from .numa import pci_numa_node
+from .process import group_alive, pid_exited
+
+__all__ = ["check_device", "check_cleanup"]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _list_processes(procs: list[GpuProcess]) -> str:
+    return ", ".join(f"pid {p.pid} ({p.name or 'name unknown'})" for p in procs)
+
+
+def check_device(backend: GpuBackend, index: int, uuid: str, allow_busy: bool = False) -> dict:
+    """Refuse a GPU that is not the pinned one or is busy; return the device record for host.json."""
+    gpus = backend.gpus()
+    by_index = {g.index: g for g in gpus}
+    gpu = by_index.get(index)
+    if gpu is None or gpu.uuid != uuid:
+        elsewhere = next((g.index for g in gpus if g.uuid == uuid), None)
+        where = f"{uuid} is GPU index {elsewhere}" if elsewhere is not None else f"no GPU on this host has UUID {uuid}"
+        found = f"GPU index {index} has UUID {gpu.uuid}" if gpu else f"there is no GPU index {index} (indices: {sorted(by_index)})"
+        raise HostError(
+            f"The recipe pins GPU index {index} with UUID {uuid}, but {found} and {where}. "
+            "Run on the pinned device or fix controls.gpu in the recipe (`invoke gpus` lists this host's GPUs)."
+        )
+    procs = backend.processes(uuid)
+    if procs and not allow_busy:
+        raise HostError(
+            f"GPU {index} ({uuid}) is busy: {_list_processes(procs)} already run on it. Wait for them to finish, "
+            "or set controls.allow_busy: true to measure on a shared GPU (recorded in host.json)."
+        )
+    return {
+        "index": index,
+        "uuid": uuid,
+        "name": gpu.name,
+        "memory_total_mib": gpu.memory_total_mib,
+        "memory_used_at_start_mib": backend.memory_used_mib(uuid),
+        "processes_at_start": [p.to_dict() for p in procs],
+        "busy_at_start": bool(procs),
+        "allow_busy": allow_busy,
+        "pci_bus_id": gpu.pci_bus_id,
+        "numa_node": pci_numa_node(gpu.pci_bus_id),
+        "driver": {"backend": backend.name, "version": backend.driver_version()},
+        "checked_at": _now(),
+    }
+
+
+def _processes_check(backend: GpuBackend, uuid: str, pids: list[int], pgids: list[int]) -> dict:
+    alive_pids = [pid for pid in pids if not pid_exited(pid)]
+    alive_groups = [pgid for pgid in pgids if group_alive(pgid)]
+    owned = set(pids)
+    on_gpu = [p for p in backend.processes(uuid) if p.pid in owned]
+    passed = not alive_pids and not alive_groups and not on_gpu
+    detail = "every owned process exited" if passed else (
+        f"still running: pids {alive_pids}, process groups {alive_groups}, on the GPU: {_list_processes(on_gpu) or 'none'}"
+    )
+    return {"name": "owned_processes_exited", "passed": passed, "detail": detail,
+            "pids": list(pids), "pgids": list(pgids)}
+
+
+def _memory_check(backend: GpuBackend, uuid: str, start_mib: int, tolerance_mib: int, wait_s: float, poll_s: float) -> dict:
+    # Freed memory shows up in the driver with a delay, so poll for a while before judging.
+    deadline = time.monotonic() + wait_s
+    while True:
+        used = backend.memory_used_mib(uuid)
+        if used <= start_mib + tolerance_mib or time.monotonic() >= deadline:
+            break
+        time.sleep(poll_s)
+    passed = used <= start_mib + tolerance_mib
+    return {
+        "name": "memory_returned", "passed": passed, "start_mib": start_mib, "end_mib": used,
+        "tolerance_mib": tolerance_mib,
+        "detail": f"memory used {used} MiB after the study, {start_mib} MiB at start"
+        + ("" if passed else f" (waited {wait_s:g} s; still {used - start_mib} MiB above the start)"),
+    }
+
+
+def check_cleanup(
+    backend: GpuBackend,
+    uuid: str,
+    start_mib: int,
+    pids: list[int] = (),
+    pgids: list[int] = (),
+    wait_s: float = 10.0,
+    poll_s: float = 0.2,
+    tolerance_mib: int = 0,
+) -> dict:
+    """After the study: owned processes gone and device memory back to its start. Recorded, never raised."""
+    checks = [
+        _processes_check(backend, uuid, list(pids), list(pgids)),
+        _memory_check(backend, uuid, start_mib, tolerance_mib, wait_s, poll_s),
+    ]
+    return {"passed": all(c["passed"] for c in checks), "checks": checks, "checked_at": _now()}

@@ -1,0 +1,90 @@
+"""FakeGpus: a TEST DOUBLE of the GPU driver, for machines without an NVIDIA driver (CI, laptops).
+
+It is the only stand-in the project allows, because no NVIDIA driver can run where the tests
+run. `detect_backend()` never returns it; tests and dry runs construct it explicitly.
+Everything around it (locks, process groups, NUMA, /proc) stays real.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Callable
+
+from ..errors import HostError
+from .backend import GpuBackend, GpuInfo, GpuProcess
+
+__all__ = ["FakeGpus"]
+
+
+class FakeGpus(GpuBackend):
+    """Test double. Holds GPUs in memory; tests change memory and processes while code runs."""
+
+    name = "fake"
+
+    def __init__(self, gpus: list[GpuInfo], driver: str = "fake-0.0") -> None:
+        self._gpus = {g.uuid: g for g in gpus}
+        self._procs: dict[str, list[GpuProcess]] = {g.uuid: [] for g in gpus}
+        self._memory_script: dict[str, Callable[[], int]] = {}
+        self._driver = driver
+        self._lock = threading.Lock()
+
+    @classmethod
+    def h200(cls, count: int = 4) -> "FakeGpus":
+        """`count` idle H200s shaped like the published host (143771 MiB each)."""
+        return cls([
+            GpuInfo(index=i, uuid=f"GPU-{i:08x}-0000-0000-0000-000000000000", name="NVIDIA H200",
+                    memory_used_mib=0, memory_total_mib=143771, pci_bus_id=f"00000000:{0x18 + i:02X}:00.0")
+            for i in range(count)
+        ])
+
+    # --- what tests change -------------------------------------------------------------
+
+    def set_memory(self, uuid: str, used_mib: int) -> None:
+        with self._lock:
+            self._gpus[uuid] = replace(self._require(uuid), memory_used_mib=used_mib)
+
+    def script_memory(self, uuid: str, source: Callable[[], int]) -> None:
+        """Answer memory_used_mib from `source()` (e.g. a counter that rises while a pass runs)."""
+        with self._lock:
+            self._memory_script[uuid] = source
+
+    def add_process(self, uuid: str, pid: int, name: str | None = None, used_mib: int | None = None) -> None:
+        with self._lock:
+            self._require(uuid)
+            self._procs[uuid].append(GpuProcess(pid=pid, name=name, used_memory_mib=used_mib))
+
+    def remove_process(self, uuid: str, pid: int) -> None:
+        with self._lock:
+            self._procs[uuid] = [p for p in self._procs[uuid] if p.pid != pid]
+
+    # --- GpuBackend --------------------------------------------------------------------
+
+    def _require(self, uuid: str) -> GpuInfo:
+        if uuid not in self._gpus:
+            raise HostError(f"No GPU with UUID {uuid} on this host; `invoke gpus` lists the GPUs there are.")
+        return self._gpus[uuid]
+
+    def driver_version(self) -> str:
+        return self._driver
+
+    def gpus(self) -> list[GpuInfo]:
+        with self._lock:
+            return sorted(
+                (replace(g, memory_used_mib=self.memory_used_mib_unlocked(g.uuid)) for g in self._gpus.values()),
+                key=lambda g: g.index,
+            )
+
+    def processes(self, uuid: str) -> list[GpuProcess]:
+        with self._lock:
+            self._require(uuid)
+            return list(self._procs[uuid])
+
+    def memory_used_mib(self, uuid: str) -> int:
+        with self._lock:
+            return self.memory_used_mib_unlocked(uuid)
+
+    def memory_used_mib_unlocked(self, uuid: str) -> int:
+        gpu = self._require(uuid)
+        script = self._memory_script.get(uuid)
+        return int(script()) if script else gpu.memory_used_mib

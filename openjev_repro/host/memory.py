@@ -1,0 +1,137 @@
+"""Device memory samples on a background thread, with pass boundaries marked by the runner.
+
+These are periodic samples, not peaks: a short allocation between two samples is never seen.
+Every summary says so. memory.jsonl holds a header line, then one line per sample or mark:
+
+    {"format_version": 1, "kind": "header", "uuid": ..., "period_s": 0.1, "note": "samples, not peaks"}
+    {"kind": "sample", "t_ns": ..., "used_mib": 50947}
+    {"kind": "begin"|"end"|"mark", "t_ns": ..., "label": "hf/mixed/measured-1"}
+    {"kind": "error", "t_ns": ..., "error": "..."}
+
+Format history: 1 (2026-11) first version.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from ..errors import EvidenceError, HostError
+from .backend import GpuBackend
+
+__all__ = ["MemorySampler", "MEMORY_FORMAT_VERSION", "NOTE"]
+
+MEMORY_FORMAT_VERSION = 1
+NOTE = "samples, not peaks"
+
+
+class MemorySampler:
+    """Sample `backend.memory_used_mib(uuid)` every `period_s` until stopped."""
+
+    def __init__(self, backend: GpuBackend, uuid: str, period_s: float = 0.1) -> None:
+        self.backend, self.uuid, self.period_s = backend, uuid, period_s
+        self._events: list[dict] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> "MemorySampler":
+        if self._thread is not None:
+            raise HostError("This memory sampler was already started; make a new one per study.")
+        self._thread = threading.Thread(target=self._run, name=f"memory-sampler-{self.uuid}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> "MemorySampler":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.sample()
+            self._stop.wait(max(0.0, self.period_s - (time.monotonic() - started)))
+
+    # --- recording ---------------------------------------------------------------------
+
+    def _add(self, event: dict) -> dict:
+        event = {"t_ns": time.monotonic_ns(), **event}
+        with self._lock:
+            self._events.append(event)
+        return event
+
+    def sample(self) -> int | None:
+        """Take one sample now (the thread calls this; begin/end call it too)."""
+        try:
+            used = self.backend.memory_used_mib(self.uuid)
+        except Exception as exc:  # keep sampling: one failed read must not end the record
+            self._add({"kind": "error", "error": str(exc)})
+            return None
+        self._add({"kind": "sample", "used_mib": used})
+        return used
+
+    def mark(self, label: str) -> None:
+        self._add({"kind": "mark", "label": label})
+
+    def begin(self, label: str) -> None:
+        self._add({"kind": "begin", "label": label})
+        self.sample()
+
+    def end(self, label: str) -> None:
+        """Close a pass; the sample taken right here is the pass's 'after' value."""
+        self.sample()
+        self._add({"kind": "end", "label": label})
+
+    # --- results -----------------------------------------------------------------------
+
+    def events(self) -> list[dict]:
+        with self._lock:
+            return list(self._events)
+
+    def passes(self) -> list[dict]:
+        """Per begin/end pair: the largest sample inside it and the last one (after the pass)."""
+        result, open_at = [], {}
+        events = self.events()
+        for i, event in enumerate(events):
+            if event["kind"] == "begin":
+                open_at[event["label"]] = i
+            elif event["kind"] == "end" and event["label"] in open_at:
+                inside = [e["used_mib"] for e in events[open_at.pop(event["label"]): i] if e["kind"] == "sample"]
+                result.append({
+                    "label": event["label"],
+                    "samples": len(inside),
+                    "max_sample_mib": max(inside) if inside else None,
+                    "after_mib": inside[-1] if inside else None,
+                    "note": NOTE,
+                })
+        return result
+
+    def summary(self) -> dict:
+        samples = [e["used_mib"] for e in self.events() if e["kind"] == "sample"]
+        return {
+            "format_version": MEMORY_FORMAT_VERSION, "uuid": self.uuid, "period_s": self.period_s, "note": NOTE,
+            "samples": len(samples), "max_sample_mib": max(samples) if samples else None,
+            "errors": sum(e["kind"] == "error" for e in self.events()), "passes": self.passes(),
+        }
+
+    def write(self, path: Path) -> None:
+        """Write memory.jsonl; refuses to overwrite an existing file."""
+        header = {"format_version": MEMORY_FORMAT_VERSION, "kind": "header", "uuid": self.uuid,
+                  "period_s": self.period_s, "note": NOTE}
+        try:
+            with open(path, "x", encoding="utf-8") as fh:
+                for event in [header, *self.events()]:
+                    fh.write(json.dumps(event, sort_keys=True) + "\n")
+        except FileExistsError as exc:
+            raise EvidenceError(f"{path} already exists; memory samples are never overwritten.") from exc

@@ -1,0 +1,133 @@
+"""Run a command in its own process group and end the whole group at a deadline.
+
+The group, not just the first pid, is what a timeout kills: servers fork workers and shells
+start children, and any of them may hold the GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from ..errors import HostError
+
+__all__ = ["group_alive", "stop_group", "run_with_timeout", "pid_exited"]
+
+
+def pid_exited(pid: int) -> bool:
+    """True when the pid is gone or a zombie (it has exited; only its parent has not reaped it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # exists, owned by someone else
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) pids of a process group, from /proc."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def group_alive(pgid: int) -> bool:
+    return bool(_group_members(pgid))
+
+
+def _wait_group(pgid: int, timeout_s: float, leader: subprocess.Popen | None) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if leader is not None:
+            leader.poll()  # reap the leader so it does not linger as a zombie
+        if not group_alive(pgid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def stop_group(pgid: int, grace_s: float, leader: subprocess.Popen | None = None) -> dict:
+    """SIGTERM to the group, `grace_s` to exit, then SIGKILL. Returns what was needed."""
+    record = {"pgid": pgid, "sigterm": False, "sigkill": False, "group_exited": True}
+    if not group_alive(pgid):
+        return record
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+        record["sigterm"] = True
+    except ProcessLookupError:
+        return record
+    if _wait_group(pgid, grace_s, leader):
+        return record
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+        record["sigkill"] = True
+    except ProcessLookupError:
+        return record
+    record["group_exited"] = _wait_group(pgid, 5.0, leader)
+    return record
+
+
+def _describe_status(code: int) -> tuple[int | None, str | None]:
+    if code < 0:
+        return None, signal.Signals(-code).name
+    return code, None
+
+
+def run_with_timeout(
+    cmd: list[str], timeout_s: float, grace_s: float = 10.0, env: dict[str, str] | None = None
+) -> dict:
+    """Run `cmd` in a new session (its own process group); at `timeout_s` stop the whole group.
+
+    Also stops members left behind when the leader exits on its own (they are ours too).
+    Returns a record for host.json: argv, pid, pgid, exit status or signal, timed_out, killed.
+    """
+    if not cmd:
+        raise HostError("No command was given to run; put it after `--`.")
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(cmd, start_new_session=True, env=env)
+    except OSError as exc:
+        raise HostError(f"Cannot start {cmd[0]!r}: {exc.strerror or exc}.") from exc
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    except BaseException:  # Ctrl-C or SIGTERM to us: do not leave the group running
+        stop_group(proc.pid, grace_s, proc)
+        raise
+    stop = stop_group(proc.pid, grace_s, proc)  # the timed-out group, or stragglers after a normal exit
+    proc.wait()
+    status, sig = _describe_status(proc.returncode)
+    return {
+        "argv": list(cmd),
+        "pid": proc.pid,
+        "pgid": proc.pid,
+        "exit_status": status,
+        "signal": sig,
+        "timed_out": timed_out,
+        "timeout_s": timeout_s,
+        "grace_s": grace_s,
+        "stragglers_stopped": (not timed_out) and stop["sigterm"],
+        "sigterm": stop["sigterm"],
+        "killed": stop["sigkill"],
+        "group_exited": stop["group_exited"],
+        "duration_s": round(time.monotonic() - started, 3),
+    }

@@ -1,0 +1,103 @@
+"""GpuBackend through `nvidia-smi --query-* --format=csv,noheader,nounits`: the fallback to NVML.
+
+The parsers are pure functions of the CSV text, so they are tested on recorded output.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+import subprocess
+
+from ..errors import HostError
+from .backend import GpuBackend, GpuInfo, GpuProcess
+
+__all__ = ["SmiBackend", "GPU_FIELDS", "APP_FIELDS", "parse_gpus", "parse_apps"]
+
+GPU_FIELDS = ("index", "uuid", "name", "memory.used", "memory.total", "pci.bus_id")
+APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
+_MISSING = {"", "[N/A]", "N/A", "[Not Supported]", "[Insufficient Permissions]"}
+
+
+def _rows(text: str, fields: tuple[str, ...]) -> list[dict[str, str | None]]:
+    rows = []
+    for number, values in enumerate(csv.reader(io.StringIO(text), skipinitialspace=True), start=1):
+        if not values or (len(values) == 1 and not values[0].strip()):
+            continue
+        if values[0].strip().startswith("No running"):  # older drivers print a sentence instead of nothing
+            continue
+        if len(values) != len(fields):
+            raise HostError(
+                f"nvidia-smi printed a line with {len(values)} fields where {len(fields)} were asked for "
+                f"(line {number}: {','.join(values)!r}); the driver's output format is not understood."
+            )
+        rows.append({f: (None if v.strip() in _MISSING else v.strip()) for f, v in zip(fields, values)})
+    return rows
+
+
+def _int(value: str | None) -> int | None:
+    return None if value is None else int(float(value))
+
+
+def parse_gpus(text: str) -> list[GpuInfo]:
+    """Parse `nvidia-smi --query-gpu=<GPU_FIELDS> --format=csv,noheader,nounits`."""
+    return [
+        GpuInfo(
+            index=int(row["index"]),
+            uuid=row["uuid"] or "",
+            name=row["name"] or "",
+            memory_used_mib=_int(row["memory.used"]) or 0,
+            memory_total_mib=_int(row["memory.total"]) or 0,
+            pci_bus_id=row["pci.bus_id"] or "",
+        )
+        for row in _rows(text, GPU_FIELDS)
+    ]
+
+
+def parse_apps(text: str) -> dict[str, list[GpuProcess]]:
+    """Parse `nvidia-smi --query-compute-apps=<APP_FIELDS> --format=csv,noheader,nounits` by GPU UUID."""
+    by_gpu: dict[str, list[GpuProcess]] = {}
+    for row in _rows(text, APP_FIELDS):
+        proc = GpuProcess(pid=int(row["pid"]), name=row["process_name"], used_memory_mib=_int(row["used_memory"]))
+        by_gpu.setdefault(row["gpu_uuid"] or "", []).append(proc)
+    return by_gpu
+
+
+class SmiBackend(GpuBackend):
+    name = "nvidia-smi"
+
+    def __init__(self, executable: str = "nvidia-smi") -> None:
+        path = shutil.which(executable)
+        if path is None:
+            raise HostError(f"{executable} is not on PATH.")
+        self._exe = path
+        # Also proves the driver answers: nvidia-smi exits non-zero when it cannot reach it.
+        text = self._query("--query-gpu=driver_version")
+        self._driver = text.splitlines()[0].strip() if text.strip() else ""
+
+    def _query(self, *args: str) -> str:
+        argv = [self._exe, *args, "--format=csv,noheader,nounits"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise HostError(f"{' '.join(argv)} failed ({exc}).") from exc
+        if done.returncode != 0:
+            raise HostError(f"{' '.join(argv)} exited with {done.returncode}: {done.stdout.strip()} {done.stderr.strip()}".strip())
+        return done.stdout
+
+    def driver_version(self) -> str:
+        return self._driver
+
+    def gpus(self) -> list[GpuInfo]:
+        return parse_gpus(self._query("--query-gpu=" + ",".join(GPU_FIELDS)))
+
+    def processes(self, uuid: str) -> list[GpuProcess]:
+        return parse_apps(self._query("--query-compute-apps=" + ",".join(APP_FIELDS))).get(uuid, [])
+
+    def memory_used_mib(self, uuid: str) -> int:
+        text = self._query(f"--id={uuid}", "--query-gpu=memory.used")
+        value = _int(text.strip().splitlines()[0] if text.strip() else None)
+        if value is None:
+            raise HostError(f"nvidia-smi did not report memory used for GPU {uuid}.")
+        return value
