@@ -66,10 +66,10 @@ def median(values: Sequence[float]) -> float | None:
 
 
 def p95_jevbench(values: Sequence[float]) -> float | None:
-    """JevBench's rank: sorted[int(0.95 * N) - 1]; for N < 20 the index clamps to 0."""
+    """JevBench's rank: sorted[int(0.95 * N) - 1] (N = 1: index -1, the only value)."""
     if not values:
         return None
-    return sorted(values)[max(int(0.95 * len(values)) - 1, 0)]
+    return sorted(values)[int(0.95 * len(values)) - 1]
 
 
 def p95_nearest_rank(values: Sequence[float]) -> float | None:

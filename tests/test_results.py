@@ -309,3 +309,17 @@ def test_unknown_backend_or_duplicate_row_is_an_evidence_error():
     dup = make_pass("hf", "mixed", "measured", 1, [1], [0.5], ids=["c1"])
     with pytest.raises(EvidenceError, match="share"):
         summarize(dup + dup, recipe())
+
+
+def test_mean_reduction_fails_on_overlapping_pass_ranges_alone():
+    rec = parse_recipe(RECIPE.replace("min_percent: 50", "min_percent: 5"))
+    rows = make_pass("hf", "mixed", "measured", 1, [10, 20, 30, 40], HF_P)  # mean 25
+    rows += make_pass("hf", "mixed", "measured", 2, [12, 22, 32, 42], HF_P)  # mean 27
+    rows += make_pass("native", "mixed", "measured", 1, [16, 18, 20, 26], NATIVE_P)  # mean 20
+    rows += make_pass("native", "mixed", "measured", 2, [20, 24, 28, 32], NATIVE_P)  # mean 26
+    s = summarize(rows, rec)
+    g = gate(s, "speed-ok")
+    assert g["errors"] == 0 and g["passed"] is False  # 11.5% >= 5% but [20, 26] overlaps [25, 27]
+    assert "disjoint: False" in g["detail"] and "every baseline pass mean: False" in g["detail"]
+    c = comparison(s, "mixed", "hf", "native")
+    assert c["percent_lower"] == (26.0 - 23.0) / 26.0 * 100 and c["disjoint_ranges"] is False

@@ -1,0 +1,33 @@
+"""Task of the report: report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from invoke import Exit, task
+
+from . import user_errors
+
+__all__ = ["report_task"]
+
+
+@task(name="report", help={
+    "run": "run directory written by `invoke study`",
+    "out": "write report.md and the plots here instead of into the run directory (needed for a signed run "
+           "whose report would change)",
+})
+@user_errors
+def report_task(c, run, out=None):
+    """Print a run's Markdown report and write report.md and two plots. Exit 1 if the run is not complete."""
+    from ..evidence import RunDir
+    from ..report import PLOT_NAMES, write_report
+
+    path = write_report(Path(run), Path(out) if out else None)
+    sys.stdout.write(path.read_text(encoding="utf-8"))
+    sys.stdout.write(f"\nreport: {path}\n")
+    for name in PLOT_NAMES:
+        sys.stdout.write(f"plot: {path.parent / name}\n")
+    status = RunDir.open(Path(run)).state().get("status")
+    if status != "complete":
+        raise Exit(f"error: INCOMPLETE RUN: {run} has status {status!r}; the report above is partial.", code=1)

@@ -1,0 +1,293 @@
+"""The Markdown report and the two plots of a run, derived from summary, rows and recipe.
+
+`render_report` is pure: every figure it prints comes from `results.summarize` (rounded
+only here, to the digits named in `DIGITS`). `write_report` is the one function that
+reads a run directory and writes `report.md`, `latency_vs_tokens.png` and `latency_cdf.png`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from .errors import EvidenceError
+from .evidence import ENVELOPE_NAME, RunDir, read_json
+from .recipe import Recipe, load_recipe
+from .results import summarize
+from .rows import Row, read_rows
+
+__all__ = ["DIGITS", "PLOT_NAMES", "render_report", "write_plots", "write_report", "incomplete_banner"]
+
+# Printed precision: milliseconds, speedup factor, percentages, probabilities.
+DIGITS = {"ms": 3, "speedup": 2, "percent": 2, "probability": 6}
+PLOT_NAMES = ("latency_vs_tokens.png", "latency_cdf.png")
+
+
+def _ms(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.{DIGITS['ms']}f}"
+
+
+def _prob(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.{DIGITS['probability']}f}"
+
+
+def _yes(v: bool | None) -> str:
+    return {True: "yes", False: "no", None: "n/a"}[v]
+
+
+def _per_pass(passes: list[dict], key: str) -> str:
+    return " / ".join(_ms(p[key]) for p in passes) or "n/a"
+
+
+def incomplete_banner(state: dict) -> str:
+    status = state.get("status", "unknown")
+    why = f" Error: {state['error']}" if state.get("error") else ""
+    return (
+        f"> **INCOMPLETE RUN** - state.json status is {status!r}, not 'complete'. The figures below cover only "
+        f"the requests that finished; they are not the study's result and must not be cited as such.{why}"
+    )
+
+
+# --- the Markdown ----------------------------------------------------------------------
+
+
+def _label(recipe: Recipe, backend: str) -> str:
+    desc = recipe.backend(backend).description
+    return f"{backend} ({desc})" if desc else backend
+
+
+def _table(recipe: Recipe, wl: dict) -> list[str]:
+    head = ["Configuration", "Successful measured requests", "Overall mean (ms)", "Mean, per pass (ms)", "P50, per pass (ms)",
+            "P95 JevBench rank, per pass (ms)", "P95 nearest rank, per pass (ms)", "Correct / N"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for name, b in wl["backends"].items():
+        m = b["measured"]
+        cells = [_label(recipe, name), str(b["overall"]["n"]), _ms(b["overall"]["mean_ms"]), _per_pass(m, "mean_ms"),
+                 _per_pass(m, "p50_ms"), _per_pass(m, "p95_jevbench_ms"), _per_pass(m, "p95_nearest_rank_ms"),
+                 f"{b['correct']} / {b['labelled']}"]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return lines
+
+
+def _latency_notes(wl: dict) -> list[str]:
+    out = []
+    feas = [f"{n} {_per_pass(b['feasibility'], 'mean_ms')} ms" for n, b in wl["backends"].items() if b["feasibility"]]
+    if feas:
+        out.append("Excluded feasibility pass means: " + "; ".join(feas) + ".")
+    for name, b in wl["backends"].items():
+        if b["overall"]["errors"]:
+            out.append(f"**{name}: {b['overall']['errors']} failed measured request(s)**, excluded from latency "
+                       f"statistics and counted as not correct.")
+        if b["decision_mismatches"]:
+            ids = ", ".join(sorted({m["id"] for m in b["decision_mismatches"]}))
+            out.append(f"**{name}: {len(b['decision_mismatches'])} rows record a decision that differs from "
+                       f"p >= 0.5 of their probability** ({ids}); correctness uses the recomputed decision.")
+    return out
+
+
+def _comparison_lines(wl: dict) -> list[str]:
+    out = []
+    for c in wl["comparisons"]:
+        if c["speedup"] is None:
+            out.append(f"- {c['candidate']} vs {c['baseline']}: no comparable measured means.")
+            continue
+        out.append(
+            f"- {c['candidate']} vs {c['baseline']}: {c['speedup']:.{DIGITS['speedup']}f}x by mean "
+            f"({_ms(c['baseline_mean_ms'])} -> {_ms(c['candidate_mean_ms'])} ms, "
+            f"{c['percent_lower']:.{DIGITS['percent']}f}% lower); pass mean ranges disjoint: "
+            f"{_yes(c['disjoint_ranges'])}; every {c['candidate']} pass mean below every {c['baseline']} "
+            f"pass mean: {_yes(c['every_pass_lower'])}."
+        )
+    return out
+
+
+def _agreement_lines(wl: dict) -> list[str]:
+    out = []
+    for c in wl["comparisons"]:
+        buckets = "; ".join(f"{k}: {_prob(v)}" for k, v in c["max_probability_delta_by_tokens"].items())
+        differing = f"; differing: {', '.join(c['differing_ids'])}" if c["differing_ids"] else ""
+        missing = c["pair_errors"] + c["unpaired"]
+        gaps = f"; {missing} requests failed or unpaired" if missing else ""
+        out.append(
+            f"- {c['baseline']} / {c['candidate']}: {c['agreement']} / {c['n']} thresholded decisions agree"
+            f"{differing}; max probability difference {_prob(c['max_probability_delta'])} "
+            f"(input tokens {buckets}){gaps}."
+        )
+    return out
+
+
+def _stability_lines(wl: dict) -> list[str]:
+    out = []
+    for name, b in wl["backends"].items():
+        if b["probabilities_stable"] is None:
+            out.append(f"- {name}: fewer than two passes; stability not assessed.")
+            continue
+        what = "exactly unchanged" if b["probabilities_stable"] else "NOT exactly unchanged"
+        extra = f" (changed: {', '.join(b['stability_changed_ids'])})" if b["stability_changed_ids"] else ""
+        gaps = b["stability_errors"] + b["stability_incomplete"]
+        extra += f" ({gaps} failed or missing requests)" if gaps else ""
+        out.append(f"- {name}: probabilities {what} across its {b['stability_passes']} feasibility and "
+                   f"measured passes{extra}.")
+    return out
+
+
+def _gate_lines(gates: list[dict]) -> list[str]:
+    if not gates:
+        return ["No gates were declared."]
+    lines = ["| Gate | Kind | Outcome | Detail |", "| --- | --- | --- | --- |"]
+    for g in gates:
+        outcome = "not evaluated" if not g["evaluated"] else ("PASSED" if g["passed"] else "FAILED")
+        detail = g["detail"].replace("|", "\\|")  # a pipe would split the table cell
+        lines.append(f"| {g['name']} | {g['kind']} | {outcome} | {detail} |")
+    return lines
+
+
+def render_report(summary: dict, rows: Sequence[Row], recipe: Recipe, *, state: dict | None = None,
+                  notes: Iterable[str] = ()) -> str:
+    """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
+
+    `state` is the run's state.json: unless its status is "complete" the report opens (and
+    closes) with an INCOMPLETE RUN banner. None means the summary does not come from a run
+    directory (no banner). `notes` are extra warnings printed under the title.
+    """
+    banner = [incomplete_banner(state), ""] if state is not None and state.get("status") != "complete" else []
+    out = [f"# Study {summary['study_id']}", "", *banner]
+    out += [f"{recipe.study.purpose.strip()} (date {recipe.study.date.isoformat()})", ""]
+    out += [f"> **{n}**" for n in notes] + ([""] if notes else [])
+    excluded = sum(1 for r in rows if r.phase in ("first", "warmup", "feasibility"))
+    out += [
+        "P50 is the median. P95 JevBench rank is `sorted[int(0.95*N)-1]`; P95 nearest rank is "
+        "`sorted[ceil(0.95*N)-1]`. Means are `fsum / N` over successful measured requests; the first "
+        f"inference, warm-up and feasibility passes ({excluded} requests) are excluded. Correct / N counts the "
+        "first measured pass, decision yes when p >= 0.5. Pass ranges are observed, not confidence intervals.",
+        "",
+    ]
+    for name, wl in summary["workloads"].items():
+        out += [f"## Workload {name}", "", *_table(recipe, wl), ""]
+        out += [*_latency_notes(wl), ""]
+        out += ["Speed:", "", *_comparison_lines(wl), ""]
+        out += ["Agreement (first measured pass, paired by case id and position):", "", *_agreement_lines(wl), ""]
+        out += ["Determinism:", "", *_stability_lines(wl), ""]
+    out += ["## Gates", "", *_gate_lines(summary["gates"]), ""]
+    out += ["Plots: latency_vs_tokens.png (measured latency against input tokens), latency_cdf.png "
+            "(CDF of measured latency).", ""]
+    if banner:
+        out += [banner[0], ""]
+    return "\n".join(out)
+
+
+# --- plots -----------------------------------------------------------------------------
+
+
+def _measured_by_backend(rows: Iterable[Row]) -> dict[str, list[Row]]:
+    out: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.phase == "measured" and r.ok:
+            out.setdefault(r.backend, []).append(r)
+    return out
+
+
+def _plot_bytes(rows: Sequence[Row]) -> dict[str, bytes]:
+    """Both PNGs as bytes. Figure + Agg canvas, no pyplot state; PNG metadata stripped."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    series = _measured_by_backend(rows)
+    figs = {}
+    fig = Figure(figsize=(7, 4.5), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for name, rs in series.items():
+        pts = sorted((r.input_tokens, r.latency_ms) for r in rs if r.input_tokens is not None)
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=10, alpha=0.7, label=name)
+    ax.set(xlabel="input tokens", ylabel="latency (ms)", title="Measured latency against input tokens")
+    figs[PLOT_NAMES[0]] = fig
+    fig = Figure(figsize=(7, 4.5), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for name, rs in series.items():
+        lat = sorted(r.latency_ms for r in rs)
+        ax.step(lat, [(i + 1) / len(lat) for i in range(len(lat))], where="post", label=name)
+    ax.set(xlabel="latency (ms)", ylabel="fraction of measured requests", title="Latency CDF", ylim=(0, 1.02))
+    figs[PLOT_NAMES[1]] = fig
+    out = {}
+    for name, fig in figs.items():
+        if series:
+            fig.axes[0].legend()
+        ax = fig.axes[0]
+        ax.grid(True, alpha=0.3)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", metadata={"Software": None})
+        out[name] = buf.getvalue()
+    return out
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
+    """latency_vs_tokens.png and latency_cdf.png of measured, successful rows (one series per backend)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, data in _plot_bytes(rows).items():
+        _write_atomic(out_dir / name, data)
+        paths.append(out_dir / name)
+    return paths
+
+
+# --- a run directory -------------------------------------------------------------------
+
+
+def _load_run(run: RunDir) -> tuple[dict, Recipe, list[Row]]:
+    state = run.state()
+    recipe = load_recipe(run.file("recipe.yaml"))
+    if run.rows_path.exists() or state.get("status") == "complete":
+        rows = read_rows(run.rows_path)
+    else:
+        rows = []  # a run that stopped before its first request
+    return state, recipe, rows
+
+
+def _summary_notes(run: RunDir, summary: dict) -> list[str]:
+    path = run.file("summary.json")
+    if not path.exists():
+        return ["summary.json is absent; every figure below was computed from rows.jsonl."]
+    stored = read_json(path)
+    if stored != json.loads(json.dumps(summary, allow_nan=False)):
+        return ["SUMMARY MISMATCH: summary.json differs from the summary recomputed from rows.jsonl and "
+                "recipe.yaml; this report shows the recomputation. Run `invoke verify` on this run."]
+    return []
+
+
+def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
+    """Read a run directory, write report.md and both plots (into out_dir, default the run), return report.md.
+
+    A signed run (manifest.dsse.json present) is never changed: writing into it is refused
+    when a file would differ from the signed one; pass out_dir to write elsewhere.
+    """
+    run = RunDir.open(Path(run_dir))
+    state, recipe, rows = _load_run(run)
+    summary = summarize(rows, recipe)
+    text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary))
+    target = Path(out_dir) if out_dir is not None else run.path
+    target.mkdir(parents=True, exist_ok=True)
+    files = {"report.md": text.encode("utf-8"), **_plot_bytes(rows)}
+    signed = target.resolve() == run.path.resolve() and run.file(ENVELOPE_NAME).exists()
+    for name, data in files.items():
+        path = target / name
+        if signed and not (path.exists() and path.read_bytes() == data):
+            raise EvidenceError(
+                f"{run.path} is signed and its {name} is absent or differs from the one rendered now; "
+                f"pass an output directory (invoke report --out DIR) instead of changing signed evidence."
+            )
+    if not signed:
+        for name, data in files.items():
+            _write_atomic(target / name, data)
+    return target / "report.md"

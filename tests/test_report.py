@@ -1,0 +1,228 @@
+"""report.py and `invoke report`: figures recomputed from rows, run directories written by hand."""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from openjev_repro.errors import EvidenceError
+from openjev_repro.evidence import ENVELOPE_NAME, RunDir, write_json_atomic
+from openjev_repro.report import PLOT_NAMES, render_report, write_plots, write_report
+from openjev_repro.results import summarize
+from openjev_repro.rows import RowWriter
+
+from test_results import RECIPE, recipe, study_rows
+
+REPO = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def make_run(tmp_path: Path, status: str = "complete", summary: bool = True, error: str | None = None) -> Path:
+    """A run directory as evidence.py lays it out, written by hand."""
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    run.write_state({"status": status, "attempted": [], "finished": [], "error": error})
+    run.file("recipe.yaml").write_text(RECIPE, encoding="utf-8")
+    with RowWriter(run.rows_path) as writer:
+        for row in study_rows():
+            writer.write(row)
+    if summary:
+        write_json_atomic(run.file("summary.json"), summarize(study_rows(), recipe()))
+    return run.path
+
+
+@pytest.fixture(scope="module")
+def rendered():
+    rows, rec = study_rows(), recipe()
+    return render_report(summarize(rows, rec), rows, rec), rows
+
+
+# --- every printed figure recomputed from the rows, independently of results.py ---------
+
+
+def independent(rows, workload, backend):
+    """Per-pass latencies and first-pass correctness computed with the statistics module."""
+    passes = {}
+    for r in rows:
+        if (r.workload, r.backend, r.phase) == (workload, backend, "measured") and r.error is None:
+            passes.setdefault(r.pass_index, []).append((r.end_ns - r.start_ns) / 1e6)
+    first = [r for r in rows if (r.workload, r.backend, r.phase, r.pass_index) == (workload, backend, "measured", 1)]
+    correct = sum(1 for r in first if r.probability is not None and ("yes" if r.probability >= 0.5 else "no") == r.label)
+    return [passes[k] for k in sorted(passes)], correct, len(first)
+
+
+def close(printed: str, value: float, digits: int) -> bool:
+    return abs(float(printed) - value) <= 0.5 * 10 ** -digits + 1e-12
+
+
+def table_rows(text: str, workload: str) -> dict[str, list[str]]:
+    section = text.split(f"## Workload {workload}\n", 1)[1].split("\n## ", 1)[0]
+    lines = [l for l in section.splitlines() if l.startswith("| ") and not l.startswith(("| Configuration", "| ---"))]
+    return {l.split(" | ")[0][2:].split(" (")[0]: [c.strip() for c in l.strip("| ").split(" | ")] for l in lines}
+
+
+def test_every_table_figure_recomputes_from_rows(rendered):
+    text, rows = rendered
+    checked = 0
+    for workload in ("mixed", "fixed"):
+        table = table_rows(text, workload)
+        assert set(table) == {"hf", "native", "fast"}
+        for backend, cells in table.items():
+            passes, correct, n = independent(rows, workload, backend)
+            everything = [v for p in passes for v in p]
+            assert int(cells[1]) == len(everything)
+            assert close(cells[2], statistics.fmean(everything), 3)
+            per_pass = {
+                3: [statistics.fmean(p) for p in passes],
+                4: [statistics.median(p) for p in passes],
+                5: [sorted(p)[int(0.95 * len(p)) - 1] for p in passes],
+                6: [sorted(p)[math.ceil(0.95 * len(p)) - 1] for p in passes],
+            }
+            for column, expected in per_pass.items():
+                printed = cells[column].split(" / ")
+                assert len(printed) == len(expected)
+                for p, e in zip(printed, expected):
+                    assert close(p, e, 3), (workload, backend, column, p, e)
+                    checked += 1
+            assert cells[7] == f"{correct} / {n}"
+    assert checked == 4 * (6 + 3)  # 4 columns; mixed: 2 passes x 3 backends; fixed: 1 pass x 3 backends
+
+
+def test_speed_and_agreement_lines_recompute(rendered):
+    text, rows = rendered
+    section = text.split("## Workload mixed\n", 1)[1].split("\n## ", 1)[0]
+    speed = re.search(r"- native vs hf: ([\d.]+)x by mean \(([\d.]+) -> ([\d.]+) ms, ([\d.]+)% lower\)", section)
+    hf = [v for p in independent(rows, "mixed", "hf")[0] for v in p]
+    native = [v for p in independent(rows, "mixed", "native")[0] for v in p]
+    b, c = statistics.fmean(hf), statistics.fmean(native)
+    assert close(speed.group(1), b / c, 2) and close(speed.group(2), b, 3) and close(speed.group(3), c, 3)
+    assert close(speed.group(4), (b - c) / b * 100, 2)
+    assert "pass mean ranges disjoint: yes" in speed.string[speed.end():].split("\n")[0]
+    agree = re.search(r"- hf / native: (\d+) / (\d+) thresholded decisions agree; differing: (\S+); "
+                      r"max probability difference ([\d.]+) \(input tokens <500: ([\d.]+); 500-2000: ([\d.]+); "
+                      r">2000: ([\d.]+)\)", section)
+    assert agree.groups()[:3] == ("3", "4", "c3")
+    assert close(agree.group(4), 0.15, 6) and close(agree.group(5), 0.01, 6) and close(agree.group(7), 0.15, 6)
+    assert "- native: probabilities NOT exactly unchanged" in section and "(changed: c2)" in section
+    assert "- hf: probabilities exactly unchanged across its 3" in section
+
+
+def test_report_states_rules_gates_and_failures(rendered):
+    text, _ = rendered
+    assert "sorted[int(0.95*N)-1]" in text and "sorted[ceil(0.95*N)-1]" in text
+    assert "| speed-ok | mean_reduction | PASSED |" in text
+    assert "| decisions-bad | decisions_unchanged | FAILED |" in text
+    assert "| traces | external | not evaluated |" in text
+    assert "**fast: 1 failed measured request(s)**" in text
+    assert "INCOMPLETE" not in text
+    assert "Raw HF" in text  # backend description from the recipe
+
+
+def test_incomplete_state_gets_a_banner_at_top_and_bottom():
+    rows, rec = study_rows(), recipe()
+    text = render_report(summarize(rows, rec), rows, rec, state={"status": "running", "error": None})
+    lines = [l for l in text.splitlines() if l.strip()]
+    assert lines[1].startswith("> **INCOMPLETE RUN**") and lines[-1].startswith("> **INCOMPLETE RUN**")
+
+
+# --- plots -----------------------------------------------------------------------------
+
+
+def test_write_plots_writes_two_pngs(tmp_path):
+    paths = write_plots(study_rows(), tmp_path / "plots")
+    assert [p.name for p in paths] == list(PLOT_NAMES)
+    first = [p.read_bytes() for p in paths]
+    assert all(b.startswith(PNG_MAGIC) and len(b) > 5000 for b in first)
+    assert b"Software" not in first[0]
+    # Not required, but holds with one matplotlib version: the same rows give the same bytes.
+    assert [p.read_bytes() for p in write_plots(study_rows(), tmp_path / "plots")] == first
+    empty = write_plots([], tmp_path / "empty")
+    assert all(p.read_bytes().startswith(PNG_MAGIC) for p in empty)
+
+
+# --- run directories -------------------------------------------------------------------
+
+
+def test_write_report_on_a_complete_run(tmp_path):
+    run = make_run(tmp_path)
+    path = write_report(run)
+    assert path == run / "report.md"
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("# Study synthetic") and "INCOMPLETE" not in text and "MISMATCH" not in text
+    assert all((run / n).read_bytes().startswith(PNG_MAGIC) for n in PLOT_NAMES)
+
+
+def test_missing_or_wrong_summary_is_said(tmp_path):
+    run = make_run(tmp_path, summary=False)
+    assert "summary.json is absent" in write_report(run).read_text(encoding="utf-8")
+    data = summarize(study_rows(), recipe())
+    data["workloads"]["mixed"]["backends"]["hf"]["overall"]["mean_ms"] = 1.0
+    write_json_atomic(run / "summary.json", data)
+    assert "SUMMARY MISMATCH" in write_report(run).read_text(encoding="utf-8")
+
+
+def test_incomplete_run_is_never_reported_as_complete(tmp_path):
+    run = make_run(tmp_path, status="incomplete", summary=False, error="backend fast crashed")
+    text = write_report(run).read_text(encoding="utf-8")
+    assert text.splitlines()[2].startswith("> **INCOMPLETE RUN**") and "backend fast crashed" in text
+
+
+def test_incomplete_run_without_rows_still_reports(tmp_path):
+    run = make_run(tmp_path, status="running", summary=False)
+    (run / "rows.jsonl").unlink()
+    text = write_report(run).read_text(encoding="utf-8")
+    assert "INCOMPLETE RUN" in text and "| hf (Raw HF) | 0 | n/a |" in text
+
+
+def test_signed_run_is_not_changed(tmp_path):
+    run = make_run(tmp_path)
+    write_report(run)
+    (run / ENVELOPE_NAME).write_text("{}", encoding="utf-8")
+    write_report(run)  # identical files: allowed, nothing written
+    (run / "report.md").write_text("edited\n", encoding="utf-8")
+    with pytest.raises(EvidenceError, match="is signed"):
+        write_report(run)
+    assert (run / "report.md").read_text(encoding="utf-8") == "edited\n"
+    other = write_report(run, tmp_path / "elsewhere")
+    assert other.parent == tmp_path / "elsewhere" and (other.parent / PLOT_NAMES[1]).exists()
+
+
+def test_not_a_run_dir_is_an_evidence_error(tmp_path):
+    with pytest.raises(EvidenceError, match="not a run directory"):
+        write_report(tmp_path)
+
+
+# --- the task, as a user runs it -------------------------------------------------------
+
+
+def invoke(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_task_prints_report_and_plot_paths(tmp_path):
+    run = make_run(tmp_path)
+    done = invoke("report", "--run", str(run))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("# Study synthetic")
+    assert f"report: {run / 'report.md'}" in done.stdout
+    assert all(f"plot: {run / n}" in done.stdout for n in PLOT_NAMES)
+
+
+def test_task_on_incomplete_run_is_loud_and_fails(tmp_path):
+    run = make_run(tmp_path, status="incomplete")
+    done = invoke("report", "--run", str(run))
+    assert done.returncode == 1
+    assert "> **INCOMPLETE RUN**" in done.stdout.splitlines()[2]
+    assert "INCOMPLETE RUN" in done.stderr
+
+
+def test_task_on_missing_dir_prints_one_line(tmp_path):
+    done = invoke("report", "--run", str(tmp_path / "nope"))
+    assert done.returncode == 1 and "not a run directory" in done.stderr and "Traceback" not in done.stderr
