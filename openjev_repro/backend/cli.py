@@ -1,0 +1,134 @@
+"""Command line of the reference backend: parse flags, check the checkpoint, bind, load, warm up, serve.
+
+Exit status: 0 after SIGTERM/SIGINT, 2 for bad flags or an unusable checkpoint (before binding),
+1 when loading or the warm-up inference fails. Progress goes to stderr as one JSON object per line
+(`{"event": "listening", "port": N}` first, `{"event": "ready", ...}` when /health says ready).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import ReproError
+from .model import METHOD, DecisionModel, Settings
+from .package import package_sha256, read_package
+from .server import ReferenceServer
+
+__all__ = ["main", "build_parser", "LOAD_DELAY_ENV"]
+
+LOAD_DELAY_ENV = "OPENJEV_REFERENCE_LOAD_DELAY_S"  # test hook: stay "loading" this long after binding
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m openjev_repro.backend",
+                                description="Open-Jev reference backend (/v1/systemone) for the fixture or a real package.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--checkpoint", type=Path, help="package directory (model.json, adapter/, head.pt, temperature.json)")
+    src.add_argument("--random-init", type=Path, metavar="CONFIG", help="Qwen3_5TextConfig JSON: random weights on the device")
+    p.add_argument("--seed", type=int, default=0, help="seed for --random-init")
+    p.add_argument("--tokenizer", type=Path, help="tokenizer directory for --random-init")
+    p.add_argument("--mode", choices=("raw", "fast"), default="raw")
+    p.add_argument("--max-length", type=int, default=None, help="longest candidate in tokens (default: model.json, else 4096)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8791, help="0 picks a free port (reported on stderr)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (auto: cuda if available)")
+    p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 (auto: FP32 on CPU, BF16 on CUDA)")
+    p.add_argument("--cuda-graphs", type=int, default=0, metavar="N",
+                   help="fast mode on CUDA: replay CUDA Graphs per exact length, keep N (LRU); 0 = off")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    return p
+
+
+def _event(name: str, **fields: Any) -> None:
+    print(json.dumps({"event": name, **fields}), file=sys.stderr, flush=True)
+
+
+def _code_commit() -> str:
+    if os.environ.get("OPENJEV_CODE_COMMIT"):
+        return os.environ["OPENJEV_CODE_COMMIT"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                             text=True, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _static_meta(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+    """Check the checkpoint (cheap, before binding) and collect the metadata that never changes."""
+    if args.checkpoint is not None:
+        package = read_package(args.checkpoint)
+        meta = {"base_model_id": package.base_model_id, "base_revision": package.base_revision,
+                "checkpoint_sha256": package_sha256(package.root)}
+        return meta, package
+    if args.tokenizer is None:
+        raise ReproError("--random-init needs --tokenizer DIR (the fixture's base/ directory will do).")
+    if not args.random_init.is_file():
+        raise ReproError(f"Model config {args.random_init} does not exist.")
+    meta = {"base_model_id": f"random-init:{args.random_init.stem}", "base_revision": f"seed-{args.seed}",
+            "checkpoint_sha256": None}
+    return meta, None
+
+
+def _load(args: argparse.Namespace, package: Any) -> DecisionModel:
+    max_length = args.max_length or (package.max_length if package else 4096)
+    settings = Settings(mode=args.mode, device=args.device, dtype=args.dtype, max_length=max_length,
+                        cuda_graphs=args.cuda_graphs)
+    if package is not None:
+        return DecisionModel.from_package(package, settings)
+    return DecisionModel.from_random(args.random_init, args.tokenizer, args.seed, settings)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.cuda_graphs < 0 or (args.max_length is not None and args.max_length <= 0):
+        print("error: --cuda-graphs must be >= 0 and --max-length > 0.", file=sys.stderr)
+        return 2
+    if args.cuda_graphs and args.mode != "fast":
+        print("error: --cuda-graphs is part of fast mode only; use --mode fast or drop the flag.", file=sys.stderr)
+        return 2
+    try:
+        meta, package = _static_meta(args)
+    except ReproError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    meta.update(method=METHOD, code_commit=_code_commit())
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
+    try:
+        server = ReferenceServer((args.host, args.port), meta)
+    except OSError as exc:
+        print(f"error: cannot bind {args.host}:{args.port} ({exc}).", file=sys.stderr)
+        return 2
+    _event("listening", host=args.host, port=server.server_address[1])
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        time.sleep(float(os.environ.get(LOAD_DELAY_ENV, "0")))
+        started = time.perf_counter()
+        server.attach(_load(args, package))
+    except ReproError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        server.shutdown()
+        return 2
+    except Exception as exc:  # loading failed in a way we did not foresee: say so, exit non-zero
+        print(f"error: loading the model failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        server.shutdown()
+        return 1
+    _event("ready", seconds=round(time.perf_counter() - started, 3), **server.model.describe())
+    stop.wait()
+    server.shutdown()
+    server.server_close()
+    return 0

@@ -1,0 +1,111 @@
+"""Which linear-attention kernels a model is bound to, and how raw mode forces the references.
+
+Transformers decides at import time of `modeling_qwen3_5` whether to bind flash-linear-attention
+(FLA) and causal-conv1d. The published "Raw HF" baseline makes both availability checks return
+False *before* the model classes are imported, so every Gated DeltaNet layer falls back to the
+PyTorch references. Module layouts differ between Transformers releases, so `block_optional_kernels`
+patches every copy of the checks it can find and, if the modeling module was imported already,
+also resets its module-level kernel bindings. `bound_implementations` then reads what each layer
+really holds, and `assert_reference` refuses anything else.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ..errors import BackendError
+
+__all__ = ["block_optional_kernels", "bound_implementations", "assert_reference", "REFERENCE"]
+
+_CHECKS = ("is_flash_linear_attention_available", "is_causal_conv1d_available")
+_KERNEL_GLOBALS = ("causal_conv1d_fn", "causal_conv1d_update", "chunk_gated_delta_rule",
+                   "fused_recurrent_gated_delta_rule", "FusedRMSNormGated")
+_MODELING = "transformers.models.qwen3_5.modeling_qwen3_5"
+
+# What a raw-mode layer must be bound to (names as `bound_implementations` reports them).
+REFERENCE = {"chunk_gated_delta_rule": "torch_chunk_gated_delta_rule",
+             "causal_conv1d_fn": "torch (F.conv1d)",
+             "norm": "Qwen3_5RMSNormGated"}
+
+
+def _false(*_args: Any, **_kwargs: Any) -> bool:
+    return False
+
+
+def block_optional_kernels() -> list[str]:
+    """Make every availability check for FLA and causal-conv1d answer False; return what was patched."""
+    import transformers.utils.import_utils as import_utils
+
+    patched: list[str] = []
+    for name in _CHECKS:
+        if hasattr(import_utils, name):
+            setattr(import_utils, name, _false)
+            patched.append(f"transformers.utils.import_utils.{name}")
+    # Copies bound by `from ... import name` in modules imported before us.
+    for mod_name, module in list(sys.modules.items()):
+        if not mod_name.startswith("transformers") or module is None or module is import_utils:
+            continue
+        namespace = getattr(module, "__dict__", {})  # never getattr: lazy modules would import
+        for name in _CHECKS:
+            if callable(namespace.get(name)) and namespace[name] is not _false:
+                setattr(module, name, _false)
+                patched.append(f"{mod_name}.{name}")
+    modeling = sys.modules.get(_MODELING)
+    if modeling is not None:  # imported already: undo its import-time kernel bindings
+        for name in _KERNEL_GLOBALS:
+            if modeling.__dict__.get(name) is not None:
+                setattr(modeling, name, None)
+                patched.append(f"{_MODELING}.{name}")
+        if hasattr(modeling, "is_fast_path_available"):
+            modeling.is_fast_path_available = False
+    return patched
+
+
+def _name(obj: Any) -> str:
+    if obj is None:
+        return "None"
+    module = getattr(obj, "__module__", "") or ""
+    name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    return f"{module}.{name}" if module else name
+
+
+def _linear_layers(model: Any) -> list[tuple[int, Any]]:
+    layers = []
+    for index, layer in enumerate(getattr(model, "layers", [])):
+        attn = getattr(layer, "linear_attn", None)
+        if attn is not None:
+            layers.append((index, attn))
+    return layers
+
+
+def bound_implementations(model: Any) -> dict[str, Any]:
+    """Summarise the kernels every linear-attention layer of a `Qwen3_5TextModel` is bound to."""
+    seen: dict[str, set[str]] = {"chunk_gated_delta_rule": set(), "causal_conv1d_fn": set(), "norm": set()}
+    layers = _linear_layers(model)
+    for _index, attn in layers:
+        seen["chunk_gated_delta_rule"].add(getattr(getattr(attn, "chunk_gated_delta_rule", None),
+                                                   "__name__", "None"))
+        conv = getattr(attn, "causal_conv1d_fn", None)
+        seen["causal_conv1d_fn"].add("torch (F.conv1d)" if conv is None else _name(conv))
+        seen["norm"].add(type(getattr(attn, "norm", None)).__name__)
+    full = sum(1 for layer in getattr(model, "layers", []) if getattr(layer, "self_attn", None) is not None)
+    attn_impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    return {"linear_attention_layers": len(layers), "full_attention_layers": full,
+            "full_attention": str(attn_impl),
+            **{key: sorted(values) for key, values in seen.items()}}
+
+
+def assert_reference(model: Any) -> dict[str, Any]:
+    """Refuse a model whose linear-attention layers are not all bound to the PyTorch references."""
+    impls = bound_implementations(model)
+    if impls["linear_attention_layers"] == 0:
+        raise BackendError("Raw mode found no linear-attention layers to check; is this a Qwen3.5 model?")
+    for key, expected in REFERENCE.items():
+        if impls[key] != [expected]:
+            raise BackendError(
+                f"Raw mode requires every linear-attention layer to use {expected} for {key}, "
+                f"but found {impls[key]}; optional kernels were imported before they could be blocked.")
+    if impls["full_attention"] != "sdpa":
+        raise BackendError(f"Raw mode requires stock SDPA for full attention, found {impls['full_attention']}.")
+    return impls

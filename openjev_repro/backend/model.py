@@ -1,0 +1,287 @@
+"""DecisionModel: a Qwen3.5 backbone, a PEFT LoRA adapter, an FP32 scalar head and a temperature.
+
+The backbone is `Qwen3_5TextModel` (no vocabulary projection is ever computed). Each candidate
+sequence runs alone (batch 1, no padding), so a request's probabilities do not depend on what
+else is queued and the same request twice gives bit-identical results.
+
+Modes:
+    raw   unmerged LoRA through PEFT, stock SDPA, eager, PyTorch reference linear-attention
+          kernels forced (and asserted) even when FLA / causal-conv1d are installed.
+    fast  LoRA merged into the weights, FLA / causal-conv1d when importable (reported),
+          optional CUDA Graph replay keyed by exact length (`cuda_graphs` = capacity, 0 = off).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import BackendError, CheckpointError
+from .kernels import assert_reference, block_optional_kernels, bound_implementations
+from .package import Package, load_head
+from .prompts import Question, RequestInvalid, chat_prompt, render_text
+
+__all__ = ["Settings", "DecisionModel", "Candidate", "resolve_device", "FAIL_ENV", "SLOW_ENV"]
+
+FAIL_ENV = "OPENJEV_REFERENCE_FAIL_ON"      # test hook: raise inside inference if the state contains it
+SLOW_ENV = "OPENJEV_REFERENCE_SLOW_ON"      # test hook: sleep inside inference if the state contains it
+SLOW_SECONDS_ENV = "OPENJEV_REFERENCE_SLOW_SECONDS"
+METHOD = "scalar_head"
+YES_THRESHOLD = 0.5
+RANDOM_TEMPERATURE = 2.5343690298472983
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "out_proj"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    mode: str = "raw"             # raw | fast
+    device: str = "auto"          # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"           # auto | float32 | bfloat16 | float16
+    max_length: int = 4096
+    cuda_graphs: int = 0          # fast mode, CUDA only: LRU capacity, 0 = eager
+
+
+@dataclass(frozen=True)
+class Candidate:
+    question: Question
+    option: str | None
+    ids: list[int]
+
+
+def resolve_device(settings: Settings) -> tuple[Any, Any]:
+    """(torch.device, torch.dtype) for the settings; CPU defaults to FP32, CUDA to BF16."""
+    import torch
+
+    name = settings.device
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise BackendError("--device cuda was requested but torch sees no CUDA device; use --device cpu.")
+    device = torch.device(name)
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if settings.dtype == "auto":
+        dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+    elif settings.dtype in dtypes:
+        dtype = dtypes[settings.dtype]
+    else:
+        raise BackendError(f"Unknown --dtype {settings.dtype!r}; use auto, float32, bfloat16 or float16.")
+    return device, dtype
+
+
+def _check_settings(settings: Settings, device: Any) -> None:
+    if settings.mode not in ("raw", "fast"):
+        raise BackendError(f"Unknown --mode {settings.mode!r}; use raw or fast.")
+    if settings.cuda_graphs:
+        if settings.mode != "fast":
+            raise BackendError("CUDA Graph replay is part of fast mode only; drop --cuda-graphs for raw mode.")
+        if device.type != "cuda":
+            raise BackendError("--cuda-graphs needs a CUDA device (graphs cannot be captured on CPU); "
+                               "drop the flag or use --device cuda.")
+
+
+def _prepare_imports(mode: str) -> list[str]:
+    """Raw mode: block optional kernels before any model class is imported."""
+    return block_optional_kernels() if mode == "raw" else []
+
+
+class DecisionModel:
+    def __init__(self, backbone: Any, tokenizer: Any, head: Any, temperature: float, settings: Settings,
+                 device: Any, dtype: Any, info: dict[str, Any]):
+        self.backbone = backbone
+        self.tokenizer = tokenizer
+        self.head = head
+        self.temperature = temperature
+        self.settings = settings
+        self.device = device
+        self.dtype = dtype
+        self.info = info
+        self.graphs = None
+        if settings.cuda_graphs:
+            from .graphs import GraphCache
+            self.graphs = GraphCache(settings.cuda_graphs, device)
+
+    # ------------------------------------------------------------ construction
+
+    @classmethod
+    def from_package(cls, package: Package, settings: Settings) -> "DecisionModel":
+        device, dtype = resolve_device(settings)
+        _check_settings(settings, device)
+        patched = _prepare_imports(settings.mode)
+        import torch
+        from peft import PeftModel
+        from transformers import AutoTokenizer, Qwen3_5TextModel
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(package.base), local_files_only=True)
+            backbone = Qwen3_5TextModel.from_pretrained(str(package.base), dtype=dtype, local_files_only=True,
+                                                        attn_implementation="sdpa")
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"Could not load the base model from {package.base}: {exc}") from exc
+        backbone = backbone.to(device).eval()
+        try:
+            model = PeftModel.from_pretrained(backbone, str(package.adapter), is_trainable=False)
+        except (OSError, ValueError, KeyError) as exc:
+            raise CheckpointError(f"Could not load the LoRA adapter from {package.adapter}: {exc}") from exc
+        head_state = load_head(package.head, package.hidden_size)
+        head = torch.nn.Linear(package.hidden_size, 1, bias=True, dtype=torch.float32)
+        head.load_state_dict(head_state)
+        info = {"source": "package", "patched_checks": patched}
+        return cls._finish(model, tokenizer, head.to(device), package.temperature, settings, device, dtype, info)
+
+    @classmethod
+    def from_random(cls, config_path: Path, tokenizer_dir: Path, seed: int, settings: Settings) -> "DecisionModel":
+        """Random weights built directly on the device (for latency studies without weights)."""
+        device, dtype = resolve_device(settings)
+        _check_settings(settings, device)
+        patched = _prepare_imports(settings.mode)
+        import torch
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoTokenizer, Qwen3_5TextConfig, Qwen3_5TextModel
+
+        try:
+            config = Qwen3_5TextConfig.from_pretrained(str(config_path))
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"Could not read the model config {config_path}: {exc}") from exc
+        config._attn_implementation = "sdpa"
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(dtype if dtype != torch.float16 else torch.float32)
+        try:
+            with torch.device(device):
+                backbone = Qwen3_5TextModel(config)
+        finally:
+            torch.set_default_dtype(previous)
+        generator = torch.Generator(device=device).manual_seed(seed)
+        with torch.no_grad():
+            for name, param in sorted(backbone.named_parameters()):
+                if "norm" in name or name.endswith("dt_bias"):
+                    continue
+                if name.endswith("A_log"):
+                    param.uniform_(0.0, math.log(16.0), generator=generator)
+                else:
+                    param.normal_(0.0, config.initializer_range, generator=generator)
+        backbone = backbone.to(dtype).eval()
+        lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, bias="none", target_modules=list(LORA_TARGETS))
+        model = get_peft_model(backbone, lora)
+        with torch.no_grad():
+            for name, param in sorted(model.named_parameters()):
+                if "lora_B" in name:
+                    param.normal_(0.0, 0.02, generator=generator)
+        head = torch.nn.Linear(config.hidden_size, 1, bias=True, dtype=torch.float32, device=device)
+        with torch.no_grad():
+            head.weight.normal_(0.0, 1.0 / math.sqrt(config.hidden_size), generator=generator)
+            head.bias.zero_()
+        info = {"source": f"random-init {config_path} seed {seed}", "patched_checks": patched}
+        return cls._finish(model.eval(), tokenizer, head, RANDOM_TEMPERATURE, settings, device, dtype, info)
+
+    @classmethod
+    def _finish(cls, model: Any, tokenizer: Any, head: Any, temperature: float, settings: Settings, device: Any,
+                dtype: Any, info: dict[str, Any]) -> "DecisionModel":
+        if settings.mode == "fast":
+            model = model.merge_and_unload()
+            text_model = model
+        else:
+            text_model = model.get_base_model()
+        impls = assert_reference(text_model) if settings.mode == "raw" else bound_implementations(text_model)
+        info = {**info, "implementations": impls,
+                "lora": "merged" if settings.mode == "fast" else "unmerged (PEFT)",
+                "lora_modules": _count_lora(model)}
+        return cls(model.eval(), tokenizer, head.eval(), temperature, settings, device, dtype, info)
+
+    # ------------------------------------------------------------ reporting
+
+    def backbone_dtypes(self) -> list[str]:
+        return sorted({str(p.dtype).removeprefix("torch.") for p in self.backbone.parameters()})
+
+    def describe(self) -> dict[str, Any]:
+        return {"mode": self.settings.mode, "device": str(self.device),
+                "dtype": str(self.dtype).removeprefix("torch."),
+                "implementations": self.info["implementations"], "lora": self.info["lora"],
+                "lora_modules": self.info["lora_modules"],
+                "cuda_graphs": self.graphs.stats() if self.graphs else None}
+
+    # ------------------------------------------------------------ inference
+
+    def candidates(self, state: Any, questions: list[Question]) -> list[Candidate]:
+        """Tokenize every candidate; refuse (422) any over max_length before running anything."""
+        out = []
+        for question in questions:
+            options = question.options if question.type != "noul" else [None]
+            for option in options:
+                ids = chat_prompt(self.tokenizer, render_text(state, question, option))
+                if len(ids) > self.settings.max_length:
+                    raise RequestInvalid(
+                        f"a candidate of question {question.qid!r} has {len(ids)} tokens, over the server's "
+                        f"max length {self.settings.max_length}; nothing is truncated.", f"questions.{question.qid}")
+                out.append(Candidate(question, option, ids))
+        return out
+
+    def _forward(self, ids: Any) -> Any:
+        hidden = self.backbone(input_ids=ids, use_cache=False).last_hidden_state[:, -1, :]
+        return self.head(hidden.float())[:, 0]
+
+    def score(self, ids: list[int]) -> float:
+        """The head's raw score s of one candidate sequence."""
+        import torch
+
+        tensor = torch.tensor([ids], dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            if self.graphs is not None:
+                out = self.graphs.run(self._forward, tensor)
+            else:
+                out = self._forward(tensor)
+        return float(out[0].item())
+
+    def answer(self, state: Any, questions: list[Question], candidates: list[Candidate]) -> dict[str, Any]:
+        """Score every candidate and build the answers (probabilities as the facts file defines)."""
+        _test_hooks(state)
+        scores = [self.score(c.ids) for c in candidates]
+        answers: dict[str, Any] = {}
+        for question in questions:
+            mine = [s for c, s in zip(candidates, scores) if c.question is question]
+            answers[question.qid] = _answer(question, mine, self.temperature)
+        return answers
+
+
+def _count_lora(model: Any) -> int:
+    return sum(1 for name, _ in model.named_modules() if name.endswith("lora_A"))
+
+
+def _test_hooks(state: Any) -> None:
+    """Documented test hooks (docs/backend.md): they never fire unless their variable is set."""
+    text = state if isinstance(state, str) else repr(state)
+    fail_on = os.environ.get(FAIL_ENV)
+    if fail_on and fail_on in text:
+        raise RuntimeError(f"test hook {FAIL_ENV} matched the state")
+    slow_on = os.environ.get(SLOW_ENV)
+    if slow_on and slow_on in text:
+        time.sleep(float(os.environ.get(SLOW_SECONDS_ENV, "2")))
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+def _softmax(values: list[float]) -> list[float]:
+    top = max(values)
+    exps = [math.exp(v - top) for v in values]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def _answer(question: Question, scores: list[float], temperature: float) -> dict[str, Any]:
+    if question.type == "noul":  # logits [0, s] -> p_yes = sigmoid(s / T)
+        return {"type": "noul", "noul": _sigmoid(scores[0] / temperature)}
+    probs = _softmax([s / temperature for s in scores])
+    best = max(range(len(probs)), key=probs.__getitem__)
+    if question.type == "choice":
+        return {"type": "choice", "choice": question.options[best],
+                "probabilities": dict(zip(question.options, probs)), "confidence": probs[best]}
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in question.levels)
+    values = question.levels if numeric else list(range(len(question.levels)))
+    return {"type": "score", "score": sum(p * v for p, v in zip(probs, values)), "probabilities": probs,
+            "confidence": probs[best], "legend": {str(i): level for i, level in enumerate(question.levels)}}

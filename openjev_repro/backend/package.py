@@ -1,0 +1,135 @@
+"""The upstream checkpoint package layout, checked before anything heavy is loaded.
+
+    DIR/model.json          {"format_version": 1, "base_model": "base", "base_model_id": ...,
+                             "base_revision": ..., "max_length": 4096}
+    DIR/adapter/            adapter_config.json + adapter_model.safetensors (PEFT LoRA)
+    DIR/head.pt             state dict of an FP32 Linear(hidden, 1): weight [1, hidden], bias [1]
+    DIR/temperature.json    {"temperature": T}
+    base (DIR/base or the path model.json names): config.json, *.safetensors, tokenizer files
+
+Every problem is a CheckpointError that names the offending file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointError
+
+__all__ = ["Package", "read_package", "load_head", "package_sha256", "MODEL_JSON_FORMAT"]
+
+MODEL_JSON_FORMAT = 1
+PACKAGE_FILES = ("model.json", "adapter/adapter_config.json", "adapter/adapter_model.safetensors",
+                 "head.pt", "temperature.json")
+
+
+@dataclass(frozen=True)
+class Package:
+    root: Path
+    base: Path
+    base_model_id: str
+    base_revision: str
+    max_length: int
+    temperature: float
+    hidden_size: int
+
+    @property
+    def adapter(self) -> Path:
+        return self.root / "adapter"
+
+    @property
+    def head(self) -> Path:
+        return self.root / "head.pt"
+
+
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise CheckpointError(f"Checkpoint file {path} is missing; rebuild or re-download the package.")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"Checkpoint file {path} is not valid JSON ({exc}).") from exc
+
+
+def _temperature(path: Path) -> float:
+    data = _read_json(path)
+    value = data.get("temperature") if isinstance(data, dict) else data
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise CheckpointError(f"Checkpoint file {path} must hold a positive finite \"temperature\", got {value!r}.")
+    return float(value)
+
+
+def _check_base(base: Path) -> int:
+    config = _read_json(base / "config.json")
+    text = config.get("text_config", config) if isinstance(config, dict) else {}
+    hidden = text.get("hidden_size") if isinstance(text, dict) else None
+    if not isinstance(hidden, int) or hidden <= 0:
+        raise CheckpointError(f"Checkpoint file {base / 'config.json'} has no positive integer hidden_size.")
+    if not any(base.glob("*.safetensors")):
+        raise CheckpointError(f"Base model directory {base} holds no *.safetensors weights.")
+    if not (base / "tokenizer.json").is_file() and not (base / "tokenizer_config.json").is_file():
+        raise CheckpointError(f"Base model directory {base} holds no tokenizer (tokenizer.json is missing).")
+    return hidden
+
+
+def load_head(path: Path, hidden_size: int) -> dict[str, Any]:
+    """Load head.pt (weights only) and check it is Linear(hidden_size, 1) with bias."""
+    import torch
+
+    if not path.is_file():
+        raise CheckpointError(f"Checkpoint file {path} is missing; rebuild or re-download the package.")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for a corrupt archive
+        raise CheckpointError(f"Checkpoint file {path} is not a readable torch state dict ({exc}).") from exc
+    weight, bias = (state.get("weight"), state.get("bias")) if isinstance(state, dict) else (None, None)
+    if not isinstance(weight, torch.Tensor) or tuple(weight.shape) != (1, hidden_size):
+        shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else None
+        raise CheckpointError(f"Checkpoint file {path} must hold weight of shape (1, {hidden_size}), got {shape}.")
+    if not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (1,):
+        shape = tuple(bias.shape) if isinstance(bias, torch.Tensor) else None
+        raise CheckpointError(f"Checkpoint file {path} must hold bias of shape (1,), got {shape}.")
+    return {"weight": weight.float(), "bias": bias.float()}
+
+
+def read_package(root: Path) -> Package:
+    """Check the whole package layout (and the head's shape) and return its settings."""
+    root = Path(root)
+    if not root.is_dir():
+        raise CheckpointError(f"Checkpoint directory {root} does not exist.")
+    meta = _read_json(root / "model.json")
+    if not isinstance(meta, dict) or meta.get("format_version", MODEL_JSON_FORMAT) != MODEL_JSON_FORMAT:
+        raise CheckpointError(f"Checkpoint file {root / 'model.json'} has an unknown format_version.")
+    base = Path(str(meta.get("base_model", "base")))
+    base = base if base.is_absolute() else root / base
+    if not base.is_dir():
+        raise CheckpointError(f"Base model directory {base} named by {root / 'model.json'} does not exist.")
+    for name in PACKAGE_FILES:
+        if not (root / name).is_file():
+            raise CheckpointError(f"Checkpoint file {root / name} is missing; rebuild or re-download the package.")
+    _read_json(root / "adapter" / "adapter_config.json")
+    hidden = _check_base(base)
+    load_head(root / "head.pt", hidden)
+    max_length = meta.get("max_length", 4096)
+    if not isinstance(max_length, int) or max_length <= 0:
+        raise CheckpointError(f"Checkpoint file {root / 'model.json'}: max_length must be a positive integer.")
+    return Package(root=root, base=base, base_model_id=str(meta.get("base_model_id", base.name)),
+                   base_revision=str(meta.get("base_revision", "unknown")), max_length=max_length,
+                   temperature=_temperature(root / "temperature.json"), hidden_size=hidden)
+
+
+def package_sha256(root: Path) -> str:
+    """One digest of the adapter package: SHA256 over "<sha256>  <relative path>\\n" lines, sorted by path.
+
+    The base weights are pinned by base_revision instead; hashing 55 GB at every start would be slow.
+    """
+    lines = []
+    for name in sorted(PACKAGE_FILES):
+        digest = hashlib.sha256((Path(root) / name).read_bytes()).hexdigest()
+        lines.append(f"{digest}  {name}\n")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()

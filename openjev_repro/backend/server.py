@@ -1,0 +1,170 @@
+"""The HTTP server: /v1/systemone (aliases /v1/inference, /api/jev), /health, /v1/models.
+
+A stdlib ThreadingHTTPServer: every connection has its own thread, inference is serialised by
+one lock (concurrency 1, requests queue), so /health answers while an inference runs. The port
+is bound before the model loads; until the model is loaded and one real warm-up inference has
+succeeded, every endpoint answers 503 {"status": "loading"}.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import traceback
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from .prompts import MODEL_ALIASES, RequestInvalid, parse_request
+
+__all__ = ["ReferenceServer", "MAX_BODY_BYTES", "INFERENCE_PATHS"]
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+INFERENCE_PATHS = ("/v1/systemone", "/v1/inference", "/api/jev")
+WARMUP_BODY = {"model": MODEL_ALIASES[0], "state": "The server is warming up.",
+               "questions": {"warmup": {"type": "noul", "instructions": "Is the server warming up?"}}}
+
+
+class ReferenceServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], static_meta: dict[str, Any]):
+        super().__init__(address, _Handler)
+        self.model: Any = None
+        self.status = "loading"
+        self.static_meta = static_meta          # checkpoint_sha256, base_revision, code_commit, ...
+        self.model_names: tuple[str, ...] = (*MODEL_ALIASES, static_meta["base_model_id"])
+        self.lock = threading.Lock()
+        self.served = 0
+
+    # ------------------------------------------------------------ readiness
+
+    def attach(self, model: Any) -> None:
+        """Install the model, run one real warm-up inference, then report ready."""
+        self.model = model
+        status, payload = self.infer(json.dumps(WARMUP_BODY).encode())
+        if status != 200:
+            raise RuntimeError(f"warm-up inference failed: {payload}")
+        self.status = "ready"
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        if self.status != "ready":
+            return 503, {"status": self.status, "model": self.static_meta["base_model_id"]}
+        return 200, {"status": "ready", "model": MODEL_ALIASES[0], "method": self.static_meta["method"],
+                     "base_model": self.static_meta["base_model_id"], "max_length": self.model.settings.max_length,
+                     "served": self.served, "busy": self.lock.locked(), **self.model.describe()}
+
+    # ------------------------------------------------------------ inference
+
+    def infer(self, raw: bytes) -> tuple[int, dict[str, Any]]:
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return 415, _error("unsupported_media_type", f"the request body is not JSON ({exc}).")
+        try:
+            name, state, questions = parse_request(body, self.model_names)
+            candidates = self.model.candidates(state, questions)
+        except RequestInvalid as exc:
+            return exc.status, _error("validation_error", str(exc), exc.field)
+        with self.lock:
+            started = time.perf_counter()
+            try:
+                answers = self.model.answer(state, questions, candidates)
+            except Exception as exc:  # any failure inside the model becomes a 500; the server keeps serving
+                traceback.print_exc(file=sys.stderr)
+                return 500, _error("inference_error", f"inference failed: {type(exc).__name__}: {exc}")
+            seconds = time.perf_counter() - started
+            self.served += 1
+        tokens = [len(c.ids) for c in candidates]
+        return 200, {"model": name, "answers": answers,
+                     "usage": {"input_tokens": sum(tokens), "output_tokens": 0},
+                     "metadata": self._metadata(seconds, tokens)}
+
+    def _metadata(self, seconds: float, tokens: list[int]) -> dict[str, Any]:
+        model = self.model
+        return {"method": self.static_meta["method"], "temperature": model.temperature,
+                "candidate_sequences": len(tokens), "candidate_tokens": tokens,
+                "inference_seconds": seconds, "prefix_cache": False,
+                "checkpoint_sha256": self.static_meta["checkpoint_sha256"],
+                "base_revision": self.static_meta["base_revision"], "max_length": model.settings.max_length,
+                "backbone_parameter_dtypes": model.backbone_dtypes(),
+                "code_commit": self.static_meta["code_commit"], "mode": model.settings.mode,
+                "device": str(model.device), "implementations": model.info["implementations"],
+                "cuda_graphs": model.graphs.stats() if model.graphs else None}
+
+
+def _error(kind: str, message: str, field: str | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"type": kind, "message": message}
+    if field is not None:
+        error["field"] = field
+    return {"error": error}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: ReferenceServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass  # one line per request would dominate the log of a 74 x 3 pass study
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        path = self.path.split("?", 1)[0]
+        if path == "/health":
+            self._send(*self.server.health())
+        elif path == "/v1/models":
+            data = [{"id": name, "object": "model", "owned_by": "openjev-repro"} for name in self.server.model_names]
+            self._send(200, {"object": "list", "data": data})
+        else:
+            self._send(404, _error("not_found", f"no endpoint {path}; use /v1/systemone, /health or /v1/models."))
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+        path = self.path.split("?", 1)[0]
+        if path not in INFERENCE_PATHS:
+            self._drain_or_close()
+            self._send(404, _error("not_found", f"no endpoint {path}; POST to /v1/systemone."))
+            return
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            self.close_connection = True
+            self._send(411, _error("length_required", "send the body with a Content-Length, not chunked."))
+            return
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            length = -1
+        if length < 0:
+            self.close_connection = True
+            self._send(400, _error("bad_request", "Content-Length is not a non-negative integer."))
+            return
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True  # the unread body must not be parsed as the next request
+            self._send(413, _error("payload_too_large", f"the body has {length} bytes, over the "
+                                   f"{MAX_BODY_BYTES}-byte (4 MiB) limit."))
+            return
+        raw = self.rfile.read(length)
+        if self.server.status != "ready":
+            self._send(503, {"status": self.server.status, "error": {"type": "not_ready",
+                                                                     "message": "the model is still loading."}})
+            return
+        self._send(*self.server.infer(raw))
+
+    def _drain_or_close(self) -> None:
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            length = -1
+        if 0 <= length <= MAX_BODY_BYTES:
+            self.rfile.read(length)
+        else:
+            self.close_connection = True

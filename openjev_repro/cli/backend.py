@@ -1,0 +1,39 @@
+"""Tasks of the reference backend: build the fixture model and its request files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from invoke import task
+
+from . import user_errors
+from ..errors import RecipeError
+
+__all__ = ["fixture"]
+
+
+@task(help={"out": "directory to write (checkpoint/ and requests/ inside it)",
+            "lengths": "JSON file with an \"input_tokens\" list (default: the study's 74 published lengths)"})
+@user_errors
+def fixture(c, out, lengths=None):
+    """Write the byte-stable fixture checkpoint and its demo and 74-length request files; print their sha256."""
+    from ..backend.fixture import build_fixture, file_table
+    from ..synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
+
+    root = Path(out)
+    if (root / "checkpoint").exists() and any((root / "checkpoint").iterdir()):
+        raise RecipeError(f"{root / 'checkpoint'} already holds files; choose an empty --out directory.")
+    counts = H200_NOUL_INPUT_TOKENS
+    if lengths:
+        try:
+            counts = json.loads(Path(lengths).read_text())["input_tokens"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RecipeError(f"{lengths} is not a JSON file with an \"input_tokens\" list ({exc}).") from exc
+    files = build_fixture(root / "checkpoint")
+    tokenizer = root / "checkpoint" / "base"
+    files.append(write_demo_requests(tokenizer, root / "requests" / "demo-noul.jsonl"))
+    files.append(write_lengths_requests(tokenizer, counts, root / "requests" / "h200-74-lengths.jsonl"))
+    print(f"fixture written to {root} (sha256, bytes, file):")
+    for name, size, digest in file_table(root, files):
+        print(f"{digest}  {size:>9}  {name}")

@@ -1,0 +1,112 @@
+"""Shared fixtures: the fixture checkpoint (built once per session) and reference servers as subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def fixture_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """DIR with checkpoint/ (the fixture package) and requests/{demo-noul,h200-74-lengths}.jsonl."""
+    from openjev_repro.backend.fixture import build_fixture
+    from openjev_repro.synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
+
+    root = tmp_path_factory.mktemp("fixture")
+    build_fixture(root / "checkpoint")
+    write_demo_requests(root / "checkpoint" / "base", root / "requests" / "demo-noul.jsonl")
+    write_lengths_requests(root / "checkpoint" / "base", H200_NOUL_INPUT_TOKENS,
+                           root / "requests" / "h200-74-lengths.jsonl")
+    return root
+
+
+@pytest.fixture(scope="session")
+def fixture_checkpoint(fixture_root: Path) -> Path:
+    return fixture_root / "checkpoint"
+
+
+class ServerProcess:
+    """A reference backend started as `python -m openjev_repro.backend` on an ephemeral loopback port."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None):
+        self.log = log
+        self._log_file = open(log, "wb")
+        full_env = {**os.environ, "OPENJEV_CODE_COMMIT": "test", **(env or {})}
+        self.proc = subprocess.Popen([sys.executable, "-m", "openjev_repro.backend", "--host", "127.0.0.1",
+                                      "--port", "0", "--threads", "1", *args],
+                                     cwd=REPO, stdout=subprocess.DEVNULL, stderr=self._log_file, env=full_env)
+        self.port: int | None = None
+
+    def events(self) -> list[dict]:
+        out = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            if line.startswith('{"event"'):
+                out.append(json.loads(line))
+        return out
+
+    def wait_port(self, timeout: float = 60) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for event in self.events():
+                if event["event"] == "listening":
+                    self.port = event["port"]
+                    return self.port
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log.read_text()}")
+            time.sleep(0.05)
+        raise TimeoutError(f"server never bound a port:\n{self.log.read_text()}")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout: float = 120) -> dict:
+        self.wait_port()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log.read_text()}")
+            try:
+                response = httpx.get(f"{self.url}/health", timeout=5)
+                if response.status_code == 200:
+                    return response.json()
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"server never became ready:\n{self.log.read_text()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log_file.close()
+
+
+@pytest.fixture(scope="session")
+def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """Factory: start_server(args, env=None) -> ServerProcess (stopped at session end)."""
+    started: list[ServerProcess] = []
+    logs = tmp_path_factory.mktemp("server-logs")
+
+    def start(args: list[str], env: dict[str, str] | None = None) -> ServerProcess:
+        server = ServerProcess(args, logs / f"server-{len(started)}.log", env)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
