@@ -1,0 +1,105 @@
+"""DSSE envelopes (https://github.com/secure-systems-lab/dsse, protocol v1).
+
+The signature covers the pre-authentication encoding
+
+    PAE(type, body) = "DSSEv1" SP LEN(type) SP type SP LEN(body) SP body
+
+where LEN is the byte length in ASCII decimal and SP one space. Payload and signatures are
+standard base64 (with padding). An unsigned envelope has an empty `signatures` list.
+
+The envelope file is written in one canonical form (sorted keys, indent 2, trailing
+newline) and `parse_envelope` refuses any other form, so a changed byte anywhere in the
+file is detected even where JSON would not care (whitespace).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from ..errors import VerificationError
+from .keys import keyid
+
+__all__ = [
+    "PAYLOAD_TYPE",
+    "pae",
+    "make_envelope",
+    "envelope_bytes",
+    "parse_envelope",
+    "payload_of",
+    "verify_envelope",
+]
+
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+
+
+def pae(payload_type: str, body: bytes) -> bytes:
+    type_bytes = payload_type.encode("utf-8")
+    return b"DSSEv1 %d %s %d %s" % (len(type_bytes), type_bytes, len(body), body)
+
+
+def make_envelope(payload: bytes, key: Ed25519PrivateKey | None, payload_type: str = PAYLOAD_TYPE) -> dict[str, Any]:
+    signatures = []
+    if key is not None:
+        sig = key.sign(pae(payload_type, payload))
+        signatures.append({"keyid": keyid(key.public_key()), "sig": base64.standard_b64encode(sig).decode("ascii")})
+    return {
+        "payload": base64.standard_b64encode(payload).decode("ascii"),
+        "payloadType": payload_type,
+        "signatures": signatures,
+    }
+
+
+def envelope_bytes(envelope: dict[str, Any]) -> bytes:
+    return (json.dumps(envelope, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def parse_envelope(data: bytes, source: str = "envelope") -> dict[str, Any]:
+    """Parse envelope bytes; refuse anything that is not exactly our canonical form."""
+    try:
+        envelope = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise VerificationError(f"{source} is not valid JSON ({exc}); it is truncated or damaged.") from exc
+    if not isinstance(envelope, dict) or set(envelope) != {"payload", "payloadType", "signatures"}:
+        raise VerificationError(f"{source} is not a DSSE envelope (payload, payloadType, signatures).")
+    if envelope["payloadType"] != PAYLOAD_TYPE:
+        raise VerificationError(f"{source} has payloadType {envelope['payloadType']!r}, expected {PAYLOAD_TYPE!r}.")
+    if not isinstance(envelope["signatures"], list):
+        raise VerificationError(f"{source}: signatures is not a list.")
+    if envelope_bytes(envelope) != data:
+        raise VerificationError(f"{source} is not in canonical form; it was edited after it was written.")
+    return envelope
+
+
+def payload_of(envelope: dict[str, Any]) -> bytes:
+    try:
+        return base64.b64decode(envelope["payload"], validate=True)
+    except (binascii.Error, TypeError) as exc:
+        raise VerificationError(f"The envelope payload is not standard base64 ({exc}).") from exc
+
+
+def verify_envelope(envelope: dict[str, Any], public_key: Ed25519PublicKey) -> str:
+    """Check that some signature is by `public_key` over PAE(type, payload); return its keyid."""
+    want = keyid(public_key)
+    message = pae(envelope["payloadType"], payload_of(envelope))
+    ids = []
+    for entry in envelope["signatures"]:
+        ids.append(str(entry.get("keyid")))
+        if entry.get("keyid") != want:
+            continue
+        try:
+            sig = base64.b64decode(entry.get("sig", ""), validate=True)
+            public_key.verify(sig, message)
+            return want
+        except (binascii.Error, TypeError, InvalidSignature):
+            raise VerificationError(f"The signature by key {want[:16]}… does not match the payload.") from None
+    if not ids:
+        raise VerificationError("The envelope is unsigned (no signatures).")
+    raise VerificationError(
+        f"No signature by the given key {want[:16]}…; the envelope is signed by {', '.join(i[:16] + '…' for i in ids)}."
+    )

@@ -1,0 +1,272 @@
+"""Environment capture: small collectors, each returning what it saw or why it saw nothing.
+
+`collect_environment()` runs every collector; tests pass their own `collectors`. Absent
+things are recorded as `{"available": false, "reason": ...}`, never guessed. A collector
+that raises is recorded the same way, so capture never stops a study.
+
+Format history (`format_version` of environment.json):
+    1  (2026-11) first version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = [
+    "ENVIRONMENT_FORMAT_VERSION",
+    "PACKAGES",
+    "Collector",
+    "absent",
+    "collect_environment",
+    "default_collectors",
+    "collect_host",
+    "collect_gpus",
+    "gpus_from_nvml",
+    "gpus_from_nvidia_smi",
+    "collect_python",
+    "collect_git",
+]
+
+ENVIRONMENT_FORMAT_VERSION = 1
+PACKAGES = ("torch", "transformers", "peft", "accelerate", "tokenizers",
+            "flash-linear-attention", "triton", "causal-conv1d")
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+Collector = Callable[[], Any]
+
+
+def absent(reason: str) -> dict[str, Any]:
+    return {"available": False, "reason": reason}
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+# --- host --------------------------------------------------------------------------------
+
+
+def collect_host() -> dict[str, Any]:
+    cpuinfo = _read("/proc/cpuinfo") or ""
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines()
+                  if line.startswith("model name")), None)
+    meminfo = _read("/proc/meminfo") or ""
+    mem_kib = next((int(line.split()[1]) for line in meminfo.splitlines() if line.startswith("MemTotal:")), None)
+    nodes = sorted(p.name for p in Path("/sys/devices/system/node").glob("node[0-9]*"))
+    return {
+        "available": True,
+        "hostname": platform.node(),
+        "cpu_model": model if model else absent("/proc/cpuinfo names no model"),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else absent("no sched_getaffinity"),
+        "numa_nodes": [int(n[4:]) for n in nodes] if nodes else absent("no /sys/devices/system/node"),
+        "kernel": platform.release(),
+        "os": platform.platform(),
+        "memory_total_bytes": mem_kib * 1024 if mem_kib is not None else absent("no MemTotal in /proc/meminfo"),
+    }
+
+
+# --- GPUs ----------------------------------------------------------------------------------
+
+
+def gpus_from_nvml() -> list[dict[str, Any]]:
+    """Every GPU through NVML; raises when no driver answers."""
+    import pynvml  # nvidia-ml-py
+
+    pynvml.nvmlInit()
+    try:
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            gpus.append({
+                "index": index,
+                "name": _text(pynvml.nvmlDeviceGetName(handle)),
+                "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
+                "driver_version": driver,
+                "cuda_driver_version": f"{cuda // 1000}.{(cuda % 1000) // 10}",
+                "memory_total_mib": memory.total // (1 << 20),
+                "memory_used_mib": memory.used // (1 << 20),
+                "cuda_cores": _nvml_optional(lambda: pynvml.nvmlDeviceGetNumGpuCores(handle)),
+                "sm_count": absent("NVML does not report the SM count"),
+                "compute_capability": _nvml_optional(lambda: "%d.%d" % pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
+                "clocks_mhz": {
+                    "sm": _nvml_optional(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+                    "memory": _nvml_optional(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
+                    "sm_max": _nvml_optional(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+                },
+                "persistence_mode": _nvml_optional(lambda: bool(pynvml.nvmlDeviceGetPersistenceMode(handle))),
+                "ecc_enabled": _nvml_optional(lambda: bool(pynvml.nvmlDeviceGetCurrentEccMode(handle))),
+                "source": "nvml",
+            })
+        return gpus
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _nvml_optional(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except Exception as exc:  # NVML raises one class per code; any of them means "not readable"
+        return absent(f"NVML: {exc}")
+
+
+_SMI_FIELDS = ("index", "name", "uuid", "driver_version", "memory.total", "memory.used",
+               "clocks.sm", "clocks.mem", "clocks.max.sm", "persistence_mode", "ecc.mode.current")
+
+
+def gpus_from_nvidia_smi(executable: str = "nvidia-smi") -> list[dict[str, Any]]:
+    """Every GPU through `nvidia-smi --query-gpu`; raises when it is missing or fails."""
+    if shutil.which(executable) is None:
+        raise FileNotFoundError(f"{executable} is not on PATH")
+    out = subprocess.run(
+        [executable, f"--query-gpu={','.join(_SMI_FIELDS)}", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout
+    header = subprocess.run([executable], capture_output=True, text=True, timeout=30).stdout
+    cuda = next((part.split(":", 1)[1].split("|")[0].strip() for part in header.split("CUDA Version")[1:2]), None)
+    gpus = []
+    for line in out.strip().splitlines():
+        values = dict(zip(_SMI_FIELDS, (v.strip() for v in line.split(","))))
+        gpus.append({
+            "index": int(values["index"]),
+            "name": values["name"],
+            "uuid": values["uuid"],
+            "driver_version": values["driver_version"],
+            "cuda_driver_version": cuda or absent("nvidia-smi printed no CUDA Version"),
+            "memory_total_mib": _smi_number(values.get("memory.total")),
+            "memory_used_mib": _smi_number(values.get("memory.used")),
+            "sm_count": absent("nvidia-smi does not report SM count"),
+            "clocks_mhz": {"sm": _smi_number(values.get("clocks.sm")), "memory": _smi_number(values.get("clocks.mem")),
+                           "sm_max": _smi_number(values.get("clocks.max.sm"))},
+            "persistence_mode": _smi_flag(values.get("persistence_mode")),
+            "ecc_enabled": _smi_flag(values.get("ecc.mode.current")),
+            "source": "nvidia-smi",
+        })
+    return gpus
+
+
+def _smi_number(text: str | None) -> Any:
+    try:
+        return int(float(text))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return absent(f"nvidia-smi reported {text!r}")
+
+
+def _smi_flag(text: str | None) -> Any:
+    if text in ("Enabled", "Disabled"):
+        return text == "Enabled"
+    return absent(f"nvidia-smi reported {text!r}")
+
+
+def collect_gpus(sources: tuple[Callable[[], list[dict]], ...] | None = None) -> dict[str, Any]:
+    """GPUs from the first source that answers: host inventory, NVML, then nvidia-smi."""
+    if sources is None:
+        sources = (_host_inventory, gpus_from_nvml, gpus_from_nvidia_smi)
+    reasons = []
+    for source in sources:
+        try:
+            return {"available": True, "devices": source(), "source": source.__name__}
+        except Exception as exc:  # each source fails its own way; all of them mean "not here"
+            reasons.append(f"{source.__name__}: {type(exc).__name__}: {exc}")
+    return absent("no GPU source answered (" + "; ".join(reasons) + ")")
+
+
+def _host_inventory() -> list[dict[str, Any]]:
+    from ..host.gpus import list_gpus  # type: ignore[import-not-found]  # another engineer's module
+
+    return list_gpus()
+
+
+# --- Python environments of the backends --------------------------------------------------
+
+_PROBE = (
+    "import importlib.metadata as m, json, platform, sys\n"
+    "out = {'python': platform.python_version(), 'executable': sys.executable, 'packages': {}}\n"
+    "for name in json.loads(sys.argv[1]):\n"
+    "    try:\n"
+    "        out['packages'][name] = m.version(name)\n"
+    "    except m.PackageNotFoundError:\n"
+    "        out['packages'][name] = None\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def collect_python(python: str, packages: tuple[str, ...] = PACKAGES) -> dict[str, Any]:
+    """Python and package versions of one environment, asked of its own interpreter."""
+    try:
+        result = subprocess.run([python, "-c", _PROBE, json.dumps(list(packages))],
+                                capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return absent(f"could not run {python}: {exc}")
+    if result.returncode != 0:
+        return absent(f"{python} exited {result.returncode}: {result.stderr.strip()[-300:]}")
+    info = json.loads(result.stdout)
+    info["packages"] = {k: (v if v is not None else absent("not installed")) for k, v in info["packages"].items()}
+    return {"available": True, **info}
+
+
+# --- this project -------------------------------------------------------------------------
+
+
+def collect_git(root: Path = PROJECT_ROOT) -> dict[str, Any]:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=30, check=True).stdout.strip()
+
+    try:
+        return {"available": True, "commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+    except (OSError, subprocess.SubprocessError) as exc:
+        return absent(f"not a git checkout or git is missing ({exc})")
+
+
+def default_collectors(*, backends_python: dict[str, str] | None = None,
+                       images: dict[str, str] | None = None,
+                       recipe_path: Path | None = None) -> dict[str, Collector]:
+    collectors: dict[str, Collector] = {
+        "host": collect_host,
+        "gpus": collect_gpus,
+        "orchestrator_python": lambda: collect_python(sys.executable),
+        "backends": lambda: {name: collect_python(py) for name, py in sorted((backends_python or {}).items())}
+        or absent("no backend environments given"),
+        "container_images": lambda: dict(images) if images else absent("no container images given"),
+        "project_git": collect_git,
+    }
+    if recipe_path is not None:
+        collectors["recipe_sha256"] = lambda: hashlib.sha256(Path(recipe_path).read_bytes()).hexdigest()
+    else:
+        collectors["recipe_sha256"] = lambda: absent("no recipe given")
+    return collectors
+
+
+def collect_environment(*, backends_python: dict[str, str] | None = None,
+                        collectors: dict[str, Collector] | None = None,
+                        images: dict[str, str] | None = None,
+                        recipe_path: Path | None = None) -> dict[str, Any]:
+    """Run every collector; a failing collector is recorded as absent with its reason."""
+    if collectors is None:
+        collectors = default_collectors(backends_python=backends_python, images=images, recipe_path=recipe_path)
+    env: dict[str, Any] = {"format_version": ENVIRONMENT_FORMAT_VERSION}
+    for name, collector in collectors.items():
+        try:
+            env[name] = collector()
+        except Exception as exc:  # capture never stops a study; it says what it could not see
+            env[name] = absent(f"{type(exc).__name__}: {exc}")
+    return env

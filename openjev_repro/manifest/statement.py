@@ -1,0 +1,191 @@
+"""The signed result of a study: an in-toto Statement v1 in a DSSE envelope.
+
+    {"_type": "https://in-toto.io/Statement/v1",
+     "subject": [{"name": "<path relative to the run>", "digest": {"sha256": "…"}}, …],
+     "predicateType": PREDICATE_TYPE,
+     "predicate": {…}}
+
+Subjects are every evidence file of the run (`RunDir.evidence_files()`). The predicate
+carries the full recipe, resolved pins, input hashes, environment, timing boundary, client
+overhead calibration, summary.json and gate outcomes, so a reader needs nothing else.
+
+Predicate format history (the version is in the predicate type URI and `format_version`):
+    1  (2026-11) first version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import EvidenceError, RunIncomplete, VerificationError
+from ..evidence import ENVELOPE_NAME, RunDir, read_json
+from .dsse import envelope_bytes, make_envelope, parse_envelope, payload_of
+from .keys import load_private_key
+
+__all__ = [
+    "STATEMENT_TYPE",
+    "PREDICATE_TYPE",
+    "PREDICATE_FORMAT_VERSION",
+    "TIMING_BOUNDARY",
+    "OPTIONAL_FILES",
+    "sha256_file",
+    "subjects_of",
+    "build_statement",
+    "write_manifest",
+    "read_statement",
+]
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://openjev-repro.dev/study-result/v1"
+PREDICATE_FORMAT_VERSION = 1
+
+# What a latency row measures (the contract of openjev_repro.rows). A run's plan.json may
+# state its own boundary under "timing_boundary"; this is the default.
+TIMING_BOUNDARY: dict[str, Any] = {
+    "clock": "client monotonic clock (time.monotonic_ns)",
+    "starts": "just before the first byte of the request is sent",
+    "ends": "just after the last byte of the response is received",
+    "includes": ["localhost HTTP", "server tokenization", "model execution", "response encoding"],
+    "excludes": [
+        "client request serialization",
+        "client response JSON parsing",
+        "process start to readiness",
+        "first inference after readiness",
+        "warm-up requests",
+        "feasibility passes",
+    ],
+    "concurrency": 1,
+}
+
+# Run files copied into the predicate; each may be absent, which the predicate records.
+OPTIONAL_FILES = {
+    "plan": "plan.json",
+    "inputs": "inputs.json",
+    "environment": "environment.json",
+    "calibration": "calibration.json",
+    "host": "host.json",
+    "processes": "processes.json",
+}
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def subjects_of(run: RunDir) -> list[dict[str, Any]]:
+    return [
+        {"name": p.relative_to(run.path).as_posix(), "digest": {"sha256": sha256_file(p)}}
+        for p in run.evidence_files()
+    ]
+
+
+def _optional_json(run: RunDir, name: str) -> Any:
+    path = run.file(name)
+    if not path.is_file():
+        return {"available": False, "reason": f"the run has no {name}"}
+    return read_json(path)
+
+
+def _recipe(run: RunDir) -> tuple[dict[str, Any], str]:
+    path = run.file("recipe.yaml")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise EvidenceError(f"{run.path} has no recipe.yaml; it is not a complete run.") from exc
+    return yaml.safe_load(data.decode("utf-8")), hashlib.sha256(data).hexdigest()
+
+
+def _timing_boundary(plan: dict, calibration: dict) -> Any:
+    """The run's own statement of what a latency includes; the row contract when it states none."""
+    for source in (plan, calibration):
+        if isinstance(source, dict) and "timing_boundary" in source:
+            return source["timing_boundary"]
+    return TIMING_BOUNDARY
+
+
+def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
+                    extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The statement for a run directory as it is on disk now."""
+    recipe, recipe_sha = _recipe(run)
+    if not run.file("summary.json").is_file():
+        raise EvidenceError(f"{run.path} has no summary.json; the study did not finish its results step.")
+    summary = read_json(run.file("summary.json"))
+    copied = {key: _optional_json(run, name) for key, name in OPTIONAL_FILES.items()}
+    plan = copied["plan"]
+    predicate: dict[str, Any] = {
+        "format_version": PREDICATE_FORMAT_VERSION,
+        "signed": signed,
+        "aggregate_only": aggregate_only,
+        "study_id": (recipe.get("study") or {}).get("id"),
+        "recipe": recipe,
+        "recipe_sha256": recipe_sha,
+        "pins": plan.get("pins", {"available": False, "reason": "plan.json states no pins"}),
+        **copied,
+        "timing_boundary": _timing_boundary(plan, copied["calibration"]),
+        "summary": summary,
+        "gates": summary.get("gates", []),
+        "state": run.state(),
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    predicate.update(extra or {})
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": subjects_of(run),
+        "predicateType": PREDICATE_TYPE,
+        "predicate": predicate,
+    }
+
+
+def write_manifest(run_dir: Path, *, key_path: Path | None) -> Path:
+    """Sign (or, without a key, write unsigned) the manifest of a complete run; returns its path."""
+    run = RunDir.open(run_dir)
+    status = run.state().get("status")
+    if status != "complete":
+        raise RunIncomplete(
+            f"{run.path} has status {status!r}; only a complete study gets a manifest. "
+            "Re-run the study; an incomplete run is never signed."
+        )
+    out = run.file(ENVELOPE_NAME)
+    if out.exists():
+        raise EvidenceError(f"{out} already exists; a run's manifest is written once and never replaced.")
+    key = load_private_key(key_path) if key_path is not None else None
+    statement = build_statement(run, signed=key is not None)
+    payload = json.dumps(statement, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    envelope = make_envelope(payload, key)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_bytes(envelope_bytes(envelope))
+    tmp.replace(out)
+    return out
+
+
+def read_statement(envelope_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(envelope, statement) of an envelope file, checked for shape but not for signature."""
+    try:
+        data = Path(envelope_path).read_bytes()
+    except FileNotFoundError as exc:
+        raise EvidenceError(f"No manifest at {envelope_path}; sign the run with `invoke sign` first.") from exc
+    envelope = parse_envelope(data, source=str(envelope_path))
+    try:
+        statement = json.loads(payload_of(envelope).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise VerificationError(f"The payload of {envelope_path} is not JSON ({exc}).") from exc
+    if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
+        raise VerificationError(f"The payload of {envelope_path} is not an in-toto Statement v1.")
+    if statement.get("predicateType") != PREDICATE_TYPE:
+        raise VerificationError(
+            f"{envelope_path} has predicate type {statement.get('predicateType')!r}; this tool reads {PREDICATE_TYPE}."
+        )
+    predicate = statement.get("predicate")
+    if not isinstance(predicate, dict) or predicate.get("format_version") != PREDICATE_FORMAT_VERSION:
+        raise VerificationError(f"{envelope_path}: unknown predicate format_version; this tool reads {PREDICATE_FORMAT_VERSION}.")
+    return envelope, statement

@@ -1,0 +1,137 @@
+"""`verify`: every changed byte, wrong key, truncated envelope, absent file, bad case ids fail it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from openjev_repro.evidence import ENVELOPE_NAME, write_json_atomic
+from openjev_repro.manifest import write_manifest
+from openjev_repro.audit.verify import check_case_ids, format_checks, verify_path
+from openjev_repro.rows import read_rows
+from test_audit_kit import build_run, keypair, signed_run
+
+ROOT = Path(__file__).resolve().parents[1]
+INVOKE = [sys.executable, "-m", "invoke"]
+
+
+def failed(checks) -> list[str]:
+    return [c.name for c in checks if c.passed is False]
+
+
+def resign(run, private):
+    run.file(ENVELOPE_NAME).unlink()
+    write_manifest(run.path, key_path=private)
+
+
+def test_untouched_run_verifies(tmp_path):
+    run, _, public = signed_run(tmp_path)
+    checks = verify_path(run.path, pubkey=public)
+    assert failed(checks) == [], format_checks(checks)
+    names = [c.name for c in checks]
+    assert {"signature", "subject digests", "no unlisted files", "statistics recomputed", "gates recomputed",
+            "response bodies", "case ids", "run complete"} <= set(names)
+
+
+def test_every_single_byte_flip_fails(tmp_path):
+    run, _, public = signed_run(tmp_path)
+    targets = run.evidence_files() + [run.file(ENVELOPE_NAME)]
+    assert len(targets) >= 12
+    for path in targets:
+        original = path.read_bytes()
+        for offset in {0, len(original) // 2, len(original) - 1}:
+            mutated = bytearray(original)
+            mutated[offset] ^= 0x01
+            path.write_bytes(bytes(mutated))
+            try:
+                assert failed(verify_path(run.path, pubkey=public)), f"flip at {path.name}:{offset} went unnoticed"
+            finally:
+                path.write_bytes(original)
+    assert failed(verify_path(run.path, pubkey=public)) == []
+
+
+def test_wrong_key_and_missing_key_fail(tmp_path):
+    run, _, _ = signed_run(tmp_path)
+    _, other = keypair(tmp_path / "other")
+    checks = verify_path(run.path, pubkey=other)
+    assert failed(checks) == ["signature"]
+    assert "No signature by the given key" in next(c.detail for c in checks if c.name == "signature")
+    assert failed(verify_path(run.path, pubkey=None)) == ["signature"]
+
+
+def test_truncated_envelope_fails(tmp_path):
+    run, _, public = signed_run(tmp_path)
+    env = run.file(ENVELOPE_NAME)
+    env.write_bytes(env.read_bytes()[: len(env.read_bytes()) // 2])
+    checks = verify_path(run.path, pubkey=public)
+    assert failed(checks) == ["envelope"] and "truncated" in checks[0].detail
+
+
+def test_listed_file_absent_and_unlisted_file_present(tmp_path):
+    run, _, public = signed_run(tmp_path)
+    run.log_path("hf").unlink()
+    assert "subject digests" in failed(verify_path(run.path, pubkey=public))
+    detail = next(c.detail for c in verify_path(run.path, pubkey=public) if c.name == "subject digests")
+    assert "logs/hf.log is listed but absent" in detail
+    run.log_path("hf").write_text("hf started\nhf stopped\n")
+    (run.path / "extra.txt").write_text("smuggled\n")
+    assert failed(verify_path(run.path, pubkey=public)) == ["no unlisted files"]
+
+
+@pytest.mark.parametrize("what", ["rows", "summary", "recipe"])
+def test_tampered_then_resigned_is_caught_by_recomputation(tmp_path, what):
+    """Even with digests re-signed, changed rows, summary or recipe no longer recompute."""
+    run, private, public = signed_run(tmp_path)
+    if what == "rows":
+        lines = run.rows_path.read_text().splitlines()
+        row = json.loads(lines[7])
+        row["end_ns"] -= 5_000_000  # a measured request 5 ms faster
+        lines[7] = json.dumps(row, sort_keys=True)
+        run.rows_path.write_text("\n".join(lines) + "\n")
+    elif what == "summary":
+        summary = json.loads(run.file("summary.json").read_text())
+        summary["workloads"]["mixed"]["backends"]["native"]["overall"]["mean_ms"] *= 0.9
+        write_json_atomic(run.file("summary.json"), summary)
+    else:
+        text = run.file("recipe.yaml").read_text().replace("min_percent: 50.0", "min_percent: 99.0")
+        run.file("recipe.yaml").write_text(text)
+    resign(run, private)
+    bad = failed(verify_path(run.path, pubkey=public))
+    assert bad and set(bad) <= {"statistics recomputed", "gates recomputed", "response bodies"}
+
+
+def test_duplicate_and_missing_case_ids(tmp_path):
+    rows = read_rows(build_run(tmp_path).rows_path)
+    assert check_case_ids(rows, {"mixed": 1}) == []
+    dup = [r if not (r.backend == "native" and r.phase == "measured" and r.pass_index == 2 and r.seq == 3)
+           else r.__class__(**{**r.__dict__, "id": "case-02"}) for r in rows]
+    problems = check_case_ids(dup, {"mixed": 1})
+    assert any("native/mixed measured pass 2: duplicate case ids case-02" in p for p in problems)
+    assert any("missing case ids case-03" in p for p in problems)
+    short = [r for r in rows if not (r.backend == "hf" and r.phase == "measured" and r.pass_index == 1 and r.seq == 5)]
+    assert any("hf/mixed measured pass 1: missing case ids case-05" in p for p in check_case_ids(short, {"mixed": 1}))
+
+
+def test_unsigned_run_needs_allow_unsigned(tmp_path):
+    run = build_run(tmp_path)
+    write_manifest(run.path, key_path=None)
+    assert failed(verify_path(run.path)) == ["signature"]
+    assert failed(verify_path(run.path, allow_unsigned=True)) == []
+
+
+def invoke(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*INVOKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_verify_prints_a_checklist_and_exits_by_outcome(tmp_path):
+    run, _, public = signed_run(tmp_path)
+    ok = invoke("verify", "--run", str(run.path), "--pubkey", str(public))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "PASS  signature" in ok.stdout and ok.stdout.strip().endswith("VERIFIED: 0 of 10 checks failed.")
+    run.file("summary.json").write_bytes(run.file("summary.json").read_bytes().replace(b"1", b"2", 1))
+    bad = invoke("verify", "--run", str(run.path), "--pubkey", str(public))
+    assert bad.returncode == 1 and "FAIL  subject digests" in bad.stdout and "summary.json" in bad.stdout
