@@ -123,7 +123,8 @@ def _stability_lines(wl: dict) -> list[str]:
     out = []
     for name, b in wl["backends"].items():
         if b["probabilities_stable"] is None:
-            out.append(f"- {name}: fewer than two passes; stability not assessed.")
+            why = "fewer than two passes" if b["stability_passes"] < 2 else "no rows"
+            out.append(f"- {name}: {why}; stability not assessed.")
             continue
         what = "exactly unchanged" if b["probabilities_stable"] else "NOT exactly unchanged"
         extra = f" (changed: {', '.join(b['stability_changed_ids'])})" if b["stability_changed_ids"] else ""

@@ -384,8 +384,9 @@ def _decisions(gate, index: _Index, summary: dict) -> dict:
 def _stable(gate, index: _Index, summary: dict) -> dict:
     b = summary["workloads"][gate.workload]["backends"][gate.backend]
     errors = b["stability_errors"] + b["stability_incomplete"]
-    if b["stability_passes"] < 2:
-        return _gate(gate, True, False, errors, f"{gate.backend} has fewer than two passes to compare")
+    if b["probabilities_stable"] is None:  # fewer than two passes, or no rows at all
+        return _gate(gate, True, False, errors,
+                     f"{gate.backend} has no probabilities in two or more passes to compare")
     changed = b["stability_changed_ids"]
     detail = (f"{gate.backend} probabilities across {b['stability_passes']} feasibility and measured passes: "
               + (f"changed for {', '.join(changed)}" if changed else "exactly unchanged"))

@@ -323,3 +323,11 @@ def test_mean_reduction_fails_on_overlapping_pass_ranges_alone():
     assert "disjoint: False" in g["detail"] and "every baseline pass mean: False" in g["detail"]
     c = comparison(s, "mixed", "hf", "native")
     assert c["percent_lower"] == (26.0 - 23.0) / 26.0 * 100 and c["disjoint_ranges"] is False
+
+
+def test_no_rows_pass_no_gate():
+    s = summarize([], recipe())
+    assert {g["name"]: g["passed"] for g in s["gates"]} == {
+        g: (None if g == "traces" else False) for g in [g["name"] for g in s["gates"]]}
+    assert s["workloads"]["mixed"]["backends"]["hf"]["probabilities_stable"] is None
+    assert all(c["speedup"] is None for c in s["workloads"]["mixed"]["comparisons"])
