@@ -7,6 +7,7 @@ copy when they need a host shape this machine does not have.
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from pathlib import Path
 
 from ..errors import HostError
@@ -137,4 +138,18 @@ def effective_binding(pid: int, proc_root: Path = Path("/proc")) -> dict:
         "pid": pid,
         "cpus_allowed_list": fields.get("Cpus_allowed_list", "").strip(),
         "mems_allowed_list": fields.get("Mems_allowed_list", "").strip(),
+        "memory_policy": _memory_policy(pid, proc_root),
     }
+
+
+def _memory_policy(pid: int, proc_root: Path) -> str | None:
+    """The task's memory policy ("bind:0", "default", ...) from /proc/<pid>/numa_maps.
+
+    --membind is a memory policy, not a cpuset, so Mems_allowed_list alone does not show it.
+    Each mapping without its own policy shows the task's; the most common one is the task's."""
+    try:
+        lines = (proc_root / str(pid) / "numa_maps").read_text().splitlines()
+    except OSError:
+        return None  # no NUMA support in the kernel, or not ours to read
+    policies = Counter(line.split()[1] for line in lines if len(line.split()) > 1)
+    return policies.most_common(1)[0][0] if policies else None

@@ -1,0 +1,55 @@
+"""Driver detection, for real: this machine (and CI) has no NVIDIA driver."""
+
+import shutil
+
+import pytest
+
+from openjev_repro.errors import HostError
+from openjev_repro.host import FakeGpus, NoDriver, detect_backend
+from openjev_repro.host.nvml import NvmlBackend
+
+
+def _driver_present() -> bool:
+    try:
+        detect_backend().close()
+        return True
+    except NoDriver:
+        return False
+
+
+no_driver = pytest.mark.skipif(_driver_present(), reason="an NVIDIA driver is present on this host")
+
+
+@no_driver
+def test_no_driver_is_a_clear_message():
+    with pytest.raises(NoDriver) as info:
+        detect_backend()
+    message = str(info.value)
+    assert message.startswith("No NVIDIA driver was found on this host: NVML could not start")
+    assert "Run this on a GPU host with the NVIDIA driver installed." in message
+    if shutil.which("nvidia-smi") is None:
+        assert "nvidia-smi is not on PATH." in message
+    assert isinstance(info.value, HostError)
+
+
+@no_driver
+def test_nvml_backend_refuses_without_the_library():
+    with pytest.raises(HostError, match="NVML could not start"):
+        NvmlBackend()
+
+
+def test_fake_gpus_is_never_detected():
+    # The double exists only where a test builds it.
+    assert FakeGpus.h200(1).name == "fake"
+    try:
+        backend = detect_backend()
+    except NoDriver:
+        return
+    assert backend.name in ("nvml", "nvidia-smi")
+    backend.close()
+
+
+def test_fake_unknown_uuid_is_an_error():
+    fake = FakeGpus.h200(2)
+    with pytest.raises(HostError, match="No GPU with UUID GPU-nope"):
+        fake.memory_used_mib("GPU-nope")
