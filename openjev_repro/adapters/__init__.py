@@ -1,0 +1,7 @@
+"""Backend adapters: small launchers of ours that run inside an upstream environment.
+
+Kept free of this package's heavy imports (pydantic, rich, ...) so that the upstream
+environment needs only this directory on PYTHONPATH.
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,168 @@
+"""The resolved plan of the three published recipes, pin validation, and `invoke plan`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from openjev_repro.errors import RecipeError
+from openjev_repro.plan import check_pins, resolve_plan
+from openjev_repro.recipe import load_recipe, parse_recipe
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = sorted((ROOT / "recipes").glob("open-jev-h200-*.yaml"))
+
+
+def test_three_published_recipes_exist():
+    assert [p.name for p in RECIPES] == [
+        "open-jev-h200-cuda-graph-2026-10-03.yaml",
+        "open-jev-h200-hf-comparison-2026-10-03.yaml",
+        "open-jev-h200-packed-silu-2026-10-02.yaml",
+    ]
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_plan_renders_and_is_json(path, tmp_path):
+    plan = resolve_plan(load_recipe(path), path, inputs_root=tmp_path)
+    assert json.loads(json.dumps(plan)) == plan
+    assert plan["inputs_root"] == str(tmp_path)
+    assert plan["needs_preparation"] and "requests/jevbench-noul-74.jsonl" in plan["unpinned"]
+    kinds = {c["kind"] for c in plan["pins"]["checked"]}
+    assert kinds == {"sha256", "commit", "hf_revision", "gpu_uuid"}
+    assert plan["controls"]["gpu"] == {"index": 2, "uuid": "GPU-cbf66259-f4ab-0ede-1811-82037dde5924"}
+    assert plan["controls"]["cpus"] == "0-15" and plan["controls"]["numa_node"] == 0
+    assert plan["pins"]["temperature"] == 2.5343690298472983 and plan["pins"]["max_length"] == 16384
+    for b in plan["backends"]:  # every backend is timed through the same Rust frontend
+        assert b["command"]["argv"] == [f"{tmp_path}/build/native/release/omni-jev"]
+        assert b["command"]["env"]["OMNI_JEV_BIND"] == "{host}:{port}"
+        assert b["stop_order"] == ["command"] + [a["name"] for a in reversed(b["aux"])]
+    assert "{inputs}" not in json.dumps(plan["backends"])
+
+
+def test_hf_comparison_plan():
+    path = ROOT / "recipes/open-jev-h200-hf-comparison-2026-10-03.yaml"
+    plan = resolve_plan(load_recipe(path), path)
+    by = {b["name"]: b for b in plan["backends"]}
+    assert set(by) == {"hf", "native", "fast"}
+    hf = by["hf"]["aux"][0]
+    assert hf["argv"][1:3] == ["-m", "openjev_repro.adapters.hf_raw"] and "16384" in hf["argv"]
+    assert hf["env"]["PYTHONPATH"] == str(ROOT)
+    assert by["native"]["aux"][0]["env"]["CUA_S1_GRAPH"] == "0"
+    assert by["fast"]["aux"][0]["argv"][-1].endswith("src/open-jev-fast/scripts/launch_server.sh")
+    steps = by["hf"] and plan["passes"][0]["steps"]
+    assert [s["phase"] for s in steps] == ["first", "warmup", "feasibility", "measured", "measured"]
+    lib = [h for h in plan["hashes"] if h["path"] == "build/cuda-packed/libqwen3_5_cuda.so"][0]
+    assert lib["sha256"] == "e033315d4c67127809e62f41d991a149ac8ee0ce81827997af063815fd00d435"
+    req = [h for h in plan["hashes"] if h["path"] == "requests/jevbench-noul-74.jsonl"][0]
+    assert req["published_sha256"] == "0c756a7b0b4c1f1352225f2e01770b5b3a0646fe86d5cc6930ded9e292ef37df"
+    commits = {s["name"]: s["commit"] for s in plan["preparation"]["sources"]}
+    assert commits["open-jev"] == "3308a15ccd7eea1df7a37d6ddc39b023b801ba16"
+    assert commits["jevbench"] == "f8ce71361165846101d02ebc83ad44e47ae44fc3"
+    export = [a for a in plan["preparation"]["actions"] if a["name"] == "export-merged"][0]
+    assert export["argv"][1].endswith("src/system1-omni/recipe/open_jev/export_merged.py")
+
+
+def test_cuda_graph_plan_gates_and_passes():
+    path = ROOT / "recipes/open-jev-h200-cuda-graph-2026-10-03.yaml"
+    plan = resolve_plan(load_recipe(path), path)
+    gates = {g["name"]: g for g in plan["gates"]}
+    assert gates["short-mean-reduction"]["min_percent"] == 3.0 and gates["short-mean-reduction"]["every_pass"]
+    assert gates["mixed-mean-reduction"]["min_percent"] == 2.0 and gates["mixed-mean-reduction"]["workload"] == "jevbench-noul-74"
+    phases = [(s["phase"], s.get("workload")) for s in plan["passes"][0]["steps"]]
+    assert phases[2:] == [("feasibility", "short-107"), ("measured", "short-107"), ("measured", "short-107"),
+                          ("feasibility", "jevbench-noul-74"), ("measured", "jevbench-noul-74"), ("measured", "jevbench-noul-74")]
+    assert plan["protocol"]["warmup"]["longest_of"] == "jevbench-noul-74"
+    graph = {b["name"]: b["aux"][0]["env"]["CUA_S1_GRAPH"] for b in plan["backends"]}
+    assert graph == {"native-eager": "0", "native-graph8": "1", "native-graph64": "1"}
+    recipe = load_recipe(path)
+    assert [w.repeat for w in recipe.workloads] == [32, 1]
+
+
+def test_packed_silu_plan_traces(tmp_path):
+    path = ROOT / "recipes/open-jev-h200-packed-silu-2026-10-02.yaml"
+    counts = json.loads(Path("/work/shared/data/jevbench-noul-74-input-tokens.json").read_text()) \
+        if Path("/work/shared/data/jevbench-noul-74-input-tokens.json").is_file() else {"input_tokens": [107, 936, 3399]}
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/jevbench-noul-74-input-tokens.json").write_text(json.dumps(counts))
+    text = path.read_text().replace("  enabled: false", "  enabled: true")
+    enabled = tmp_path / path.name
+    enabled.write_text(text)
+    plan = resolve_plan(load_recipe(enabled), enabled, inputs_root=tmp_path)
+    items = plan["traces"]["items"]
+    assert len(items) == 18 and {i["tokens"] for i in items} == {107, 936, 3399}
+    assert {i["wrap"] for i in items if i["backend"] != "fast"} == {"worker"}
+    kinds = {g["name"]: g["kind"] for g in plan["gates"]}
+    assert kinds == {"gpu-test-suite": "external", "decisions-unchanged": "decisions_unchanged",
+                     "probability-delta": "max_probability_delta", "long-silu-kernel-reduction": "external",
+                     "warm-mean-reduction": "mean_reduction"}
+
+
+def _mutated(tmp_path, old: str, new: str) -> Path:
+    src = ROOT / "recipes/open-jev-h200-hf-comparison-2026-10-03.yaml"
+    text = src.read_text()
+    assert old in text
+    out = tmp_path / src.name
+    out.write_text(text.replace(old, new, 1))
+    return out
+
+
+def _line_of(path: Path, needle: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if needle in line)
+
+
+@pytest.mark.parametrize("old,new", [
+    ("commit: 3308a15ccd7eea1df7a37d6ddc39b023b801ba16", "commit: 3308a15ccd7eea1df7a37d6ddc39b023b801ba1"),
+    ("revision: 28cf73067d5b337860bbef3c85b8b82ba8730956", "revision: main"),
+    ("sha256: e033315d4c67127809e62f41d991a149ac8ee0ce81827997af063815fd00d435}",
+     "sha256: E033315d4c67127809e62f41d991a149ac8ee0ce81827997af063815fd00d435}"),
+])
+def test_malformed_pin_names_file_and_line(tmp_path, old, new):
+    path = _mutated(tmp_path, old, new)
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path)
+    assert f"{path}:{_line_of(path, new)}:" in str(err.value)
+
+
+def test_malformed_gpu_uuid_fails_plan_with_line(tmp_path):
+    bad = "GPU-cbf66259f4ab-0ede-1811-82037dde59245"  # 36 characters, wrong grouping: passes the schema
+    path = _mutated(tmp_path, "GPU-cbf66259-f4ab-0ede-1811-82037dde5924", bad)
+    with pytest.raises(RecipeError) as err:
+        check_pins(load_recipe(path), path)
+    assert f"{path}:{_line_of(path, bad)}: controls.gpu.uuid" in str(err.value)
+
+
+def test_unpinned_needs_preparation_section():
+    text = """
+format_version: 1
+study: {id: s, date: 2026-10-01, purpose: p}
+inputs: {root: ., files: [{path: r.jsonl, sha256: unpinned}]}
+workloads: [{name: w, requests: r.jsonl}]
+backends: [{name: b, command: [x]}]
+"""
+    with pytest.raises(RecipeError, match="preparation"):
+        parse_recipe(text, "t.yaml")
+
+
+def _invoke(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(sys.executable).parent / "invoke"), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_invoke_plan_renders_every_recipe():
+    for path in RECIPES:
+        done = _invoke("plan", "--recipe", str(path))
+        assert done.returncode == 0, done.stderr
+        assert "gates:" in done.stdout and "GPU-cbf66259-f4ab-0ede-1811-82037dde5924" in done.stdout
+    done = _invoke("plan", "--recipe", str(RECIPES[0]), "--json")
+    assert json.loads(done.stdout)["study"]["id"] == "open-jev-h200-cuda-graph-2026-10-03"
+
+
+def test_invoke_plan_bad_recipe_is_one_line_error(tmp_path):
+    path = _mutated(tmp_path, "revision: 28cf73067d5b337860bbef3c85b8b82ba8730956", "revision: main")
+    done = _invoke("plan", "--recipe", str(path))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"{path}:{_line_of(path, 'revision: main')}" in done.stderr
