@@ -1,0 +1,145 @@
+"""How much latency the timed client adds: raw socket vs TimedClient vs httpx, one run.
+
+All clients talk to the same `LoopbackServer` (its own process) over their own keep-alive
+connection, alternating request by request (the order rotates every round) so that drift in
+the machine's load touches all of them alike. Latencies:
+
+    raw-socket          sendall of prebuilt bytes, recv_into until the known length: the floor
+    timed-client        TimedClient's own end_ns - start_ns: what a study records
+    timed-client-wall   the same calls timed around `request()`: adds building the request
+                        and decoding headers after the clock, which a study never counts
+    httpx               httpx.Client().post(...) timed around the call, default settings
+
+Every response body's SHA256 must equal the raw socket's, so speed is not bought with a
+wrong answer.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import socket
+import time
+from typing import Any, Callable
+
+import httpx
+
+from ..timed_client import TimedClient, build_request
+from .machine import result_header
+from .server import SYSTEMONE_REQUEST, LoopbackServer
+from .stats import summarize_ns
+
+__all__ = ["run_client_bench", "format_client_table"]
+
+_ns = time.monotonic_ns
+# A call sends one request and returns ([(series, latency_ns), ...], body).
+Call = Callable[[], tuple[list[tuple[str, int]], bytes]]
+
+
+def _raw_socket(port: int, wire: bytes, response_len: int, body_len: int) -> tuple[Call, socket.socket]:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = bytearray(response_len)
+    view = memoryview(buf)
+
+    def call() -> tuple[list[tuple[str, int]], bytes]:
+        got = 0
+        start = _ns()
+        sock.sendall(wire)
+        while got < response_len:
+            got += sock.recv_into(view[got:])
+        end = _ns()
+        return [("raw-socket", end - start)], bytes(buf[response_len - body_len :])
+
+    return call, sock
+
+
+def _timed(client: TimedClient) -> Call:
+    headers = {"Content-Type": "application/json"}
+
+    def call() -> tuple[list[tuple[str, int]], bytes]:
+        start = _ns()
+        r = client.request("POST", "/v1/systemone", SYSTEMONE_REQUEST, headers)
+        end = _ns()
+        return [("timed-client", r.end_ns - r.start_ns), ("timed-client-wall", end - start)], r.body
+
+    return call
+
+
+def _httpx(client: httpx.Client, url: str) -> Call:
+    headers = {"Content-Type": "application/json"}
+
+    def call() -> tuple[list[tuple[str, int]], bytes]:
+        start = _ns()
+        r = client.post(url, content=SYSTEMONE_REQUEST, headers=headers)
+        end = _ns()
+        return [("httpx", end - start)], r.content
+
+    return call
+
+
+def run_client_bench(n: int = 2000, warmup: int = 200, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Measure every client `n` times after `warmup` untimed rounds; return the result record."""
+    result = result_header("client")
+    with LoopbackServer() as server:
+        host = f"127.0.0.1:{server.port}"
+        wire = build_request("POST", "/v1/systemone", host, SYSTEMONE_REQUEST, {"Content-Type": "application/json"})
+        raw, raw_sock = _raw_socket(server.port, wire, len(server.response), len(server.body))
+        timed_client = TimedClient("127.0.0.1", server.port, timeout_s=10)
+        hx = httpx.Client()
+        calls = [raw, _timed(timed_client), _httpx(hx, f"http://{host}/v1/systemone")]
+        try:
+            samples, digests = _alternate(calls, n, warmup, progress)
+        finally:
+            raw_sock.close()
+            timed_client.close()
+            hx.close()
+        connections = timed_client.connections_opened
+    expected = hashlib.sha256(server.body).hexdigest()
+    if digests != {expected}:
+        raise AssertionError(f"response bodies differ between clients: {sorted(digests)} vs server {expected}")
+    floor = summarize_ns(samples["raw-socket"])["p50_us"]
+    clients = {}
+    for name, series in samples.items():
+        s = summarize_ns(series)
+        clients[name] = {**s, "p50_ratio_to_raw": round(s["p50_us"] / floor, 3)}
+    return {
+        **result,
+        "requests_per_client": n,
+        "warmup_per_client": warmup,
+        "request_bytes": len(wire),
+        "response_bytes": len(server.response),
+        "body_sha256": expected,
+        "timed_client_connections_opened": connections,
+        "clients": clients,
+    }
+
+
+def _alternate(
+    calls: list[Call], n: int, warmup: int, progress: Callable[[int], None] | None
+) -> tuple[dict[str, list[int]], set[str]]:
+    samples: dict[str, list[int]] = {}
+    digests: set[str] = set()
+    gc.collect()
+    for i in range(warmup + n):
+        k = i % len(calls)
+        for call in calls[k:] + calls[:k]:  # rotate who goes first
+            points, body = call()
+            digests.add(hashlib.sha256(body).hexdigest())
+            if i >= warmup:
+                for name, latency in points:
+                    samples.setdefault(name, []).append(latency)
+        if progress is not None and i >= warmup:
+            progress(1)
+    return samples, digests
+
+
+def format_client_table(result: dict[str, Any]) -> str:
+    rows = [f"{'client':<20}{'n':>7}{'p50 µs':>10}{'p99 µs':>10}{'mean µs':>10}{'p50/raw':>9}"]
+    for name, s in result["clients"].items():
+        rows.append(
+            f"{name:<20}{s['n']:>7}{s['p50_us']:>10.1f}{s['p99_us']:>10.1f}{s['mean_us']:>10.1f}{s['p50_ratio_to_raw']:>9.2f}"
+        )
+    rows.append(f"timed client connections opened: {result['timed_client_connections_opened']}")
+    rows.append(f"timed-client/raw-socket p50 ratio: {result['clients']['timed-client']['p50_ratio_to_raw']:.2f}")
+    return "\n".join(rows)
