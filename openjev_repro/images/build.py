@@ -1,0 +1,294 @@
+"""Build images through the docker SDK and record what was built in .cache/images/<name>.json.
+
+Two paths:
+- Dockerfile images (hf, fast, native, reference): digest-pinned base, hash-locked requirements,
+  sources at pinned commits. They need registry access and, to be useful, an NVIDIA host.
+- The offline flavour (reference/offline): a debootstrap base imported into docker, packages
+  installed from a hash-checked local wheelhouse in a container with no network, the result
+  exported, made deterministic (rootfs.normalize_tar) and imported as a single layer.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import tarfile
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from .. import __version__
+from ..errors import DockerError, VerificationError
+from .daemon import connect
+from .debian import make_base_tar, read_packages_lock
+from .lock import STATUS_COMPLETE, read_lock, sha256_file, fill_wheelhouse, verify_wheelhouse
+from .rootfs import diff_members, read_members, normalize_tar
+from .spec import CACHE_DIR, PLACEHOLDER_DIGEST, REPO_ROOT, ImageSpec
+
+__all__ = ["build", "build_dockerfile", "build_offline", "check_reproducible", "read_record", "labels_for", "record_path"]
+
+RECORD_FORMAT_VERSION = 1
+Progress = Callable[[str], None]
+
+
+def record_path(spec: ImageSpec) -> Path:
+    return CACHE_DIR / f"{spec.name}.json"
+
+
+def read_record(name: str) -> dict:
+    path = CACHE_DIR / f"{name}.json"
+    if not path.exists():
+        raise DockerError(f"No build record at {path}; build the image with `invoke build`.")
+    data = json.loads(path.read_text())
+    if data.get("format_version") != RECORD_FORMAT_VERSION:
+        raise DockerError(f"{path} has format_version {data.get('format_version')!r}; this tool reads {RECORD_FORMAT_VERSION}.")
+    return data
+
+
+def _git_revision() -> str:
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "openjev_repro", "images"], cwd=REPO_ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    return (done.stdout.strip() or "unknown") + ("-dirty" if dirty else "")
+
+
+def labels_for(spec: ImageSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """OCI labels plus ours: every pin the image was built from."""
+    created = datetime.fromtimestamp(spec.source_date_epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    labels = {
+        "org.opencontainers.image.title": f"openjev-repro {spec.name}",
+        "org.opencontainers.image.description": spec.description,
+        "org.opencontainers.image.version": __version__,
+        "org.opencontainers.image.revision": _git_revision(),
+        "org.opencontainers.image.created": created,
+        "org.opencontainers.image.licenses": "MIT",
+        "io.openjev-repro.image": spec.name,
+        "io.openjev-repro.backend": spec.backend,
+        "io.openjev-repro.source-date-epoch": str(spec.source_date_epoch),
+        "io.openjev-repro.lock.sha256": sha256_file(spec.lock_path) if spec.lock_path.exists() else "none",
+    }
+    if spec.base:
+        name, _, digest = spec.base.partition("@")
+        labels["org.opencontainers.image.base.name"] = name
+        labels["org.opencontainers.image.base.digest"] = digest
+    if spec.cuda_arch:
+        labels["io.openjev-repro.cuda-arch"] = f"sm_{spec.cuda_arch}"
+    for src in spec.sources:
+        labels[f"io.openjev-repro.source.{src.name}.url"] = src.url
+        labels[f"io.openjev-repro.source.{src.name}.commit"] = src.commit
+    for art in spec.artifacts:
+        labels[f"io.openjev-repro.artifact.{art.name}.sha256"] = art.sha256
+    return {**labels, **spec.labels, **(extra or {})}
+
+
+def _write_record(spec: ImageSpec, image, started: float, extra: dict) -> dict:
+    image.reload()
+    record = {
+        "format_version": RECORD_FORMAT_VERSION,
+        "name": spec.name,
+        "backend": spec.backend,
+        "tag": spec.tag,
+        "image_id": image.id,
+        "repo_digests": image.attrs.get("RepoDigests", []),
+        "diff_ids": image.attrs["RootFS"].get("Layers", []),
+        "labels": image.attrs["Config"].get("Labels") or {},
+        "built_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "duration_s": round(time.monotonic() - started, 1),
+        **extra,
+    }
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = record_path(spec).with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    tmp.replace(record_path(spec))
+    return record
+
+
+def _check_pins(spec: ImageSpec) -> None:
+    if spec.kind == "dockerfile" and not spec.base_resolved:
+        raise VerificationError(
+            f"images/{spec.backend}/image.yaml pins base {spec.base!r}, whose digest is an unresolved placeholder. "
+            f"Resolve it with `invoke lock --backend {spec.backend}` on a host with registry access, review and commit."
+        )
+    unresolved = sorted(k for k, v in {**build_args(spec), **{a.name: a.sha256 for a in spec.artifacts}}.items()
+                        if PLACEHOLDER_DIGEST[7:] in v)
+    if unresolved:
+        raise VerificationError(
+            f"{spec.directory / 'image.yaml'} still has placeholder pins for {', '.join(unresolved)}; "
+            "fill them (docs/images.md says where each comes from) before building."
+        )
+    lock = read_lock(spec.lock_path)
+    if lock.status != STATUS_COMPLETE:
+        raise VerificationError(
+            f"{spec.lock_path} is a {lock.status} lock ({'; '.join(lock.notes) or 'see its header'}). "
+            f"Complete it with `invoke lock --backend {spec.backend}` on a host that reaches every index it needs."
+        )
+
+
+# --- Dockerfile images -------------------------------------------------------------------
+
+
+def _context(spec: ImageSpec) -> io.BytesIO:
+    """A build context holding only images/common, the image's directory and the package source."""
+    paths = [p for p in (REPO_ROOT / "images" / "common").rglob("*") if p.is_file()]
+    paths += [p for p in spec.directory.rglob("*") if p.is_file()]
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "openjev_repro", "pyproject.toml"],
+                            cwd=REPO_ROOT, capture_output=True, text=True).stdout.split()
+    paths += [REPO_ROOT / p for p in listed if (REPO_ROOT / p).is_file()]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path in sorted(set(paths)):
+            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(REPO_ROOT)))
+            info.mtime, info.uid, info.gid, info.uname, info.gname = spec.source_date_epoch, 0, 0, "", ""
+            with open(path, "rb") as fh:
+                tar.addfile(info, fh)
+    buf.seek(0)
+    return buf
+
+
+def build_args(spec: ImageSpec) -> dict[str, str]:
+    args = {"BASE_IMAGE": spec.base or "", "SOURCE_DATE_EPOCH": str(spec.source_date_epoch)}
+    if spec.cuda_arch:
+        args["CUDA_ARCH"] = spec.cuda_arch
+    for src in spec.sources:
+        key = src.name.upper().replace("-", "_")
+        args[f"{key}_URL"], args[f"{key}_COMMIT"] = src.url, src.commit
+    for art in spec.artifacts:
+        args[f"{art.name.upper().replace('-', '_')}_SHA256"] = art.sha256
+    return {**args, **spec.build_args}
+
+
+def build_dockerfile(spec: ImageSpec, progress: Progress = print, no_cache: bool = False) -> dict:
+    _check_pins(spec)
+    client, started = connect(), time.monotonic()
+    dockerfile = str((spec.directory / spec.dockerfile).relative_to(REPO_ROOT))
+    stream = client.api.build(fileobj=_context(spec), custom_context=True, dockerfile=dockerfile, tag=spec.tag,
+                              buildargs=build_args(spec), labels=labels_for(spec), nocache=no_cache, rm=True,
+                              decode=True, pull=False)
+    for chunk in stream:
+        if "error" in chunk:
+            raise DockerError(f"docker build of {spec.name} failed: {chunk['error'].strip()}")
+        if chunk.get("stream", "").strip():
+            progress(chunk["stream"].rstrip())
+    return _write_record(spec, client.images.get(spec.tag), started, {"offline": False, "base": spec.base})
+
+
+# --- the offline flavour -----------------------------------------------------------------
+
+_INSTALL = """set -eu
+python3 -m venv --without-pip /opt/venv
+pip_whl=$(ls /usr/share/python-wheels/pip-*.whl)
+/opt/venv/bin/python "$pip_whl/pip" install --quiet --no-index --no-compile --no-cache-dir \
+    --disable-pip-version-check --find-links /wheels --require-hashes -r /lock/requirements.lock
+mkdir -p /opt/openjev-repro && cp -r /src/openjev_repro /opt/openjev-repro/
+/opt/venv/bin/python -m compileall -q -j 0 --invalidation-mode unchecked-hash /opt/venv/lib /opt/openjev-repro
+/opt/venv/bin/python -c "import torch, transformers, peft, openjev_repro; print('import check ok', torch.__version__)"
+"""
+
+
+def _stage_source(dest: Path) -> None:
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "openjev_repro"], cwd=REPO_ROOT,
+                            capture_output=True, text=True, check=True).stdout.split()
+    for rel in listed:
+        if (REPO_ROOT / rel).is_file() and "__pycache__" not in rel:
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            (dest / rel).write_bytes((REPO_ROOT / rel).read_bytes())
+
+
+def _ensure_base(spec: ImageSpec, progress: Progress, fresh: bool) -> tuple[Path, str]:
+    pin = spec.debian
+    lock = spec.directory / pin.packages_lock
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    tar = CACHE_DIR / f"debian-{pin.suite}-{sha256_file(lock)[:12]}.tar"
+    meta = tar.with_suffix(".sha256")
+    if not fresh and tar.exists() and meta.exists():
+        progress(f"base root filesystem from cache: {tar}")
+        return tar, meta.read_text().strip()
+    read_packages_lock(lock)  # refuse early when there is no pin at all
+    base = make_base_tar(pin, lock, tar, spec.source_date_epoch, progress)
+    meta.write_text(base.sha256 + "\n")
+    return tar, base.sha256
+
+
+def _import(client, tar: Path, repository: str, tag: str, changes: list[str], expect: str):
+    with open(tar, "rb") as fh:
+        client.api.import_image_from_stream(fh, repository=repository, tag=tag, changes=changes)
+    image = client.images.get(f"{repository}:{tag}")
+    layers = image.attrs["RootFS"]["Layers"]
+    if layers != [f"sha256:{expect}"]:
+        raise VerificationError(f"docker recorded layers {layers} for {tar}, expected sha256:{expect}.")
+    return image
+
+
+def _run_install(client, base_ref: str, wheels: Path, lock: Path, src: Path, epoch: int, out_tar: Path, progress: Progress) -> None:
+    container = client.containers.create(
+        base_ref, ["sh", "-c", _INSTALL], network_mode="none", environment={"SOURCE_DATE_EPOCH": str(epoch)},
+        volumes={str(wheels): {"bind": "/wheels", "mode": "ro"}, str(lock.parent): {"bind": "/lock", "mode": "ro"},
+                 str(src): {"bind": "/src", "mode": "ro"}})
+    try:
+        container.start()
+        status = container.wait()["StatusCode"]
+        logs = container.logs().decode(errors="replace").strip()
+        if status != 0:
+            raise DockerError(f"Installing the locked wheels failed (exit {status}):\n{logs[-2000:]}")
+        progress(logs.splitlines()[-1] if logs else "installed")
+        with open(out_tar, "wb") as fh:
+            for chunk in container.export():
+                fh.write(chunk)
+    finally:
+        container.remove(force=True)
+
+
+def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool = False, tag: str | None = None) -> dict:
+    """The CPU flavour with no registry: debootstrap base + local wheelhouse, deterministic single layer."""
+    _check_pins(spec)
+    client, started = connect(), time.monotonic()
+    wheels = CACHE_DIR / "wheelhouse" / spec.name
+    progress(f"wheelhouse {wheels}: fetching what is missing, then checking every hash against {spec.lock_path.name}")
+    fill_wheelhouse(spec.lock_path, wheels, spec.python, spec.platform)
+    verify_wheelhouse(spec.lock_path, wheels)
+    base_tar, base_sha = _ensure_base(spec, progress, fresh_base)
+    base_repo, base_tag = "openjev-repro/debian-base", f"{spec.debian.suite}-{base_sha[:12]}"
+    _import(client, base_tar, base_repo, base_tag, [], base_sha)
+    progress(f"imported base {base_repo}:{base_tag} (diff ID sha256:{base_sha})")
+    with tempfile.TemporaryDirectory(dir=CACHE_DIR) as tmp:
+        src, raw, final = Path(tmp) / "src", Path(tmp) / "export.tar", Path(tmp) / "rootfs.tar"
+        _stage_source(src)
+        progress("installing locked wheels in a container without network")
+        _run_install(client, f"{base_repo}:{base_tag}", wheels, spec.lock_path, src, spec.source_date_epoch, raw, progress)
+        members = CACHE_DIR / f"{(tag or spec.tag).replace('/', '_').replace(':', '_')}.members.json"
+        sha = normalize_tar(raw, final, spec.source_date_epoch, members)
+        progress(f"deterministic root filesystem: sha256 {sha}")
+        repository, _, image_tag = (tag or spec.tag).rpartition(":")
+        extra = {"io.openjev-repro.debian.release-date": spec.debian.release_date,
+                 "io.openjev-repro.debian.packages.sha256": sha256_file(spec.directory / spec.debian.packages_lock),
+                 "io.openjev-repro.base.diff-id": f"sha256:{base_sha}"}
+        changes = [f"ENV {k}={v}" for k, v in spec.env.items()] + ([f"CMD {json.dumps(spec.cmd)}"] if spec.cmd else [])
+        changes += [f"LABEL {json.dumps(k)}={json.dumps(v)}" for k, v in labels_for(spec, extra).items()]
+        image = _import(client, final, repository, image_tag, changes, sha)
+    spec_view = spec.model_copy(update={"tag": tag or spec.tag})
+    return _write_record(spec_view, image, started, {"offline": True, "rootfs_sha256": sha, "base_diff_id": f"sha256:{base_sha}",
+                                                   "members": str(members), "debian_release_date": spec.debian.release_date})
+
+
+def build(spec: ImageSpec, progress: Progress = print, no_cache: bool = False) -> dict:
+    if spec.kind == "rootfs":
+        return build_offline(spec, progress, fresh_base=no_cache)
+    return build_dockerfile(spec, progress, no_cache)
+
+
+def check_reproducible(spec: ImageSpec, progress: Progress = print) -> list:
+    """Build the offline image twice from scratch (fresh debootstrap each time); [] when identical,
+    else the differing files (path: what differs)."""
+    if spec.kind != "rootfs":
+        raise DockerError("--check-reproducible is implemented for the offline flavour (`--offline`) only.")
+    first = build_offline(spec, progress, fresh_base=True)
+    second = build_offline(spec, progress, fresh_base=True, tag=spec.tag + "-check")
+    record_path(spec).write_text(json.dumps(first, indent=2, sort_keys=True) + "\n")  # the record names the first
+    progress(f"first  build: base {first['base_diff_id']}, image layer {first['diff_ids']}")
+    progress(f"second build: base {second['base_diff_id']}, image layer {second['diff_ids']}")
+    if first["diff_ids"] == second["diff_ids"]:
+        return []
+    return diff_members(read_members(Path(first["members"])), read_members(Path(second["members"])))
