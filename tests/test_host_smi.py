@@ -5,8 +5,14 @@ import pytest
 from openjev_repro.errors import HostError
 from openjev_repro.host.smi import parse_apps, parse_gpus
 
-# Recorded from `nvidia-smi --query-gpu=index,uuid,name,memory.used,memory.total,pci.bus_id
-# --format=csv,noheader,nounits` on an 8-GPU H200 host (UUIDs changed), driver 580.
+# Recorded on a one-H200 machine, driver 580.159.04: `nvidia-smi --query-gpu=index,uuid,name,
+# memory.used,memory.total,pci.bus_id --format=csv,noheader,nounits`, idle, and
+# `--query-compute-apps=gpu_uuid,pid,process_name,used_memory` while a ctypes CUDA process held 4 GiB.
+RECORDED_GPUS = "0, GPU-f7740697-acc6-b04a-beb3-5d2a3eadb800, NVIDIA H200, 0, 143771, 00000000:00:06.0\n"
+RECORDED_APPS = "GPU-f7740697-acc6-b04a-beb3-5d2a3eadb800, 429, /opt/torch/.venv/bin/python3, 4614\n"
+
+# Written in the same format to cover a multi-GPU host shaped like the published one (GPU 2
+# with the study's UUID and its archived name) and the [N/A] fields drivers print in containers.
 GPUS_CSV = """\
 0, GPU-1f0e6a52-4c1b-7d11-93a0-0b7c1d2e3f40, NVIDIA H200, 0, 143771, 00000000:18:00.0
 1, GPU-2a1b3c4d-5e6f-7081-92a3-b4c5d6e7f801, NVIDIA H200, 4, 143771, 00000000:2A:00.0
@@ -14,12 +20,19 @@ GPUS_CSV = """\
 3, GPU-3b2c4d5e-6f70-8192-a3b4-c5d6e7f80912, NVIDIA H200, [N/A], 143771, 00000000:5D:00.0
 """
 
-# `--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits`
 APPS_CSV = """\
 GPU-cbf66259-f4ab-0ede-1811-82037dde5924, 48113, /usr/bin/python3, 50944
 GPU-cbf66259-f4ab-0ede-1811-82037dde5924, 48190, omni-open-jev-native, [N/A]
 GPU-2a1b3c4d-5e6f-7081-92a3-b4c5d6e7f801, 7001, python, 2
 """
+
+
+def test_recorded_h200_output():
+    (gpu,) = parse_gpus(RECORDED_GPUS)
+    assert gpu.to_dict() == {"index": 0, "uuid": "GPU-f7740697-acc6-b04a-beb3-5d2a3eadb800", "name": "NVIDIA H200",
+                             "memory_used_mib": 0, "memory_total_mib": 143771, "pci_bus_id": "00000000:00:06.0"}
+    (proc,) = parse_apps(RECORDED_APPS)[gpu.uuid]
+    assert (proc.pid, proc.name, proc.used_memory_mib) == (429, "/opt/torch/.venv/bin/python3", 4614)
 
 
 def test_parse_gpus_reads_every_field():

@@ -46,6 +46,20 @@ class NvmlBackend(GpuBackend):
         except self._nvml.NVMLError as exc:
             raise HostError(f"NVML call {func.__name__} failed ({exc}).") from exc
 
+    def _memory(self, handle):
+        """Memory info v2, whose `used` leaves out driver-reserved memory, as nvidia-smi does.
+
+        v1 counts the reserved part as used (615 MiB on an idle H200 with driver 580 where
+        nvidia-smi says 0), which would hide "memory back to 0 MiB" after a study."""
+        nv = self._nvml
+        version = getattr(nv, "nvmlMemory_v2", None)
+        if version is not None:
+            try:
+                return nv.nvmlDeviceGetMemoryInfo(handle, version=version)
+            except nv.NVMLError:
+                pass  # an older driver without the v2 call
+        return self._call(nv.nvmlDeviceGetMemoryInfo, handle)
+
     def _handle(self, uuid: str):
         return self._call(self._nvml.nvmlDeviceGetHandleByUUID, uuid)
 
@@ -57,7 +71,7 @@ class NvmlBackend(GpuBackend):
         found = []
         for index in range(self._call(nv.nvmlDeviceGetCount)):
             handle = self._call(nv.nvmlDeviceGetHandleByIndex, index)
-            memory = self._call(nv.nvmlDeviceGetMemoryInfo, handle)
+            memory = self._memory(handle)
             found.append(GpuInfo(
                 index=index,
                 uuid=_text(self._call(nv.nvmlDeviceGetUUID, handle)),
@@ -79,7 +93,7 @@ class NvmlBackend(GpuBackend):
         return result
 
     def memory_used_mib(self, uuid: str) -> int:
-        return int(self._call(self._nvml.nvmlDeviceGetMemoryInfo, self._handle(uuid)).used) // _MIB
+        return int(self._memory(self._handle(uuid)).used) // _MIB
 
     def close(self) -> None:
         if self._open:
