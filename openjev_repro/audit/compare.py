@@ -1,0 +1,196 @@
+"""`compare`: two runs, backend by backend, against declared tolerances.
+
+Everything is derived from each run's rows.jsonl and recipe.yaml (the source of truth)
+with the functions of `openjev_repro.results`: per-metric deltas and ratios, pass-range
+overlap, a seeded bootstrap 95% interval of the difference of means, and decision flips
+and probability differences by case id (first measured pass, paired by id and seq).
+
+Tolerances file (YAML, format_version 1), every key optional:
+
+    format_version: 1
+    max_mean_ratio: 1.10          # candidate mean / baseline mean
+    max_p95_ratio: 1.25           # candidate / baseline, JevBench P95
+    max_probability_delta: 0.01   # largest |p_candidate - p_baseline| of a case
+    decisions_must_match: true
+    backends: {hf: hf-new}        # baseline backend -> candidate backend, when names differ
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import EvidenceError, RecipeError
+from ..recipe import parse_recipe
+from ..results import bootstrap_mean_diff_ci, decision_of, latency_stats, ranges_disjoint
+from ..rows import Row, read_rows
+from .bundle import opened
+
+__all__ = ["COMPARE_FORMAT_VERSION", "TOLERANCE_KEYS", "load_tolerances", "compare_runs", "compare_rows",
+           "to_markdown"]
+
+COMPARE_FORMAT_VERSION = 1
+TOLERANCE_KEYS = {"format_version", "max_mean_ratio", "max_p95_ratio", "max_probability_delta",
+                  "decisions_must_match", "backends"}
+N_BOOT = 2000
+_STATS = ("mean_ms", "p50_ms", "p95_jevbench_ms", "p95_nearest_rank_ms")
+
+
+def load_tolerances(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise RecipeError(f"No tolerances file at {path}.") from exc
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"{path}: not valid YAML ({exc}).") from exc
+    if not isinstance(data, dict) or data.get("format_version") != 1:
+        raise RecipeError(f"{path}: a tolerances file is a mapping with format_version: 1.")
+    unknown = sorted(set(data) - TOLERANCE_KEYS)
+    if unknown:
+        raise RecipeError(f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(TOLERANCE_KEYS))}.")
+    return data
+
+
+def _load(directory: Path) -> tuple[list[Row], Any]:
+    recipe_path = Path(directory) / "recipe.yaml"
+    if not recipe_path.is_file():
+        raise EvidenceError(f"{directory} has no recipe.yaml; compare reads run directories or bundles.")
+    return read_rows(Path(directory) / "rows.jsonl"), parse_recipe(recipe_path.read_text(encoding="utf-8"), str(recipe_path))
+
+
+def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = None, seed: int = 20261003) -> dict:
+    with contextlib.ExitStack() as stack:
+        base = _load(stack.enter_context(opened(baseline)))
+        cand = _load(stack.enter_context(opened(candidate)))
+    result = compare_rows(base[0], cand[0], tolerances=tolerances, seed=seed)
+    result.update(baseline=str(baseline), candidate=str(candidate),
+                  baseline_study=base[1].study.id, candidate_study=cand[1].study.id)
+    return result
+
+
+def _measured(rows: list[Row]) -> dict[tuple[str, str], dict[int, list[Row]]]:
+    groups: dict[tuple[str, str], dict[int, list[Row]]] = {}
+    for r in rows:
+        if r.phase == "measured":
+            groups.setdefault((r.workload, r.backend), {}).setdefault(r.pass_index, []).append(r)
+    for passes in groups.values():
+        for group in passes.values():
+            group.sort(key=lambda r: r.seq)
+    return groups
+
+
+def _metric(b: float | None, c: float | None) -> dict[str, float | None]:
+    return {"baseline": b, "candidate": c, "delta": None if b is None or c is None else c - b,
+            "ratio": c / b if b and c is not None else None}
+
+
+def _pair(workload: str, base_name: str, cand_name: str, base: dict[int, list[Row]], cand: dict[int, list[Row]],
+          seed: int) -> dict[str, Any]:
+    lat_b = [r.latency_ms for p in sorted(base) for r in base[p] if r.ok]
+    lat_c = [r.latency_ms for p in sorted(cand) for r in cand[p] if r.ok]
+    sb, sc = latency_stats(lat_b), latency_stats(lat_c)
+    metrics = {f"overall.{k}": _metric(sb[k], sc[k]) for k in _STATS}
+    means_b = {p: latency_stats([r.latency_ms for r in rows if r.ok])["mean_ms"] for p, rows in base.items()}
+    means_c = {p: latency_stats([r.latency_ms for r in rows if r.ok])["mean_ms"] for p, rows in cand.items()}
+    for p in sorted(set(means_b) | set(means_c)):
+        metrics[f"pass{p}.mean_ms"] = _metric(means_b.get(p), means_c.get(p))
+    range_b = [min(means_b.values()), max(means_b.values())] if means_b else None
+    range_c = [min(means_c.values()), max(means_c.values())] if means_c else None
+    disjoint = ranges_disjoint(range_b, range_c)
+    ci = bootstrap_mean_diff_ci(lat_b, lat_c, seed=seed, n_boot=N_BOOT) if lat_b and lat_c else None
+    return {
+        "workload": workload, "baseline_backend": base_name, "candidate_backend": cand_name,
+        "errors": {"baseline": sum(not r.ok for p in base.values() for r in p),
+                   "candidate": sum(not r.ok for p in cand.values() for r in p)},
+        "metrics": metrics,
+        "pass_mean_ranges_ms": {"baseline": range_b, "candidate": range_c,
+                                "overlap": None if disjoint is None else not disjoint},
+        "bootstrap": {"mean_diff_ci95_ms": list(ci) if ci else None, "seed": seed, "n_boot": N_BOOT,
+                      "of": "mean(candidate) - mean(baseline), measured latencies"},
+        **_answers(base[min(base)], cand[min(cand)]),
+    }
+
+
+def _answers(base: list[Row], cand: list[Row]) -> dict[str, Any]:
+    by_key = {(r.id, r.seq): r for r in cand}
+    cases, flips = [], []
+    for rb in base:
+        rc = by_key.get((rb.id, rb.seq))
+        if rc is None or rb.probability is None or rc.probability is None:
+            continue
+        db, dc = decision_of(rb.probability), decision_of(rc.probability)
+        cases.append({"id": rb.id, "seq": rb.seq, "baseline": rb.probability, "candidate": rc.probability,
+                      "delta": rc.probability - rb.probability})
+        if db != dc:
+            flips.append({"id": rb.id, "seq": rb.seq, "baseline": db, "candidate": dc})
+    unpaired = len({(r.id, r.seq) for r in base} ^ set(by_key))
+    return {"answers": {"paired": len(cases), "unpaired": unpaired, "decision_flips": flips,
+                        "max_abs_probability_delta": max((abs(c["delta"]) for c in cases), default=None),
+                        "by_case": cases}}
+
+
+def _verdict(pairs: list[dict], tolerances: dict | None, unmatched: list[str]) -> dict[str, Any]:
+    if not tolerances:
+        return {"passed": None, "failures": [], "note": "no tolerances declared"}
+    failures = [f"backend {name} has no counterpart in the other run" for name in unmatched]
+    for p in pairs:
+        where = f"{p['workload']}/{p['baseline_backend']}→{p['candidate_backend']}"
+        checks = [("max_mean_ratio", p["metrics"]["overall.mean_ms"]["ratio"], "mean ratio"),
+                  ("max_p95_ratio", p["metrics"]["overall.p95_jevbench_ms"]["ratio"], "P95 (JevBench) ratio"),
+                  ("max_probability_delta", p["answers"]["max_abs_probability_delta"], "max probability delta")]
+        for key, value, label in checks:
+            if key in tolerances and (value is None or value > tolerances[key]):
+                failures.append(f"{where}: {label} {value!r} exceeds {tolerances[key]}")
+        if tolerances.get("decisions_must_match") and (p["answers"]["decision_flips"] or p["answers"]["unpaired"]):
+            ids = ", ".join(f["id"] for f in p["answers"]["decision_flips"]) or "unpaired cases"
+            failures.append(f"{where}: decisions differ ({ids})")
+        if p["errors"]["candidate"] or p["errors"]["baseline"]:
+            failures.append(f"{where}: failed requests in the measured passes ({p['errors']})")
+    return {"passed": not failures, "failures": failures, "tolerances": tolerances}
+
+
+def compare_rows(base_rows: list[Row], cand_rows: list[Row], *, tolerances: dict | None = None,
+                 seed: int = 20261003) -> dict[str, Any]:
+    base, cand = _measured(base_rows), _measured(cand_rows)
+    mapping = dict((tolerances or {}).get("backends") or {})
+    pairs, unmatched = [], []
+    for (workload, name) in sorted(base):
+        other = mapping.get(name, name)
+        if (workload, other) in cand:
+            pairs.append(_pair(workload, name, other, base[(workload, name)], cand[(workload, other)], seed))
+        else:
+            unmatched.append(f"{workload}/{name}")
+    if not pairs:
+        raise EvidenceError("The two runs share no (workload, backend) pair; map backend names in the tolerances file.")
+    return {"format_version": COMPARE_FORMAT_VERSION, "pairs": pairs, "unmatched": unmatched,
+            "verdict": _verdict(pairs, tolerances, unmatched)}
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    lines = []
+    for p in result["pairs"]:
+        lines += [f"### {p['workload']}: {p['baseline_backend']} (baseline) vs {p['candidate_backend']} (candidate)", "",
+                  "| metric | baseline (ms) | candidate (ms) | delta (ms) | ratio |", "| --- | ---: | ---: | ---: | ---: |"]
+        for name, m in p["metrics"].items():
+            lines.append(f"| {name} | {_fmt(m['baseline'])} | {_fmt(m['candidate'])} | {_fmt(m['delta'])} | {_fmt(m['ratio'], 4)} |")
+        ci = p["bootstrap"]["mean_diff_ci95_ms"]
+        r = p["pass_mean_ranges_ms"]
+        a = p["answers"]
+        lines += ["", f"- pass mean ranges overlap: {r['overlap']}",
+                  f"- bootstrap 95% interval of the mean difference: "
+                  f"{'—' if ci is None else f'[{ci[0]:.3f}, {ci[1]:.3f}] ms'} (seed {p['bootstrap']['seed']})",
+                  f"- decision flips: {len(a['decision_flips'])} of {a['paired']} paired cases"
+                  + (f" ({', '.join(f['id'] for f in a['decision_flips'])})" if a["decision_flips"] else ""),
+                  f"- max |probability delta|: {a['max_abs_probability_delta']!r}", ""]
+    v = result["verdict"]
+    verdict = "no tolerances declared" if v["passed"] is None else ("PASS" if v["passed"] else "FAIL")
+    lines.append(f"**Verdict: {verdict}**")
+    lines += [f"- {f}" for f in v["failures"]]
+    return "\n".join(lines) + "\n"

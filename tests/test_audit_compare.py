@@ -1,0 +1,106 @@
+"""`compare`: pairs, deltas, ranges, bootstrap, decision flips, tolerances verdict."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from openjev_repro.audit.compare import compare_rows, compare_runs, load_tolerances
+from openjev_repro.errors import EvidenceError, RecipeError
+from openjev_repro.rows import read_rows
+from test_audit_kit import build_run, recipe_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+TOL = {"format_version": 1, "max_mean_ratio": 1.10, "max_probability_delta": 0.01, "decisions_must_match": True}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("compare")
+    a = build_run(tmp / "a", seed=1)
+    b = build_run(tmp / "b", seed=2)
+    slow = build_run(tmp / "slow", backends={"hf": 300.0, "native": 60.0}, seed=2)
+    return a, b, slow
+
+
+def test_same_setup_within_tolerances(runs):
+    a, b, _ = runs
+    result = compare_runs(a.path, b.path, tolerances=TOL, seed=5)
+    assert result["verdict"]["passed"] is True and result["unmatched"] == []
+    native = next(p for p in result["pairs"] if p["baseline_backend"] == "native")
+    m = native["metrics"]
+    assert set(m) == {"overall.mean_ms", "overall.p50_ms", "overall.p95_jevbench_ms",
+                      "overall.p95_nearest_rank_ms", "pass1.mean_ms", "pass2.mean_ms"}
+    assert m["overall.mean_ms"]["delta"] == pytest.approx(m["overall.mean_ms"]["candidate"] - m["overall.mean_ms"]["baseline"])
+    lo, hi = native["bootstrap"]["mean_diff_ci95_ms"]
+    assert lo <= m["overall.mean_ms"]["delta"] <= hi
+    assert native["answers"]["decision_flips"] == [] and native["answers"]["max_abs_probability_delta"] == 0.0
+    # seeded: the same seed gives the same interval
+    assert compare_runs(a.path, b.path, seed=5)["pairs"][1]["bootstrap"] == native["bootstrap"]
+
+
+def test_slower_candidate_exceeds_mean_ratio(runs):
+    a, _, slow = runs
+    result = compare_runs(a.path, slow.path, tolerances=TOL)
+    assert result["verdict"]["passed"] is False
+    assert any("mixed/native→native: mean ratio" in f for f in result["verdict"]["failures"])
+    native = next(p for p in result["pairs"] if p["baseline_backend"] == "native")
+    assert native["pass_mean_ranges_ms"]["overlap"] is False
+    lo, hi = native["bootstrap"]["mean_diff_ci95_ms"]
+    assert 0 < lo < 20.0 < hi  # 20 ms slower by construction; the interval excludes no difference
+
+
+def test_decision_flip_and_probability_delta_by_case(runs):
+    a, b, _ = runs
+    base = read_rows(a.rows_path)
+    cand = [dataclasses.replace(r, probability=0.49) if (r.backend, r.id) == ("native", "case-03") else r
+            for r in read_rows(b.rows_path)]
+    result = compare_rows(base, cand, tolerances=TOL)
+    native = next(p for p in result["pairs"] if p["baseline_backend"] == "native")
+    assert native["answers"]["decision_flips"] == [{"id": "case-03", "seq": 3, "baseline": "yes", "candidate": "no"}]
+    case = next(c for c in native["answers"]["by_case"] if c["id"] == "case-03")
+    assert case["delta"] == pytest.approx(0.49 - case["baseline"])
+    failures = result["verdict"]["failures"]
+    assert any("decisions differ (case-03)" in f for f in failures)
+    assert any("max probability delta" in f for f in failures)
+
+
+def test_backend_mapping(tmp_path, runs):
+    a, _, _ = runs
+    renamed = build_run(tmp_path, backends={"hf": 300.0, "native-v2": 40.0},
+                        recipe=recipe_dict(("hf", "native-v2")))
+    unmapped = compare_runs(a.path, renamed.path, tolerances=TOL)
+    assert unmapped["unmatched"] == ["mixed/native"] and unmapped["verdict"]["passed"] is False
+    mapped = compare_runs(a.path, renamed.path, tolerances={**TOL, "backends": {"native": "native-v2"}})
+    assert sorted((p["baseline_backend"], p["candidate_backend"]) for p in mapped["pairs"]) == [
+        ("hf", "hf"), ("native", "native-v2")]
+    assert mapped["unmatched"] == []
+    with pytest.raises(EvidenceError, match="share no"):
+        compare_rows([r for r in read_rows(a.rows_path) if r.backend == "hf"],
+                     [r for r in read_rows(renamed.rows_path) if r.backend == "native-v2"])
+
+
+def test_bad_tolerances_file(tmp_path):
+    path = tmp_path / "tol.yaml"
+    path.write_text("format_version: 1\nmax_mean_ration: 1.1\n")
+    with pytest.raises(RecipeError, match="unknown keys max_mean_ration"):
+        load_tolerances(path)
+
+
+def test_cli_writes_json_and_markdown(tmp_path, runs):
+    a, _, slow = runs
+    tol = tmp_path / "tol.yaml"
+    tol.write_text(json.dumps(TOL))
+    out = tmp_path / "cmp.json"
+    proc = subprocess.run([sys.executable, "-m", "invoke", "compare", "--baseline", str(a.path), "--candidate",
+                           str(slow.path), "--tolerances", str(tol), "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(out.read_text())["verdict"]["passed"] is False
+    md = out.with_suffix(".md").read_text()
+    assert "| overall.mean_ms |" in md and "**Verdict: FAIL**" in md and md == proc.stdout.rstrip("\n") + "\n"
