@@ -14,17 +14,17 @@ __all__ = ["bench_client", "bench_hash", "bench_calibrate"]
 
 @task(
     help={
-        "n": "measured requests per client (default 2000)",
+        "requests": "measured requests per client (default 2000)",
         "warmup": "untimed requests per client first (default 200)",
         "out": "result JSON to write (default bench-results/client.json; '' to skip)",
     }
 )
 @user_errors
-def bench_client(c, n=2000, warmup=200, out="bench-results/client.json"):
+def bench_client(c, requests=2000, warmup=200, out="bench-results/client.json"):
     """Raw socket vs the timed client vs httpx against a loopback server; p50/p99 and ratios."""
     from ..bench import format_client_table, run_client_bench, write_result
 
-    result = run_client_bench(int(n), int(warmup))
+    result = run_client_bench(int(requests), int(warmup))
     if out:
         write_result(Path(out), result)
         print(f"wrote {out}")
@@ -52,10 +52,10 @@ def bench_hash(c, sizes="1G,1G,1G,1G", dir="", rounds=3, workers=0, out="bench-r
     print(format_hash_table(result))
 
 
-@task(help={"n": "measured requests (default 500)"})
+@task(help={"requests": "measured requests (default 500)"})
 @user_errors
-def bench_calibrate(c, n=500):
+def bench_calibrate(c, requests=500):
     """Print the client-overhead calibration a study records (TimedClient vs a no-op endpoint)."""
     from ..bench import calibrate_client_overhead
 
-    print(json.dumps(calibrate_client_overhead(int(n)), indent=2))
+    print(json.dumps(calibrate_client_overhead(int(requests)), indent=2))

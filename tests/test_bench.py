@@ -1,0 +1,130 @@
+"""The benchmarks run end to end at tiny sizes (no timing assertions: they prove the machinery)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from openjev_repro.bench import (
+    BenchUsageError,
+    calibrate_client_overhead,
+    format_client_table,
+    format_hash_table,
+    parse_sizes,
+    run_client_bench,
+    run_hash_bench,
+)
+from openjev_repro.bench.hash_bench import ensure_files
+from openjev_repro.bench.server import SYSTEMONE_RESPONSE, LoopbackServer
+from openjev_repro.bench.stats import summarize_ns
+from openjev_repro.timed_client import TimedClient
+
+ROOT = Path(__file__).resolve().parents[1]
+INVOKE = [sys.executable, "-m", "invoke"]
+
+
+def test_loopback_server_answers_pipelined_and_split_requests() -> None:
+    with LoopbackServer() as server, TimedClient("127.0.0.1", server.port, timeout_s=5) as client:
+        for _ in range(3):
+            r = client.request("POST", "/v1/systemone", b'{"a": 1}')
+            assert r.body == SYSTEMONE_RESPONSE and r.headers["content-type"] == "application/json"
+        assert client.connections_opened == 1
+    assert 500 <= len(SYSTEMONE_RESPONSE) <= 700  # the size of a real /v1/systemone answer
+    json.loads(SYSTEMONE_RESPONSE)
+
+
+def test_client_bench_small() -> None:
+    result = run_client_bench(n=50, warmup=5)
+    assert set(result["clients"]) == {"raw-socket", "timed-client", "timed-client-wall", "httpx"}
+    assert all(c["n"] == 50 for c in result["clients"].values())
+    assert result["clients"]["raw-socket"]["p50_ratio_to_raw"] == 1.0
+    assert result["timed_client_connections_opened"] == 1
+    assert result["body_sha256"] == hashlib.sha256(SYSTEMONE_RESPONSE).hexdigest()
+    assert result["machine"]["cores"] >= 1 and result["format_version"] == 1
+    last = format_client_table(result).splitlines()[-1]
+    assert last.startswith("timed-client/raw-socket p50 ratio: ")
+    float(last.rsplit(" ", 1)[1])
+
+
+def test_calibration_small() -> None:
+    cal = calibrate_client_overhead(n=50)
+    assert cal["n"] == 50 and cal["connections_opened"] == 1
+    assert 0 < cal["min_us"] <= cal["p50_us"] <= cal["p99_us"]
+    assert "TimedClient" in cal["method"]
+
+
+def test_summarize_ns_rules() -> None:
+    s = summarize_ns(list(range(1000, 101_000, 1000)))  # 1..100 µs
+    assert (s["n"], s["p50_us"], s["p99_us"], s["min_us"]) == (100, 50.5, 99.0, 1.0)
+
+
+@pytest.mark.parametrize("text, expected", [("1M", [1 << 20]), ("2K,3", [2048, 3]), ("1G, 512MiB", [1 << 30, 512 << 20])])
+def test_parse_sizes(text, expected) -> None:
+    assert parse_sizes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "0M", "1T", "big", "1M,,1M"])
+def test_parse_sizes_refuses_nonsense(text) -> None:
+    with pytest.raises(BenchUsageError, match="not a positive size"):
+        parse_sizes(text)
+
+
+def test_generated_files_are_deterministic_random_and_reused(tmp_path) -> None:
+    a = ensure_files(tmp_path / "a", [1 << 20, 1000])
+    b = ensure_files(tmp_path / "b", [1 << 20, 1000])
+    assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
+    data = a[0].read_bytes()
+    assert len(data) == 1 << 20 and data[:1000] != a[1].read_bytes()  # files differ from each other
+    assert len(set(data)) == 256 and data.count(0) < len(data) // 100  # not zeros
+    mtime = a[0].stat().st_mtime_ns
+    ensure_files(tmp_path / "a", [1 << 20, 1000])
+    assert a[0].stat().st_mtime_ns == mtime
+
+
+def test_hash_bench_small(tmp_path) -> None:
+    result = run_hash_bench([1 << 20, 1 << 20], tmp_path, rounds=2)
+    assert set(result["cases"]) == {"single", "several"}
+    several = result["cases"]["several"]
+    assert several["bytes"] == 2 << 20 and len(several["ours"]["seconds"]) == 2
+    assert {"sha256sum", "ours-1-worker", "parallel_speedup_median"} <= set(several)
+    assert "warm" in result["cache"]
+    assert "ours/sha256sum throughput ratio" in format_hash_table(result)
+
+
+def test_hash_bench_single_file_has_no_several_case(tmp_path) -> None:
+    assert set(run_hash_bench([4096], tmp_path, rounds=1)["cases"]) == {"single"}
+
+
+def run_invoke(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*INVOKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_cli_bench_client_writes_json_and_ends_with_the_ratio(tmp_path) -> None:
+    out = tmp_path / "client.json"
+    proc = run_invoke("bench-client", "--requests", "30", "--warmup", "3", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1].startswith("timed-client/raw-socket p50 ratio: ")
+    data = json.loads(out.read_text())
+    assert data["benchmark"] == "client" and data["requests_per_client"] == 30
+    assert "bench-client" in data["command"]
+
+
+def test_cli_bench_hash_and_bad_sizes(tmp_path) -> None:
+    out = tmp_path / "hash.json"
+    proc = run_invoke("bench-hash", "--sizes", "64K,64K", "--dir", str(tmp_path), "--rounds", "1", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["cases"]["several"]["files"] == 2
+    proc = run_invoke("bench-hash", "--sizes", "1X", "--dir", str(tmp_path), "--out", "")
+    assert proc.returncode == 1
+    assert "size '1X' is not a positive size" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_bench_calibrate_prints_json() -> None:
+    proc = run_invoke("bench-calibrate", "--requests", "20")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["n"] == 20
