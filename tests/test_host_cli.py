@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from openjev_repro.host import NoDriver, detect_backend, holder_of
+from openjev_repro.host.process import pid_exited
 
 ROOT = Path(__file__).resolve().parents[1]
 INVOKE = str(Path(sys.executable).with_name("invoke"))
@@ -81,6 +82,24 @@ def test_reserve_of_a_held_gpu_times_out_with_the_holders_note(tmp_path):
         holder.stdin.close()
         holder.wait(30)
     assert holder.returncode == 0
+
+
+def test_terminating_reserve_stops_its_command_before_releasing(tmp_path):
+    pidfile = tmp_path / "cmd.pid"
+    script = f"import os, sys, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); print('go', flush=True); time.sleep(60)"
+    proc = subprocess.Popen([INVOKE, "reserve", "--gpu-ids", GPU, "--grace", "2s", "--", sys.executable, "-c", script],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "OPENJEV_LOCK_DIR": str(tmp_path)})
+    try:
+        assert proc.stdout.readline().strip() == "go"
+        assert holder_of(GPU, tmp_path)["pid"] == proc.pid
+        proc.terminate()
+        assert proc.wait(30) == 128 + 15
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert pid_exited(int(pidfile.read_text()))  # the command did not outlive its reservation
+    assert holder_of(GPU, tmp_path) is None
 
 
 @pytest.mark.parametrize("args,message", [

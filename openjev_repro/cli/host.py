@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from invoke import Exit, task
@@ -67,6 +69,22 @@ def _resolve(ids: str) -> list[str]:
     return [by_index[w] for w in wanted]
 
 
+@contextmanager
+def _signals_end_the_command():
+    """SIGTERM/SIGHUP to us become SystemExit, so run_with_timeout stops CMD's group before the
+    reservation is released: a GPU is never marked free while our command still runs on it."""
+
+    def leave(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, leave) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 @task(help={"json": "print the inventory as JSON instead of text"})
 @user_errors
 def gpus(ctx, json_=False):
@@ -101,7 +119,7 @@ def reserve(ctx, gpu_ids, wait="0s", timeout="45m", grace="10s", note="", record
         raise HostError("No command to run: put it after `--`, e.g. invoke reserve --gpu-ids 2 -- nvidia-smi.")
     wait_s, timeout_s, grace_s = _duration(wait, "--wait"), _duration(timeout, "--timeout"), _duration(grace, "--grace")
     uuids = _resolve(gpu_ids)
-    with reserve_gpus(uuids, wait_s=wait_s, note=note) as held:
+    with _signals_end_the_command(), reserve_gpus(uuids, wait_s=wait_s, note=note) as held:
         print(f"reserved {', '.join(uuids)} (lock dir {held.lock_dir}, waited {held.waited_s:g} s)", file=sys.stderr)
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(uuids)}
         outcome = run_with_timeout(cmd, timeout_s, grace_s, env=env)
@@ -111,6 +129,6 @@ def reserve(ctx, gpu_ids, wait="0s", timeout="45m", grace="10s", note="", record
         how = "killed with SIGKILL" if outcome["killed"] else "stopped with SIGTERM"
         raise Exit(f"error: the command ran past --timeout {timeout} and its process group was {how}.", code=TIMEOUT_EXIT)
     if outcome["signal"]:
-        raise Exit(code=128 + __import__("signal").Signals[outcome["signal"]].value)
+        raise Exit(code=128 + signal.Signals[outcome["signal"]].value)
     if outcome["exit_status"]:
         raise Exit(code=outcome["exit_status"])
