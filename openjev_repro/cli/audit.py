@@ -1,0 +1,84 @@
+"""Tasks of the audit area: verify, compare, claims, import-evidence, publish."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from invoke import Exit, task
+
+from . import user_errors
+
+__all__ = ["verify", "compare", "claims", "import_evidence", "publish"]
+
+
+@task(help={"run": "run directory, or a bundle file written by `invoke publish`",
+            "pubkey": "public key (.pub from `invoke keygen`) the manifest must be signed by",
+            "allow_unsigned": "accept an UNSIGNED manifest and check everything else"})
+@user_errors
+def verify(c, run, pubkey=None, allow_unsigned=False):
+    """Check signature, digests, completeness and every recomputed statistic; non-zero exit on any failure."""
+    from ..audit.verify import format_checks, verify_path
+
+    checks = verify_path(Path(run), pubkey=Path(pubkey) if pubkey else None, allow_unsigned=allow_unsigned)
+    print(format_checks(checks))
+    if any(c.passed is False for c in checks):
+        raise Exit(code=1)
+
+
+@task(help={"baseline": "baseline run directory (or bundle)", "candidate": "candidate run directory (or bundle)",
+            "tolerances": "YAML of declared tolerances and an optional backend mapping",
+            "out": "write the JSON result here (a .md beside it gets the Markdown table)",
+            "seed": "bootstrap seed (default 20261003)"})
+@user_errors
+def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003):
+    """Compare two runs backend by backend; non-zero exit when a declared tolerance is exceeded."""
+    from ..audit.compare import compare_runs, load_tolerances, to_markdown
+
+    tol = load_tolerances(Path(tolerances)) if tolerances else None
+    result = compare_runs(Path(baseline), Path(candidate), tolerances=tol, seed=int(seed))
+    markdown = to_markdown(result)
+    if out:
+        Path(out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        Path(out).with_suffix(".md").write_text(markdown)
+    print(markdown)
+    if result["verdict"]["passed"] is False:
+        raise Exit(code=1)
+
+
+@task(help={"file": "claims file, e.g. manifests/published/open-jev-h200-hf-comparison-2026-10-03.yaml"})
+@user_errors
+def claims(c, file):
+    """Recompute every derived figure of a published report from its base figures; non-zero exit on a mismatch."""
+    from ..audit.claims import check_claims, format_results, load_claims
+
+    results = check_claims(load_claims(Path(file)))
+    print(format_results(results))
+    if any(r.failed for r in results):
+        raise Exit(code=1)
+
+
+@task(name="import-evidence",
+      help={"format": "source format; only system1-omni", "src": "directory of the published evidence",
+            "out": "new run directory to create", "workload": "workload name for the imported rows (default mixed)"})
+@user_errors
+def import_evidence(c, src, out, format="system1-omni", workload="mixed"):
+    """Convert another harness's published per-request evidence into an (unsigned, imported) run."""
+    from ..audit.importer import format_import_report, import_system1
+
+    report = import_system1(Path(src), Path(out), workload=workload) if format == "system1-omni" else None
+    if report is None:
+        raise Exit(f"error: unknown --format {format!r}; supported: system1-omni", code=1)
+    print(format_import_report(report))
+
+
+@task(help={"run": "signed, complete run directory", "out": "bundle file to write (.tar.gz)",
+            "aggregate_only": "omit response bodies and logs (required: JevBench terms allow aggregates only)",
+            "key": "private key to sign the bundle's manifest; omit for an UNSIGNED bundle"})
+@user_errors
+def publish(c, run, out, aggregate_only=False, key=None):
+    """Write a publishable bundle: hashes, rows and aggregates, no request or response bodies."""
+    from ..audit.publish import publish as write_bundle
+
+    path = write_bundle(Path(run), Path(out), aggregate_only=aggregate_only, key_path=Path(key) if key else None)
+    print(f"bundle: {path}")

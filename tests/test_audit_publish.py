@@ -1,0 +1,93 @@
+"""`publish --aggregate-only`: no bodies, signed, verifiable, and honest about what it cannot check."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from openjev_repro.audit.publish import publish
+from openjev_repro.audit.verify import verify_path
+from openjev_repro.errors import EvidenceError, VerificationError
+from openjev_repro.evidence import ENVELOPE_NAME
+from test_audit_kit import signed_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def names(bundle: Path) -> list[str]:
+    with tarfile.open(bundle, "r:gz") as tar:
+        return tar.getnames()
+
+
+@pytest.fixture()
+def published(tmp_path):
+    run, private, public = signed_run(tmp_path)
+    bundle = publish(run.path, tmp_path / "bundle.tar.gz", aggregate_only=True, key_path=private)
+    return run, bundle, private, public
+
+
+def test_bundle_holds_no_bodies_and_verifies(published):
+    run, bundle, _, public = published
+    members = names(bundle)
+    assert not [n for n in members if n.startswith(("responses/", "logs/"))]
+    assert {"rows.jsonl", "summary.json", "recipe.yaml", "state.json", ENVELOPE_NAME, "source.dsse.json"} <= set(members)
+    for body_line in run.responses_path("hf").read_text().splitlines()[:3]:
+        assert body_line.encode() not in bundle.read_bytes()
+    checks = verify_path(bundle, pubkey=public)
+    assert [c.name for c in checks if c.passed is False] == []
+    not_checkable = {c.name: c.detail for c in checks if c.passed is None}
+    assert set(not_checkable) == {"response bodies", "omitted files"}
+    assert "aggregate-only" in not_checkable["response bodies"]
+    assert {"statistics recomputed", "gates recomputed", "source manifest", "source signature"} <= \
+        {c.name for c in checks if c.passed}
+
+
+def test_bundle_is_deterministic(published, tmp_path):
+    run, bundle, private, _ = published
+    # the predicate carries a creation time, so compare member lists and everything but the envelope
+    again = publish(run.path, tmp_path / "again.tar.gz", aggregate_only=True, key_path=private)
+    assert names(again) == names(bundle)
+
+
+def test_tampered_bundle_member_fails(published, tmp_path):
+    _, bundle, _, public = published
+    out = tmp_path / "tampered.tar.gz"
+    with tarfile.open(bundle, "r:gz") as src, tarfile.open(out, "w:gz") as dst:
+        for member in src.getmembers():
+            data = src.extractfile(member).read()
+            if member.name == "summary.json":
+                data = data.replace(b"1", b"2", 1)
+            member.size = len(data)
+            dst.addfile(member, io.BytesIO(data))
+    assert "subject digests" in [c.name for c in verify_path(out, pubkey=public) if c.passed is False]
+    truncated = tmp_path / "truncated.tar.gz"
+    truncated.write_bytes(bundle.read_bytes()[:200])
+    assert [c.name for c in verify_path(truncated, pubkey=public)] == ["bundle"]
+
+
+def test_publish_refuses_full_bundles_tampered_runs_and_overwrites(published, tmp_path):
+    run, bundle, private, _ = published
+    with pytest.raises(EvidenceError, match="--aggregate-only"):
+        publish(run.path, tmp_path / "full.tar.gz", aggregate_only=False, key_path=private)
+    with pytest.raises(EvidenceError, match="already exists"):
+        publish(run.path, bundle, aggregate_only=True, key_path=private)
+    run.file("summary.json").write_bytes(run.file("summary.json").read_bytes().replace(b"1", b"2", 1))
+    with pytest.raises(VerificationError, match="does not verify"):
+        publish(run.path, tmp_path / "other.tar.gz", aggregate_only=True, key_path=private)
+
+
+def test_cli_publish_then_verify(tmp_path):
+    run, private, public = signed_run(tmp_path)
+    out = tmp_path / "pub.tar.gz"
+    proc = subprocess.run([sys.executable, "-m", "invoke", "publish", "--run", str(run.path), "--aggregate-only",
+                           "--out", str(out), "--key", str(private)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    ver = subprocess.run([sys.executable, "-m", "invoke", "verify", "--run", str(out), "--pubkey", str(public)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert ver.returncode == 0, ver.stdout
+    assert "N/A   response bodies" in ver.stdout and "VERIFIED" in ver.stdout
