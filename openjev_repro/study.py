@@ -174,7 +174,9 @@ def _launch_spec(run: RunDir, recipe: Recipe, root: Path, backend: Backend, opts
         raise BackendError(f"Port {backend.port} on {host}, fixed for backend {backend.name}, is already in use by "
                            "another process; stop it or remove the fixed port from the recipe.")
     port = backend.port or free_port(host)
-    values = {"python": sys.executable, "host": host, "port": str(port), "inputs": str(root),
+    # In a container the backend runs under the image's interpreter, not ours.
+    python = "python3" if (opts.runtime or backend.runtime) == "docker" else sys.executable
+    values = {"python": python, "host": host, "port": str(port), "inputs": str(root),
               "run": str(run.path), "backend": backend.name}
     where = f"backend {backend.name}"
     argv = [substitute(a, values, where) for a in backend.command]

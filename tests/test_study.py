@@ -1,0 +1,138 @@
+"""The runner against real loopback backends that behave, and that misbehave in scripted ways."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from openjev_repro.errors import RunIncomplete
+from openjev_repro.evidence import RunDir
+from openjev_repro.passes import PassBudget
+from openjev_repro.rows import read_rows
+from openjev_repro.study import StudyOptions, run_study
+
+from studykit import scripted_backend, write_study
+
+
+def _run(recipe: Path, tmp_path: Path) -> RunDir:
+    return run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs"))
+
+
+def _only_run(tmp_path: Path) -> RunDir:
+    (path,) = list((tmp_path / "runs").iterdir())
+    return RunDir.open(path)
+
+
+def test_complete_study_leaves_evidence(tmp_path):
+    gates = [{"name": "same", "kind": "decisions_unchanged", "workload": "mixed", "a": "one", "b": "two"}]
+    run = _run(write_study(tmp_path, [scripted_backend("one"), scripted_backend("two")], gates=gates), tmp_path)
+    assert run.state()["status"] == "complete"
+    rows = read_rows(run.rows_path)
+    measured = [r for r in rows if r.phase == "measured"]
+    assert len(measured) == 2 * 2 * 6  # backends x passes x requests
+    assert all(r.ok and r.end_ns > r.start_ns for r in rows)
+    summary = json.loads(run.file("summary.json").read_text())
+    assert summary["gates"][0]["passed"] is True
+    processes = json.loads(run.file("processes.json").read_text())["processes"]
+    assert [p["intentional"] and p["exited"] for p in processes] == [True, True]
+    for name in ("recipe.yaml", "plan.json", "inputs.json", "environment.json", "calibration.json", "report.md",
+                 "manifest.dsse.json", "logs/one.log", "responses/two.jsonl"):
+        assert run.file(name).is_file(), name
+
+
+def test_missing_input_stops_before_any_backend(tmp_path):
+    recipe = write_study(tmp_path, [scripted_backend("one")])
+    (tmp_path / "inputs" / "requests" / "cases.jsonl").unlink()
+    with pytest.raises(RunIncomplete, match="cases.jsonl: missing"):
+        _run(recipe, tmp_path)
+    run = _only_run(tmp_path)
+    assert run.state()["status"] == "incomplete"
+    assert not run.file("processes.json").exists() and not run.rows_path.exists()
+
+
+def test_crash_mid_pass_keeps_rows_and_is_incomplete(tmp_path):
+    # 1 first + 1 warm-up + 6 feasibility + 2 measured succeed, then the process dies.
+    recipe = write_study(tmp_path, [scripted_backend("one", "crash", after=10), scripted_backend("two")])
+    with pytest.raises(RunIncomplete, match="died during measured pass 1"):
+        _run(recipe, tmp_path)
+    run = _only_run(tmp_path)
+    state = run.state()
+    assert state["status"] == "incomplete" and "backend:two" not in state["attempted"]
+    rows = read_rows(run.rows_path)
+    assert len(rows) == 11 and rows[-1].error and all(r.ok for r in rows[:10])
+    (record,) = json.loads(run.file("processes.json").read_text())["processes"]
+    assert record["exit_status"] == 3 and not record["intentional"] and record["exited"]
+    assert not run.file("summary.json").exists() and not run.file("manifest.dsse.json").exists()
+
+
+@pytest.mark.parametrize("fault,message", [("non_json", "response is not JSON"),
+                                           ("nan", "is not a finite number"),
+                                           ("slow", "Timeout")])
+def test_bad_answers_become_failure_rows(tmp_path, fault, message):
+    recipe = write_study(tmp_path, [scripted_backend("one", fault, after=9)], n=3)
+    with pytest.raises(RunIncomplete, match="request\\(s\\) failed"):
+        _run(recipe, tmp_path)
+    run = _only_run(tmp_path)
+    failed = [r for r in read_rows(run.rows_path) if r.error]
+    assert failed and message in failed[0].error
+    kept = [json.loads(l) for l in run.responses_path("one").read_text().splitlines()]
+    if fault == "non_json":  # the raw body is kept beside the failure row
+        assert any(e.get("body") == "<html>oops</html>" for e in kept)
+
+
+def test_backend_never_ready(tmp_path):
+    recipe = write_study(tmp_path, [scripted_backend("one", "never_ready")], protocol={"ready_timeout_s": 1.5})
+    with pytest.raises(RunIncomplete, match="not ready within 2 s"):
+        _run(recipe, tmp_path)
+    (record,) = json.loads(_only_run(tmp_path).file("processes.json").read_text())["processes"]
+    assert record["intentional"] and record["exited"]
+
+
+def test_fixed_port_already_taken(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        recipe = write_study(tmp_path, [dict(scripted_backend("one"), port=port)])
+        with pytest.raises(RunIncomplete, match=f"Port {port} on 127.0.0.1.*already in use"):
+            _run(recipe, tmp_path)
+
+
+def test_measured_passes_cannot_be_added():
+    budget = PassBudget({("a", "w"): 2})
+    budget.claim("a", "w", 1)
+    budget.claim("a", "w", 2)
+    with pytest.raises(RunIncomplete, match="declares 2 measured pass"):
+        budget.claim("a", "w", 3)
+    with pytest.raises(RunIncomplete):
+        PassBudget({("a", "w"): 2}).claim("a", "w", 2)  # skipping pass 1 is refused too
+
+
+def test_ctrl_c_during_a_pass(tmp_path):
+    recipe = write_study(tmp_path, [scripted_backend("one", "slow", after=4)], n=6,
+                         protocol={"request_timeout_s": 30.0})
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "study", "--recipe", str(recipe),
+                             "--out", str(tmp_path / "runs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        runs = list((tmp_path / "runs").glob("*/rows.jsonl"))
+        if runs and len(runs[0].read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)  # inside the slow request now
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "Interrupted" in err and "marked incomplete" in err
+    run = _only_run(tmp_path)
+    assert run.state()["status"] == "incomplete" and "Ctrl-C" in run.state()["error"]
+    assert len(read_rows(run.rows_path)) >= 4
+    (record,) = json.loads(run.file("processes.json").read_text())["processes"]
+    assert record["exited"]
