@@ -177,9 +177,13 @@ def _smi_flag(text: str | None) -> Any:
 
 
 def collect_gpus(sources: tuple[Callable[[], list[dict]], ...] | None = None) -> dict[str, Any]:
-    """GPUs from the first source that answers: host inventory, NVML, then nvidia-smi."""
+    """GPUs from the first source that answers: NVML, the host inventory, then nvidia-smi.
+
+    Our NVML reader comes first because it records clocks, persistence and ECC, which the
+    host inventory (openjev_repro.host, made for reservations) does not.
+    """
     if sources is None:
-        sources = (_host_inventory, gpus_from_nvml, gpus_from_nvidia_smi)
+        sources = (gpus_from_nvml, _host_inventory, gpus_from_nvidia_smi)
     reasons = []
     for source in sources:
         try:
@@ -190,9 +194,14 @@ def collect_gpus(sources: tuple[Callable[[], list[dict]], ...] | None = None) ->
 
 
 def _host_inventory() -> list[dict[str, Any]]:
-    from ..host.gpus import list_gpus  # type: ignore[import-not-found]  # another engineer's module
+    from ..host import detect_backend  # raises NoDriver (a HostError) without a driver
 
-    return list_gpus()
+    backend = detect_backend()
+    try:
+        driver = backend.driver_version()
+        return [{**gpu.to_dict(), "driver_version": driver, "source": backend.name} for gpu in backend.gpus()]
+    finally:
+        backend.close()
 
 
 # --- Python environments of the backends --------------------------------------------------

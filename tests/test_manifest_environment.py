@@ -1,0 +1,76 @@
+"""Environment capture: real collectors on this host, absent things recorded as absent."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from openjev_repro.manifest.environment import (PACKAGES, collect_environment, collect_git, collect_gpus,
+                                                collect_host, collect_python, gpus_from_nvidia_smi)
+
+# Stands in for the NVIDIA driver's nvidia-smi (no GPU here): answers the two queries we make.
+FAKE_NVIDIA_SMI = """#!/bin/sh
+case "$1" in
+  --query-gpu=*) echo "2, NVIDIA L20X, GPU-cbf66259-f4ab-0ede-1811-82037dde5924, 580.65.06, 143771, 0, 345, 2619, 1980, Enabled, [N/A]" ;;
+  *) echo "| NVIDIA-SMI 580.65.06    Driver Version: 580.65.06    CUDA Version: 13.0     |" ;;
+esac
+"""
+
+
+def test_failing_collector_is_recorded_as_absent_not_raised():
+    def broken():
+        raise RuntimeError("no such thing")
+
+    env = collect_environment(collectors={"ok": lambda: {"available": True, "x": 1}, "broken": broken})
+    assert env == {"format_version": 1, "ok": {"available": True, "x": 1},
+                   "broken": {"available": False, "reason": "RuntimeError: no such thing"}}
+
+
+def test_default_capture_on_this_host(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("format_version: 1\n")
+    env = collect_environment(backends_python={"hf": sys.executable}, recipe_path=recipe)
+    json.dumps(env, allow_nan=False)  # strict JSON
+    assert env["recipe_sha256"] == hashlib.sha256(recipe.read_bytes()).hexdigest()
+    assert env["host"]["cpu_count"] == os.cpu_count() and env["host"]["memory_total_bytes"] > 0
+    assert env["container_images"] == {"available": False, "reason": "no container images given"}
+    hf = env["backends"]["hf"]
+    assert hf["available"] and set(hf["packages"]) == set(PACKAGES)
+    assert hf["packages"]["transformers"] == "5.10.2"
+    assert hf["packages"]["causal-conv1d"] == {"available": False, "reason": "not installed"}
+    if not Path("/dev/nvidiactl").exists():  # this CI host has no NVIDIA driver
+        assert env["gpus"]["available"] is False and "gpus_from_nvml" in env["gpus"]["reason"]
+
+
+def test_python_of_a_missing_environment_is_absent(tmp_path):
+    info = collect_python(str(tmp_path / "no-python"))
+    assert info["available"] is False and "could not run" in info["reason"]
+
+
+def test_nvidia_smi_fallback_parses_and_marks_unknowns(tmp_path, monkeypatch):
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_NVIDIA_SMI)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    (gpu,) = gpus_from_nvidia_smi()
+    assert gpu["index"] == 2 and gpu["uuid"] == "GPU-cbf66259-f4ab-0ede-1811-82037dde5924"
+    assert gpu["memory_total_mib"] == 143771 and gpu["cuda_driver_version"] == "13.0"
+    assert gpu["persistence_mode"] is True and gpu["ecc_enabled"]["available"] is False
+    assert gpu["sm_count"]["available"] is False
+
+    def no_nvml():
+        raise OSError("NVML Shared Library Not Found")
+
+    result = collect_gpus(sources=(no_nvml, gpus_from_nvidia_smi))
+    assert result["available"] and result["source"] == "gpus_from_nvidia_smi"
+
+
+def test_host_and_git():
+    host = collect_host()
+    assert host["kernel"] and isinstance(host["cpu_affinity"], list)
+    git = collect_git()
+    assert git["available"] is False or (len(git["commit"]) == 40 and isinstance(git["dirty"], bool))
