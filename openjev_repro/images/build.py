@@ -20,7 +20,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from .. import __version__
 from ..errors import DockerError, VerificationError
 from .daemon import connect
 from .debian import make_base_tar, read_packages_lock
@@ -55,13 +54,22 @@ def _git_revision() -> str:
     return (done.stdout.strip() or "unknown") + ("-dirty" if dirty else "")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("openjev-repro")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def labels_for(spec: ImageSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
     """OCI labels plus ours: every pin the image was built from."""
     created = datetime.fromtimestamp(spec.source_date_epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     labels = {
         "org.opencontainers.image.title": f"openjev-repro {spec.name}",
         "org.opencontainers.image.description": spec.description,
-        "org.opencontainers.image.version": __version__,
+        "org.opencontainers.image.version": _version(),
         "org.opencontainers.image.revision": _git_revision(),
         "org.opencontainers.image.created": created,
         "org.opencontainers.image.licenses": "MIT",
@@ -213,8 +221,12 @@ def _ensure_base(spec: ImageSpec, progress: Progress, fresh: bool) -> tuple[Path
 
 
 def _import(client, tar: Path, repository: str, tag: str, changes: list[str], expect: str):
-    with open(tar, "rb") as fh:
-        client.api.import_image_from_stream(fh, repository=repository, tag=tag, changes=changes)
+    import docker
+
+    try:  # by file name: the SDK then sends it with a Content-Length (streams get chunked badly)
+        client.api.import_image_from_file(str(tar), repository=repository, tag=tag, changes=changes)
+    except docker.errors.APIError as exc:
+        raise DockerError(f"docker import of {tar} failed: {exc.explanation or exc}.") from exc
     image = client.images.get(f"{repository}:{tag}")
     layers = image.attrs["RootFS"]["Layers"]
     if layers != [f"sha256:{expect}"]:

@@ -88,7 +88,7 @@ def resolve(requirements: list[str], python: str | None = None, platform: str | 
         req.write_text("\n".join(requirements) + "\n")
         report = Path(tmp) / "report.json"
         cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
-               "--quiet", "--report", str(report), "-r", str(req)]
+               "--quiet", "--timeout", "20", "--retries", "1", "--report", str(report), "-r", str(req)]
         if python:
             cmd += ["--target", str(Path(tmp) / "target"), *_target_args(python, platform)]
         if no_deps:

@@ -7,7 +7,8 @@ So this runtime rewrites exactly two things, and records both in the exit record
 
 - `--host 127.0.0.1` / `--host=127.0.0.1` become `--host 0.0.0.0`, and a loopback
   `OPEN_JEV_HOST` / `OMNI_JEV_BIND` in the environment likewise;
-- an absolute argv[0] whose name starts with `python` becomes plain `python` (the image's PATH).
+- an absolute argv[0] whose name starts with `python` loses its directory (`/x/.venv/bin/python`
+  becomes `python`, found on the image's PATH).
 
 The port stays the same number inside and out and is published on 127.0.0.1 only. The GPU is
 chosen by UUID (device request), CPUs and memory nodes from the recipe's NUMA controls, inputs
@@ -38,7 +39,7 @@ def container_argv(argv: list[str]) -> list[str]:
     """The host argv rewritten for the container (see the module docstring)."""
     out = list(argv)
     if out and out[0].startswith("/") and Path(out[0]).name.startswith("python"):
-        out[0] = "python"
+        out[0] = Path(out[0]).name
     for i, arg in enumerate(out):
         if arg == "--host" and i + 1 < len(out) and out[i + 1] in _LOOPBACK:
             out[i + 1] = _INSIDE
