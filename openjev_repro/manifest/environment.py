@@ -91,7 +91,7 @@ def gpus_from_nvml() -> list[dict[str, Any]]:
         gpus = []
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            memory = _nvml_memory(pynvml, handle)
             gpus.append({
                 "index": index,
                 "name": _text(pynvml.nvmlDeviceGetName(handle)),
@@ -100,6 +100,9 @@ def gpus_from_nvml() -> list[dict[str, Any]]:
                 "cuda_driver_version": f"{cuda // 1000}.{(cuda % 1000) // 10}",
                 "memory_total_mib": memory.total // (1 << 20),
                 "memory_used_mib": memory.used // (1 << 20),
+                # v2 separates driver-reserved memory, which v1 counts as used (nvidia-smi does not)
+                "memory_reserved_mib": getattr(memory, "reserved", None) // (1 << 20)
+                if getattr(memory, "reserved", None) is not None else absent("NVML memory info v1 has no reserved"),
                 "cuda_cores": _nvml_optional(lambda: pynvml.nvmlDeviceGetNumGpuCores(handle)),
                 "sm_count": absent("NVML does not report the SM count"),
                 "compute_capability": _nvml_optional(lambda: "%d.%d" % pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
@@ -115,6 +118,13 @@ def gpus_from_nvml() -> list[dict[str, Any]]:
         return gpus
     finally:
         pynvml.nvmlShutdown()
+
+
+def _nvml_memory(pynvml: Any, handle: Any) -> Any:
+    try:
+        return pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+    except Exception:  # older drivers or bindings: v1 only
+        return pynvml.nvmlDeviceGetMemoryInfo(handle)
 
 
 def _text(value: Any) -> str:
