@@ -10,6 +10,7 @@ import base64
 import hashlib
 import json
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -93,7 +94,7 @@ class PassRunner:
                             f"{exc.__class__.__name__}: {exc}")
             self.client.close()  # the connection state is unknown; the next request reconnects
             self._record(row, None)
-            if not self.alive():
+            if not self._still_alive_after(1.0):
                 raise BackendCrashed(f"Backend {self.backend} died during {phase} pass {pass_index} "
                                      f"(request {seq}, case {req.id}): {exc}") from None
             return row
@@ -109,7 +110,19 @@ class PassRunner:
         row = self._row(req, workload, phase, pass_index, seq, resp.start_ns, resp.end_ns, resp.status, digest,
                         parsed, error)
         self._record(row, resp.body)
+        if not self.alive():  # an aux worker (or the server) died although this answer arrived
+            raise BackendCrashed(f"Backend {self.backend} (or one of its processes) died during {phase} pass "
+                                 f"{pass_index} after request {seq} (case {req.id}).")
         return row
+
+    def _still_alive_after(self, seconds: float) -> bool:
+        """A reset connection often precedes the process's exit by a few ms: give it time to show."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if not self.alive():
+                return False
+            time.sleep(0.05)
+        return self.alive()
 
     def run_pass(self, requests: list[Request], *, workload: str, phase: str, pass_index: int) -> list[Row]:
         return [self.request(r, workload=workload, phase=phase, pass_index=pass_index, seq=i)

@@ -6,6 +6,7 @@ run directory marked incomplete with everything written so far, and raises.
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import sys
@@ -21,7 +22,8 @@ from .errors import BackendError, RecipeError, ReproError, RunIncomplete
 from .evidence import RunDir, write_json_atomic
 from .inputs import checks_table, require_all_ok, verify_inputs
 from .passes import PassBudget, PassRunner, ResponseLog
-from .recipe import Backend, Recipe, Workload, inputs_root, load_recipe
+from .plan import REPRO_ROOT
+from .recipe import AuxProcess, Backend, Recipe, Workload, inputs_root, load_recipe
 from .rows import RowWriter, read_rows
 from .runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
 from .timed_client import TimedClient
@@ -64,9 +66,20 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-def substitute(template: str, values: dict[str, str], where: str) -> str:
+_AUX_PORT = re.compile(r"\{port\.([a-z0-9][a-z0-9_.-]*)\}")
+
+
+def substitute(template: str, values: dict[str, str], where: str, aux_ports: dict[str, int] | None = None) -> str:
+    """Fill {python} {host} {port} {inputs} {run} {backend} {repro} and {port.<aux>} in a recipe string."""
+    ports = aux_ports or {}
+
+    def aux_port(match: re.Match) -> str:
+        if match.group(1) not in ports:
+            raise RecipeError(f"{where}: {match.group(0)} names no earlier aux process of this backend.")
+        return str(ports[match.group(1)])
+
     try:
-        return template.format_map(values)
+        return _AUX_PORT.sub(aux_port, template).format_map(values)
     except (KeyError, IndexError, ValueError) as exc:
         raise RecipeError(f"{where}: unknown placeholder in {template!r} ({exc}); "
                           f"known: {', '.join('{' + k + '}' for k in sorted(values))}.") from None
@@ -74,6 +87,10 @@ def substitute(template: str, values: dict[str, str], where: str) -> str:
 
 def run_study(opts: StudyOptions) -> RunDir:
     recipe = load_recipe(opts.recipe_path)
+    if recipe.preparation is not None:  # hashes left to `invoke prepare` come from its inputs lock
+        from .prepare import locked_recipe
+
+        recipe = locked_recipe(recipe, opts.recipe_path)
     root = inputs_root(opts.recipe_path, recipe, opts.inputs_root)
     run = RunDir.create(opts.out_dir, recipe.study.id)
     shutil.copyfile(opts.recipe_path, run.file("recipe.yaml"))
@@ -150,56 +167,75 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions) -> Non
 def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, workloads: dict, rows: RowWriter,
                  budget: PassBudget, records: list[ExitRecord], opts: StudyOptions) -> int:
     console = opts.console
-    spec = _launch_spec(run, recipe, root, backend, opts)
     runtime = get_runtime(opts.runtime or backend.runtime)
     prepared = {name: prepare(tasks, backend.model) for name, tasks in workloads.items()}
-    console.print(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
-    handle = runtime.launch(spec)
+    started: list[RunningBackend] = []  # aux processes first, the client-facing command last
+    aux_ports: dict[str, int] = {}
     try:
+        for aux in backend.aux:
+            spec = _launch_spec(run, recipe, root, backend, opts, aux_ports, aux=aux)
+            aux_ports[aux.name] = spec.port
+            console.print(f"[bold]{backend.name}[/]: starting aux {aux.name} ({runtime.name}) on port {spec.port}")
+            started.append(runtime.launch(spec))
+            if aux.health is not None:
+                started[-1].wait_ready(aux.ready_timeout_s or recipe.protocol.ready_timeout_s)
+        spec = _launch_spec(run, recipe, root, backend, opts, aux_ports)
+        console.print(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
+        handle = runtime.launch(spec)
+        started.append(handle)
         health = handle.wait_ready(recipe.protocol.ready_timeout_s)
         console.print(f"{backend.name}: ready ({health.get('method', health.get('model', ''))})")
         write_json_atomic(run.file(f"logs/{backend.name}.health.json"), health)
-        return _protocol(run, recipe, backend, handle, prepared, rows, budget, opts)
+        alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
+        return _protocol(run, recipe, backend, handle, alive, prepared, rows, budget, opts)
     finally:
-        record = handle.stop(recipe.protocol.stop_grace_s)
-        records.append(record)
-        write_json_atomic(run.file("processes.json"), {"format_version": 1, "processes": [r.to_dict() for r in records]})
-        state = "stopped by us" if record.intentional else f"exited on its own (status {record.exit_status})"
-        console.print(f"{backend.name}: {state}; all processes gone: {record.exited}")
+        for process in reversed(started):  # stop the command first, then its aux processes
+            record = process.stop(recipe.protocol.stop_grace_s)
+            records.append(record)
+            write_json_atomic(run.file("processes.json"),
+                              {"format_version": 1, "processes": [r.to_dict() for r in records]})
+            state = "stopped by us" if record.intentional else f"exited on its own (status {record.exit_status})"
+            console.print(f"{record.name}: {state}; all processes gone: {record.exited}")
 
 
-def _launch_spec(run: RunDir, recipe: Recipe, root: Path, backend: Backend, opts: StudyOptions) -> LaunchSpec:
+def _launch_spec(run: RunDir, recipe: Recipe, root: Path, backend: Backend, opts: StudyOptions,
+                 aux_ports: dict[str, int], aux: AuxProcess | None = None) -> LaunchSpec:
     host = "127.0.0.1"
-    if backend.port is not None and port_in_use(host, backend.port):
-        raise BackendError(f"Port {backend.port} on {host}, fixed for backend {backend.name}, is already in use by "
+    name = backend.name if aux is None else f"{backend.name}.{aux.name}"
+    fixed = backend.port if aux is None else aux.port
+    if fixed is not None and port_in_use(host, fixed):
+        raise BackendError(f"Port {fixed} on {host}, fixed for {name}, is already in use by "
                            "another process; stop it or remove the fixed port from the recipe.")
-    port = backend.port or free_port(host)
+    port = fixed or free_port(host)
     # In a container the backend runs under the image's interpreter, not ours.
     python = "python3" if (opts.runtime or backend.runtime) == "docker" else sys.executable
     values = {"python": python, "host": host, "port": str(port), "inputs": str(root),
-              "run": str(run.path), "backend": backend.name}
-    where = f"backend {backend.name}"
-    argv = [substitute(a, values, where) for a in backend.command]
-    env = {k: substitute(v, values, where) for k, v in backend.env.items()}
+              "run": str(run.path), "backend": backend.name, "repro": str(REPRO_ROOT)}
+    where = f"backend {name}"
+    command, env_template = (backend.command, backend.env) if aux is None else (aux.command, aux.env)
+    argv = [substitute(a, values, where, aux_ports) for a in command]
+    env = {k: substitute(v, values, where, aux_ports) for k, v in env_template.items()}
     controls = recipe.controls
-    return LaunchSpec(name=backend.name, argv=argv, env=env, host=host, port=port, log_path=run.log_path(backend.name),
-                      health_path=backend.health, image=backend.image, read_only_mounts=(root,),
+    health = backend.health if aux is None else (aux.health or "/health")
+    return LaunchSpec(name=name, argv=argv, env=env, host=host, port=port, log_path=run.log_path(name),
+                      health_path=health, image=backend.image, read_only_mounts=(root,),
                       gpu_uuid=controls.gpu.uuid if controls.gpu else None, numa_node=controls.numa_node,
                       cpus=controls.cpus)
 
 
-def _protocol(run: RunDir, recipe: Recipe, backend: Backend, handle: RunningBackend, prepared: dict[str, list[Request]],
+def _protocol(run: RunDir, recipe: Recipe, backend: Backend, handle: RunningBackend, alive, prepared: dict[str, list[Request]],
               rows: RowWriter, budget: PassBudget, opts: StudyOptions) -> int:
     proto = recipe.protocol
     responses = ResponseLog(run.responses_path(backend.name))
     client = TimedClient(handle.spec.host, handle.spec.port, timeout_s=proto.request_timeout_s)
-    runner = PassRunner(backend.name, client, backend.endpoint, rows, responses, handle.alive)
+    runner = PassRunner(backend.name, client, backend.endpoint, rows, responses, alive)
     try:
         if proto.first_inference:
             _first_inference(runner, recipe, prepared)
         for workload in recipe.workloads:
             requests = prepared[workload.name]
-            _warmup(runner, recipe, workload, requests)
+            longest_pool = prepared[recipe.protocol.warmup.longest_of or workload.name]
+            _warmup(runner, recipe, workload, requests, longest_pool)
             feasibility, measured = recipe.passes_for(workload)
             plan = [("feasibility", i) for i in range(1, feasibility + 1)] + [("measured", i) for i in range(1, measured + 1)]
             for phase, index in plan:
@@ -218,17 +254,19 @@ def _longest(requests: list[Request]) -> Request:
 
 
 def _first_inference(runner: PassRunner, recipe: Recipe, prepared: dict[str, list[Request]]) -> None:
-    every = [r for name in prepared for r in prepared[name]]
-    req = _longest(every) if recipe.protocol.warmup.longest_first else every[0]
+    warm = recipe.protocol.warmup
+    every = prepared[warm.longest_of] if warm.longest_of else [r for name in prepared for r in prepared[name]]
+    req = _longest(every) if warm.longest_first else every[0]
     row = runner.request(req, workload=recipe.workloads[0].name, phase="first", pass_index=1, seq=0)
     if not row.ok or row.probability is None or row.decision is None or row.input_tokens is None:
         raise BackendError(f"Backend {runner.backend}: the first inference after readiness failed its check "
                            f"(finite probability, usage, decision): {row.error or 'incomplete answer'}.")
 
 
-def _warmup(runner: PassRunner, recipe: Recipe, workload: Workload, requests: list[Request]) -> None:
+def _warmup(runner: PassRunner, recipe: Recipe, workload: Workload, requests: list[Request],
+            longest_pool: list[Request]) -> None:
     warm = recipe.protocol.warmup
-    batch = ([_longest(requests)] if warm.longest_first else []) + requests[: warm.requests]
+    batch = ([_longest(longest_pool)] if warm.longest_first else []) + requests[: warm.requests]
     for seq, req in enumerate(batch):
         row = runner.request(req, workload=workload.name, phase="warmup", pass_index=1, seq=seq)
         if not row.ok:

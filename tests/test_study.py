@@ -136,3 +136,24 @@ def test_ctrl_c_during_a_pass(tmp_path):
     assert len(read_rows(run.rows_path)) >= 4
     (record,) = json.loads(run.file("processes.json").read_text())["processes"]
     assert record["exited"]
+
+
+def test_aux_process_starts_first_and_stops_last(tmp_path):
+    worker = dict(scripted_backend("worker"))
+    worker.pop("name")
+    front = scripted_backend("one")
+    front["env"]["SCRIPTED_UPSTREAM"] = "http://127.0.0.1:{port.worker}"
+    front["aux"] = [{"name": "worker", **worker}]
+    run = _run(write_study(tmp_path, [front], n=2), tmp_path)
+    records = json.loads(run.file("processes.json").read_text())["processes"]
+    assert [r["name"] for r in records] == ["one", "one.worker"]
+    assert all(r["intentional"] and r["exited"] for r in records)
+    worker_port = (run.path / "logs" / "one.worker.log").read_text().split("127.0.0.1:")[1].split()[0]
+    assert f"upstream=http://127.0.0.1:{worker_port}" in (run.path / "logs" / "one.log").read_text()
+
+
+def test_aux_process_dying_stops_the_run(tmp_path):
+    front = scripted_backend("one")
+    front["aux"] = [{"name": "worker", "command": ["{python}", "-c", "import time; time.sleep(1.5)"], "health": None}]
+    with pytest.raises(RunIncomplete, match="died during"):
+        _run(write_study(tmp_path, [front], n=40), tmp_path)

@@ -68,7 +68,8 @@ def main():
     if FAULT == "ignore_sigterm":
         signal.signal(signal.SIGTERM, lambda *a: print("ignoring SIGTERM", flush=True))
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    print(f"scripted backend on 127.0.0.1:{port} fault={FAULT} after={AFTER}", flush=True)
+    print(f"scripted backend on 127.0.0.1:{port} fault={FAULT} after={AFTER} "
+          f"upstream={os.environ.get('SCRIPTED_UPSTREAM', '-')}", flush=True)
     server.serve_forever()
 
 
