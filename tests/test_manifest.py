@@ -102,3 +102,11 @@ def test_wrong_kind_of_key_is_refused(tmp_path):
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     with pytest.raises(VerificationError):
         write_manifest(run.path, key_path=other)
+
+
+def test_exported_names_exist():
+    import openjev_repro.audit as audit
+    import openjev_repro.manifest as manifest
+
+    for module in (manifest, audit):
+        assert all(hasattr(module, name) for name in module.__all__)
