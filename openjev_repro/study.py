@@ -10,7 +10,6 @@ import re
 import shutil
 import socket
 import sys
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -20,12 +19,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .errors import BackendError, RecipeError, ReproError, RunIncomplete
 from .evidence import RunDir, write_json_atomic
+from .host.session import HostSession
 from .inputs import checks_table, require_all_ok, verify_inputs
 from .passes import PassBudget, PassRunner, ResponseLog
 from .plan import REPRO_ROOT
 from .recipe import AuxProcess, Backend, Recipe, Workload, inputs_root, load_recipe
 from .rows import RowWriter, read_rows
 from .runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
+from .runtime.local import LocalRuntime
 from .timed_client import TimedClient
 from .workload import Request, load_tasks, prepare, select
 
@@ -48,6 +49,7 @@ class StudyOptions:
     inputs_root: Path | None = None
     key_path: Path | None = None  # Ed25519 private key; None: unsigned
     allow_busy: bool = False
+    gpu_backend: object | None = None  # a host.GpuBackend; None: NVML or nvidia-smi (tests pass FakeGpus)
     console: Console = field(default_factory=lambda: Console(stderr=True))
 
 
@@ -148,10 +150,19 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions) -> Non
     budget = PassBudget({(b.name, w.name): recipe.passes_for(w)[1] for b in recipe.backends for w in recipe.workloads})
     records: list[ExitRecord] = []
     failures = 0
-    with RowWriter(run.rows_path) as rows:
-        for backend in recipe.backends:
-            with _step(run, f"backend:{backend.name}"):
-                failures += _run_backend(run, recipe, root, backend, workloads, rows, budget, records, opts)
+    host = HostSession(recipe.controls, run.path, allow_busy=opts.allow_busy, backend=opts.gpu_backend)
+    with _step(run, "host-controls"):
+        host.__enter__()
+    try:
+        with RowWriter(run.rows_path) as rows:
+            for backend in recipe.backends:
+                with _step(run, f"backend:{backend.name}"):
+                    failures += _run_backend(run, recipe, root, backend, workloads, rows, budget, records, host, opts)
+    finally:
+        host_json = host.close([int(r.ident) for r in records if r.runtime == "local"])
+    cleanup = host_json.get("cleanup")
+    if cleanup is not None and not cleanup.get("passed"):
+        raise BackendError(f"Cleanup checks failed after the study: {cleanup}.")
     leftovers = [r for r in records if not r.exited]
     if leftovers:
         raise BackendError(f"Processes still alive after stop: {', '.join(r.ident for r in leftovers)}.")
@@ -165,9 +176,11 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions) -> Non
 
 
 def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, workloads: dict, rows: RowWriter,
-                 budget: PassBudget, records: list[ExitRecord], opts: StudyOptions) -> int:
+                 budget: PassBudget, records: list[ExitRecord], host: HostSession, opts: StudyOptions) -> int:
     console = opts.console
     runtime = get_runtime(opts.runtime or backend.runtime)
+    if isinstance(runtime, LocalRuntime):
+        runtime.prefix = host.command_prefix()
     prepared = {name: prepare(tasks, backend.model) for name, tasks in workloads.items()}
     started: list[RunningBackend] = []  # aux processes first, the client-facing command last
     aux_ports: dict[str, int] = {}
@@ -186,8 +199,10 @@ def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, work
         health = handle.wait_ready(recipe.protocol.ready_timeout_s)
         console.print(f"{backend.name}: ready ({health.get('method', health.get('model', ''))})")
         write_json_atomic(run.file(f"logs/{backend.name}.health.json"), health)
+        for process in started:  # read once ready: numactl binds, then execs under the same pid
+            host.record_binding(process.spec.name, getattr(getattr(process, "proc", None), "pid", None))
         alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
-        return _protocol(run, recipe, backend, handle, alive, prepared, rows, budget, opts)
+        return _protocol(run, recipe, backend, handle, alive, prepared, rows, budget, host, opts)
     finally:
         for process in reversed(started):  # stop the command first, then its aux processes
             record = process.stop(recipe.protocol.stop_grace_s)
@@ -224,7 +239,7 @@ def _launch_spec(run: RunDir, recipe: Recipe, root: Path, backend: Backend, opts
 
 
 def _protocol(run: RunDir, recipe: Recipe, backend: Backend, handle: RunningBackend, alive, prepared: dict[str, list[Request]],
-              rows: RowWriter, budget: PassBudget, opts: StudyOptions) -> int:
+              rows: RowWriter, budget: PassBudget, host: HostSession, opts: StudyOptions) -> int:
     proto = recipe.protocol
     responses = ResponseLog(run.responses_path(backend.name))
     client = TimedClient(handle.spec.host, handle.spec.port, timeout_s=proto.request_timeout_s)
@@ -241,7 +256,10 @@ def _protocol(run: RunDir, recipe: Recipe, backend: Backend, handle: RunningBack
             for phase, index in plan:
                 if phase == "measured":
                     budget.claim(backend.name, workload.name, index)
+                label = f"{backend.name}/{workload.name}/{phase}-{index}"
+                host.begin(label)
                 _timed_pass(runner, requests, workload.name, phase, index, opts.console)
+                host.end(label)
     finally:
         client.close()
         responses.close()

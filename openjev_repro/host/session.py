@@ -1,0 +1,101 @@
+"""A recipe's controls applied for the length of one study: reservation, exact device,
+NUMA/CPU binding, memory samples and the cleanup checks, written to host.json and memory.jsonl."""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from ..errors import RunIncomplete
+from ..evidence import write_json_atomic
+from ..recipe import Controls, parse_duration
+from .backend import GpuBackend, detect_backend
+from .device import check_cleanup, check_device
+from .inventory import host_record
+from .memory import MemorySampler
+from .numa import effective_binding, numa_prefix
+from .reservation import reserve_gpus
+
+__all__ = ["HostSession"]
+
+
+class HostSession:
+    """Enter before the first backend starts; close after the last one stopped.
+
+    Without controls (a laptop, CI) it records that nothing was controlled and changes nothing.
+    """
+
+    def __init__(self, controls: Controls, run_path: Path, *, allow_busy: bool = False,
+                 backend: GpuBackend | None = None) -> None:
+        self.controls = controls
+        self.run_path = run_path
+        self.allow_busy = allow_busy or controls.allow_busy
+        self._gpu_backend = backend
+        self._stack = ExitStack()
+        self.reservation = None
+        self.device: dict | None = None
+        self.sampler: MemorySampler | None = None
+        self.bindings: dict[str, dict] = {}
+        self.deadline: float | None = None
+
+    def __enter__(self) -> "HostSession":
+        gpu = self.controls.gpu
+        reservation = self.controls.reservation
+        if reservation is not None:
+            self.deadline = time.monotonic() + parse_duration(reservation.timeout)
+        if gpu is None:
+            return self
+        backend = self._gpu_backend or detect_backend()
+        self._gpu_backend = backend
+        if reservation is not None:
+            self.reservation = self._stack.enter_context(
+                reserve_gpus([gpu.uuid], wait_s=parse_duration(reservation.wait), note=reservation.note))
+        self.device = check_device(backend, gpu.index, gpu.uuid, allow_busy=self.allow_busy)
+        self.device["allow_busy"] = self.allow_busy
+        period = self.controls.memory_sample_period_ms / 1000
+        self.sampler = self._stack.enter_context(MemorySampler(backend, gpu.uuid, period_s=period))
+        return self
+
+    def command_prefix(self) -> list[str]:
+        """numactl for the local runtime when the recipe binds a NUMA node."""
+        if self.controls.numa_node is None:
+            return []
+        return numa_prefix(self.controls.numa_node, self.controls.cpus)
+
+    def record_binding(self, name: str, pid: int | None) -> None:
+        if pid is not None:
+            self.bindings[name] = effective_binding(pid)
+
+    def begin(self, label: str) -> None:
+        self._check_deadline(label)
+        if self.sampler is not None:
+            self.sampler.begin(label)
+
+    def end(self, label: str) -> None:
+        if self.sampler is not None:
+            self.sampler.end(label)
+
+    def _check_deadline(self, label: str) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise RunIncomplete(f"The reservation timeout ({self.controls.reservation.timeout}) passed before "
+                                f"{label}; the study stops here.")
+
+    def close(self, pids: list[int]) -> dict:
+        """Stop sampling, check cleanup, release the GPU, write host.json (and memory.jsonl)."""
+        cleanup = None
+        try:
+            if self.sampler is not None:
+                self.sampler.stop()
+                self.sampler.write(self.run_path / "memory.jsonl")
+            if self.device is not None:
+                cleanup = check_cleanup(self._gpu_backend, self.controls.gpu.uuid,
+                                        self.device["memory_used_at_start_mib"], pids=pids, pgids=pids)
+        finally:
+            self._stack.close()
+        record = host_record(self.reservation.to_dict() if self.reservation else None, self.device,
+                             {"prefix": self.command_prefix(), "effective": self.bindings},
+                             cleanup, self.sampler.summary() if self.sampler else None)
+        record["controlled"] = self.controls.gpu is not None
+        write_json_atomic(self.run_path / "host.json", record)
+        return record
