@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import ssl
 import statistics
 import subprocess
 import time
@@ -89,6 +90,16 @@ def _sha256sum(paths: list[Path]) -> dict[Path, str]:
     return {p: line.split()[0] for p, line in zip(paths, out.splitlines())}
 
 
+def _implementations() -> dict[str, Any]:
+    """What each side runs on: the likely cause of any difference in throughput."""
+    version = subprocess.run(["sha256sum", "--version"], capture_output=True, text=True).stdout.splitlines()
+    try:
+        sha_ni = " sha_ni" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        sha_ni = None
+    return {"ours": f"hashlib ({ssl.OPENSSL_VERSION})", "sha256sum": version[0] if version else "unknown", "cpu_sha_ni": sha_ni}
+
+
 def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     start = time.perf_counter()
     value = fn()
@@ -132,6 +143,7 @@ def run_hash_bench(
         "rounds": rounds,
         "workers": workers or min(len(files), len(os.sched_getaffinity(0))),
         "cache": "warm: every file read once before timing; both sides read from the page cache",
+        "implementations": _implementations(),
         "cases": out,
     }
 
