@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,24 @@ def test_cli_bench_calibrate_prints_json() -> None:
     proc = run_invoke("bench-calibrate", "--requests", "20")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["n"] == 20
+
+
+def test_loopback_server_exits_when_its_parent_dies() -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "from openjev_repro.bench.server import LoopbackServer as S; s = S().__enter__(); "
+         "print(s._proc.pid, flush=True); import os; os._exit(0)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    child = int(parent.stdout.readline())
+    parent.wait(timeout=10)
+    parent.stdout.close()
+    for _ in range(100):
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return
+        if state == "Z":  # exited; only waiting for a PID 1 that may never reap it
+            return
+        time.sleep(0.05)
+    os.kill(child, 9)
+    pytest.fail("the loopback server outlived its parent")

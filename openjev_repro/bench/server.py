@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import selectors
 import socket
 import subprocess
 import sys
+import threading
 from types import TracebackType
+
+from ..errors import BackendError
 
 __all__ = ["SYSTEMONE_REQUEST", "SYSTEMONE_RESPONSE", "LoopbackServer", "fixed_response", "serve"]
 
@@ -115,6 +119,12 @@ def serve(port: int = 0, body: bytes = SYSTEMONE_RESPONSE) -> None:
                 key.fileobj.close()
 
 
+def _exit_with_parent() -> None:
+    """Stop when stdin reaches EOF: the parent closed it or died, so nobody needs us."""
+    sys.stdin.read()
+    os._exit(0)
+
+
 class LoopbackServer:
     """Run `serve` in a child process for the duration of a `with` block."""
 
@@ -127,6 +137,7 @@ class LoopbackServer:
     def __enter__(self) -> LoopbackServer:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "openjev_repro.bench.server", "--body-hex", self.body.hex()],
+            stdin=subprocess.PIPE,  # closed when we exit, however we exit: the server follows
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -135,7 +146,10 @@ class LoopbackServer:
         if not line.startswith("listening "):
             self._proc.kill()
             self._proc.wait()
-            raise RuntimeError(f"the loopback benchmark server did not start (it printed {line!r}).")
+            raise BackendError(
+                f"the loopback benchmark server did not start (it printed {line!r}); "
+                "run `python -m openjev_repro.bench.server` to see why."
+            )
         self.port = int(line.split()[1])
         return self
 
@@ -145,7 +159,8 @@ class LoopbackServer:
         if self._proc is not None:
             self._proc.terminate()
             self._proc.wait(timeout=10)
-            self._proc.stdout.close()  # type: ignore[union-attr]
+            for pipe in (self._proc.stdin, self._proc.stdout):
+                pipe.close()  # type: ignore[union-attr]
 
 
 if __name__ == "__main__":
@@ -153,6 +168,7 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--body-hex", default=SYSTEMONE_RESPONSE.hex())
     args = parser.parse_args()
+    threading.Thread(target=_exit_with_parent, daemon=True).start()
     try:
         serve(args.port, bytes.fromhex(args.body_hex))
     except KeyboardInterrupt:
