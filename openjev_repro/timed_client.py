@@ -150,15 +150,15 @@ class TimedClient:
                 f"{self._host_header} sent nothing for {self.timeout_s:g} s during a request; "
                 "the backend is stuck or overloaded (the request was not retried)."
             ) from exc
-        except ProtocolError:
-            self._discard()
-            raise
         except OSError as exc:
             self._discard()
             raise ClientError(
                 f"the connection to {self._host_header} failed during a request: "
                 f"{exc.strerror or exc}; the request was not retried."
             ) from exc
+        except BaseException:  # our own errors, or an interrupt: the stream is mid-response
+            self._discard()
+            raise
         try:
             return self._finish(frame, start, end)
         except MalformedResponse:

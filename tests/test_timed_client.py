@@ -321,6 +321,7 @@ def test_close_before_any_response_raises_and_is_not_retried(scripted) -> None:
     with TimedClient("127.0.0.1", server.port, timeout_s=5) as client:
         with pytest.raises(ClientError, match="not retried"):
             client.request("POST", "/v1/systemone", b"{}")
+        assert client._sock is None  # the broken connection is dropped at once
         time.sleep(0.05)
         assert len(server.requests) == 1
         # The next request opens a fresh connection rather than using the broken one.
