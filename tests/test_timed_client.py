@@ -384,7 +384,8 @@ def test_connection_refused_is_a_client_error() -> None:
     "wire, message",
     [
         (b"SSH-2.0-OpenSSH\r\n\r\n", "HTTP/1.x status line"),
-        (b"HTTP/1.1 2x0 OK\r\n\r\n", "three digits"),
+        (b"HTTP/1.1 20\r\n\r\n", "three-digit code"),
+        (b"HTTP/1.1 2x0 OK\r\n\r\n", "three-digit code"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n", "not a number"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc", "conflicting Content-Length"),
         (b"HTTP/1.1 200 OK\r\nno colon here\r\nContent-Length: 0\r\n\r\n", "not 'Name: value'"),

@@ -2,12 +2,15 @@
 
 Each benchmark returns a JSON-able record (header from `machine.result_header`) and has a
 formatter for the terminal; `openjev_repro/cli/bench.py` wires them to invoke tasks.
+
+Names are imported on first use: the loopback server child process imports this package and
+should not pay for httpx or cryptography, which only the benchmarks need.
 """
 
-from .calibration import calibrate_client_overhead
-from .client_bench import format_client_table, run_client_bench
-from .hash_bench import BenchUsageError, format_hash_table, parse_sizes, run_hash_bench
-from .machine import write_result
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = [
     "BenchUsageError",
@@ -19,3 +22,20 @@ __all__ = [
     "run_hash_bench",
     "write_result",
 ]
+
+_HOME = {
+    "BenchUsageError": "hash_bench",
+    "calibrate_client_overhead": "calibration",
+    "format_client_table": "client_bench",
+    "format_hash_table": "hash_bench",
+    "parse_sizes": "hash_bench",
+    "run_client_bench": "client_bench",
+    "run_hash_bench": "hash_bench",
+    "write_result": "machine",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)

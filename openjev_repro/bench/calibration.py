@@ -8,6 +8,7 @@ client and loopback.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..timed_client import TimedClient, build_request
@@ -22,7 +23,8 @@ _WARMUP = 50
 def calibrate_client_overhead(n: int = 500) -> dict[str, Any]:
     """Time `n` requests (after a warm-up of 50) of TimedClient against a no-op loopback server.
 
-    Returns {"n", "p50_us", "p99_us", "mean_us", "min_us", "connections_opened", "method"}.
+    Returns {"n", "p50_us", "p99_us", "mean_us", "min_us", "connections_opened",
+    "load_average_1m", "method"}.
     Takes well under a second on an idle machine (most of it starting the server process).
     """
     with LoopbackServer() as server, TimedClient("127.0.0.1", server.port, timeout_s=10) as client:
@@ -41,6 +43,7 @@ def calibrate_client_overhead(n: int = 500) -> dict[str, Any]:
     return {
         **stats,
         "connections_opened": connections,
+        "load_average_1m": round(os.getloadavg()[0], 2),  # other work on the host inflates p50/p99
         "method": (
             f"TimedClient POST /v1/systemone ({len(wire)} request bytes) to a no-op HTTP/1.1 server in a "
             f"child process on 127.0.0.1 answering {len(server.response)} bytes; {n} requests after "

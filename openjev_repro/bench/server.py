@@ -23,7 +23,7 @@ from types import TracebackType
 
 from ..errors import BackendError
 
-__all__ = ["SYSTEMONE_REQUEST", "SYSTEMONE_RESPONSE", "LoopbackServer", "fixed_response", "serve"]
+__all__ = ["SYSTEMONE_REQUEST", "SYSTEMONE_RESPONSE", "LoopbackServer", "fixed_response", "main", "serve"]
 
 SYSTEMONE_RESPONSE: bytes = json.dumps(
     {
@@ -136,7 +136,7 @@ class LoopbackServer:
 
     def __enter__(self) -> LoopbackServer:
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "openjev_repro.bench.server", "--body-hex", self.body.hex()],
+            [sys.executable, "-c", "from openjev_repro.bench.server import main; main()", "--body-hex", self.body.hex()],
             stdin=subprocess.PIPE,  # closed when we exit, however we exit: the server follows
             stdout=subprocess.PIPE,
             text=True,
@@ -163,13 +163,17 @@ class LoopbackServer:
                 pipe.close()  # type: ignore[union-attr]
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m openjev_repro.bench.server", description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--body-hex", default=SYSTEMONE_RESPONSE.hex())
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     threading.Thread(target=_exit_with_parent, daemon=True).start()
     try:
         serve(args.port, bytes.fromhex(args.body_hex))
     except KeyboardInterrupt:
         pass
+
+
+if __name__ == "__main__":
+    main()
