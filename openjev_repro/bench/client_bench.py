@@ -1,8 +1,8 @@
 """How much latency the timed client adds: raw socket vs TimedClient vs httpx, one run.
 
 All clients talk to the same `LoopbackServer` (its own process) over their own keep-alive
-connection, alternating request by request (the order rotates every round) so that drift in
-the machine's load touches all of them alike. Latencies:
+connection, alternating request by request (each round takes the next of all orders of the
+clients) so that drift in the machine's load and cache effects touch all of them alike. Latencies:
 
     raw-socket          sendall of prebuilt bytes, recv_into until the known length: the floor
     timed-client        TimedClient's own end_ns - start_ns: what a study records
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import itertools
 import socket
 import time
 from typing import Any, Callable
@@ -32,6 +33,7 @@ from .stats import summarize_ns
 __all__ = ["run_client_bench", "format_client_table"]
 
 _ns = time.monotonic_ns
+_SERIES = ("raw-socket", "timed-client", "timed-client-wall", "httpx")
 # A call sends one request and returns ([(series, latency_ns), ...], body).
 Call = Callable[[], tuple[list[tuple[str, int]], bytes]]
 
@@ -100,8 +102,8 @@ def run_client_bench(n: int = 2000, warmup: int = 200, progress: Callable[[int],
         raise AssertionError(f"response bodies differ between clients: {sorted(digests)} vs server {expected}")
     floor = summarize_ns(samples["raw-socket"])["p50_us"]
     clients = {}
-    for name, series in samples.items():
-        s = summarize_ns(series)
+    for name in _SERIES:
+        s = summarize_ns(samples[name])
         clients[name] = {**s, "p50_ratio_to_raw": round(s["p50_us"] / floor, 3)}
     return {
         **result,
@@ -120,10 +122,12 @@ def _alternate(
 ) -> tuple[dict[str, list[int]], set[str]]:
     samples: dict[str, list[int]] = {}
     digests: set[str] = set()
+    # Every order in turn: each client follows each other equally often. (Plain rotation
+    # keeps the cyclic order, so one client would always follow httpx and its cold caches.)
+    orders = list(itertools.permutations(calls))
     gc.collect()
     for i in range(warmup + n):
-        k = i % len(calls)
-        for call in calls[k:] + calls[:k]:  # rotate who goes first
+        for call in orders[i % len(orders)]:
             points, body = call()
             digests.add(hashlib.sha256(body).hexdigest())
             if i >= warmup:
