@@ -105,7 +105,10 @@ def build_request(
         lines.append(f"{name}: {value}")
     if "content-length" not in given and (body or method in ("POST", "PUT", "PATCH")):
         lines.append(f"Content-Length: {len(body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    try:
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    except UnicodeEncodeError as exc:
+        raise ClientError(f"request line or headers contain {exc.object[exc.start:exc.end]!r}, which HTTP/1.1 cannot carry; percent-encode it.") from None
 
 
 class TimedClient:

@@ -189,7 +189,7 @@ def test_request_bytes_are_exactly_what_build_request_makes(scripted) -> None:
 
 @pytest.mark.parametrize(
     "method, path, headers",
-    [("GE T", "/", {}), ("GET", "no-slash", {}), ("GET", "/a b", {}), ("GET", "/", {"X": "a\r\nInjected: 1"}), ("GET", "/", {"Bad:Name": "v"})],
+    [("GE T", "/", {}), ("GET", "no-slash", {}), ("GET", "/a b", {}), ("GET", "/", {"X": "a\r\nInjected: 1"}), ("GET", "/", {"Bad:Name": "v"}), ("GET", "/caf\u00e9\u2603", {})],
 )
 def test_bad_request_parts_are_refused_before_sending(method, path, headers) -> None:
     with pytest.raises(ClientError):
