@@ -24,7 +24,7 @@ fi
 step "building the offline reference image"
 .venv/bin/invoke build --backend reference --offline
 step "docker tests"
-.venv/bin/pytest -q -m docker tests/test_docker_runtime.py tests/test_images.py
+.venv/bin/pytest -q tests/test_docker_runtime.py
 if .venv/bin/invoke --list 2>/dev/null | grep -q '^  study '; then
   step "demo study with --runtime docker"
   .venv/bin/invoke study --recipe recipes/demo.yaml --runtime docker

@@ -6,7 +6,10 @@ import hashlib
 import io
 import os
 import subprocess
+import socket
 import sys
+import time
+import urllib.request
 import tarfile
 from pathlib import Path
 
@@ -222,3 +225,31 @@ def test_daemon_absent_says_how_to_start_it(tmp_path):
     assert done.returncode == 1, done.stderr
     assert f"Cannot reach the Docker daemon at unix://{tmp_path}/no-docker.sock" in done.stderr
     assert "dockerd" in done.stderr and "--runtime local" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_docker_runtime_without_daemon_fails_clearly_and_local_still_works(tmp_path, monkeypatch):
+    from openjev_repro.runtime import LaunchSpec, get_runtime
+
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)]
+    spec = LaunchSpec(name="t", argv=argv, env={}, host="127.0.0.1", port=port, log_path=tmp_path / "log",
+                      image="openjev-repro/reference-cpu:offline", health_path="/")
+    with pytest.raises(DockerError, match="Cannot reach the Docker daemon.*--runtime local"):
+        get_runtime("docker").launch(spec)
+    backend = get_runtime("local").launch(spec)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as resp:
+                    assert resp.status == 200
+                    break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("the local runtime's server never answered")
+    finally:
+        assert backend.stop(grace_s=5).exited
