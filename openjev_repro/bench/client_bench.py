@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import httpx
 
+from ..errors import BackendError
 from ..timed_client import TimedClient, build_request
 from .machine import result_header
 from .server import SYSTEMONE_REQUEST, LoopbackServer
@@ -49,7 +50,10 @@ def _raw_socket(port: int, wire: bytes, response_len: int, body_len: int) -> tup
         start = _ns()
         sock.sendall(wire)
         while got < response_len:
-            got += sock.recv_into(view[got:])
+            n = sock.recv_into(view[got:])
+            if not n:
+                raise BackendError("the loopback benchmark server closed the connection mid-response.")
+            got += n
         end = _ns()
         return [("raw-socket", end - start)], bytes(buf[response_len - body_len :])
 
