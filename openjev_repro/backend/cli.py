@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         server.shutdown()
         return 1
     _event("ready", seconds=round(time.perf_counter() - started, 3), **server.model.describe())
-    stop.wait()
+    while not stop.wait(0.5):  # a timed wait: some sandboxes never wake an untimed one for a signal
+        pass
     server.shutdown()
     server.server_close()
     return 0

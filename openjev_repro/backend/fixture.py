@@ -230,7 +230,7 @@ def build_fixture(out: Path, seed: int = FIXTURE_SEED) -> list[Path]:
     peft_model = random_adapter(model, seed, FIXTURE_ID)
     write_json(out / "adapter" / "adapter_config.json", _lora_config(FIXTURE_ID))
     from peft import get_peft_model_state_dict
-    lora = {k: v.contiguous() for k, v in sorted(get_peft_model_state_dict(peft_model).items())}
+    lora = {k: v.contiguous() for k, v in sorted(get_peft_model_state_dict(peft_model, save_embedding_layers=False).items())}
     save_file(lora, str(out / "adapter" / "adapter_model.safetensors"), metadata={"format": "pt"})
 
     tokenizer = AutoTokenizer.from_pretrained(str(base), local_files_only=True)

@@ -4,8 +4,9 @@ Transformers decides at import time of `modeling_qwen3_5` whether to bind flash-
 (FLA) and causal-conv1d. The published "Raw HF" baseline makes both availability checks return
 False *before* the model classes are imported, so every Gated DeltaNet layer falls back to the
 PyTorch references. Module layouts differ between Transformers releases, so `block_optional_kernels`
-patches every copy of the checks it can find and, if the modeling module was imported already,
-also resets its module-level kernel bindings. `bound_implementations` then reads what each layer
+patches every copy of the checks it can find, hides the two packages from `importlib` (newer
+releases, e.g. 5.17, resolve kernels by importing the package inside a decorator at module import),
+and, if the modeling module was imported already, resets its module-level kernel bindings. `bound_implementations` then reads what each layer
 really holds, and `assert_reference` refuses anything else.
 """
 
@@ -22,6 +23,7 @@ _CHECKS = ("is_flash_linear_attention_available", "is_causal_conv1d_available")
 _KERNEL_GLOBALS = ("causal_conv1d_fn", "causal_conv1d_update", "chunk_gated_delta_rule",
                    "fused_recurrent_gated_delta_rule", "FusedRMSNormGated")
 _MODELING = "transformers.models.qwen3_5.modeling_qwen3_5"
+_PACKAGES = ("fla", "causal_conv1d")
 
 # What a raw-mode layer must be bound to (names as `bound_implementations` reports them).
 REFERENCE = {"chunk_gated_delta_rule": "torch_chunk_gated_delta_rule",
@@ -38,6 +40,10 @@ def block_optional_kernels() -> list[str]:
     import transformers.utils.import_utils as import_utils
 
     patched: list[str] = []
+    for package in _PACKAGES:  # `import fla` now raises ImportError in this process
+        if sys.modules.get(package, "absent") is not None:
+            sys.modules[package] = None  # type: ignore[assignment]
+            patched.append(f"sys.modules[{package!r}]")
     for name in _CHECKS:
         if hasattr(import_utils, name):
             setattr(import_utils, name, _false)
@@ -70,6 +76,29 @@ def _name(obj: Any) -> str:
     return f"{module}.{name}" if module else name
 
 
+def _implementation(fn: Any) -> tuple[Any, bool]:
+    """(what `fn` really calls, whether that is the PyTorch reference).
+
+    Transformers 5.10 binds FLA / causal-conv1d functions (or None) as layer attributes; later
+    releases wrap the reference in a decorator whose closure holds `implementation` and
+    `torch_function`. `functools.wraps` copies the reference's name, so the closure is what counts.
+    """
+    code, closure = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
+    if code is not None and closure and "implementation" in code.co_freevars:
+        cells = dict(zip(code.co_freevars, (c.cell_contents for c in closure)))
+        impl = cells["implementation"]
+        return impl, impl is cells.get("torch_function", impl)
+    return fn, getattr(fn, "__name__", "").startswith("torch_")
+
+
+def _kernel(attn: Any, attribute: str, module_global: str) -> Any:
+    """The function a layer calls: its attribute (5.10) or its modeling module's global (later)."""
+    if attribute in vars(attn):
+        return vars(attn)[attribute]
+    module = sys.modules.get(type(attn).__module__)
+    return getattr(module, module_global, None) if module is not None else None
+
+
 def _linear_layers(model: Any) -> list[tuple[int, Any]]:
     layers = []
     for index, layer in enumerate(getattr(model, "layers", [])):
@@ -84,10 +113,12 @@ def bound_implementations(model: Any) -> dict[str, Any]:
     seen: dict[str, set[str]] = {"chunk_gated_delta_rule": set(), "causal_conv1d_fn": set(), "norm": set()}
     layers = _linear_layers(model)
     for _index, attn in layers:
-        seen["chunk_gated_delta_rule"].add(getattr(getattr(attn, "chunk_gated_delta_rule", None),
-                                                   "__name__", "None"))
-        conv = getattr(attn, "causal_conv1d_fn", None)
-        seen["causal_conv1d_fn"].add("torch (F.conv1d)" if conv is None else _name(conv))
+        chunk = _kernel(attn, "chunk_gated_delta_rule", "torch_chunk_gated_delta_rule")
+        impl, reference = _implementation(chunk)
+        seen["chunk_gated_delta_rule"].add("torch_chunk_gated_delta_rule" if reference else _name(impl))
+        conv = _kernel(attn, "causal_conv1d_fn", "causal_conv1d_fn")
+        impl, reference = _implementation(conv) if conv is not None else (None, True)
+        seen["causal_conv1d_fn"].add("torch (F.conv1d)" if reference else _name(impl))
         seen["norm"].add(type(getattr(attn, "norm", None)).__name__)
     full = sum(1 for layer in getattr(model, "layers", []) if getattr(layer, "self_attn", None) is not None)
     attn_impl = getattr(getattr(model, "config", None), "_attn_implementation", None)

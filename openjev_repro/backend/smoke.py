@@ -1,0 +1,107 @@
+"""Smoke benchmark: start several reference-backend configurations, run a request file, print figures.
+
+    python -m openjev_repro.backend.smoke --checkpoint DIR --requests FILE [--device cuda] [--passes 2]
+
+Each configuration (raw; fast; fast with --cuda-graphs 8 and 64 on CUDA) runs as its own server
+subprocess on a free loopback port: one warm-up pass, then timed passes. It prints mean / max
+latency, the largest probability difference to raw, differing decisions, and the /health report
+(bound kernels, CUDA Graph captures, replays and evictions). Figures, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+__all__ = ["main"]
+
+
+def _start(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "openjev_repro.backend", "--port", "0", *args],
+                            stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    deadline = time.monotonic() + 600
+    url = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith('{"event": "listening"'):
+                url = f"http://127.0.0.1:{json.loads(line)['port']}"
+            if line.startswith('{"event": "ready"') and url:
+                return proc, url
+        time.sleep(0.2)
+    raise SystemExit(f"server never became ready:\n{log.read_text()[-3000:]}")
+
+
+def _pass(client: httpx.Client, url: str, bodies: list[bytes]) -> tuple[list[float], list[float]]:
+    latencies, probs = [], []
+    for body in bodies:
+        started = time.perf_counter()
+        response = client.post(f"{url}/v1/systemone", content=body)
+        latencies.append(time.perf_counter() - started)
+        response.raise_for_status()
+        probs.append(response.json()["answers"]["q"]["noul"])
+    return latencies, probs
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--requests", required=True, type=Path)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--passes", type=int, default=2)
+    p.add_argument("--max-length", default="16384")
+    p.add_argument("--logs", type=Path, default=Path("."))
+    a = p.parse_args(argv)
+    tasks = [json.loads(line) for line in a.requests.read_text().splitlines() if line.strip()]
+    bodies = [json.dumps({"model": "open-jev", "state": t["state"], "questions": {"q": t["question"]}}).encode()
+              for t in tasks]
+    import torch
+    configs = {"raw": ["--mode", "raw"], "fast": ["--mode", "fast"]}
+    if torch.cuda.is_available() and a.device != "cpu":
+        configs.update({"fast-graphs-8": ["--mode", "fast", "--cuda-graphs", "8"],
+                        "fast-graphs-64": ["--mode", "fast", "--cuda-graphs", "64"]})
+    reference: list[float] | None = None
+    for name, extra in configs.items():
+        proc, url = _start(["--checkpoint", a.checkpoint, "--device", a.device, "--max-length", a.max_length, *extra],
+                           a.logs / f"smoke-{name}.log")
+        try:
+            with httpx.Client(timeout=300) as client:
+                _pass(client, url, bodies)  # warm-up / feasibility, excluded
+                print(f"{name}: warm-up pass done", flush=True)
+                means, probs = [], []
+                for _ in range(a.passes):
+                    lat, pr = _pass(client, url, bodies)
+                    means.append(1000 * statistics.mean(lat))
+                    print(f"{name}: pass mean {means[-1]:.2f} ms", flush=True)
+                    if probs and pr != probs:
+                        print(f"{name}: probabilities changed between passes")
+                    probs = pr
+                health = client.get(f"{url}/health").json()
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                print(f"{name}: server ignored SIGTERM for 30 s; killed", flush=True)
+                proc.kill()
+                proc.wait()
+        reference = reference or probs
+        delta = max(abs(x - y) for x, y in zip(probs, reference))
+        differ = sum((x >= 0.5) != (y >= 0.5) for x, y in zip(probs, reference))
+        print(f"{name:15s} n={len(bodies)} pass means ms={[round(m, 2) for m in means]} "
+              f"max|dp| vs raw={delta:.2e} differing decisions={differ} yes={sum(x >= 0.5 for x in probs)}")
+        print(f"{'':15s} device={health['device']} dtype={health['dtype']} lora={health['lora']} "
+              f"impl={json.dumps(health['implementations'])} graphs={health['cuda_graphs']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
