@@ -24,7 +24,7 @@ from ..errors import ReproError
 from ..evidence import ENVELOPE_NAME, RunDir, read_json
 from ..manifest.dsse import verify_envelope
 from ..manifest.keys import load_public_key
-from ..manifest.statement import OPTIONAL_FILES, read_statement, sha256_file
+from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json, sha256_file
 from ..recipe import parse_recipe
 from ..rows import Row, read_rows
 from .bundle import opened
@@ -183,7 +183,7 @@ def _copied_files(run: RunDir, predicate: dict, aggregate_only: bool) -> list[Ch
     recipe_bytes = run.file("recipe.yaml").read_bytes()
     if hashlib.sha256(recipe_bytes).hexdigest() != predicate.get("recipe_sha256"):
         problems.append("recipe.yaml sha256")
-    if yaml.safe_load(recipe_bytes.decode("utf-8")) != predicate.get("recipe"):
+    if recipe_json(recipe_bytes) != predicate.get("recipe"):
         problems.append("recipe.yaml content")
     if read_json(run.file("summary.json")) != predicate.get("summary"):
         problems.append("summary.json")

@@ -102,7 +102,18 @@ def _recipe(run: RunDir) -> tuple[dict[str, Any], str]:
         data = path.read_bytes()
     except FileNotFoundError as exc:
         raise EvidenceError(f"{run.path} has no recipe.yaml; it is not a complete run.") from exc
-    return yaml.safe_load(data.decode("utf-8")), hashlib.sha256(data).hexdigest()
+    return recipe_json(data), hashlib.sha256(data).hexdigest()
+
+
+def recipe_json(data: bytes) -> Any:
+    """The recipe as the predicate records it: YAML's dates become ISO strings (the predicate is JSON)."""
+    return json.loads(json.dumps(yaml.safe_load(data.decode("utf-8")), default=_iso))
+
+
+def _iso(value: Any) -> str:
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} in recipe.yaml cannot be recorded in a manifest")
 
 
 def _timing_boundary(plan: dict, calibration: dict) -> Any:

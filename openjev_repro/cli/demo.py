@@ -1,0 +1,54 @@
+"""The embedded demo: the whole study on a laptop CPU with the fixture model."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from invoke import task
+
+from . import user_errors
+from ..manifest.keys import PRIVATE_KEY_NAME, PUBLIC_KEY_NAME, generate_keypair
+
+__all__ = ["demo"]
+
+DEMO_RECIPE = Path("recipes/demo.yaml")
+DEMO_INPUTS = Path(".cache/demo")
+DEMO_KEYS = Path(".cache/demo-key")
+
+
+def ensure_fixture(root: Path) -> None:
+    """Build the byte-stable fixture and request files once; verify-inputs checks them every run."""
+    if (root / "checkpoint" / "model.json").is_file():
+        return
+    from ..backend.fixture import build_fixture
+    from ..synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
+
+    print(f"building the fixture model in {root} (once)", file=sys.stderr)
+    build_fixture(root / "checkpoint")
+    tokenizer = root / "checkpoint" / "base"
+    write_demo_requests(tokenizer, root / "requests" / "demo-noul.jsonl")
+    write_lengths_requests(tokenizer, H200_NOUL_INPUT_TOKENS, root / "requests" / "h200-74-lengths.jsonl")
+
+
+def ensure_demo_key(keys: Path) -> Path:
+    """A local signing key for demo runs (never committed: .cache/ is ignored)."""
+    private = keys / PRIVATE_KEY_NAME
+    if not private.is_file():
+        generate_keypair(keys)
+    return private
+
+
+@task(help={"out": "parent directory of the run directory (default: runs/)",
+            "runtime": "override the backends' runtime: local (default) or docker"})
+@user_errors
+def demo(c, out="runs", runtime=None):
+    """Run the embedded demo study end to end, sign it, print the report; the last line is the run directory."""
+    from ..study import StudyOptions, run_study
+
+    ensure_fixture(DEMO_INPUTS)
+    key = ensure_demo_key(DEMO_KEYS)
+    run = run_study(StudyOptions(recipe_path=DEMO_RECIPE, out_dir=Path(out), runtime=runtime, key_path=key))
+    sys.stdout.write((run.path / "report.md").read_text(encoding="utf-8"))
+    sys.stdout.write(f"\nverify with: .venv/bin/invoke verify --run {run.path} --pubkey {DEMO_KEYS / PUBLIC_KEY_NAME}\n")
+    sys.stdout.write(f"{run.path}\n")

@@ -1,0 +1,78 @@
+"""The embedded demo study end to end with the real reference backend on the fixture model."""
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from openjev_repro.inputs import verify_inputs
+from openjev_repro.manifest.keys import PUBLIC_KEY_NAME, generate_keypair
+from openjev_repro.recipe import load_recipe
+from openjev_repro.rows import read_rows
+from openjev_repro.study import StudyOptions, run_study
+
+from test_report import close, table_rows
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "recipes" / "demo.yaml"
+
+pytestmark = pytest.mark.slow
+
+
+def test_fixture_bytes_match_the_demo_recipe_pins(fixture_root):
+    checks = verify_inputs(load_recipe(DEMO), fixture_root)
+    assert {c.path: c.status for c in checks if c.status != "ok"} == {}
+
+
+@pytest.fixture(scope="module")
+def demo_run(fixture_root, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("demo")
+    private, public, _ = generate_keypair(tmp / "keys")
+    run = run_study(StudyOptions(recipe_path=DEMO, out_dir=tmp / "runs", inputs_root=fixture_root, key_path=private))
+    return run, public
+
+
+def test_demo_completes_signed_and_verifies(demo_run):
+    run, public = demo_run
+    assert run.state()["status"] == "complete"
+    for name in ("summary.json", "report.md", "latency_vs_tokens.png", "latency_cdf.png", "manifest.dsse.json"):
+        assert run.file(name).stat().st_size > 0, name
+    verify = subprocess.run([sys.executable, "-m", "invoke", "verify", "--run", str(run.path), "--pubkey", str(public)],
+                            capture_output=True, text=True, cwd=REPO)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    summary = json.loads(run.file("summary.json").read_text())
+    assert all(g["passed"] for g in summary["gates"]), summary["gates"]
+
+
+def test_every_report_figure_recomputes_from_rows(demo_run):
+    run, _ = demo_run
+    text = run.file("report.md").read_text()
+    rows = [r for r in read_rows(run.rows_path) if r.phase == "measured"]
+    table = table_rows(text, "mixed")
+    assert set(table) == {"reference-raw", "reference-fast"}
+    for backend, cells in table.items():
+        passes = [[r.latency_ms for r in rows if r.backend == backend and r.pass_index == i] for i in (1, 2)]
+        assert [len(p) for p in passes] == [24, 24]
+        everything = passes[0] + passes[1]
+        assert close(cells[2], statistics.fmean(everything), 3)
+        expected = {3: [statistics.fmean(p) for p in passes], 4: [statistics.median(p) for p in passes],
+                    5: [sorted(p)[int(0.95 * 24) - 1] for p in passes],
+                    6: [sorted(p)[math.ceil(0.95 * 24) - 1] for p in passes]}
+        for column, values in expected.items():
+            for printed, value in zip(cells[column].split(" / "), values):
+                assert close(printed, value, 3), (backend, column, printed, value)
+        first = [r for r in rows if r.backend == backend and r.pass_index == 1]
+        correct = sum((r.probability >= 0.5) == (r.label == "yes") for r in first)
+        assert cells[7] == f"{correct} / 24"
+
+
+def test_demo_workload_spans_a_tenfold_length_range(demo_run):
+    run, _ = demo_run
+    tokens = [r.input_tokens for r in read_rows(run.rows_path) if r.phase == "measured"]
+    assert max(tokens) >= 10 * min(tokens)
+    labels = {r.label for r in read_rows(run.rows_path)}
+    assert labels == {"yes", "no"}
