@@ -191,8 +191,9 @@ pip_whl=$(ls /usr/share/python-wheels/pip-*.whl)
 /opt/venv/bin/python "$pip_whl/pip" install --quiet --no-index --no-compile --no-cache-dir \
     --disable-pip-version-check --find-links /wheels --require-hashes -r /lock/requirements.lock
 mkdir -p /opt/openjev-repro && cp -r /src/openjev_repro /opt/openjev-repro/
-# Some wheels ship files for newer Pythons (torch's py312 test helpers); those stay uncompiled.
-/opt/venv/bin/python -m compileall -qq -j 0 --invalidation-mode unchecked-hash /opt/venv/lib /opt/openjev-repro \
+# -f: rewrite every .pyc, including any an interpreter start wrote with a timestamp header
+# (site-packages .pth files import _distutils_hack at startup). Some wheels ship files for newer Pythons (torch's py312 test helpers); those stay uncompiled.
+/opt/venv/bin/python -m compileall -f -qq -j 0 --invalidation-mode unchecked-hash /opt/venv/lib /opt/openjev-repro \
     || echo "compileall: files with syntax for newer Pythons left uncompiled"
 PYTHONPATH=/opt/openjev-repro /opt/venv/bin/python -c "import torch, transformers, peft, openjev_repro.backend; print('import check ok', torch.__version__)"
 """
@@ -238,7 +239,7 @@ def _import(client, tar: Path, repository: str, tag: str, changes: list[str], ex
 
 def _run_install(client, base_ref: str, wheels: Path, lock: Path, src: Path, epoch: int, out_tar: Path, progress: Progress) -> None:
     container = client.containers.create(
-        base_ref, ["sh", "-c", _INSTALL], network_mode="none", environment={"SOURCE_DATE_EPOCH": str(epoch)},
+        base_ref, ["sh", "-c", _INSTALL], network_mode="none", environment={"SOURCE_DATE_EPOCH": str(epoch), "PYTHONDONTWRITEBYTECODE": "1"},
         volumes={str(wheels): {"bind": "/wheels", "mode": "ro"}, str(lock.parent): {"bind": "/lock", "mode": "ro"},
                  str(src): {"bind": "/src", "mode": "ro"}})
     try:
@@ -255,7 +256,8 @@ def _run_install(client, base_ref: str, wheels: Path, lock: Path, src: Path, epo
         container.remove(force=True)
 
 
-def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool = False, tag: str | None = None) -> dict:
+def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool = False, tag: str | None = None,
+                  source: Path | None = None) -> dict:
     """The CPU flavour with no registry: debootstrap base + local wheelhouse, deterministic single layer."""
     _check_pins(spec)
     client, started = connect(), time.monotonic()
@@ -269,7 +271,10 @@ def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool 
     progress(f"imported base {base_repo}:{base_tag} (diff ID sha256:{base_sha})")
     with tempfile.TemporaryDirectory(dir=CACHE_DIR) as tmp:
         src, raw, final = Path(tmp) / "src", Path(tmp) / "export.tar", Path(tmp) / "rootfs.tar"
-        _stage_source(src)
+        if source is None:
+            _stage_source(src)
+        else:
+            src = source
         progress("installing locked wheels in a container without network")
         _run_install(client, f"{base_repo}:{base_tag}", wheels, spec.lock_path, src, spec.source_date_epoch, raw, progress)
         members = CACHE_DIR / f"{(tag or spec.tag).replace('/', '_').replace(':', '_')}.members.json"
@@ -298,8 +303,11 @@ def check_reproducible(spec: ImageSpec, progress: Progress = print) -> list:
     else the differing files (path: what differs)."""
     if spec.kind != "rootfs":
         raise DockerError("--check-reproducible is implemented for the offline flavour (`--offline`) only.")
-    first = build_offline(spec, progress, fresh_base=True)
-    second = build_offline(spec, progress, fresh_base=True, tag=spec.tag + "-check")
+    with tempfile.TemporaryDirectory(dir=CACHE_DIR) as tmp:
+        # One snapshot of the package source for both builds: the tree may change meanwhile.
+        _stage_source(Path(tmp))
+        first = build_offline(spec, progress, fresh_base=True, source=Path(tmp))
+        second = build_offline(spec, progress, fresh_base=True, tag=spec.tag + "-check", source=Path(tmp))
     record_path(spec).write_text(json.dumps(first, indent=2, sort_keys=True) + "\n")  # the record names the first
     progress(f"first  build: base {first['base_diff_id']}, image layer {first['diff_ids']}")
     progress(f"second build: base {second['base_diff_id']}, image layer {second['diff_ids']}")
