@@ -1,7 +1,8 @@
 #!/bin/sh
-# CI part for docker (called from .ci/run): install docker.io + debootstrap, start dockerd, build the
-# offline reference image (cached wheelhouse and debootstrap base under .cache/images), run the docker
-# tests and, when the demo study task exists, the demo study with --runtime docker. Prints timings.
+# CI part for docker (called from .ci/run before `make test`): install docker.io + debootstrap, start
+# dockerd, build the offline reference image (cached wheelhouse and debootstrap base under
+# .cache/images). The docker tests then run inside `make test`, and .ci/run runs the demo study
+# with --runtime docker. Prints timings.
 set -eu
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -23,12 +24,4 @@ if ! docker info >/dev/null 2>&1; then
 fi
 step "building the offline reference image"
 .venv/bin/invoke build --backend reference --offline
-step "docker tests"
-.venv/bin/pytest -q tests/test_docker_runtime.py
-if .venv/bin/invoke --list 2>/dev/null | grep -q '^  study '; then
-  step "demo study with --runtime docker"
-  .venv/bin/invoke study --recipe recipes/demo.yaml --runtime docker
-else
-  step "demo study task not present yet: skipped"
-fi
 step "done in $(( $(date +%s) - start )) s"

@@ -5,6 +5,7 @@ or no test image was built; scripts/ci-docker.sh provides both."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import textwrap
 import urllib.request
@@ -45,13 +46,21 @@ SERVER = textwrap.dedent('''
 ''')
 
 
+# CI starts dockerd and builds the image first, and sets this so a missing daemon fails, not skips.
+REQUIRED = os.environ.get("OPENJEV_REQUIRE_DOCKER") == "1"
+
+
+def _unavailable(reason: str) -> None:
+    (pytest.fail if REQUIRED else pytest.skip)(reason)
+
+
 def _client():
     try:
         from openjev_repro.images import connect
 
         return connect(timeout_s=10)
     except DockerError as exc:
-        pytest.skip(f"dockerd is not reachable: {exc}")
+        _unavailable(f"dockerd is not reachable: {exc}")
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +72,7 @@ def image() -> str:
             return ref
         except Exception:
             pass
-    pytest.skip(f"test image {IMAGE} is absent; build it with `invoke build --backend reference --offline`")
+    _unavailable(f"test image {IMAGE} is absent; build it with `invoke build --backend reference --offline`")
 
 
 def _free_port() -> int:
