@@ -84,8 +84,9 @@ def test_cuda_graph_plan_gates_and_passes():
 
 def test_packed_silu_plan_traces(tmp_path):
     path = ROOT / "recipes/open-jev-h200-packed-silu-2026-10-02.yaml"
-    counts = json.loads(Path("/work/shared/data/jevbench-noul-74-input-tokens.json").read_text()) \
-        if Path("/work/shared/data/jevbench-noul-74-input-tokens.json").is_file() else {"input_tokens": [107, 936, 3399]}
+    from openjev_repro.synthetic import H200_NOUL_INPUT_TOKENS  # the published counts, in request order
+
+    counts = {"input_tokens": H200_NOUL_INPUT_TOKENS}
     (tmp_path / "data").mkdir()
     (tmp_path / "data/jevbench-noul-74-input-tokens.json").write_text(json.dumps(counts))
     text = path.read_text().replace("  enabled: false", "  enabled: true")
