@@ -8,7 +8,6 @@ wheel fails the build; `verify_wheelhouse` makes the same check on the host firs
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import subprocess
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ReproError, VerificationError
+from ..hashing import hash_file
 
 __all__ = ["Pin", "Lock", "LockFailed", "resolve", "write_lock", "read_lock", "verify_wheelhouse", "fill_wheelhouse", "sha256_file"]
 
@@ -55,11 +55,7 @@ def normalise(name: str) -> str:
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return hash_file(path)
 
 
 def _target_args(python: str | None, platform: str | None) -> list[str]:

@@ -25,6 +25,7 @@ import yaml
 
 from ..errors import EvidenceError, RunIncomplete, VerificationError
 from ..evidence import ENVELOPE_NAME, RunDir, read_json
+from ..hashing import hash_file
 from .dsse import envelope_bytes, make_envelope, parse_envelope, payload_of
 from .keys import load_private_key
 
@@ -75,11 +76,7 @@ OPTIONAL_FILES = {
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return hash_file(path)
 
 
 def subjects_of(run: RunDir) -> list[dict[str, Any]]:

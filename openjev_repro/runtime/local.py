@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
+from ..host.process import stop_group
 from .base import ExitRecord, LaunchSpec, RunningBackend, Runtime
 
 __all__ = ["LocalRuntime", "LocalBackend", "tail"]
@@ -40,6 +40,7 @@ class LocalBackend(RunningBackend):
         )
         self.pgid = self.proc.pid
         self._record: ExitRecord | None = None
+        self.binding: dict = {}
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -53,62 +54,20 @@ class LocalBackend(RunningBackend):
     def stop(self, grace_s: float) -> ExitRecord:
         if self._record is not None:
             return self._record
-        stopped_by_us = killed = False
-        if self.proc.poll() is None:
-            stopped_by_us = True
-            self._signal_group(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                killed = True
-                self._signal_group(signal.SIGKILL)
-                self.proc.wait()
-        # Children that outlived the leader still belong to the group: end them too.
-        group_left = self._group_alive()
-        if group_left:
-            self._signal_group(signal.SIGKILL)
-            time.sleep(0.1)
+        stopped_by_us = self.proc.poll() is None
+        # The whole group, not just the leader: servers fork workers, and children may outlive it.
+        group = stop_group(self.pgid, grace_s, leader=self.proc)
+        self.proc.wait()
         code = self.proc.returncode
-        sig = signal.Signals(-code).name if code is not None and code < 0 else None
-        intentional = stopped_by_us and (sig in ("SIGTERM", "SIGKILL") or code in (0, 143, -15))
+        sig = signal.Signals(-code).name if code < 0 else None
         self._log.close()
         self._record = ExitRecord(
             name=self.spec.name, runtime="local", ident=str(self.proc.pid), exit_status=code, signal=sig,
-            stopped_by_us=stopped_by_us, killed=killed, intentional=intentional,
-            exited=not self._group_alive(), binding=self.binding,
+            stopped_by_us=stopped_by_us, killed=group["sigkill"],
+            intentional=stopped_by_us and (sig in ("SIGTERM", "SIGKILL") or code in (0, 143)),
+            exited=group["group_exited"], binding=self.binding,
         )
         return self._record
-
-    binding: dict = {}
-
-    def _signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.pgid, sig)
-        except ProcessLookupError:
-            pass
-
-    def _group_alive(self) -> bool:
-        try:
-            os.killpg(self.pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        # A zombie leader keeps the group "alive" until reaped; we reaped it via wait().
-        return _group_has_live_members(self.pgid)
-
-
-def _group_has_live_members(pgid: int) -> bool:
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
 
 
 class LocalRuntime(Runtime):
