@@ -136,8 +136,13 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions) -> Non
             console.print(checks_table(checks, root))
         require_all_ok(checks, root)
         console.print(f"inputs: {len(checks)} files verified by sha256")
+    workloads = {w.name: select(load_tasks(root / w.requests), w.selection.types, w.selection.ids,
+                                w.selection.first, w.repeat) for w in recipe.workloads}
     with _step(run, "plan"):
-        write_json_atomic(run.file("plan.json"), _plan(recipe, opts, root))
+        plan = _plan(recipe, opts, root)
+        # The exact request order of every pass, so `verify` can tell a case missing from every pass.
+        plan["case_ids"] = {name: [t.id for t in tasks] for name, tasks in workloads.items()}
+        write_json_atomic(run.file("plan.json"), plan)
     with _step(run, "environment"):
         write_json_atomic(run.file("environment.json"), _environment(recipe, opts))
     with _step(run, "calibration"):
@@ -145,8 +150,6 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions) -> Non
         write_json_atomic(run.file("calibration.json"), calibration)
         console.print(f"client overhead on loopback: p50 {calibration.get('p50_us', '?')} µs, "
                       f"p99 {calibration.get('p99_us', '?')} µs")
-    workloads = {w.name: select(load_tasks(root / w.requests), w.selection.types, w.selection.ids,
-                                w.selection.first, w.repeat) for w in recipe.workloads}
     budget = PassBudget({(b.name, w.name): recipe.passes_for(w)[1] for b in recipe.backends for w in recipe.workloads})
     records: list[ExitRecord] = []
     failures = 0

@@ -135,3 +135,16 @@ def test_cli_verify_prints_a_checklist_and_exits_by_outcome(tmp_path):
     run.file("summary.json").write_bytes(run.file("summary.json").read_bytes().replace(b"1", b"2", 1))
     bad = invoke("verify", "--run", str(run.path), "--pubkey", str(public))
     assert bad.returncode == 1 and "FAIL  subject digests" in bad.stdout and "summary.json" in bad.stdout
+
+
+def test_a_case_missing_from_every_pass_is_caught_by_the_plan(tmp_path):
+    from openjev_repro.audit.verify import check_planned_order
+
+    rows = read_rows(build_run(tmp_path).rows_path)
+    planned = sorted({r.id for r in rows if r.phase == "measured"})
+    assert check_planned_order(rows, {"mixed": planned}) == []
+    # Drop case-05 from every pass: the passes still agree with each other, but not with the plan.
+    dropped = [r for r in rows if r.id != "case-05"]
+    assert check_case_ids([r for r in dropped if r.seq < 5], {"mixed": 1}) == []
+    problems = check_planned_order(dropped, {"mixed": planned})
+    assert problems and all("missing case-05" in p for p in problems)

@@ -230,10 +230,31 @@ def check_case_ids(rows: list[Row], repeats: dict[str, int]) -> list[str]:
     return problems
 
 
+def check_planned_order(rows: list[Row], planned: dict[str, list[str]] | None) -> list[str]:
+    """Each timed pass holds exactly the planned case ids in the planned order (plan.json case_ids)."""
+    if not planned:
+        return []
+    passes: dict[tuple, list[Row]] = {}
+    for r in rows:
+        if r.phase in ("measured", "feasibility"):
+            passes.setdefault((r.workload, r.backend, r.phase, r.pass_index), []).append(r)
+    problems = []
+    for (workload, backend, phase, index), group in sorted(passes.items()):
+        ids = [r.id for r in sorted(group, key=lambda r: r.seq)]
+        expected = planned.get(workload)
+        if expected is not None and ids != expected:
+            missing = sorted(set(expected) - set(ids))
+            detail = f"missing {', '.join(missing[:5])}" if missing else "order or count differs"
+            problems.append(f"{backend}/{workload} {phase} pass {index}: not the planned requests ({detail})")
+    return problems
+
+
 def _case_ids(run: RunDir, predicate: dict, aggregate_only: bool) -> list[Check]:
     recipe = parse_recipe(run.file("recipe.yaml").read_text(encoding="utf-8"), "recipe.yaml")
     rows = read_rows(run.rows_path)
     problems = check_case_ids(rows, {w.name: w.repeat for w in recipe.workloads})
+    plan = read_json(run.file("plan.json")) if run.file("plan.json").is_file() else {}
+    problems += check_planned_order(rows, plan.get("case_ids"))
     return [Check("case ids", not problems, "; ".join(problems[:6]) if problems
                   else f"{len(rows)} rows; every timed pass holds the same case ids")]
 
