@@ -318,7 +318,14 @@ def _plan(recipe: Recipe, opts: StudyOptions, root: Path) -> dict:
 def _environment(recipe: Recipe, opts: StudyOptions) -> dict:
     from .manifest.environment import collect_environment
 
-    return collect_environment(recipe_path=opts.recipe_path)
+    # Package versions come from each backend's own interpreter (local runtime only; an image's
+    # are recorded by its digest).
+    pythons = {}
+    for backend in recipe.backends:
+        argv0 = backend.command[0].replace("{python}", sys.executable)
+        if (opts.runtime or backend.runtime) == "local" and Path(argv0).name.startswith("python"):
+            pythons[backend.name] = argv0
+    return collect_environment(recipe_path=opts.recipe_path, backends_python=pythons)
 
 
 def _calibrate() -> dict:
