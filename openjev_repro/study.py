@@ -325,7 +325,27 @@ def _environment(recipe: Recipe, opts: StudyOptions) -> dict:
         argv0 = backend.command[0].replace("{python}", sys.executable)
         if (opts.runtime or backend.runtime) == "local" and Path(argv0).name.startswith("python"):
             pythons[backend.name] = argv0
-    return collect_environment(recipe_path=opts.recipe_path, backends_python=pythons)
+    return collect_environment(recipe_path=opts.recipe_path, backends_python=pythons,
+                               images=_image_digests(recipe, opts))
+
+
+def _image_digests(recipe: Recipe, opts: StudyOptions) -> dict[str, dict]:
+    """Image id, repo digests and layer diff IDs of each docker backend's image (a missing image fails here)."""
+    docker_backends = [b for b in recipe.backends if (opts.runtime or b.runtime) == "docker"]
+    if not docker_backends:
+        return {}
+    from .images.daemon import connect, get_image
+
+    client = connect()
+    found = {}
+    for backend in docker_backends:
+        if backend.image is None:
+            raise RecipeError(f"Backend {backend.name} runs in docker but names no image in the recipe.")
+        image = get_image(client, backend.image)
+        found[backend.name] = {"reference": backend.image, "id": image.id,
+                               "repo_digests": image.attrs.get("RepoDigests", []),
+                               "diff_ids": image.attrs.get("RootFS", {}).get("Layers", [])}
+    return found
 
 
 def _calibrate() -> dict:
