@@ -298,12 +298,13 @@ def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phas
                 console: Console) -> None:
     columns = (TextColumn(f"{runner.backend} {workload} {phase} {index}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[last]}"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as bar:
+    # No refresh thread: the bar is redrawn between requests, never while one is being timed.
+    with Progress(*columns, console=console, transient=False, auto_refresh=False) as bar:
         task = bar.add_task("pass", total=len(requests), last="")
         for seq, req in enumerate(requests):
             row = runner.request(req, workload=workload, phase=phase, pass_index=index, seq=seq)
             last = f"{row.latency_ms:8.2f} ms" if row.ok else f"[red]error: {row.error[:40]}[/]"
-            bar.update(task, advance=1, last=last)
+            bar.update(task, advance=1, last=last, refresh=True)
 
 
 # --- integration points with the other concerns -------------------------------------------
