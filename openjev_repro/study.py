@@ -12,7 +12,6 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

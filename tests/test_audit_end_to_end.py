@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from openjev_repro.audit.publish import publish
 from openjev_repro.audit.verify import format_checks, verify_path

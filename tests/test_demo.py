@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from openjev_repro.inputs import verify_inputs
-from openjev_repro.manifest.keys import PUBLIC_KEY_NAME, generate_keypair
+from openjev_repro.manifest.keys import generate_keypair
 from openjev_repro.recipe import load_recipe
 from openjev_repro.rows import read_rows
 from openjev_repro.study import StudyOptions, run_study

@@ -1,7 +1,6 @@
 """The runner against real loopback backends that behave, and that misbehave in scripted ways."""
 
 import json
-import os
 import signal
 import socket
 import subprocess

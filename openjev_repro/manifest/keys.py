@@ -65,7 +65,7 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
         raise VerificationError(f"Cannot read the private key {path} ({exc.strerror}).") from exc
     try:
         key = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+    except (ValueError, TypeError, UnsupportedAlgorithm):
         # The message of a parse failure could echo key material; say only what is wrong.
         raise VerificationError(f"{path} is not an unencrypted PEM private key; create one with `invoke keygen`.") from None
     if not isinstance(key, Ed25519PrivateKey):
