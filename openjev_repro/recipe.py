@@ -38,6 +38,7 @@ __all__ = [
     "load_recipe",
     "parse_recipe",
     "parse_duration",
+    "read_yaml",
     "AuxProcess",
     "Download",
     "Source",
@@ -532,6 +533,16 @@ def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
 
 
 _GATE_KINDS = {"mean_reduction", "max_probability_delta", "decisions_unchanged", "probabilities_stable", "external"}
+
+
+def read_yaml(path: str | Path, what: str) -> Any:
+    """A YAML file's content; a missing file or bad YAML is a RecipeError naming `what` and the path."""
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise RecipeError(f"No {what} at {path}.") from exc
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"{path}: not valid YAML ({exc}).") from exc
 
 
 def load_recipe(path: str | Path) -> Recipe:

@@ -37,9 +37,9 @@ from decimal import ROUND_HALF_UP, Decimal, localcontext
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
 
 from ..errors import RecipeError
+from ..recipe import read_yaml
 
 __all__ = ["CLAIMS_FORMAT_VERSION", "DERIVATIONS", "Figure", "ClaimResult", "load_claims", "parse_claims",
            "check_claims", "format_results"]
@@ -150,12 +150,7 @@ def parse_claims(data: Any, source: str = "<claims>") -> dict[str, Any]:
 
 
 def load_claims(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise RecipeError(f"No claims file at {path}.") from exc
-    except yaml.YAMLError as exc:
-        raise RecipeError(f"{path}: not valid YAML ({exc}).") from exc
+    data = read_yaml(path, "claims file")
     return parse_claims(data, str(path))
 
 

@@ -21,10 +21,9 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from ..errors import EvidenceError, RecipeError
-from ..recipe import parse_recipe
+from ..recipe import parse_recipe, read_yaml
 from ..results import bootstrap_mean_diff_ci, decision_of, latency_stats, ranges_disjoint
 from ..rows import Row, read_rows
 from .bundle import opened
@@ -40,12 +39,7 @@ _STATS = ("mean_ms", "p50_ms", "p95_jevbench_ms", "p95_nearest_rank_ms")
 
 
 def load_tolerances(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise RecipeError(f"No tolerances file at {path}.") from exc
-    except yaml.YAMLError as exc:
-        raise RecipeError(f"{path}: not valid YAML ({exc}).") from exc
+    data = read_yaml(path, "tolerances file")
     if not isinstance(data, dict) or data.get("format_version") != 1:
         raise RecipeError(f"{path}: a tolerances file is a mapping with format_version: 1.")
     unknown = sorted(set(data) - TOLERANCE_KEYS)
