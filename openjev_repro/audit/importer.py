@@ -53,7 +53,8 @@ from ..rows import Row, RowWriter, read_rows
 
 __all__ = ["IMPORT_FORMAT_VERSION", "SIGNIFICANT_DIGITS", "SourceManifest", "locate_source", "read_source_manifest",
            "verify_source", "import_system1", "published_figures", "classify", "format_import_report",
-           "converted_files"]
+           "converted_files", "figure_lines", "figure_counts", "cleanup_line", "baseline_and_candidates",
+           "summary_from_figures", "REPORT_FILES"]
 
 # Format history of import.json:
 #   1  (2026-11) first version: flat source_manifest {path: sha256}, figures with `matches`.
@@ -70,7 +71,7 @@ _FILE_RE = re.compile(r"^(?P<arm>[A-Za-z0-9][A-Za-z0-9_.-]*)-measured-(?P<pass>[
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 _FIELDS = ("id", "latency_s", "probability_yes", "probability_delta", "predicted", "raw", "checks",
            "client_start_monotonic_ns", "client_end_monotonic_ns")
-_REPORT_FILES = {"report.md", "latency_vs_tokens.png", "latency_cdf.png"}
+REPORT_FILES = {"report.md", "latency_vs_tokens.png", "latency_cdf.png"}
 
 
 # --- their manifest -----------------------------------------------------------------------
@@ -457,6 +458,28 @@ def published_figures(summary: dict, latencies: dict[tuple[str, int], list[float
     return figures
 
 
+def summary_from_figures(figures: list[dict]) -> dict[str, Any]:
+    """The part of their summary.json that import.json's figures record (to recompute them in `verify`)."""
+    arms: dict[str, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
+    for f in figures:
+        if f["figure"].endswith("_reduction_percent"):
+            top[f["figure"]] = f["published"]
+            continue
+        if f["arm"] is None or f["figure"] == "rows":
+            continue
+        entry = arms.setdefault(f["arm"], {"passes": []})
+        if f["pass"] is None:
+            entry[f["figure"]] = f["published"]
+            continue
+        passes = {p["pass"]: p for p in entry["passes"]}
+        if f["pass"] not in passes:
+            entry["passes"].append({"pass": f["pass"]})
+            passes[f["pass"]] = entry["passes"][-1]
+        passes[f["pass"]][f["figure"]] = f["published"]
+    return {"arms": arms, **top}
+
+
 def figure_counts(figures: list[dict]) -> dict[str, Any]:
     compared = [f for f in figures if f["status"] != "not_compared"]
     within = [f for f in compared if f["status"] == "within_rounding"]
@@ -506,7 +529,7 @@ def converted_files(run: Path) -> dict[str, str]:
     out = {}
     for path in sorted(Path(run).rglob("*")):
         rel = path.relative_to(run).as_posix()
-        if path.is_file() and rel not in ("state.json", "import.json") and rel not in _REPORT_FILES:
+        if path.is_file() and rel not in ("state.json", "import.json") and rel not in REPORT_FILES:
             out[rel] = hash_file(path)
     return out
 
@@ -609,7 +632,7 @@ def _g(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def _cleanup_line(cleanup: dict) -> str | None:
+def cleanup_line(cleanup: dict) -> str | None:
     record = cleanup.get("summary") or cleanup.get("cleanup_json")
     if isinstance(record, dict) and "processes" in record:
         codes = ", ".join(str(p.get("returncode")) for p in record.get("processes") or [] if isinstance(p, dict))
@@ -637,7 +660,7 @@ def figure_lines(report: dict) -> list[str]:
             extra = f"  |diff| {f['difference']:.1e} <= {f['half_unit']:.1e}"
         elif status == "not_compared":
             extra = f"  ({f.get('note', 'not compared')})"
-        lines.append(f"{mark} {where:<22} {f['figure']:<26} published {_g(f['published'])}  ours {_g(f['ours'])}"
+        lines.append(f"{mark} {where:<26} {f['figure']:<27} published {_g(f['published'])}  ours {_g(f['ours'])}"
                      f"{rule}{extra}")
     counts = report.get("figure_counts") or figure_counts(
         [dict(f, status=f.get("status") or ("exact" if f.get("matches") else "mismatch")) for f in report["figures"]])
@@ -662,7 +685,7 @@ def format_import_report(report: dict) -> str:
     for n in report.get("normalization", []):
         lines.append(f"normalization note, {n['path']} ({'verified' if n['present'] else 'not present'}): {n['note']}")
     lines += figure_lines(report)
-    cleanup = _cleanup_line(report.get("cleanup") or {})
+    cleanup = cleanup_line(report.get("cleanup") or {})
     if cleanup:
         lines.append(cleanup)
     lines += [f"note: {n}" for n in report.get("notes", [])]
