@@ -13,6 +13,10 @@ Tolerances file (YAML, format_version 1), every key optional:
     max_probability_delta: 0.01   # largest |p_candidate - p_baseline| of a case
     decisions_must_match: true
     backends: {hf: hf-new}        # baseline backend -> candidate backend, when names differ
+
+Backends pair by name, or as `backends` maps them; a backend that is a mapping target pairs only
+with what is mapped to it (e.g. `{baseline: candidate}` compares an imported run's two arms
+without an unrequested candidate-versus-candidate section).
 """
 
 from __future__ import annotations
@@ -152,6 +156,8 @@ def compare_rows(base_rows: list[Row], cand_rows: list[Row], *, tolerances: dict
     mapping = dict((tolerances or {}).get("backends") or {})
     pairs, unmatched = [], []
     for (workload, name) in sorted(base):
+        if name not in mapping and name in mapping.values():
+            continue  # a mapping target pairs only with what the user mapped to it, not with its namesake
         other = mapping.get(name, name)
         if (workload, other) in cand:
             pairs.append(_pair(workload, name, other, base[(workload, name)], cand[(workload, other)], seed))
