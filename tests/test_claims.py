@@ -75,7 +75,7 @@ def test_stale_finding_fails():
 
 
 @pytest.mark.parametrize("data, message", [
-    ({"format_version": 2}, "format_version 1"),
+    ({"format_version": 3}, "format_version 1 or 2"),
     (claims({"a": "1"}, [{"name": "m", "value": "1", "derive": "median_of", "from": ["a"]}]), "unknown derivation"),
     (claims({"a": "1"}, [{"name": "m", "value": "1", "derive": "ratio", "from": ["a", "zz"]}]), "unknown figures"),
     (claims({"a": "1"}, [{"name": "m", "value": "1", "derive": "ratio", "from": ["a"]}]), "takes 2 figures"),
