@@ -363,11 +363,15 @@ def half_unit(published: float | int) -> float:
     return 0.5 * 10.0 ** -decimals
 
 
-def classify(ours: float | int | None, published: Any) -> dict[str, Any]:
-    """exact (bit for bit), within_rounding (|ours - published| <= half a unit) or mismatch."""
+def classify(ours: float | int | None, published: Any, propagated: float = 0.0) -> dict[str, Any]:
+    """exact (bit for bit), within_rounding (|ours - published| <= half a unit) or mismatch.
+
+    `propagated` widens the tolerance of a figure derived from other published figures by
+    the change their own half units can make (see `published_figures`).
+    """
     if ours is None or not _number(published):
         return {"status": "mismatch", "difference": None, "half_unit": None}
-    tolerance = half_unit(published)
+    tolerance = half_unit(published) + propagated
     difference = abs(float(ours) - float(published))
     if ours == published and type(ours) is type(published) or (isinstance(published, float) and float(ours) == published):
         status = "exact"
@@ -381,7 +385,8 @@ def classify(ours: float | int | None, published: Any) -> dict[str, Any]:
 _ORDER = {"exact": 0, "within_rounding": 1, "mismatch": 2}
 
 
-def _figure(arm: str, pass_index: int | None, name: str, published: Any, ours: Any) -> dict[str, Any]:
+def _figure(arm: str, pass_index: int | None, name: str, published: Any, ours: Any,
+            propagated: float = 0.0) -> dict[str, Any]:
     if isinstance(ours, dict):  # P95: one value per rank rule; the best-reproducing rule wins
         outcomes = {rule: classify(value, published) for rule, value in ours.items()}
         best = min(outcomes.values(), key=lambda o: (_ORDER[o["status"]], o["difference"] or 0))
@@ -390,7 +395,7 @@ def _figure(arm: str, pass_index: int | None, name: str, published: Any, ours: A
         return {"arm": arm, "pass": pass_index, "figure": name, "published": published, "ours": value,
                 "ours_by_rule": ours, **best, "rule": " and ".join(rules) or None,
                 "matches": best["status"] != "mismatch"}
-    outcome = classify(ours, published)
+    outcome = classify(ours, published, propagated)
     return {"arm": arm, "pass": pass_index, "figure": name, "published": published, "ours": ours, **outcome,
             "rule": None, "matches": outcome["status"] != "mismatch"}
 
@@ -413,6 +418,7 @@ def published_figures(summary: dict, latencies: dict[tuple[str, int], list[float
     """Each figure their summary.json publishes next to ours, recomputed from the rows' latencies (ms)."""
     figures = []
     aggregates: dict[str, float | None] = {}
+    published_aggregates: dict[str, Any] = {}
     for arm_name, entry in _arms(summary).items():
         arm = str(arm_name).lower()
         if not isinstance(entry, dict):
@@ -442,6 +448,7 @@ def published_figures(summary: dict, latencies: dict[tuple[str, int], list[float
                     figures.append(_figure(arm, index, name, p[name], value))
         aggregates[arm] = mean(arm_latencies)
         if "aggregate_mean_ms" in entry:
+            published_aggregates[arm] = entry["aggregate_mean_ms"]
             figures.append(_figure(arm, None, "aggregate_mean_ms", entry["aggregate_mean_ms"], aggregates[arm]))
     base, candidates = baseline_and_candidates(aggregates) if aggregates else ("", [])
     for key in sorted(k for k in summary if isinstance(k, str) and k.endswith("_reduction_percent")):
@@ -450,7 +457,12 @@ def published_figures(summary: dict, latencies: dict[tuple[str, int], list[float
             # Their expression, 100 * (1 - candidate / baseline) of the aggregate means; the algebraically
             # equal (b - c) / b * 100 of results.summarize differs from it in the last bits.
             ours_pct = (1 - c / b) * 100 if b and c is not None else None
-            figures.append(_figure(f"{candidates[0]} vs {base}", None, key, summary[key], ours_pct))
+            # Within rounding also allows what the published aggregates' own half units can change:
+            # d/db = 100 c / b^2, d/dc = -100 / b.
+            pb, pc = published_aggregates.get(base), published_aggregates.get(candidates[0])
+            propagated = (100 * (half_unit(pc) / abs(pb) + abs(pc) * half_unit(pb) / pb ** 2)
+                          if _number(pb) and _number(pc) and pb else 0.0)
+            figures.append(_figure(f"{candidates[0]} vs {base}", None, key, summary[key], ours_pct, propagated))
         else:
             figures.append({"arm": None, "pass": None, "figure": key, "published": summary[key], "ours": None,
                             "status": "not_compared", "difference": None, "half_unit": None, "rule": None,
