@@ -117,3 +117,19 @@ def test_version_1_keeps_its_grammar():
     with pytest.raises(RecipeError, match="n-ary needs format_version 2"):
         run(FIG, {"value": "3.1875", "derive": "product", "from": ["a", "b", "d"]}, version=1)
     assert run(FIG, {"value": "2.75", "derive": "difference", "from": ["a", "b"]}, version=1).status == "exact"
+
+
+def test_every_documented_example_reproduces():
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "manifest.md").read_text()
+    examples = re.findall(r"\| `(\w+)`[^|]*\|[^|]*\| `(\{.*?\})` \| [12]", text)
+    documented = {name for name, _ in examples} | {"range"}  # documented in one row with spread
+    from openjev_repro.audit.claims import BOOLEAN_DERIVATIONS, DERIVATIONS
+    assert documented == set(DERIVATIONS) | set(BOOLEAN_DERIVATIONS)
+    claims = [{**yaml.safe_load(example), "name": f"example{i}"} for i, (_, example) in enumerate(examples)]
+    parsed = parse_claims({"format_version": 2, "figures": FIG, "claims": claims})
+    assert [r.name for r in check_claims(parsed) if r.status != "exact"] == []

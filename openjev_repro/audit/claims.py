@@ -255,7 +255,8 @@ def parse_claims(data: Any, source: str = "<claims>") -> dict[str, Any]:
             raise RecipeError(f"{where}: {claim['name']!r} is declared twice.")
         stated = _figure(claim["name"], claim, where)
         if (kind in BOOLEAN_DERIVATIONS) != isinstance(stated.value, bool):
-            raise RecipeError(f"{where}: {kind} states {'true or false' if kind in BOOLEAN_DERIVATIONS else 'a number'}.")
+            expected = "true or false" if kind in BOOLEAN_DERIVATIONS else "a number"
+            raise RecipeError(f"{where}: {kind} states {expected}.")
         if kind not in BOOLEAN_DERIVATIONS and any(isinstance(figures[n].value, bool) for n in flat):
             raise RecipeError(f"{where}: {kind} derives from a true/false figure.")
         figures[claim["name"]] = stated

@@ -313,11 +313,13 @@ def _read_arm_files(root: Path, files: list[tuple[str, int, str]], workload: str
                                 raise EvidenceError(f"{where}: not JSON ({exc}).") from None
                             obj = _validated(obj, where)
                             if obj["id"] in ids:
-                                raise EvidenceError(f"{where}: duplicate case id {obj['id']}; a pass holds each case once.")
+                                raise EvidenceError(f"{where}: duplicate case id {obj['id']}; "
+                                                    "a pass holds each case once.")
                             ids.add(obj["id"])
                             row, body = _row(obj, arm, workload, index, seq)
                             if abs(obj["latency_s"] * 1e9 - row.latency_ns) > 1e6:
-                                out.notes.append(f"{where}: latency_s {obj['latency_s']} differs from the client ns by over 1 ms")
+                                out.notes.append(f"{where}: latency_s {obj['latency_s']} differs from the "
+                                                 "client ns by over 1 ms")
                             writer.write(row)
                             entry = {"backend": arm, "workload": workload, "phase": "measured", "pass_index": index,
                                      "seq": seq, "id": row.id, "body": body,
@@ -373,7 +375,7 @@ def classify(ours: float | int | None, published: Any, propagated: float = 0.0) 
         return {"status": "mismatch", "difference": None, "half_unit": None}
     tolerance = half_unit(published) + propagated
     difference = abs(float(ours) - float(published))
-    if ours == published and type(ours) is type(published) or (isinstance(published, float) and float(ours) == published):
+    if float(ours) == float(published):
         status = "exact"
     elif isinstance(published, int) and not isinstance(published, bool):
         status = "mismatch"  # a count reproduces exactly or not at all
