@@ -298,6 +298,9 @@ def test_compare_pairs_only_the_requested_arms(imported, tmp_path):
     result = json.loads((tmp_path / "cmp.json").read_text())
     assert [(p["baseline_backend"], p["candidate_backend"]) for p in result["pairs"]] == [("baseline", "candidate")]
     assert "candidate (baseline) vs candidate" not in proc.stdout and proc.returncode == 0
+    published = result["pairs"][0]["published"]["aggregate_reduction_percent"]
+    assert published["status"] == "within_rounding" and published["ours"] == pytest.approx(published["published"])
+    assert "published aggregate_reduction_percent (imported run): " in proc.stdout
 
 
 # --- the older flat layout ------------------------------------------------------------------

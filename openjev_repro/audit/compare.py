@@ -27,6 +27,7 @@ from typing import Any
 
 
 from ..errors import EvidenceError, RecipeError
+from ..evidence import read_json
 from ..recipe import parse_recipe, read_yaml
 from ..results import bootstrap_mean_diff_ci, decision_of, latency_stats, ranges_disjoint
 from ..rows import Row, read_rows
@@ -63,9 +64,19 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
     with contextlib.ExitStack() as stack:
         base = _load(stack.enter_context(opened(baseline)))
         cand = _load(stack.enter_context(opened(candidate)))
+        same_import = Path(baseline).resolve() == Path(candidate).resolve() and (Path(baseline) / "import.json").is_file()
+        published = read_json(Path(baseline) / "import.json").get("figures", []) if same_import else []
     result = compare_rows(base[0], cand[0], tolerances=tolerances, seed=seed)
     result.update(baseline=str(baseline), candidate=str(candidate),
                   baseline_study=base[1].study.id, candidate_study=cand[1].study.id)
+    for pair in result["pairs"]:  # an imported run's arms against each other: their published reduction too
+        name = f"{pair['candidate_backend']} vs {pair['baseline_backend']}"
+        ratio = pair["metrics"]["overall.mean_ms"]["ratio"]
+        for f in published:
+            if f.get("arm") == name and f.get("figure", "").endswith("_reduction_percent"):
+                pair.setdefault("published", {})[f["figure"]] = {
+                    "published": f["published"], "status": f.get("status"),
+                    "ours": None if ratio is None else (1 - ratio) * 100}
     return result
 
 
@@ -188,7 +199,11 @@ def to_markdown(result: dict[str, Any]) -> str:
                   f"{'—' if ci is None else f'[{ci[0]:.3f}, {ci[1]:.3f}] ms'} (seed {p['bootstrap']['seed']})",
                   f"- decision flips: {len(a['decision_flips'])} of {a['paired']} paired cases"
                   + (f" ({', '.join(f['id'] for f in a['decision_flips'])})" if a["decision_flips"] else ""),
-                  f"- max |probability delta|: {a['max_abs_probability_delta']!r}", ""]
+                  f"- max |probability delta|: {a['max_abs_probability_delta']!r}"]
+        for figure, v in (p.get("published") or {}).items():
+            lines.append(f"- published {figure} (imported run): {v['published']!r}; ours {v['ours']!r} "
+                         f"({(v['status'] or 'unknown').replace('_', ' ')} at import)")
+        lines.append("")
     v = result["verdict"]
     verdict = "no tolerances declared" if v["passed"] is None else ("PASS" if v["passed"] else "FAIL")
     lines.append(f"**Verdict: {verdict}**")
