@@ -191,6 +191,8 @@ def _field(key, value):
     (lambda line: "[1, 2]", "a row is list, not a JSON object"),
     (lambda line: line[:40], "not JSON"),
     (lambda line: "", "empty line"),
+    (_field("raw", {"usage": {"input_tokens": 3}, "x": float("inf")}), "raw holds NaN or Infinity"),
+    (lambda line: "[" * 100_000 + "]" * 100_000, "nested too deeply"),
 ])
 def test_malformed_row_is_one_error_line_naming_it(tmp_path, change, message):
     src = copy(tmp_path)
@@ -220,8 +222,30 @@ def test_absent_summary_out_inside_the_source_and_existing_out_are_refused(tmp_p
     (tmp_path / "taken").mkdir()
     proc = cli("import-evidence", "--src", str(ARTIFACTS), "--out", str(tmp_path / "taken"))
     assert proc.returncode == 1 and "already exists" in proc.stderr
+    (tmp_path / "file").write_text("not a folder\n")
+    blocked = cli("import-evidence", "--src", str(ARTIFACTS), "--out", str(tmp_path / "file" / "run"))
+    assert blocked.returncode == 1 and blocked.stderr.startswith("error: cannot create ")
+    assert "Traceback" not in blocked.stderr
     missing = cli("import-evidence", "--src", str(ARTIFACTS))
     assert missing.returncode == 1 and missing.stderr.strip() == "error: --out is required"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda summary: summary["arms"]["baseline"]["passes"][0].update(mean_ms=float("nan")), "holds NaN or Infinity"),
+    (lambda summary: summary["arms"]["baseline"].update(passes={"pass": 1}), "passes is not a list"),
+    (lambda summary: summary["arms"]["baseline"]["passes"].append("two"), "not an object with an integer pass"),
+    (lambda summary: summary.update(arms=["baseline"]), "arms is not an object"),
+])
+def test_malformed_published_summary_is_one_error_line(tmp_path, edit, message):
+    src = copy(tmp_path)
+    summary = json.loads((src / "e2e" / "summary.json").read_text())
+    edit(summary)
+    (src / "e2e" / "summary.json").write_text(json.dumps(summary))
+    relist(src, "e2e/summary.json")
+    proc = cli("import-evidence", "--src", str(src), "--out", str(tmp_path / "out" / "run"))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and message in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr and leftovers(tmp_path / "out") == []
 
 
 def test_published_figure_that_does_not_reproduce_is_a_mismatch(tmp_path):

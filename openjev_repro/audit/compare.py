@@ -64,8 +64,9 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
     with contextlib.ExitStack() as stack:
         base = _load(stack.enter_context(opened(baseline)))
         cand = _load(stack.enter_context(opened(candidate)))
-        same_import = Path(baseline).resolve() == Path(candidate).resolve() and (Path(baseline) / "import.json").is_file()
-        published = read_json(Path(baseline) / "import.json").get("figures", []) if same_import else []
+        record = Path(baseline) / "import.json"
+        same_import = Path(baseline).resolve() == Path(candidate).resolve() and record.is_file()
+        published = read_json(record).get("figures", []) if same_import else []
     result = compare_rows(base[0], cand[0], tolerances=tolerances, seed=seed)
     result.update(baseline=str(baseline), candidate=str(candidate),
                   baseline_study=base[1].study.id, candidate_study=cand[1].study.id)

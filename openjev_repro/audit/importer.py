@@ -109,10 +109,22 @@ def _entry(path: Any, spec: Any, where: str) -> tuple[str, dict[str, Any]]:
     return path, entry
 
 
+def _read_finite_json(path: Path, name: str) -> Any:
+    """read_json, refusing NaN and Infinity (which import.json could not carry)."""
+    data = read_json(path)
+    try:
+        json.dumps(data, allow_nan=False)
+    except ValueError:
+        raise EvidenceError(f"{name}: holds NaN or Infinity, which JSON does not allow.") from None
+    except RecursionError:
+        raise EvidenceError(f"{name}: nested too deeply.") from None
+    return data
+
+
 def read_source_manifest(root: Path) -> SourceManifest:
     """Their manifest.json: `files` as a {path: digest | object} mapping or a [{path, sha256, ...}] list."""
     where = str(Path(root) / MANIFEST_NAME)
-    data = read_json(Path(root) / MANIFEST_NAME)
+    data = _read_finite_json(Path(root) / MANIFEST_NAME, where)
     if not isinstance(data, dict):
         raise InputMismatch(f"{where}: not a JSON object.")
     listing = data["files"] if "files" in data else data
@@ -174,7 +186,10 @@ def verify_source(manifest: SourceManifest) -> dict[str, list[str]]:
                 problems.append(f"{name}: sha256 {got[:12]}… differs from the manifest's {entry['sha256'][:12]}…")
             else:
                 verified.append(name)
-    for folder, dirs, files in os.walk(root):
+    def unreadable(exc: OSError) -> None:
+        raise InputMismatch(f"{exc.filename}: cannot be listed ({exc.strerror}); nothing was imported.")
+
+    for folder, dirs, files in os.walk(root, onerror=unreadable):
         dirs.sort()
         for item in sorted(files) + [d for d in dirs if Path(folder, d).is_symlink()]:
             rel = Path(folder, item).relative_to(root).as_posix()
@@ -257,8 +272,11 @@ def _validated(obj: Any, where: str) -> dict[str, Any]:
     return obj
 
 
-def _row(obj: dict, arm: str, workload: str, pass_index: int, seq: int) -> tuple[Row, str]:
-    body = json.dumps(obj["raw"], sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+def _row(obj: dict, arm: str, workload: str, pass_index: int, seq: int, where: str) -> tuple[Row, str]:
+    try:
+        body = json.dumps(obj["raw"], sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise EvidenceError(f"{where}: raw holds NaN or Infinity, which JSON does not allow.") from None
     checks = obj["checks"]
     failed = sorted(k for k, v in checks.items() if v is False and k != "correct")
     predicted = obj["predicted"]
@@ -311,12 +329,14 @@ def _read_arm_files(root: Path, files: list[tuple[str, int, str]], workload: str
                                 obj = json.loads(line)
                             except ValueError as exc:
                                 raise EvidenceError(f"{where}: not JSON ({exc}).") from None
+                            except RecursionError:
+                                raise EvidenceError(f"{where}: JSON nested too deeply.") from None
                             obj = _validated(obj, where)
                             if obj["id"] in ids:
                                 raise EvidenceError(f"{where}: duplicate case id {obj['id']}; "
                                                     "a pass holds each case once.")
                             ids.add(obj["id"])
-                            row, body = _row(obj, arm, workload, index, seq)
+                            row, body = _row(obj, arm, workload, index, seq, where)
                             if abs(obj["latency_s"] * 1e9 - row.latency_ns) > 1e6:
                                 out.notes.append(f"{where}: latency_s {obj['latency_s']} differs from the "
                                                  "client ns by over 1 ms")
@@ -591,15 +611,19 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
     if summary_name not in checked["verified"]:
         state = "not present" if summary_name in checked["absent"] else "not listed in manifest.json"
         raise InputMismatch(f"{summary_name}: {state}; the published figures come from it.")
-    their_summary = read_json(root / summary_name)
+    their_summary = _read_finite_json(root / summary_name, summary_name)
     if not isinstance(their_summary, dict):
         raise EvidenceError(f"{summary_name}: not a JSON object.")
     _arms(their_summary)
     cleanup_name = f"{prefix}cleanup.json"
-    cleanup_json = read_json(root / cleanup_name) if cleanup_name in checked["verified"] else None
-    out.parent.mkdir(parents=True, exist_ok=True)
+    cleanup_json = _read_finite_json(root / cleanup_name, cleanup_name) if cleanup_name in checked["verified"] else None
     tmp = out.parent / f".{out.name}.importing-{os.getpid()}-{secrets.token_hex(3)}"
-    tmp.mkdir()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+    except OSError as exc:
+        raise EvidenceError(f"cannot create {tmp} for the import ({exc.strerror or exc}); "
+                            "choose another --out.") from None
     try:
         (tmp / "responses").mkdir()
         read = _read_arm_files(root, files, workload, tmp)
@@ -633,6 +657,10 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
         if out.exists() or out.is_symlink():
             raise EvidenceError(f"{out} appeared during the import; nothing was written there.")
         os.rename(tmp, out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise EvidenceError(f"writing the import to {out} failed ({exc.strerror or exc}); "
+                            "nothing was written.") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
