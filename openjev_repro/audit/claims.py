@@ -85,7 +85,7 @@ class ClaimResult:
 Values = list[Decimal]
 
 
-def _mean(xs: Values, _: dict) -> Decimal: return sum(xs) / len(xs)
+def _mean(xs: Values, _: dict) -> Decimal: return sum(xs, Decimal(0)) / len(xs)
 def _ratio(xs: Values, _: dict) -> Decimal: return xs[0] / xs[1]
 def _percent_lower(xs: Values, _: dict) -> Decimal: return (xs[0] - xs[1]) / xs[0] * 100
 def _percent_gap_closed(xs: Values, _: dict) -> Decimal: return (xs[0] - xs[1]) / (xs[0] - xs[2]) * 100

@@ -482,8 +482,10 @@ def published_figures(summary: dict, latencies: dict[tuple[str, int], list[float
             # Within rounding also allows what the published aggregates' own half units can change:
             # d/db = 100 c / b^2, d/dc = -100 / b.
             pb, pc = published_aggregates.get(base), published_aggregates.get(candidates[0])
-            propagated = (100 * (half_unit(pc) / abs(pb) + abs(pc) * half_unit(pb) / pb ** 2)
-                          if _number(pb) and _number(pc) and pb else 0.0)
+            propagated = 0.0
+            if isinstance(pb, (int, float)) and isinstance(pc, (int, float)) and _number(pb) and _number(pc) and pb:
+                fb, fc = float(pb), float(pc)
+                propagated = 100 * (half_unit(fc) / abs(fb) + abs(fc) * half_unit(fb) / fb ** 2)
             figures.append(_figure(f"{candidates[0]} vs {base}", None, key, summary[key], ours_pct, propagated))
         else:
             figures.append({"arm": None, "pass": None, "figure": key, "published": summary[key], "ours": None,
@@ -539,7 +541,7 @@ def _cleanup(summary: dict, cleanup_json: Any) -> dict[str, Any]:
 
 
 def _recipe(source: Path, folder: str, arms: dict[str, list[int]], workload: str, first: str,
-            verified: list[str]) -> dict:
+            verified: list[tuple[str, str]]) -> dict:
     passes = max(max(p) for p in arms.values())
     study_id = re.sub(r"[^a-z0-9_.-]+", "-", f"imported-{source.name}".lower()).strip("-.")[:80] or "imported"
     return {
