@@ -297,6 +297,8 @@ def test_verify_checks_an_imported_run_without_a_signature(imported, tmp_path):
     for name in ("converted files", "source files", "statistics recomputed", "published figures"):
         assert f"PASS  {name}" in proc.stdout
     assert "VERIFIED: 0 of 8 checks failed." in proc.stdout
+    keyed = cli("verify", "--run", str(imported), "--pubkey", str(tmp_path / "any.pub"))
+    assert keyed.returncode == 1 and "FAIL  signature" in keyed.stdout and "imported run" in keyed.stdout
     run = Path(shutil.copytree(imported, tmp_path / "copy"))
     rows = run / "rows.jsonl"
     rows.write_bytes(rows.read_bytes().replace(b'"seq": 0', b'"seq": 9', 1))

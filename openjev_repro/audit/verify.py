@@ -67,7 +67,7 @@ def verify_path(path: Path, *, pubkey: Path | None = None, allow_unsigned: bool 
 
 def verify_dir(directory: Path, *, pubkey: Path | None = None, allow_unsigned: bool = False) -> list[Check]:
     if not (Path(directory) / ENVELOPE_NAME).exists() and (Path(directory) / "import.json").is_file():
-        return verify_imported(RunDir(Path(directory)))
+        return verify_imported(RunDir(Path(directory)), pubkey=pubkey)
     checks: list[Check] = []
     try:
         envelope, statement = read_statement(Path(directory) / ENVELOPE_NAME)
@@ -117,8 +117,11 @@ def _source_manifest(run: RunDir, predicate: dict, subjects: dict[str, str], pub
 # --- imported runs -----------------------------------------------------------------------
 
 
-def verify_imported(run: RunDir) -> list[Check]:
-    """An imported run: the digests its import recorded, the source if still present, every statistic."""
+def verify_imported(run: RunDir, *, pubkey: Path | None = None) -> list[Check]:
+    """An imported run: the digests its import recorded, the source if still present, every statistic.
+
+    No signature is required; one asked for with `pubkey` fails, because an imported run has none.
+    """
     try:
         record = read_json(run.file("import.json"))
         status = run.state().get("status")
@@ -126,8 +129,12 @@ def verify_imported(run: RunDir) -> list[Check]:
             raise ValueError("import.json is not an import record of format_version 1 or 2")
     except _BAD_EVIDENCE as exc:
         return [Check("import record", False, f"{type(exc).__name__}: {exc}")]
-    checks = [Check("signature", None, "imported run: never signed, because we did not measure it; no signature "
-                    "is required, and none is checked"),
+    signature = (Check("signature", False, f"a signature by {pubkey} was asked for, but this is an imported run, "
+                       "which is never signed (we did not measure it); verify it without --pubkey")
+                 if pubkey is not None else
+                 Check("signature", None, "imported run: never signed, because we did not measure it; no signature "
+                       "is required, and none is checked"))
+    checks = [signature,
               Check("import record", status == "imported",
                     f"state.json status {status!r}; imported from {record.get('source')} "
                     f"({record.get('format')} format, import.json format_version {record.get('format_version')})")]
