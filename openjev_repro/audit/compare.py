@@ -13,6 +13,10 @@ Tolerances file (YAML, format_version 1), every key optional:
     max_probability_delta: 0.01   # largest |p_candidate - p_baseline| of a case
     decisions_must_match: true
     backends: {hf: hf-new}        # baseline backend -> candidate backend, when names differ
+
+Backends pair by name, or as `backends` maps them; a backend that is a mapping target pairs only
+with what is mapped to it (e.g. `{baseline: candidate}` compares an imported run's two arms
+without an unrequested candidate-versus-candidate section).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 
 from ..errors import EvidenceError, RecipeError
+from ..evidence import read_json
 from ..recipe import parse_recipe, read_yaml
 from ..results import bootstrap_mean_diff_ci, decision_of, latency_stats, ranges_disjoint
 from ..rows import Row, read_rows
@@ -59,9 +64,20 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
     with contextlib.ExitStack() as stack:
         base = _load(stack.enter_context(opened(baseline)))
         cand = _load(stack.enter_context(opened(candidate)))
+        record = Path(baseline) / "import.json"
+        same_import = Path(baseline).resolve() == Path(candidate).resolve() and record.is_file()
+        published = read_json(record).get("figures", []) if same_import else []
     result = compare_rows(base[0], cand[0], tolerances=tolerances, seed=seed)
     result.update(baseline=str(baseline), candidate=str(candidate),
                   baseline_study=base[1].study.id, candidate_study=cand[1].study.id)
+    for pair in result["pairs"]:  # an imported run's arms against each other: their published reduction too
+        name = f"{pair['candidate_backend']} vs {pair['baseline_backend']}"
+        ratio = pair["metrics"]["overall.mean_ms"]["ratio"]
+        for f in published:
+            if f.get("arm") == name and f.get("figure", "").endswith("_reduction_percent"):
+                pair.setdefault("published", {})[f["figure"]] = {
+                    "published": f["published"], "status": f.get("status"),
+                    "ours": None if ratio is None else (1 - ratio) * 100}
     return result
 
 
@@ -152,6 +168,8 @@ def compare_rows(base_rows: list[Row], cand_rows: list[Row], *, tolerances: dict
     mapping = dict((tolerances or {}).get("backends") or {})
     pairs, unmatched = [], []
     for (workload, name) in sorted(base):
+        if name not in mapping and name in mapping.values():
+            continue  # a mapping target pairs only with what the user mapped to it, not with its namesake
         other = mapping.get(name, name)
         if (workload, other) in cand:
             pairs.append(_pair(workload, name, other, base[(workload, name)], cand[(workload, other)], seed))
@@ -182,7 +200,11 @@ def to_markdown(result: dict[str, Any]) -> str:
                   f"{'—' if ci is None else f'[{ci[0]:.3f}, {ci[1]:.3f}] ms'} (seed {p['bootstrap']['seed']})",
                   f"- decision flips: {len(a['decision_flips'])} of {a['paired']} paired cases"
                   + (f" ({', '.join(f['id'] for f in a['decision_flips'])})" if a["decision_flips"] else ""),
-                  f"- max |probability delta|: {a['max_abs_probability_delta']!r}", ""]
+                  f"- max |probability delta|: {a['max_abs_probability_delta']!r}"]
+        for figure, v in (p.get("published") or {}).items():
+            lines.append(f"- published {figure} (imported run): {v['published']!r}; ours {v['ours']!r} "
+                         f"({(v['status'] or 'unknown').replace('_', ' ')} at import)")
+        lines.append("")
     v = result["verdict"]
     verdict = "no tolerances declared" if v["passed"] is None else ("PASS" if v["passed"] else "FAIL")
     lines.append(f"**Verdict: {verdict}**")
