@@ -147,12 +147,13 @@ def _gate_lines(gates: list[dict]) -> list[str]:
 
 
 def render_report(summary: dict, rows: Sequence[Row], recipe: Recipe, *, state: dict | None = None,
-                  notes: Iterable[str] = ()) -> str:
+                  notes: Iterable[str] = (), run_facts: Iterable[str] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
 
     `state` is the run's state.json: unless its status is "complete" the report opens (and
     closes) with an INCOMPLETE RUN banner. None means the summary does not come from a run
-    directory (no banner). `notes` are extra warnings printed under the title.
+    directory (no banner). `notes` are extra warnings printed under the title; `run_facts` are
+    lines about the weights and the GPU (`run_facts_of`), shown in their own section when present.
     """
     banner = [incomplete_banner(state), ""] if state is not None and state.get("status") != "complete" else []
     out = [f"# Study {summary['study_id']}", "", *banner]
@@ -173,6 +174,9 @@ def render_report(summary: dict, rows: Sequence[Row], recipe: Recipe, *, state: 
         out += ["Agreement (first measured pass, paired by case id and position):", "", *_agreement_lines(wl), ""]
         out += ["Determinism:", "", *_stability_lines(wl), ""]
     out += ["## Gates", "", *_gate_lines(summary["gates"]), ""]
+    facts = list(run_facts)
+    if facts:
+        out += ["## Weights and GPU", "", *facts, ""]
     out += ["Plots: latency_vs_tokens.png (measured latency against input tokens), latency_cdf.png "
             "(CDF of measured latency).", ""]
     if banner:
@@ -256,6 +260,32 @@ def _load_run(run: RunDir) -> tuple[dict, Recipe, list[Row]]:
     return state, recipe, rows
 
 
+def run_facts_of(run: RunDir) -> list[str]:
+    """Report lines from backends.json (weights fingerprints, threads) and host.json's gpu_override.
+
+    Runs from before these files had them give no lines, so their signed reports render unchanged.
+    """
+    lines = []
+    host = read_json(run.file("host.json")) if run.file("host.json").is_file() else {}
+    override = host.get("gpu_override") if isinstance(host, dict) else None
+    if isinstance(override, dict):
+        recipe_gpu, run_gpu = override.get("recipe") or {}, override.get("run_time") or {}
+        lines.append(f"- GPU override ({override.get('source')}): ran on index {run_gpu.get('index')} "
+                     f"`{run_gpu.get('uuid')}`; the recipe pins index {recipe_gpu.get('index')} "
+                     f"`{recipe_gpu.get('uuid')}` (recipe unchanged).")
+    backends = read_json(run.file("backends.json")) if run.file("backends.json").is_file() else {}
+    for name, info in sorted((backends.get("backends") or {}).items()):
+        fingerprint = info.get("weights_fingerprint")
+        if not isinstance(fingerprint, str):
+            lines.append(f"- {name}: no weights fingerprint reported")
+            continue
+        merged = info.get("merged_weights_fingerprint")
+        extra = f", merged `{merged[:17]}…`" if isinstance(merged, str) else ""
+        lines.append(f"- {name}: weights `{fingerprint[:17]}…` ({info.get('weights_fingerprint_scope')}{extra}), "
+                     f"torch threads {info.get('torch_threads')}/{info.get('torch_interop_threads')} (intra/inter-op)")
+    return lines
+
+
 def _summary_notes(run: RunDir, summary: dict) -> list[str]:
     path = run.file("summary.json")
     if not path.exists():
@@ -276,7 +306,8 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     run = RunDir.open(Path(run_dir))
     state, recipe, rows = _load_run(run)
     summary = summarize(rows, recipe)
-    text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary))
+    text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary),
+                         run_facts=run_facts_of(run))
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
     files = {"report.md": text.encode("utf-8"), **_plot_bytes(rows)}
