@@ -13,6 +13,8 @@ Tolerances file (YAML, format_version 1), every key optional:
     max_probability_delta: 0.01   # largest |p_candidate - p_baseline| of a case
     decisions_must_match: true
     backends: {hf: hf-new}        # baseline backend -> candidate backend, when names differ
+    per_backend:                  # limits for one baseline backend, replacing the top-level ones
+      hf: {max_mean_ratio: 1.08, max_probability_delta: 0.0}
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ from ..results import bootstrap_mean_diff_ci, decision_of, latency_stats, ranges
 from ..rows import Row, read_rows
 from .bundle import opened
 
-__all__ = ["COMPARE_FORMAT_VERSION", "TOLERANCE_KEYS", "load_tolerances", "compare_runs", "compare_rows",
+__all__ = ["COMPARE_FORMAT_VERSION", "TOLERANCE_KEYS", "LIMIT_KEYS", "limits_for", "load_tolerances", "compare_runs", "compare_rows",
            "to_markdown"]
 
 COMPARE_FORMAT_VERSION = 1
-TOLERANCE_KEYS = {"format_version", "max_mean_ratio", "max_p95_ratio", "max_probability_delta",
-                  "decisions_must_match", "backends"}
+LIMIT_KEYS = {"max_mean_ratio", "max_p95_ratio", "max_probability_delta", "decisions_must_match"}
+TOLERANCE_KEYS = {"format_version", "backends", "per_backend", *LIMIT_KEYS}
 N_BOOT = 2000
 _STATS = ("mean_ms", "p50_ms", "p95_jevbench_ms", "p95_nearest_rank_ms")
 
@@ -45,7 +47,35 @@ def load_tolerances(path: Path) -> dict[str, Any]:
     unknown = sorted(set(data) - TOLERANCE_KEYS)
     if unknown:
         raise RecipeError(f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(TOLERANCE_KEYS))}.")
+    _check_limits(path, "", data)
+    per_backend = data.get("per_backend", {})
+    if not isinstance(per_backend, dict):
+        raise RecipeError(f"{path}: per_backend maps a baseline backend name to its limits.")
+    for name, limits in per_backend.items():
+        if not isinstance(limits, dict) or not limits:
+            raise RecipeError(f"{path}: per_backend.{name} is a mapping of limits ({', '.join(sorted(LIMIT_KEYS))}).")
+        unknown = sorted(set(limits) - LIMIT_KEYS)
+        if unknown:
+            raise RecipeError(f"{path}: per_backend.{name}: unknown keys {', '.join(unknown)}; "
+                              f"known: {', '.join(sorted(LIMIT_KEYS))}.")
+        _check_limits(path, f"per_backend.{name}.", limits)
     return data
+
+
+def _check_limits(path: Path, where: str, limits: dict) -> None:
+    for key in sorted(LIMIT_KEYS & set(limits)):
+        value = limits[key]
+        if key == "decisions_must_match":
+            if not isinstance(value, bool):
+                raise RecipeError(f"{path}: {where}{key} must be true or false, not {value!r}.")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise RecipeError(f"{path}: {where}{key} must be a number >= 0, not {value!r}.")
+
+
+def limits_for(tolerances: dict, baseline_backend: str) -> dict[str, Any]:
+    """The top-level limits with the backend's own (per_backend) replacing them key by key."""
+    own = (tolerances.get("per_backend") or {}).get(baseline_backend) or {}
+    return {**{k: v for k, v in tolerances.items() if k in LIMIT_KEYS}, **own}
 
 
 def _load(directory: Path) -> tuple[list[Row], Any]:
@@ -132,13 +162,14 @@ def _verdict(pairs: list[dict], tolerances: dict | None, unmatched: list[str]) -
     failures = [f"backend {name} has no counterpart in the other run" for name in unmatched]
     for p in pairs:
         where = f"{p['workload']}/{p['baseline_backend']}→{p['candidate_backend']}"
+        limits = limits_for(tolerances, p["baseline_backend"])
         checks = [("max_mean_ratio", p["metrics"]["overall.mean_ms"]["ratio"], "mean ratio"),
                   ("max_p95_ratio", p["metrics"]["overall.p95_jevbench_ms"]["ratio"], "P95 (JevBench) ratio"),
                   ("max_probability_delta", p["answers"]["max_abs_probability_delta"], "max probability delta")]
         for key, value, label in checks:
-            if key in tolerances and (value is None or value > tolerances[key]):
-                failures.append(f"{where}: {label} {value!r} exceeds {tolerances[key]}")
-        if tolerances.get("decisions_must_match") and (p["answers"]["decision_flips"] or p["answers"]["unpaired"]):
+            if key in limits and (value is None or value > limits[key]):
+                failures.append(f"{where}: {label} {value!r} exceeds {limits[key]}")
+        if limits.get("decisions_must_match") and (p["answers"]["decision_flips"] or p["answers"]["unpaired"]):
             ids = ", ".join(f["id"] for f in p["answers"]["decision_flips"]) or "unpaired cases"
             failures.append(f"{where}: decisions differ ({ids})")
         if p["errors"]["candidate"] or p["errors"]["baseline"]:
