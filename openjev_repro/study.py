@@ -236,9 +236,8 @@ def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
     path = run.file("backends.json")
     data = read_json(path) if path.is_file() else {"format_version": 1, "source": "/health after ready",
                                                    "backends": {}}
-    data["backends"][name] = {key: health[key] if key in health else
-                              {"available": False, "reason": "not in the backend's /health"}
-                              for key in IDENTITY_KEYS}
+    absent = {"available": False, "reason": "not in the backend's /health"}
+    data["backends"][name] = {key: health.get(key, absent) for key in IDENTITY_KEYS}
     write_json_atomic(path, data)
 
 

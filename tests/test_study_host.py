@@ -146,6 +146,6 @@ def test_study_cli_refuses_a_bad_override_in_one_line(tmp_path, args, message):
 
     recipe = write_study(tmp_path, [scripted_backend("one")], n=3)
     result = subprocess.run([sys.executable, "-m", "invoke", "study", "--recipe", str(recipe), "--out",
-                             str(tmp_path / "runs"), *args], capture_output=True, text=True)
+                             str(tmp_path / "runs"), *args], check=False, capture_output=True, text=True)
     assert result.returncode == 1 and message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "runs").exists()

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-__all__ = ["weights_fingerprint", "named_tensors", "CHUNK_WORDS", "PRIME", "VERSION"]
+__all__ = ["CHUNK_WORDS", "PRIME", "VERSION", "named_tensors", "weights_fingerprint"]
 
 VERSION = "wfp1"
 PRIME = 2**31 - 1

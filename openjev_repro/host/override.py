@@ -22,7 +22,7 @@ from ..errors import HostError, ReproError
 from ..recipe import Controls, Gpu
 from .backend import GpuBackend
 
-__all__ = ["GpuOverride", "UUID_RE"]
+__all__ = ["UUID_RE", "GpuOverride"]
 
 UUID_RE = re.compile(r"^GPU-[0-9a-fA-F-]{36}$")
 

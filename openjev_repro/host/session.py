@@ -14,8 +14,8 @@ from .backend import GpuBackend, detect_backend
 from .device import check_cleanup, check_device
 from .inventory import host_record
 from .memory import MemorySampler
-from .override import GpuOverride
 from .numa import effective_binding, numa_prefix
+from .override import GpuOverride
 from .reservation import reserve_gpus
 
 __all__ = ["HostSession"]
