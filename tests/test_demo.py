@@ -91,3 +91,12 @@ def test_backends_json_and_manifest_record_each_backends_weights_fingerprint(dem
     _, statement = read_statement(run.file("manifest.dsse.json"))
     assert statement["predicate"]["backends"]["backends"] == backends
     assert "cpufreq" in statement["predicate"]["environment"]["cpu"]
+
+
+def test_report_shows_each_backends_weights(demo_run):
+    run, _ = demo_run
+    text = run.file("report.md").read_text()
+    backends = json.loads(run.file("backends.json").read_text())["backends"]
+    assert "## Weights and GPU" in text and "GPU override" not in text
+    fingerprint = backends["reference-raw"]["weights_fingerprint"]
+    assert f"- reference-raw: weights `{fingerprint[:17]}…` (unmerged)" in text
