@@ -15,11 +15,15 @@ Tolerances file (YAML, format_version 1), every key optional:
     backends: {hf: hf-new}        # baseline backend -> candidate backend, when names differ
     per_backend:                  # limits for one baseline backend, replacing the top-level ones
       hf: {max_mean_ratio: 1.08, max_probability_delta: 0.0}
+    weights_must_match: true      # both runs' backends.json report the same weights_fingerprint
+
+Each pair also shows both runs' `weights_fingerprint` (backends.json, absent in older runs).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +38,8 @@ __all__ = ["COMPARE_FORMAT_VERSION", "TOLERANCE_KEYS", "LIMIT_KEYS", "limits_for
            "to_markdown"]
 
 COMPARE_FORMAT_VERSION = 1
-LIMIT_KEYS = {"max_mean_ratio", "max_p95_ratio", "max_probability_delta", "decisions_must_match"}
+LIMIT_KEYS = {"max_mean_ratio", "max_p95_ratio", "max_probability_delta", "decisions_must_match",
+              "weights_must_match"}
 TOLERANCE_KEYS = {"format_version", "backends", "per_backend", *LIMIT_KEYS}
 N_BOOT = 2000
 _STATS = ("mean_ms", "p50_ms", "p95_jevbench_ms", "p95_nearest_rank_ms")
@@ -65,7 +70,7 @@ def load_tolerances(path: Path) -> dict[str, Any]:
 def _check_limits(path: Path, where: str, limits: dict) -> None:
     for key in sorted(LIMIT_KEYS & set(limits)):
         value = limits[key]
-        if key == "decisions_must_match":
+        if key in ("decisions_must_match", "weights_must_match"):
             if not isinstance(value, bool):
                 raise RecipeError(f"{path}: {where}{key} must be true or false, not {value!r}.")
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -78,18 +83,32 @@ def limits_for(tolerances: dict, baseline_backend: str) -> dict[str, Any]:
     return {**{k: v for k, v in tolerances.items() if k in LIMIT_KEYS}, **own}
 
 
-def _load(directory: Path) -> tuple[list[Row], Any]:
+def _load(directory: Path) -> tuple[list[Row], Any, dict[str, str | None]]:
     recipe_path = Path(directory) / "recipe.yaml"
     if not recipe_path.is_file():
         raise EvidenceError(f"{directory} has no recipe.yaml; compare reads run directories or bundles.")
-    return read_rows(Path(directory) / "rows.jsonl"), parse_recipe(recipe_path.read_text(encoding="utf-8"), str(recipe_path))
+    return (read_rows(Path(directory) / "rows.jsonl"),
+            parse_recipe(recipe_path.read_text(encoding="utf-8"), str(recipe_path)),
+            _fingerprints(Path(directory) / "backends.json"))
+
+
+def _fingerprints(path: Path) -> dict[str, str | None]:
+    """backend -> weights_fingerprint from a run's backends.json ({} when the run has none)."""
+    if not path.is_file():
+        return {}
+    try:
+        backends = json.loads(path.read_text(encoding="utf-8")).get("backends") or {}
+    except (json.JSONDecodeError, AttributeError) as exc:
+        raise EvidenceError(f"{path} is not a backends.json object ({exc}).") from None
+    return {name: info.get("weights_fingerprint") if isinstance(info.get("weights_fingerprint"), str) else None
+            for name, info in backends.items() if isinstance(info, dict)}
 
 
 def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = None, seed: int = 20261003) -> dict:
     with contextlib.ExitStack() as stack:
         base = _load(stack.enter_context(opened(baseline)))
         cand = _load(stack.enter_context(opened(candidate)))
-    result = compare_rows(base[0], cand[0], tolerances=tolerances, seed=seed)
+    result = compare_rows(base[0], cand[0], tolerances=tolerances, seed=seed, fingerprints=(base[2], cand[2]))
     result.update(baseline=str(baseline), candidate=str(candidate),
                   baseline_study=base[1].study.id, candidate_study=cand[1].study.id)
     return result
@@ -172,20 +191,29 @@ def _verdict(pairs: list[dict], tolerances: dict | None, unmatched: list[str]) -
         if limits.get("decisions_must_match") and (p["answers"]["decision_flips"] or p["answers"]["unpaired"]):
             ids = ", ".join(f["id"] for f in p["answers"]["decision_flips"]) or "unpaired cases"
             failures.append(f"{where}: decisions differ ({ids})")
+        if limits.get("weights_must_match") and p.get("weights_fingerprint", {}).get("same") is not True:
+            w = p.get("weights_fingerprint", {})
+            failures.append(f"{where}: weights fingerprints differ or are missing "
+                            f"(baseline {w.get('baseline')}, candidate {w.get('candidate')})")
         if p["errors"]["candidate"] or p["errors"]["baseline"]:
             failures.append(f"{where}: failed requests in the measured passes ({p['errors']})")
     return {"passed": not failures, "failures": failures, "tolerances": tolerances}
 
 
 def compare_rows(base_rows: list[Row], cand_rows: list[Row], *, tolerances: dict | None = None,
-                 seed: int = 20261003) -> dict[str, Any]:
+                 seed: int = 20261003,
+                 fingerprints: tuple[dict[str, str | None], dict[str, str | None]] = ({}, {})) -> dict[str, Any]:
     base, cand = _measured(base_rows), _measured(cand_rows)
     mapping = dict((tolerances or {}).get("backends") or {})
     pairs, unmatched = [], []
     for (workload, name) in sorted(base):
         other = mapping.get(name, name)
         if (workload, other) in cand:
-            pairs.append(_pair(workload, name, other, base[(workload, name)], cand[(workload, other)], seed))
+            pair = _pair(workload, name, other, base[(workload, name)], cand[(workload, other)], seed)
+            fb, fc = fingerprints[0].get(name), fingerprints[1].get(other)
+            pair["weights_fingerprint"] = {"baseline": fb, "candidate": fc,
+                                           "same": None if fb is None or fc is None else fb == fc}
+            pairs.append(pair)
         else:
             unmatched.append(f"{workload}/{name}")
     if not pairs:
@@ -213,7 +241,12 @@ def to_markdown(result: dict[str, Any]) -> str:
                   f"{'—' if ci is None else f'[{ci[0]:.3f}, {ci[1]:.3f}] ms'} (seed {p['bootstrap']['seed']})",
                   f"- decision flips: {len(a['decision_flips'])} of {a['paired']} paired cases"
                   + (f" ({', '.join(f['id'] for f in a['decision_flips'])})" if a["decision_flips"] else ""),
-                  f"- max |probability delta|: {a['max_abs_probability_delta']!r}", ""]
+                  f"- max |probability delta|: {a['max_abs_probability_delta']!r}"]
+        w = p.get("weights_fingerprint") or {}
+        if w.get("baseline") or w.get("candidate"):
+            same = {True: "same", False: "DIFFERENT", None: "not comparable"}[w.get("same")]
+            lines.append(f"- weights fingerprint: {same} (baseline {w.get('baseline')}, candidate {w.get('candidate')})")
+        lines.append("")
     v = result["verdict"]
     verdict = "no tolerances declared" if v["passed"] is None else ("PASS" if v["passed"] else "FAIL")
     lines.append(f"**Verdict: {verdict}**")
