@@ -173,14 +173,16 @@ def imported_note(imported: dict) -> str:
 
 
 def render_report(summary: dict, rows: Sequence[Row], recipe: Recipe, *, state: dict | None = None,
-                  notes: Iterable[str] = (), imported: dict | None = None) -> str:
+                  notes: Iterable[str] = (), imported: dict | None = None,
+                  run_facts: Iterable[str] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
 
     `state` is the run's state.json: unless its status is "complete" the report opens (and
     closes) with an INCOMPLETE RUN banner. None means the summary does not come from a run
     directory (no banner). `notes` are extra warnings printed under the title. `imported` is an
     imported run's import.json: its status "imported" is complete, and the published figures
-    are listed next to ours.
+    are listed next to ours. `run_facts` are lines about the weights and the GPU
+    (`run_facts_of`), shown in their own section when present.
     """
     done = ("complete", "imported") if imported is not None else ("complete",)
     banner = [incomplete_banner(state), ""] if state is not None and state.get("status") not in done else []
@@ -206,6 +208,9 @@ def render_report(summary: dict, rows: Sequence[Row], recipe: Recipe, *, state: 
     if imported is not None:
         out += _imported_lines(imported)
     out += ["## Gates", "", *_gate_lines(summary["gates"]), ""]
+    facts = list(run_facts)
+    if facts:
+        out += ["## Weights and GPU", "", *facts, ""]
     out += ["Plots: latency_vs_tokens.png (measured latency against input tokens), latency_cdf.png "
             "(CDF of measured latency).", ""]
     if banner:
@@ -289,6 +294,32 @@ def _load_run(run: RunDir) -> tuple[dict, Recipe, list[Row]]:
     return state, recipe, rows
 
 
+def run_facts_of(run: RunDir) -> list[str]:
+    """Report lines from backends.json (weights fingerprints, threads) and host.json's gpu_override.
+
+    Runs from before these files had them give no lines, so their signed reports render unchanged.
+    """
+    lines = []
+    host = read_json(run.file("host.json")) if run.file("host.json").is_file() else {}
+    override = host.get("gpu_override") if isinstance(host, dict) else None
+    if isinstance(override, dict):
+        recipe_gpu, run_gpu = override.get("recipe") or {}, override.get("run_time") or {}
+        lines.append(f"- GPU override ({override.get('source')}): ran on index {run_gpu.get('index')} "
+                     f"`{run_gpu.get('uuid')}`; the recipe pins index {recipe_gpu.get('index')} "
+                     f"`{recipe_gpu.get('uuid')}` (recipe unchanged).")
+    backends = read_json(run.file("backends.json")) if run.file("backends.json").is_file() else {}
+    for name, info in sorted((backends.get("backends") or {}).items()):
+        fingerprint = info.get("weights_fingerprint")
+        if not isinstance(fingerprint, str):
+            lines.append(f"- {name}: no weights fingerprint reported")
+            continue
+        merged = info.get("merged_weights_fingerprint")
+        extra = f", merged `{merged[:17]}…`" if isinstance(merged, str) else ""
+        lines.append(f"- {name}: weights `{fingerprint[:17]}…` ({info.get('weights_fingerprint_scope')}{extra}), "
+                     f"torch threads {info.get('torch_threads')}/{info.get('torch_interop_threads')} (intra/inter-op)")
+    return lines
+
+
 def _summary_notes(run: RunDir, summary: dict) -> list[str]:
     path = run.file("summary.json")
     if not path.exists():
@@ -310,7 +341,8 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     state, recipe, rows = _load_run(run)
     summary = summarize(rows, recipe)
     imported = read_json(run.file("import.json")) if run.file("import.json").is_file() else None
-    text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), imported=imported)
+    text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), imported=imported,
+                         run_facts=run_facts_of(run))
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
     files = {"report.md": text.encode("utf-8"), **_plot_bytes(rows)}
