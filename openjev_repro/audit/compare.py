@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 
-from ..errors import EvidenceError, RecipeError
+from ..errors import EvidenceError, RecipeError, RunIncomplete
+from ..evidence import RunDir
 from ..recipe import parse_recipe, read_yaml
 from ..results import bootstrap_mean_diff_ci, decision_of, latency_stats, ranges_disjoint
 from ..rows import Row, read_rows
@@ -55,13 +56,38 @@ def _load(directory: Path) -> tuple[list[Row], Any]:
     return read_rows(Path(directory) / "rows.jsonl"), parse_recipe(recipe_path.read_text(encoding="utf-8"), str(recipe_path))
 
 
-def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = None, seed: int = 20261003) -> dict:
+# Statuses of a finished run: a study's, or an import of published evidence.
+COMPARABLE_STATUSES = ("complete", "imported")
+
+
+def _status(directory: Path) -> str:
+    """The run's status; a "running" run whose study died reads "incomplete"; no state.json reads "unknown"."""
+    if not (Path(directory) / "state.json").is_file():
+        return "unknown"
+    return str(RunDir(Path(directory)).effective_state().get("status"))
+
+
+def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = None, seed: int = 20261003,
+                 allow_incomplete: bool = False) -> dict:
+    """Compare two runs; an incomplete one is refused unless allow_incomplete, and then named in the verdict."""
+    incomplete = []
     with contextlib.ExitStack() as stack:
-        base = _load(stack.enter_context(opened(baseline)))
-        cand = _load(stack.enter_context(opened(candidate)))
+        loaded = []
+        for role, path in (("baseline", baseline), ("candidate", candidate)):
+            directory = stack.enter_context(opened(path))
+            status = _status(directory)
+            if status not in COMPARABLE_STATUSES:
+                if not allow_incomplete:
+                    raise RunIncomplete(f"The {role} {path} is not a complete run (status {status!r}); its passes "
+                                        "may be partial. Pass --allow-incomplete to compare it anyway.")
+                incomplete.append(f"{role} {path} (status {status!r})")
+            loaded.append(_load(directory))
+        base, cand = loaded
     result = compare_rows(base[0], cand[0], tolerances=tolerances, seed=seed)
     result.update(baseline=str(baseline), candidate=str(candidate),
                   baseline_study=base[1].study.id, candidate_study=cand[1].study.id)
+    if incomplete:
+        result["verdict"]["incomplete_runs"] = incomplete
     return result
 
 
@@ -185,6 +211,8 @@ def to_markdown(result: dict[str, Any]) -> str:
                   f"- max |probability delta|: {a['max_abs_probability_delta']!r}", ""]
     v = result["verdict"]
     verdict = "no tolerances declared" if v["passed"] is None else ("PASS" if v["passed"] else "FAIL")
+    if v.get("incomplete_runs"):
+        verdict += " over INCOMPLETE runs (--allow-incomplete): " + "; ".join(v["incomplete_runs"])
     lines.append(f"**Verdict: {verdict}**")
     lines += [f"- {f}" for f in v["failures"]]
     return "\n".join(lines) + "\n"
