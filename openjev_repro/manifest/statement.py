@@ -21,12 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..errors import EvidenceError, RunIncomplete, VerificationError
 from ..evidence import ENVELOPE_NAME, RunDir, read_json
 from ..hashing import hash_file
 from ..limits import MAX_JSON_DEPTH, loads_bounded
+from ..recipe import safe_yaml
 from .dsse import envelope_bytes, make_envelope, parse_envelope, payload_of
 from .keys import load_private_key
 
@@ -105,7 +104,7 @@ def _recipe(run: RunDir) -> tuple[dict[str, Any], str]:
 
 def recipe_json(data: bytes) -> Any:
     """The recipe as the predicate records it: YAML's dates become ISO strings (the predicate is JSON)."""
-    return json.loads(json.dumps(yaml.safe_load(data.decode("utf-8")), default=_iso))
+    return json.loads(json.dumps(safe_yaml(data.decode("utf-8")), default=_iso))
 
 
 def _iso(value: Any) -> str:
