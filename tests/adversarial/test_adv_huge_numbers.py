@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from conftest import invoke, one_error_line
+from advkit import invoke, one_error_line
 from studykit import scripted_backend, write_study
 
 

@@ -10,7 +10,7 @@ import pytest
 from openjev_repro.audit.verify import verify_path
 from openjev_repro.evidence import ENVELOPE_NAME
 from openjev_repro.manifest.dsse import envelope_bytes, parse_envelope, payload_of
-from conftest import invoke
+from advkit import invoke
 from test_audit_kit import signed_run
 
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import invoke, one_error_line
+from advkit import invoke, one_error_line
 from studykit import scripted_backend, write_study
 
 BOMB = """format_version: 1

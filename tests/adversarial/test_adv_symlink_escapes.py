@@ -14,7 +14,7 @@ from openjev_repro.audit.verify import verify_path
 from openjev_repro.evidence import ENVELOPE_NAME
 from openjev_repro.manifest.dsse import envelope_bytes, make_envelope, parse_envelope, payload_of
 from openjev_repro.manifest.keys import load_private_key
-from conftest import invoke
+from advkit import invoke
 from test_audit_kit import signed_run
 
 
