@@ -264,7 +264,8 @@ def _summary_notes(run: RunDir, summary: dict) -> list[str]:
     return []
 
 
-def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str | None = None) -> Path:
+def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str | None = None,
+                 plots: bool = True) -> Path:
     """Read a run directory, write report.md and both plots (into out_dir, default the run), return report.md.
 
     A signed run (manifest.dsse.json present) is never changed: writing into it is refused
@@ -280,7 +281,7 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary))
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
-    files = {"report.md": text.encode("utf-8"), **_plot_bytes(rows)}
+    files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows) if plots else {})}
     signed = target.resolve() == run.path.resolve() and run.file(ENVELOPE_NAME).exists()
     for name, data in files.items():
         path = target / name

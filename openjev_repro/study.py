@@ -7,6 +7,7 @@ run directory marked incomplete with everything written so far, and raises.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -122,7 +123,7 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted (Ctrl-C); every row written so far is kept"
     if isinstance(exc, OSError):
-        where = f" ({exc.filename})" if exc.filename else ""
+        where = f" ({exc.filename})" if exc.filename and exc.errno not in (errno.ENOSPC, errno.EDQUOT) else ""
         return f"{type(exc).__name__}: {exc.strerror or exc}{where}"
     return f"{type(exc).__name__}: {exc}"
 
@@ -158,7 +159,7 @@ def _rerender_report(run: RunDir) -> None:
     try:
         from .report import write_report
 
-        write_report(run.path)
+        write_report(run.path, plots=False)  # the plots do not change; the banner is in report.md
     except Exception:
         with contextlib.suppress(OSError):
             run.file("report.md").unlink()  # no report rather than one that looks complete
@@ -184,9 +185,9 @@ def run_study(opts: StudyOptions) -> RunDir:
             if isinstance(exc, (SystemExit, GeneratorExit)):
                 raise
             error = _describe(exc)
+            _remove_temporaries(run)  # first: on a full disk their space is what the next writes need
             marked = mark_incomplete(run, error)
             _rerender_report(run)
-            _remove_temporaries(run)
             what = "is marked incomplete" if marked else "could not be marked incomplete (readers report it stale)"
             if isinstance(exc, KeyboardInterrupt):
                 raise RunIncomplete(f"Interrupted: {error}. The run {run.path} {what}; its rows are kept.") from None

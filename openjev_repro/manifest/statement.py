@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EvidenceError, RunIncomplete, VerificationError
-from ..evidence import ENVELOPE_NAME, RunDir, read_json
+from ..evidence import ENVELOPE_NAME, RunDir, read_json, write_bytes_atomic
 from ..hashing import hash_file
 from ..limits import MAX_JSON_DEPTH, loads_bounded
 from ..recipe import safe_yaml
@@ -170,9 +170,7 @@ def write_manifest(run_dir: Path, *, key_path: Path | None) -> Path:
     statement = build_statement(run, signed=key is not None)
     payload = json.dumps(statement, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
     envelope = make_envelope(payload, key)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_bytes(envelope_bytes(envelope))
-    tmp.replace(out)
+    write_bytes_atomic(out, envelope_bytes(envelope))  # fsynced; no temporary file survives a failure
     return out
 
 
