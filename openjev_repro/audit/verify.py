@@ -15,7 +15,7 @@ import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Callable
 
 import yaml
