@@ -110,3 +110,14 @@ def test_size_and_member_limits_are_checked_before_extraction(signed, tmp_path):
     with pytest.raises(Exception, match="more than 1073741824 bytes once extracted"):
         extract_bundle(bomb, tmp_path / "bomb")
     assert list((tmp_path / "bomb").iterdir()) == []
+
+
+def test_sign_refuses_a_run_holding_a_special_entry(tmp_path):
+    from advkit import invoke, one_error_line
+    from test_audit_kit import build_run
+
+    run = build_run(tmp_path / "runs")
+    (run.path / "logs" / "ext").symlink_to("/etc")
+    line = one_error_line(invoke("sign", "--run", str(run.path)))
+    assert line == (f"error: {run.path} holds entries that are not regular files: logs/ext is a symlink.")
+    assert not (run.path / "manifest.dsse.json").exists()
