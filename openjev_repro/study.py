@@ -191,7 +191,7 @@ def run_study(opts: StudyOptions) -> RunDir:
             what = "is marked incomplete" if marked else "could not be marked incomplete (readers report it stale)"
             if isinstance(exc, KeyboardInterrupt):
                 raise RunIncomplete(f"Interrupted: {error}. The run {run.path} {what}; its rows are kept.") from None
-            raise RunIncomplete(f"{error}\nThe run {run.path} {what}; everything it wrote is kept.") from None
+            raise RunIncomplete(f"{error} The run {run.path} {what}; everything it wrote is kept.") from None
     return run
 
 
