@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import socket
 import stat
 import time
@@ -214,10 +215,14 @@ class RunDir:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         path = Path(parent) / f"{study_id}-{stamp}-{secrets.token_hex(3)}"
         path.mkdir(parents=True, exist_ok=False)
-        (path / "logs").mkdir()
-        (path / "responses").mkdir()
         run = cls(path)
-        run.write_state({"status": "running", "attempted": [], "finished": [], "error": None, "owner": _owner()})
+        try:
+            (path / "logs").mkdir()
+            (path / "responses").mkdir()
+            run.write_state({"status": "running", "attempted": [], "finished": [], "error": None, "owner": _owner()})
+        except BaseException:  # a directory without its state file is no run: leave nothing behind
+            shutil.rmtree(path, ignore_errors=True)
+            raise
         return run
 
     @classmethod

@@ -91,6 +91,10 @@ def _write_tar(stage: Path, out: Path) -> None:
             with open(path, "rb") as fh:
                 tar.addfile(info, fh)
     tmp = out.with_name(f".{out.name}.tmp")
-    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-        gz.write(buffer.getvalue())
-    tmp.replace(out)
+    try:
+        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+            gz.write(buffer.getvalue())
+        tmp.replace(out)
+    except BaseException:  # a full disk or Ctrl-C leaves no partial bundle behind
+        tmp.unlink(missing_ok=True)
+        raise

@@ -47,8 +47,12 @@ class Reaper:
         self._pipe: IO[str] | None = None
 
     def start(self) -> "Reaper":
-        self.proc = subprocess.Popen([sys.executable, "-m", "openjev_repro.host.reaper"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.DEVNULL, start_new_session=True, text=True)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "openjev_repro.host.reaper"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.DEVNULL, start_new_session=True, text=True)
+        except OSError:  # no reaper: the leaders' parent-death signal still ends them with the study
+            self.proc = None
+            return self
         self._pipe = self.proc.stdin
         return self
 
