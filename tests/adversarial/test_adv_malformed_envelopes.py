@@ -10,7 +10,7 @@ import pytest
 from openjev_repro.audit.verify import verify_path
 from openjev_repro.evidence import ENVELOPE_NAME
 from openjev_repro.manifest.dsse import envelope_bytes, parse_envelope, payload_of
-from advkit import invoke
+from advkit import invoke, one_error_line
 from test_audit_kit import signed_run
 
 
@@ -78,3 +78,18 @@ def test_cli_prints_one_fail_line_and_exits_1(tmp_path):
     assert proc.returncode == 1 and proc.stderr == "" and "Traceback" not in proc.stdout
     lines = proc.stdout.splitlines()
     assert len(lines) == 2 and lines[0].startswith("FAIL  envelope") and lines[1] == "FAILED: 1 of 1 checks failed."
+
+
+@pytest.mark.parametrize("line", [b"[" * 100_000, b'{"id": ' + b"9" * 5000 + b"}", b"[1, 2]"])
+def test_hostile_rows_are_one_error_line_in_compare_and_a_fail_in_verify(tmp_path, line):
+    from test_audit_kit import build_run
+
+    run = build_run(tmp_path / "a")
+    other = build_run(tmp_path / "b")
+    run.rows_path.write_bytes(run.rows_path.read_bytes() + line + b"\n")
+    message = one_error_line(invoke("compare", "--baseline", str(run.path), "--candidate", str(other.path)))
+    assert message.startswith(f"error: {run.rows_path}:37: not a valid row (")
+    run_signed, _, public = signed_run(tmp_path / "s")
+    run_signed.rows_path.write_bytes(run_signed.rows_path.read_bytes() + line + b"\n")
+    bad = {c.name for c in verify_path(run_signed.path, pubkey=public) if c.passed is False}
+    assert bad == {"subject digests", "case ids", "responses", "recomputed"}
