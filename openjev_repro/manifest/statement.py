@@ -157,10 +157,12 @@ def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
 def write_manifest(run_dir: Path, *, key_path: Path | None) -> Path:
     """Sign (or, without a key, write unsigned) the manifest of a complete run; returns its path."""
     run = RunDir.open(run_dir)
-    status = run.state().get("status")
+    state = run.effective_state()  # a "running" run whose study died reads incomplete (stale)
+    status = state.get("status")
     if status != "complete":
+        stale = f" ({state['error']})" if state.get("stale") else ""
         raise RunIncomplete(
-            f"{run.path} has status {status!r}; only a complete study gets a manifest. "
+            f"{run.path} has status {status!r}{stale}; only a complete study gets a manifest. "
             "Re-run the study; an incomplete run is never signed."
         )
     out = run.file(ENVELOPE_NAME)

@@ -84,7 +84,8 @@ def test_kill_9_leaves_no_backend_and_a_stale_run(tmp_path):
     report = invoke("report", "--run", str(run_path), "--out", str(tmp_path / "report"))
     assert report.returncode == 1 and "INCOMPLETE RUN" in report.stdout and "stale run" in report.stdout
     assert report.stderr.startswith("error: INCOMPLETE RUN")
-    assert one_error_line(invoke("sign", "--run", str(run_path))).startswith(f"error: {run_path} has status 'running'")
+    sign = one_error_line(invoke("sign", "--run", str(run_path)))
+    assert sign.startswith(f"error: {run_path} has status 'incomplete' (stale run: state.json says running, but ")
     compare = one_error_line(invoke("compare", "--baseline", str(run_path), "--candidate", str(run_path)))
     assert "is not a complete run (status 'incomplete')" in compare
     verify = invoke("verify", "--run", str(run_path), "--allow-unsigned")
