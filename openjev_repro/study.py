@@ -469,7 +469,7 @@ def _finish_outputs(run: RunDir, opts: StudyOptions) -> None:
         report = write_report(run.path, as_status="complete")
     fsync_tree(run.path)
     run.update_state(status="complete")
-    opts.console.print("[green]study complete[/]")
     envelope = write_manifest(run.path, key_path=opts.key_path)
     fsync_tree(run.path)
+    opts.console.print("[green]study complete[/]")
     opts.console.print(f"report: {report}\nmanifest: {envelope} ({'signed' if opts.key_path else 'UNSIGNED'})")
