@@ -19,7 +19,11 @@ Layout of a run directory (every file except the envelope is a manifest subject)
     manifest.dsse.json     the signed in-toto statement (written last; not its own subject)
 
 Format history of state.json:
-    1  (2026-11) first version.
+    1  (2026-11) first version. Additive: `owner` {pid, start_ticks, boot_id, host} of the
+       study that writes it (readers tolerate its absence; see `stale_reason`).
+
+Every entry of a run is a regular file or a directory (`scan_tree`): links, FIFOs, devices
+and empty directories make a run unsignable and fail verify.
 """
 
 from __future__ import annotations
