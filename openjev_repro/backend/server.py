@@ -1,7 +1,12 @@
 """The HTTP server: /v1/systemone (aliases /v1/inference, /api/jev), /health, /v1/models.
 
-A stdlib ThreadingHTTPServer: every connection has its own thread, inference is serialised by
-one lock (concurrency 1, requests queue), so /health answers while an inference runs. The port
+A stdlib ThreadingHTTPServer: every connection has its own thread, which parses, tokenizes and
+writes; every inference runs on one long-lived model thread and is serialised by one lock
+(concurrency 1, requests queue), so /health answers while an inference runs. Running the model
+on a thread that lives as long as the server matters for latency: on an H200 at the 27B shape, raw
+mode took about 100 ms more per request when each inference ran on a fresh thread (the
+per-connection thread) than on the thread that had run the previous one (scripts/h200-serving-gap.py,
+docs/backend.md). The port
 is bound before the model loads; until the model is loaded and one real warm-up inference has
 succeeded, every endpoint answers 503 {"status": "loading"}.
 
@@ -21,6 +26,7 @@ import sys
 import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -56,6 +62,13 @@ class ReferenceServer(ThreadingHTTPServer):
         self.model_names: tuple[str, ...] = (*MODEL_ALIASES, static_meta["base_model_id"])
         self.lock = threading.Lock()
         self.served = 0
+        # One thread for every inference, warm-up included: torch's per-thread state is built once.
+        self.model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+
+    def shutdown(self) -> None:
+        """Stop serving; a queued inference is dropped, a running one finishes on its own thread."""
+        super().shutdown()
+        self.model_thread.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------ connections
 
@@ -115,7 +128,7 @@ class ReferenceServer(ThreadingHTTPServer):
         with self.lock:
             started = time.perf_counter()
             try:
-                answers = self.model.answer(state, questions, candidates)
+                answers = self.model_thread.submit(self.model.answer, state, questions, candidates).result()
             except Exception as exc:  # any failure inside the model becomes a 500; the server keeps serving
                 traceback.print_exc(file=sys.stderr)
                 return 500, _error("inference_error", f"inference failed: {type(exc).__name__}: {exc}")
