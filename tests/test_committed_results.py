@@ -22,7 +22,7 @@ def test_committed_h200_run_verifies(name):
 
 def test_committed_rerun_is_within_declared_tolerances():
     """The README's cross-host claim: same weights, bit-identical probabilities, PASS verdict."""
-    tolerances = read_yaml(TOLERANCES)
+    tolerances = read_yaml(TOLERANCES, "tolerances")
     result = compare_runs(RESULTS / "run", RESULTS / "rerun", tolerances=tolerances)
     assert result["verdict"]["passed"] is True, result["verdict"]["failures"]
     assert len(result["pairs"]) == 3
