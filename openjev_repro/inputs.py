@@ -93,7 +93,7 @@ def require_all_ok(checks: list[InputCheck], root: Path) -> None:
 def checks_table(checks: list[InputCheck], root: Path) -> Table:
     table = Table(title=f"Inputs under {root}")
     for column in ("status", "path", "role", "size", "sha256 (expected → actual)"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # a path is never cut short
     colours = {"ok": "green", "missing": "red", "changed": "red", "undeclared": "yellow"}
     for c in checks:
         digest = (c.expected or "-")[:12]

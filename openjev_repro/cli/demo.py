@@ -8,7 +8,6 @@ from pathlib import Path
 from invoke import task
 
 from . import user_errors
-from ..manifest.keys import PRIVATE_KEY_NAME, PUBLIC_KEY_NAME, generate_keypair
 
 __all__ = ["demo"]
 
@@ -33,6 +32,8 @@ def ensure_fixture(root: Path) -> None:
 
 def ensure_demo_key(keys: Path) -> Path:
     """A local signing key for demo runs (never committed: .cache/ is ignored)."""
+    from ..manifest.keys import PRIVATE_KEY_NAME, generate_keypair
+
     private = keys / PRIVATE_KEY_NAME
     if not private.is_file():
         generate_keypair(keys)
@@ -44,11 +45,14 @@ def ensure_demo_key(keys: Path) -> Path:
 @user_errors
 def demo(c, out="runs", runtime=None):
     """Run the embedded demo study end to end, sign it, print the report; the last line is the run directory."""
+    from ..manifest.keys import PUBLIC_KEY_NAME
     from ..study import StudyOptions, run_study
+    from .output import console, print_markdown
 
     ensure_fixture(DEMO_INPUTS)
     key = ensure_demo_key(DEMO_KEYS)
     run = run_study(StudyOptions(recipe_path=DEMO_RECIPE, out_dir=Path(out), runtime=runtime, key_path=key))
-    sys.stdout.write((run.path / "report.md").read_text(encoding="utf-8"))
-    sys.stdout.write(f"\nverify with: .venv/bin/invoke verify --run {run.path} --pubkey {DEMO_KEYS / PUBLIC_KEY_NAME}\n")
-    sys.stdout.write(f"{run.path}\n")
+    print_markdown((run.path / "report.md").read_text(encoding="utf-8"))
+    console().print(f"\nverify with: .venv/bin/invoke verify --run {run.path} --pubkey {DEMO_KEYS / PUBLIC_KEY_NAME}",
+                    markup=False)
+    sys.stdout.write(f"{run.path}\n")  # never wrapped: scripts take the last line as the run directory

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 from invoke import Exit, task
-from rich.console import Console
 
 from . import user_errors
 
@@ -22,8 +21,9 @@ def verify_inputs_task(c, recipe, inputs_root=None):
     """SHA256 of every declared input; missing, changed and undeclared files as a table. Exit 1 on any mismatch."""
     from ..inputs import checks_table, verify_inputs
     from ..recipe import inputs_root as resolve_root, load_recipe
+    from .output import console as make_console
 
-    console = Console()
+    console = make_console()
     parsed = load_recipe(recipe)
     root = resolve_root(recipe, parsed, inputs_root)
     checks = verify_inputs(parsed, root, console=console)

@@ -1,0 +1,39 @@
+"""Output that fits where it goes: a terminal gets rich rendering at its width; a pipe or a file
+gets plain text that is never wrapped, so each path stays on one line for scripts.
+
+rich is imported only when something is printed through it, to keep `invoke --list` light.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["console", "print_markdown", "UNWRAPPED_WIDTH"]
+
+UNWRAPPED_WIDTH = 100_000  # wide enough that rich never folds a line of a report or a table
+
+
+def console(stderr: bool = False) -> "Console":
+    """A terminal (or rich's FORCE_COLOR/TTY_COMPATIBLE forcing) at its own width; otherwise unwrapped."""
+    from rich.console import Console
+
+    here = Console(stderr=stderr)
+    if here.is_terminal:
+        return here
+    return Console(stderr=stderr, width=UNWRAPPED_WIDTH, soft_wrap=True, highlight=False)
+
+
+def print_markdown(text: str) -> None:
+    """Rendered Markdown (tables, headings) on a terminal; the Markdown itself, verbatim, elsewhere."""
+    out = console()
+    if not out.is_terminal:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+        return
+    from rich.markdown import Markdown
+
+    out.print(Markdown(text))
