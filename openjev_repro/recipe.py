@@ -541,6 +541,8 @@ def read_yaml(path: str | Path, what: str) -> Any:
         return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise RecipeError(f"No {what} at {path}.") from exc
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"{path} is not UTF-8 text; give a {what} (YAML).") from exc
     except yaml.YAMLError as exc:
         raise RecipeError(f"{path}: not valid YAML ({exc}).") from exc
 
@@ -551,6 +553,8 @@ def load_recipe(path: str | Path) -> Recipe:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise RecipeError(f"No recipe at {path}.") from exc
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"{path} is not UTF-8 text; give a recipe (YAML).") from exc
     return parse_recipe(text, source=str(path))
 
 

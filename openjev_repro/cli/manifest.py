@@ -41,6 +41,8 @@ def environment(c, python=None, recipe=None):
     from ..errors import RecipeError
     from ..manifest.environment import collect_environment
 
+    if recipe and not Path(recipe).is_file():
+        raise RecipeError(f"No recipe file at {recipe}.")
     pythons = {}
     for item in python or []:
         name, sep, path = item.partition("=")
