@@ -22,6 +22,7 @@ from .host.session import HostSession
 from .inputs import checks_table, require_all_ok, verify_inputs
 from .passes import PassBudget, PassRunner, ResponseLog
 from .plan import REPRO_ROOT
+from .preflight import port_in_use, preflight
 from .recipe import AuxProcess, Backend, Recipe, Workload, inputs_root, load_recipe
 from .rows import RowWriter, read_rows
 from .runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
@@ -58,15 +59,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def port_in_use(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
 _AUX_PORT = re.compile(r"\{port\.([a-z0-9][a-z0-9_.-]*)\}")
 
 
@@ -93,6 +85,8 @@ def run_study(opts: StudyOptions) -> RunDir:
 
         recipe = locked_recipe(recipe, opts.recipe_path)
     root = inputs_root(opts.recipe_path, recipe, opts.inputs_root)
+    # Everything that can fail before any work is checked first: a study that never started leaves no run directory.
+    preflight(recipe, opts.recipe_path, root, out_dir=opts.out_dir, key_path=opts.key_path, runtime=opts.runtime)
     run = RunDir.create(opts.out_dir, recipe.study.id)
     shutil.copyfile(opts.recipe_path, run.file("recipe.yaml"))
     opts.console.print(f"[bold]Study {recipe.study.id}[/] → run directory {run.path}")
@@ -133,7 +127,9 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions) -> Non
             "format_version": 1, "root": str(root), "files": [c.to_dict() for c in checks]})
         if any(c.status != "ok" for c in checks):
             console.print(checks_table(checks, root))
-        require_all_ok(checks, root)
+        from .preflight import input_fix
+
+        require_all_ok(checks, root, input_fix(recipe, opts.recipe_path, root))
         console.print(f"inputs: {len(checks)} files verified by sha256")
     workloads = {w.name: select(load_tasks(root / w.requests), w.selection.types, w.selection.ids,
                                 w.selection.first, w.repeat) for w in recipe.workloads}
