@@ -55,8 +55,24 @@ def required_parameters(func: Callable) -> list[str]:
     return [p.name for p in params if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
 
 
+class NamedOptionsTask(Task):
+    """A task whose parameters are all named options, and whose numbers are parsed by `user_errors`.
+
+    invoke itself would make parameters without a default positional, and would turn `--requests
+    many` into a ValueError traceback while parsing; here a number option arrives as text and
+    `user_errors` converts it, answering a bad one with an `error:` line."""
+
+    def arg_opts(self, name: str, default: Any, taken_names: set[str]) -> dict[str, Any]:
+        opts = super().arg_opts(name, default, taken_names)
+        opts["positional"] = False
+        if opts.get("kind") in (int, float):
+            opts["kind"] = str
+        return opts
+
+
 def named_options(task: Task) -> Task:
     """Every parameter a named option; the required ones say so in `invoke TASK --help`."""
+    task.__class__ = NamedOptionsTask
     task.positional = []
     for name in required_parameters(task.body):
         key = name.strip("_")
@@ -118,6 +134,8 @@ def user_errors(func: Callable) -> Callable:
     """Run a task body so that no traceback reaches a user (see the module docstring)."""
     required = required_parameters(func)
     signature = inspect.signature(func)
+    numbers = {p.name: type(p.default) for p in signature.parameters.values()
+               if type(p.default) in (int, float)}
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -131,8 +149,15 @@ def user_errors(func: Callable) -> Callable:
         if special:
             raise _fail(f"{values[special[0]]} ({option_name(special[0])}) is a FIFO, socket or device; "
                         "give a regular file or directory.", as_json)
+        for name, kind in numbers.items():
+            if isinstance(values.get(name), str):
+                try:
+                    values[name] = kind(values[name])
+                except ValueError:
+                    what = "a whole number" if kind is int else "a number"
+                    raise _fail(f"{option_name(name)} expects {what}, not {values[name]!r}.", as_json) from None
         try:
-            return func(*args, **kwargs)
+            return func(**values)
         except ReproError as exc:
             raise _fail(str(exc), as_json) from None
         except BrokenPipeError:

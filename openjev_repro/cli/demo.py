@@ -8,6 +8,7 @@ from pathlib import Path
 from invoke import task
 
 from . import user_errors
+from ..errors import RecipeError
 
 __all__ = ["demo"]
 
@@ -47,8 +48,12 @@ def demo(c, out="runs", runtime=None):
     """Run the embedded demo study end to end, sign it, print the report; the last line is the run directory."""
     from ..manifest.keys import PUBLIC_KEY_NAME
     from ..study import StudyOptions, run_study
+    from ..preflight import RUNTIMES, check_out_dir
     from .output import console, print_markdown
 
+    if runtime is not None and runtime not in RUNTIMES:
+        raise RecipeError(f"--runtime {runtime!r} is not one of {', '.join(RUNTIMES)}.")
+    check_out_dir(Path(out))  # before the fixture is built: a bad --out costs nothing
     ensure_fixture(DEMO_INPUTS)
     key = ensure_demo_key(DEMO_KEYS)
     run = run_study(StudyOptions(recipe_path=DEMO_RECIPE, out_dir=Path(out), runtime=runtime, key_path=key))
