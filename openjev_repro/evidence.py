@@ -69,13 +69,15 @@ class RunDir:
     @classmethod
     def create(cls, parent: Path, study_id: str) -> "RunDir":
         """A new directory `<study_id>-<UTC time>-<random>` under parent; never reuses one."""
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        now = datetime.now(timezone.utc)
+        stamp = now.strftime("%Y%m%dT%H%M%SZ")
         path = Path(parent) / f"{study_id}-{stamp}-{secrets.token_hex(3)}"
         path.mkdir(parents=True, exist_ok=False)
         (path / "logs").mkdir()
         (path / "responses").mkdir()
         run = cls(path)
-        run.write_state({"status": "running", "attempted": [], "finished": [], "error": None})
+        run.write_state({"status": "running", "attempted": [], "finished": [], "error": None,
+                         "started_utc": now.isoformat(timespec="seconds")})
         return run
 
     @classmethod

@@ -292,13 +292,13 @@ def _warmup(runner: PassRunner, recipe: Recipe, workload: Workload, requests: li
 def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phase: str, index: int,
                 console: Console) -> None:
     columns = (TextColumn(f"{runner.backend} {workload} {phase} {index}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[last]}"), TimeElapsedColumn())
+               TextColumn("last request {task.fields[last]}"), TextColumn("elapsed"), TimeElapsedColumn())
     # No refresh thread: the bar is redrawn between requests, never while one is being timed.
     with Progress(*columns, console=console, transient=False, auto_refresh=False) as bar:
-        task = bar.add_task("pass", total=len(requests), last="")
+        task = bar.add_task("pass", total=len(requests), last="       - ms")
         for seq, req in enumerate(requests):
             row = runner.request(req, workload=workload, phase=phase, pass_index=index, seq=seq)
-            last = f"{row.latency_ms:8.2f} ms" if row.ok else f"[red]error: {row.error[:40]}[/]"
+            last = f"{row.latency_ms:8.2f} ms" if row.ok else f"[red]failed: {row.error[:40]}[/]"
             bar.update(task, advance=1, last=last, refresh=True)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -21,6 +22,8 @@ def ensure_fixture(root: Path) -> None:
     """Build the byte-stable fixture and request files once; verify-inputs checks them every run."""
     if (root / "checkpoint" / "model.json").is_file():
         return
+    # transformers' notice that its CUDA fast path is absent is a 265-character line, irrelevant on a CPU
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from ..backend.fixture import build_fixture
     from ..synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
 
