@@ -59,7 +59,8 @@ def demo(c, out="runs", runtime=None):
     check_out_dir(Path(out))  # before the fixture is built: a bad --out costs nothing
     ensure_fixture(DEMO_INPUTS)
     key = ensure_demo_key(DEMO_KEYS)
-    run = run_study(StudyOptions(recipe_path=DEMO_RECIPE, out_dir=Path(out), runtime=runtime, key_path=key))
+    run = run_study(StudyOptions(recipe_path=DEMO_RECIPE, out_dir=Path(out), runtime=runtime, key_path=key,
+                                 console=console(stderr=True)))
     print_markdown((run.path / "report.md").read_text(encoding="utf-8"))
     console().print(f"\nverify with: .venv/bin/invoke verify --run {run.path} --pubkey {DEMO_KEYS / PUBLIC_KEY_NAME}",
                     markup=False)

@@ -34,6 +34,24 @@ def print_markdown(text: str) -> None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         sys.stdout.flush()
         return
-    from rich.markdown import Markdown
+    out.print(_markdown_class()(text))
 
-    out.print(Markdown(text))
+
+def _markdown_class():
+    """rich's Markdown, except that a table cell never loses text to an ellipsis: a word too long
+    for its column folds onto the next line, and a first column of short names is never split."""
+    from rich.markdown import Markdown, TableElement
+
+    class FoldingTable(TableElement):
+        def __rich_console__(self, console, options):
+            for table in super().__rich_console__(console, options):
+                for column in table.columns:
+                    column.overflow = "fold"
+                if table.columns and max((len(str(c)) for c in table.columns[0].cells), default=0) <= 24:
+                    table.columns[0].no_wrap = True  # short names (the backends) stay whole
+                yield table
+
+    class FoldingMarkdown(Markdown):
+        elements = {**Markdown.elements, "table_open": FoldingTable}
+
+    return FoldingMarkdown

@@ -46,9 +46,10 @@ def verify_inputs_task(c, recipe, inputs_root=None):
 def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow_busy=False):
     """Run a recipe's study end to end; the last line printed is the run directory."""
     from ..study import StudyOptions, run_study
+    from .output import console
 
     opts = StudyOptions(recipe_path=Path(recipe), out_dir=Path(out), runtime=runtime,
                         inputs_root=Path(inputs_root) if inputs_root else None,
-                        key_path=Path(key) if key else None, allow_busy=allow_busy)
+                        key_path=Path(key) if key else None, allow_busy=allow_busy, console=console(stderr=True))
     run = run_study(opts)
     sys.stdout.write(f"{run.path}\n")
