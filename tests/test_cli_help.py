@@ -43,10 +43,16 @@ def task_names(cwd: Path) -> list[str]:
     return names
 
 
+def option_blocks(help_text: str) -> list[str]:
+    """Each option's entry in `invoke TASK --help`: its flags, then its (possibly wrapped) help."""
+    body = help_text.split("Options:", 1)[-1]
+    return [b.strip() for b in re.split(r"\n  (?=-)", body) if b.strip().startswith("-")]
+
+
 def required_options(help_text: str) -> list[str]:
-    """Options whose help line (possibly wrapped) ends in "(required)"."""
-    options = re.split(r"\n  (?=-)", help_text.split("Options:", 1)[-1])
-    return [re.search(r"--([a-z0-9-]+)", o).group(1) for o in options if "(required)" in " ".join(o.split())]
+    """Options whose help (possibly wrapped) ends in "(required)"."""
+    return [re.search(r"--([a-z0-9-]+)", o).group(1) for o in option_blocks(help_text)
+            if "(required)" in " ".join(o.split())]
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +72,11 @@ def test_every_task_answers_help_with_usage_and_every_option(help_answers):
         assert f"{name} [--options]" in done.stdout, (name, done.stdout)
         assert "Docstring:" in done.stdout and "Options:" in done.stdout, (name, done.stdout)
         assert "Traceback" not in done.stderr and not done.stderr.startswith("error:"), (name, done.stderr)
-        # every option carries its own help text
-        for line in done.stdout.split("Options:", 1)[1].splitlines():
-            if line.strip().startswith("-"):
-                assert re.search(r"--\S+\s{2,}\S", line), (name, line)
+        # every option carries its own help text, on the line that names it
+        blocks = option_blocks(done.stdout)
+        assert blocks and len(blocks) == len(re.findall(r"^  -", done.stdout, re.MULTILINE)), (name, done.stdout)
+        for block in blocks:
+            assert re.match(r"-\S.*?\s{2,}\S", block), (name, block)
 
 
 def test_help_writes_nothing(help_answers):

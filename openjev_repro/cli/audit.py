@@ -80,15 +80,15 @@ def import_evidence(c, src, out, format="system1-omni", workload="mixed"):
 @task(help={"run": "signed, complete run directory", "out": "bundle file to write; its name ends in .tar.gz",
             "key": "private key (from `invoke keygen`) to sign the bundle; without it the bundle is UNSIGNED",
             "include_bodies": "keep responses/ and logs/: a PRIVATE archive, not publishable under the JevBench terms",
-            "aggregate_only": "the default (no bodies); kept so older command lines still work"})
+            "aggregate_only": "no bodies: the default (--no-aggregate-only is --include-bodies)"})
 @user_errors
 def publish(c, run, out, key=None, include_bodies=False, aggregate_only=True):
     """Write a bundle (.tar.gz) of hashes, rows and aggregates, no request or response bodies; signed with --key."""
     from ..audit.publish import publish as write_bundle
 
-    path = write_bundle(Path(run), Path(out), aggregate_only=not include_bodies,
-                        key_path=Path(key) if key else None)
-    kind = "PRIVATE (with bodies)" if include_bodies else "aggregate-only"
+    aggregate = aggregate_only and not include_bodies
+    path = write_bundle(Path(run), Path(out), aggregate_only=aggregate, key_path=Path(key) if key else None)
+    kind = "aggregate-only" if aggregate else "PRIVATE (with bodies)"
     if key:
         print(f"signed {kind} bundle: {path}")
     else:
