@@ -174,7 +174,7 @@ def render_report(summary: dict, rows: Sequence[Row], recipe: Recipe, *, state: 
     out += [recipe.study.purpose.strip(), ""]
     out += [f"- Study date (recipe): {recipe.study.date.isoformat()}"]
     if run is not None:
-        out += [f"- Run: {run.run_id}, started {run.started or 'at an unrecorded time'}",
+        out += [f"- Run: {run.describe()}",
                 f"- Hardware: {run.hardware}"]
     out += [""]
     out += [f"> **{n}**" for n in notes] + ([""] if notes else [])
@@ -206,31 +206,43 @@ def render_report(summary: dict, rows: Sequence[Row], recipe: Recipe, *, state: 
 @dataclass(frozen=True)
 class RunInfo:
     run_id: str  # the run directory's name
-    started: str | None  # "YYYY-MM-DD HH:MM:SS UTC" when the run began; None when not recorded
+    started: str | None  # "YYYY-MM-DD HH:MM:SS UTC"; None when not recorded
     hardware: str  # the pinned GPU's name, or the CPU when the run had no GPU
+    when: str = "started"  # what `started` is: the start, or (older runs) the last state update
 
     @property
     def date(self) -> str:
         return self.started.split(" ", 1)[0] if self.started else "date unknown"
 
+    def describe(self) -> str:
+        return f"{self.run_id}, {self.when} {self.started}" if self.started else f"{self.run_id}, date not recorded"
+
 
 _RUN_STAMP = re.compile(r"-(\d{8}T\d{6}Z)-[0-9a-f]+$")
 
 
+def _utc(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
-    """From state.json's started_utc (or the run directory's UTC stamp) and environment.json."""
-    started = run.state().get("started_utc")
-    if not started:
+    """When the run started: state.json's started_utc, else the UTC stamp in the run directory's
+    name; a renamed older run falls back to state.json's last update (labelled as such)."""
+    state = run.state()
+    hardware = _hardware(run, recipe)
+    try:
+        if state.get("started_utc"):
+            return RunInfo(run.path.name, _utc(datetime.fromisoformat(str(state["started_utc"]))), hardware)
         stamp = _RUN_STAMP.search(run.path.name)
         if stamp:
-            started = datetime.strptime(stamp.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc).isoformat()
-    when = None
-    if started:
-        try:
-            when = datetime.fromisoformat(str(started)).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-        except ValueError:
-            when = None
-    return RunInfo(run_id=run.path.name, started=when, hardware=_hardware(run, recipe))
+            moment = datetime.strptime(stamp.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+            return RunInfo(run.path.name, _utc(moment), hardware)
+        if isinstance(state.get("updated_unix"), (int, float)):
+            moment = datetime.fromtimestamp(state["updated_unix"], timezone.utc)
+            return RunInfo(run.path.name, _utc(moment), hardware, when="state last updated")
+    except (ValueError, OverflowError, OSError):
+        pass
+    return RunInfo(run.path.name, None, hardware)
 
 
 def _hardware(run: RunDir, recipe: Recipe) -> str:

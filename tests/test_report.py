@@ -173,6 +173,18 @@ def test_plots_carry_their_context_passes_and_percentiles():
     assert len(styles) >= 2  # one line style per measured pass
 
 
+def test_run_info_dates_the_run_itself(tmp_path):
+    from openjev_repro.report import run_info
+
+    created = RunDir.create(tmp_path / "runs", "synthetic")
+    created.file("recipe.yaml").write_text(RECIPE, encoding="utf-8")
+    info = run_info(created, recipe())
+    started = created.state()["started_utc"]
+    assert info.when == "started" and info.started.startswith(started[:10]) and info.started.endswith(" UTC")
+    assert info.describe() == f"{created.path.name}, started {info.started}"
+    assert info.hardware == "hardware not recorded"
+
+
 def test_percent_change_reads_naturally():
     from openjev_repro.report import _percent_change
 
@@ -190,7 +202,7 @@ def test_write_report_on_a_complete_run(tmp_path):
     assert path == run / "report.md"
     text = path.read_text(encoding="utf-8")
     assert text.startswith("# Study synthetic") and "INCOMPLETE" not in text and "MISMATCH" not in text
-    assert "- Study date (recipe): " in text and f"- Run: {run.name}, started " in text
+    assert "- Study date (recipe): " in text and f"- Run: {run.name}, state last updated 20" in text
     assert all((run / n).read_bytes().startswith(PNG_MAGIC) for n in PLOT_NAMES)
 
 
