@@ -102,7 +102,7 @@ def test_every_task_turns_bad_input_into_one_error_line(scratch):
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda case: run_invoke([case[0], *case[1]], scratch), table))
     problems = []
-    for (task, argv), done in zip(table, results):
+    for (task, argv), done in zip(table, results, strict=True):
         errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
         if done.returncode != 1 or len(errors) != 1 or "Traceback" in done.stdout + done.stderr:
             problems.append(f"invoke {task} {' '.join(argv)} -> {done.returncode}\n{done.stdout[-300:]}{done.stderr[-600:]}")

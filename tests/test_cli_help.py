@@ -61,7 +61,7 @@ def help_answers(tmp_path_factory) -> tuple[Path, dict[str, subprocess.Completed
     before = tree(cwd)
     names = task_names(cwd)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        answers = dict(zip(names, pool.map(lambda n: run_invoke([n, "--help"], cwd), names)))
+        answers = dict(zip(names, pool.map(lambda n: run_invoke([n, "--help"], cwd), names), strict=True))
     return cwd, answers, before
 
 
@@ -92,7 +92,7 @@ def test_a_missing_required_option_is_one_error_line_naming_it(help_answers):
     assert {"verify", "report", "claims", "compare", "publish", "keygen", "fixture", "plan", "study",
             "verify-inputs"} <= set(needed), needed
     with ThreadPoolExecutor(max_workers=4) as pool:
-        runs = dict(zip(needed, pool.map(lambda n: run_invoke([n], cwd), needed)))
+        runs = dict(zip(needed, pool.map(lambda n: run_invoke([n], cwd), needed), strict=True))
     for name, done in runs.items():
         assert done.returncode == 1, (name, done.stdout, done.stderr)
         lines = done.stderr.strip().splitlines()

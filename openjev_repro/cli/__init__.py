@@ -24,7 +24,8 @@ import os
 import pkgutil
 import stat
 import sys
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from invoke import Exit, Task
 

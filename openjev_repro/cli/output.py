@@ -17,7 +17,7 @@ __all__ = ["console", "print_markdown", "UNWRAPPED_WIDTH"]
 UNWRAPPED_WIDTH = 100_000  # wide enough that rich never folds a line of a report or a table
 
 
-def console(stderr: bool = False) -> "Console":
+def console(stderr: bool = False) -> Console:
     """A terminal (or rich's FORCE_COLOR/TTY_COMPATIBLE forcing) at its own width; otherwise unwrapped."""
     from rich.console import Console
 
