@@ -100,3 +100,19 @@ def test_a_missing_required_option_is_one_error_line_naming_it(help_answers):
         assert re.match(r"error: --([a-z0-9-]+) is required", lines[0]).group(1) in needed[name], (name, lines)
         assert done.stdout == "", (name, done.stdout)
     assert tree(cwd) == before
+
+
+HEAVY = ("torch", "transformers", "matplotlib", "docker", "rich")
+
+
+@pytest.mark.parametrize("args", [["--list"], ["verify", "--run", "results/h200-reference-27b-shape/run",
+                                               "--pubkey", "results/h200-reference-27b-shape/signing-key.pub"]])
+def test_light_tasks_import_no_heavy_package(args):
+    """Lazy task modules: listing tasks and verifying a run never load torch, matplotlib, docker or rich."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "invoke", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "invoke" in imported
+    heavy = sorted(m for m in imported if m.split(".")[0] in HEAVY)
+    assert heavy == [], heavy
