@@ -185,6 +185,27 @@ def test_run_info_dates_the_run_itself(tmp_path):
     assert info.hardware == "hardware not recorded"
 
 
+def test_run_info_names_the_gpu_the_run_used(tmp_path):
+    """The run-time GPU override (issue 11) decides which device is the run's hardware."""
+    from openjev_repro.recipe import parse_recipe
+    from openjev_repro.report import run_info
+
+    pinned = "GPU-00000000-0000-0000-0000-000000000001"
+    used = "GPU-00000000-0000-0000-0000-000000000002"
+    text = RECIPE + f"controls:\n  gpu:\n    uuid: {pinned}\n    index: 0\n"
+    created = RunDir.create(tmp_path / "runs", "synthetic")
+    created.file("recipe.yaml").write_text(text, encoding="utf-8")
+    parsed = parse_recipe(text, source="test")
+    devices = [{"uuid": used, "name": "NVIDIA H200"}, {"uuid": "GPU-other", "name": "NVIDIA A100"}]
+    env = {"gpus": {"devices": devices}}
+    write_json_atomic(created.file("environment.json"), env)
+    assert run_info(created, parsed).hardware == f"pinned GPU {pinned} not in environment.json"
+    env["gpu_override"] = {"recipe": {"uuid": pinned, "index": 0}, "run_time": {"uuid": used, "index": None},
+                           "source": "cli"}
+    write_json_atomic(created.file("environment.json"), env)
+    assert run_info(created, parsed).hardware == "NVIDIA H200"
+
+
 def test_percent_change_reads_naturally():
     from openjev_repro.report import _percent_change
 
