@@ -132,9 +132,12 @@ def test_committed_rerun_tolerances_file_loads():
     tolerances = load_tolerances(ROOT / "manifests" / "tolerances" / "h200-reference-rerun.yaml")
     assert tolerances["decisions_must_match"] is True and tolerances["max_probability_delta"] <= 1e-3
     assert tolerances["weights_must_match"] is True
-    for backend in ("reference-raw", "reference-fast", "reference-fast-graph64"):
+    for backend in ("reference-fast", "reference-fast-graph64"):
         limits = tolerances["per_backend"][backend]
-        assert 1.0 < limits["max_mean_ratio"] < 1.10   # a 10% regression fails for every configuration
+        assert 1.0 < limits["max_mean_ratio"] < 1.10   # a 10% regression fails for these configurations
+    # raw mode's host-to-host noise is larger than 10% (the file's comment gives the four hosts'
+    # figures), so its limit catches only a gross regression; it must still be a real bound.
+    assert 1.10 <= tolerances["per_backend"]["reference-raw"]["max_mean_ratio"] <= 1.30
 
 
 def test_weights_fingerprints_are_compared_per_backend(tmp_path, runs):

@@ -1,10 +1,13 @@
-"""`publish --aggregate-only`: a signed bundle with hashes, rows and aggregates, no bodies.
+"""`publish`: a bundle with hashes, rows and aggregates, no bodies (aggregate-only, the default).
 
 JevBench's terms allow publishing aggregate results only, so the bundle omits every file
 that holds or may echo a request or response body: `responses/` and `logs/`. Rows carry
 only each body's sha256, so they stay and `verify` can still recompute every statistic.
 The run's own envelope travels as `source.dsse.json`, so a reader can check that the
-bundle's files are the ones the run signed. The bundle is a deterministic `.tar.gz`.
+bundle's files are the ones the run signed. The bundle is a deterministic `.tar.gz`, signed when a key is given.
+
+`aggregate_only=False` (`invoke publish --include-bodies`) keeps `responses/` and `logs/`: a
+private archive of the whole run, never for publication under the JevBench terms.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from ..manifest.keys import load_private_key
 from ..manifest.statement import build_statement, read_statement
 from .verify import verify_dir
 
-__all__ = ["OMITTED_DIRS", "SOURCE_ENVELOPE", "publish", "is_omitted"]
+__all__ = ["BUNDLE_SUFFIX", "OMITTED_DIRS", "SOURCE_ENVELOPE", "publish", "is_omitted"]
+
+BUNDLE_SUFFIX = ".tar.gz"
 
 OMITTED_DIRS = ("responses", "logs")
 SOURCE_ENVELOPE = "source.dsse.json"
@@ -35,16 +40,17 @@ def is_omitted(name: str) -> bool:
 
 
 def publish(run_dir: Path, out: Path, *, aggregate_only: bool, key_path: Path | None) -> Path:
-    if not aggregate_only:
-        raise EvidenceError("Only aggregate-only bundles can be published (JevBench terms); pass --aggregate-only.")
     out = guard_output(Path(out))  # never over a file, never inside a run
+    if not out.name.endswith(BUNDLE_SUFFIX) or out.name == BUNDLE_SUFFIX:
+        raise EvidenceError(f"{out}: a bundle is a gzip tarball, so its name ends in {BUNDLE_SUFFIX} "
+                            f"(e.g. {out.name.split('.')[0] or 'bundle'}{BUNDLE_SUFFIX}).")
     run = RunDir.open(run_dir)
     _check_source(run)
     key = load_private_key(key_path) if key_path is not None else None
     with tempfile.TemporaryDirectory(prefix="openjev-publish-") as tmp:
         stage = Path(tmp) / "bundle"
-        omitted = _stage(run, stage)
-        statement = build_statement(RunDir(stage), signed=key is not None, aggregate_only=True,
+        omitted = _stage(run, stage, aggregate_only)
+        statement = build_statement(RunDir(stage), signed=key is not None, aggregate_only=aggregate_only,
                                     extra={"omitted": omitted, "source_envelope": SOURCE_ENVELOPE})
         payload = json.dumps(statement, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
         (stage / ENVELOPE_NAME).write_bytes(envelope_bytes(make_envelope(payload, key)))
@@ -62,13 +68,13 @@ def _check_source(run: RunDir) -> None:
         )
 
 
-def _stage(run: RunDir, stage: Path) -> list[dict]:
+def _stage(run: RunDir, stage: Path, aggregate_only: bool = True) -> list[dict]:
     """Copy the publishable files; return the omitted ones with their signed sha256."""
     _, source = read_statement(run.file(ENVELOPE_NAME))
     omitted = []
     for subject in source["subject"]:
         name = subject["name"]
-        if is_omitted(name):
+        if aggregate_only and is_omitted(name):
             omitted.append({"name": name, "sha256": subject["digest"]["sha256"]})
             continue
         target = stage / name
