@@ -7,6 +7,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from ..cluster.allocation import slurm_record
 from ..errors import RunIncomplete
 from ..evidence import write_json_atomic
 from ..recipe import Controls, parse_duration
@@ -97,5 +98,8 @@ class HostSession:
                              {"prefix": self.command_prefix(), "effective": self.bindings},
                              cleanup, self.sampler.summary() if self.sampler else None)
         record["controlled"] = self.controls.gpu is not None
+        slurm = slurm_record()  # job, array index, node and allocated GPU when run as a Slurm task
+        if slurm is not None:
+            record["slurm"] = slurm
         write_json_atomic(self.run_path / "host.json", record)
         return record
