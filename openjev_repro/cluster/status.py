@@ -1,13 +1,59 @@
-"""`invoke status`: each replicate's Slurm state (squeue/sacct JSON) and evidence state."""
+"""`invoke status`: each replicate's Slurm state (squeue/sacct JSON) and evidence state.
+
+While a task is being stopped Slurm reports it as COMPLETING, so the task's own SIGTERM record
+cannot say whether it was cancelled, timed out or preempted. `settle()` (run by status, resume
+and collect) records the final state and reason, once Slurm reports one, in the task's attempt
+record (`slurm_final`) and in its run's state.json (`slurm_end`), and marks a run that a
+SIGKILL left "running" incomplete.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .slurm import TERMINAL, job_states
-from .submission import Submission
+from ..evidence import RunDir, write_json_atomic
+from .slurm import TERMINAL, JobState, job_states
+from .submission import Submission, utc_now
 
-__all__ = ["replicate_status"]
+__all__ = ["replicate_status", "settle"]
+
+
+def _final(state: JobState) -> dict[str, Any]:
+    return {"state": state.state, "reason": state.reason, "exit_code": state.exit_code, "source": state.source,
+            "recorded_utc": utc_now()}
+
+
+def settle(sub: Submission, states: dict[tuple[int, int | None], JobState]) -> None:
+    """Record how ended tasks ended, in their attempt records and runs (see the module docstring)."""
+    for k in sub.replicates:
+        directory = sub.replicate_dir(k)
+        for attempt in sub.attempts(k):
+            slurm = attempt.get("slurm") or {}
+            if attempt.get("slurm_final") or not slurm.get("array_job_id"):
+                continue
+            state = states.get((int(slurm["array_job_id"]), slurm.get("array_task_id")))
+            if state is None or state.state not in TERMINAL or attempt.get("outcome") in ("complete", "skipped"):
+                continue
+            final = _final(state)
+            attempt["slurm_final"] = final
+            if attempt.get("outcome") == "running":  # SIGKILLed before it could write its end
+                attempt["outcome"] = "killed"
+            write_json_atomic(directory / f"attempt-{attempt['job_id']}.json", attempt)
+            run_name = attempt.get("run")
+            if run_name and (directory / run_name / "state.json").is_file():
+                run = RunDir(directory / run_name)
+                current = run.state()
+                if current.get("status") != "complete":
+                    error = current.get("error") or ""
+                    if not error or error.startswith("terminated by Slurm"):  # ours: now with the final state
+                        error = f"terminated by Slurm: {state.state}" + (f" ({state.reason})" if state.reason else "")
+                    run.update_state(status="incomplete", slurm_end=final, error=error)
+        runs = sub.runs(k)
+        job = sub.latest_job(k)
+        state = states.get((job, k)) if job is not None else None
+        if runs and runs[-1].status == "running" and state is not None and state.state in TERMINAL:
+            RunDir(runs[-1].path).update_state(status="incomplete", slurm_end=_final(state),
+                                               error=f"its Slurm task ended ({state.state}) while it was running")
 
 
 def _evidence(sub: Submission, k: int, slurm_state: str | None) -> dict[str, Any]:
@@ -29,6 +75,7 @@ def _evidence(sub: Submission, k: int, slurm_state: str | None) -> dict[str, Any
 
 def replicate_status(sub: Submission) -> list[dict[str, Any]]:
     states = job_states([r["array_job_id"] for r in sub.rounds])
+    settle(sub, states)
     rows = []
     for k in sub.replicates:
         job = sub.latest_job(k)
@@ -46,7 +93,8 @@ def replicate_status(sub: Submission) -> list[dict[str, Any]]:
         else:
             slurm = {"state": "UNKNOWN", "reason": "not in squeue/sacct and no attempt record", "node": None,
                      "source": None, "job": f"{job}_{k}" if job else None, "job_id": None}
-        ended = [a for a in sub.attempts(k) if a.get("outcome") == "terminated"]
+        ended = [a for a in sub.attempts(k) if a.get("outcome") in ("terminated", "killed")]
         rows.append({"replicate": k, "slurm": slurm, **_evidence(sub, k, slurm["state"]),
-                     "terminations": [{"job_id": a.get("job_id"), **(a.get("slurm_end") or {})} for a in ended]})
+                     "terminations": [{"job_id": a.get("job_id"), **(a.get("slurm_final") or a.get("slurm_end") or {})}
+                                      for a in ended]})
     return rows

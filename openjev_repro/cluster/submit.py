@@ -13,6 +13,7 @@ from ..plan import REPRO_ROOT
 from ..recipe import load_recipe, parse_duration, recipe_sha256
 from .jobscript import SbatchOptions, render_script, sbatch_argv
 from .slurm import TERMINAL, job_states, sbatch
+from .status import settle
 from .submission import Submission
 
 __all__ = ["submit", "resume", "MAX_REPLICATES"]
@@ -81,6 +82,7 @@ def resume(path: Path) -> tuple[Submission, list[int], dict[int, str]]:
         raise RecipeError(f"{sub.data['recipe']} changed since it was submitted; a resumed replicate must run "
                           "the same recipe. Submit a new study instead.")
     states = job_states([r["array_job_id"] for r in sub.rounds])
+    settle(sub, states)
     todo, skipped = [], {}
     for k in sub.replicates:
         if sub.complete_run(k) is not None:

@@ -25,7 +25,7 @@ from typing import Any
 from ..evidence import RunDir, read_json, write_json_atomic
 from ..recipe import load_recipe, recipe_sha256
 from .allocation import allocated_gpu, slurm_record
-from .slurm import job_state
+from .slurm import TERMINAL, job_state
 from .submission import Submission, utc_now
 
 __all__ = ["main", "study_argv"]
@@ -149,7 +149,8 @@ def run_task(sub: Submission, k: int) -> int:
     run = _new_run(replicate_dir, before)
     if terminated:
         end = terminated["slurm_end"]
-        why = f"terminated by Slurm ({end.get('state') or terminated['signal']}" + \
+        named = end.get("state") if end.get("state") in TERMINAL else None  # COMPLETING while stopping
+        why = f"terminated by Slurm ({named or terminated['signal']}" + \
               (f", reason {end['reason']}" if end.get("reason") else "") + ")"
         if run is not None:
             _mark_incomplete(run, end, why)

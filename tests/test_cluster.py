@@ -1,0 +1,286 @@
+"""Studies on Slurm: sbatch options, allocation records, cross-host statistics, and against the
+real local cluster (scripts/slurm-local.sh): a replicate cancelled mid-pass with scancel, its
+evidence incomplete with the Slurm state recorded, `--resume` completing it, and `collect`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from openjev_repro.cluster.allocation import allocated_gpu, slurm_record
+from openjev_repro.cluster.crosshost import load_cross_host_tolerances, spread
+from openjev_repro.cluster.jobscript import SbatchOptions, sbatch_argv, slurm_time
+from openjev_repro.cluster.slurm import task_ids
+from openjev_repro.errors import RecipeError
+
+from studykit import scripted_backend, write_study
+
+REPO = Path(__file__).resolve().parents[1]
+# CI starts the local cluster first and sets this, so a missing Slurm fails instead of skipping.
+REQUIRED = os.environ.get("OPENJEV_REQUIRE_SLURM") == "1"
+
+
+def invoke(*args: str, check: bool = False, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"invoke {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+# --- without a cluster ---------------------------------------------------------------
+
+
+def test_slurm_time_and_array_task_strings():
+    assert slurm_time("45m") == "0-00:45:00"
+    assert slurm_time("26h") == "1-02:00:00"
+    assert slurm_time("90s") == "0-00:01:30"
+    assert task_ids("1-3,5") == [1, 2, 3, 5]
+    assert task_ids("2-8:2%4") == [2, 4, 6, 8]
+
+
+def test_sbatch_argv_carries_every_option(tmp_path: Path):
+    argv = sbatch_argv(SbatchOptions(partition="h200", gres="gpu:1", time="45m", account="lab", exclusive=True),
+                       replicates=[1, 3], submission=tmp_path, job_name="note", comment="openjev-repro x: note",
+                       workdir=REPO)
+    assert argv[0] == "--array=1,3"
+    for expected in ("--partition=h200", "--gres=gpu:1", "--time=0-00:45:00", "--account=lab", "--exclusive",
+                     "--job-name=note", "--comment=openjev-repro x: note", f"--chdir={REPO}",
+                     f"--output={tmp_path}/replicate-%a/slurm-%A_%a.out"):
+        assert expected in argv
+    bare = sbatch_argv(SbatchOptions(), replicates=[2], submission=tmp_path, job_name="j", comment="c", workdir=REPO)
+    assert not any(a.startswith(("--partition", "--gres", "--time", "--account", "--exclusive")) for a in bare)
+
+
+def test_slurm_record_from_a_task_environment():
+    env = {"SLURM_JOB_ID": "42", "SLURM_ARRAY_JOB_ID": "40", "SLURM_ARRAY_TASK_ID": "2", "SLURMD_NODENAME": "gpu07",
+           "SLURM_JOB_PARTITION": "h200", "CUDA_VISIBLE_DEVICES": "GPU-0a1b2c3d-0000-1111-2222-333344445555",
+           "HOME": "/root"}
+    record = slurm_record(env)
+    assert record is not None
+    assert (record["job_id"], record["array_job_id"], record["array_task_id"], record["node"]) == ("42", "40", 2, "gpu07")
+    assert record["gpu"] == {"index": None, "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555",
+                             "source": "CUDA_VISIBLE_DEVICES", "uuid_error": None}
+    assert "HOME" not in record["env"]
+    assert slurm_record({"HOME": "/root"}) is None  # not a Slurm task: host.json gets no "slurm"
+    assert allocated_gpu({}) is None
+
+
+def test_allocated_gpu_index_prefers_slurm_job_gpus():
+    gpu = allocated_gpu({"SLURM_JOB_GPUS": "3,5", "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert gpu is not None and gpu["index"] == 3 and gpu["source"] == "SLURM_JOB_GPUS"
+    # Either NVML knows GPU 3 here, or why not is recorded; never a made-up UUID.
+    assert (gpu["uuid"] is None) == (gpu["uuid_error"] is not None)
+
+
+def test_spread_of_host_means():
+    s = spread([100.0, 110.0, 90.0])
+    assert (s["min_ms"], s["max_ms"], s["mean_ms"]) == (90.0, 110.0, 100.0)
+    assert s["relative_range"] == pytest.approx(0.2)
+    assert s["cv"] == pytest.approx(10.0 / 100.0)  # sample standard deviation of 90, 100, 110 is 10
+    assert spread([5.0])["cv"] is None
+
+
+def test_cross_host_tolerances_file(tmp_path: Path):
+    good = tmp_path / "good.yaml"
+    good.write_text("format_version: 1\nmax_mean_ratio: 1.2\ncross_host: {max_cv: 0.1}\n")
+    assert load_cross_host_tolerances(good) == ({"format_version": 1, "max_mean_ratio": 1.2}, {"max_cv": 0.1})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("format_version: 1\ncross_host: {max_spread: 0.1}\n")
+    with pytest.raises(RecipeError, match="cross_host takes only"):
+        load_cross_host_tolerances(bad)
+    bad.write_text("format_version: 1\nmax_cv: 0.1\n")
+    with pytest.raises(RecipeError, match="unknown keys max_cv"):
+        load_cross_host_tolerances(bad)
+
+
+def test_commands_name_missing_options():
+    for args, option in ((["submit"], "--recipe"), (["status"], "--submission"), (["collect"], "--submission")):
+        proc = invoke(*args)
+        assert proc.returncode == 1
+        assert proc.stderr.strip() == f"error: {option} is required", proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_collect_refuses_a_directory_that_is_no_submission(tmp_path: Path):
+    proc = invoke("collect", "--submission", str(tmp_path))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: ") and "not a submission directory" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- against the real local cluster --------------------------------------------------
+
+
+def _slurm_up() -> bool:
+    if shutil.which("squeue") is None:
+        return False
+    try:
+        proc = subprocess.run(["sinfo", "--json"], capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return False
+    if proc.returncode != 0:
+        return False
+    states = [str(n.get("state", "")).lower() for n in json.loads(proc.stdout).get("nodes", [])]
+    return any(s in ("idle", "mixed", "allocated") for s in states)
+
+
+@pytest.fixture(scope="module")
+def slurm() -> None:
+    if not _slurm_up():
+        (pytest.fail if REQUIRED else pytest.skip)("no running Slurm with an idle node (scripts/slurm-local.sh start)")
+
+
+@pytest.fixture()
+def keypair(tmp_path: Path) -> tuple[Path, Path]:
+    from openjev_repro.manifest.keys import generate_keypair
+
+    private, public, _ = generate_keypair(tmp_path / "key")
+    return private, public
+
+
+def _slow_study(tmp: Path) -> Path:
+    """One scripted backend answering after 0.25 s: each pass of 8 requests lasts about 2 s."""
+    backend = scripted_backend("scripted")
+    backend["env"]["SCRIPTED_DELAY_S"] = "0.25"
+    return write_study(tmp, [backend], n=8, protocol={"measured_passes": 3, "request_timeout_s": 10.0})
+
+
+def _wait(predicate, timeout: float, what: str, step: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _status(sub: Path) -> dict[int, dict]:
+    proc = invoke("status", "--submission", str(sub), "--json", check=True)
+    return {r["replicate"]: r for r in json.loads(proc.stdout)["replicates"]}
+
+
+def _measured_rows(replicate: Path) -> bool:
+    return any('"measured"' in rows.read_text() for rows in replicate.glob("*/rows.jsonl"))
+
+
+def _runs(replicate: Path) -> list[Path]:
+    return sorted(p for p in replicate.iterdir() if p.is_dir())
+
+
+@pytest.mark.slurm
+def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slurm, tmp_path, keypair):
+    private, public = keypair
+    recipe = _slow_study(tmp_path / "study")
+    proc = invoke("submit", "--recipe", str(recipe), "--replicates", "2", "--key", str(private),
+                  "--out", str(tmp_path / "subs"), "--time", "10m", check=True)
+    sub = Path(proc.stdout.strip().splitlines()[-1])
+    record = json.loads((sub / "submission.json").read_text())
+    array = record["rounds"][0]["array_job_id"]
+    assert record["rounds"][0]["replicates"] == [1, 2]
+    assert (sub / "openjev-repro.pub").read_bytes() == public.read_bytes()
+
+    # Cancel replicate 2 while its measured passes run.
+    _wait(lambda: _measured_rows(sub / "replicate-2"), 120, "replicate 2's first measured row", step=0.05)
+    subprocess.run(["scancel", f"{array}_2"], check=True)
+    _wait(lambda: all(r["slurm"]["state"] in ("COMPLETED", "CANCELLED") for r in _status(sub).values()), 120,
+          "both tasks to end")
+    status = _status(sub)
+    assert status[1]["evidence"] == "complete"
+    assert status[2]["evidence"] == "incomplete" and status[2]["slurm"]["state"] == "CANCELLED"
+    [cancelled] = _runs(sub / "replicate-2")
+    state = json.loads((cancelled / "state.json").read_text())
+    assert state["status"] == "incomplete"
+    assert state["slurm_end"]["state"] == "CANCELLED"
+    assert "terminated by Slurm" in state["error"]
+    assert not (cancelled / "manifest.dsse.json").exists()  # an incomplete run is never signed
+    attempt = json.loads(next((sub / "replicate-2").glob("attempt-*.json")).read_text())
+    assert attempt["outcome"] == "terminated" and attempt["slurm_final"]["state"] == "CANCELLED"
+    assert attempt["run"] == cancelled.name and attempt["slurm"]["array_task_id"] == 2
+
+    # Nothing complete is ever collected from an incomplete replicate.
+    proc = invoke("collect", "--submission", str(sub))
+    assert proc.returncode == 1 and "replicate 2 has no complete run" in proc.stderr
+    assert not list(sub.glob("collect-*"))
+
+    # Resume resubmits replicate 2 only, as a new run directory beside the cancelled one.
+    [first_run] = _runs(sub / "replicate-1")
+    invoke("submit", "--resume", str(sub), check=True)
+    rounds = json.loads((sub / "submission.json").read_text())["rounds"]
+    assert [r["replicates"] for r in rounds] == [[1, 2], [2]]
+    _wait(lambda: _status(sub)[2]["evidence"] == "complete", 120, "the resumed replicate 2")
+    runs = _runs(sub / "replicate-2")
+    assert len(runs) == 2 and runs[0] == cancelled
+    assert json.loads((cancelled / "state.json").read_text())["status"] == "incomplete"  # kept as it was
+    assert _runs(sub / "replicate-1") == [first_run]  # the complete replicate got no new passes
+    host = json.loads((runs[1] / "host.json").read_text())
+    assert host["slurm"]["array_job_id"] == str(rounds[1]["array_job_id"]) and host["slurm"]["array_task_id"] == 2
+    assert host["slurm"]["node"]
+    proc = invoke("submit", "--resume", str(sub), check=True)
+    assert "nothing to resubmit" in proc.stderr
+
+    # Collect: both replicates verified, the cross-host report written and signed.
+    tolerances = tmp_path / "tolerances.yaml"
+    tolerances.write_text(yaml.safe_dump({"format_version": 1, "max_mean_ratio": 3.0, "max_probability_delta": 0.0,
+                                          "decisions_must_match": True, "cross_host": {"max_relative_range": 2.0}}))
+    proc = invoke("collect", "--submission", str(sub), "--tolerances", str(tolerances), check=True)
+    out = Path(proc.stdout.strip().splitlines()[-1])
+    assert sorted(p.name for p in out.iterdir()) == ["means.png", "summary.dsse.json", "summary.json", "summary.md"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verdict"]["passed"] is True
+    assert [r["label"] for r in summary["replicates"]] == ["replicate-1", "replicate-2"]
+    assert summary["replicates"][1]["run"] == str(runs[1])
+    [backend] = summary["backends"]
+    assert backend["decision_flips"] == 0 and backend["max_abs_probability_delta"] == 0.0
+    assert backend["spread"]["n"] == 2 and backend["spread"]["min_ms"] <= backend["spread"]["max_ms"]
+    assert "**Verdict: PASS**" in (out / "summary.md").read_text()
+    from openjev_repro.cluster.collect import verify_summary
+    from openjev_repro.errors import VerificationError
+
+    verify_summary(out, sub / "openjev-repro.pub")
+
+    # A declared tolerance that fails: the report is still written, the exit status is 1.
+    tolerances.write_text(yaml.safe_dump({"format_version": 1, "max_mean_ratio": 0.001}))
+    proc = invoke("collect", "--submission", str(sub), "--tolerances", str(tolerances))
+    assert proc.returncode == 1 and proc.stderr.startswith("error: 1 tolerance failure")
+    failed = Path(proc.stdout.strip().splitlines()[-1])
+    assert failed != out and json.loads((failed / "summary.json").read_text())["verdict"]["passed"] is False
+    assert backend["hosts"][1]["label"] == "replicate-2"
+    assert json.loads((failed / "summary.json").read_text())["backends"][0]["hosts_outside_tolerances"] == ["replicate-2"]
+    (failed / "summary.md").write_text("edited")
+    with pytest.raises(VerificationError, match="changed after it was signed"):
+        verify_summary(failed, sub / "openjev-repro.pub")
+
+
+@pytest.mark.slurm
+def test_submit_that_sbatch_refuses_leaves_nothing_behind(slurm, tmp_path, keypair):
+    private, _ = keypair
+    recipe = write_study(tmp_path / "study", [scripted_backend("scripted")])
+    proc = invoke("submit", "--recipe", str(recipe), "--replicates", "1", "--key", str(private),
+                  "--partition", "no-such-partition", "--out", str(tmp_path / "subs"))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: sbatch failed") and "Traceback" not in proc.stderr
+    assert list((tmp_path / "subs").iterdir()) == []
+
+
+def test_submit_checks_key_and_gpu_before_anything(tmp_path: Path, keypair):
+    private, _ = keypair
+    recipe = write_study(tmp_path / "study", [scripted_backend("scripted")])
+    proc = invoke("submit", "--recipe", str(recipe), "--replicates", "1", "--key", str(tmp_path / "nope.key"),
+                  "--out", str(tmp_path / "subs"))
+    assert proc.returncode == 1 and proc.stderr.startswith("error: Cannot read the private key")
+    gpu = write_study(tmp_path / "gpu", [scripted_backend("scripted")], extra={
+        "controls": {"gpu": {"index": 0, "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555"}}})
+    proc = invoke("submit", "--recipe", str(gpu), "--replicates", "1", "--key", str(private),
+                  "--out", str(tmp_path / "subs"))
+    assert proc.returncode == 1 and "submit with --gres gpu:1" in proc.stderr
+    assert not (tmp_path / "subs").exists() or list((tmp_path / "subs").iterdir()) == []
