@@ -67,19 +67,28 @@ def submit_task(c, recipe=None, replicates=None, key=None, partition=None, gres=
 @task(name="status", help={
     "submission": "the submission directory `invoke submit` printed",
     "json": "print the status as JSON instead of a table",
+    "wait": "poll every 5 s until no replicate's task is pending or running, then print",
 })
 @user_errors
-def status_task(c, submission=None, json_=False):
-    """Each replicate's Slurm state (from squeue/sacct JSON) and evidence state."""
+def status_task(c, submission=None, json_=False, wait=False):
+    """Each replicate's Slurm state (from squeue/sacct JSON) and evidence state.
+
+    Also records the final Slurm state of ended tasks in their attempt records and runs."""
+    import time as clock
+
     from rich.console import Console
     from rich.table import Table
 
+    from ..cluster.slurm import TERMINAL
     from ..cluster.status import replicate_status
     from ..cluster.submission import Submission
 
     _required(submission, "submission")
     sub = Submission.open(Path(submission))
     rows = replicate_status(sub)
+    while wait and any(r["slurm"]["state"] not in TERMINAL and r["evidence"] != "complete" for r in rows):
+        clock.sleep(5)
+        rows = replicate_status(sub)
     if json_:
         sys.stdout.write(json.dumps({"submission": str(sub.path), "replicates": rows}, indent=2) + "\n")
         return
