@@ -14,14 +14,19 @@ from pathlib import Path
 
 import pytest
 import yaml
+from studykit import scripted_backend, write_study
 
-from openjev_repro.cluster.allocation import allocated_gpu, slurm_record
+from openjev_repro.cluster.allocation import allocated_gpu, slurm_record, visible_index
 from openjev_repro.cluster.crosshost import load_cross_host_tolerances, spread
 from openjev_repro.cluster.jobscript import SbatchOptions, sbatch_argv, slurm_time
 from openjev_repro.cluster.slurm import task_ids
+from openjev_repro.cluster.submission import Submission
+from openjev_repro.cluster.task import (
+    TaskFailed,
+    study_accepts_gpu_override,
+    study_argv,
+)
 from openjev_repro.errors import RecipeError
-
-from studykit import scripted_backend, write_study
 
 REPO = Path(__file__).resolve().parents[1]
 # CI starts the local cluster first and sets this, so a missing Slurm fails instead of skipping.
@@ -29,7 +34,7 @@ REQUIRED = os.environ.get("OPENJEV_REQUIRE_SLURM") == "1"
 
 
 def invoke(*args: str, check: bool = False, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args], check=False, cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"invoke {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
@@ -67,7 +72,7 @@ def test_slurm_record_from_a_task_environment():
     record = slurm_record(env)
     assert record is not None
     assert (record["job_id"], record["array_job_id"], record["array_task_id"], record["node"]) == ("42", "40", 2, "gpu07")
-    assert record["gpu"] == {"index": None, "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555",
+    assert record["gpu"] == {"allocated": None, "index": None, "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555",
                              "source": "CUDA_VISIBLE_DEVICES", "uuid_error": None}
     assert "HOME" not in record["env"]
     assert slurm_record({"HOME": "/root"}) is None  # not a Slurm task: host.json gets no "slurm"
@@ -76,9 +81,34 @@ def test_slurm_record_from_a_task_environment():
 
 def test_allocated_gpu_index_prefers_slurm_job_gpus():
     gpu = allocated_gpu({"SLURM_JOB_GPUS": "3,5", "CUDA_VISIBLE_DEVICES": "0,1"})
-    assert gpu is not None and gpu["index"] == 3 and gpu["source"] == "SLURM_JOB_GPUS"
-    # Either NVML knows GPU 3 here, or why not is recorded; never a made-up UUID.
+    assert gpu is not None and gpu["allocated"] == 3 and gpu["source"] == "SLURM_JOB_GPUS"
+    # Either NVML knows the GPU here, or why not is recorded; never a made-up UUID.
     assert (gpu["uuid"] is None) == (gpu["uuid_error"] is not None)
+
+
+def test_visible_index_with_and_without_device_constraints():
+    assert visible_index([3], list(range(8))) == 3  # the whole node visible: physical index
+    assert visible_index([3, 5], [0, 1]) == 0  # ConstrainDevices: only the allocated, renumbered
+    assert visible_index([0], [0]) == 0
+    assert visible_index([6], [0, 1, 2]) is None  # NVML does not show the allocated GPU
+    assert visible_index([], [0]) is None
+
+
+def test_study_argv_passes_the_allocated_gpu_only_for_recipes_with_gpu_controls(tmp_path: Path):
+    data = {"python": sys.executable, "repo": str(REPO), "recipe": "r.yaml", "key": "k.key", "gpu_controls": False}
+    gpu = {"allocated": 3, "index": 3, "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555", "source": "SLURM_JOB_GPUS"}
+    argv = study_argv(Submission(tmp_path, data), tmp_path / "replicate-1", gpu)
+    assert argv[argv.index("study") + 1:] == ["--recipe", "r.yaml", "--out", str(tmp_path / "replicate-1"),
+                                              "--key", "k.key"]
+    with_controls = Submission(tmp_path, {**data, "gpu_controls": True})
+    with pytest.raises(TaskFailed, match="no GPU in the allocation"):
+        study_argv(with_controls, tmp_path, None)
+    if study_accepts_gpu_override():  # `invoke study --gpu-uuid/--gpu-index` (issue 11)
+        argv = study_argv(with_controls, tmp_path, gpu)
+        assert argv[-4:] == ["--gpu-uuid", gpu["uuid"], "--gpu-index", "3"]
+    else:  # a checkout without the override refuses rather than measuring on the recipe's GPU
+        with pytest.raises(TaskFailed, match="no --gpu-uuid"):
+            study_argv(with_controls, tmp_path, gpu)
 
 
 def test_spread_of_host_means():
@@ -124,7 +154,7 @@ def _slurm_up() -> bool:
     if shutil.which("squeue") is None:
         return False
     try:
-        proc = subprocess.run(["sinfo", "--json"], capture_output=True, text=True, timeout=20)
+        proc = subprocess.run(["sinfo", "--json"], check=False, capture_output=True, text=True, timeout=20)
     except subprocess.TimeoutExpired:
         return False
     if proc.returncode != 0:
@@ -225,6 +255,10 @@ def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slu
     host = json.loads((runs[1] / "host.json").read_text())
     assert host["slurm"]["array_job_id"] == str(rounds[1]["array_job_id"]) and host["slurm"]["array_task_id"] == 2
     assert host["slurm"]["node"]
+    from openjev_repro.manifest.statement import read_statement
+
+    _, statement = read_statement(runs[1] / "manifest.dsse.json")
+    assert statement["predicate"]["host"]["slurm"] == host["slurm"]  # the manifest records the allocation
     proc = invoke("submit", "--resume", str(sub), check=True)
     assert "nothing to resubmit" in proc.stderr
 
@@ -284,3 +318,10 @@ def test_submit_checks_key_and_gpu_before_anything(tmp_path: Path, keypair):
                   "--out", str(tmp_path / "subs"))
     assert proc.returncode == 1 and "submit with --gres gpu:1" in proc.stderr
     assert not (tmp_path / "subs").exists() or list((tmp_path / "subs").iterdir()) == []
+
+
+def test_resume_takes_no_new_options(tmp_path: Path):
+    proc = invoke("submit", "--resume", str(tmp_path), "--recipe", "recipes/demo.yaml", "--exclusive")
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == ("error: --resume reuses the submission's recipe, key and sbatch options; "
+                                   "drop --recipe, --exclusive")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from invoke import Exit, task
 
-from . import user_errors
 from ..errors import RecipeError
+from . import user_errors
 
-__all__ = ["submit_task", "status_task", "collect_task"]
+__all__ = ["collect_task", "status_task", "submit_task"]
 
 
 def _required(value: object, name: str) -> None:
@@ -36,9 +36,16 @@ def submit_task(c, recipe=None, replicates=None, key=None, partition=None, gres=
                 exclusive=False, out="runs", resume=None):
     """Submit a study as one Slurm job array of replicates; the last line is the submission directory."""
     from ..cluster.jobscript import SbatchOptions
-    from ..cluster.submit import resume as resume_submission, submit
+    from ..cluster.submit import resume as resume_submission
+    from ..cluster.submit import submit
 
     if resume:
+        given = [f"--{n}" for n, v in (("recipe", recipe), ("replicates", replicates), ("key", key),
+                                       ("partition", partition), ("gres", gres), ("time", time),
+                                       ("account", account)) if v is not None]
+        if given or exclusive:
+            raise RecipeError(f"--resume reuses the submission's recipe, key and sbatch options; drop "
+                              f"{', '.join(given + (['--exclusive'] if exclusive else []))}")
         sub, todo, skipped = resume_submission(Path(resume))
         for k, why in sorted(skipped.items()):
             print(f"replicate {k}: not resubmitted ({why})", file=sys.stderr)

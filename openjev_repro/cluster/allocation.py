@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["slurm_record", "allocated_gpu", "SLURM_ENV"]
+__all__ = ["SLURM_ENV", "allocated_gpu", "slurm_record", "visible_index"]
 
 # Environment variables recorded verbatim (those that are set).
 SLURM_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_JOB_NAME", "SLURMD_NODENAME",
@@ -20,40 +20,54 @@ SLURM_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM
              "SLURM_JOB_CPUS_PER_NODE", "SLURM_MEM_PER_NODE", "SLURM_SUBMIT_HOST", "SLURM_RESTART_COUNT")
 
 
-def _first_index(value: str | None) -> int | None:
-    if not value:
+def _indices(value: str | None) -> list[int]:
+    parts = [p.strip() for p in (value or "").split(",")]
+    return [int(p) for p in parts if p.isdigit()]
+
+
+def visible_index(allocated: list[int], visible: list[int]) -> int | None:
+    """The NVML index, as the job sees it, of the first allocated GPU.
+
+    Without device constraints NVML shows every GPU of the node under its physical index (the
+    one in SLURM_JOB_GPUS). With cgroup ConstrainDevices=yes it shows only the allocated GPUs,
+    renumbered from 0 in allocation order.
+    """
+    if not allocated:
         return None
-    head = value.split(",")[0].strip()
-    return int(head) if head.isdigit() else None
+    if len(visible) == len(allocated) and sorted(visible) == list(range(len(allocated))):
+        return 0  # constrained (or the whole node allocated, where both numberings agree)
+    return allocated[0] if allocated[0] in visible else None
 
 
-def _nvml_uuid(index: int) -> tuple[str | None, str | None]:
-    """(uuid, why not) of the GPU at this NVML index."""
+def _nvml_gpu(allocated: list[int]) -> tuple[int | None, str | None, str | None]:
+    """(NVML index, uuid, why not) of the first allocated GPU."""
     try:
         from ..host.nvml import NvmlBackend
 
         gpus = {g.index: g for g in NvmlBackend().gpus()}
     except Exception as exc:  # noqa: BLE001 - no driver/NVML on this node: recorded, not fatal here
-        return None, f"NVML unavailable: {type(exc).__name__}: {exc}"
-    gpu = gpus.get(index)
-    return (gpu.uuid, None) if gpu is not None else (None, f"NVML lists no GPU with index {index}")
+        return None, None, f"NVML unavailable: {type(exc).__name__}: {exc}"
+    index = visible_index(allocated, sorted(gpus))
+    if index is None:
+        return None, None, f"NVML lists no GPU for the allocated index {allocated[0]} (it sees {sorted(gpus)})"
+    return index, gpus[index].uuid, None
 
 
 def allocated_gpu(env: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """The first GPU Slurm allocated: {"index", "uuid", "source", "uuid_error"}; None without a GPU.
+    """The first GPU Slurm allocated: {"allocated", "index", "uuid", "source", "uuid_error"}; None without one.
 
-    SLURM_JOB_GPUS holds the node's physical indices (NVML order); CUDA_VISIBLE_DEVICES is the
-    fallback (with cgroup device constraints it is renumbered from 0, and NVML then sees only it).
+    "allocated" is Slurm's index (SLURM_JOB_GPUS: the node's physical numbering, else
+    CUDA_VISIBLE_DEVICES); "index" is the NVML index the job sees (see `visible_index`).
     """
     env = os.environ if env is None else env
     for name in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
         value = env.get(name)
         if value and value.startswith("GPU-"):
-            return {"index": None, "uuid": value.split(",")[0], "source": name, "uuid_error": None}
-        index = _first_index(value)
-        if index is not None:
-            uuid, error = _nvml_uuid(index)
-            return {"index": index, "uuid": uuid, "source": name, "uuid_error": error}
+            return {"allocated": None, "index": None, "uuid": value.split(",")[0], "source": name, "uuid_error": None}
+        allocated = _indices(value)
+        if allocated:
+            index, uuid, error = _nvml_gpu(allocated)
+            return {"allocated": allocated[0], "index": index, "uuid": uuid, "source": name, "uuid_error": error}
     return None
 
 

@@ -8,7 +8,7 @@ import hashlib
 import io
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +17,27 @@ from ..audit.compare import compare_rows
 from ..audit.verify import verify_path
 from ..errors import EvidenceError, VerificationError
 from ..evidence import ENVELOPE_NAME, read_json
-from ..manifest.dsse import envelope_bytes, make_envelope, parse_envelope, payload_of, verify_envelope
+from ..manifest.dsse import (
+    envelope_bytes,
+    make_envelope,
+    parse_envelope,
+    payload_of,
+    verify_envelope,
+)
 from ..manifest.keys import load_private_key, load_public_key
 from ..recipe import parse_recipe
 from ..rows import read_rows
 from .crosshost import HostRun, backend_report, host_means, load_cross_host_tolerances
 from .submission import Submission
 
-__all__ = ["COLLECT_FORMAT_VERSION", "SUMMARY_PREDICATE_TYPE", "Collected", "collect", "verify_summary",
-           "SUMMARY_FILES"]
+__all__ = [
+    "COLLECT_FORMAT_VERSION",
+    "SUMMARY_FILES",
+    "SUMMARY_PREDICATE_TYPE",
+    "Collected",
+    "collect",
+    "verify_summary",
+]
 
 COLLECT_FORMAT_VERSION = 1
 SUMMARY_PREDICATE_TYPE = "https://openjev-repro.dev/cross-host-summary/v1"
@@ -81,8 +93,9 @@ def collect(submission: Path, *, tolerances: Path | None = None, baseline: Path 
         runs.append((f"replicate-{k}", complete.path))
     for label, path in runs:
         _verified(label, path, sub.pubkey)
-    hosts, recipes = zip(*(_load(label, path) for label, path in runs))
-    hosts = list(hosts)
+    loaded = [_load(label, path) for label, path in runs]
+    hosts = [host for host, _ in loaded]
+    recipes = [recipe for _, recipe in loaded]
     if baseline is not None:
         _verified("the baseline", baseline, baseline_pubkey or sub.pubkey)
         base, _ = _load("baseline", baseline)
@@ -102,7 +115,7 @@ def collect(submission: Path, *, tolerances: Path | None = None, baseline: Path 
     declared = bool(compare_tol or cross_tol)
     summary = {
         "format_version": COLLECT_FORMAT_VERSION, "submission": sub.id, "study": recipes[0].study.id,
-        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "baseline": {"label": base_label, "path": str(base.path), "host": base.host},
         "replicates": [{"label": h.label, "host": h.host, "run": str(h.path),
                         "manifest_sha256": hashlib.sha256((h.path / ENVELOPE_NAME).read_bytes()).hexdigest(),
@@ -116,7 +129,7 @@ def collect(submission: Path, *, tolerances: Path | None = None, baseline: Path 
 
 
 def _write(sub: Submission, summary: dict[str, Any], key: Any) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = sub.path / f"collect-{stamp}"
     n = 1
     while out.exists():  # never overwrite an earlier collection
@@ -161,16 +174,16 @@ def to_markdown(summary: dict[str, Any]) -> str:
     verdict = summary["verdict"]
     state = {True: "PASS", False: "FAIL", None: "no tolerances declared"}[verdict["passed"]]
     lines = [f"# Cross-host report: {summary['study']}", "",
-             f"Submission `{summary['submission']}`, {len(summary['replicates'])} replicates, every one verified "
+             (f"Submission `{summary['submission']}`, {len(summary['replicates'])} replicates, every one verified "
              f"(signature, digests, statistics recomputed). Baseline: {summary['baseline']['label']} "
-             f"on {summary['baseline']['host']}.", "", f"**Verdict: {state}**", ""]
+             f"on {summary['baseline']['host']}."), "", f"**Verdict: {state}**", ""]
     for b in summary["backends"]:
         s = b["spread"]
         lines += [f"## {b['workload']} / {b['backend']}", "",
-                  f"Per-host means: min {_fmt(s['min_ms'])} ms, max {_fmt(s['max_ms'])} ms, relative range "
+                  (f"Per-host means: min {_fmt(s['min_ms'])} ms, max {_fmt(s['max_ms'])} ms, relative range "
                   f"{_fmt(s['relative_range'], 4)}, coefficient of variation {_fmt(s['cv'], 4)} (n={s['n']}). "
                   f"Decision flips against the baseline: {b['decision_flips']}; largest probability difference: "
-                  f"{_fmt(b['max_abs_probability_delta'], 8)}.", "",
+                  f"{_fmt(b['max_abs_probability_delta'], 8)}."), "",
                   "| run | host | mean (ms) | pass means range (ms) | mean / baseline | flips | max Δp | within tolerances |",
                   "| --- | --- | ---: | --- | ---: | ---: | ---: | --- |"]
         for h in b["hosts"]:
@@ -185,9 +198,9 @@ def to_markdown(summary: dict[str, Any]) -> str:
         lines.append("")
     if verdict["failures"]:
         lines += ["## Tolerance failures", "", *(f"- {f}" for f in verdict["failures"]), ""]
-    lines += ["Means are over every measured request of a run; the pass range is the lowest and highest "
+    lines += [("Means are over every measured request of a run; the pass range is the lowest and highest "
               "measured pass mean. Relative range = (max - min) / mean of the per-host means; coefficient of "
-              "variation = sample standard deviation / mean of the per-host means.", ""]
+              "variation = sample standard deviation / mean of the per-host means."), ""]
     return "\n".join(lines)
 
 

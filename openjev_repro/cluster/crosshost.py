@@ -27,7 +27,7 @@ from ..recipe import read_yaml
 from ..results import latency_stats
 from ..rows import Row
 
-__all__ = ["CROSS_HOST_KEYS", "HostRun", "load_cross_host_tolerances", "host_means", "spread", "backend_report"]
+__all__ = ["CROSS_HOST_KEYS", "HostRun", "backend_report", "host_means", "load_cross_host_tolerances", "spread"]
 
 CROSS_HOST_KEYS = {"max_relative_range", "max_cv"}
 
@@ -111,8 +111,9 @@ def backend_report(workload: str, backend: str, hosts: list[HostRun], means: dic
     stats = spread([h["mean_ms"] for h in per_host])
     cross_failures = []
     for key, stat in (("max_relative_range", "relative_range"), ("max_cv", "cv")):
-        if key in cross_tol and (stats[stat] is None or stats[stat] > cross_tol[key]):
-            cross_failures.append(f"{workload}/{backend}: {stat.replace('_', ' ')} {stats[stat]!r} exceeds {cross_tol[key]}")
+        value = stats[stat]
+        if key in cross_tol and (value is None or value > cross_tol[key]):
+            cross_failures.append(f"{workload}/{backend}: {stat.replace('_', ' ')} {value!r} exceeds {cross_tol[key]}")
     return {"workload": workload, "backend": backend, "hosts": per_host, "spread": stats,
             "decision_flips": flips, "max_abs_probability_delta": max(deltas, default=None),
             "hosts_outside_tolerances": outside, "cross_host_failures": cross_failures}

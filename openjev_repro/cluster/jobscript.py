@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..recipe import parse_duration
 
-__all__ = ["SbatchOptions", "slurm_time", "sbatch_argv", "render_script"]
+__all__ = ["SbatchOptions", "render_script", "sbatch_argv", "slurm_time"]
 
 
 @dataclass(frozen=True)

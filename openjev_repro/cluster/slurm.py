@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import ReproError
 
-__all__ = ["SlurmError", "JobState", "sbatch", "job_states", "job_state", "TERMINAL", "FAILED_STATES", "task_ids"]
+__all__ = ["FAILED_STATES", "TERMINAL", "JobState", "SlurmError", "job_state", "job_states", "sbatch", "task_ids"]
 
 # Slurm job states after which a task runs no more.
 TERMINAL = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",

@@ -66,10 +66,12 @@ def _evidence(sub: Submission, k: int, slurm_state: str | None) -> dict[str, Any
         evidence = "none"
     elif latest.status == "running" and slurm_state in TERMINAL:
         evidence = "incomplete"  # the task was killed before it could write its state
+    elif latest.status == "complete":  # every pass done, the manifest not (yet) written
+        evidence = "unsigned" if slurm_state in TERMINAL else "signing"
     else:
         evidence = latest.status
-    return {"evidence": evidence, "runs": len(runs),
-            "run": str((complete or latest).path) if (complete or latest) else None,
+    chosen = complete or latest
+    return {"evidence": evidence, "runs": len(runs), "run": str(chosen.path) if chosen is not None else None,
             "error": None if complete or latest is None else latest.error}
 
 
@@ -82,12 +84,14 @@ def replicate_status(sub: Submission) -> list[dict[str, Any]]:
         state = states.get((job, k)) if job is not None else None
         attempts = [a for a in sub.attempts(k) if (a.get("slurm") or {}).get("array_job_id") == str(job)]
         last = attempts[-1] if attempts else None
+        slurm: dict[str, Any]
         if state is not None:
             slurm = {"state": state.state, "reason": state.reason, "node": state.node, "source": state.source,
                      "job": f"{job}_{k}", "job_id": state.job_id}
         elif last is not None:  # aged out of slurmctld and no accounting: the task's own end record
-            end = last.get("slurm_end") or {}
-            slurm = {"state": end.get("state") or {"complete": "COMPLETED"}.get(last.get("outcome"), "UNKNOWN"),
+            end = last.get("slurm_final") or last.get("slurm_end") or {}
+            by_outcome = {"complete": "COMPLETED", "skipped": "COMPLETED"}.get(str(last.get("outcome")), "UNKNOWN")
+            slurm = {"state": end.get("state") or by_outcome,
                      "reason": end.get("reason"), "node": (last.get("slurm") or {}).get("node"),
                      "source": f"attempt-{last.get('job_id')}.json", "job": f"{job}_{k}", "job_id": last.get("job_id")}
         else:

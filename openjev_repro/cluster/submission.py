@@ -16,21 +16,21 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ..errors import EvidenceError
 from ..evidence import ENVELOPE_NAME, read_json, write_json_atomic
 
-__all__ = ["SUBMISSION_FORMAT_VERSION", "Submission", "RunAttempt", "utc_now"]
+__all__ = ["SUBMISSION_FORMAT_VERSION", "RunAttempt", "Submission", "utc_now"]
 
 SUBMISSION_FORMAT_VERSION = 1
 SUBMISSION_FILE = "submission.json"
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,8 @@ class Submission:
 
     # --- create / open ------------------------------------------------------------
     @classmethod
-    def create(cls, parent: Path, study_id: str, data: dict[str, Any]) -> "Submission":
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    def create(cls, parent: Path, study_id: str, data: dict[str, Any]) -> Submission:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         path = Path(parent).resolve() / f"{study_id}-{stamp}-{secrets.token_hex(3)}"
         path.mkdir(parents=True, exist_ok=False)
         sub = cls(path, dict(data, format_version=SUBMISSION_FORMAT_VERSION, id=path.name, study_id=study_id,
@@ -66,7 +66,7 @@ class Submission:
         return sub
 
     @classmethod
-    def open(cls, path: Path | str) -> "Submission":
+    def open(cls, path: Path | str) -> Submission:
         path = Path(path).resolve()
         file = path / SUBMISSION_FILE
         if not file.is_file():

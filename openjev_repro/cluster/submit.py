@@ -3,6 +3,7 @@ replicates that have no complete evidence (and are not queued or running)."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from .slurm import TERMINAL, job_states, sbatch
 from .status import settle
 from .submission import Submission
 
-__all__ = ["submit", "resume", "MAX_REPLICATES"]
+__all__ = ["MAX_REPLICATES", "resume", "submit"]
 
 MAX_REPLICATES = 1000
 
@@ -46,7 +47,7 @@ def submit(*, recipe: Path, replicates: int, key: Path, out: Path, options: Sbat
     reservation = parsed.controls.reservation
     note = reservation.note if reservation is not None and reservation.note else ""
     if options.time is None and reservation is not None:
-        options = SbatchOptions(**{**options.to_dict(), "time": reservation.timeout})
+        options = dataclasses.replace(options, time=reservation.timeout)
     sub = Submission.create(out, parsed.study.id, {
         "recipe": str(recipe), "recipe_sha256": recipe_sha256(recipe), "replicates": replicates,
         "key": str(key.resolve()), "pubkey": PUBLIC_KEY_NAME, "sbatch_options": options.to_dict(),

@@ -28,10 +28,14 @@ from .allocation import allocated_gpu, slurm_record
 from .slurm import TERMINAL, job_state
 from .submission import Submission, utc_now
 
-__all__ = ["main", "study_argv"]
+__all__ = ["TaskFailed", "main", "study_accepts_gpu_override", "study_argv"]
 
 
-def _study_accepts_gpu_override() -> bool:
+class TaskFailed(Exception):
+    """A task that cannot start its study (recorded in its attempt record)."""
+
+
+def study_accepts_gpu_override() -> bool:
     from ..cli.study import study
 
     return "gpu_uuid" in inspect.signature(study.body).parameters
@@ -44,19 +48,15 @@ def study_argv(sub: Submission, replicate_dir: Path, gpu: dict[str, Any] | None)
     if sub.data.get("gpu_controls"):
         if gpu is None or not gpu.get("uuid"):
             why = "no GPU in the allocation" if gpu is None else gpu.get("uuid_error")
-            raise _TaskFailed(f"the recipe pins a GPU but the allocated one is unknown ({why}); "
+            raise TaskFailed(f"the recipe pins a GPU but the allocated one is unknown ({why}); "
                               "submit with --gres gpu:1 on nodes with an NVIDIA driver")
-        if not _study_accepts_gpu_override():
-            raise _TaskFailed("this checkout's `invoke study` has no --gpu-uuid/--gpu-index run-time override; "
+        if not study_accepts_gpu_override():
+            raise TaskFailed("this checkout's `invoke study` has no --gpu-uuid/--gpu-index run-time override; "
                               "update the repository on the shared storage")
         argv += ["--gpu-uuid", str(gpu["uuid"])]
         if gpu.get("index") is not None:
             argv += ["--gpu-index", str(gpu["index"])]
     return argv
-
-
-class _TaskFailed(Exception):
-    pass
 
 
 class _Attempt:
@@ -121,9 +121,9 @@ def run_task(sub: Submission, k: int) -> int:
     gpu = allocated_gpu()
     try:
         if bool(load_recipe(sub.data["recipe"]).controls.gpu) != bool(sub.data.get("gpu_controls")):
-            raise _TaskFailed("the recipe's GPU controls differ from the submission's")
+            raise TaskFailed("the recipe's GPU controls differ from the submission's")
         argv = study_argv(sub, replicate_dir, gpu)
-    except _TaskFailed as exc:
+    except TaskFailed as exc:
         attempt.write(outcome="failed", ended_utc=utc_now(), exit_code=1, error=str(exc))
         print(f"error: {exc}", file=sys.stderr)
         return 1
