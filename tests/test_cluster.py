@@ -203,17 +203,23 @@ def _measured_rows(replicate: Path) -> bool:
     return any('"measured"' in rows.read_text() for rows in replicate.glob("*/rows.jsonl"))
 
 
+def _cancel_all(sub: Path) -> None:
+    rounds = json.loads((sub / "submission.json").read_text())["rounds"]
+    subprocess.run(["scancel", *(str(r["array_job_id"]) for r in rounds)], check=False, capture_output=True)
+
+
 def _runs(replicate: Path) -> list[Path]:
     return sorted(p for p in replicate.iterdir() if p.is_dir())
 
 
 @pytest.mark.slurm
-def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slurm, tmp_path, keypair):
+def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slurm, tmp_path, keypair, request):
     private, public = keypair
     recipe = _slow_study(tmp_path / "study")
     proc = invoke("submit", "--recipe", str(recipe), "--replicates", "2", "--key", str(private),
                   "--out", str(tmp_path / "subs"), "--time", "10m", check=True)
     sub = Path(proc.stdout.strip().splitlines()[-1])
+    request.addfinalizer(lambda: _cancel_all(sub))  # no job outlives a failed test
     record = json.loads((sub / "submission.json").read_text())
     array = record["rounds"][0]["array_job_id"]
     assert record["rounds"][0]["replicates"] == [1, 2]
