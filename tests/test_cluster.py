@@ -16,7 +16,6 @@ import pytest
 import yaml
 from studykit import scripted_backend, write_study
 
-from openjev_repro.cluster.allocation import allocated_gpu, slurm_record, visible_index
 from openjev_repro.cluster.crosshost import load_cross_host_tolerances, spread
 from openjev_repro.cluster.jobscript import SbatchOptions, sbatch_argv, slurm_time
 from openjev_repro.cluster.slurm import task_ids
@@ -27,6 +26,7 @@ from openjev_repro.cluster.task import (
     study_argv,
 )
 from openjev_repro.errors import RecipeError
+from openjev_repro.host.allocation import allocated_gpu, slurm_record, visible_index
 
 REPO = Path(__file__).resolve().parents[1]
 # CI starts the local cluster first and sets this, so a missing Slurm fails instead of skipping.

@@ -23,8 +23,8 @@ from types import FrameType
 from typing import Any
 
 from ..evidence import RunDir, read_json, write_json_atomic
+from ..host.allocation import allocated_gpu, slurm_record
 from ..recipe import load_recipe, recipe_sha256
-from .allocation import allocated_gpu, slurm_record
 from .slurm import TERMINAL, job_state
 from .submission import Submission, utc_now
 

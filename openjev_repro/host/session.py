@@ -7,7 +7,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from ..cluster.allocation import slurm_record
+from .allocation import slurm_record
 from ..errors import RunIncomplete
 from ..evidence import write_json_atomic
 from ..recipe import Controls, parse_duration

@@ -42,7 +42,7 @@ def visible_index(allocated: list[int], visible: list[int]) -> int | None:
 def _nvml_gpu(allocated: list[int]) -> tuple[int | None, str | None, str | None]:
     """(NVML index, uuid, why not) of the first allocated GPU."""
     try:
-        from ..host.nvml import NvmlBackend
+        from .nvml import NvmlBackend
 
         gpus = {g.index: g for g in NvmlBackend().gpus()}
     except Exception as exc:  # noqa: BLE001 - no driver/NVML on this node: recorded, not fatal here
