@@ -137,7 +137,7 @@ start() {
     fi
     if ! alive "$STATE/slurmctld.pid"; then
         say "starting slurmctld"
-        slurmctld -i   # -i: ignore (and discard) state left by an earlier configuration
+        slurmctld   # recovers its saved state: job ids keep counting, finished jobs stay known
     fi
     if ! alive "$STATE/slurmd.pid"; then
         say "starting slurmd"

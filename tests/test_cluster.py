@@ -18,7 +18,7 @@ from studykit import scripted_backend, write_study
 
 from openjev_repro.cluster.crosshost import load_cross_host_tolerances, spread
 from openjev_repro.cluster.jobscript import SbatchOptions, sbatch_argv, slurm_time
-from openjev_repro.cluster.slurm import task_ids
+from openjev_repro.cluster.slurm import SlurmError, parse_reply, task_ids
 from openjev_repro.cluster.submission import Submission
 from openjev_repro.cluster.task import (
     TaskFailed,
@@ -50,6 +50,19 @@ def test_slurm_time_and_array_task_strings():
     assert slurm_time("90s") == "0-00:01:30"
     assert task_ids("1-3,5") == [1, 2, 3, 5]
     assert task_ids("2-8:2%4") == [2, 4, 6, 8]
+
+
+# squeue --json of Slurm 22.05 while slurmctld is down: exit status 0, the failure only in "errors".
+SQUEUE_DOWN = """{"meta": {"Slurm": {"release": "22.05.8"}}, "errors": [{"description": "Failed while looking
+ for jobs", "error_number": -1, "error": "Unspecified error", "source": "slurm_load_jobs"}], "jobs": []}"""
+
+
+def test_a_reply_with_errors_is_an_error_not_an_empty_queue():
+    with pytest.raises(SlurmError, match="Failed while looking for jobs .slurm_load_jobs.; is slurmctld running"):
+        parse_reply(SQUEUE_DOWN.replace("\n", ""), "squeue --json")
+    with pytest.raises(SlurmError, match="did not print JSON"):
+        parse_reply("Slurm accounting storage is disabled", "sacct --json")
+    assert parse_reply('{"errors": [], "jobs": [{"job_id": 7}]}', "squeue --json")["jobs"] == [{"job_id": 7}]
 
 
 def test_sbatch_argv_carries_every_option(tmp_path: Path):

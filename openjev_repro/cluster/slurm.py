@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import ReproError
 
-__all__ = ["FAILED_STATES", "TERMINAL", "JobState", "SlurmError", "job_state", "job_states", "sbatch", "task_ids"]
+__all__ = ["FAILED_STATES", "TERMINAL", "JobState", "SlurmError", "job_state", "job_states", "parse_reply", "sbatch", "task_ids"]
 
 # Slurm job states after which a task runs no more.
 TERMINAL = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -123,13 +123,19 @@ def _from_sacct(job: dict[str, Any]) -> JobState | None:
                     exit_code=_number(exit_code.get("return_code")), source="sacct --json")
 
 
-def _parse(text: str, what: str) -> dict[str, Any]:
+def parse_reply(text: str, what: str) -> dict[str, Any]:
+    """A JSON reply of squeue/sacct; its "errors" (e.g. slurmctld unreachable, exit status 0) raise."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SlurmError(f"{what} did not print JSON ({exc}); Slurm 21.08 or newer is needed.") from None
     if not isinstance(data, dict):
         raise SlurmError(f"{what} printed JSON that is not an object.")
+    errors = data.get("errors") or []
+    if errors:
+        first = errors[0] if isinstance(errors[0], dict) else {"description": str(errors[0])}
+        raise SlurmError(f"{what}: {first.get('description') or first.get('error')} "
+                         f"({first.get('source', 'slurm')}); is slurmctld running?")
     return data
 
 
@@ -144,15 +150,18 @@ def job_states(array_ids: list[int]) -> dict[tuple[int, int | None], JobState]:
     ids = ",".join(str(i) for i in sorted(set(array_ids)))
     found: dict[tuple[int, int | None], JobState] = {}
     acct = _run(["sacct", "--json", "--jobs", ids], check=False)
-    if acct.returncode == 0 and acct.stdout.lstrip().startswith("{"):
-        for job in _parse(acct.stdout, "sacct --json").get("jobs", []):
-            state = _from_sacct(job)
-            if state is not None and state.array_job_id in array_ids:
-                found[(state.array_job_id, state.array_task_id)] = state
+    try:  # without accounting (no slurmdbd) sacct answers in words, or with errors: not used
+        accounted = parse_reply(acct.stdout, "sacct --json").get("jobs", []) if acct.returncode == 0 else []
+    except SlurmError:
+        accounted = []
+    for job in accounted:
+        state = _from_sacct(job)
+        if state is not None and state.array_job_id in array_ids:
+            found[(state.array_job_id, state.array_task_id)] = state
     proc = _run(["squeue", "--json", "--states=all"], check=False)
     if proc.returncode != 0:
         raise SlurmError(f"squeue --json failed: {(proc.stderr or proc.stdout).strip()[:200]}")
-    for job in _parse(proc.stdout, "squeue --json").get("jobs", []):
+    for job in parse_reply(proc.stdout, "squeue --json").get("jobs", []):
         for state in _from_squeue(job, "squeue --json --states=all"):
             if state.array_job_id in array_ids:
                 # squeue is live: it wins over accounting for tasks still known to slurmctld.
@@ -165,7 +174,7 @@ def job_state(job_id: int) -> JobState | None:
     proc = _run(["squeue", "--json", "--states=all", "--jobs", str(job_id)], check=False)
     if proc.returncode != 0:
         return None
-    for job in _parse(proc.stdout, "squeue --json").get("jobs", []):
+    for job in parse_reply(proc.stdout, "squeue --json").get("jobs", []):
         for state in _from_squeue(job, "squeue --json --jobs"):
             if state.job_id == job_id:
                 return state
