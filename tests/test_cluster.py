@@ -325,6 +325,39 @@ def test_submit_that_sbatch_refuses_leaves_nothing_behind(slurm, tmp_path, keypa
     assert list((tmp_path / "subs").iterdir()) == []
 
 
+@pytest.mark.slurm
+def test_a_gpu_recipe_measures_on_the_allocated_gpu_or_not_at_all(slurm, tmp_path, keypair, request):
+    """--gres gpu:1 is accepted; the task reads the GPU Slurm allocated. The local cluster's gres
+    is no GPU (NVML has none here), so the task must fail before any study starts, saying why."""
+    private, _ = keypair
+    recipe = write_study(tmp_path / "study", [scripted_backend("scripted")], extra={
+        "controls": {"gpu": {"index": 0, "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555"},
+                     "reservation": {"timeout": "5m", "note": "cluster test: reserved for test-study"}}})
+    proc = invoke("submit", "--recipe", str(recipe), "--replicates", "1", "--key", str(private), "--gres", "gpu:1",
+                  "--out", str(tmp_path / "subs"), check=True)
+    sub = Path(proc.stdout.strip().splitlines()[-1])
+    request.addfinalizer(lambda: _cancel_all(sub))
+    record = json.loads((sub / "submission.json").read_text())
+    assert "--gres=gpu:1" in record["rounds"][0]["sbatch"]
+    assert "--time=0-00:05:00" in record["rounds"][0]["sbatch"]  # the reservation timeout
+    assert record["job_name"] == "cluster test: reserved for test-study"
+    assert record["comment"] == "openjev-repro test-study: cluster test: reserved for test-study"
+    _wait(lambda: _status(sub)[1]["slurm"]["state"] in ("FAILED", "COMPLETED"), 60, "the task to end")
+    status = _status(sub)[1]
+    attempt = json.loads(next((sub / "replicate-1").glob("attempt-*.json")).read_text())
+    gpu = attempt["slurm"]["gpu"]
+    assert gpu["source"] == "SLURM_JOB_GPUS" and gpu["allocated"] == 0
+    if gpu["uuid"] is None:  # no NVIDIA driver on this node
+        assert status["slurm"]["state"] == "FAILED" and status["evidence"] == "none"
+        assert attempt["outcome"] == "failed" and "the allocated one is unknown" in attempt["error"]
+        assert _runs(sub / "replicate-1") == []  # no study started, nothing measured on the recipe's GPU
+    elif not study_accepts_gpu_override():  # a driver, but a checkout without `study --gpu-uuid`
+        assert attempt["outcome"] == "failed" and "no --gpu-uuid" in attempt["error"]
+    else:  # the study ran on the allocated GPU (the scripted backend ignores it) and recorded it
+        host = json.loads((_runs(sub / "replicate-1")[-1] / "host.json").read_text())
+        assert host["slurm"]["gpu"]["uuid"] == gpu["uuid"]
+
+
 def test_submit_checks_key_and_gpu_before_anything(tmp_path: Path, keypair):
     private, _ = keypair
     recipe = write_study(tmp_path / "study", [scripted_backend("scripted")])
