@@ -19,7 +19,7 @@ from studykit import scripted_backend, write_study
 from openjev_repro.cluster.crosshost import load_cross_host_tolerances, spread
 from openjev_repro.cluster.jobscript import SbatchOptions, sbatch_argv, slurm_time
 from openjev_repro.cluster.slurm import SlurmError, parse_reply, task_ids
-from openjev_repro.cluster.submission import Submission
+from openjev_repro.cluster.submission import Submission, with_slurm_cause
 from openjev_repro.cluster.task import (
     TaskFailed,
     study_accepts_gpu_override,
@@ -42,6 +42,14 @@ def invoke(*args: str, check: bool = False, timeout: float = 120) -> subprocess.
 
 
 # --- without a cluster ---------------------------------------------------------------
+
+
+def test_slurm_cause_comes_first_and_the_study_message_is_kept():
+    assert with_slurm_cause(None, "terminated by Slurm (SIGTERM)") == "terminated by Slurm (SIGTERM)"
+    first = with_slurm_cause("Interrupted. The run is marked incomplete.", "terminated by Slurm (SIGTERM)")
+    assert first == "terminated by Slurm (SIGTERM); Interrupted. The run is marked incomplete."
+    assert with_slurm_cause(first, "terminated by Slurm (TIMEOUT)") == \
+        "terminated by Slurm (TIMEOUT); Interrupted. The run is marked incomplete."
 
 
 def test_slurm_time_and_array_task_strings():
@@ -250,7 +258,7 @@ def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slu
     state = json.loads((cancelled / "state.json").read_text())
     assert state["status"] == "incomplete"
     assert state["slurm_end"]["state"] == "CANCELLED"
-    assert "terminated by Slurm" in state["error"]
+    assert state["error"].startswith("terminated by Slurm (CANCELLED)")
     assert not (cancelled / "manifest.dsse.json").exists()  # an incomplete run is never signed
     attempt = json.loads(next((sub / "replicate-2").glob("attempt-*.json")).read_text())
     assert attempt["outcome"] == "terminated" and attempt["slurm_final"]["state"] == "CANCELLED"
@@ -300,6 +308,15 @@ def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slu
     from openjev_repro.errors import VerificationError
 
     verify_summary(out, sub / "openjev-repro.pub")
+
+    # A given baseline run (here replicate 1's, verified with the submission's key): every
+    # replicate is compared with it, itself included.
+    proc = invoke("collect", "--submission", str(sub), "--baseline", str(first_run), check=True)
+    given = json.loads((Path(proc.stdout.strip().splitlines()[-1]) / "summary.json").read_text())
+    assert given["baseline"]["label"] == "baseline" and given["verdict"]["passed"] is None
+    hosts = given["backends"][0]["hosts"]
+    assert [h["label"] for h in hosts] == ["baseline", "replicate-1", "replicate-2"]
+    assert hosts[1]["mean_ratio"] == 1.0 and hosts[1]["max_abs_probability_delta"] == 0.0
 
     # A declared tolerance that fails: the report is still written, the exit status is 1.
     tolerances.write_text(yaml.safe_dump({"format_version": 1, "max_mean_ratio": 0.001}))

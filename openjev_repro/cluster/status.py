@@ -13,7 +13,7 @@ from typing import Any
 
 from ..evidence import RunDir, write_json_atomic
 from .slurm import TERMINAL, JobState, job_states
-from .submission import Submission, utc_now
+from .submission import SLURM_CAUSE, Submission, utc_now, with_slurm_cause
 
 __all__ = ["replicate_status", "settle"]
 
@@ -44,10 +44,9 @@ def settle(sub: Submission, states: dict[tuple[int, int | None], JobState]) -> N
                 run = RunDir(directory / run_name)
                 current = run.state()
                 if current.get("status") != "complete":
-                    error = current.get("error") or ""
-                    if not error or error.startswith("terminated by Slurm"):  # ours: now with the final state
-                        error = f"terminated by Slurm: {state.state}" + (f" ({state.reason})" if state.reason else "")
-                    run.update_state(status="incomplete", slurm_end=final, error=error)
+                    cause = f"{SLURM_CAUSE} ({state.state}" + (f", reason {state.reason})" if state.reason else ")")
+                    run.update_state(status="incomplete", slurm_end=final,
+                                     error=with_slurm_cause(current.get("error"), cause))
         runs = sub.runs(k)
         job = sub.latest_job(k)
         state = states.get((job, k)) if job is not None else None

@@ -23,10 +23,28 @@ from typing import Any
 from ..errors import EvidenceError
 from ..evidence import ENVELOPE_NAME, read_json, write_json_atomic
 
-__all__ = ["SUBMISSION_FORMAT_VERSION", "RunAttempt", "Submission", "utc_now"]
+__all__ = [
+    "SLURM_CAUSE",
+    "SUBMISSION_FORMAT_VERSION",
+    "RunAttempt",
+    "Submission",
+    "utc_now",
+    "with_slurm_cause",
+]
 
 SUBMISSION_FORMAT_VERSION = 1
 SUBMISSION_FILE = "submission.json"
+
+
+SLURM_CAUSE = "terminated by Slurm"
+
+
+def with_slurm_cause(error: str | None, cause: str) -> str:
+    """A run's error with the Slurm termination first; the study's own message (if any) kept after it."""
+    rest = error or ""
+    if rest.startswith(SLURM_CAUSE):  # an earlier, less precise Slurm cause: replaced
+        rest = rest.partition("; ")[2]
+    return f"{cause}; {rest}" if rest else cause
 
 
 def utc_now() -> str:

@@ -26,7 +26,7 @@ from ..evidence import RunDir, read_json, write_json_atomic
 from ..host.allocation import allocated_gpu, slurm_record
 from ..recipe import load_recipe, recipe_sha256
 from .slurm import TERMINAL, job_state
-from .submission import Submission, utc_now
+from .submission import SLURM_CAUSE, Submission, utc_now, with_slurm_cause
 
 __all__ = ["TaskFailed", "main", "study_accepts_gpu_override", "study_argv"]
 
@@ -90,16 +90,19 @@ def _slurm_end(job_id: str) -> dict[str, Any]:
 
 
 def _mark_incomplete(run_path: Path, slurm_end: dict[str, Any] | None, why: str) -> None:
-    """The run's state says incomplete, with the Slurm end, whatever the study managed to write."""
+    """The run's state says incomplete, whatever the study managed to write; a Slurm termination
+    (slurm_end given) comes first in its error, the study's own message (if any) after it."""
     if not (run_path / "state.json").is_file():
         return
     run = RunDir(run_path)
     state = run.state()
     if state.get("status") == "complete":
         return
-    changes: dict[str, Any] = {"status": "incomplete", "slurm_end": slurm_end}
-    if state.get("status") == "running" or not state.get("error"):
-        changes["error"] = why
+    error = state.get("error") if state.get("status") != "running" else None
+    changes: dict[str, Any] = {"status": "incomplete",
+                               "error": with_slurm_cause(error, why) if slurm_end is not None else (error or why)}
+    if slurm_end is not None:
+        changes["slurm_end"] = slurm_end
     run.update_state(**changes)
 
 
@@ -150,7 +153,7 @@ def run_task(sub: Submission, k: int) -> int:
     if terminated:
         end = terminated["slurm_end"]
         named = end.get("state") if end.get("state") in TERMINAL else None  # COMPLETING while stopping
-        why = f"terminated by Slurm ({named or terminated['signal']}" + \
+        why = f"{SLURM_CAUSE} ({named or terminated['signal']}" + \
               (f", reason {end['reason']}" if end.get("reason") else "") + ")"
         if run is not None:
             _mark_incomplete(run, end, why)
