@@ -22,8 +22,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from ..errors import ReproError
 from ..evidence import RunDir, read_json, write_json_atomic
 from ..host.allocation import allocated_gpu, slurm_record
+from ..manifest.keys import load_private_key
 from ..recipe import load_recipe, recipe_sha256
 from .slurm import TERMINAL, job_state
 from .submission import SLURM_CAUSE, Submission, utc_now, with_slurm_cause
@@ -125,6 +127,10 @@ def run_task(sub: Submission, k: int) -> int:
     try:
         if bool(load_recipe(sub.data["recipe"]).controls.gpu) != bool(sub.data.get("gpu_controls")):
             raise TaskFailed("the recipe's GPU controls differ from the submission's")
+        try:  # the study signs at its very end: an unreadable key must fail before it measures anything
+            load_private_key(Path(sub.data["key"]))
+        except ReproError as exc:
+            raise TaskFailed(f"the signing key is not usable on this node: {exc}") from None
         argv = study_argv(sub, replicate_dir, gpu)
     except TaskFailed as exc:
         attempt.write(outcome="failed", ended_utc=utc_now(), exit_code=1, error=str(exc))
