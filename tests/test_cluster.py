@@ -394,3 +394,19 @@ def test_resume_takes_no_new_options(tmp_path: Path):
     assert proc.returncode == 1
     assert proc.stderr.strip() == ("error: --resume reuses the submission's recipe, key and sbatch options; "
                                    "drop --recipe, --exclusive")
+
+
+def test_a_task_whose_key_is_unusable_fails_before_measuring(tmp_path: Path, monkeypatch):
+    from openjev_repro.cluster.task import run_task
+    from openjev_repro.recipe import recipe_sha256
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    recipe = write_study(tmp_path / "study", [scripted_backend("scripted")])
+    sub = Submission.create(tmp_path / "subs", "test-study", {
+        "recipe": str(recipe), "recipe_sha256": recipe_sha256(recipe), "replicates": 1,
+        "key": str(tmp_path / "gone.key"), "pubkey": "openjev-repro.pub", "python": sys.executable,
+        "repo": str(REPO), "gpu_controls": False})
+    assert run_task(sub, 1) == 1
+    [attempt] = sub.attempts(1)
+    assert attempt["outcome"] == "failed" and "signing key is not usable" in attempt["error"]
+    assert sub.runs(1) == []  # no run directory: nothing was measured

@@ -154,7 +154,11 @@ class Submission:
         """The end records the tasks wrote beside the replicate's runs, oldest job first."""
         directory = self.replicate_dir(k)
         records = []
-        for path in sorted(directory.glob("attempt-*.json"), key=lambda p: int(p.stem.split("-")[1])):
+        def job_order(path: Path) -> tuple[int, str]:  # Slurm job ids grow; others (tests) last
+            job = path.stem.removeprefix("attempt-")
+            return (int(job), "") if job.isdigit() else (2**63, job)
+
+        for path in sorted(directory.glob("attempt-*.json"), key=job_order):
             try:
                 records.append(read_json(path))
             except EvidenceError as exc:
