@@ -67,7 +67,7 @@ def _host_of(run: Path) -> str:
 def _verified(label: str, path: Path, pubkey: Path) -> None:
     failed = [c for c in verify_path(path, pubkey=pubkey) if c.passed is False]
     if failed:
-        detail = "; ".join(f"{c.name}: {c.detail}" for c in failed[:3])
+        detail = "; ".join(f"{c.name}: {c.detail.rstrip('.')}" for c in failed[:3])
         raise VerificationError(f"{label} ({path}) does not verify: {detail}.")
 
 
