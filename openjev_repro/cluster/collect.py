@@ -226,7 +226,7 @@ def plot_means(summary: dict[str, Any]) -> bytes:
                     lo.append(h["mean_ms"] - h["pass_range_ms"][0])
                     hi.append(h["pass_range_ms"][1] - h["mean_ms"])
         marker = "D" if label in ("baseline", summary["baseline"]["label"]) else "o"
-        role = ", baseline" if marker == "D" else ""
+        role = ", baseline" if marker == "D" and label != "baseline" else ""
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt=marker, capsize=4, label=f"{label} ({host}{role})")
     ax.set_xticks(range(len(groups)), [f"{b['workload']}\n{b['backend']}" for b in groups])
     ax.set(ylabel="mean latency (ms)", title=f"Per-host means with measured pass ranges: {summary['study']}")
