@@ -139,11 +139,13 @@ def parse_reply(text: str, what: str) -> dict[str, Any]:
     return data
 
 
-def job_states(array_ids: list[int]) -> dict[tuple[int, int | None], JobState]:
+def job_states(array_ids: list[int], output_under: str | None = None) -> dict[tuple[int, int | None], JobState]:
     """The state of every task of the given arrays, keyed by (array job id, array task id).
 
     Live tasks from `squeue --json`; finished ones from `sacct --json` when accounting is kept,
-    else from `squeue --json --states=all` (jobs still in slurmctld's memory).
+    else from `squeue --json --states=all` (jobs still in slurmctld's memory). With output_under,
+    squeue's jobs count only if their output file lies there: a cluster whose state was wiped
+    counts job ids from 1 again, and another job must not pass for one of ours.
     """
     if not array_ids:
         return {}
@@ -162,6 +164,8 @@ def job_states(array_ids: list[int]) -> dict[tuple[int, int | None], JobState]:
     if proc.returncode != 0:
         raise SlurmError(f"squeue --json failed: {(proc.stderr or proc.stdout).strip()[:200]}")
     for job in parse_reply(proc.stdout, "squeue --json").get("jobs", []):
+        if output_under and not str(job.get("standard_output") or "").startswith(output_under):
+            continue
         for state in _from_squeue(job, "squeue --json --states=all"):
             if state.array_job_id in array_ids:
                 # squeue is live: it wins over accounting for tasks still known to slurmctld.

@@ -75,7 +75,7 @@ def _evidence(sub: Submission, k: int, slurm_state: str | None) -> dict[str, Any
 
 
 def replicate_status(sub: Submission) -> list[dict[str, Any]]:
-    states = job_states([r["array_job_id"] for r in sub.rounds])
+    states = job_states([r["array_job_id"] for r in sub.rounds], output_under=f"{sub.path}/")
     settle(sub, states)
     rows = []
     for k in sub.replicates:

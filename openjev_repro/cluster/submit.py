@@ -82,7 +82,7 @@ def resume(path: Path) -> tuple[Submission, list[int], dict[int, str]]:
     if recipe_sha256(sub.data["recipe"]) != sub.data["recipe_sha256"]:
         raise RecipeError(f"{sub.data['recipe']} changed since it was submitted; a resumed replicate must run "
                           "the same recipe. Submit a new study instead.")
-    states = job_states([r["array_job_id"] for r in sub.rounds])
+    states = job_states([r["array_job_id"] for r in sub.rounds], output_under=f"{sub.path}/")
     settle(sub, states)
     todo, skipped = [], {}
     for k in sub.replicates:
