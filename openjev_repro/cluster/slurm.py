@@ -46,14 +46,14 @@ class JobState:
                 "source": self.source}
 
 
-def _run(argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+def _run(argv: list[str], *, check: bool = True, timeout_s: float = _TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     if shutil.which(argv[0]) is None:
         raise SlurmError(f"{argv[0]} is not installed here; run this on a Slurm login node "
                          "(or start the local cluster: scripts/slurm-local.sh start).")
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"{argv[0]} did not answer within {_TIMEOUT_S} s; is slurmctld running?") from None
+        raise SlurmError(f"{argv[0]} did not answer within {timeout_s} s; is slurmctld running?") from None
     if check and proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()
         raise SlurmError(f"{argv[0]} failed (exit {proc.returncode}): {detail[-1] if detail else 'no message'}")
@@ -173,9 +173,9 @@ def job_states(array_ids: list[int], output_under: str | None = None) -> dict[tu
     return found
 
 
-def job_state(job_id: int) -> JobState | None:
+def job_state(job_id: int, *, timeout_s: float = _TIMEOUT_S) -> JobState | None:
     """One job's state (a running task asking about itself)."""
-    proc = _run(["squeue", "--json", "--states=all", "--jobs", str(job_id)], check=False)
+    proc = _run(["squeue", "--json", "--states=all", "--jobs", str(job_id)], check=False, timeout_s=timeout_s)
     if proc.returncode != 0:
         return None
     for job in parse_reply(proc.stdout, "squeue --json").get("jobs", []):

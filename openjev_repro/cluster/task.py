@@ -83,7 +83,7 @@ def _new_run(replicate_dir: Path, before: set[Path]) -> Path | None:
 def _slurm_end(job_id: str) -> dict[str, Any]:
     """Why we are being stopped, as slurmctld says (CANCELLED, TIMEOUT, PREEMPTED ... and its reason)."""
     try:
-        state = job_state(int(job_id))
+        state = job_state(int(job_id), timeout_s=10)  # well inside KillWait
     except Exception as exc:  # noqa: BLE001 - the record must be written even if Slurm does not answer
         return {"state": None, "reason": None, "error": f"{type(exc).__name__}: {exc}"}
     if state is None:
@@ -119,12 +119,10 @@ def run_task(sub: Submission, k: int) -> int:
         attempt.write(outcome="skipped", run=done.path.name, ended_utc=utc_now(), exit_code=0,
                       error="the replicate already has complete evidence")
         return 0
-    if recipe_sha256(sub.data["recipe"]) != sub.data["recipe_sha256"]:
-        attempt.write(outcome="failed", ended_utc=utc_now(), exit_code=1,
-                      error=f"{sub.data['recipe']} changed since submission")
-        return 1
     gpu = allocated_gpu()
     try:
+        if recipe_sha256(sub.data["recipe"]) != sub.data["recipe_sha256"]:
+            raise TaskFailed(f"{sub.data['recipe']} changed since submission")
         if bool(load_recipe(sub.data["recipe"]).controls.gpu) != bool(sub.data.get("gpu_controls")):
             raise TaskFailed("the recipe's GPU controls differ from the submission's")
         try:  # the study signs at its very end: an unreadable key must fail before it measures anything
