@@ -332,6 +332,29 @@ def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slu
 
 
 @pytest.mark.slurm
+def test_a_task_past_its_time_limit_leaves_incomplete_evidence_marked_timeout(slurm, tmp_path, keypair, request):
+    """--time 1m on a study of about 3 minutes: Slurm ends it (60 to 90 s, its timer's period)."""
+    private, _ = keypair
+    backend = scripted_backend("scripted")
+    backend["env"]["SCRIPTED_DELAY_S"] = "1.0"
+    recipe = write_study(tmp_path / "study", [backend], n=8, protocol={"measured_passes": 20, "request_timeout_s": 10.0})
+    proc = invoke("submit", "--recipe", str(recipe), "--replicates", "1", "--key", str(private), "--time", "1m",
+                  "--out", str(tmp_path / "subs"), check=True)
+    sub = Path(proc.stdout.strip().splitlines()[-1])
+    request.addfinalizer(lambda: _cancel_all(sub))
+    _wait(lambda: _status(sub)[1]["slurm"]["state"] == "TIMEOUT", 180, "Slurm's time limit", step=2)
+    status = _status(sub)[1]
+    assert status["evidence"] == "incomplete"
+    [run] = _runs(sub / "replicate-1")
+    state = json.loads((run / "state.json").read_text())
+    assert state["status"] == "incomplete" and state["slurm_end"]["state"] == "TIMEOUT"
+    assert state["error"].startswith("terminated by Slurm (TIMEOUT")
+    assert '"measured"' in (run / "rows.jsonl").read_text()  # it was stopped mid-study, its rows kept
+    assert not (run / "manifest.dsse.json").exists()
+    assert status["terminations"][0]["state"] == "TIMEOUT"
+
+
+@pytest.mark.slurm
 def test_submit_that_sbatch_refuses_leaves_nothing_behind(slurm, tmp_path, keypair):
     private, _ = keypair
     recipe = write_study(tmp_path / "study", [scripted_backend("scripted")])
