@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A real single-node Slurm on this machine, for developers and CI: munge, slurmctld and slurmd on
-# localhost, one CPU partition ("debug"), and one GPU gres so `--gres gpu:1` is accepted.
+# localhost, one CPU partition ("debug", plus "urgent", which preempts it), and one GPU gres so
+# `--gres gpu:1` is accepted.
 #
 #   scripts/slurm-local.sh start     # install (Debian: slurm-wlm, munge) if absent, configure, start, wait for idle
 #   scripts/slurm-local.sh stop      # stop the daemons this script started (by their pid files)
@@ -101,7 +102,12 @@ MinJobAge=3600
 KillWait=30
 MpiDefault=none
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem Gres=gpu:1 State=UNKNOWN
-PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+# Preemption as many GPU clusters run it: a higher-tier partition cancels jobs of a lower one
+# (state PREEMPTED). "urgent" exists only so that tests can preempt; studies go to "debug".
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=urgent Nodes=$NODE Default=NO MaxTime=INFINITE State=UP PriorityTier=2
 EOF
     cat >"$CONF_DIR/gres.conf.tmp" <<EOF
 $MARK

@@ -354,6 +354,35 @@ def test_a_task_past_its_time_limit_leaves_incomplete_evidence_marked_timeout(sl
     assert status["terminations"][0]["state"] == "TIMEOUT"
 
 
+def _partitions() -> set[str]:
+    proc = subprocess.run(["sinfo", "--json"], check=True, capture_output=True, text=True, timeout=20)
+    return {p for n in json.loads(proc.stdout)["nodes"] for p in n.get("partitions", [])}
+
+
+@pytest.mark.slurm
+def test_a_preempted_task_leaves_incomplete_evidence_marked_preempted(slurm, tmp_path, keypair, request):
+    """The local cluster's "urgent" partition preempts (cancels) jobs of "debug"."""
+    if "urgent" not in _partitions():
+        (pytest.fail if REQUIRED else pytest.skip)("this cluster has no preempting partition 'urgent'")
+    private, _ = keypair
+    proc = invoke("submit", "--recipe", str(_slow_study(tmp_path / "study")), "--replicates", "1",
+                  "--key", str(private), "--partition", "debug", "--out", str(tmp_path / "subs"), check=True)
+    sub = Path(proc.stdout.strip().splitlines()[-1])
+    request.addfinalizer(lambda: _cancel_all(sub))
+    _wait(lambda: _measured_rows(sub / "replicate-1"), 120, "the first measured row", step=0.05)
+    urgent = subprocess.run(["sbatch", "--parsable", "--partition=urgent", "--exclusive", "--output=/dev/null",
+                             "--wrap", "sleep 1"], check=True, capture_output=True, text=True).stdout.strip()
+    request.addfinalizer(lambda: subprocess.run(["scancel", urgent], check=False))
+    _wait(lambda: _status(sub)[1]["slurm"]["state"] == "PREEMPTED", 90, "the preemption", step=1)
+    [run] = _runs(sub / "replicate-1")
+    state = json.loads((run / "state.json").read_text())
+    assert state["status"] == "incomplete" and state["slurm_end"]["state"] == "PREEMPTED"
+    assert state["error"].startswith("terminated by Slurm (PREEMPTED")
+    assert not (run / "manifest.dsse.json").exists()
+    attempt = json.loads(next((sub / "replicate-1").glob("attempt-*.json")).read_text())
+    assert attempt["outcome"] == "terminated" and attempt["slurm_final"]["state"] == "PREEMPTED"
+
+
 @pytest.mark.slurm
 def test_submit_that_sbatch_refuses_leaves_nothing_behind(slurm, tmp_path, keypair):
     private, _ = keypair
