@@ -17,7 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .errors import BackendError, RecipeError, ReproError, RunIncomplete
-from .evidence import RunDir, write_json_atomic
+from .evidence import RunDir, read_json, write_json_atomic
+from .host.override import GpuOverride
 from .host.session import HostSession
 from .inputs import checks_table, require_all_ok, verify_inputs
 from .passes import PassBudget, PassRunner, ResponseLog
@@ -49,6 +50,7 @@ class StudyOptions:
     key_path: Path | None = None  # Ed25519 private key; None: unsigned
     allow_busy: bool = False
     gpu_backend: object | None = None  # a host.GpuBackend; None: NVML or nvidia-smi (tests pass FakeGpus)
+    gpu_override: GpuOverride | None = None  # run on this GPU instead of the recipe's (recorded as gpu_override)
     console: Console = field(default_factory=lambda: Console(stderr=True))
 
 
@@ -141,9 +143,14 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions) -> Non
         plan = _plan(recipe, opts, root)
         # The exact request order of every pass, so `verify` can tell a case missing from every pass.
         plan["case_ids"] = {name: [t.id for t in tasks] for name, tasks in workloads.items()}
+        if opts.gpu_override is not None:
+            plan["gpu_override"] = opts.gpu_override.declared(recipe.controls.gpu)
         write_json_atomic(run.file("plan.json"), plan)
     with _step(run, "environment"):
-        write_json_atomic(run.file("environment.json"), _environment(recipe, opts))
+        environment = _environment(recipe, opts)
+        if opts.gpu_override is not None:
+            environment["gpu_override"] = opts.gpu_override.declared(recipe.controls.gpu)
+        write_json_atomic(run.file("environment.json"), environment)
     with _step(run, "calibration"):
         calibration = _calibrate()
         write_json_atomic(run.file("calibration.json"), calibration)
@@ -152,7 +159,8 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions) -> Non
     budget = PassBudget({(b.name, w.name): recipe.passes_for(w)[1] for b in recipe.backends for w in recipe.workloads})
     records: list[ExitRecord] = []
     failures = 0
-    host = HostSession(recipe.controls, run.path, allow_busy=opts.allow_busy, backend=opts.gpu_backend)
+    host = HostSession(recipe.controls, run.path, allow_busy=opts.allow_busy, backend=opts.gpu_backend,
+                       gpu_override=opts.gpu_override)
     with _step(run, "host-controls"):
         host.__enter__()
     try:
@@ -188,19 +196,20 @@ def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, work
     aux_ports: dict[str, int] = {}
     try:
         for aux in backend.aux:
-            spec = _launch_spec(run, recipe, root, backend, opts, aux_ports, aux=aux)
+            spec = _launch_spec(run, recipe, root, backend, opts, aux_ports, host.gpu_uuid, aux=aux)
             aux_ports[aux.name] = spec.port
             console.print(f"[bold]{backend.name}[/]: starting aux {aux.name} ({runtime.name}) on port {spec.port}")
             started.append(runtime.launch(spec))
             if aux.health is not None:
                 started[-1].wait_ready(aux.ready_timeout_s or recipe.protocol.ready_timeout_s)
-        spec = _launch_spec(run, recipe, root, backend, opts, aux_ports)
+        spec = _launch_spec(run, recipe, root, backend, opts, aux_ports, host.gpu_uuid)
         console.print(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
         handle = runtime.launch(spec)
         started.append(handle)
         health = handle.wait_ready(recipe.protocol.ready_timeout_s)
         console.print(f"{backend.name}: ready ({health.get('method', health.get('model', ''))})")
         write_json_atomic(run.file(f"logs/{backend.name}.health.json"), health)
+        _record_backend_identity(run, backend.name, health)
         for process in started:  # read once ready: numactl binds, then execs under the same pid
             host.record_binding(process.spec.name, getattr(getattr(process, "proc", None), "pid", None))
         alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
@@ -215,8 +224,25 @@ def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, work
             console.print(f"{record.name}: {state}; all processes gone: {record.exited}")
 
 
+# What each backend said about itself once ready (the reference backend reports all of these;
+# another backend's absent keys are recorded as absent).
+IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_weights_fingerprint",
+                 "weights_fingerprint_seconds", "weights_bytes", "mode", "device", "dtype", "lora",
+                 "implementations", "torch_threads", "torch_interop_threads", "thread_env", "base_model")
+
+
+def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
+    """backends.json: per backend, its weights fingerprint and thread settings from /health, after ready."""
+    path = run.file("backends.json")
+    data = read_json(path) if path.is_file() else {"format_version": 1, "source": "/health after ready",
+                                                   "backends": {}}
+    absent = {"available": False, "reason": "not in the backend's /health"}
+    data["backends"][name] = {key: health.get(key, absent) for key in IDENTITY_KEYS}
+    write_json_atomic(path, data)
+
+
 def _launch_spec(run: RunDir, recipe: Recipe, root: Path, backend: Backend, opts: StudyOptions,
-                 aux_ports: dict[str, int], aux: AuxProcess | None = None) -> LaunchSpec:
+                 aux_ports: dict[str, int], gpu_uuid: str | None, aux: AuxProcess | None = None) -> LaunchSpec:
     host = "127.0.0.1"
     name = backend.name if aux is None else f"{backend.name}.{aux.name}"
     fixed = backend.port if aux is None else aux.port
@@ -236,7 +262,7 @@ def _launch_spec(run: RunDir, recipe: Recipe, root: Path, backend: Backend, opts
     health = backend.health if aux is None else (aux.health or "/health")
     return LaunchSpec(name=name, argv=argv, env=env, host=host, port=port, log_path=run.log_path(name),
                       health_path=health, image=backend.image, read_only_mounts=(root,),
-                      gpu_uuid=controls.gpu.uuid if controls.gpu else None, numa_node=controls.numa_node,
+                      gpu_uuid=gpu_uuid, numa_node=controls.numa_node,
                       cpus=controls.cpus)
 
 

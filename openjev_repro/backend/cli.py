@@ -44,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 (auto: FP32 on CPU, BF16 on CUDA)")
     p.add_argument("--cuda-graphs", type=int, default=0, metavar="N",
                    help="fast mode on CUDA: replay CUDA Graphs per exact length, keep N (LRU); 0 = off")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--torch-threads", "--threads", dest="threads", type=int, default=0, metavar="N",
+                   help="torch intra-op CPU threads, applied with torch.set_num_threads and reported in /health "
+                        "as torch_threads (0: torch's default, which follows OMP_NUM_THREADS or the core count)")
     return p
 
 
@@ -90,8 +92,8 @@ def _load(args: argparse.Namespace, package: Any) -> DecisionModel:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.cuda_graphs < 0 or (args.max_length is not None and args.max_length <= 0):
-        print("error: --cuda-graphs must be >= 0 and --max-length > 0.", file=sys.stderr)
+    if args.cuda_graphs < 0 or args.threads < 0 or (args.max_length is not None and args.max_length <= 0):
+        print("error: --cuda-graphs and --torch-threads must be >= 0 and --max-length > 0.", file=sys.stderr)
         return 2
     if args.cuda_graphs and args.mode != "fast":
         print("error: --cuda-graphs is part of fast mode only; use --mode fast or drop the flag.", file=sys.stderr)

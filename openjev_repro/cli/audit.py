@@ -59,16 +59,22 @@ def claims(c, file):
 
 
 @task(name="import-evidence",
-      help={"format": "source format; only system1-omni", "src": "directory of the published evidence",
+      help={"format": "source format; only system1-omni", "src": "folder of the published evidence: the one holding "
+            "their manifest.json, or a subfolder of it (manifest.json is looked for up to three folders above)",
+            "subdir": "evidence subfolder under the manifest's folder, e.g. e2e (default: --src when it is a "
+            "subfolder, else the one folder holding <arm>-measured-<pass>.jsonl files)",
             "out": "new run directory to create", "workload": "workload name for the imported rows (default mixed)"})
 @user_errors
-def import_evidence(c, src, out, format="system1-omni", workload="mixed"):
-    """Convert another harness's published per-request evidence into an (unsigned, imported) run."""
+def import_evidence(c, src=None, out=None, format="system1-omni", workload="mixed", subdir=None):
+    """Verify another harness's published per-request evidence and convert it into an (unsigned, imported) run."""
     from ..audit.importer import format_import_report, import_system1
 
-    report = import_system1(Path(src), Path(out), workload=workload) if format == "system1-omni" else None
-    if report is None:
+    for name, value in (("src", src), ("out", out)):
+        if not value:
+            raise Exit(f"error: --{name} is required", code=1)
+    if format != "system1-omni":
         raise Exit(f"error: unknown --format {format!r}; supported: system1-omni", code=1)
+    report = import_system1(Path(src), Path(out), workload=workload, subdir=subdir)
     print(format_import_report(report))
 
 

@@ -72,6 +72,7 @@ OPTIONAL_FILES = {
     "calibration": "calibration.json",
     "host": "host.json",
     "processes": "processes.json",
+    "backends": "backends.json",   # weights fingerprint and threads per backend (runs from 2026-12 on)
 }
 
 

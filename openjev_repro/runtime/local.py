@@ -31,6 +31,8 @@ class LocalBackend(RunningBackend):
         self.spec = spec
         env = {k: os.environ[k] for k in _PASSTHROUGH if k in os.environ}
         env.update(spec.env)
+        if spec.gpu_uuid:  # the checked, reserved GPU (the recipe's or the run-time override) is the only one seen
+            env["CUDA_VISIBLE_DEVICES"] = spec.gpu_uuid
         env.setdefault("PYTHONUNBUFFERED", "1")
         self._log = open(spec.log_path, "ab")
         self.argv = prefix + spec.argv
