@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..audit.bundle import opened
-from ..audit.compare import compare_rows
+from ..audit.compare import compare_runs
 from ..audit.verify import verify_path
 from ..errors import EvidenceError, VerificationError
 from ..evidence import ENVELOPE_NAME, read_json
@@ -106,7 +106,8 @@ def collect(submission: Path, *, tolerances: Path | None = None, baseline: Path 
         base, base_label = hosts[0], hosts[0].label
         others = hosts[1:]
         everyone = hosts
-    comparisons = {run.label: compare_rows(base.rows, run.rows, tolerances=compare_tol or None) for run in others}
+    # `invoke compare`'s own code, on the run directories (it reads rows, recipe and backends.json).
+    comparisons = {run.label: compare_runs(base.path, run.path, tolerances=compare_tol or None) for run in others}
     means = {run.label: host_means(run.rows) for run in everyone}
     order = [(w.name, b.name) for w in recipes[0].workloads for b in recipes[0].backends]
     backends = [backend_report(w, b, everyone, means, comparisons, cross_tol) for w, b in order]
@@ -184,15 +185,16 @@ def to_markdown(summary: dict[str, Any]) -> str:
                   f"{_fmt(s['relative_range'], 4)}, coefficient of variation {_fmt(s['cv'], 4)} (n={s['n']}). "
                   f"Decision flips against the baseline: {b['decision_flips']}; largest probability difference: "
                   f"{_fmt(b['max_abs_probability_delta'], 8)}."), "",
-                  "| run | host | mean (ms) | pass means range (ms) | mean / baseline | flips | max Δp | within tolerances |",
-                  "| --- | --- | ---: | --- | ---: | ---: | ---: | --- |"]
+                  "| run | host | mean (ms) | pass means range (ms) | mean / baseline | flips | max Δp | weights | within tolerances |",
+                  "| --- | --- | ---: | --- | ---: | ---: | ---: | --- | --- |"]
         for h in b["hosts"]:
             lo, hi = h["pass_range_ms"]
             within = "baseline" if "mean_ratio" not in h else ("no: " + "; ".join(x.split(": ", 1)[1] for x in h["failures"])
                                                                if h["failures"] else "yes")
             lines.append(f"| {h['label']} | {h['host']} | {_fmt(h['mean_ms'])} | {_fmt(lo)} – {_fmt(hi)} | "
                          f"{_fmt(h.get('mean_ratio'), 4)} | {h.get('decision_flips', '—')} | "
-                         f"{_fmt(h.get('max_abs_probability_delta'), 8)} | {within} |")
+                         f"{_fmt(h.get('max_abs_probability_delta'), 8)} | "
+                         f"{ {True: 'same', False: 'DIFFER', None: '—'}[h.get('weights_same')]} | {within} |")
         if b["cross_host_failures"]:
             lines += ["", *(f"- cross-host: {f}" for f in b["cross_host_failures"])]
         lines.append("")

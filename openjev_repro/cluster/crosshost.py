@@ -101,6 +101,7 @@ def backend_report(workload: str, backend: str, hosts: list[HostRun], means: dic
             entry.update(mean_ratio=pair["metrics"]["overall.mean_ms"]["ratio"],
                          decision_flips=len(answers["decision_flips"]),
                          max_abs_probability_delta=answers["max_abs_probability_delta"],
+                         weights_same=(pair.get("weights_fingerprint") or {}).get("same"),
                          failures=pair["failures"])
             flips += len(answers["decision_flips"])
             if answers["max_abs_probability_delta"] is not None:
