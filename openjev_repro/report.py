@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from .errors import EvidenceError
-from .evidence import ENVELOPE_NAME, RunDir, read_json
+from .evidence import ENVELOPE_NAME, RunDir, guard_output, read_json, write_bytes_atomic
 from .recipe import Recipe, load_recipe
 from .results import summarize
 from .rows import Row, read_rows
@@ -265,9 +264,7 @@ def _plot_bytes(rows: Sequence[Row]) -> dict[str, bytes]:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_bytes_atomic(path, data)  # fsynced; no temporary file survives a failure
 
 
 def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
@@ -285,7 +282,7 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
 
 
 def _load_run(run: RunDir) -> tuple[dict, Recipe, list[Row]]:
-    state = run.state()
+    state = run.effective_state()  # a "running" run whose study died is reported incomplete
     recipe = load_recipe(run.file("recipe.yaml"))
     if run.rows_path.exists() or state.get("status") == "complete":
         rows = read_rows(run.rows_path)
@@ -331,21 +328,26 @@ def _summary_notes(run: RunDir, summary: dict) -> list[str]:
     return []
 
 
-def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
+def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str | None = None,
+                 plots: bool = True) -> Path:
     """Read a run directory, write report.md and both plots (into out_dir, default the run), return report.md.
 
     A signed run (manifest.dsse.json present) is never changed: writing into it is refused
     when a file would differ from the signed one; pass out_dir to write elsewhere.
     """
     run = RunDir.open(Path(run_dir))
+    if out_dir is not None and Path(out_dir).resolve() != run.path.resolve():
+        guard_output(Path(out_dir), directory=True)  # never into another run (signed or not) or over a file
     state, recipe, rows = _load_run(run)
+    if as_status is not None:  # the runner renders the report of a run it is about to call complete
+        state = dict(state, status=as_status)
     summary = summarize(rows, recipe)
     imported = read_json(run.file("import.json")) if run.file("import.json").is_file() else None
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), imported=imported,
                          run_facts=run_facts_of(run))
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
-    files = {"report.md": text.encode("utf-8"), **_plot_bytes(rows)}
+    files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows) if plots else {})}
     signed = target.resolve() == run.path.resolve() and run.file(ENVELOPE_NAME).exists()
     for name, data in files.items():
         path = target / name

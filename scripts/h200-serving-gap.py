@@ -7,8 +7,10 @@ while `scripts/h200-raw-spread.py` timed the same model and requests in-process 
 in turn, one pass each, so the differences are measured side by side in one process:
 
     main         in-process, the main thread (the spread script's path)
-    thread       in-process, a fresh thread per request (ThreadingHTTPServer's path)
-    http         our ReferenceServer on loopback, one TimedClient connection (the runner's path)
+    thread       in-process, a fresh thread per request (the server's path before 2026-12-01)
+    worker       in-process, one long-lived worker thread for every request
+    http         our ReferenceServer on loopback, one TimedClient connection (the runner's path;
+                 inference on the server's long-lived model thread)
     main+nvml    in-process, while a second process reads NVML memory every 100 ms
                  (the runner's memory sampler)
     http+nvml    the served path with that sampler running (what a study measures)
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,6 +98,11 @@ def main() -> int:
         th.join()
         return out[0]
 
+    worker = ThreadPoolExecutor(max_workers=1)
+
+    def on_worker(i: int) -> float:
+        return worker.submit(in_process, i).result()
+
     server = ReferenceServer(("127.0.0.1", 0), {"base_model_id": "random-init", "method": "scalar_head",
                                                "checkpoint_sha256": None, "base_revision": "seed-0",
                                                "code_commit": "diagnostic"})
@@ -120,6 +128,7 @@ def main() -> int:
 
     timed("main", in_process)
     timed("thread", in_thread)
+    timed("worker", on_worker)
     timed("http", over_http)
     sampler = subprocess.Popen([sys.executable, "-c", SAMPLER], stdin=subprocess.PIPE)
     try:

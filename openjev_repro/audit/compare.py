@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 
-from ..errors import EvidenceError, RecipeError
-from ..evidence import read_json
+from ..errors import EvidenceError, RecipeError, RunIncomplete
+from ..evidence import RunDir, read_json
 from ..recipe import parse_recipe, read_yaml
 from ..results import bootstrap_mean_diff_ci, decision_of, latency_stats, ranges_disjoint
 from ..rows import Row, read_rows
@@ -109,16 +109,41 @@ def _fingerprints(path: Path) -> dict[str, str | None]:
             for name, info in backends.items() if isinstance(info, dict)}
 
 
-def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = None, seed: int = 20261003) -> dict:
+# Statuses of a finished run: a study's, or an import of published evidence.
+COMPARABLE_STATUSES = ("complete", "imported")
+
+
+def _status(directory: Path) -> str:
+    """The run's status; a "running" run whose study died reads "incomplete"; no state.json reads "unknown"."""
+    if not (Path(directory) / "state.json").is_file():
+        return "unknown"
+    return str(RunDir(Path(directory)).effective_state().get("status"))
+
+
+def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = None, seed: int = 20261003,
+                 allow_incomplete: bool = False) -> dict:
+    """Compare two runs; an incomplete one is refused unless allow_incomplete, and then named in the verdict."""
+    incomplete = []
     with contextlib.ExitStack() as stack:
-        base = _load(stack.enter_context(opened(baseline)))
-        cand = _load(stack.enter_context(opened(candidate)))
+        loaded = []
+        for role, path in (("baseline", baseline), ("candidate", candidate)):
+            directory = stack.enter_context(opened(path))
+            status = _status(directory)
+            if status not in COMPARABLE_STATUSES:
+                if not allow_incomplete:
+                    raise RunIncomplete(f"The {role} {path} is not a complete run (status {status!r}); its passes "
+                                        "may be partial. Pass --allow-incomplete to compare it anyway.")
+                incomplete.append(f"{role} {path} (status {status!r})")
+            loaded.append(_load(directory))
+        base, cand = loaded
         record = Path(baseline) / "import.json"
         same_import = Path(baseline).resolve() == Path(candidate).resolve() and record.is_file()
         published = read_json(record).get("figures", []) if same_import else []
     result = compare_rows(base[0], cand[0], tolerances=tolerances, seed=seed, fingerprints=(base[2], cand[2]))
     result.update(baseline=str(baseline), candidate=str(candidate),
                   baseline_study=base[1].study.id, candidate_study=cand[1].study.id)
+    if incomplete:
+        result["verdict"]["incomplete_runs"] = incomplete
     for pair in result["pairs"]:  # an imported run's arms against each other: their published reduction too
         name = f"{pair['candidate_backend']} vs {pair['baseline_backend']}"
         ratio = pair["metrics"]["overall.mean_ms"]["ratio"]
@@ -270,6 +295,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         lines.append("")
     v = result["verdict"]
     verdict = "no tolerances declared" if v["passed"] is None else ("PASS" if v["passed"] else "FAIL")
+    if v.get("incomplete_runs"):
+        verdict += " over INCOMPLETE runs (--allow-incomplete): " + "; ".join(v["incomplete_runs"])
     lines.append(f"**Verdict: {verdict}**")
     lines += [f"- {f}" for f in v["failures"]]
     return "\n".join(lines) + "\n"

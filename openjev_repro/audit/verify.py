@@ -15,13 +15,13 @@ import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
 from ..errors import ReproError
-from ..evidence import ENVELOPE_NAME, RunDir, read_json
+from ..evidence import ENVELOPE_NAME, RunDir, read_json, scan_tree
 from ..manifest.dsse import verify_envelope
 from ..manifest.keys import load_public_key
 from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json, sha256_file
@@ -66,23 +66,34 @@ def verify_path(path: Path, *, pubkey: Path | None = None, allow_unsigned: bool 
 
 
 def verify_dir(directory: Path, *, pubkey: Path | None = None, allow_unsigned: bool = False) -> list[Check]:
-    if not (Path(directory) / ENVELOPE_NAME).exists() and (Path(directory) / "import.json").is_file():
-        return verify_imported(RunDir(Path(directory)), pubkey=pubkey)
-    checks: list[Check] = []
+    """Every check of a run directory. Nothing is opened unless the whole tree is regular files
+    and directories (no links, FIFOs, devices, empty directories), so every name read below
+    resolves inside the directory."""
+    root = Path(directory)
     try:
-        envelope, statement = read_statement(Path(directory) / ENVELOPE_NAME)
+        files, problems = scan_tree(root)
+    except OSError as exc:
+        return [Check("run entries", False, f"cannot list {root}: {exc.strerror or exc}")]
+    if problems:
+        return [Check("run entries", False, "only regular files may be in a run or bundle: " + "; ".join(problems[:6])
+                      + (f" (and {len(problems) - 6} more)" if len(problems) > 6 else ""))]
+    if not (root / ENVELOPE_NAME).exists() and (root / "import.json").is_file():
+        return verify_imported(RunDir(root), pubkey=pubkey)
+    try:
+        envelope, statement = read_statement(root / ENVELOPE_NAME)
     except _BAD_EVIDENCE as exc:
         return [Check("envelope", False, str(exc))]
-    checks.append(Check("envelope", True, "canonical DSSE envelope with an in-toto Statement v1"))
+    checks = [Check("envelope", True, "canonical DSSE envelope with an in-toto Statement v1")]
     predicate = statement["predicate"]
     checks.append(_signature(envelope, predicate, pubkey, allow_unsigned))
-    run = RunDir(Path(directory))
-    subjects = _subject_digests(statement, run, checks)
+    run = RunDir(root)
+    present = {p.relative_to(root).as_posix() for p in files if p != root / ENVELOPE_NAME}
+    subjects = _subject_digests(statement, run, present, checks)
     aggregate_only = bool(predicate.get("aggregate_only"))
     for step in (_complete, _copied_files, _case_ids, _responses, _recomputed):
         try:
             checks.extend(step(run, predicate, aggregate_only))
-        except _BAD_EVIDENCE as exc:  # damaged evidence is a failed check, never a crash
+        except (*_BAD_EVIDENCE, RecursionError, MemoryError) as exc:  # damaged evidence is a failed check
             checks.append(Check(step.__name__.strip("_").replace("_", " "), False, f"{type(exc).__name__}: {exc}"))
     if aggregate_only:
         checks.extend(_source_manifest(run, predicate, subjects, pubkey))
@@ -93,6 +104,9 @@ def _source_manifest(run: RunDir, predicate: dict, subjects: dict[str, str], pub
     """An aggregate-only bundle's files must be exactly the ones the run itself signed."""
     name = predicate.get("source_envelope")
     omitted = predicate.get("omitted") or []
+    if not _safe_name(name) or name not in subjects:
+        return [Check("source manifest", False, f"source_envelope {str(name)[:80]!r} is not a signed file of this "
+                      "bundle; it must be a relative name inside it, listed as a subject")]
     try:
         envelope, source = read_statement(run.path / str(name))
     except _BAD_EVIDENCE as exc:
@@ -244,13 +258,13 @@ def _signature(envelope: dict, predicate: dict, pubkey: Path | None, allow_unsig
 
 
 def _safe_name(name: Any) -> bool:
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str) or not name or "\\" in name:
         return False
-    parts = PurePosixPath(name).parts
-    return not PurePosixPath(name).is_absolute() and ".." not in parts and name != ENVELOPE_NAME
+    parts = name.split("/")
+    return not name.startswith("/") and not {"..", ".", ""} & set(parts) and name != ENVELOPE_NAME
 
 
-def _subject_digests(statement: dict, run: RunDir, checks: list[Check]) -> dict[str, str]:
+def _subject_digests(statement: dict, run: RunDir, present: set[str], checks: list[Check]) -> dict[str, str]:
     subjects = statement.get("subject") or []
     names = [s.get("name") for s in subjects if isinstance(s, dict)]
     bad: list[str] = []
@@ -259,10 +273,10 @@ def _subject_digests(statement: dict, run: RunDir, checks: list[Check]) -> dict[
         name = s.get("name") if isinstance(s, dict) else None
         want = (s.get("digest") or {}).get("sha256") if isinstance(s, dict) else None
         if not _safe_name(name) or not isinstance(want, str):
-            bad.append(f"malformed subject {s!r}")
+            bad.append(f"malformed subject {str(s)[:80]!r}")
             continue
         path = run.path / name
-        if not path.is_file():
+        if name not in present:  # only files the walk found: never a path through a link, never outside
             bad.append(f"{name} is listed but absent")
         elif sha256_file(path) != want:
             bad.append(f"{name} has a different sha256 than signed")
@@ -271,10 +285,10 @@ def _subject_digests(statement: dict, run: RunDir, checks: list[Check]) -> dict[
         bad.append("a subject is listed twice")
     checks.append(Check("subject digests", not bad and bool(listed),
                         "; ".join(bad) if bad else f"{len(listed)} files match their signed sha256"))
-    present = {p.relative_to(run.path).as_posix() for p in run.evidence_files()}
     unlisted = sorted(present - set(listed))
     checks.append(Check("no unlisted files", not unlisted,
-                        f"not in the manifest: {', '.join(unlisted)}" if unlisted else "every file is a subject"))
+                        f"not in the manifest: {', '.join(unlisted[:10])}" if unlisted
+                        else "every file is a subject (hidden names included; only regular files)"))
     return listed
 
 

@@ -29,14 +29,20 @@ def verify(c, run, pubkey=None, allow_unsigned=False):
 @task(help={"baseline": "baseline run directory (or bundle)", "candidate": "candidate run directory (or bundle)",
             "tolerances": "YAML of declared tolerances and an optional backend mapping",
             "out": "write the JSON result here (a .md beside it gets the Markdown table)",
-            "seed": "bootstrap seed (default 20261003)"})
+            "seed": "bootstrap seed (default 20261003)",
+            "allow_incomplete": "compare a run that is not complete (the verdict then says so)"})
 @user_errors
-def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003):
+def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003, allow_incomplete=False):
     """Compare two runs backend by backend; non-zero exit when a declared tolerance is exceeded."""
     from ..audit.compare import compare_runs, load_tolerances, to_markdown
+    from ..evidence import guard_output
 
+    if out:
+        guard_output(Path(out))
+        guard_output(Path(out).with_suffix(".md"))
     tol = load_tolerances(Path(tolerances)) if tolerances else None
-    result = compare_runs(Path(baseline), Path(candidate), tolerances=tol, seed=int(seed))
+    result = compare_runs(Path(baseline), Path(candidate), tolerances=tol, seed=int(seed),
+                          allow_incomplete=allow_incomplete)
     markdown = to_markdown(result)
     if out:
         Path(out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
