@@ -20,11 +20,7 @@ from openjev_repro.cluster.crosshost import load_cross_host_tolerances, spread
 from openjev_repro.cluster.jobscript import SbatchOptions, sbatch_argv, slurm_time
 from openjev_repro.cluster.slurm import SlurmError, parse_reply, task_ids
 from openjev_repro.cluster.submission import Submission, with_slurm_cause
-from openjev_repro.cluster.task import (
-    TaskFailed,
-    study_accepts_gpu_override,
-    study_argv,
-)
+from openjev_repro.cluster.task import GPU_SOURCE, TaskFailed, study_argv
 from openjev_repro.errors import RecipeError
 from openjev_repro.host.allocation import allocated_gpu, slurm_record, visible_index
 
@@ -124,12 +120,8 @@ def test_study_argv_passes_the_allocated_gpu_only_for_recipes_with_gpu_controls(
     with_controls = Submission(tmp_path, {**data, "gpu_controls": True})
     with pytest.raises(TaskFailed, match="no GPU in the allocation"):
         study_argv(with_controls, tmp_path, None)
-    if study_accepts_gpu_override():  # `invoke study --gpu-uuid/--gpu-index` (issue 11)
-        argv = study_argv(with_controls, tmp_path, gpu)
-        assert argv[-4:] == ["--gpu-uuid", gpu["uuid"], "--gpu-index", "3"]
-    else:  # a checkout without the override refuses rather than measuring on the recipe's GPU
-        with pytest.raises(TaskFailed, match="no --gpu-uuid"):
-            study_argv(with_controls, tmp_path, gpu)
+    argv = study_argv(with_controls, tmp_path, gpu)
+    assert argv[-6:] == ["--gpu-uuid", gpu["uuid"], "--gpu-source", "slurm", "--gpu-index", "3"]
 
 
 def test_spread_of_host_means():
@@ -151,6 +143,12 @@ def test_cross_host_tolerances_file(tmp_path: Path):
     bad.write_text("format_version: 1\nmax_cv: 0.1\n")
     with pytest.raises(RecipeError, match="unknown keys max_cv"):
         load_cross_host_tolerances(bad)
+    # compare's own checks apply to its part: per_backend limits (issue 11) included
+    bad.write_text("format_version: 1\nper_backend: {scripted: {max_mean_ratio: fast}}\ncross_host: {max_cv: 0.1}\n")
+    with pytest.raises(RecipeError, match="per_backend.scripted.max_mean_ratio must be a number"):
+        load_cross_host_tolerances(bad)
+    good.write_text("format_version: 1\nmax_mean_ratio: 1.2\nper_backend: {scripted: {max_mean_ratio: 2.0}}\n")
+    assert load_cross_host_tolerances(good)[0]["per_backend"] == {"scripted": {"max_mean_ratio": 2.0}}
 
 
 def test_commands_name_missing_options():
@@ -318,6 +316,12 @@ def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slu
     assert [h["label"] for h in hosts] == ["baseline", "replicate-1", "replicate-2"]
     assert hosts[1]["mean_ratio"] == 1.0 and hosts[1]["max_abs_probability_delta"] == 0.0
 
+    # An incomplete baseline (the cancelled run) is refused, and nothing is written.
+    collections = sorted(sub.glob("collect-*"))
+    proc = invoke("collect", "--submission", str(sub), "--baseline", str(cancelled))
+    assert proc.returncode == 1 and proc.stderr.startswith("error: the baseline") and "incomplete" in proc.stderr
+    assert "Traceback" not in proc.stderr and sorted(sub.glob("collect-*")) == collections
+
     # A declared tolerance that fails: the report is still written, the exit status is 1.
     tolerances.write_text(yaml.safe_dump({"format_version": 1, "max_mean_ratio": 0.001}))
     proc = invoke("collect", "--submission", str(sub), "--tolerances", str(tolerances))
@@ -420,11 +424,10 @@ def test_a_gpu_recipe_measures_on_the_allocated_gpu_or_not_at_all(slurm, tmp_pat
         assert status["slurm"]["state"] == "FAILED" and status["evidence"] == "none"
         assert attempt["outcome"] == "failed" and "the allocated one is unknown" in attempt["error"]
         assert _runs(sub / "replicate-1") == []  # no study started, nothing measured on the recipe's GPU
-    elif not study_accepts_gpu_override():  # a driver, but a checkout without `study --gpu-uuid`
-        assert attempt["outcome"] == "failed" and "no --gpu-uuid" in attempt["error"]
     else:  # the study ran on the allocated GPU (the scripted backend ignores it) and recorded it
         host = json.loads((_runs(sub / "replicate-1")[-1] / "host.json").read_text())
         assert host["slurm"]["gpu"]["uuid"] == gpu["uuid"]
+        assert host["gpu_override"]["run_time"]["uuid"] == gpu["uuid"] and host["gpu_override"]["source"] == "slurm"
 
 
 def test_submit_checks_key_and_gpu_before_anything(tmp_path: Path, keypair):
@@ -462,3 +465,71 @@ def test_a_task_whose_key_is_unusable_fails_before_measuring(tmp_path: Path, mon
     [attempt] = sub.attempts(1)
     assert attempt["outcome"] == "failed" and "signing key is not usable" in attempt["error"]
     assert sub.runs(1) == []  # no run directory: nothing was measured
+
+
+def _task_submission(tmp_path: Path, keypair, *, gpu: bool) -> Submission:
+    from openjev_repro.recipe import recipe_sha256
+
+    private, _ = keypair
+    extra = {"controls": {"gpu": {"index": 0, "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555"}}} if gpu else None
+    recipe = write_study(tmp_path / "study", [scripted_backend("scripted")], n=3, extra=extra)
+    return Submission.create(tmp_path / "subs", "test-study", {
+        "recipe": str(recipe), "recipe_sha256": recipe_sha256(recipe), "replicates": 1, "key": str(private),
+        "pubkey": "openjev-repro.pub", "python": sys.executable, "repo": str(REPO), "gpu_controls": gpu})
+
+
+def test_a_task_hands_the_allocated_gpu_to_the_study_as_a_slurm_override(tmp_path: Path, keypair):
+    """The task process as Slurm starts it (here without slurmd): SLURM_JOB_GPUS names the GPU by
+    UUID, the study records it as gpu_override with source "slurm" before it asks the host."""
+    sub = _task_submission(tmp_path, keypair, gpu=True)
+    allocated = "GPU-99999999-aaaa-bbbb-cccc-000000000001"  # not the recipe's GPU
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    proc = subprocess.run([sys.executable, "-m", "openjev_repro.cluster.task", "--submission", str(sub.path),
+                           "--replicate", "1"], env={**env, "SLURM_JOB_GPUS": allocated}, cwd=REPO,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert f"--gpu-uuid {allocated} --gpu-source {GPU_SOURCE}" in proc.stderr
+    [run] = sub.runs(1)
+    declared = json.loads((run.path / "plan.json").read_text())["gpu_override"]
+    assert declared == {"recipe": {"index": 0, "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555"},
+                        "run_time": {"index": None, "uuid": allocated}, "source": "slurm"}
+    assert json.loads((run.path / "environment.json").read_text())["gpu_override"] == declared
+    # No GPU with that UUID here (no driver, or not this one): the run is incomplete, never signed.
+    assert proc.returncode == 1 and run.status == "incomplete" and not run.signed
+    [attempt] = sub.attempts(1)
+    assert attempt["outcome"] == "failed" and attempt["run"] == run.path.name
+
+
+def test_study_gpu_source_needs_a_gpu_uuid(tmp_path: Path):
+    recipe = write_study(tmp_path / "study", [scripted_backend("scripted")], n=3)
+    proc = invoke("study", "--recipe", str(recipe), "--out", str(tmp_path / "runs"), "--gpu-source", "slurm")
+    assert proc.returncode == 1 and proc.stderr.strip().startswith("error: --gpu-source needs --gpu-uuid")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_whose_study_died_reads_incomplete(tmp_path: Path, keypair):
+    """A run left "running" by a study that is gone (SIGKILL past KillWait) is not reported running."""
+    from openjev_repro.evidence import RunDir
+
+    sub = _task_submission(tmp_path, keypair, gpu=False)
+    run = RunDir.create(sub.replicate_dir(1), "test-study")
+    assert [r.status for r in sub.runs(1)] == ["running"]  # this process owns it: alive
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    owner = dict(run.state()["owner"], pid=gone.pid, start_ticks=None)
+    run.update_state(owner=owner)
+    [attempt] = sub.runs(1)
+    assert attempt.status == "incomplete" and "stale run" in str(attempt.error)
+    assert json.loads((run.path / "state.json").read_text())["status"] == "running"  # the file is not rewritten
+
+
+def test_submit_never_writes_inside_a_run(tmp_path: Path, keypair):
+    from openjev_repro.evidence import RunDir
+
+    private, _ = keypair
+    recipe = write_study(tmp_path / "study", [scripted_backend("scripted")])
+    run = RunDir.create(tmp_path / "runs", "test-study")
+    before = sorted(p.name for p in run.path.iterdir())
+    proc = invoke("submit", "--recipe", str(recipe), "--replicates", "1", "--key", str(private),
+                  "--out", str(run.path / "subs"))
+    assert proc.returncode == 1 and proc.stderr.startswith("error: --out ") and "inside the run directory" in proc.stderr
+    assert sorted(p.name for p in run.path.iterdir()) == before

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..audit.compare import TOLERANCE_KEYS
+from ..audit.compare import TOLERANCE_KEYS, check_tolerances
 from ..errors import RecipeError
 from ..recipe import read_yaml
 from ..results import latency_stats
@@ -33,7 +33,7 @@ CROSS_HOST_KEYS = {"max_relative_range", "max_cv"}
 
 
 def load_cross_host_tolerances(path: Path) -> tuple[dict[str, Any], dict[str, float]]:
-    """(compare tolerances, cross-host tolerances) from one YAML file."""
+    """(compare tolerances, cross-host tolerances) from one YAML file; the first checked as compare checks them."""
     data = read_yaml(path, "tolerances file")
     if not isinstance(data, dict) or data.get("format_version") != 1:
         raise RecipeError(f"{path}: a tolerances file is a mapping with format_version: 1.")
@@ -47,7 +47,7 @@ def load_cross_host_tolerances(path: Path) -> tuple[dict[str, Any], dict[str, fl
     for key, value in cross.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise RecipeError(f"{path}: cross_host.{key} must be a non-negative number, not {value!r}.")
-    return data, {k: float(v) for k, v in cross.items()}
+    return check_tolerances(data, path), {k: float(v) for k, v in cross.items()}
 
 
 @dataclass(frozen=True)

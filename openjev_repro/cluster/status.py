@@ -50,7 +50,8 @@ def settle(sub: Submission, states: dict[tuple[int, int | None], JobState]) -> N
         runs = sub.runs(k)
         job = sub.latest_job(k)
         state = states.get((job, k)) if job is not None else None
-        if runs and runs[-1].status == "running" and state is not None and state.state in TERMINAL:
+        if runs and state is not None and state.state in TERMINAL and runs[-1].status != "unreadable" \
+                and RunDir(runs[-1].path).state().get("status") == "running":  # stale or not: its file says so
             RunDir(runs[-1].path).update_state(status="incomplete", slurm_end=_final(state),
                                                error=f"its Slurm task ended ({state.state}) while it was running")
 

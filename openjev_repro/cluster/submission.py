@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EvidenceError
-from ..evidence import ENVELOPE_NAME, read_json, write_json_atomic
+from ..evidence import ENVELOPE_NAME, RunDir, read_json, write_json_atomic
 
 __all__ = [
     "SLURM_CAUSE",
@@ -53,7 +53,7 @@ def utc_now() -> str:
 
 @dataclass(frozen=True)
 class RunAttempt:
-    """One run directory inside a replicate, as its state.json says."""
+    """One run directory inside a replicate, as its state.json says (RunDir.effective_state)."""
 
     path: Path
     status: str  # running | complete | incomplete | unreadable
@@ -138,8 +138,8 @@ class Submission:
         directory = self.replicate_dir(k)
         found = []
         for path in sorted(p for p in directory.iterdir() if p.is_dir()) if directory.is_dir() else []:
-            try:
-                state = read_json(path / "state.json")
+            try:  # a "running" run whose study died on this host reads incomplete (stale)
+                state = RunDir(path).effective_state()
                 status, error = str(state.get("status")), state.get("error")
             except (EvidenceError, OSError) as exc:
                 status, error = "unreadable", str(exc)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ..errors import RecipeError, ReproError
+from ..evidence import guard_output
 from ..manifest.keys import PUBLIC_KEY_NAME, load_private_key
 from ..plan import REPRO_ROOT
 from ..recipe import load_recipe, parse_duration, recipe_sha256
@@ -38,6 +39,7 @@ def submit(*, recipe: Path, replicates: int, key: Path, out: Path, options: Sbat
             parse_duration(options.time)
         except ValueError as exc:
             raise RecipeError(f"--time: {exc}.") from None
+    guard_output(out, directory=True)  # never inside a run (its files are evidence), never over a file
     recipe = recipe.resolve()
     parsed = load_recipe(recipe)
     public = _public_pem(key)  # the key must be readable here (and, on shared storage, on the nodes)

@@ -12,7 +12,6 @@ or not the study handled the signal itself.
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import signal
 import subprocess
@@ -30,21 +29,21 @@ from ..recipe import load_recipe, recipe_sha256
 from .slurm import TERMINAL, job_state
 from .submission import SLURM_CAUSE, Submission, utc_now, with_slurm_cause
 
-__all__ = ["TaskFailed", "main", "study_accepts_gpu_override", "study_argv"]
+__all__ = ["GPU_SOURCE", "TaskFailed", "main", "study_argv"]
+
+# gpu_override.source in host.json, plan.json and the manifest: the GPU was Slurm's choice.
+GPU_SOURCE = "slurm"
 
 
 class TaskFailed(Exception):
     """A task that cannot start its study (recorded in its attempt record)."""
 
 
-def study_accepts_gpu_override() -> bool:
-    from ..cli.study import study
-
-    return "gpu_uuid" in inspect.signature(study.body).parameters
-
-
 def study_argv(sub: Submission, replicate_dir: Path, gpu: dict[str, Any] | None) -> list[str]:
-    """`invoke study` for this replicate; the allocated GPU only when the recipe has GPU controls."""
+    """`invoke study` for this replicate; the allocated GPU only when the recipe has GPU controls.
+
+    That GPU goes through the study's run-time override (`--gpu-uuid`, `--gpu-index`), recorded
+    as host.json's gpu_override with source "slurm" beside the recipe's own controls.gpu."""
     argv = [sub.data["python"], "-m", "invoke", "--search-root", sub.data["repo"], "study",
             "--recipe", sub.data["recipe"], "--out", str(replicate_dir), "--key", sub.data["key"]]
     if sub.data.get("gpu_controls"):
@@ -52,10 +51,7 @@ def study_argv(sub: Submission, replicate_dir: Path, gpu: dict[str, Any] | None)
             why = "no GPU in the allocation" if gpu is None else gpu.get("uuid_error")
             raise TaskFailed(f"the recipe pins a GPU but the allocated one is unknown ({why}); "
                               "submit with --gres gpu:1 on nodes with an NVIDIA driver")
-        if not study_accepts_gpu_override():
-            raise TaskFailed("this checkout's `invoke study` has no --gpu-uuid/--gpu-index run-time override; "
-                              "update the repository on the shared storage")
-        argv += ["--gpu-uuid", str(gpu["uuid"])]
+        argv += ["--gpu-uuid", str(gpu["uuid"]), "--gpu-source", GPU_SOURCE]
         if gpu.get("index") is not None:
             argv += ["--gpu-index", str(gpu["index"])]
     return argv
