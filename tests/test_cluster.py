@@ -257,6 +257,7 @@ def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slu
     assert state["status"] == "incomplete"
     assert state["slurm_end"]["state"] == "CANCELLED"
     assert state["error"].startswith("terminated by Slurm (CANCELLED)")
+    assert "; stopped by SIGTERM" in state["error"]  # the study's own handling (like Ctrl-C), kept after the cause
     assert not (cancelled / "manifest.dsse.json").exists()  # an incomplete run is never signed
     attempt = json.loads(next((sub / "replicate-2").glob("attempt-*.json")).read_text())
     assert attempt["outcome"] == "terminated" and attempt["slurm_final"]["state"] == "CANCELLED"
@@ -381,7 +382,7 @@ def test_a_preempted_task_leaves_incomplete_evidence_marked_preempted(slurm, tmp
     [run] = _runs(sub / "replicate-1")
     state = json.loads((run / "state.json").read_text())
     assert state["status"] == "incomplete" and state["slurm_end"]["state"] == "PREEMPTED"
-    assert state["error"].startswith("terminated by Slurm (PREEMPTED")
+    assert state["error"].startswith("terminated by Slurm (PREEMPTED") and "; stopped by SIGTERM" in state["error"]
     assert not (run / "manifest.dsse.json").exists()
     attempt = json.loads(next((sub / "replicate-1").glob("attempt-*.json")).read_text())
     assert attempt["outcome"] == "terminated" and attempt["slurm_final"]["state"] == "PREEMPTED"

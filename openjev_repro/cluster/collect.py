@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..audit.bundle import opened
-from ..audit.compare import compare_runs
+from ..audit.compare import COMPARABLE_STATUSES, compare_runs, run_status
 from ..audit.verify import verify_path
-from ..errors import EvidenceError, VerificationError
+from ..errors import EvidenceError, RunIncomplete, VerificationError
 from ..evidence import ENVELOPE_NAME, read_json
 from ..manifest.dsse import (
     envelope_bytes,
@@ -97,6 +97,11 @@ def collect(submission: Path, *, tolerances: Path | None = None, baseline: Path 
     hosts = [host for host, _ in loaded]
     recipes = [recipe for _, recipe in loaded]
     if baseline is not None:
+        with opened(baseline) as directory:  # as compare refuses it, before asking for a signature it cannot have
+            status = run_status(Path(directory))
+        if status not in COMPARABLE_STATUSES:
+            raise RunIncomplete(f"the baseline {baseline} is not a complete run (status {status!r}); "
+                                "compare every replicate with a complete one.")
         _verified("the baseline", baseline, baseline_pubkey or sub.pubkey)
         base, _ = _load("baseline", baseline)
         base_label = "baseline"
