@@ -31,6 +31,9 @@ __all__ = ["build", "build_dockerfile", "build_offline", "check_reproducible", "
 
 RECORD_FORMAT_VERSION = 1
 Progress = Callable[[str], None]
+# Set in every image that has upstream sources in its recipe: "none" in the environment layer,
+# "<name>@<commit> ..." once the source layer is added.
+UPSTREAM_ENV = "OPENJEV_REPRO_UPSTREAM_SOURCE"
 
 
 def record_path(spec: ImageSpec) -> Path:
@@ -195,7 +198,7 @@ mkdir -p /opt/openjev-repro && cp -r /src/openjev_repro /opt/openjev-repro/
 # (site-packages .pth files import _distutils_hack at startup). Some wheels ship files for newer Pythons (torch's py312 test helpers); those stay uncompiled.
 /opt/venv/bin/python -m compileall -f -qq -j 0 --invalidation-mode unchecked-hash /opt/venv/lib /opt/openjev-repro \
     || echo "compileall: files with syntax for newer Pythons left uncompiled"
-PYTHONPATH=/opt/openjev-repro /opt/venv/bin/python -c "import torch, transformers, peft, openjev_repro.backend; print('import check ok', torch.__version__)"
+PYTHONPATH=/opt/openjev-repro /opt/venv/bin/python -c "import torch, $CHECK_IMPORTS; print('import check ok', torch.__version__, torch.version.cuda)"
 """
 
 
@@ -237,9 +240,11 @@ def _import(client, tar: Path, repository: str, tag: str, changes: list[str], ex
     return image
 
 
-def _run_install(client, base_ref: str, wheels: Path, lock: Path, src: Path, epoch: int, out_tar: Path, progress: Progress) -> None:
+def _run_install(client, base_ref: str, wheels: Path, lock: Path, src: Path, epoch: int, out_tar: Path, progress: Progress,
+                 check_imports: tuple[str, ...] = ("transformers", "peft", "openjev_repro.backend")) -> None:
+    env = {"SOURCE_DATE_EPOCH": str(epoch), "PYTHONDONTWRITEBYTECODE": "1", "CHECK_IMPORTS": ", ".join(check_imports)}
     container = client.containers.create(
-        base_ref, ["sh", "-c", _INSTALL], network_mode="none", environment={"SOURCE_DATE_EPOCH": str(epoch), "PYTHONDONTWRITEBYTECODE": "1"},
+        base_ref, ["sh", "-c", _INSTALL], network_mode="none", environment=env,
         volumes={str(wheels): {"bind": "/wheels", "mode": "ro"}, str(lock.parent): {"bind": "/lock", "mode": "ro"},
                  str(src): {"bind": "/src", "mode": "ro"}})
     try:
@@ -263,7 +268,8 @@ def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool 
     client, started = connect(), time.monotonic()
     wheels = CACHE_DIR / "wheelhouse" / spec.name
     progress(f"wheelhouse {wheels}: fetching what is missing, then checking every hash against {spec.lock_path.name}")
-    fill_wheelhouse(spec.lock_path, wheels, spec.python, spec.platform)
+    fill_wheelhouse(spec.lock_path, wheels, spec.python, spec.platform, pool=CACHE_DIR / "wheels",
+                    pypi_only=spec.index == "pypi")
     verify_wheelhouse(spec.lock_path, wheels)
     base_tar, base_sha = _ensure_base(spec, progress, fresh_base)
     base_repo, base_tag = "openjev-repro/debian-base", f"{spec.debian.suite}-{base_sha[:12]}"
@@ -276,15 +282,19 @@ def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool 
         else:
             src = source
         progress("installing locked wheels in a container without network")
-        _run_install(client, f"{base_repo}:{base_tag}", wheels, spec.lock_path, src, spec.source_date_epoch, raw, progress)
+        checks = tuple(m for m in spec.check_imports if m != "torch")
+        _run_install(client, f"{base_repo}:{base_tag}", wheels, spec.lock_path, src, spec.source_date_epoch, raw, progress,
+                     checks)
         members = CACHE_DIR / f"{(tag or spec.tag).replace('/', '_').replace(':', '_')}.members.json"
         sha = normalize_tar(raw, final, spec.source_date_epoch, members)
         progress(f"deterministic root filesystem: sha256 {sha}")
         repository, _, image_tag = (tag or spec.tag).rpartition(":")
         extra = {"io.openjev-repro.debian.release-date": spec.debian.release_date,
                  "io.openjev-repro.debian.packages.sha256": sha256_file(spec.directory / spec.debian.packages_lock),
-                 "io.openjev-repro.base.diff-id": f"sha256:{base_sha}"}
-        changes = [f"ENV {k}={v}" for k, v in spec.env.items()] + ([f"CMD {json.dumps(spec.cmd)}"] if spec.cmd else [])
+                 "io.openjev-repro.base.diff-id": f"sha256:{base_sha}",
+                 **{f"io.openjev-repro.source.{s.name}.included": "no" for s in spec.sources}}
+        env = {**spec.env, **({UPSTREAM_ENV: "none"} if spec.sources else {})}
+        changes = [f"ENV {k}={v}" for k, v in env.items()] + ([f"CMD {json.dumps(spec.cmd)}"] if spec.cmd else [])
         changes += [f"LABEL {json.dumps(k)}={json.dumps(v)}" for k, v in labels_for(spec, extra).items()]
         image = _import(client, final, repository, image_tag, changes, sha)
     spec_view = spec.model_copy(update={"tag": tag or spec.tag})
@@ -292,10 +302,78 @@ def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool 
                                                    "members": str(members), "debian_release_date": spec.debian.release_date})
 
 
-def build(spec: ImageSpec, progress: Progress = print, no_cache: bool = False) -> dict:
+def source_tag(spec: ImageSpec) -> str:
+    """The tag of the image with the upstream source layer: <repository>:<first source's short commit>."""
+    return f"{spec.tag.rpartition(':')[0]}:{spec.sources[0].commit[:7]}"
+
+
+def _source_files(checkout: Path) -> list[str]:
+    """The checkout's tracked files (no .git, nothing untracked): what the pinned commit holds."""
+    done = subprocess.run(["git", "-C", str(checkout), "ls-files", "-z"], capture_output=True, check=True)
+    return sorted(f for f in done.stdout.decode().split("\0") if f and (checkout / f).is_file())
+
+
+def source_layer_dockerfile(spec: ImageSpec, base_ref: str) -> str:
+    """FROM the environment image: COPY each pinned source to /opt/src/<name>, install it into /opt/venv
+    with no network and no dependencies (everything it needs is already locked), label it as included."""
+    lines = [f"FROM {base_ref}"]
+    for src in spec.sources:
+        lines += [f"COPY {src.name}/ /opt/src/{src.name}/",
+                  'RUN pip_whl=$(ls /usr/share/python-wheels/pip-*.whl) && /opt/venv/bin/python "$pip_whl/pip" install '
+                  f"--no-index --no-deps --no-build-isolation --no-compile --disable-pip-version-check /opt/src/{src.name}",
+                  f'LABEL "io.openjev-repro.source.{src.name}.included"="yes"']
+    upstream = " ".join(f"{s.name}@{s.commit}" for s in spec.sources)
+    return "\n".join(lines + [f'ENV {UPSTREAM_ENV}="{upstream}"']) + "\n"
+
+
+def add_source_layer(spec: ImageSpec, env_image: str, checkouts: dict[str, Path], progress: Progress = print) -> dict:
+    """The upstream source layer on top of the environment image, from checkouts at the pinned commits."""
+    from .sources import check_commit
+
+    for src in spec.sources:
+        if src.name not in checkouts:
+            raise VerificationError(f"No checkout given for source {src.name!r} ({src.url} at {src.commit}).")
+        check_commit(checkouts[src.name], src.commit, src.name)
+    client, started = connect(), time.monotonic()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        data = source_layer_dockerfile(spec, env_image).encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size, info.mtime = len(data), spec.source_date_epoch
+        tar.addfile(info, io.BytesIO(data))
+        for src in spec.sources:
+            for rel in _source_files(checkouts[src.name]):
+                info = tar.gettarinfo(str(checkouts[src.name] / rel), arcname=f"{src.name}/{rel}")
+                info.mtime, info.uid, info.gid, info.uname, info.gname = spec.source_date_epoch, 0, 0, "", ""
+                with open(checkouts[src.name] / rel, "rb") as fh:
+                    tar.addfile(info, fh)
+    buf.seek(0)
+    tag = source_tag(spec)
+    progress(f"adding the upstream source layer ({', '.join(f'{s.name}@{s.commit[:7]}' for s in spec.sources)}) as {tag}")
+    for chunk in client.api.build(fileobj=buf, custom_context=True, tag=tag, rm=True, decode=True, pull=False,
+                                  network_mode="none"):
+        if "error" in chunk:
+            raise DockerError(f"adding the source layer to {spec.name} failed: {chunk['error'].strip()}")
+        if chunk.get("stream", "").strip():
+            progress(chunk["stream"].rstrip())
+    return _write_record(spec.model_copy(update={"tag": tag, "name": f"{spec.name}-source"}), client.images.get(tag),
+                         started, {"offline": True, "environment_image": env_image,
+                                   "sources": {s.name: s.commit for s in spec.sources}})
+
+
+def build(spec: ImageSpec, progress: Progress = print, no_cache: bool = False,
+          source: Path | None = None) -> dict:
+    """Build the image; with source (a checkout of the recipe's upstream source) add the source layer too.
+    Returns the record of the last image built."""
     if spec.kind == "rootfs":
-        return build_offline(spec, progress, fresh_base=no_cache)
-    return build_dockerfile(spec, progress, no_cache)
+        record = build_offline(spec, progress, fresh_base=no_cache)
+        if source is not None and spec.sources:
+            record = add_source_layer(spec, record["image_id"], {spec.sources[0].name: source}, progress)
+        elif spec.sources:
+            progress(f"no upstream source given: {spec.tag} is the environment layer only "
+                     f"({UPSTREAM_ENV}=none); add --source DIR (a checkout at {spec.sources[0].commit[:7]})")
+        return record
+    return build_dockerfile(spec, progress, no_cache, source=source)
 
 
 def check_reproducible(spec: ImageSpec, progress: Progress = print) -> list:

@@ -29,7 +29,7 @@ def lock_requirements(spec: ImageSpec, command: str, progress: Progress = print)
     reqs = [ln for ln in lines if not ln.startswith("--")]
     target = f"cp{spec.python.replace('.', '')} {spec.platform}"
     try:
-        lock = Lock(resolve(options + reqs, spec.python, spec.platform))
+        lock = Lock(resolve(options + reqs, spec.python, spec.platform, pypi_only=spec.index == "pypi"))
     except LockFailed as exc:
         if not spec.gpu:
             raise
@@ -37,7 +37,7 @@ def lock_requirements(spec: ImageSpec, command: str, progress: Progress = print)
         pins, missing = [], []
         for req in reqs:
             try:
-                pins += resolve(options + [req], spec.python, spec.platform, no_deps=True)
+                pins += resolve(options + [req], spec.python, spec.platform, no_deps=True, pypi_only=spec.index == "pypi")
             except LockFailed:
                 missing.append(req)
         notes = [f"full resolution failed on the lock host: {exc}",
@@ -84,10 +84,10 @@ def lock_image(spec: ImageSpec, command: str, progress: Progress = print, debian
     if spec.kind == "rootfs" and debian:
         _lock_debian(spec, progress)
     lock_requirements(spec, command, progress)
-    if spec.kind == "dockerfile":
+    if spec.kind == "dockerfile" and spec.base:  # images on our Debian base have no registry digest
         try:
             resolve_base_digest(spec, progress)
         except DockerError as exc:
             progress(f"base digest NOT resolved: {exc}")
-    if spec.kind == "dockerfile" and spec.base_digest == PLACEHOLDER_DIGEST:
+    if spec.kind == "dockerfile" and spec.base and spec.base_digest == PLACEHOLDER_DIGEST:
         progress("reminder: builds refuse the placeholder digest until it is resolved on a host with registry access")
