@@ -33,9 +33,10 @@ def lock(c, backend=None, offline=False, skip_debian=False):
     "check_reproducible": "offline only: build twice from scratch and name every file that differs",
     "source": "checkout of the image's upstream source at its pinned commit (e.g. the one `invoke prepare` made); "
               "hf/fast: adds the source layer; native: required",
+    "target": "Dockerfile images: stop at this stage (native: `toolchain` builds without upstream code)",
 })
 @user_errors
-def build(c, backend=None, offline=False, no_cache=False, check_reproducible=False, source=None):
+def build(c, backend=None, offline=False, no_cache=False, check_reproducible=False, source=None, target=None):
     """Build an image through the docker SDK; the record goes to .cache/images/<name>.json."""
     from pathlib import Path
 
@@ -46,7 +47,7 @@ def build(c, backend=None, offline=False, no_cache=False, check_reproducible=Fal
     if not backend:
         raise Exit("error: --backend is required (hf, fast, native or reference).", code=1)
     spec = load_spec(backend, offline)
-    if spec.source_required and not source:
+    if spec.source_required and not source and target != "toolchain":
         src = spec.sources[0]
         raise Exit(f"error: --source is required for the {backend} image: a git checkout of {src.url} holding "
                    f"{', '.join(s.commit[:7] for s in spec.sources)} (it compiles upstream code; none is in this repository).",
@@ -62,6 +63,6 @@ def build(c, backend=None, offline=False, no_cache=False, check_reproducible=Fal
             raise Exit("error: the two builds differ (files listed above).", code=1)
         print("reproducible: both builds have identical root filesystems (same layer diff IDs)")
         return
-    record = build_image(spec, no_cache=no_cache, source=Path(source) if source else None)
+    record = build_image(spec, no_cache=no_cache, source=Path(source) if source else None, target=target)
     print(f"built {record['tag']} image {record['image_id']} layers {', '.join(record['diff_ids'])} "
           f"in {record['duration_s']} s; record {record_path(spec)}")

@@ -27,7 +27,7 @@ from .lock import STATUS_COMPLETE, read_lock, sha256_file, fill_wheelhouse, veri
 from .rootfs import diff_members, read_members, normalize_tar
 from .spec import CACHE_DIR, PLACEHOLDER_DIGEST, REPO_ROOT, ImageSpec
 
-__all__ = ["build", "build_dockerfile", "build_offline", "check_reproducible", "read_record", "labels_for", "record_path"]
+__all__ = ["build", "build_dockerfile", "add_source_layer", "source_layer_dockerfile", "source_tag", "build_offline", "check_reproducible", "read_record", "labels_for", "record_path"]
 
 RECORD_FORMAT_VERSION = 1
 Progress = Callable[[str], None]
@@ -118,7 +118,7 @@ def _write_record(spec: ImageSpec, image, started: float, extra: dict) -> dict:
 
 
 def _check_pins(spec: ImageSpec) -> None:
-    if spec.kind == "dockerfile" and not spec.base_resolved:
+    if spec.kind == "dockerfile" and spec.debian is None and not spec.base_resolved:
         raise VerificationError(
             f"images/{spec.backend}/image.yaml pins base {spec.base!r}, whose digest is an unresolved placeholder. "
             f"Resolve it with `invoke lock --backend {spec.backend}` on a host with registry access, review and commit."
@@ -141,8 +141,32 @@ def _check_pins(spec: ImageSpec) -> None:
 # --- Dockerfile images -------------------------------------------------------------------
 
 
-def _context(spec: ImageSpec) -> io.BytesIO:
-    """A build context holding only images/common, the image's directory and the package source."""
+def _add_file(tar: tarfile.TarFile, path: Path, arcname: str, epoch: int) -> None:
+    info = tar.gettarinfo(str(path), arcname=arcname)
+    info.mtime, info.uid, info.gid, info.uname, info.gname = epoch, 0, 0, "", ""
+    with open(path, "rb") as fh:
+        tar.addfile(info, fh)
+
+
+def _add_git_tree(tar: tarfile.TarFile, checkout: Path, commit: str, prefix: str, name: str, epoch: int) -> None:
+    """`git archive` of exactly `commit` from checkout, under prefix/: the pinned tree, whatever is checked out."""
+    from .sources import check_has_commit
+
+    check_has_commit(checkout, commit, name)
+    archive = subprocess.run(["git", "-C", str(checkout), "archive", "--format=tar", f"--prefix={prefix}/", commit],
+                             capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as src:
+        for member in src.getmembers():
+            if member.type == tarfile.XGLTYPE or member.name == "pax_global_header":
+                continue
+            member.mtime, member.uid, member.gid, member.uname, member.gname = epoch, 0, 0, "", ""
+            tar.addfile(member, src.extractfile(member) if member.isfile() else None)
+
+
+def _context(spec: ImageSpec, wheels: Path | None = None, source: Path | None = None) -> io.BytesIO:
+    """A build context holding only images/common, the image's directory and the package source;
+    for images built from upstream code also wheels/ (the checked wheelhouse) and src/<name>/
+    (`git archive` of each pinned commit of the checkout)."""
     paths = [p for p in (REPO_ROOT / "images" / "common").rglob("*") if p.is_file()]
     paths += [p for p in spec.directory.rglob("*") if p.is_file()]
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "openjev_repro", "pyproject.toml"],
@@ -151,10 +175,13 @@ def _context(spec: ImageSpec) -> io.BytesIO:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for path in sorted(set(paths)):
-            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(REPO_ROOT)))
-            info.mtime, info.uid, info.gid, info.uname, info.gname = spec.source_date_epoch, 0, 0, "", ""
-            with open(path, "rb") as fh:
-                tar.addfile(info, fh)
+            _add_file(tar, path, str(path.relative_to(REPO_ROOT)), spec.source_date_epoch)
+        if wheels is not None:
+            for wheel in sorted(wheels.glob("*.whl")):
+                _add_file(tar, wheel, f"wheels/{wheel.name}", spec.source_date_epoch)
+        if source is not None:
+            for src in spec.sources:
+                _add_git_tree(tar, source, src.commit, f"src/{src.name}", src.name, spec.source_date_epoch)
     buf.seek(0)
     return buf
 
@@ -171,19 +198,49 @@ def build_args(spec: ImageSpec) -> dict[str, str]:
     return {**args, **spec.build_args}
 
 
-def build_dockerfile(spec: ImageSpec, progress: Progress = print, no_cache: bool = False) -> dict:
+def _debian_base(spec: ImageSpec, progress: Progress, fresh: bool = False) -> tuple[str, str]:
+    """Import the debootstrap base (cached tar) into docker; returns (repository:tag, diff ID sha256)."""
+    base_tar, base_sha = _ensure_base(spec, progress, fresh)
+    base_repo, base_tag = "openjev-repro/debian-base", f"{spec.debian.suite}-{base_sha[:12]}"
+    _import(connect(), base_tar, base_repo, base_tag, [], base_sha)
+    progress(f"imported base {base_repo}:{base_tag} (diff ID sha256:{base_sha})")
+    return f"{base_repo}:{base_tag}", base_sha
+
+
+def build_dockerfile(spec: ImageSpec, progress: Progress = print, no_cache: bool = False, source: Path | None = None,
+                     target: str | None = None) -> dict:
+    """docker build of images/<backend>/Dockerfile; on our Debian base when the recipe has `debian:`.
+    target: stop at that stage (the native image's `toolchain` stage builds without upstream code)."""
     _check_pins(spec)
+    if spec.source_required and source is None and target in (None, "build", "runtime"):
+        raise VerificationError(f"The {spec.name} image compiles upstream code: give --source (a checkout holding "
+                                f"{', '.join(s.commit for s in spec.sources)}).")
     client, started = connect(), time.monotonic()
+    args, extra_labels, wheels = build_args(spec), {}, None
+    if spec.debian is not None:
+        base_ref, base_sha = _debian_base(spec, progress, fresh=no_cache)
+        args["BASE_IMAGE"] = base_ref
+        extra_labels = {"org.opencontainers.image.base.name": base_ref,
+                        "io.openjev-repro.base.diff-id": f"sha256:{base_sha}",
+                        "io.openjev-repro.debian.release-date": spec.debian.release_date}
+    if spec.lock_path.exists() and read_lock(spec.lock_path).pins:
+        wheels = CACHE_DIR / "wheelhouse" / spec.name
+        fill_wheelhouse(spec.lock_path, wheels, spec.python, spec.platform, pool=CACHE_DIR / "wheels",
+                        pypi_only=spec.index == "pypi")
+        verify_wheelhouse(spec.lock_path, wheels)
+    tag = spec.tag if target in (None, "runtime") else f"{spec.tag.rpartition(':')[0]}:{target}"
     dockerfile = str((spec.directory / spec.dockerfile).relative_to(REPO_ROOT))
-    stream = client.api.build(fileobj=_context(spec), custom_context=True, dockerfile=dockerfile, tag=spec.tag,
-                              buildargs=build_args(spec), labels=labels_for(spec), nocache=no_cache, rm=True,
-                              decode=True, pull=False)
+    stream = client.api.build(fileobj=_context(spec, wheels, source), custom_context=True, dockerfile=dockerfile, tag=tag,
+                              buildargs=args, labels=labels_for(spec, extra_labels), nocache=no_cache, rm=True,
+                              decode=True, pull=False, target=target)
     for chunk in stream:
         if "error" in chunk:
             raise DockerError(f"docker build of {spec.name} failed: {chunk['error'].strip()}")
         if chunk.get("stream", "").strip():
             progress(chunk["stream"].rstrip())
-    return _write_record(spec, client.images.get(spec.tag), started, {"offline": False, "base": spec.base})
+    view = spec.model_copy(update={"tag": tag, "name": spec.name if target in (None, "runtime") else f"{spec.name}-{target}"})
+    return _write_record(view, client.images.get(tag), started, {"offline": False, "base": args["BASE_IMAGE"],
+                                                                "target": target or "final"})
 
 
 # --- the offline flavour -----------------------------------------------------------------
@@ -271,10 +328,7 @@ def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool 
     fill_wheelhouse(spec.lock_path, wheels, spec.python, spec.platform, pool=CACHE_DIR / "wheels",
                     pypi_only=spec.index == "pypi")
     verify_wheelhouse(spec.lock_path, wheels)
-    base_tar, base_sha = _ensure_base(spec, progress, fresh_base)
-    base_repo, base_tag = "openjev-repro/debian-base", f"{spec.debian.suite}-{base_sha[:12]}"
-    _import(client, base_tar, base_repo, base_tag, [], base_sha)
-    progress(f"imported base {base_repo}:{base_tag} (diff ID sha256:{base_sha})")
+    base_ref, base_sha = _debian_base(spec, progress, fresh=fresh_base)
     with tempfile.TemporaryDirectory(dir=CACHE_DIR) as tmp:
         src, raw, final = Path(tmp) / "src", Path(tmp) / "export.tar", Path(tmp) / "rootfs.tar"
         if source is None:
@@ -283,7 +337,7 @@ def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool 
             src = source
         progress("installing locked wheels in a container without network")
         checks = tuple(m for m in spec.check_imports if m != "torch")
-        _run_install(client, f"{base_repo}:{base_tag}", wheels, spec.lock_path, src, spec.source_date_epoch, raw, progress,
+        _run_install(client, base_ref, wheels, spec.lock_path, src, spec.source_date_epoch, raw, progress,
                      checks)
         members = CACHE_DIR / f"{(tag or spec.tag).replace('/', '_').replace(':', '_')}.members.json"
         sha = normalize_tar(raw, final, spec.source_date_epoch, members)
@@ -307,12 +361,6 @@ def source_tag(spec: ImageSpec) -> str:
     return f"{spec.tag.rpartition(':')[0]}:{spec.sources[0].commit[:7]}"
 
 
-def _source_files(checkout: Path) -> list[str]:
-    """The checkout's tracked files (no .git, nothing untracked): what the pinned commit holds."""
-    done = subprocess.run(["git", "-C", str(checkout), "ls-files", "-z"], capture_output=True, check=True)
-    return sorted(f for f in done.stdout.decode().split("\0") if f and (checkout / f).is_file())
-
-
 def source_layer_dockerfile(spec: ImageSpec, base_ref: str) -> str:
     """FROM the environment image: COPY each pinned source to /opt/src/<name>, install it into /opt/venv
     with no network and no dependencies (everything it needs is already locked), label it as included."""
@@ -326,14 +374,9 @@ def source_layer_dockerfile(spec: ImageSpec, base_ref: str) -> str:
     return "\n".join(lines + [f'ENV {UPSTREAM_ENV}="{upstream}"']) + "\n"
 
 
-def add_source_layer(spec: ImageSpec, env_image: str, checkouts: dict[str, Path], progress: Progress = print) -> dict:
-    """The upstream source layer on top of the environment image, from checkouts at the pinned commits."""
-    from .sources import check_commit
-
-    for src in spec.sources:
-        if src.name not in checkouts:
-            raise VerificationError(f"No checkout given for source {src.name!r} ({src.url} at {src.commit}).")
-        check_commit(checkouts[src.name], src.commit, src.name)
+def add_source_layer(spec: ImageSpec, env_image: str, checkout: Path, progress: Progress = print) -> dict:
+    """The upstream source layer on top of the environment image: `git archive` of each pinned commit
+    from the checkout (the one `invoke prepare` made, or any clone holding the commits)."""
     client, started = connect(), time.monotonic()
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -342,11 +385,7 @@ def add_source_layer(spec: ImageSpec, env_image: str, checkouts: dict[str, Path]
         info.size, info.mtime = len(data), spec.source_date_epoch
         tar.addfile(info, io.BytesIO(data))
         for src in spec.sources:
-            for rel in _source_files(checkouts[src.name]):
-                info = tar.gettarinfo(str(checkouts[src.name] / rel), arcname=f"{src.name}/{rel}")
-                info.mtime, info.uid, info.gid, info.uname, info.gname = spec.source_date_epoch, 0, 0, "", ""
-                with open(checkouts[src.name] / rel, "rb") as fh:
-                    tar.addfile(info, fh)
+            _add_git_tree(tar, checkout, src.commit, src.name, src.name, spec.source_date_epoch)
     buf.seek(0)
     tag = source_tag(spec)
     progress(f"adding the upstream source layer ({', '.join(f'{s.name}@{s.commit[:7]}' for s in spec.sources)}) as {tag}")
@@ -362,18 +401,18 @@ def add_source_layer(spec: ImageSpec, env_image: str, checkouts: dict[str, Path]
 
 
 def build(spec: ImageSpec, progress: Progress = print, no_cache: bool = False,
-          source: Path | None = None) -> dict:
+          source: Path | None = None, target: str | None = None) -> dict:
     """Build the image; with source (a checkout of the recipe's upstream source) add the source layer too.
     Returns the record of the last image built."""
     if spec.kind == "rootfs":
         record = build_offline(spec, progress, fresh_base=no_cache)
         if source is not None and spec.sources:
-            record = add_source_layer(spec, record["image_id"], {spec.sources[0].name: source}, progress)
+            record = add_source_layer(spec, record["image_id"], source, progress)
         elif spec.sources:
             progress(f"no upstream source given: {spec.tag} is the environment layer only "
                      f"({UPSTREAM_ENV}=none); add --source DIR (a checkout at {spec.sources[0].commit[:7]})")
         return record
-    return build_dockerfile(spec, progress, no_cache, source=source)
+    return build_dockerfile(spec, progress, no_cache, source=source, target=target)
 
 
 def check_reproducible(spec: ImageSpec, progress: Progress = print) -> list:
