@@ -330,21 +330,23 @@ def _environment(recipe: Recipe, opts: StudyOptions) -> dict:
 
 
 def _image_digests(recipe: Recipe, opts: StudyOptions) -> dict[str, dict]:
-    """Image id, repo digests and layer diff IDs of each docker backend's image (a missing image fails here)."""
+    """Image id, repo digests, layer diff IDs and every package inside each docker backend's image
+    (a missing image fails here)."""
     docker_backends = [b for b in recipe.backends if (opts.runtime or b.runtime) == "docker"]
     if not docker_backends:
         return {}
-    from .images.daemon import connect, get_image
+    from .images.daemon import connect
+    from .images.inspect import describe_image
 
     client = connect()
-    found = {}
+    found: dict[str, dict] = {}
+    described: dict[str, dict] = {}  # one probe per image, however many backends use it
     for backend in docker_backends:
         if backend.image is None:
             raise RecipeError(f"Backend {backend.name} runs in docker but names no image in the recipe.")
-        image = get_image(client, backend.image)
-        found[backend.name] = {"reference": backend.image, "id": image.id,
-                               "repo_digests": image.attrs.get("RepoDigests", []),
-                               "diff_ids": image.attrs.get("RootFS", {}).get("Layers", [])}
+        if backend.image not in described:
+            described[backend.image] = describe_image(client, backend.image)
+        found[backend.name] = described[backend.image]
     return found
 
 

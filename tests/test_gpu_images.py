@@ -1,0 +1,81 @@
+"""The GPU images built from our Debian base, against a real dockerd (CPU only: no NVIDIA driver here).
+
+Skipped (with the reason) where dockerd or an image is absent; with OPENJEV_REQUIRE_GPU_IMAGES=1
+(set where the images were built) a missing image fails instead."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from openjev_repro.errors import DockerError
+from openjev_repro.images import load_spec, read_lock
+from openjev_repro.images.inspect import describe_image
+
+pytestmark = pytest.mark.docker
+
+REQUIRED = os.environ.get("OPENJEV_REQUIRE_GPU_IMAGES") == "1"
+TORCH_CHECK = "import torch; print(torch.__version__, torch.version.cuda)"
+
+
+def _client():
+    from openjev_repro.images import connect
+
+    try:
+        return connect(timeout_s=10)
+    except DockerError as exc:
+        (pytest.fail if REQUIRED else pytest.skip)(f"dockerd is not reachable: {exc}")
+
+
+def _image(client, ref: str, how: str) -> str:
+    try:
+        client.images.get(ref)
+    except Exception:
+        (pytest.fail if REQUIRED else pytest.skip)(f"image {ref} is absent; build it with `{how}`")
+    return ref
+
+
+def _run(client, image: str, argv: list[str]) -> str:
+    return client.containers.run(image, argv, remove=True, network_mode="none").decode().strip()
+
+
+@pytest.mark.parametrize("backend", ["hf", "fast"])
+def test_environment_image_has_the_cuda_13_torch_and_exactly_the_locked_packages(backend):
+    client = _client()
+    spec = load_spec(backend)
+    image = _image(client, spec.tag, f"invoke build --backend {backend} --offline")
+    assert _run(client, image, ["python", "-c", TORCH_CHECK]) == "2.13.0+cu130 13.0"
+    described = describe_image(client, image)
+    assert described["id"].startswith("sha256:") and len(described["diff_ids"]) == 1
+    python = described["python"]
+    assert python["available"] and python["python"].startswith("3.11.") and python["torch"] == {"version": "2.13.0+cu130", "cuda": "13.0"}
+    locked = {name: pin.version for name, pin in read_lock(spec.lock_path).by_name().items()}
+    installed = {name.replace("_", "-").replace(".", "-"): version for name, version in python["packages"].items()}
+    assert {n: installed.get(n) for n in locked if n != "torch"} == {n: v for n, v in locked.items() if n != "torch"}
+    assert installed["torch"] == "2.13.0+cu130"  # PyPI's 2.13.0 wheel calls itself +cu130
+    labels = described["labels"]
+    source = spec.sources[0]
+    assert labels[f"io.openjev-repro.source.{source.name}.included"] == "no"
+    assert labels[f"io.openjev-repro.source.{source.name}.commit"] == source.commit
+    env = client.images.get(image).attrs["Config"]["Env"]
+    assert "OPENJEV_REPRO_UPSTREAM_SOURCE=none" in env
+
+
+def test_fast_image_imports_fla_without_a_gpu():
+    client = _client()
+    image = _image(client, load_spec("fast").tag, "invoke build --backend fast --offline")
+    out = _run(client, image, ["python", "-c", "import fla, triton; print(fla.__version__, triton.__version__)"])
+    assert out.splitlines()[-1] == "0.5.2 3.7.1"
+
+
+def test_native_toolchain_compiles_for_sm90_with_the_published_flags():
+    """Our own one-line kernel (no upstream code): nvcc 13.0.88 from PyPI + Debian's g++ build an SM90 cubin."""
+    client = _client()
+    image = _image(client, "openjev-repro/native:toolchain", "invoke build --backend native --target toolchain")
+    spec = load_spec("native")
+    script = ("cd /tmp && printf '__global__ void k(float *x) { x[threadIdx.x] = 1.0f; }\\n' > k.cu"
+              f" && NVCC_APPEND_FLAGS='{spec.build_args['NVCC_FLAGS']} -arch=sm_{spec.cuda_arch}' nvcc --cubin k.cu -o k.cubin"
+              " && nvcc --version | tail -1 && grep -c sm_90 k.cubin && od -An -tx1 -N4 k.cubin")
+    out = _run(client, image, ["sh", "-c", script]).splitlines()
+    assert out[0].startswith("Build cuda_13.0") and int(out[1]) >= 1 and out[2].split() == ["7f", "45", "4c", "46"]
