@@ -402,3 +402,16 @@ def test_docker_runtime_without_daemon_fails_clearly_and_local_still_works(tmp_p
             pytest.fail("the local runtime's server never answered")
     finally:
         assert backend.stop(grace_s=5).exited
+
+
+def test_demo_recipe_for_another_image_changes_only_the_images(tmp_path, monkeypatch):
+    from openjev_repro.cli.demo import DEMO_INPUTS, DEMO_RECIPE, recipe_with_image
+    from openjev_repro.recipe import inputs_root, load_recipe
+
+    monkeypatch.chdir(REPO)  # DEMO_INPUTS is relative to the repository, as `invoke demo` runs
+    path = recipe_with_image("openjev-repro/hf:env", tmp_path)
+    original, copy = load_recipe(REPO / DEMO_RECIPE), load_recipe(path)
+    assert {b.image for b in copy.backends} == {"openjev-repro/hf:env"}
+    assert inputs_root(path, copy) == (REPO / DEMO_INPUTS).resolve() == inputs_root(REPO / DEMO_RECIPE, original)
+    strip = lambda r: r.model_dump(exclude={"backends": {"__all__": {"image"}}, "inputs": {"root"}})
+    assert strip(copy) == strip(original)
