@@ -49,7 +49,8 @@ def test_environment_image_has_the_cuda_13_torch_and_exactly_the_locked_packages
     described = describe_image(client, image)
     assert described["id"].startswith("sha256:") and len(described["diff_ids"]) == 1
     python = described["python"]
-    assert python["available"] and python["python"].startswith("3.11.") and python["torch"] == {"version": "2.13.0+cu130", "cuda": "13.0"}
+    assert python["available"] and python["python"].startswith("3.11.")
+    assert python["torch"] == {"version": "2.13.0+cu130", "cuda": "13.0"}
     locked = {name: pin.version for name, pin in read_lock(spec.lock_path).by_name().items()}
     installed = {name.replace("_", "-").replace(".", "-"): version for name, version in python["packages"].items()}
     assert installed == locked  # every distribution in the image, each at its locked version, nothing else

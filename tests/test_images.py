@@ -260,7 +260,9 @@ def test_native_library_check_wants_exactly_one_library_with_the_published_hash(
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "libq.so").write_bytes(b"library")
     good = hashlib.sha256(b"library").hexdigest()
-    run = lambda sha: subprocess.run(["sh", str(script), str(tmp_path / "lib"), "*.so", sha], capture_output=True, text=True)
+    def run(sha: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", str(script), str(tmp_path / "lib"), "*.so", sha], capture_output=True, text=True)
+
     assert run(good).returncode == 0
     bad = run("e033315d4c67127809e62f41d991a149ac8ee0ce81827997af063815fd00d435")
     assert bad.returncode == 5 and good in bad.stderr and "not the published one" in bad.stderr
@@ -275,7 +277,8 @@ def test_native_dockerfile_stages_and_toolchain_pins():
     assert stages == [("${BASE_IMAGE}", "toolchain"), ("toolchain", "build"), ("${BASE_IMAGE}", "runtime")]
     runtime = text.split("AS runtime", 1)[1]
     copies = re.findall(r"(?m)^COPY (--from=\w+ )?(\S+)", runtime)
-    assert copies == [("--from=build ", "/opt/native"), ("--from=toolchain ", "/opt/cuda/lib/python3.11/site-packages/nvidia/cu13/lib/"),
+    cuda_lib = "/opt/cuda/lib/python3.11/site-packages/nvidia/cu13/lib/"
+    assert copies == [("--from=build ", "/opt/native"), ("--from=toolchain ", cuda_lib),
                       ("", "images/common/check-one-sha256.sh")]
     assert 'check-one-sha256.sh /opt/native/lib \'*.so\' "${NATIVE_LIB_SHA256}"' in runtime
     assert 'NVCC_APPEND_FLAGS="${NVCC_FLAGS} -arch=sm_${CUDA_ARCH}"' in text
@@ -413,5 +416,7 @@ def test_demo_recipe_for_another_image_changes_only_the_images(tmp_path, monkeyp
     original, copy = load_recipe(REPO / DEMO_RECIPE), load_recipe(path)
     assert {b.image for b in copy.backends} == {"openjev-repro/hf:env"}
     assert inputs_root(path, copy) == (REPO / DEMO_INPUTS).resolve() == inputs_root(REPO / DEMO_RECIPE, original)
-    strip = lambda r: r.model_dump(exclude={"backends": {"__all__": {"image"}}, "inputs": {"root"}})
+    def strip(recipe):
+        return recipe.model_dump(exclude={"backends": {"__all__": {"image"}}, "inputs": {"root"}})
+
     assert strip(copy) == strip(original)

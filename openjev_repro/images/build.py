@@ -27,7 +27,8 @@ from .lock import STATUS_COMPLETE, read_lock, sha256_file, fill_wheelhouse, veri
 from .rootfs import diff_members, read_members, normalize_tar
 from .spec import CACHE_DIR, PLACEHOLDER_DIGEST, REPO_ROOT, ImageSpec
 
-__all__ = ["build", "build_dockerfile", "add_source_layer", "source_layer_dockerfile", "source_tag", "build_offline", "check_reproducible", "read_record", "labels_for", "record_path"]
+__all__ = ["build", "build_dockerfile", "add_source_layer", "source_layer_dockerfile", "source_tag", "build_offline",
+           "check_reproducible", "read_record", "labels_for", "record_path"]
 
 RECORD_FORMAT_VERSION = 1
 Progress = Callable[[str], None]
@@ -255,7 +256,8 @@ mkdir -p /opt/openjev-repro && cp -r /src/openjev_repro /opt/openjev-repro/
 # (site-packages .pth files import _distutils_hack at startup). Some wheels ship files for newer Pythons (torch's py312 test helpers); those stay uncompiled.
 /opt/venv/bin/python -m compileall -f -qq -j 0 --invalidation-mode unchecked-hash /opt/venv/lib /opt/openjev-repro \
     || echo "compileall: files with syntax for newer Pythons left uncompiled"
-PYTHONPATH=/opt/openjev-repro /opt/venv/bin/python -c "import torch, $CHECK_IMPORTS; print('import check ok', torch.__version__, torch.version.cuda)"
+PYTHONPATH=/opt/openjev-repro /opt/venv/bin/python -c \
+    "import torch, $CHECK_IMPORTS; print('import check ok', torch.__version__, torch.version.cuda)"
 """
 
 
