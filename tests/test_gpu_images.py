@@ -80,3 +80,42 @@ def test_native_toolchain_compiles_for_sm90_with_the_published_flags():
               " && nvcc --version | tail -1 && grep -c sm_90 k.cubin && od -An -tx1 -N4 k.cubin")
     out = _run(client, image, ["sh", "-c", script]).splitlines()
     assert out[0].startswith("Build cuda_13.0") and int(out[1]) >= 1 and out[2].split() == ["7f", "45", "4c", "46"]
+
+
+def _git_package(path):
+    """A throw-away setuptools package of our own in a git repository (no upstream code): what the
+    source layer does with any pinned checkout."""
+    import subprocess
+
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@e"}
+    (path / "layer_probe").mkdir(parents=True)
+    (path / "layer_probe" / "__init__.py").write_text("WHERE = 'source layer'\n")
+    (path / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+                                        '[project]\nname = "layer-probe"\nversion = "0.1"\n')
+    for argv in (["init", "-q"], ["add", "."], ["commit", "-qm", "probe"]):
+        subprocess.run(["git", *argv], cwd=path, env=env, check=True, capture_output=True)
+    (path / "untracked.py").write_text("not committed\n")
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=path, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_source_layer_installs_a_pinned_checkout_without_network(tmp_path):
+    from openjev_repro.images.build import add_source_layer
+    from openjev_repro.images.spec import Source
+
+    client = _client()
+    env_image = _image(client, load_spec("hf").tag, "invoke build --backend hf --offline")
+    commit = _git_package(tmp_path / "checkout")
+    spec = load_spec("hf").model_copy(update={"sources": [Source(name="probe", url="file:///probe", commit=commit)]})
+    record = add_source_layer(spec, client.images.get(env_image).id, tmp_path / "checkout", progress=lambda _: None)
+    try:
+        assert record["tag"] == f"openjev-repro/hf:{commit[:7]}" and record["sources"] == {"probe": commit}
+        out = _run(client, record["tag"], ["python", "-c", "import layer_probe, importlib.metadata as m, os; "
+                                           "print(layer_probe.WHERE, m.version('layer-probe'), sorted(os.listdir('/opt/src/probe')))"])
+        assert out == "source layer 0.1 ['layer_probe', 'pyproject.toml']"  # the commit's tree only
+        image = client.images.get(record["tag"])
+        assert image.labels["io.openjev-repro.source.probe.included"] == "yes"
+        assert f"OPENJEV_REPRO_UPSTREAM_SOURCE=probe@{commit}" in image.attrs["Config"]["Env"]
+        assert image.attrs["RootFS"]["Layers"][0] == client.images.get(env_image).attrs["RootFS"]["Layers"][0]
+    finally:
+        client.images.remove(record["tag"], force=True)
