@@ -203,7 +203,14 @@ def _debian_base(spec: ImageSpec, progress: Progress, fresh: bool = False) -> tu
     """Import the debootstrap base (cached tar) into docker; returns (repository:tag, diff ID sha256)."""
     base_tar, base_sha = _ensure_base(spec, progress, fresh)
     base_repo, base_tag = "openjev-repro/debian-base", f"{spec.debian.suite}-{base_sha[:12]}"
-    _import(connect(), base_tar, base_repo, base_tag, [], base_sha)
+    client = connect()
+    try:  # already imported with exactly this layer: keep it (its image id, hence docker's build cache)
+        if not fresh and client.images.get(f"{base_repo}:{base_tag}").attrs["RootFS"]["Layers"] == [f"sha256:{base_sha}"]:
+            progress(f"base {base_repo}:{base_tag} already imported (diff ID sha256:{base_sha})")
+            return f"{base_repo}:{base_tag}", base_sha
+    except Exception:  # absent (docker.errors.ImageNotFound) or unreadable: import it
+        pass
+    _import(client, base_tar, base_repo, base_tag, [], base_sha)
     progress(f"imported base {base_repo}:{base_tag} (diff ID sha256:{base_sha})")
     return f"{base_repo}:{base_tag}", base_sha
 
