@@ -420,3 +420,12 @@ def test_demo_recipe_for_another_image_changes_only_the_images(tmp_path, monkeyp
         return recipe.model_dump(exclude={"backends": {"__all__": {"image"}}, "inputs": {"root"}})
 
     assert strip(copy) == strip(original)
+
+
+def test_a_debian_relock_reaches_every_image_on_that_base():
+    from openjev_repro.images.locking import sharing_recipes
+
+    lock = IMAGES_DIR / "reference" / "offline" / "debian-packages.lock"
+    assert [p.relative_to(IMAGES_DIR).as_posix() for p in sharing_recipes(lock)] == [
+        "fast/image.yaml", "hf/image.yaml", "native/image.yaml", "reference/offline/image.yaml"]
+    assert sharing_recipes(IMAGES_DIR / "hf" / "requirements.lock") == []

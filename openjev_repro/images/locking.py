@@ -74,10 +74,23 @@ def _lock_debian(spec: ImageSpec, progress: Progress) -> None:
         root = Path(tmp) / "root"
         debootstrap(spec.debian, root, progress)
         packages, date = installed_packages(root), release_date(root, spec.debian.suite)
-    write_packages_lock(spec.directory / spec.debian.packages_lock, packages, spec.debian, date)
-    path = spec.directory / "image.yaml"
-    path.write_text(re.sub(r"(?m)^(\s*release_date:).*$", rf'\1 "{date}"', path.read_text()))
+    lock_file = (spec.directory / spec.debian.packages_lock).resolve()
+    write_packages_lock(lock_file, packages, spec.debian, date)
+    for path in sharing_recipes(lock_file):  # every image on this base records the same Release date
+        path.write_text(re.sub(r"(?m)^(\s*release_date:).*$", rf'\1 "{date}"', path.read_text()))
     progress(f"wrote {spec.debian.packages_lock}: {len(packages)} packages, Release {date}")
+
+
+def sharing_recipes(packages_lock: Path) -> list[Path]:
+    """The image.yaml of every recipe whose Debian base is pinned by this package lock."""
+    from .spec import IMAGES_DIR, load_spec
+
+    found = []
+    for path in sorted(IMAGES_DIR.glob("**/image.yaml")):
+        spec = load_spec(path.parent.name, path=path)
+        if spec.debian is not None and (spec.directory / spec.debian.packages_lock).resolve() == packages_lock.resolve():
+            found.append(path)
+    return found
 
 
 def lock_image(spec: ImageSpec, command: str, progress: Progress = print, debian: bool = True) -> None:
