@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import EvidenceError, VerificationError
-from ..evidence import ENVELOPE_NAME, RunDir
+from ..evidence import ENVELOPE_NAME, RunDir, guard_output
 from ..manifest.dsse import envelope_bytes, make_envelope
 from ..manifest.keys import load_private_key
 from ..manifest.statement import build_statement, read_statement
@@ -37,9 +37,7 @@ def is_omitted(name: str) -> bool:
 def publish(run_dir: Path, out: Path, *, aggregate_only: bool, key_path: Path | None) -> Path:
     if not aggregate_only:
         raise EvidenceError("Only aggregate-only bundles can be published (JevBench terms); pass --aggregate-only.")
-    out = Path(out)
-    if out.exists():
-        raise EvidenceError(f"{out} already exists; choose another --out.")
+    out = guard_output(Path(out))  # never over a file, never inside a run
     run = RunDir.open(run_dir)
     _check_source(run)
     key = load_private_key(key_path) if key_path is not None else None
@@ -93,6 +91,10 @@ def _write_tar(stage: Path, out: Path) -> None:
             with open(path, "rb") as fh:
                 tar.addfile(info, fh)
     tmp = out.with_name(f".{out.name}.tmp")
-    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-        gz.write(buffer.getvalue())
-    tmp.replace(out)
+    try:
+        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+            gz.write(buffer.getvalue())
+        tmp.replace(out)
+    except BaseException:  # a full disk or Ctrl-C leaves no partial bundle behind
+        tmp.unlink(missing_ok=True)
+        raise
