@@ -119,3 +119,40 @@ def test_source_layer_installs_a_pinned_checkout_without_network(tmp_path):
         assert image.attrs["RootFS"]["Layers"][0] == client.images.get(env_image).attrs["RootFS"]["Layers"][0]
     finally:
         client.images.remove(record["tag"], force=True)
+
+
+def test_package_probe_container_is_removed_by_the_reaper_if_the_study_dies_mid_probe():
+    """The probe that records an image's packages is registered with the study's reaper from its
+    creation: closing the reaper while the probe runs (the study died) leaves no probe container."""
+    import threading
+    import time
+
+    from openjev_repro.host.reaper import Reaper
+    from openjev_repro.images.inspect import image_packages
+
+    client = _client()
+    image = client.images.get(_image(client, load_spec("hf").tag, "invoke build --backend hf --offline"))
+    before = {c.id for c in client.containers.list(all=True)}
+    reaper = Reaper().start()
+    assert reaper.proc is not None
+    outcome: dict = {}
+
+    def probe() -> None:
+        try:
+            outcome["result"] = image_packages(client, image.id, reaper)
+        except DockerError as exc:
+            outcome["error"] = str(exc)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    probes: list = []
+    deadline = time.monotonic() + 60
+    while not probes and thread.is_alive() and time.monotonic() < deadline:
+        probes = [c for c in client.containers.list(filters={"ancestor": image.id}) if c.id not in before]
+        time.sleep(0.05)
+    reaper.close()  # the study died: the reaper removes what is still registered
+    thread.join(timeout=120)
+    assert probes, f"no running probe container was seen (the probe ended first: {outcome})"
+    assert "result" not in outcome or not outcome["result"]["available"]  # a killed probe records nothing
+    left = [c.id for c in client.containers.list(all=True) if c.id not in before]
+    assert left == []

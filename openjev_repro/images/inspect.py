@@ -29,21 +29,42 @@ _LABELS = ("io.openjev-repro.image", "io.openjev-repro.lock.sha256", "io.openjev
            "io.openjev-repro.debian.release-date", "org.opencontainers.image.revision")
 
 
-def image_packages(client, image_id: str) -> dict[str, Any]:
-    """Python, package versions and torch's CUDA version inside the image (docker run --network none)."""
+def image_packages(client, image_id: str, reaper=None) -> dict[str, Any]:
+    """Python, package versions and torch's CUDA version inside the image (a --network none container).
+
+    The probe container is registered with the study's reaper (host/reaper.py), if given, from its
+    creation until its removal, so a study killed mid-probe leaves no container behind.
+    """
     import docker
 
     try:
-        out = client.containers.run(image_id, ["python", "-c", _PROBE], remove=True, network_mode="none",
-                                    cap_drop=["ALL"], security_opt=["no-new-privileges"], stdout=True, stderr=False)
-    except docker.errors.ContainerError as exc:
-        return {"available": False, "reason": f"the package probe exited {exc.exit_status}: {str(exc.stderr)[-300:]}"}
+        container = client.containers.create(image_id, ["python", "-c", _PROBE], network_mode="none",
+                                             cap_drop=["ALL"], security_opt=["no-new-privileges"])
+    except docker.errors.APIError as exc:
+        raise DockerError(f"Docker could not create the package probe in {image_id}: {exc.explanation or exc}.") from exc
+    if reaper is not None:
+        reaper.watch_container(container.id)
+    try:
+        container.start()
+        status = container.wait().get("StatusCode", -1)
+        out = container.logs(stdout=True, stderr=False)
+        err = container.logs(stdout=False, stderr=True) if status else b""
     except docker.errors.APIError as exc:
         raise DockerError(f"Docker could not run the package probe in {image_id}: {exc.explanation or exc}.") from exc
+    finally:
+        try:
+            container.remove(force=True)
+        except docker.errors.APIError:
+            pass  # the reaper (if any) still holds it
+        else:
+            if reaper is not None:
+                reaper.forget_container(container.id)
+    if status:
+        return {"available": False, "reason": f"the package probe exited {status}: {err.decode(errors='replace')[-300:]}"}
     return {"available": True, **json.loads(out.decode().strip().splitlines()[-1])}
 
 
-def describe_image(client, reference: str) -> dict[str, Any]:
+def describe_image(client, reference: str, reaper=None) -> dict[str, Any]:
     """Image id, repo digests, layer diff IDs, our pin labels and the packages inside."""
     from .daemon import get_image
 
@@ -53,4 +74,4 @@ def describe_image(client, reference: str) -> dict[str, Any]:
             "repo_digests": image.attrs.get("RepoDigests", []),
             "diff_ids": image.attrs.get("RootFS", {}).get("Layers", []),
             "labels": {k: v for k, v in sorted(labels.items()) if k in _LABELS or ".source." in k},
-            "python": image_packages(client, image.id)}
+            "python": image_packages(client, image.id, reaper)}
