@@ -237,7 +237,7 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions, reaper
             plan["gpu_override"] = opts.gpu_override.declared(recipe.controls.gpu)
         write_json_atomic(run.file("plan.json"), plan)
     with _step(run, "environment"):
-        environment = _environment(recipe, opts)
+        environment = _environment(recipe, opts, reaper)
         if opts.gpu_override is not None:
             environment["gpu_override"] = opts.gpu_override.declared(recipe.controls.gpu)
         write_json_atomic(run.file("environment.json"), environment)
@@ -433,7 +433,7 @@ def _plan(recipe: Recipe, opts: StudyOptions, root: Path) -> dict:
     return resolve_plan(recipe, opts.recipe_path, inputs_root=root, runtime=opts.runtime)
 
 
-def _environment(recipe: Recipe, opts: StudyOptions) -> dict:
+def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = None) -> dict:
     from .manifest.environment import collect_environment
 
     # Package versions come from each backend's own interpreter (local runtime only; an image's
@@ -444,25 +444,27 @@ def _environment(recipe: Recipe, opts: StudyOptions) -> dict:
         if (opts.runtime or backend.runtime) == "local" and Path(argv0).name.startswith("python"):
             pythons[backend.name] = argv0
     return collect_environment(recipe_path=opts.recipe_path, backends_python=pythons,
-                               images=_image_digests(recipe, opts))
+                               images=_image_digests(recipe, opts, reaper))
 
 
-def _image_digests(recipe: Recipe, opts: StudyOptions) -> dict[str, dict]:
-    """Image id, repo digests and layer diff IDs of each docker backend's image (a missing image fails here)."""
+def _image_digests(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = None) -> dict[str, dict]:
+    """Image id, repo digests, layer diff IDs and every package inside each docker backend's image
+    (a missing image fails here)."""
     docker_backends = [b for b in recipe.backends if (opts.runtime or b.runtime) == "docker"]
     if not docker_backends:
         return {}
-    from .images.daemon import connect, get_image
+    from .images.daemon import connect
+    from .images.inspect import describe_image
 
     client = connect()
-    found = {}
+    found: dict[str, dict] = {}
+    described: dict[str, dict] = {}  # one probe per image, however many backends use it
     for backend in docker_backends:
         if backend.image is None:
             raise RecipeError(f"Backend {backend.name} runs in docker but names no image in the recipe.")
-        image = get_image(client, backend.image)
-        found[backend.name] = {"reference": backend.image, "id": image.id,
-                               "repo_digests": image.attrs.get("RepoDigests", []),
-                               "diff_ids": image.attrs.get("RootFS", {}).get("Layers", [])}
+        if backend.image not in described:
+            described[backend.image] = describe_image(client, backend.image, reaper)
+        found[backend.name] = described[backend.image]
     return found
 
 

@@ -152,3 +152,24 @@ def test_reference_backend_serves_the_fixture_checkpoint_in_the_image(tmp_path, 
     finally:
         record = backend.stop(grace_s=10)
     assert record.intentional and record.exited
+
+
+def test_reaper_removes_a_runtime_container_when_the_study_dies_without_stopping_it(tmp_path, image):
+    """The docker runtime registers each container with the study's reaper (host/reaper.py): if the
+    study ends without stopping it (the reaper's pipe closes, as on kill -9), the reaper removes it."""
+    from openjev_repro.host.reaper import Reaper
+    from openjev_repro.runtime.docker import DockerRuntime
+
+    reaper = Reaper().start()
+    assert reaper.proc is not None
+    try:
+        backend = DockerRuntime(reaper=reaper).launch(_spec(tmp_path, image, "ok"))
+        backend.wait_ready(60)
+        ident = backend.container.id
+        assert _client().containers.get(ident).status == "running"
+    finally:
+        reaper.close()  # EOF without forget-container: what the reaper sees when the study dies
+    import docker
+
+    with pytest.raises(docker.errors.NotFound):
+        _client().containers.get(ident)

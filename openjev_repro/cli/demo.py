@@ -44,10 +44,29 @@ def ensure_demo_key(keys: Path) -> Path:
     return private
 
 
+def recipe_with_image(image: str, dest_dir: Path = Path(".cache/demo-recipes")) -> Path:
+    """A copy of the demo recipe whose backends run in `image` (e.g. openjev-repro/hf:env); the run
+    records this copy, so its recipe says which image it used."""
+    from ..recipe import read_yaml
+
+    data = read_yaml(DEMO_RECIPE, "demo recipe")
+    data["inputs"]["root"] = str(DEMO_INPUTS.resolve())
+    for backend in data["backends"]:
+        backend["image"] = image
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    path = dest_dir / ("demo." + "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in image) + ".yaml")
+    import yaml
+
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
 @task(help={"out": "parent directory of the run directory (default: runs/)",
-            "runtime": "override the backends' runtime: local (default) or docker"})
+            "runtime": "override the backends' runtime: local (default) or docker",
+            "image": "with --runtime docker: run both backends in this image instead of the recipe's "
+                     "(e.g. openjev-repro/hf:env, the CUDA 13 environment)"})
 @user_errors
-def demo(c, out="runs", runtime=None):
+def demo(c, out="runs", runtime=None, image=None):
     """Run the embedded demo study end to end, sign it, print the report; the last line is the run directory."""
     from ..manifest.keys import PUBLIC_KEY_NAME
     from ..study import StudyOptions, run_study
@@ -59,7 +78,8 @@ def demo(c, out="runs", runtime=None):
     check_out_dir(Path(out))  # before the fixture is built: a bad --out costs nothing
     ensure_fixture(DEMO_INPUTS)
     key = ensure_demo_key(DEMO_KEYS)
-    run = run_study(StudyOptions(recipe_path=DEMO_RECIPE, out_dir=Path(out), runtime=runtime, key_path=key,
+    recipe = recipe_with_image(image) if image else DEMO_RECIPE
+    run = run_study(StudyOptions(recipe_path=recipe, out_dir=Path(out), runtime=runtime, key_path=key,
                                  console=console(stderr=True)))
     print_markdown((run.path / "report.md").read_text(encoding="utf-8"))
     console().print(f"\nverify with: .venv/bin/invoke verify --run {run.path} --pubkey {DEMO_KEYS / PUBLIC_KEY_NAME}",

@@ -11,13 +11,16 @@ __all__ = ["lock", "build"]
 
 @task(help={
     "backend": "image to lock: hf, fast, native or reference",
-    "offline": "lock the offline CPU flavour (reference only): debootstrap package list and cp311 wheels",
-    "skip_debian": "with --offline: keep the Debian package lock, relock only the Python requirements",
+    "offline": "lock an image built from the Debian base (hf, fast, reference): Debian package list and cp311 wheels",
+    "skip_debian": "keep the Debian package lock, relock only the Python requirements",
 })
 @user_errors
-def lock(c, backend, offline=False, skip_debian=False):
-    """Regenerate images/<backend>/[offline/] pins: requirements.lock with hashes, base digest, Debian packages."""
+def lock(c, backend=None, offline=False, skip_debian=False):
+    """Regenerate images/<backend>/[offline/] pins: requirements.lock with hashes, Debian packages."""
     from ..images import load_spec, lock_image
+
+    if not backend:
+        raise Exit("error: --backend is required (hf, fast, native or reference).", code=1)
 
     command = f"invoke lock --backend {backend}" + (" --offline" if offline else "")
     lock_image(load_spec(backend, offline), command, debian=not skip_debian)
@@ -25,18 +28,32 @@ def lock(c, backend, offline=False, skip_debian=False):
 
 @task(help={
     "backend": "image to build: hf, fast, native or reference",
-    "offline": "build the CPU flavour with no registry access (reference only)",
+    "offline": "build from the Debian base and the hash-checked wheelhouse, no registry (hf, fast, reference)",
     "no_cache": "Dockerfile images: docker build --no-cache; offline: debootstrap again instead of the cached base",
     "check_reproducible": "offline only: build twice from scratch and name every file that differs",
+    "source": "checkout of the image's upstream source at its pinned commit (e.g. the one `invoke prepare` made); "
+              "hf/fast: adds the source layer; native: required",
+    "target": "Dockerfile images: stop at this stage (native: `toolchain` builds without upstream code)",
 })
 @user_errors
-def build(c, backend, offline=False, no_cache=False, check_reproducible=False):
+def build(c, backend=None, offline=False, no_cache=False, check_reproducible=False, source=None, target=None):
     """Build an image through the docker SDK; the record goes to .cache/images/<name>.json."""
+    from pathlib import Path
+
     from ..images import build as build_image
     from ..images import check_reproducible as check
     from ..images import load_spec, record_path
 
+    if not backend:
+        raise Exit("error: --backend is required (hf, fast, native or reference).", code=1)
     spec = load_spec(backend, offline)
+    if spec.source_required and not source and target != "toolchain":
+        src = spec.sources[0]
+        raise Exit(f"error: --source is required for the {backend} image: a git checkout of {src.url} holding "
+                   f"{', '.join(s.commit[:7] for s in spec.sources)} (it compiles upstream code; none is in this repository).",
+                   code=1)
+    if source and not Path(source).is_dir():
+        raise Exit(f"error: --source {source} is not a directory.", code=1)
     if check_reproducible:
         diffs = check(spec)
         if diffs:
@@ -46,6 +63,6 @@ def build(c, backend, offline=False, no_cache=False, check_reproducible=False):
             raise Exit("error: the two builds differ (files listed above).", code=1)
         print("reproducible: both builds have identical root filesystems (same layer diff IDs)")
         return
-    record = build_image(spec, no_cache=no_cache)
+    record = build_image(spec, no_cache=no_cache, source=Path(source) if source else None, target=target)
     print(f"built {record['tag']} image {record['image_id']} layers {', '.join(record['diff_ids'])} "
           f"in {record['duration_s']} s; record {record_path(spec)}")

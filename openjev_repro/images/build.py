@@ -27,10 +27,14 @@ from .lock import STATUS_COMPLETE, read_lock, sha256_file, fill_wheelhouse, veri
 from .rootfs import diff_members, read_members, normalize_tar
 from .spec import CACHE_DIR, PLACEHOLDER_DIGEST, REPO_ROOT, ImageSpec
 
-__all__ = ["build", "build_dockerfile", "build_offline", "check_reproducible", "read_record", "labels_for", "record_path"]
+__all__ = ["build", "build_dockerfile", "add_source_layer", "source_layer_dockerfile", "source_tag", "build_offline",
+           "check_reproducible", "read_record", "labels_for", "record_path"]
 
 RECORD_FORMAT_VERSION = 1
 Progress = Callable[[str], None]
+# Set in every image that has upstream sources in its recipe: "none" in the environment layer,
+# "<name>@<commit> ..." once the source layer is added.
+UPSTREAM_ENV = "OPENJEV_REPRO_UPSTREAM_SOURCE"
 
 
 def record_path(spec: ImageSpec) -> Path:
@@ -115,7 +119,7 @@ def _write_record(spec: ImageSpec, image, started: float, extra: dict) -> dict:
 
 
 def _check_pins(spec: ImageSpec) -> None:
-    if spec.kind == "dockerfile" and not spec.base_resolved:
+    if spec.kind == "dockerfile" and spec.debian is None and not spec.base_resolved:
         raise VerificationError(
             f"images/{spec.backend}/image.yaml pins base {spec.base!r}, whose digest is an unresolved placeholder. "
             f"Resolve it with `invoke lock --backend {spec.backend}` on a host with registry access, review and commit."
@@ -138,8 +142,32 @@ def _check_pins(spec: ImageSpec) -> None:
 # --- Dockerfile images -------------------------------------------------------------------
 
 
-def _context(spec: ImageSpec) -> io.BytesIO:
-    """A build context holding only images/common, the image's directory and the package source."""
+def _add_file(tar: tarfile.TarFile, path: Path, arcname: str, epoch: int) -> None:
+    info = tar.gettarinfo(str(path), arcname=arcname)
+    info.mtime, info.uid, info.gid, info.uname, info.gname = epoch, 0, 0, "", ""
+    with open(path, "rb") as fh:
+        tar.addfile(info, fh)
+
+
+def _add_git_tree(tar: tarfile.TarFile, checkout: Path, commit: str, prefix: str, name: str, epoch: int) -> None:
+    """`git archive` of exactly `commit` from checkout, under prefix/: the pinned tree, whatever is checked out."""
+    from .sources import check_has_commit
+
+    check_has_commit(checkout, commit, name)
+    archive = subprocess.run(["git", "-C", str(checkout), "archive", "--format=tar", f"--prefix={prefix}/", commit],
+                             capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as src:
+        for member in src.getmembers():
+            if member.type == tarfile.XGLTYPE or member.name == "pax_global_header":
+                continue
+            member.mtime, member.uid, member.gid, member.uname, member.gname = epoch, 0, 0, "", ""
+            tar.addfile(member, src.extractfile(member) if member.isfile() else None)
+
+
+def _context(spec: ImageSpec, wheels: Path | None = None, source: Path | None = None) -> io.BytesIO:
+    """A build context holding only images/common, the image's directory and the package source;
+    for images built from upstream code also wheels/ (the checked wheelhouse) and src/<name>/
+    (`git archive` of each pinned commit of the checkout)."""
     paths = [p for p in (REPO_ROOT / "images" / "common").rglob("*") if p.is_file()]
     paths += [p for p in spec.directory.rglob("*") if p.is_file()]
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "openjev_repro", "pyproject.toml"],
@@ -148,10 +176,13 @@ def _context(spec: ImageSpec) -> io.BytesIO:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for path in sorted(set(paths)):
-            info = tar.gettarinfo(str(path), arcname=str(path.relative_to(REPO_ROOT)))
-            info.mtime, info.uid, info.gid, info.uname, info.gname = spec.source_date_epoch, 0, 0, "", ""
-            with open(path, "rb") as fh:
-                tar.addfile(info, fh)
+            _add_file(tar, path, str(path.relative_to(REPO_ROOT)), spec.source_date_epoch)
+        if wheels is not None:
+            for wheel in sorted(wheels.glob("*.whl")):
+                _add_file(tar, wheel, f"wheels/{wheel.name}", spec.source_date_epoch)
+        if source is not None:
+            for src in spec.sources:
+                _add_git_tree(tar, source, src.commit, f"src/{src.name}", src.name, spec.source_date_epoch)
     buf.seek(0)
     return buf
 
@@ -168,19 +199,56 @@ def build_args(spec: ImageSpec) -> dict[str, str]:
     return {**args, **spec.build_args}
 
 
-def build_dockerfile(spec: ImageSpec, progress: Progress = print, no_cache: bool = False) -> dict:
+def _debian_base(spec: ImageSpec, progress: Progress, fresh: bool = False) -> tuple[str, str]:
+    """Import the debootstrap base (cached tar) into docker; returns (repository:tag, diff ID sha256)."""
+    base_tar, base_sha = _ensure_base(spec, progress, fresh)
+    base_repo, base_tag = "openjev-repro/debian-base", f"{spec.debian.suite}-{base_sha[:12]}"
+    client = connect()
+    try:  # already imported with exactly this layer: keep it (its image id, hence docker's build cache)
+        if not fresh and client.images.get(f"{base_repo}:{base_tag}").attrs["RootFS"]["Layers"] == [f"sha256:{base_sha}"]:
+            progress(f"base {base_repo}:{base_tag} already imported (diff ID sha256:{base_sha})")
+            return f"{base_repo}:{base_tag}", base_sha
+    except Exception:  # absent (docker.errors.ImageNotFound) or unreadable: import it
+        pass
+    _import(client, base_tar, base_repo, base_tag, [], base_sha)
+    progress(f"imported base {base_repo}:{base_tag} (diff ID sha256:{base_sha})")
+    return f"{base_repo}:{base_tag}", base_sha
+
+
+def build_dockerfile(spec: ImageSpec, progress: Progress = print, no_cache: bool = False, source: Path | None = None,
+                     target: str | None = None) -> dict:
+    """docker build of images/<backend>/Dockerfile; on our Debian base when the recipe has `debian:`.
+    target: stop at that stage (the native image's `toolchain` stage builds without upstream code)."""
     _check_pins(spec)
+    if spec.source_required and source is None and target in (None, "build", "runtime"):
+        raise VerificationError(f"The {spec.name} image compiles upstream code: give --source (a checkout holding "
+                                f"{', '.join(s.commit for s in spec.sources)}).")
     client, started = connect(), time.monotonic()
+    args, extra_labels, wheels = build_args(spec), {}, None
+    if spec.debian is not None:
+        base_ref, base_sha = _debian_base(spec, progress, fresh=no_cache)
+        args["BASE_IMAGE"] = base_ref
+        extra_labels = {"org.opencontainers.image.base.name": base_ref,
+                        "io.openjev-repro.base.diff-id": f"sha256:{base_sha}",
+                        "io.openjev-repro.debian.release-date": spec.debian.release_date}
+    if spec.lock_path.exists() and read_lock(spec.lock_path).pins:
+        wheels = CACHE_DIR / "wheelhouse" / spec.name
+        fill_wheelhouse(spec.lock_path, wheels, spec.python, spec.platform, pool=CACHE_DIR / "wheels",
+                        pypi_only=spec.index == "pypi")
+        verify_wheelhouse(spec.lock_path, wheels)
+    tag = spec.tag if target in (None, "runtime") else f"{spec.tag.rpartition(':')[0]}:{target}"
     dockerfile = str((spec.directory / spec.dockerfile).relative_to(REPO_ROOT))
-    stream = client.api.build(fileobj=_context(spec), custom_context=True, dockerfile=dockerfile, tag=spec.tag,
-                              buildargs=build_args(spec), labels=labels_for(spec), nocache=no_cache, rm=True,
-                              decode=True, pull=False)
+    stream = client.api.build(fileobj=_context(spec, wheels, source), custom_context=True, dockerfile=dockerfile, tag=tag,
+                              buildargs=args, labels=labels_for(spec, extra_labels), nocache=no_cache, rm=True,
+                              decode=True, pull=False, target=target)
     for chunk in stream:
         if "error" in chunk:
             raise DockerError(f"docker build of {spec.name} failed: {chunk['error'].strip()}")
         if chunk.get("stream", "").strip():
             progress(chunk["stream"].rstrip())
-    return _write_record(spec, client.images.get(spec.tag), started, {"offline": False, "base": spec.base})
+    view = spec.model_copy(update={"tag": tag, "name": spec.name if target in (None, "runtime") else f"{spec.name}-{target}"})
+    return _write_record(view, client.images.get(tag), started, {"offline": False, "base": args["BASE_IMAGE"],
+                                                                "target": target or "final"})
 
 
 # --- the offline flavour -----------------------------------------------------------------
@@ -195,7 +263,8 @@ mkdir -p /opt/openjev-repro && cp -r /src/openjev_repro /opt/openjev-repro/
 # (site-packages .pth files import _distutils_hack at startup). Some wheels ship files for newer Pythons (torch's py312 test helpers); those stay uncompiled.
 /opt/venv/bin/python -m compileall -f -qq -j 0 --invalidation-mode unchecked-hash /opt/venv/lib /opt/openjev-repro \
     || echo "compileall: files with syntax for newer Pythons left uncompiled"
-PYTHONPATH=/opt/openjev-repro /opt/venv/bin/python -c "import torch, transformers, peft, openjev_repro.backend; print('import check ok', torch.__version__)"
+PYTHONPATH=/opt/openjev-repro /opt/venv/bin/python -c \
+    "import torch, $CHECK_IMPORTS; print('import check ok', torch.__version__, torch.version.cuda)"
 """
 
 
@@ -237,9 +306,11 @@ def _import(client, tar: Path, repository: str, tag: str, changes: list[str], ex
     return image
 
 
-def _run_install(client, base_ref: str, wheels: Path, lock: Path, src: Path, epoch: int, out_tar: Path, progress: Progress) -> None:
+def _run_install(client, base_ref: str, wheels: Path, lock: Path, src: Path, epoch: int, out_tar: Path, progress: Progress,
+                 check_imports: tuple[str, ...] = ("transformers", "peft", "openjev_repro.backend")) -> None:
+    env = {"SOURCE_DATE_EPOCH": str(epoch), "PYTHONDONTWRITEBYTECODE": "1", "CHECK_IMPORTS": ", ".join(check_imports)}
     container = client.containers.create(
-        base_ref, ["sh", "-c", _INSTALL], network_mode="none", environment={"SOURCE_DATE_EPOCH": str(epoch), "PYTHONDONTWRITEBYTECODE": "1"},
+        base_ref, ["sh", "-c", _INSTALL], network_mode="none", environment=env,
         volumes={str(wheels): {"bind": "/wheels", "mode": "ro"}, str(lock.parent): {"bind": "/lock", "mode": "ro"},
                  str(src): {"bind": "/src", "mode": "ro"}})
     try:
@@ -263,12 +334,10 @@ def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool 
     client, started = connect(), time.monotonic()
     wheels = CACHE_DIR / "wheelhouse" / spec.name
     progress(f"wheelhouse {wheels}: fetching what is missing, then checking every hash against {spec.lock_path.name}")
-    fill_wheelhouse(spec.lock_path, wheels, spec.python, spec.platform)
+    fill_wheelhouse(spec.lock_path, wheels, spec.python, spec.platform, pool=CACHE_DIR / "wheels",
+                    pypi_only=spec.index == "pypi")
     verify_wheelhouse(spec.lock_path, wheels)
-    base_tar, base_sha = _ensure_base(spec, progress, fresh_base)
-    base_repo, base_tag = "openjev-repro/debian-base", f"{spec.debian.suite}-{base_sha[:12]}"
-    _import(client, base_tar, base_repo, base_tag, [], base_sha)
-    progress(f"imported base {base_repo}:{base_tag} (diff ID sha256:{base_sha})")
+    base_ref, base_sha = _debian_base(spec, progress, fresh=fresh_base)
     with tempfile.TemporaryDirectory(dir=CACHE_DIR) as tmp:
         src, raw, final = Path(tmp) / "src", Path(tmp) / "export.tar", Path(tmp) / "rootfs.tar"
         if source is None:
@@ -276,15 +345,19 @@ def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool 
         else:
             src = source
         progress("installing locked wheels in a container without network")
-        _run_install(client, f"{base_repo}:{base_tag}", wheels, spec.lock_path, src, spec.source_date_epoch, raw, progress)
+        checks = tuple(m for m in spec.check_imports if m != "torch")
+        _run_install(client, base_ref, wheels, spec.lock_path, src, spec.source_date_epoch, raw, progress,
+                     checks)
         members = CACHE_DIR / f"{(tag or spec.tag).replace('/', '_').replace(':', '_')}.members.json"
         sha = normalize_tar(raw, final, spec.source_date_epoch, members)
         progress(f"deterministic root filesystem: sha256 {sha}")
         repository, _, image_tag = (tag or spec.tag).rpartition(":")
         extra = {"io.openjev-repro.debian.release-date": spec.debian.release_date,
                  "io.openjev-repro.debian.packages.sha256": sha256_file(spec.directory / spec.debian.packages_lock),
-                 "io.openjev-repro.base.diff-id": f"sha256:{base_sha}"}
-        changes = [f"ENV {k}={v}" for k, v in spec.env.items()] + ([f"CMD {json.dumps(spec.cmd)}"] if spec.cmd else [])
+                 "io.openjev-repro.base.diff-id": f"sha256:{base_sha}",
+                 **{f"io.openjev-repro.source.{s.name}.included": "no" for s in spec.sources}}
+        env = {**spec.env, **({UPSTREAM_ENV: "none"} if spec.sources else {})}
+        changes = [f"ENV {k}={v}" for k, v in env.items()] + ([f"CMD {json.dumps(spec.cmd)}"] if spec.cmd else [])
         changes += [f"LABEL {json.dumps(k)}={json.dumps(v)}" for k, v in labels_for(spec, extra).items()]
         image = _import(client, final, repository, image_tag, changes, sha)
     spec_view = spec.model_copy(update={"tag": tag or spec.tag})
@@ -292,10 +365,65 @@ def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool 
                                                    "members": str(members), "debian_release_date": spec.debian.release_date})
 
 
-def build(spec: ImageSpec, progress: Progress = print, no_cache: bool = False) -> dict:
+def source_tag(spec: ImageSpec) -> str:
+    """The tag of the image with the upstream source layer: <repository>:<first source's short commit>."""
+    return f"{spec.tag.rpartition(':')[0]}:{spec.sources[0].commit[:7]}"
+
+
+def source_layer_dockerfile(spec: ImageSpec, base_ref: str) -> str:
+    """FROM the environment image: COPY each pinned source to /opt/src/<name>, install it into /opt/venv
+    with no network and no dependencies (everything it needs is already locked), label it as included."""
+    lines = [f"FROM {base_ref}"]
+    for src in spec.sources:
+        lines += [f"COPY {src.name}/ /opt/src/{src.name}/",
+                  # built from a scratch copy, so /opt/src/<name> stays exactly the commit's tree
+                  f"RUN cp -r /opt/src/{src.name} /tmp/build-{src.name} && pip_whl=$(ls /usr/share/python-wheels/pip-*.whl) "
+                  '&& /opt/venv/bin/python "$pip_whl/pip" install --no-index --no-deps --no-build-isolation --no-compile '
+                  f"--disable-pip-version-check /tmp/build-{src.name} && rm -rf /tmp/build-{src.name}",
+                  f'LABEL "io.openjev-repro.source.{src.name}.included"="yes"']
+    upstream = " ".join(f"{s.name}@{s.commit}" for s in spec.sources)
+    return "\n".join(lines + [f'ENV {UPSTREAM_ENV}="{upstream}"']) + "\n"
+
+
+def add_source_layer(spec: ImageSpec, env_image: str, checkout: Path, progress: Progress = print) -> dict:
+    """The upstream source layer on top of the environment image: `git archive` of each pinned commit
+    from the checkout (the one `invoke prepare` made, or any clone holding the commits)."""
+    client, started = connect(), time.monotonic()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        data = source_layer_dockerfile(spec, env_image).encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size, info.mtime = len(data), spec.source_date_epoch
+        tar.addfile(info, io.BytesIO(data))
+        for src in spec.sources:
+            _add_git_tree(tar, checkout, src.commit, src.name, src.name, spec.source_date_epoch)
+    buf.seek(0)
+    tag = source_tag(spec)
+    progress(f"adding the upstream source layer ({', '.join(f'{s.name}@{s.commit[:7]}' for s in spec.sources)}) as {tag}")
+    for chunk in client.api.build(fileobj=buf, custom_context=True, tag=tag, rm=True, decode=True, pull=False,
+                                  network_mode="none"):
+        if "error" in chunk:
+            raise DockerError(f"adding the source layer to {spec.name} failed: {chunk['error'].strip()}")
+        if chunk.get("stream", "").strip():
+            progress(chunk["stream"].rstrip())
+    return _write_record(spec.model_copy(update={"tag": tag, "name": f"{spec.name}-source"}), client.images.get(tag),
+                         started, {"offline": True, "environment_image": env_image,
+                                   "sources": {s.name: s.commit for s in spec.sources}})
+
+
+def build(spec: ImageSpec, progress: Progress = print, no_cache: bool = False,
+          source: Path | None = None, target: str | None = None) -> dict:
+    """Build the image; with source (a checkout of the recipe's upstream source) add the source layer too.
+    Returns the record of the last image built."""
     if spec.kind == "rootfs":
-        return build_offline(spec, progress, fresh_base=no_cache)
-    return build_dockerfile(spec, progress, no_cache)
+        record = build_offline(spec, progress, fresh_base=no_cache)
+        if source is not None and spec.sources:
+            record = add_source_layer(spec, record["image_id"], source, progress)
+        elif spec.sources:
+            progress(f"no upstream source given: {spec.tag} is the environment layer only "
+                     f"({UPSTREAM_ENV}=none); add --source DIR (a checkout at {spec.sources[0].commit[:7]})")
+        return record
+    return build_dockerfile(spec, progress, no_cache, source=source, target=target)
 
 
 def check_reproducible(spec: ImageSpec, progress: Progress = print) -> list:

@@ -9,6 +9,7 @@ wheel fails the build; `verify_wheelhouse` makes the same check on the host firs
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -19,7 +20,8 @@ from pathlib import Path
 from ..errors import ReproError, VerificationError
 from ..hashing import hash_file
 
-__all__ = ["Pin", "Lock", "LockFailed", "resolve", "write_lock", "read_lock", "verify_wheelhouse", "fill_wheelhouse", "sha256_file"]
+__all__ = ["Pin", "Lock", "LockFailed", "resolve", "write_lock", "read_lock", "verify_wheelhouse", "fill_wheelhouse",
+           "link_from_pool", "pip_env", "sha256_file"]
 
 STATUS_COMPLETE = "complete"
 STATUS_PARTIAL = "partial"
@@ -77,7 +79,18 @@ def _platforms(platform: str | None) -> list[str]:
     return tags + [f"{legacy[m]}_{arch}" for m in legacy if m <= glibc] + ["any"]
 
 
-def resolve(requirements: list[str], python: str | None = None, platform: str | None = None, no_deps: bool = False) -> list[Pin]:
+def pip_env(pypi_only: bool) -> dict[str, str] | None:
+    """The environment pip runs in: as configured here, or (pypi_only) with every pip setting of this host
+    dropped (PIP_CONFIG_FILE=/dev/null skips all configuration files, local wheel folders and constraints
+    included), so pins and downloads come from PyPI alone."""
+    if not pypi_only:
+        return None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+def resolve(requirements: list[str], python: str | None = None, platform: str | None = None, no_deps: bool = False,
+            pypi_only: bool = False) -> list[Pin]:
     """Resolve requirement strings for (python, platform) without installing; every pin carries its index hash."""
     with tempfile.TemporaryDirectory() as tmp:
         req = Path(tmp) / "requirements.in"
@@ -89,7 +102,7 @@ def resolve(requirements: list[str], python: str | None = None, platform: str | 
             cmd += ["--target", str(Path(tmp) / "target"), *_target_args(python, platform)]
         if no_deps:
             cmd.append("--no-deps")
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        done = subprocess.run(cmd, capture_output=True, text=True, env=pip_env(pypi_only))
         if done.returncode != 0:
             errors = [ln for ln in done.stderr.splitlines() if ln.startswith("ERROR")]
             raise LockFailed("pip could not resolve the requirements: " + (" ".join(errors) or done.stderr[-500:]))
@@ -180,11 +193,39 @@ def verify_wheelhouse(lock_path: Path, directory: Path) -> dict[str, str]:
     return found
 
 
-def fill_wheelhouse(lock_path: Path, directory: Path, python: str | None = None, platform: str | None = None) -> None:
-    """pip download every locked wheel (hash-checked by pip) into directory; skips what is there."""
+def fill_wheelhouse(lock_path: Path, directory: Path, python: str | None = None, platform: str | None = None,
+                    pool: Path | None = None, pypi_only: bool = False) -> None:
+    """pip download every locked wheel (hash-checked by pip) into directory; skips what is there.
+
+    With a pool, wheels are downloaded once into the pool (shared by every image: hf and fast hold
+    the same 3 GB of CUDA wheels) and hard-linked into directory; wheels the lock no longer pins
+    are removed from directory (it is a cache, rebuilt from the pool)."""
     directory.mkdir(parents=True, exist_ok=True)
+    dest = pool or directory
+    dest.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
-           "--quiet", "--dest", str(directory), "-r", str(lock_path), *_target_args(python, platform)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+           "--quiet", "--dest", str(dest), "-r", str(lock_path), *_target_args(python, platform)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=pip_env(pypi_only))
     if done.returncode != 0:
         raise VerificationError(f"pip download of {lock_path} failed: {done.stderr.strip()[-800:]}")
+    if pool is not None:
+        link_from_pool(read_lock(lock_path), pool, directory)
+
+
+def link_from_pool(lock: Lock, pool: Path, directory: Path) -> None:
+    """Hard-link into directory the pool's wheel of every pin (chosen by name and version, checked by
+    verify_wheelhouse afterwards); drop wheels there that the lock does not pin."""
+    pins = lock.by_name()
+    wanted: dict[str, Path] = {}
+    for wheel in sorted(pool.glob("*.whl")):
+        name, version = _wheel_key(wheel.name)
+        pin = pins.get(name)
+        if pin is not None and pin.version == version and (name not in wanted or sha256_file(wheel) in pin.sha256):
+            wanted[name] = wheel
+    for old in directory.glob("*.whl"):
+        if old.name not in {w.name for w in wanted.values()}:
+            old.unlink()
+    for wheel in wanted.values():
+        target = directory / wheel.name
+        if not target.exists():
+            os.link(wheel, target)

@@ -29,7 +29,7 @@ def lock_requirements(spec: ImageSpec, command: str, progress: Progress = print)
     reqs = [ln for ln in lines if not ln.startswith("--")]
     target = f"cp{spec.python.replace('.', '')} {spec.platform}"
     try:
-        lock = Lock(resolve(options + reqs, spec.python, spec.platform))
+        lock = Lock(resolve(options + reqs, spec.python, spec.platform, pypi_only=spec.index == "pypi"))
     except LockFailed as exc:
         if not spec.gpu:
             raise
@@ -37,7 +37,7 @@ def lock_requirements(spec: ImageSpec, command: str, progress: Progress = print)
         pins, missing = [], []
         for req in reqs:
             try:
-                pins += resolve(options + [req], spec.python, spec.platform, no_deps=True)
+                pins += resolve(options + [req], spec.python, spec.platform, no_deps=True, pypi_only=spec.index == "pypi")
             except LockFailed:
                 missing.append(req)
         notes = [f"full resolution failed on the lock host: {exc}",
@@ -74,20 +74,33 @@ def _lock_debian(spec: ImageSpec, progress: Progress) -> None:
         root = Path(tmp) / "root"
         debootstrap(spec.debian, root, progress)
         packages, date = installed_packages(root), release_date(root, spec.debian.suite)
-    write_packages_lock(spec.directory / spec.debian.packages_lock, packages, spec.debian, date)
-    path = spec.directory / "image.yaml"
-    path.write_text(re.sub(r"(?m)^(\s*release_date:).*$", rf'\1 "{date}"', path.read_text()))
+    lock_file = (spec.directory / spec.debian.packages_lock).resolve()
+    write_packages_lock(lock_file, packages, spec.debian, date)
+    for path in sharing_recipes(lock_file):  # every image on this base records the same Release date
+        path.write_text(re.sub(r"(?m)^(\s*release_date:).*$", rf'\1 "{date}"', path.read_text()))
     progress(f"wrote {spec.debian.packages_lock}: {len(packages)} packages, Release {date}")
+
+
+def sharing_recipes(packages_lock: Path) -> list[Path]:
+    """The image.yaml of every recipe whose Debian base is pinned by this package lock."""
+    from .spec import IMAGES_DIR, load_spec
+
+    found = []
+    for path in sorted(IMAGES_DIR.glob("**/image.yaml")):
+        spec = load_spec(path.parent.name, path=path)
+        if spec.debian is not None and (spec.directory / spec.debian.packages_lock).resolve() == packages_lock.resolve():
+            found.append(path)
+    return found
 
 
 def lock_image(spec: ImageSpec, command: str, progress: Progress = print, debian: bool = True) -> None:
     if spec.kind == "rootfs" and debian:
         _lock_debian(spec, progress)
     lock_requirements(spec, command, progress)
-    if spec.kind == "dockerfile":
+    if spec.kind == "dockerfile" and spec.base:  # images on our Debian base have no registry digest
         try:
             resolve_base_digest(spec, progress)
         except DockerError as exc:
             progress(f"base digest NOT resolved: {exc}")
-    if spec.kind == "dockerfile" and spec.base_digest == PLACEHOLDER_DIGEST:
+    if spec.kind == "dockerfile" and spec.base and spec.base_digest == PLACEHOLDER_DIGEST:
         progress("reminder: builds refuse the placeholder digest until it is resolved on a host with registry access")

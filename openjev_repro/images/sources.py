@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import VerificationError
 
-__all__ = ["fetch_source", "check_commit"]
+__all__ = ["fetch_source", "check_commit", "check_has_commit"]
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -30,6 +30,16 @@ def check_commit(checkout: Path, expected: str, name: str = "source") -> str:
             "Fetch the pinned commit (or update the pin with a reviewed change) and build again."
         )
     return actual
+
+
+def check_has_commit(checkout: Path, commit: str, name: str = "source") -> None:
+    """Raise VerificationError unless the git checkout holds `commit` (as a commit object)."""
+    if not (Path(checkout) / ".git").exists() and not (Path(checkout) / "HEAD").exists():
+        raise VerificationError(f"{checkout} is not a git checkout; {name} needs a clone holding commit {commit}.")
+    done = subprocess.run(["git", "-C", str(checkout), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True)
+    if done.returncode != 0:
+        raise VerificationError(f"The checkout {checkout} does not hold commit {commit} ({name}); "
+                                f"fetch it (git -C {checkout} fetch origin {commit}) and build again.")
 
 
 def fetch_source(url: str, commit: str, dest: Path, name: str = "source") -> str:

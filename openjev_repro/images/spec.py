@@ -30,6 +30,7 @@ __all__ = [
     "load_spec",
     "spec_path",
     "backend_names",
+    "offline_backends",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -96,6 +97,13 @@ class ImageSpec(_Strict):
     debian: DebianPin | None = None
     env: dict[str, str] = {}
     cmd: list[str] = []
+    # Where pins come from: "host" = pip as configured here (the reference image's local CPU torch);
+    # "pypi" = PyPI alone, the host's pip configuration (local wheel folders, constraints) ignored.
+    index: Literal["host", "pypi"] = "host"
+    # Modules the offline install must import before the image is accepted.
+    check_imports: list[str] = ["torch", "transformers", "peft", "openjev_repro.backend"]
+    # Dockerfile images that compile upstream code: `invoke build` refuses without --source.
+    source_required: bool = False
 
     # Filled by load_spec: the directory the recipe lives in.
     directory: Path = Path(".")
@@ -121,12 +129,17 @@ class ImageSpec(_Strict):
 
 
 def backend_names() -> list[str]:
-    return sorted(p.parent.name for p in IMAGES_DIR.glob("*/image.yaml"))
+    found = {p.parent.name for p in IMAGES_DIR.glob("*/image.yaml")}
+    return sorted(found | {p.parent.parent.name for p in IMAGES_DIR.glob("*/offline/image.yaml")})
 
 
 def spec_path(backend: str, offline: bool = False) -> Path:
-    directory = IMAGES_DIR / backend / ("offline" if offline else "")
-    return directory / "image.yaml"
+    """images/<backend>/offline/image.yaml for --offline when there is one, else images/<backend>/image.yaml
+    (hf and fast have only the offline kind of recipe: their default build needs only Debian and PyPI)."""
+    flavour, main = IMAGES_DIR / backend / "offline" / "image.yaml", IMAGES_DIR / backend / "image.yaml"
+    if flavour.exists() and (offline or not main.exists()):
+        return flavour
+    return main
 
 
 def load_spec(backend: str, offline: bool = False, path: Path | None = None) -> ImageSpec:
@@ -134,16 +147,28 @@ def load_spec(backend: str, offline: bool = False, path: Path | None = None) -> 
     path = path or spec_path(backend, offline)
     if not path.exists():
         known = ", ".join(backend_names()) or "none"
-        what = "an offline flavour" if offline and (IMAGES_DIR / backend / "image.yaml").exists() else "an image recipe"
-        raise RecipeError(
-            f"Backend {backend!r} has no {what} at {path}. Image backends: {known}; "
-            "only 'reference' has an offline (CPU, no registry) flavour."
-        )
+        raise RecipeError(f"Backend {backend!r} has no image recipe at {path}. Image backends: {known}.")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return ImageSpec.model_validate({**data, "directory": path.parent})
+        spec = ImageSpec.model_validate({**data, "directory": path.parent})
     except yaml.YAMLError as exc:
         raise RecipeError(f"{path}: not valid YAML: {exc}.") from exc
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise RecipeError(f"{path}: invalid image recipe: {problems}.") from exc
+    if offline and spec.kind != "rootfs":
+        raise RecipeError(
+            f"Backend {backend!r} has no offline build: {path} is a Dockerfile recipe (it compiles upstream code). "
+            "The offline (Debian + wheelhouse, no registry) builds are: " + ", ".join(offline_backends()) + "."
+        )
+    return spec
+
+
+def offline_backends() -> list[str]:
+    """Backends whose image builds from the debootstrap base and a wheelhouse alone."""
+    names = []
+    for name in backend_names():
+        path = spec_path(name, offline=True)
+        if (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("kind") == "rootfs":
+            names.append(name)
+    return names

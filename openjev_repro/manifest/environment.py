@@ -306,7 +306,7 @@ def collect_git(root: Path = PROJECT_ROOT) -> dict[str, Any]:
 
 
 def default_collectors(*, backends_python: dict[str, str] | None = None,
-                       images: dict[str, str] | None = None,
+                       images: dict[str, dict] | None = None,
                        recipe_path: Path | None = None) -> dict[str, Collector]:
     collectors: dict[str, Collector] = {
         "host": collect_host,
@@ -327,7 +327,7 @@ def default_collectors(*, backends_python: dict[str, str] | None = None,
 
 def collect_environment(*, backends_python: dict[str, str] | None = None,
                         collectors: dict[str, Collector] | None = None,
-                        images: dict[str, str] | None = None,
+                        images: dict[str, dict] | None = None,
                         recipe_path: Path | None = None) -> dict[str, Any]:
     """Run every collector; a failing collector is recorded as absent with its reason."""
     if collectors is None:
