@@ -53,6 +53,8 @@ def cases(bad: dict[str, str]) -> list[tuple[str, list[str]]]:
         "publish": ["--run", "{}", "--out", "b.tar.gz"], "sign": ["--run", "{}"],
         "prepare": ["--recipe", "{}", "--dry-run"], "verify-inputs": ["--recipe", "{}"],
         "environment": ["--recipe", "{}"],
+        "submit": ["--recipe", "{}", "--replicates", "2", "--key", "{}"], "status": ["--submission", "{}"],
+        "collect": ["--submission", "{}"],
     }
     kinds = list(bad.values())
     out = [(task, [a.replace("{}", path) for a in argv]) for task, argv in every_kind.items() for path in kinds]
@@ -77,6 +79,9 @@ def cases(bad: dict[str, str]) -> list[tuple[str, list[str]]]:
         ("bench-hash", ["--sizes", "1Q", "--out", ""]),
         ("bench-hash", ["--sizes", "1K", "--dir", bad["fifo"], "--out", ""]),
         ("bench-calibrate", ["--requests", "-"]),
+        ("submit", ["--recipe", DEMO_RECIPE, "--replicates", "many", "--key", bad["binary"]]),
+        ("submit", ["--resume", bad["fifo"]]),
+        ("collect", ["--submission", bad["directory"], "--tolerances", bad["binary"]]),
     ]
     return out
 
