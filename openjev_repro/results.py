@@ -179,30 +179,9 @@ class _Index:
         self.agreements: dict[tuple[str, str, str], dict] = {}
         self._check(table, recipe)
         t = table
-        self.groups: dict[tuple[str, str, str, int], np.ndarray] = {}
-        self.excluded: dict[tuple[str, str, str], int] = {}
         timed = t.phase.equals(_MEASURED) | t.phase.equals(_FEASIBILITY)
-        for mask, grouped in ((timed, True), (~timed, False)):
-            idx = np.flatnonzero(mask)
-            if not len(idx):
-                continue
-            keys = (t.seq[idx], t.pass_index[idx], t.phase.codes[idx], t.backend.codes[idx], t.workload.codes[idx])
-            order = idx[np.lexsort(keys if grouped else keys[2:])]
-            cols = (t.workload.codes[order], t.backend.codes[order], t.phase.codes[order]) + (
-                (t.pass_index[order],) if grouped else ())
-            change = np.zeros(len(order), dtype=bool)
-            change[0] = True
-            for col in cols:
-                change[1:] |= col[1:] != col[:-1]
-            starts = np.flatnonzero(change).tolist() + [len(order)]
-            for a, b in zip(starts[:-1], starts[1:]):
-                i = int(order[a])
-                name = (t.workload.values[t.workload.codes[i]], t.backend.values[t.backend.codes[i]],
-                        t.phase.values[t.phase.codes[i]])
-                if grouped:
-                    self.groups[(*name, int(t.pass_index[i]))] = order[a:b]  # type: ignore[index]
-                else:
-                    self.excluded[name] = b - a  # type: ignore[index]
+        self.groups = t.groups(np.flatnonzero(timed), ("workload", "backend", "phase", "pass_index"))
+        self.excluded = {k: len(v) for k, v in t.groups(np.flatnonzero(~timed), ("workload", "backend", "phase")).items()}
 
     @staticmethod
     def _check(t: RowTable, recipe: Recipe) -> None:

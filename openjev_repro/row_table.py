@@ -204,9 +204,27 @@ class RowTable:
     def rows(self) -> Iterator[Row]:
         return (self.row(i) for i in range(len(self)))
 
-    def where(self, mask: np.ndarray) -> np.ndarray:
-        """Row indices where `mask` holds, in file order."""
-        return np.flatnonzero(mask)
+    def groups(self, index: np.ndarray, by: Sequence[str]) -> dict[tuple, np.ndarray]:
+        """The rows at `index` grouped by the named columns, each group's row indices in `seq` order.
+
+        `by` names string columns ("workload", "backend", "phase", ...) or "pass_index"; keys are
+        tuples of their values (strings, or int for pass_index), in no particular order."""
+        cols = [self.pass_index if name == "pass_index" else getattr(self, name).codes for name in by]
+        order = index[np.lexsort((self.seq[index], *(c[index] for c in reversed(cols))))]
+        if not len(order):
+            return {}
+        change = np.zeros(len(order), dtype=bool)
+        change[0] = True
+        for col in cols:
+            c = col[order]
+            change[1:] |= c[1:] != c[:-1]
+        starts = np.flatnonzero(change).tolist() + [len(order)]
+        out: dict[tuple, np.ndarray] = {}
+        for a, b in zip(starts[:-1], starts[1:]):
+            i = int(order[a])
+            out[tuple(int(self.pass_index[i]) if name == "pass_index" else getattr(self, name).values[
+                getattr(self, name).codes[i]] for name in by)] = order[a:b]
+        return out
 
 
 def as_table(rows: "RowTable | Iterable[Row]") -> RowTable:

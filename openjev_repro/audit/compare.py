@@ -73,20 +73,10 @@ _Passes = dict[int, np.ndarray]  # pass index -> row indices in seq order
 
 def _measured(t: RowTable) -> dict[tuple[str, str], _Passes]:
     """Measured rows grouped by (workload, backend) and pass, each pass in seq order."""
-    idx = np.flatnonzero(t.phase.equals("measured"))
-    order = idx[np.lexsort((t.seq[idx], t.pass_index[idx], t.backend.codes[idx], t.workload.codes[idx]))]
     groups: dict[tuple[str, str], _Passes] = {}
-    if not len(order):
-        return groups
-    change = np.zeros(len(order), dtype=bool)
-    change[0] = True
-    for col in (t.workload.codes[order], t.backend.codes[order], t.pass_index[order]):
-        change[1:] |= col[1:] != col[:-1]
-    starts = np.flatnonzero(change).tolist() + [len(order)]
-    for a, b in zip(starts[:-1], starts[1:]):
-        i = int(order[a])
-        key = (t.workload.values[t.workload.codes[i]], t.backend.values[t.backend.codes[i]])
-        groups.setdefault(key, {})[int(t.pass_index[i])] = order[a:b]  # type: ignore[index]
+    for (workload, backend, index), rows in t.groups(np.flatnonzero(t.phase.equals("measured")),
+                                                     ("workload", "backend", "pass_index")).items():
+        groups.setdefault((workload, backend), {})[index] = rows
     return groups
 
 
