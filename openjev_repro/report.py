@@ -11,13 +11,16 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable
+
+import numpy as np
 
 from .errors import EvidenceError
 from .evidence import ENVELOPE_NAME, RunDir, read_json
 from .recipe import Recipe, load_recipe
 from .results import summarize
-from .rows import Row, read_rows
+from .row_table import RowTable, as_table, read_table
+from .rows import Row
 
 __all__ = ["DIGITS", "PLOT_NAMES", "render_report", "write_plots", "write_report", "incomplete_banner"]
 
@@ -146,7 +149,7 @@ def _gate_lines(gates: list[dict]) -> list[str]:
     return lines
 
 
-def render_report(summary: dict, rows: Sequence[Row], recipe: Recipe, *, state: dict | None = None,
+def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: dict | None = None,
                   notes: Iterable[str] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
 
@@ -158,7 +161,8 @@ def render_report(summary: dict, rows: Sequence[Row], recipe: Recipe, *, state: 
     out = [f"# Study {summary['study_id']}", "", *banner]
     out += [f"{recipe.study.purpose.strip()} (date {recipe.study.date.isoformat()})", ""]
     out += [f"> **{n}**" for n in notes] + ([""] if notes else [])
-    excluded = sum(1 for r in rows if r.phase in ("first", "warmup", "feasibility"))
+    t = as_table(rows)
+    excluded = int(sum(t.phase.equals(ph).sum() for ph in ("first", "warmup", "feasibility")))
     out += [
         "P50 is the median. P95 JevBench rank is `sorted[int(0.95*N)-1]`; P95 nearest rank is "
         "`sorted[ceil(0.95*N)-1]`. Means are `fsum / N` over successful measured requests; the first "
@@ -183,35 +187,38 @@ def render_report(summary: dict, rows: Sequence[Row], recipe: Recipe, *, state: 
 # --- plots -----------------------------------------------------------------------------
 
 
-def _measured_by_backend(rows: Iterable[Row]) -> dict[str, list[Row]]:
-    out: dict[str, list[Row]] = {}
-    for r in rows:
-        if r.phase == "measured" and r.ok:
-            out.setdefault(r.backend, []).append(r)
-    return out
+def _measured_by_backend(t: RowTable) -> dict[str, np.ndarray]:
+    """Row indices of measured, successful rows per backend (backends in order of first appearance)."""
+    idx = np.flatnonzero(t.phase.equals("measured") & t.ok)
+    codes = t.backend.codes[idx]
+    first_seen = sorted(np.unique(codes, return_index=True)[1].tolist())
+    return {str(t.backend.values[codes[i]]): idx[codes == codes[i]] for i in first_seen}
 
 
-def _plot_bytes(rows: Sequence[Row]) -> dict[str, bytes]:
+def _plot_bytes(rows: RowTable | Iterable[Row]) -> dict[str, bytes]:
     """Both PNGs as bytes. Figure + Agg canvas, no pyplot state; PNG metadata stripped."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    series = _measured_by_backend(rows)
+    t = as_table(rows)
+    series = _measured_by_backend(t)
     figs = {}
     fig = Figure(figsize=(7, 4.5), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     for name, rs in series.items():
-        pts = sorted((r.input_tokens, r.latency_ms) for r in rs if r.input_tokens is not None)
-        ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=10, alpha=0.7, label=name)
+        rs = rs[t.has_input_tokens[rs]]
+        tokens, latency = t.input_tokens[rs], t.latency_ms[rs]
+        order = np.lexsort((latency, tokens))  # sorted by (tokens, latency)
+        ax.scatter(tokens[order], latency[order], s=10, alpha=0.7, label=name)
     ax.set(xlabel="input tokens", ylabel="latency (ms)", title="Measured latency against input tokens")
     figs[PLOT_NAMES[0]] = fig
     fig = Figure(figsize=(7, 4.5), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     for name, rs in series.items():
-        lat = sorted(r.latency_ms for r in rs)
-        ax.step(lat, [(i + 1) / len(lat) for i in range(len(lat))], where="post", label=name)
+        lat = np.sort(t.latency_ms[rs])
+        ax.step(lat, np.arange(1, len(lat) + 1) / len(lat), where="post", label=name)
     ax.set(xlabel="latency (ms)", ylabel="fraction of measured requests", title="Latency CDF", ylim=(0, 1.02))
     figs[PLOT_NAMES[1]] = fig
     out = {}
@@ -232,7 +239,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
+def write_plots(rows: RowTable | Iterable[Row], out_dir: Path) -> list[Path]:
     """latency_vs_tokens.png and latency_cdf.png of measured, successful rows (one series per backend)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -246,13 +253,13 @@ def write_plots(rows: Sequence[Row], out_dir: Path) -> list[Path]:
 # --- a run directory -------------------------------------------------------------------
 
 
-def _load_run(run: RunDir) -> tuple[dict, Recipe, list[Row]]:
+def _load_run(run: RunDir) -> tuple[dict, Recipe, RowTable]:
     state = run.state()
     recipe = load_recipe(run.file("recipe.yaml"))
     if run.rows_path.exists() or state.get("status") == "complete":
-        rows = read_rows(run.rows_path)
+        rows = read_table(run.rows_path)
     else:
-        rows = []  # a run that stopped before its first request
+        rows = RowTable.from_rows([])  # a run that stopped before its first request
     return state, recipe, rows
 
 
