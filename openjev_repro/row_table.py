@@ -20,6 +20,8 @@ Python floats are. `results` therefore computes the same figures from a table as
 
 from __future__ import annotations
 
+import itertools
+import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -30,7 +32,7 @@ import numpy as np
 from .errors import EvidenceError
 from .rows import ROW_FORMAT_VERSION, Row, read_rows
 
-__all__ = ["Interned", "RowTable", "read_table", "as_table", "CHUNK_BYTES"]
+__all__ = ["Interned", "RowTable", "read_table", "as_table", "chunks", "CHUNK_BYTES"]
 
 CHUNK_BYTES = 8 << 20  # rows are decoded 8 MiB at a time, so memory stays bounded
 
@@ -69,10 +71,12 @@ class Interned:
     values: list[str | None]
 
     @classmethod
-    def of(cls, column: Iterable[str | None]) -> "Interned":
-        lookup: dict[str | None, int] = {}
-        codes = np.fromiter((lookup.setdefault(v, len(lookup)) for v in column), dtype=np.int32)
-        return cls(codes, list(lookup))
+    def of(cls, column: Sequence[str | None]) -> "Interned":
+        """Codes in order of first appearance; every loop runs in C (dict.fromkeys, map)."""
+        values = list(dict.fromkeys(column))
+        lookup = {v: i for i, v in enumerate(values)}
+        codes = np.fromiter(map(lookup.__getitem__, column), dtype=np.int32, count=len(column))
+        return cls(codes, values)
 
     def code(self, value: str | None) -> int:
         """The code of `value`, or -1 when no row holds it."""
@@ -147,8 +151,8 @@ class RowTable:
     @classmethod
     def from_columns(cls, columns: dict[str, list]) -> "RowTable":
         """A table from one Python list per Row field (all of one length)."""
-        probability = columns["probability"]
-        tokens = columns["input_tokens"]
+        probability, has_probability = _optional(columns["probability"], np.float64)
+        tokens, has_tokens = _optional(columns["input_tokens"], np.int64)
         try:
             return cls(
                 ids=Interned.of(columns["id"]), backend=Interned.of(columns["backend"]),
@@ -158,11 +162,9 @@ class RowTable:
                 seq=np.array(columns["seq"], dtype=np.int64),
                 start_ns=np.array(columns["start_ns"], dtype=np.int64),
                 end_ns=np.array(columns["end_ns"], dtype=np.int64),
-                probability=np.array([0.0 if p is None else p for p in probability], dtype=np.float64),
-                has_probability=np.array([p is not None for p in probability], dtype=bool),
-                input_tokens=np.array([0 if t is None else t for t in tokens], dtype=np.int64),
-                has_input_tokens=np.array([t is not None for t in tokens], dtype=bool),
-                ok=np.array([e is None for e in columns["error"]], dtype=bool),
+                probability=probability, has_probability=has_probability,
+                input_tokens=tokens, has_input_tokens=has_tokens,
+                ok=~_present(columns["error"]),
                 status=list(columns["status"]), body_sha256=list(columns["body_sha256"]),
                 error=list(columns["error"]),
             )
@@ -227,30 +229,37 @@ class RowTable:
         return out
 
 
+def _present(column: Sequence[object]) -> np.ndarray:
+    """Boolean mask: the value is not None (a C loop over the list)."""
+    return np.fromiter(map(operator.is_not, column, itertools.repeat(None)), dtype=bool, count=len(column))
+
+
+def _optional(column: Sequence[object], dtype: type) -> tuple[np.ndarray, np.ndarray]:
+    """(values with 0 where None, mask of present values) of a column that may hold None."""
+    present = _present(column)
+    if present.all():
+        return np.array(column, dtype=dtype), present
+    filled = np.array(column, dtype=object)
+    filled[~present] = 0
+    return filled.astype(dtype), present
+
+
 def as_table(rows: "RowTable | Iterable[Row]") -> RowTable:
     """A RowTable as is; any iterable of Row objects converted once."""
     return rows if isinstance(rows, RowTable) else RowTable.from_rows(rows)
 
 
-def _chunks(path: Path, size: int) -> Iterator[bytes]:
+def chunks(path: Path, size: int) -> Iterator[bytes]:
     """The file in pieces of about `size` bytes, each ending at a line break (or the file's end)."""
     with open(path, "rb") as fh:
-        rest = b""
         while block := fh.read(size):
-            block = rest + block
-            cut = block.rfind(b"\n") + 1
-            if cut == 0:
-                rest = block
-                continue
-            rest = block[cut:]
-            yield block[:cut]
-        if rest:
-            yield rest
+            if not block.endswith(b"\n"):
+                block += fh.readline()
+            yield block
 
 
 def _table_of(structs: list[_RowStruct]) -> RowTable:
-    columns = list(zip(*map(msgspec.structs.astuple, structs))) or [()] * len(_ROW_FIELDS)
-    return RowTable.from_columns({name: list(col) for name, col in zip(_ROW_FIELDS, columns)})
+    return RowTable.from_columns({name: list(map(operator.attrgetter(name), structs)) for name in _ROW_FIELDS})
 
 
 def read_table(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> RowTable:
@@ -260,7 +269,7 @@ def read_table(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> RowTable:
         raise EvidenceError(f"No rows file at {path}.")
     tables = []
     try:
-        for chunk in _chunks(path, chunk_bytes):
+        for chunk in chunks(path, chunk_bytes):
             structs = _DECODER.decode_lines(chunk)
             if any(s.v != ROW_FORMAT_VERSION for s in structs):
                 raise ValueError("row format version")
