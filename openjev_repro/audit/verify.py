@@ -75,7 +75,6 @@ class Evidence:
 
     def __init__(self, run: RunDir) -> None:
         self.run = run
-        self.subjects: dict[str, str] = {}  # subject name -> signed sha256, once every digest matched
 
     @cached_property
     def recipe(self) -> Recipe:
@@ -88,7 +87,7 @@ class Evidence:
 
 def verify_dir(directory: Path, *, pubkey: Path | None = None, allow_unsigned: bool = False,
                evidence: Evidence | None = None) -> list[Check]:
-    """Every check of a run directory. Pass `evidence` to keep what was read (publish reuses it)."""
+    """Every check of a run directory; `evidence` (optional) holds what was read, for the caller to reuse."""
     checks: list[Check] = []
     try:
         envelope, statement = read_statement(Path(directory) / ENVELOPE_NAME)
@@ -115,8 +114,6 @@ def verify_dir(directory: Path, *, pubkey: Path | None = None, allow_unsigned: b
             checks.append(Check(step.__name__.strip("_").replace("_", " "), False, f"{type(exc).__name__}: {exc}"))
     if aggregate_only:
         checks.extend(_source_manifest(run, predicate, subjects, pubkey))
-    if not any(c.passed is False and c.name == "subject digests" for c in checks):
-        ev.subjects = subjects
     return checks
 
 
