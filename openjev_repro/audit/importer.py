@@ -30,7 +30,8 @@ from ..errors import EvidenceError, InputMismatch
 from ..evidence import RunDir, read_json, write_json_atomic
 from ..recipe import parse_recipe
 from ..results import latency_stats, mean, summarize
-from ..rows import Row, RowWriter, read_rows
+from ..row_table import read_table
+from ..rows import Row, RowWriter
 
 __all__ = ["IMPORT_FORMAT_VERSION", "verify_source_manifest", "read_system1", "import_system1",
            "format_import_report"]
@@ -119,7 +120,8 @@ def read_system1(src: Path, workload: str) -> tuple[list[Row], list[dict], list[
 
 
 def _check_ids(name: str, ids: list[str], reference: list[str]) -> None:
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    seen: set[str] = set()
+    dupes = sorted({i for i in ids if i in seen or seen.add(i)})  # one pass, a set: no quadratic count()
     if dupes:
         raise EvidenceError(f"{name}: duplicate case ids {', '.join(dupes[:5])}; a pass holds each case once.")
     missing, extra = sorted(set(reference) - set(ids)), sorted(set(ids) - set(reference))
@@ -214,7 +216,7 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed") -> dict:
         with open(run.responses_path(arm), "w", encoding="utf-8") as fh:
             for entry in (b for b in bodies if b["backend"] == arm):
                 fh.write(json.dumps(entry, sort_keys=True) + "\n")
-    write_json_atomic(run.file("summary.json"), summarize(read_rows(run.rows_path), parsed))
+    write_json_atomic(run.file("summary.json"), summarize(read_table(run.rows_path), parsed))
     report = {
         "format_version": IMPORT_FORMAT_VERSION, "format": "system1-omni", "source": str(src.resolve()),
         "signed": False, "files_verified": len(listed), "source_manifest": listed,
