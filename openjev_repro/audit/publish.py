@@ -107,6 +107,11 @@ class _Hashing(io.RawIOBase):
         return data
 
 
+# Large copies: zlib and hashlib release the GIL per call, so few large calls let the tar thread
+# run beside the verification instead of queueing for the GIL once per small block.
+_COPY_BYTES = 4 << 20
+
+
 def _member(name: str, size: int) -> tarfile.TarInfo:
     """Fixed owner, mode and time: the same bundle gives the same bytes."""
     info = tarfile.TarInfo(name)
@@ -120,7 +125,7 @@ def _write_tar(run: RunDir, members: dict[str, str], extra: dict[str, bytes], tm
     """Sorted members streamed into `tmp` (gzip, mtime 0); a member whose bytes differ from its digest fails."""
     with open(tmp, "wb") as raw, \
             gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=COMPRESS_LEVEL) as gz, \
-            tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+            tarfile.TarFile(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, copybufsize=_COPY_BYTES) as tar:
         for name in sorted([*members, *extra], key=PurePosixPath):
             if name in extra:
                 tar.addfile(_member(name, len(extra[name])), io.BytesIO(extra[name]))
