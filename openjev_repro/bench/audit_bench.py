@@ -203,7 +203,7 @@ pid = os.posix_spawnp(sys.argv[2], sys.argv[2:], os.environ)
 _, status, usage = os.wait4(pid, 0)
 wall = time.perf_counter() - start
 with open(sys.argv[1], "w") as fh:
-    json.dump([os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024, wall], fh)
+    json.dump([os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024, wall, usage.ru_utime + usage.ru_stime], fh)
 """
 
 
@@ -212,11 +212,11 @@ def _measure(argv: list[str], cwd: Path = _ROOT) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json") as report:
         proc = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, report.name, *argv], cwd=cwd,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        code, rss, wall = json.loads(Path(report.name).read_text() or "[1, 0, 0]")
+        code, rss, wall, cpu = json.loads(Path(report.name).read_text() or "[1, 0, 0, 0]")
     if proc.returncode != 0 or code != 0:
         raise AuditBenchError(f"{' '.join(argv[2:5])} … exited {code}: "
                               f"{proc.stderr.decode(errors='replace').strip()[-300:]}")
-    return {"seconds": wall, "max_rss_bytes": rss}
+    return {"seconds": wall, "cpu_seconds": cpu, "max_rss_bytes": rss}
 
 
 def _invoke(*args: str) -> list[str]:
@@ -249,6 +249,7 @@ def _ratio(a: float, b: float) -> float:
 def _size_result(k: int, run: Path, src: Path, rows: int, import_rows: int, rounds: list[dict]) -> dict[str, Any]:
     run_bytes, src_bytes = _size(run), _size(src)
     med = {name: statistics.median(r[name]["seconds"] for r in rounds) for name in rounds[0]}
+    cpu = {name: statistics.median(r[name]["cpu_seconds"] for r in rounds) for name in rounds[0]}
     peak = {name: max(r[name]["max_rss_bytes"] for r in rounds) for name in rounds[0]}
     commands = {}
     for name in COMMANDS:
@@ -258,9 +259,12 @@ def _size_result(k: int, run: Path, src: Path, rows: int, import_rows: int, roun
         commands[name] = {"seconds_median": round(med[name], 3), "seconds": [round(r[name]["seconds"], 3) for r in rounds],
                           "sha256sum_seconds_median": round(med[floor], 3),
                           "ratio_to_sha256sum": _ratio(med[name], med[floor]), "ratio_per_round": per_round,
+                          "cpu_seconds_median": round(cpu[name], 3), "sha256sum_cpu_seconds_median": round(cpu[floor], 3),
+                          "cpu_ratio_to_sha256sum": _ratio(cpu[name], cpu[floor]),
                           "peak_rss_mib": round(peak[name] / 2**20, 1),
                           "peak_rss_over_size_on_disk": _ratio(peak[name], disk)}
     commands["publish"]["ratio_to_verify"] = _ratio(med["publish"], med["verify"])
+    commands["publish"]["cpu_ratio_to_verify"] = _ratio(cpu["publish"], cpu["verify"])
     return {"factor": k, "rows": rows, "measured_rows_imported": import_rows, "run_bytes": run_bytes,
             "import_source_bytes": src_bytes, "startup_seconds_median": round(med["startup"], 3),
             "startup_peak_rss_mib": round(peak["startup"] / 2**20, 1), "commands": commands}
@@ -307,16 +311,19 @@ def format_audit_table(result: dict[str, Any]) -> str:
     """A Markdown table: per size and command, median time, ratio to sha256sum and peak memory."""
     lines = [f"audit commands vs sha256sum over the same files, median of {result['rounds']} rounds "
              f"({result['machine']['usable_cores']} cores, load average {result['machine']['load_average_1m']} at start)",
-             "", "| size | rows | run MB | command | time (s) | sha256sum (s) | ratio | peak RSS (MiB) | RSS / size |",
-             "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+             "", "| size | rows | MB | command | time (s) | sha256sum (s) | ratio | CPU (s) | CPU ratio | peak RSS (MiB) "
+             "| RSS / size |", "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for s in result["sizes"]:
         for name, c in s["commands"].items():
             mb = (s["import_source_bytes"] if name == "import" else s["run_bytes"]) / 1e6
             rows = s["measured_rows_imported"] if name == "import" else s["rows"]
             lines.append(f"| {s['factor']}x | {rows} | {mb:.1f} | {name} | {c['seconds_median']:.3f} | "
                          f"{c['sha256sum_seconds_median']:.3f} | {c['ratio_to_sha256sum']:.2f} | "
+                         f"{c['cpu_seconds_median']:.3f} | {c['cpu_ratio_to_sha256sum']:.2f} | "
                          f"{c['peak_rss_mib']:.1f} | {c['peak_rss_over_size_on_disk']:.2f} |")
-        lines.append(f"| {s['factor']}x | | | publish / verify | | | {s['commands']['publish']['ratio_to_verify']:.2f} | | |")
-        lines.append(f"| {s['factor']}x | | | start-up (`invoke --help verify`) | {s['startup_seconds_median']:.3f} | | | "
+        p = s["commands"]["publish"]
+        lines.append(f"| {s['factor']}x | | | publish / verify | | | {p['ratio_to_verify']:.2f} | | "
+                     f"{p['cpu_ratio_to_verify']:.2f} | | |")
+        lines.append(f"| {s['factor']}x | | | start-up (`invoke --help verify`) | {s['startup_seconds_median']:.3f} | | | | | "
                      f"{s['startup_peak_rss_mib']:.1f} | |")
     return "\n".join(lines)
