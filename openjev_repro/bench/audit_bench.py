@@ -8,10 +8,12 @@ throwaway key, so it has exactly the file formats of a study's run and verifies.
 measured rows the benchmark also writes evidence in the system1-omni format
 (`<arm>-measured-<pass>.jsonl`, summary.json, manifest.json) for `import-evidence`.
 
-Each command runs as `python -m invoke TASK ...` in its own subprocess; its wall time and
-peak memory (the child's max RSS from wait4) are recorded. In each round `sha256sum` runs
-over the same files just before the commands, so every ratio compares two timings taken
-side by side under the same machine load. The result records the load average.
+Each command runs as `python -m invoke TASK ...` in its own subprocess; its wall time, CPU
+time (user + sys) and peak memory (the child's max RSS from wait4, taken in a small launcher
+process so the benchmark's own memory does not count) are recorded. Each round first reads
+every file once (warm page cache for all sides), then runs `sha256sum` over the same files
+just before the commands, so every ratio compares two timings taken side by side under the
+same machine load. The result records the load average before and after each size.
 """
 
 from __future__ import annotations
@@ -226,6 +228,10 @@ def _invoke(*args: str) -> list[str]:
 def _round(work: Path, run: Path, src: Path, key_pub: Path, key: Path, tag: str) -> dict[str, dict[str, Any]]:
     """One timed round: each sha256sum floor just before the commands over the same files."""
     out: dict[str, dict[str, Any]] = {}
+    for path in [*_files(run), *_files(src)]:  # warm page cache for every side, as in bench-hash
+        with open(path, "rb") as fh:
+            while fh.read(8 << 20):
+                pass
     out["sha256sum_run"] = _measure(["sha256sum", *map(str, _files(run))])
     out["sha256sum_import_source"] = _measure(["sha256sum", *map(str, _files(src))])
     out["startup"] = _measure(_invoke("--help", "verify"))
