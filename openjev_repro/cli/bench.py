@@ -86,3 +86,5 @@ def bench_audit(c, sizes="1,10,100,1000", source=None, rounds=3, dir="", keep=Fa
         write_result(Path(out), result)
         print(f"wrote {out}")
     print(format_audit_table(result))
+    if result.get("work_dir"):
+        print(f"kept: {result['work_dir']}")
