@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import itertools
 import operator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import msgspec
 import numpy as np
@@ -32,7 +32,7 @@ import numpy as np
 from .errors import EvidenceError
 from .rows import ROW_FORMAT_VERSION, Row, read_rows
 
-__all__ = ["Interned", "RowTable", "read_table", "as_table", "chunks", "CHUNK_BYTES"]
+__all__ = ["CHUNK_BYTES", "Interned", "RowTable", "as_table", "chunks", "read_table"]
 
 CHUNK_BYTES = 8 << 20  # rows are decoded 8 MiB at a time, so memory stays bounded
 
@@ -71,7 +71,7 @@ class Interned:
     values: list[str | None]
 
     @classmethod
-    def of(cls, column: Sequence[str | None]) -> "Interned":
+    def of(cls, column: Sequence[str | None]) -> Interned:
         """Codes in order of first appearance; every loop runs in C (dict.fromkeys, map)."""
         values = list(dict.fromkeys(column))
         lookup = {v: i for i, v in enumerate(values)}
@@ -149,7 +149,7 @@ class RowTable:
     # --- building ----------------------------------------------------------------------
 
     @classmethod
-    def from_columns(cls, columns: dict[str, list]) -> "RowTable":
+    def from_columns(cls, columns: dict[str, list]) -> RowTable:
         """A table from one Python list per Row field (all of one length)."""
         probability, has_probability = _optional(columns["probability"], np.float64)
         tokens, has_tokens = _optional(columns["input_tokens"], np.int64)
@@ -172,12 +172,12 @@ class RowTable:
             raise EvidenceError(f"rows hold a value of the wrong type ({exc}).") from exc
 
     @classmethod
-    def from_rows(cls, rows: Iterable[Row]) -> "RowTable":
+    def from_rows(cls, rows: Iterable[Row]) -> RowTable:
         rows = list(rows)
         return cls.from_columns({name: [getattr(r, name) for r in rows] for name in _ROW_FIELDS})
 
     @classmethod
-    def concat(cls, tables: Sequence["RowTable"]) -> "RowTable":
+    def concat(cls, tables: Sequence[RowTable]) -> RowTable:
         if len(tables) == 1:
             return tables[0]
         if not tables:
@@ -222,7 +222,7 @@ class RowTable:
             change[1:] |= c[1:] != c[:-1]
         starts = np.flatnonzero(change).tolist() + [len(order)]
         out: dict[tuple, np.ndarray] = {}
-        for a, b in zip(starts[:-1], starts[1:]):
+        for a, b in itertools.pairwise(starts):
             i = int(order[a])
             out[tuple(int(self.pass_index[i]) if name == "pass_index" else getattr(self, name).values[
                 getattr(self, name).codes[i]] for name in by)] = order[a:b]
@@ -244,7 +244,7 @@ def _optional(column: Sequence[object], dtype: type) -> tuple[np.ndarray, np.nda
     return filled.astype(dtype), present
 
 
-def as_table(rows: "RowTable | Iterable[Row]") -> RowTable:
+def as_table(rows: RowTable | Iterable[Row]) -> RowTable:
     """A RowTable as is; any iterable of Row objects converted once."""
     return rows if isinstance(rows, RowTable) else RowTable.from_rows(rows)
 

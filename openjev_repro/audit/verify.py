@@ -84,6 +84,13 @@ class Evidence:
     def table(self) -> RowTable:
         return read_table(self.run.rows_path)
 
+    def preload(self) -> None:
+        """Parse the rows now; a damaged file is reported later by the check that reads it."""
+        try:
+            self.table  # noqa: B018 (the cached property parses on first access)
+        except _BAD_EVIDENCE:
+            pass
+
 
 def verify_dir(directory: Path, *, pubkey: Path | None = None, allow_unsigned: bool = False,
                evidence: Evidence | None = None) -> list[Check]:
@@ -101,10 +108,7 @@ def verify_dir(directory: Path, *, pubkey: Path | None = None, allow_unsigned: b
     # Hash every subject in background threads (hashlib releases the GIL) while the rows are parsed.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-hash") as pool:
         hashing = pool.submit(_hash_subjects, statement, run)
-        try:
-            ev.table  # parsed here, while the files hash; a damaged file is reported by the step that reads it
-        except _BAD_EVIDENCE:
-            pass
+        ev.preload()  # the rows parse here, while the files hash
         subjects = _subject_digests(statement, run, checks, hashing)
     aggregate_only = bool(predicate.get("aggregate_only"))
     for step in (_complete, _copied_files, _case_ids, _responses, _recomputed):
@@ -331,7 +335,6 @@ def _responses(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Chec
     hashes = dict(zip(keys, t.body_sha256))
     wrong, seen = [], 0
     for path in sorted(ev.run.path.glob("responses/*.jsonl")):
-        number = 0
         for before, entries in _response_chunks(path):
             at = [i for i, e in enumerate(entries) if e.body is not msgspec.UNSET or e.body_base64 is not msgspec.UNSET]
             have = [entries[i] for i in at]

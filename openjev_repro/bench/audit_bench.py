@@ -25,14 +25,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import ReproError
-from ..evidence import ENVELOPE_NAME, RunDir, read_json, write_json_atomic
+from ..evidence import ENVELOPE_NAME, read_json, write_json_atomic
 from ..manifest.keys import generate_keypair
 from ..manifest.statement import write_manifest
 from ..recipe import load_recipe
@@ -41,8 +40,15 @@ from ..results import summarize
 from ..row_table import read_table
 from .machine import result_header
 
-__all__ = ["COMMANDS", "default_source", "parse_factors", "synthesize_run", "synthesize_system1",
-           "run_audit_bench", "format_audit_table"]
+__all__ = [
+    "COMMANDS",
+    "default_source",
+    "format_audit_table",
+    "parse_factors",
+    "run_audit_bench",
+    "synthesize_run",
+    "synthesize_system1",
+]
 
 COMMANDS = ("import", "verify", "compare", "report", "publish")
 _TIMED_PHASES = ("measured", "feasibility")
@@ -212,7 +218,7 @@ with open(sys.argv[1], "w") as fh:
 def _measure(argv: list[str], cwd: Path = _ROOT) -> dict[str, Any]:
     """Wall time and peak RSS (max RSS from wait4, in a small launcher process) of one command."""
     with tempfile.NamedTemporaryFile(suffix=".json") as report:
-        proc = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, report.name, *argv], cwd=cwd,
+        proc = subprocess.run([sys.executable, "-S", "-c", _LAUNCHER, report.name, *argv], cwd=cwd, check=False,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         code, rss, wall, cpu = json.loads(Path(report.name).read_text() or "[1, 0, 0, 0]")
     if proc.returncode != 0 or code != 0:
@@ -318,10 +324,11 @@ def run_audit_bench(factors: list[int], source: Path, directory: Path | None = N
 
 def format_audit_table(result: dict[str, Any]) -> str:
     """A Markdown table: per size and command, median time, ratio to sha256sum and peak memory."""
-    lines = [f"audit commands vs sha256sum over the same files, median of {result['rounds']} rounds "
-             f"({result['machine']['usable_cores']} cores, load average {result['machine']['load_average_1m']} at start)",
-             "", "| size | rows | MB | command | time (s) | sha256sum (s) | ratio | CPU (s) | CPU ratio | peak RSS (MiB) "
-             "| RSS / size |", "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    machine = result["machine"]
+    lines = [(f"audit commands vs sha256sum over the same files, median of {result['rounds']} rounds "
+              f"({machine['usable_cores']} cores, load average {machine['load_average_1m']} at start)"), "",
+             "| size | rows | MB | command | time (s) | sha256sum (s) | ratio | CPU (s) | CPU ratio | peak RSS (MiB) | RSS / size |",
+             "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for s in result["sizes"]:
         for name, c in s["commands"].items():
             mb = (s["import_source_bytes"] if name == "import" else s["run_bytes"]) / 1e6
