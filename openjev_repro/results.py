@@ -1,5 +1,10 @@
 """Statistics, correctness, agreement and gates: pure functions of (rows, recipe).
 
+Rows come as a `row_table.RowTable` (numpy columns; a list of `Row` is converted once).
+Grouping, pairing by (id, seq), agreement and stability are sorts and array comparisons,
+so every step is O(n log n) at worst; the figures are the same values the pure-Python
+implementation computed (docs/results.md), and the bootstrap is numpy (`BOOTSTRAP_METHOD`).
+
 Nothing here reads files or starts processes, so `verify` can recompute `summary.json`
 from `rows.jsonl` and the recipe and compare it for exact equality.
 
