@@ -96,8 +96,7 @@ class Interned:
     def strings(self, index: np.ndarray | None = None) -> list[str | None]:
         """The values of the rows at `index` (all rows when None), in order."""
         codes = self.codes if index is None else self.codes[index]
-        values = self.values
-        return [values[c] for c in codes.tolist()]
+        return list(map(self.values.__getitem__, codes.tolist()))
 
 
 def _concat(parts: list[Interned]) -> Interned:
