@@ -177,3 +177,17 @@ def test_bench_audit_refuses_bad_sizes_and_sources(tmp_path):
     assert bad.returncode == 1 and bad.stderr.strip().startswith("error:") and "Traceback" not in bad.stderr
     missing = invoke("bench-audit", "--sizes", "1", "--source", str(tmp_path / "nope"))
     assert missing.returncode == 1 and "not a signed run directory" in missing.stderr
+
+
+def test_compare_markdown_names_the_first_flips_and_the_json_all(tmp_path):
+    from openjev_repro.audit.compare import compare_rows, to_markdown
+
+    table = every_decision_differs(50)
+    a_rows = [r for r in table.rows() if r.backend == "a"]
+    b_rows = [Row(**{**r.__dict__, "backend": "a"}) for r in table.rows() if r.backend == "b"]
+    result = compare_rows(a_rows, b_rows)
+    flips = result["pairs"][0]["answers"]["decision_flips"]
+    assert len(flips) == 50
+    line = next(li for li in to_markdown(result).splitlines() if li.startswith("- decision flips"))
+    assert line.startswith("- decision flips: 50 of 50 paired cases (case-000000, case-000001")
+    assert "case-000019," in line and "case-000020" not in line and "… and 30 more (all in the --out JSON)" in line

@@ -194,6 +194,17 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+MARKDOWN_FLIP_IDS = 20  # the JSON (--out) lists every flip; the printed line names the first ones
+
+
+def _flip_ids(flips: list[dict[str, Any]]) -> str:
+    if not flips:
+        return ""
+    shown = ", ".join(f["id"] for f in flips[:MARKDOWN_FLIP_IDS])
+    more = len(flips) - MARKDOWN_FLIP_IDS
+    return f" ({shown}{f', … and {more} more (all in the --out JSON)' if more > 0 else ''})"
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     lines = []
     for p in result["pairs"]:
@@ -209,7 +220,7 @@ def to_markdown(result: dict[str, Any]) -> str:
                   f"{'—' if ci is None else f'[{ci[0]:.3f}, {ci[1]:.3f}] ms'} (seed {p['bootstrap']['seed']}, "
                   f"bootstrap method v{p['bootstrap'].get('method_version', 1)})",
                   f"- decision flips: {len(a['decision_flips'])} of {a['paired']} paired cases"
-                  + (f" ({', '.join(f['id'] for f in a['decision_flips'])})" if a["decision_flips"] else ""),
+                  + _flip_ids(a["decision_flips"]),
                   f"- max |probability delta|: {a['max_abs_probability_delta']!r}", ""]
     v = result["verdict"]
     verdict = "no tolerances declared" if v["passed"] is None else ("PASS" if v["passed"] else "FAIL")
