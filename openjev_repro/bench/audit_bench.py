@@ -294,7 +294,8 @@ def run_audit_bench(factors: list[int], source: Path, directory: Path | None = N
         raise AuditBenchError("sha256sum (coreutils) is not installed; it is the floor every ratio is against.")
     if rounds < 1:
         raise AuditBenchError("--rounds must be at least 1.")
-    result = {**result_header("audit"), "source_run": str(source), "rounds": rounds, "sizes": []}
+    result = {**result_header("audit"), "git_commit": _git_commit(), "source_run": str(source), "rounds": rounds,
+              "sizes": []}
     base = Path(directory) if directory else None
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
@@ -320,6 +321,17 @@ def run_audit_bench(factors: list[int], source: Path, directory: Path | None = N
             shutil.rmtree(work, ignore_errors=True)
     result["work_dir"] = str(work) if keep else None
     return result
+
+
+def _git_commit() -> str | None:
+    """The commit of the code measured (with "+dirty" when the work tree differs), or None outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=_ROOT, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=_ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
 def format_audit_table(result: dict[str, Any]) -> str:
