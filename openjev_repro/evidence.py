@@ -19,7 +19,11 @@ Layout of a run directory (every file except the envelope is a manifest subject)
     manifest.dsse.json     the signed in-toto statement (written last; not its own subject)
 
 Format history of state.json:
-    1  (2026-11) first version.
+    1  (2026-11) first version. Additive: `owner` {pid, start_ticks, boot_id, host} of the
+       study that writes it (readers tolerate its absence; see `stale_reason`).
+
+Every entry of a run is a regular file or a directory (`scan_tree`): links, FIFOs, devices
+and empty directories make a run unsignable and fail verify.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
+import socket
+import stat
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,30 +41,170 @@ from typing import Any
 
 from .errors import EvidenceError
 
-__all__ = ["RunDir", "STATE_FORMAT_VERSION", "write_json_atomic", "read_json", "ENVELOPE_NAME"]
+__all__ = ["RunDir", "STATE_FORMAT_VERSION", "write_json_atomic", "write_bytes_atomic", "read_json", "ENVELOPE_NAME", "scan_tree",
+           "fsync_tree", "boot_id", "process_start_ticks", "stale_reason", "guard_output", "enclosing_run"]
 
 STATE_FORMAT_VERSION = 1
 ENVELOPE_NAME = "manifest.dsse.json"
 
 
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write to a temporary file in the same directory, fsync, rename over `path`; no temp file survives."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to a temporary file in the same directory, fsync, then rename over `path`."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True, allow_nan=False)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def read_json(path: Path) -> Any:
+    from .limits import loads_bounded
+
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return loads_bounded(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise EvidenceError(f"Missing evidence file {path}.") from exc
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # syntax, depth, huge integers, bad UTF-8
         raise EvidenceError(f"{path} is not valid JSON ({exc}).") from exc
+
+
+def scan_tree(root: Path) -> tuple[list[Path], list[str]]:
+    """Every entry under root, hidden names included, without following links.
+
+    Returns (regular files sorted by relative path, problems): a symlink, FIFO, socket,
+    device or empty directory anywhere is a problem, named by its relative path.
+    """
+    root = Path(root)
+    files: list[Path] = []
+    problems: list[str] = []
+    pending = [root]
+    while pending:
+        directory = pending.pop()
+        with os.scandir(directory) as entries:
+            children = list(entries)
+        if not children and directory != root:
+            problems.append(f"{directory.relative_to(root).as_posix()}/ is an empty directory")
+        for entry in children:
+            path = Path(entry.path)
+            rel = path.relative_to(root).as_posix()
+            mode = entry.stat(follow_symlinks=False).st_mode
+            if stat.S_ISDIR(mode):
+                pending.append(path)
+            elif stat.S_ISREG(mode):
+                files.append(path)
+            else:
+                kind = {stat.S_IFLNK: "a symlink", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+                        stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+                problems.append(f"{rel} is {kind.get(stat.S_IFMT(mode), 'not a regular file')}")
+    files.sort(key=lambda p: p.relative_to(root).as_posix())
+    return files, sorted(problems)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every regular file and directory under root (before a run is called complete)."""
+    files, _ = scan_tree(root)
+    for path in files:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for directory in sorted({p.parent for p in files} | {Path(root)}):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# --- outputs never touch evidence --------------------------------------------------------
+
+
+def enclosing_run(path: Path) -> Path | None:
+    """The run directory (a directory with state.json or a manifest) that path is, or is inside; None if none."""
+    resolved = Path(os.path.abspath(path))
+    with_links = Path(path).resolve()
+    for candidate in (resolved, with_links):
+        for directory in (candidate, *candidate.parents):
+            if (directory / "state.json").is_file() or (directory / ENVELOPE_NAME).is_file():
+                return directory
+    return None
+
+
+def guard_output(path: Path, *, directory: bool = False, option: str = "--out") -> Path:
+    """Refuse an output path that could overwrite evidence: one shared guard for every `--out`.
+
+    Refused: a path inside any run directory (or a run directory itself, signed or not), an
+    existing file (or link, even dangling) for a file output, and a non-directory for a
+    directory output. Returns the path unchanged.
+    """
+    path = Path(path)
+    run = enclosing_run(path)
+    if run is not None:
+        raise EvidenceError(f"{option} {path} is inside the run directory {run}; outputs never go into a run "
+                            "(its files are evidence). Choose a path outside every run.")
+    if directory:
+        if os.path.lexists(path) and not path.is_dir():
+            raise EvidenceError(f"{option} {path} exists and is not a directory; choose another {option}.")
+    elif os.path.lexists(path):
+        raise EvidenceError(f"{option} {path} already exists; outputs never overwrite a file. Choose another {option}.")
+    return path
+
+
+# --- who owns a running run --------------------------------------------------------------
+
+
+def boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _owner() -> dict:
+    return {"pid": os.getpid(), "boot_id": boot_id(), "start_ticks": process_start_ticks(os.getpid()),
+            "host": socket.gethostname()}
+
+
+def stale_reason(state: dict) -> str | None:
+    """Why a run whose state says "running" has no live study behind it; None when it may be live.
+
+    A run written before owners were recorded (no `owner`) is never called stale.
+    """
+    if state.get("status") != "running":
+        return None
+    owner = state.get("owner")
+    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
+        return None
+    if owner.get("host") not in (None, socket.gethostname()):
+        return None  # another machine's study: its liveness cannot be checked here
+    if owner.get("boot_id") and boot_id() and owner["boot_id"] != boot_id():
+        return f"the study (pid {owner['pid']}) ran before the machine rebooted"
+    ticks = process_start_ticks(owner["pid"])
+    if ticks is None or (owner.get("start_ticks") is not None and ticks != owner["start_ticks"]):
+        return f"the study that wrote it (pid {owner['pid']}) is no longer running"
+    return None
 
 
 class RunDir:
@@ -72,10 +219,14 @@ class RunDir:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         path = Path(parent) / f"{study_id}-{stamp}-{secrets.token_hex(3)}"
         path.mkdir(parents=True, exist_ok=False)
-        (path / "logs").mkdir()
-        (path / "responses").mkdir()
         run = cls(path)
-        run.write_state({"status": "running", "attempted": [], "finished": [], "error": None})
+        try:
+            (path / "logs").mkdir()
+            (path / "responses").mkdir()
+            run.write_state({"status": "running", "attempted": [], "finished": [], "error": None, "owner": _owner()})
+        except BaseException:  # a directory without its state file is no run: leave nothing behind
+            shutil.rmtree(path, ignore_errors=True)
+            raise
         return run
 
     @classmethod
@@ -122,13 +273,25 @@ class RunDir:
         state["finished"].append(step)
         self.write_state(state)
 
+    def effective_state(self) -> dict:
+        """state.json, with a "running" status whose study has died reported as "incomplete" (stale)."""
+        state = self.state()
+        reason = stale_reason(state)
+        if reason:
+            state = dict(state, status="incomplete", stale=True,
+                         error=f"stale run: state.json says running, but {reason}")
+        return state
+
     @property
     def complete(self) -> bool:
         return self.state().get("status") == "complete"
 
     def evidence_files(self) -> list[Path]:
-        """Every file of the run except the envelope, sorted by relative path."""
-        return sorted(
-            p for p in self.path.rglob("*")
-            if p.is_file() and p.name != ENVELOPE_NAME and not p.name.startswith(".")
-        )
+        """Every file of the run except the top-level envelope, hidden names included, sorted by relative path.
+
+        Raises EvidenceError when the run holds anything but regular files and directories.
+        """
+        files, problems = scan_tree(self.path)
+        if problems:
+            raise EvidenceError(f"{self.path} holds entries that are not regular files: {'; '.join(problems[:5])}.")
+        return [p for p in files if p != self.path / ENVELOPE_NAME]

@@ -18,7 +18,7 @@ import yaml
 
 from .errors import RecipeError
 from .prepare import plan_prepare
-from .recipe import UNPINNED, Recipe, _line_map, inputs_root as recipe_inputs_root, lock_path, recipe_sha256
+from .recipe import UNPINNED, NoAliasLoader, Recipe, _line_map, inputs_root as recipe_inputs_root, lock_path, recipe_sha256
 from .traces import plan_traces
 
 __all__ = ["PLAN_FORMAT_VERSION", "resolve_plan", "check_pins", "runner_placeholders", "REPRO_ROOT"]
@@ -61,7 +61,7 @@ def _pin_ok(value: str, kind: str) -> bool:
 def check_pins(recipe: Recipe, recipe_path: Path) -> list[dict]:
     """Every pin with its kind and status; RecipeError naming file:line if any is malformed."""
     text = Path(recipe_path).read_text(encoding="utf-8")
-    lines = _line_map(yaml.compose(text, Loader=yaml.SafeLoader))
+    lines = _line_map(yaml.compose(text, Loader=NoAliasLoader))
     checked, bad = [], []
     for path, value, kind in _pins(recipe):
         ok = _pin_ok(value, kind)

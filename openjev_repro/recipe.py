@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import RecipeError
+from .limits import MAX_PASSES, MAX_REPEAT, MAX_TIMEOUT_S
 
 __all__ = [
     "RECIPE_FORMAT_VERSION",
@@ -51,6 +52,8 @@ __all__ = [
     "COMMIT_RE",
     "SHA256_RE",
     "lock_path",
+    "NoAliasLoader",
+    "safe_yaml",
 ]
 
 RECIPE_FORMAT_VERSION = 1
@@ -62,6 +65,28 @@ HF_REPO_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # inputs lock by `invoke prepare`; `invoke study` refuses to run while any remains.
 UNPINNED = "unpinned"
 PIN_RE = r"^([0-9a-f]{64}|unpinned)$"
+
+
+# Bounded numbers: a count or a timeout outside these is a typo, and would exhaust memory or never end.
+Passes = Annotated[int, Field(ge=0, le=MAX_PASSES)]
+Seconds = Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class NoAliasLoader(yaml.SafeLoader):
+    """SafeLoader that refuses YAML aliases (*name): an alias bomb cannot expand, and no recipe needs one."""
+
+    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not allowed in this file",
+                                              event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def safe_yaml(text: str) -> Any:
+    """yaml.safe_load without aliases (raises yaml.YAMLError on one)."""
+    return yaml.load(text, Loader=NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
 
 
 class _Strict(BaseModel):
@@ -100,6 +125,11 @@ class Inputs(_Strict):
     scan: list[str] = []  # directories under root whose undeclared files are reported
     files: list[InputFile]
 
+    @field_validator("scan")
+    @classmethod
+    def _scan_inside(cls, value: list[str]) -> list[str]:
+        return [_relative_path(v) for v in value]
+
     @model_validator(mode="after")
     def _unique(self) -> "Inputs":
         seen: set[str] = set()
@@ -120,10 +150,10 @@ class Workload(_Strict):
     name: Annotated[str, Field(pattern=NAME_RE)]
     requests: str  # path under inputs.root; must be a declared input
     selection: Selection = Selection()
-    repeat: Annotated[int, Field(ge=1)] = 1  # each selected request repeated (fixed-length workloads)
+    repeat: Annotated[int, Field(ge=1, le=MAX_REPEAT)] = 1  # each selected request repeated (fixed-length workloads)
     order: Literal["file"] = "file"
-    feasibility_passes: Annotated[int, Field(ge=0)] | None = None  # None: protocol's value
-    measured_passes: Annotated[int, Field(ge=1)] | None = None
+    feasibility_passes: Passes | None = None  # None: protocol's value
+    measured_passes: Annotated[int, Field(ge=1, le=MAX_PASSES)] | None = None
 
 
 class Artifact(_Strict):
@@ -144,7 +174,7 @@ class AuxProcess(_Strict):
     env: dict[str, str] = {}
     health: str | None = "/health"  # None: no readiness check (started, then assumed up)
     port: Annotated[int, Field(ge=1, le=65535)] | None = None  # fixed port if upstream needs one
-    ready_timeout_s: Annotated[float, Field(gt=0)] | None = None  # None: protocol.ready_timeout_s
+    ready_timeout_s: Seconds | None = None  # None: protocol.ready_timeout_s
 
 
 class Backend(_Strict):
@@ -170,7 +200,7 @@ class Backend(_Strict):
 
 class Warmup(_Strict):
     longest_first: bool = True  # the longest selected request first, to size scratch buffers
-    requests: Annotated[int, Field(ge=0)] = 2  # then the first N requests of the workload
+    requests: Annotated[int, Field(ge=0, le=MAX_REPEAT)] = 2  # then the first N requests of the workload
     # The workload whose longest request goes first, so one scratch size serves every later
     # workload (None: the workload being run).
     longest_of: str | None = None
@@ -179,12 +209,12 @@ class Warmup(_Strict):
 class Protocol(_Strict):
     first_inference: bool = True
     warmup: Warmup = Warmup()
-    feasibility_passes: Annotated[int, Field(ge=0)] = 1
-    measured_passes: Annotated[int, Field(ge=1)] = 2
+    feasibility_passes: Passes = 1
+    measured_passes: Annotated[int, Field(ge=1, le=MAX_PASSES)] = 2
     concurrency: Literal[1] = 1
-    request_timeout_s: Annotated[float, Field(gt=0)] = 120.0
-    ready_timeout_s: Annotated[float, Field(gt=0)] = 600.0
-    stop_grace_s: Annotated[float, Field(gt=0)] = 10.0
+    request_timeout_s: Seconds = 120.0
+    ready_timeout_s: Seconds = 600.0
+    stop_grace_s: Seconds = 10.0
 
 
 class Gpu(_Strict):
@@ -225,7 +255,7 @@ class MeanReductionGate(_Gate):
     workload: str
     baseline: str
     candidate: str
-    min_percent: float
+    min_percent: Finite
     disjoint_ranges: bool = False  # the two sets of pass means do not overlap
     every_pass: bool = False  # every candidate pass mean below every baseline pass mean
 
@@ -235,7 +265,7 @@ class MaxProbabilityDeltaGate(_Gate):
     workload: str
     a: str
     b: str
-    max: float
+    max: Finite
 
 
 class DecisionsUnchangedGate(_Gate):
@@ -504,15 +534,36 @@ def _format_loc(loc: tuple) -> str:
     return text or "(top level)"
 
 
+def _bad_scalar_line(node: yaml.Node | None) -> int:
+    """Line of the first scalar (a date, say) that SafeLoader cannot construct; 1 if none is found."""
+    loader = yaml.SafeLoader("")
+    stack = [node] if node is not None else []
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, yaml.ScalarNode):
+            try:
+                loader.construct_object(item)
+            except ValueError:
+                return item.start_mark.line + 1
+        elif isinstance(item, yaml.MappingNode):
+            stack.extend(v for pair in item.value for v in pair)
+        elif isinstance(item, yaml.SequenceNode):
+            stack.extend(item.value)
+    return 1
+
+
 def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
     """Parse and validate recipe text; every problem names source:line and the field path."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=NoAliasLoader)
+        data = safe_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark else source
-        raise RecipeError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}.") from exc
+        raise RecipeError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}.") from None
+    except ValueError as exc:  # a scalar YAML resolves but cannot build, e.g. the date 2026-13-45
+        line = _bad_scalar_line(node)
+        raise RecipeError(f"{source}:{line}: not a valid value: {exc}.") from None
     if not isinstance(data, dict):
         raise RecipeError(f"{source}:1: a recipe is a YAML mapping with format_version, study, inputs, ...")
     version = data.get("format_version")
@@ -529,7 +580,9 @@ def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
             loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.endswith("Gate")) and p not in _GATE_KINDS)
             line = _nearest_line(lines, loc)
             problems.append(f"{source}:{line}: {_format_loc(loc)}: {err['msg']}")
-        raise RecipeError("Recipe is invalid:\n  " + "\n  ".join(problems)) from exc
+        if len(problems) == 1:  # one problem, one line
+            raise RecipeError(f"Recipe is invalid: {problems[0]}") from None
+        raise RecipeError("Recipe is invalid:\n  " + "\n  ".join(problems)) from None
 
 
 _GATE_KINDS = {"mean_reduction", "max_probability_delta", "decisions_unchanged", "probabilities_stable", "external"}
@@ -538,11 +591,15 @@ _GATE_KINDS = {"mean_reduction", "max_probability_delta", "decisions_unchanged",
 def read_yaml(path: str | Path, what: str) -> Any:
     """A YAML file's content; a missing file or bad YAML is a RecipeError naming `what` and the path."""
     try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        return safe_yaml(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise RecipeError(f"No {what} at {path}.") from exc
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"{path}: the {what} is not UTF-8 text (byte {exc.start}).") from None
+    except OSError as exc:
+        raise RecipeError(f"Cannot read the {what} {path} ({exc.strerror or exc}).") from None
     except yaml.YAMLError as exc:
-        raise RecipeError(f"{path}: not valid YAML ({exc}).") from exc
+        raise RecipeError(f"{path}: not valid YAML ({' '.join(str(exc).split())}).") from None
 
 
 def load_recipe(path: str | Path) -> Recipe:
@@ -551,6 +608,10 @@ def load_recipe(path: str | Path) -> Recipe:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise RecipeError(f"No recipe at {path}.") from exc
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"{path}: a recipe is UTF-8 text; byte {exc.start} is not.") from None
+    except OSError as exc:
+        raise RecipeError(f"Cannot read the recipe {path} ({exc.strerror or exc}).") from None
     return parse_recipe(text, source=str(path))
 
 

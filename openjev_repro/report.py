@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
 from .errors import EvidenceError
-from .evidence import ENVELOPE_NAME, RunDir, read_json
+from .evidence import ENVELOPE_NAME, RunDir, guard_output, read_json, write_bytes_atomic
 from .recipe import Recipe, load_recipe
 from .results import summarize
 from .row_table import RowTable, as_table, read_table
 from .rows import Row
 
-__all__ = ["DIGITS", "PLOT_NAMES", "render_report", "write_plots", "write_report", "incomplete_banner"]
+__all__ = ["DIGITS", "PLOT_NAMES", "render_report", "write_plots", "write_report", "incomplete_banner", "imported_note"]
 
 # Printed precision: milliseconds, speedup factor, percentages, probabilities.
 DIGITS = {"ms": 3, "speedup": 2, "percent": 2, "probability": 6}
@@ -70,7 +69,7 @@ def _table(recipe: Recipe, wl: dict) -> list[str]:
         m = b["measured"]
         cells = [_label(recipe, name), str(b["overall"]["n"]), _ms(b["overall"]["mean_ms"]), _per_pass(m, "mean_ms"),
                  _per_pass(m, "p50_ms"), _per_pass(m, "p95_jevbench_ms"), _per_pass(m, "p95_nearest_rank_ms"),
-                 f"{b['correct']} / {b['labelled']}"]
+                 f"{b['correct']} / {b['labelled']}" if b["labelled"] else "n/a (no labels)"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return lines
 
@@ -149,16 +148,49 @@ def _gate_lines(gates: list[dict]) -> list[str]:
     return lines
 
 
+def _imported_lines(imported: dict) -> list[str]:
+    from .audit.importer import cleanup_line, figure_lines
+
+    out = ["## Published figures (imported evidence)", "",
+           "Each figure their summary.json publishes, recomputed from the imported rows: EXACT bit for bit, "
+           "WITHIN half a unit of its last printed decimal (at most 15 significant digits), DIFF otherwise.", "",
+           "```", *figure_lines(imported), "```", ""]
+    absent = imported.get("absent") or []
+    if absent:
+        out += [f"Listed in their manifest but not present, not verified: {', '.join(absent)}.", ""]
+    cleanup = cleanup_line(imported.get("cleanup") or {})
+    if cleanup:
+        out += [cleanup, ""]
+    conclusion = (imported.get("published") or {}).get("conclusion")
+    if conclusion:
+        out += [f"Their published conclusion (quoted, not ours): \"{conclusion}\"", ""]
+    return out
+
+
+def imported_note(imported: dict) -> str:
+    folder = imported.get("evidence_folder") or ""
+    where = f"{imported.get('source')}/{folder}" if folder else str(imported.get("source"))
+    return (f"Imported from {where} ({imported.get('format', 'unknown')} format), not measured by us: "
+            f"{imported.get('files_verified', '?')} files verified against their manifest.json; unsigned.")
+
+
 def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: dict | None = None,
-                  notes: Iterable[str] = ()) -> str:
+                  notes: Iterable[str] = (), imported: dict | None = None,
+                  run_facts: Iterable[str] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
 
     `state` is the run's state.json: unless its status is "complete" the report opens (and
     closes) with an INCOMPLETE RUN banner. None means the summary does not come from a run
-    directory (no banner). `notes` are extra warnings printed under the title.
+    directory (no banner). `notes` are extra warnings printed under the title. `imported` is an
+    imported run's import.json: its status "imported" is complete, and the published figures
+    are listed next to ours. `run_facts` are lines about the weights and the GPU
+    (`run_facts_of`), shown in their own section when present.
     """
-    banner = [incomplete_banner(state), ""] if state is not None and state.get("status") != "complete" else []
+    done = ("complete", "imported") if imported is not None else ("complete",)
+    banner = [incomplete_banner(state), ""] if state is not None and state.get("status") not in done else []
     out = [f"# Study {summary['study_id']}", "", *banner]
+    if imported is not None:
+        out += [f"> **{imported_note(imported)}**", ""]
     out += [f"{recipe.study.purpose.strip()} (date {recipe.study.date.isoformat()})", ""]
     out += [f"> **{n}**" for n in notes] + ([""] if notes else [])
     t = as_table(rows)
@@ -176,7 +208,12 @@ def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe,
         out += ["Speed:", "", *_comparison_lines(wl), ""]
         out += ["Agreement (first measured pass, paired by case id and position):", "", *_agreement_lines(wl), ""]
         out += ["Determinism:", "", *_stability_lines(wl), ""]
+    if imported is not None:
+        out += _imported_lines(imported)
     out += ["## Gates", "", *_gate_lines(summary["gates"]), ""]
+    facts = list(run_facts)
+    if facts:
+        out += ["## Weights and GPU", "", *facts, ""]
     out += ["Plots: latency_vs_tokens.png (measured latency against input tokens), latency_cdf.png "
             "(CDF of measured latency).", ""]
     if banner:
@@ -234,9 +271,7 @@ def _plot_bytes(rows: RowTable | Iterable[Row]) -> dict[str, bytes]:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_bytes_atomic(path, data)  # fsynced; no temporary file survives a failure
 
 
 def write_plots(rows: RowTable | Iterable[Row], out_dir: Path) -> list[Path]:
@@ -254,13 +289,39 @@ def write_plots(rows: RowTable | Iterable[Row], out_dir: Path) -> list[Path]:
 
 
 def _load_run(run: RunDir) -> tuple[dict, Recipe, RowTable]:
-    state = run.state()
+    state = run.effective_state()  # a "running" run whose study died is reported incomplete
     recipe = load_recipe(run.file("recipe.yaml"))
     if run.rows_path.exists() or state.get("status") == "complete":
         rows = read_table(run.rows_path)
     else:
         rows = RowTable.from_rows([])  # a run that stopped before its first request
     return state, recipe, rows
+
+
+def run_facts_of(run: RunDir) -> list[str]:
+    """Report lines from backends.json (weights fingerprints, threads) and host.json's gpu_override.
+
+    Runs from before these files had them give no lines, so their signed reports render unchanged.
+    """
+    lines = []
+    host = read_json(run.file("host.json")) if run.file("host.json").is_file() else {}
+    override = host.get("gpu_override") if isinstance(host, dict) else None
+    if isinstance(override, dict):
+        recipe_gpu, run_gpu = override.get("recipe") or {}, override.get("run_time") or {}
+        lines.append(f"- GPU override ({override.get('source')}): ran on index {run_gpu.get('index')} "
+                     f"`{run_gpu.get('uuid')}`; the recipe pins index {recipe_gpu.get('index')} "
+                     f"`{recipe_gpu.get('uuid')}` (recipe unchanged).")
+    backends = read_json(run.file("backends.json")) if run.file("backends.json").is_file() else {}
+    for name, info in sorted((backends.get("backends") or {}).items()):
+        fingerprint = info.get("weights_fingerprint")
+        if not isinstance(fingerprint, str):
+            lines.append(f"- {name}: no weights fingerprint reported")
+            continue
+        merged = info.get("merged_weights_fingerprint")
+        extra = f", merged `{merged[:17]}…`" if isinstance(merged, str) else ""
+        lines.append(f"- {name}: weights `{fingerprint[:17]}…` ({info.get('weights_fingerprint_scope')}{extra}), "
+                     f"torch threads {info.get('torch_threads')}/{info.get('torch_interop_threads')} (intra/inter-op)")
+    return lines
 
 
 def _summary_notes(run: RunDir, summary: dict) -> list[str]:
@@ -274,19 +335,26 @@ def _summary_notes(run: RunDir, summary: dict) -> list[str]:
     return []
 
 
-def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
+def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str | None = None,
+                 plots: bool = True) -> Path:
     """Read a run directory, write report.md and both plots (into out_dir, default the run), return report.md.
 
     A signed run (manifest.dsse.json present) is never changed: writing into it is refused
     when a file would differ from the signed one; pass out_dir to write elsewhere.
     """
     run = RunDir.open(Path(run_dir))
+    if out_dir is not None and Path(out_dir).resolve() != run.path.resolve():
+        guard_output(Path(out_dir), directory=True)  # never into another run (signed or not) or over a file
     state, recipe, rows = _load_run(run)
+    if as_status is not None:  # the runner renders the report of a run it is about to call complete
+        state = dict(state, status=as_status)
     summary = summarize(rows, recipe)
-    text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary))
+    imported = read_json(run.file("import.json")) if run.file("import.json").is_file() else None
+    text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), imported=imported,
+                         run_facts=run_facts_of(run))
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
-    files = {"report.md": text.encode("utf-8"), **_plot_bytes(rows)}
+    files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows) if plots else {})}
     signed = target.resolve() == run.path.resolve() and run.file(ENVELOPE_NAME).exists()
     for name, data in files.items():
         path = target / name

@@ -115,7 +115,7 @@ def read_rows(path: Path) -> list[Row]:
             continue
         try:
             rows.append(Row.from_dict(json.loads(line)))
-        except (json.JSONDecodeError, TypeError) as exc:
+        except (ValueError, TypeError, AttributeError, RecursionError) as exc:  # syntax, depth, huge ints
             raise EvidenceError(f"{path}:{number}: not a valid row ({exc}).") from exc
         except EvidenceError as exc:
             raise EvidenceError(f"{path}:{number}: {exc}") from exc

@@ -6,8 +6,13 @@ run directory marked incomplete with everything written so far, and raises.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import json
+import os
 import re
 import shutil
+import signal
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -17,7 +22,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .errors import BackendError, RecipeError, ReproError, RunIncomplete
-from .evidence import RunDir, write_json_atomic
+from .evidence import RunDir, fsync_tree, read_json, write_json_atomic
+from .host.override import GpuOverride
+from .host.reaper import Reaper
 from .host.session import HostSession
 from .inputs import checks_table, require_all_ok, verify_inputs
 from .passes import PassBudget, PassRunner, ResponseLog
@@ -49,6 +56,7 @@ class StudyOptions:
     key_path: Path | None = None  # Ed25519 private key; None: unsigned
     allow_busy: bool = False
     gpu_backend: object | None = None  # a host.GpuBackend; None: NVML or nvidia-smi (tests pass FakeGpus)
+    gpu_override: GpuOverride | None = None  # run on this GPU instead of the recipe's (recorded as gpu_override)
     console: Console = field(default_factory=lambda: Console(stderr=True))
 
 
@@ -86,6 +94,79 @@ def substitute(template: str, values: dict[str, str], where: str, aux_ports: dic
                           f"known: {', '.join('{' + k + '}' for k in sorted(values))}.") from None
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP to the study: handled exactly like Ctrl-C."""
+
+
+@contextlib.contextmanager
+def _signals_interrupt():
+    """SIGTERM and SIGHUP raise Stopped (a KeyboardInterrupt) in the main thread, like Ctrl-C."""
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    previous = {}
+    try:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, stop)
+    except ValueError:  # not the main thread: signals cannot be handled here
+        pass
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ReproError):
+        return str(exc)
+    if isinstance(exc, Stopped):
+        return f"stopped by {exc} (handled like Ctrl-C); every row written so far is kept"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C); every row written so far is kept"
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if exc.filename and exc.errno not in (errno.ENOSPC, errno.EDQUOT) else ""
+        return f"{type(exc).__name__}: {exc.strerror or exc}{where}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def mark_incomplete(run: RunDir, error: str) -> bool:
+    """Record status incomplete with the error; True when state.json says so afterwards.
+
+    Falls back to rewriting state.json in place when the atomic write cannot (a full disk:
+    the temporary file needs space, the existing file's blocks do not).
+    """
+    try:
+        run.update_state(status="incomplete", error=error)
+        return True
+    except Exception:
+        pass
+    try:
+        state = dict(run.state(), status="incomplete", error=error[:500])
+        data = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
+        with open(run.file("state.json"), "r+b") as fh:
+            fh.write(data)
+            fh.truncate()
+            fh.flush()
+            os.fsync(fh.fileno())
+        return True
+    except Exception:
+        return False  # readers still see a stale "running" run once this process is gone
+
+
+def _rerender_report(run: RunDir) -> None:
+    """A report written before the failure now carries the INCOMPLETE banner (best effort)."""
+    if not run.file("report.md").exists() or run.file("manifest.dsse.json").exists():
+        return
+    try:
+        from .report import write_report
+
+        write_report(run.path, plots=False)  # the plots do not change; the banner is in report.md
+    except Exception:
+        with contextlib.suppress(OSError):
+            run.file("report.md").unlink()  # no report rather than one that looks complete
+
+
 def run_study(opts: StudyOptions) -> RunDir:
     recipe = load_recipe(opts.recipe_path)
     if recipe.preparation is not None:  # hashes left to `invoke prepare` come from its inputs lock
@@ -93,18 +174,33 @@ def run_study(opts: StudyOptions) -> RunDir:
 
         recipe = locked_recipe(recipe, opts.recipe_path)
     root = inputs_root(opts.recipe_path, recipe, opts.inputs_root)
-    run = RunDir.create(opts.out_dir, recipe.study.id)
-    shutil.copyfile(opts.recipe_path, run.file("recipe.yaml"))
-    opts.console.print(f"[bold]Study {recipe.study.id}[/] → run directory {run.path}")
     try:
-        _execute(run, recipe, root, opts)
-    except KeyboardInterrupt:
-        run.update_state(status="incomplete", error="interrupted (Ctrl-C); every row written so far is kept")
-        raise RunIncomplete(f"Interrupted. The run {run.path} is marked incomplete; its rows are kept.") from None
-    except ReproError as exc:
-        run.update_state(status="incomplete", error=str(exc))
-        raise RunIncomplete(f"{exc}\nThe run {run.path} is marked incomplete; everything it wrote is kept.") from exc
+        run = RunDir.create(opts.out_dir, recipe.study.id)
+    except OSError as exc:
+        raise RunIncomplete(f"Cannot create a run directory under {opts.out_dir}: {_describe(exc)}.") from None
+    with _signals_interrupt(), Reaper() as reaper:
+        try:
+            shutil.copyfile(opts.recipe_path, run.file("recipe.yaml"))
+            opts.console.print(f"[bold]Study {recipe.study.id}[/] → run directory {run.path}")
+            _execute(run, recipe, root, opts, reaper)
+        except BaseException as exc:  # every failure, OSError and MemoryError included, is an incomplete run
+            if isinstance(exc, (SystemExit, GeneratorExit)):
+                raise
+            error = _describe(exc)
+            _remove_temporaries(run)  # first: on a full disk their space is what the next writes need
+            marked = mark_incomplete(run, error)
+            _rerender_report(run)
+            what = "is marked incomplete" if marked else "could not be marked incomplete (readers report it stale)"
+            if isinstance(exc, KeyboardInterrupt):
+                raise RunIncomplete(f"Interrupted: {error}. The run {run.path} {what}; its rows are kept.") from None
+            raise RunIncomplete(f"{error} The run {run.path} {what}; everything it wrote is kept.") from None
     return run
+
+
+def _remove_temporaries(run: RunDir) -> None:
+    for path in run.path.rglob(".*.tmp"):
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def _step(run: RunDir, name: str) -> "_Step":
@@ -125,7 +221,7 @@ class _Step:
             self.run.finish(self.name)
 
 
-def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions) -> None:
+def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions, reaper: Reaper | None = None) -> None:
     console = opts.console
     with _step(run, "verify-inputs"):
         checks = verify_inputs(recipe, root, console=console)
@@ -141,9 +237,14 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions) -> Non
         plan = _plan(recipe, opts, root)
         # The exact request order of every pass, so `verify` can tell a case missing from every pass.
         plan["case_ids"] = {name: [t.id for t in tasks] for name, tasks in workloads.items()}
+        if opts.gpu_override is not None:
+            plan["gpu_override"] = opts.gpu_override.declared(recipe.controls.gpu)
         write_json_atomic(run.file("plan.json"), plan)
     with _step(run, "environment"):
-        write_json_atomic(run.file("environment.json"), _environment(recipe, opts))
+        environment = _environment(recipe, opts)
+        if opts.gpu_override is not None:
+            environment["gpu_override"] = opts.gpu_override.declared(recipe.controls.gpu)
+        write_json_atomic(run.file("environment.json"), environment)
     with _step(run, "calibration"):
         calibration = _calibrate()
         write_json_atomic(run.file("calibration.json"), calibration)
@@ -152,14 +253,16 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions) -> Non
     budget = PassBudget({(b.name, w.name): recipe.passes_for(w)[1] for b in recipe.backends for w in recipe.workloads})
     records: list[ExitRecord] = []
     failures = 0
-    host = HostSession(recipe.controls, run.path, allow_busy=opts.allow_busy, backend=opts.gpu_backend)
+    host = HostSession(recipe.controls, run.path, allow_busy=opts.allow_busy, backend=opts.gpu_backend,
+                       gpu_override=opts.gpu_override)
     with _step(run, "host-controls"):
         host.__enter__()
     try:
         with RowWriter(run.rows_path) as rows:
             for backend in recipe.backends:
                 with _step(run, f"backend:{backend.name}"):
-                    failures += _run_backend(run, recipe, root, backend, workloads, rows, budget, records, host, opts)
+                    failures += _run_backend(run, recipe, root, backend, workloads, rows, budget, records, host, opts,
+                                             reaper)
     finally:
         host_json = host.close([int(r.ident) for r in records if r.runtime == "local"])
     cleanup = host_json.get("cleanup")
@@ -172,51 +275,70 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions) -> Non
         raise RunIncomplete(f"{failures} request(s) failed; see the rows with an error in {run.rows_path}.")
     with _step(run, "summary"):
         _summarise(run, recipe)
-    run.update_state(status="complete")
-    console.print("[green]study complete[/]")
     _finish_outputs(run, opts)
 
 
 def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, workloads: dict, rows: RowWriter,
-                 budget: PassBudget, records: list[ExitRecord], host: HostSession, opts: StudyOptions) -> int:
+                 budget: PassBudget, records: list[ExitRecord], host: HostSession, opts: StudyOptions,
+                 reaper: Reaper | None = None) -> int:
     console = opts.console
     runtime = get_runtime(opts.runtime or backend.runtime)
     if isinstance(runtime, LocalRuntime):
         runtime.prefix = host.command_prefix()
+    if hasattr(runtime, "reaper"):
+        runtime.reaper = reaper
     prepared = {name: prepare(tasks, backend.model) for name, tasks in workloads.items()}
     started: list[RunningBackend] = []  # aux processes first, the client-facing command last
     aux_ports: dict[str, int] = {}
     try:
         for aux in backend.aux:
-            spec = _launch_spec(run, recipe, root, backend, opts, aux_ports, aux=aux)
+            spec = _launch_spec(run, recipe, root, backend, opts, aux_ports, host.gpu_uuid, aux=aux)
             aux_ports[aux.name] = spec.port
             console.print(f"[bold]{backend.name}[/]: starting aux {aux.name} ({runtime.name}) on port {spec.port}")
             started.append(runtime.launch(spec))
             if aux.health is not None:
                 started[-1].wait_ready(aux.ready_timeout_s or recipe.protocol.ready_timeout_s)
-        spec = _launch_spec(run, recipe, root, backend, opts, aux_ports)
+        spec = _launch_spec(run, recipe, root, backend, opts, aux_ports, host.gpu_uuid)
         console.print(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
         handle = runtime.launch(spec)
         started.append(handle)
         health = handle.wait_ready(recipe.protocol.ready_timeout_s)
         console.print(f"{backend.name}: ready ({health.get('method', health.get('model', ''))})")
         write_json_atomic(run.file(f"logs/{backend.name}.health.json"), health)
+        _record_backend_identity(run, backend.name, health)
         for process in started:  # read once ready: numactl binds, then execs under the same pid
             host.record_binding(process.spec.name, getattr(getattr(process, "proc", None), "pid", None))
         alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
         return _protocol(run, recipe, backend, handle, alive, prepared, rows, budget, host, opts)
     finally:
-        for process in reversed(started):  # stop the command first, then its aux processes
-            record = process.stop(recipe.protocol.stop_grace_s)
-            records.append(record)
-            write_json_atomic(run.file("processes.json"),
-                              {"format_version": 1, "processes": [r.to_dict() for r in records]})
+        stopped = [process.stop(recipe.protocol.stop_grace_s) for process in reversed(started)]  # command first
+        records.extend(stopped)  # every process is stopped before anything is written (a full disk stops nothing)
+        write_json_atomic(run.file("processes.json"),
+                          {"format_version": 1, "processes": [r.to_dict() for r in records]})
+        for record in stopped:
             state = "stopped by us" if record.intentional else f"exited on its own (status {record.exit_status})"
             console.print(f"{record.name}: {state}; all processes gone: {record.exited}")
 
 
+# What each backend said about itself once ready (the reference backend reports all of these;
+# another backend's absent keys are recorded as absent).
+IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_weights_fingerprint",
+                 "weights_fingerprint_seconds", "weights_bytes", "mode", "device", "dtype", "lora",
+                 "implementations", "torch_threads", "torch_interop_threads", "thread_env", "base_model")
+
+
+def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
+    """backends.json: per backend, its weights fingerprint and thread settings from /health, after ready."""
+    path = run.file("backends.json")
+    data = read_json(path) if path.is_file() else {"format_version": 1, "source": "/health after ready",
+                                                   "backends": {}}
+    absent = {"available": False, "reason": "not in the backend's /health"}
+    data["backends"][name] = {key: health.get(key, absent) for key in IDENTITY_KEYS}
+    write_json_atomic(path, data)
+
+
 def _launch_spec(run: RunDir, recipe: Recipe, root: Path, backend: Backend, opts: StudyOptions,
-                 aux_ports: dict[str, int], aux: AuxProcess | None = None) -> LaunchSpec:
+                 aux_ports: dict[str, int], gpu_uuid: str | None, aux: AuxProcess | None = None) -> LaunchSpec:
     host = "127.0.0.1"
     name = backend.name if aux is None else f"{backend.name}.{aux.name}"
     fixed = backend.port if aux is None else aux.port
@@ -236,7 +358,7 @@ def _launch_spec(run: RunDir, recipe: Recipe, root: Path, backend: Backend, opts
     health = backend.health if aux is None else (aux.health or "/health")
     return LaunchSpec(name=name, argv=argv, env=env, host=host, port=port, log_path=run.log_path(name),
                       health_path=health, image=backend.image, read_only_mounts=(root,),
-                      gpu_uuid=controls.gpu.uuid if controls.gpu else None, numa_node=controls.numa_node,
+                      gpu_uuid=gpu_uuid, numa_node=controls.numa_node,
                       cpus=controls.cpus)
 
 
@@ -361,9 +483,19 @@ def _summarise(run: RunDir, recipe: Recipe) -> None:
 
 
 def _finish_outputs(run: RunDir, opts: StudyOptions) -> None:
+    """Report and plots, fsync of every file, then status complete, then the manifest (signed last).
+
+    A failure before "complete" leaves the run incomplete; a failure of the manifest itself
+    turns it back to incomplete (run_study) and re-renders the report with the banner.
+    """
     from .manifest import write_manifest
     from .report import write_report
 
-    report = write_report(run.path)
+    with _step(run, "report"):
+        report = write_report(run.path, as_status="complete")
+    fsync_tree(run.path)
+    run.update_state(status="complete")
     envelope = write_manifest(run.path, key_path=opts.key_path)
+    fsync_tree(run.path)
+    opts.console.print("[green]study complete[/]")
     opts.console.print(f"report: {report}\nmanifest: {envelope} ({'signed' if opts.key_path else 'UNSIGNED'})")

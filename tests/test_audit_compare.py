@@ -104,3 +104,63 @@ def test_cli_writes_json_and_markdown(tmp_path, runs):
     assert json.loads(out.read_text())["verdict"]["passed"] is False
     md = out.with_suffix(".md").read_text()
     assert "| overall.mean_ms |" in md and "**Verdict: FAIL**" in md and md == proc.stdout.rstrip("\n") + "\n"
+
+
+def test_per_backend_limits_replace_the_top_level_ones(runs):
+    a, _, slow = runs   # slow: native 1.5x slower, hf unchanged
+    loose = {**TOL, "per_backend": {"native": {"max_mean_ratio": 1.6}}}
+    assert compare_runs(a.path, slow.path, tolerances=loose)["verdict"]["passed"] is True
+    tight = {**loose, "per_backend": {**loose["per_backend"], "hf": {"max_mean_ratio": 0.5}}}
+    failures = compare_runs(a.path, slow.path, tolerances=tight)["verdict"]["failures"]
+    assert len(failures) == 1 and "mixed/hf→hf: mean ratio" in failures[0] and "exceeds 0.5" in failures[0]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("per_backend: {hf: {max_mean_ration: 1.1}}\n", "per_backend.hf: unknown keys max_mean_ration"),
+    ("per_backend: {hf: 1.1}\n", "per_backend.hf is a mapping of limits"),
+    ("per_backend: {hf: {max_probability_delta: -1}}\n", "per_backend.hf.max_probability_delta must be a number >= 0"),
+    ("max_mean_ratio: fast\n", "max_mean_ratio must be a number >= 0"),
+])
+def test_bad_per_backend_limits(tmp_path, text, message):
+    path = tmp_path / "tol.yaml"
+    path.write_text("format_version: 1\n" + text)
+    with pytest.raises(RecipeError, match=message):
+        load_tolerances(path)
+
+
+def test_committed_rerun_tolerances_file_loads():
+    tolerances = load_tolerances(ROOT / "manifests" / "tolerances" / "h200-reference-rerun.yaml")
+    assert tolerances["decisions_must_match"] is True and tolerances["max_probability_delta"] <= 1e-3
+    assert tolerances["weights_must_match"] is True
+    for backend in ("reference-fast", "reference-fast-graph64"):
+        limits = tolerances["per_backend"][backend]
+        assert 1.0 < limits["max_mean_ratio"] < 1.10   # a 10% regression fails for the GPU-bound configurations
+    # raw mode's host-to-host noise (1.29x over four fresh hosts) is above 10%: its declared limit
+    # catches only a gross regression, and the file says so.
+    assert 1.0 < tolerances["per_backend"]["reference-raw"]["max_mean_ratio"] <= 1.30
+
+
+def test_weights_fingerprints_are_compared_per_backend(tmp_path, runs):
+    import shutil
+
+    from openjev_repro.audit.compare import to_markdown
+
+    a, b, _ = runs
+    base, cand = shutil.copytree(a.path, tmp_path / "a"), shutil.copytree(b.path, tmp_path / "b")
+    same, other = "wfp1:" + "1" * 64, "wfp1:" + "2" * 64
+    (base / "backends.json").write_text(json.dumps({"backends": {"hf": {"weights_fingerprint": same},
+                                                                 "native": {"weights_fingerprint": same}}}))
+    (cand / "backends.json").write_text(json.dumps({"backends": {"hf": {"weights_fingerprint": same},
+                                                                 "native": {"weights_fingerprint": other}}}))
+    reported = compare_runs(base, cand, tolerances=TOL)
+    by_backend = {p["baseline_backend"]: p["weights_fingerprint"] for p in reported["pairs"]}
+    assert by_backend["hf"]["same"] is True and by_backend["native"] == {"baseline": same, "candidate": other,
+                                                                         "same": False}
+    assert reported["verdict"]["passed"] is True            # reported, not required
+    assert "- weights fingerprint: DIFFERENT" in to_markdown(reported)
+    required = compare_runs(base, cand, tolerances={**TOL, "weights_must_match": True})
+    assert [f for f in required["verdict"]["failures"] if "weights" in f] == [
+        f"mixed/native→native: weights fingerprints differ or are missing (baseline {same}, candidate {other})"]
+    old_runs = compare_runs(a.path, b.path, tolerances={**TOL, "weights_must_match": True})
+    assert len([f for f in old_runs["verdict"]["failures"] if "missing" in f]) == 2
+    assert "weights fingerprint" not in to_markdown(compare_runs(a.path, b.path, tolerances=TOL))

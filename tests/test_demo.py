@@ -76,3 +76,27 @@ def test_demo_workload_spans_a_tenfold_length_range(demo_run):
     assert max(tokens) >= 10 * min(tokens)
     labels = {r.label for r in read_rows(run.rows_path)}
     assert labels == {"yes", "no"}
+
+
+def test_backends_json_and_manifest_record_each_backends_weights_fingerprint(demo_run):
+    from openjev_repro.manifest.statement import read_statement
+
+    run, _ = demo_run
+    backends = json.loads(run.file("backends.json").read_text())["backends"]
+    raw, fast = backends["reference-raw"], backends["reference-fast"]
+    assert raw["weights_fingerprint"].startswith("wfp1:") and raw["weights_fingerprint_scope"] == "unmerged"
+    assert raw["weights_fingerprint"] == fast["weights_fingerprint"]   # one checkpoint, before merging
+    assert fast["merged_weights_fingerprint"] != fast["weights_fingerprint"]
+    assert raw["torch_threads"] >= 1 and "OMP_NUM_THREADS" in raw["thread_env"]
+    _, statement = read_statement(run.file("manifest.dsse.json"))
+    assert statement["predicate"]["backends"]["backends"] == backends
+    assert "cpufreq" in statement["predicate"]["environment"]["cpu"]
+
+
+def test_report_shows_each_backends_weights(demo_run):
+    run, _ = demo_run
+    text = run.file("report.md").read_text()
+    backends = json.loads(run.file("backends.json").read_text())["backends"]
+    assert "## Weights and GPU" in text and "GPU override" not in text
+    fingerprint = backends["reference-raw"]["weights_fingerprint"]
+    assert f"- reference-raw: weights `{fingerprint[:17]}…` (unmerged)" in text

@@ -25,7 +25,7 @@ def test_failing_collector_is_recorded_as_absent_not_raised():
         raise RuntimeError("no such thing")
 
     env = collect_environment(collectors={"ok": lambda: {"available": True, "x": 1}, "broken": broken})
-    assert env == {"format_version": 1, "ok": {"available": True, "x": 1},
+    assert env == {"format_version": 2, "ok": {"available": True, "x": 1},
                    "broken": {"available": False, "reason": "RuntimeError: no such thing"}}
 
 
@@ -74,3 +74,29 @@ def test_host_and_git():
     assert host["kernel"] and isinstance(host["cpu_affinity"], list)
     git = collect_git()
     assert git["available"] is False or (len(git["commit"]) == 40 and isinstance(git["dirty"], bool))
+
+
+def test_cpu_frequency_policy_is_summarised_over_every_cpu(tmp_path):
+    from openjev_repro.manifest.environment import collect_cpu
+
+    for cpu, (governor, cur) in enumerate([("performance", 3500000), ("performance", 3400000), ("powersave", 1200000)]):
+        policy = tmp_path / f"cpu{cpu}" / "cpufreq"
+        policy.mkdir(parents=True)
+        for name, value in {"scaling_governor": governor, "scaling_driver": "intel_pstate",
+                            "scaling_cur_freq": cur, "scaling_min_freq": 800000, "scaling_max_freq": 3800000}.items():
+            (policy / name).write_text(f"{value}\n")
+    cpu = collect_cpu(tmp_path)
+    freq = cpu["cpufreq"]
+    assert freq["cpus"] == 3 and freq["scaling_governor"] == {"performance": 2, "powersave": 1}
+    assert freq["scaling_driver"] == {"intel_pstate": 3} and freq["scaling_max_freq"] == {"3800000": 3}
+    assert freq["scaling_cur_freq_khz"] == {"min": 1200000, "max": 3500000, "mean": 2700000}
+    assert freq["energy_performance_preference"] == {} and freq["boost"]["available"] is False
+    assert len(cpu["load_average_1_5_15"]) == 3 and "OMP_NUM_THREADS" in cpu["thread_env"]
+
+
+def test_cpu_without_cpufreq_says_so(tmp_path):
+    from openjev_repro.manifest.environment import collect_cpu
+
+    cpu = collect_cpu(tmp_path)
+    assert cpu["cpufreq"]["available"] is False and "cpufreq" in cpu["cpufreq"]["reason"]
+    assert cpu["cores_online"] >= 1

@@ -1,20 +1,30 @@
 """Bundles: a run directory, or a `.tar.gz` of one written by `publish`.
 
-`opened(path)` yields a directory for either, extracting a tarball into a temporary
-directory with tarfile's "data" filter (no absolute paths, no links out, no devices).
+`opened(path)` yields a directory for either. A tarball is read as a stream, member by
+member: each header is checked before its content is written (regular files only, a safe
+relative name given once, no sparse members), the member count and the total size are
+capped (`limits.MAX_BUNDLE_MEMBERS`, `limits.MAX_BUNDLE_BYTES`) before anything beyond them
+is extracted, and each file is written with O_EXCL|O_NOFOLLOW into a fresh temporary
+directory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
+import os
+import shutil
 import tarfile
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Iterator
 
 from ..errors import EvidenceError
+from ..limits import MAX_BUNDLE_BYTES, MAX_BUNDLE_MEMBERS
 
-__all__ = ["opened"]
+__all__ = ["opened", "extract_bundle"]
+
+_CHUNK = 1 << 20
 
 
 @contextlib.contextmanager
@@ -27,8 +37,48 @@ def opened(path: Path) -> Iterator[Path]:
         raise EvidenceError(f"{path} is neither a run directory nor a bundle file.")
     with tempfile.TemporaryDirectory(prefix="openjev-bundle-") as tmp:
         try:
-            with tarfile.open(path, "r:gz") as tar:
-                tar.extractall(tmp, filter="data")
+            extract_bundle(path, Path(tmp))
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise EvidenceError(f"{path} is not a readable bundle (.tar.gz): {exc}.") from exc
         yield Path(tmp)
+
+
+def _member_name(name: str, seen: set[str]) -> str:
+    pure = PurePosixPath(name)
+    if not name or pure.is_absolute() or any(p in ("..", ".", "") for p in name.split("/")) or "\\" in name:
+        raise EvidenceError(f"bundle member {name!r} is not a plain relative path.")
+    if name in seen:
+        raise EvidenceError(f"bundle member {name!r} appears twice.")
+    seen.add(name)
+    return name
+
+
+def extract_bundle(path: Path, dest: Path, *, max_bytes: int = MAX_BUNDLE_BYTES,
+                   max_members: int = MAX_BUNDLE_MEMBERS) -> None:
+    """Stream-extract a publish bundle into the empty directory dest, checking every header first."""
+    seen: set[str] = set()
+    total = 0
+    with gzip.open(path, "rb") as raw, tarfile.open(fileobj=raw, mode="r|") as tar:
+        for member in tar:
+            name = _member_name(member.name, seen)
+            if len(seen) > max_members:
+                raise EvidenceError(f"{path} has more than {max_members} members; a bundle holds at most that many.")
+            if not member.isreg() or member.issparse():
+                kind = "a directory" if member.isdir() else "a link" if member.issym() or member.islnk() else (
+                    "a sparse file" if member.isreg() else "a special file")
+                raise EvidenceError(f"bundle member {name} is {kind}; a bundle holds only regular files.")
+            total += member.size
+            if total > max_bytes:
+                raise EvidenceError(f"{path} holds more than {max_bytes} bytes once extracted "
+                                    f"(member {name} declares {member.size}); refused before extracting it.")
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = tar.extractfile(member)
+            assert source is not None  # a regular member always has content
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(source, out, _CHUNK)
+        while raw.read(_CHUNK):  # the rest of the stream, so a truncated gzip trailer is an error
+            pass
+    if not seen:
+        raise EvidenceError(f"{path} holds no files.")

@@ -13,29 +13,41 @@ Tolerances file (YAML, format_version 1), every key optional:
     max_probability_delta: 0.01   # largest |p_candidate - p_baseline| of a case
     decisions_must_match: true
     backends: {hf: hf-new}        # baseline backend -> candidate backend, when names differ
+    per_backend:                  # limits for one baseline backend, replacing the top-level ones
+      hf: {max_mean_ratio: 1.08, max_probability_delta: 0.0}
+    weights_must_match: true      # both runs' backends.json report the same weights_fingerprint
+
+Backends pair by name, or as `backends` maps them; a backend that is a mapping target pairs only
+with what is mapped to it (e.g. `{baseline: candidate}` compares an imported run's two arms
+without an unrequested candidate-versus-candidate section).
+
+Each pair also shows both runs' `weights_fingerprint` (backends.json, absent in older runs).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
-from ..errors import EvidenceError, RecipeError
+from ..errors import EvidenceError, RecipeError, RunIncomplete
+from ..evidence import RunDir, read_json
 from ..recipe import parse_recipe, read_yaml
 from ..results import BOOTSTRAP_METHOD, bootstrap_mean_diff_ci, latency_stats, pair_by_id_and_seq, ranges_disjoint
 from ..row_table import RowTable, as_table, read_table
 from ..rows import Row
 from .bundle import opened
 
-__all__ = ["COMPARE_FORMAT_VERSION", "TOLERANCE_KEYS", "load_tolerances", "compare_runs", "compare_rows",
+__all__ = ["COMPARE_FORMAT_VERSION", "TOLERANCE_KEYS", "LIMIT_KEYS", "limits_for", "load_tolerances", "compare_runs", "compare_rows",
            "to_markdown"]
 
 COMPARE_FORMAT_VERSION = 1
-TOLERANCE_KEYS = {"format_version", "max_mean_ratio", "max_p95_ratio", "max_probability_delta",
-                  "decisions_must_match", "backends"}
+LIMIT_KEYS = {"max_mean_ratio", "max_p95_ratio", "max_probability_delta", "decisions_must_match",
+              "weights_must_match"}
+TOLERANCE_KEYS = {"format_version", "backends", "per_backend", *LIMIT_KEYS}
 N_BOOT = 2000
 _STATS = ("mean_ms", "p50_ms", "p95_jevbench_ms", "p95_nearest_rank_ms")
 
@@ -47,24 +59,101 @@ def load_tolerances(path: Path) -> dict[str, Any]:
     unknown = sorted(set(data) - TOLERANCE_KEYS)
     if unknown:
         raise RecipeError(f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(TOLERANCE_KEYS))}.")
+    _check_limits(path, "", data)
+    per_backend = data.get("per_backend", {})
+    if not isinstance(per_backend, dict):
+        raise RecipeError(f"{path}: per_backend maps a baseline backend name to its limits.")
+    for name, limits in per_backend.items():
+        if not isinstance(limits, dict) or not limits:
+            raise RecipeError(f"{path}: per_backend.{name} is a mapping of limits ({', '.join(sorted(LIMIT_KEYS))}).")
+        unknown = sorted(set(limits) - LIMIT_KEYS)
+        if unknown:
+            raise RecipeError(f"{path}: per_backend.{name}: unknown keys {', '.join(unknown)}; "
+                              f"known: {', '.join(sorted(LIMIT_KEYS))}.")
+        _check_limits(path, f"per_backend.{name}.", limits)
     return data
 
 
-def _load(directory: Path) -> tuple[RowTable, Any]:
+def _check_limits(path: Path, where: str, limits: dict) -> None:
+    for key in sorted(LIMIT_KEYS & set(limits)):
+        value = limits[key]
+        if key in ("decisions_must_match", "weights_must_match"):
+            if not isinstance(value, bool):
+                raise RecipeError(f"{path}: {where}{key} must be true or false, not {value!r}.")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise RecipeError(f"{path}: {where}{key} must be a number >= 0, not {value!r}.")
+
+
+def limits_for(tolerances: dict, baseline_backend: str) -> dict[str, Any]:
+    """The top-level limits with the backend's own (per_backend) replacing them key by key."""
+    own = (tolerances.get("per_backend") or {}).get(baseline_backend) or {}
+    return {**{k: v for k, v in tolerances.items() if k in LIMIT_KEYS}, **own}
+
+
+def _load(directory: Path) -> tuple[RowTable, Any, dict[str, str | None]]:
     recipe_path = Path(directory) / "recipe.yaml"
     if not recipe_path.is_file():
         raise EvidenceError(f"{directory} has no recipe.yaml; compare reads run directories or bundles.")
-    return read_table(Path(directory) / "rows.jsonl"), parse_recipe(recipe_path.read_text(encoding="utf-8"),
-                                                                    str(recipe_path))
+    return (read_table(Path(directory) / "rows.jsonl"),
+            parse_recipe(recipe_path.read_text(encoding="utf-8"), str(recipe_path)),
+            _fingerprints(Path(directory) / "backends.json"))
 
 
-def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = None, seed: int = 20261003) -> dict:
+def _fingerprints(path: Path) -> dict[str, str | None]:
+    """backend -> weights_fingerprint from a run's backends.json ({} when the run has none)."""
+    if not path.is_file():
+        return {}
+    try:
+        backends = json.loads(path.read_text(encoding="utf-8")).get("backends") or {}
+    except (json.JSONDecodeError, AttributeError) as exc:
+        raise EvidenceError(f"{path} is not a backends.json object ({exc}).") from None
+    return {name: info.get("weights_fingerprint") if isinstance(info.get("weights_fingerprint"), str) else None
+            for name, info in backends.items() if isinstance(info, dict)}
+
+
+# Statuses of a finished run: a study's, or an import of published evidence.
+COMPARABLE_STATUSES = ("complete", "imported")
+
+
+def _status(directory: Path) -> str:
+    """The run's status; a "running" run whose study died reads "incomplete"; no state.json reads "unknown"."""
+    if not (Path(directory) / "state.json").is_file():
+        return "unknown"
+    return str(RunDir(Path(directory)).effective_state().get("status"))
+
+
+def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = None, seed: int = 20261003,
+                 allow_incomplete: bool = False) -> dict:
+    """Compare two runs; an incomplete one is refused unless allow_incomplete, and then named in the verdict."""
+    incomplete = []
     with contextlib.ExitStack() as stack:
-        base = _load(stack.enter_context(opened(baseline)))
-        cand = _load(stack.enter_context(opened(candidate)))
-    result = compare_rows(base[0], cand[0], tolerances=tolerances, seed=seed)
+        loaded = []
+        for role, path in (("baseline", baseline), ("candidate", candidate)):
+            directory = stack.enter_context(opened(path))
+            status = _status(directory)
+            if status not in COMPARABLE_STATUSES:
+                if not allow_incomplete:
+                    raise RunIncomplete(f"The {role} {path} is not a complete run (status {status!r}); its passes "
+                                        "may be partial. Pass --allow-incomplete to compare it anyway.")
+                incomplete.append(f"{role} {path} (status {status!r})")
+            loaded.append(_load(directory))
+        base, cand = loaded
+        record = Path(baseline) / "import.json"
+        same_import = Path(baseline).resolve() == Path(candidate).resolve() and record.is_file()
+        published = read_json(record).get("figures", []) if same_import else []
+    result = compare_rows(base[0], cand[0], tolerances=tolerances, seed=seed, fingerprints=(base[2], cand[2]))
     result.update(baseline=str(baseline), candidate=str(candidate),
                   baseline_study=base[1].study.id, candidate_study=cand[1].study.id)
+    if incomplete:
+        result["verdict"]["incomplete_runs"] = incomplete
+    for pair in result["pairs"]:  # an imported run's arms against each other: their published reduction too
+        name = f"{pair['candidate_backend']} vs {pair['baseline_backend']}"
+        ratio = pair["metrics"]["overall.mean_ms"]["ratio"]
+        for f in published:
+            if f.get("arm") == name and f.get("figure", "").endswith("_reduction_percent"):
+                pair.setdefault("published", {})[f["figure"]] = {
+                    "published": f["published"], "status": f.get("status"),
+                    "ours": None if ratio is None else (1 - ratio) * 100}
     return result
 
 
@@ -156,31 +245,43 @@ def _verdict(pairs: list[dict], tolerances: dict | None, unmatched: list[str]) -
     failures = [f"backend {name} has no counterpart in the other run" for name in unmatched]
     for p in pairs:
         where = f"{p['workload']}/{p['baseline_backend']}→{p['candidate_backend']}"
+        limits = limits_for(tolerances, p["baseline_backend"])
         checks = [("max_mean_ratio", p["metrics"]["overall.mean_ms"]["ratio"], "mean ratio"),
                   ("max_p95_ratio", p["metrics"]["overall.p95_jevbench_ms"]["ratio"], "P95 (JevBench) ratio"),
                   ("max_probability_delta", p["answers"]["max_abs_probability_delta"], "max probability delta")]
         for key, value, label in checks:
-            if key in tolerances and (value is None or value > tolerances[key]):
-                failures.append(f"{where}: {label} {value!r} exceeds {tolerances[key]}")
-        if tolerances.get("decisions_must_match") and (p["answers"]["decision_flips"] or p["answers"]["unpaired"]):
+            if key in limits and (value is None or value > limits[key]):
+                failures.append(f"{where}: {label} {value!r} exceeds {limits[key]}")
+        if limits.get("decisions_must_match") and (p["answers"]["decision_flips"] or p["answers"]["unpaired"]):
             ids = ", ".join(f["id"] for f in p["answers"]["decision_flips"]) or "unpaired cases"
             failures.append(f"{where}: decisions differ ({ids})")
+        if limits.get("weights_must_match") and p.get("weights_fingerprint", {}).get("same") is not True:
+            w = p.get("weights_fingerprint", {})
+            failures.append(f"{where}: weights fingerprints differ or are missing "
+                            f"(baseline {w.get('baseline')}, candidate {w.get('candidate')})")
         if p["errors"]["candidate"] or p["errors"]["baseline"]:
             failures.append(f"{where}: failed requests in the measured passes ({p['errors']})")
     return {"passed": not failures, "failures": failures, "tolerances": tolerances}
 
 
 def compare_rows(base_rows: RowTable | Iterable[Row], cand_rows: RowTable | Iterable[Row], *,
-                 tolerances: dict | None = None, seed: int = 20261003) -> dict[str, Any]:
+                 tolerances: dict | None = None, seed: int = 20261003,
+                 fingerprints: tuple[dict[str, str | None], dict[str, str | None]] = ({}, {})) -> dict[str, Any]:
     """Compare two runs' rows (RowTables, or iterables of Row) backend by backend."""
     tb, tc = as_table(base_rows), as_table(cand_rows)
     base, cand = _measured(tb), _measured(tc)
     mapping = dict((tolerances or {}).get("backends") or {})
     pairs, unmatched = [], []
     for (workload, name) in sorted(base):
+        if name not in mapping and name in mapping.values():
+            continue  # a mapping target pairs only with what the user mapped to it, not with its namesake
         other = mapping.get(name, name)
         if (workload, other) in cand:
-            pairs.append(_pair(workload, name, other, tb, base[(workload, name)], tc, cand[(workload, other)], seed))
+            pair = _pair(workload, name, other, tb, base[(workload, name)], tc, cand[(workload, other)], seed)
+            fb, fc = fingerprints[0].get(name), fingerprints[1].get(other)
+            pair["weights_fingerprint"] = {"baseline": fb, "candidate": fc,
+                                           "same": None if fb is None or fc is None else fb == fc}
+            pairs.append(pair)
         else:
             unmatched.append(f"{workload}/{name}")
     if not pairs:
@@ -221,9 +322,19 @@ def to_markdown(result: dict[str, Any]) -> str:
                   f"bootstrap method v{p['bootstrap'].get('method_version', 1)})",
                   f"- decision flips: {len(a['decision_flips'])} of {a['paired']} paired cases"
                   + _flip_ids(a["decision_flips"]),
-                  f"- max |probability delta|: {a['max_abs_probability_delta']!r}", ""]
+                  f"- max |probability delta|: {a['max_abs_probability_delta']!r}"]
+        for figure, v in (p.get("published") or {}).items():
+            lines.append(f"- published {figure} (imported run): {v['published']!r}; ours {v['ours']!r} "
+                         f"({(v['status'] or 'unknown').replace('_', ' ')} at import)")
+        w = p.get("weights_fingerprint") or {}
+        if w.get("baseline") or w.get("candidate"):
+            same = {True: "same", False: "DIFFERENT", None: "not comparable"}[w.get("same")]
+            lines.append(f"- weights fingerprint: {same} (baseline {w.get('baseline')}, candidate {w.get('candidate')})")
+        lines.append("")
     v = result["verdict"]
     verdict = "no tolerances declared" if v["passed"] is None else ("PASS" if v["passed"] else "FAIL")
+    if v.get("incomplete_runs"):
+        verdict += " over INCOMPLETE runs (--allow-incomplete): " + "; ".join(v["incomplete_runs"])
     lines.append(f"**Verdict: {verdict}**")
     lines += [f"- {f}" for f in v["failures"]]
     return "\n".join(lines) + "\n"

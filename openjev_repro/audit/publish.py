@@ -21,13 +21,14 @@ import hashlib
 import io
 import json
 import os
+import stat
 import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, Any
 
 from ..errors import EvidenceError, VerificationError
-from ..evidence import ENVELOPE_NAME, RunDir
+from ..evidence import ENVELOPE_NAME, RunDir, guard_output, scan_tree
 from ..manifest.dsse import envelope_bytes, make_envelope
 from ..manifest.keys import load_private_key
 from ..manifest.statement import build_statement, read_statement
@@ -47,22 +48,14 @@ def is_omitted(name: str) -> bool:
 def publish(run_dir: Path, out: Path, *, aggregate_only: bool, key_path: Path | None) -> Path:
     if not aggregate_only:
         raise EvidenceError("Only aggregate-only bundles can be published (JevBench terms); pass --aggregate-only.")
-    out = Path(out)
-    if out.exists():
-        raise EvidenceError(f"{out} already exists; choose another --out.")
+    out = guard_output(Path(out))  # never over a file, never inside a run
     run = RunDir.open(run_dir)
     key = load_private_key(key_path) if key_path is not None else None
-    source_bytes = run.file(ENVELOPE_NAME).read_bytes()
-    _, source = read_statement(run.file(ENVELOPE_NAME))
-    signed = {s["name"]: s["digest"]["sha256"] for s in source["subject"]}
-    omitted = [{"name": n, "sha256": d} for n, d in signed.items() if is_omitted(n)]
-    members = {n: d for n, d in signed.items() if not is_omitted(n)}
-    members[SOURCE_ENVELOPE] = hashlib.sha256(source_bytes).hexdigest()
-    subjects = [{"name": n, "digest": {"sha256": members[n]}} for n in sorted(members, key=PurePosixPath)]
-    statement = build_statement(run, signed=key is not None, aggregate_only=True, subjects=subjects,
-                                extra={"omitted": omitted, "source_envelope": SOURCE_ENVELOPE})
-    payload = json.dumps(statement, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
-    extra_bytes = {SOURCE_ENVELOPE: source_bytes, ENVELOPE_NAME: envelope_bytes(make_envelope(payload, key))}
+    try:
+        members, extra_bytes = _prepare(run, key)
+    except Exception:
+        _check_source(run)  # damaged or hostile evidence: the verification names what is wrong
+        raise
     tmp = out.with_name(f".{out.name}.tmp")
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-tar") as pool:
@@ -73,13 +66,40 @@ def publish(run_dir: Path, out: Path, *, aggregate_only: bool, key_path: Path | 
                 exc = writing.exception()  # waits for the tar; a verification failure is raised first
         if exc is not None:
             raise exc
-        if out.exists():
-            raise EvidenceError(f"{out} already exists; choose another --out.")
+        if os.path.lexists(out):  # appeared while the bundle was written
+            raise EvidenceError(f"--out {out} already exists; outputs never overwrite a file. Choose another --out.")
         tmp.replace(out)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return out
+
+
+def _prepare(run: RunDir, key: Any) -> tuple[dict[str, str], dict[str, bytes]]:
+    """The bundle's members (name -> signed sha256) and its two generated files, from the run's manifest.
+
+    Nothing is opened before the tree is walked (evidence.scan_tree): every member is a regular
+    file the walk found, so the tar thread never follows a link or blocks on a FIFO."""
+    files, problems = scan_tree(run.path)
+    if problems:
+        raise VerificationError(f"{run.path} does not verify (run entries: {'; '.join(problems[:6])}); "
+                                "only verified runs are published.")
+    present = {p.relative_to(run.path).as_posix() for p in files}
+    source_bytes = run.file(ENVELOPE_NAME).read_bytes()
+    _, source = read_statement(run.file(ENVELOPE_NAME))
+    signed = {s["name"]: s["digest"]["sha256"] for s in source["subject"]}
+    omitted = [{"name": n, "sha256": d} for n, d in signed.items() if is_omitted(n)]
+    members = {n: d for n, d in signed.items() if not is_omitted(n)}
+    absent = sorted(str(n) for n in members if n not in present or n == ENVELOPE_NAME)
+    if absent:
+        raise VerificationError(f"{run.path} does not verify (subject digests: {', '.join(absent[:5])} "
+                                "listed but absent); only verified runs are published.")
+    members[SOURCE_ENVELOPE] = hashlib.sha256(source_bytes).hexdigest()
+    subjects = [{"name": n, "digest": {"sha256": members[n]}} for n in sorted(members, key=PurePosixPath)]
+    statement = build_statement(run, signed=key is not None, aggregate_only=True, subjects=subjects,
+                                extra={"omitted": omitted, "source_envelope": SOURCE_ENVELOPE})
+    payload = json.dumps(statement, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    return members, {SOURCE_ENVELOPE: source_bytes, ENVELOPE_NAME: envelope_bytes(make_envelope(payload, key))}
 
 
 def _check_source(run: RunDir) -> None:
@@ -121,16 +141,25 @@ def _member(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
+def _open_regular(path: Path) -> IO[bytes]:
+    """Open a regular file for reading, never through a final link and never blocking on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise VerificationError(f"{path} is not a regular file; nothing was published.")
+    return os.fdopen(fd, "rb")
+
+
 def _write_tar(run: RunDir, members: dict[str, str], extra: dict[str, bytes], tmp: Path) -> None:
     """Sorted members streamed into `tmp` (gzip, mtime 0); a member whose bytes differ from its digest fails."""
     with open(tmp, "wb") as raw, \
             gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=COMPRESS_LEVEL) as gz, \
             tarfile.TarFile(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, copybufsize=_COPY_BYTES) as tar:
-        for name in sorted([*members, *extra], key=PurePosixPath):
+        for name in sorted({*members, *extra}, key=PurePosixPath):  # each member once
             if name in extra:
                 tar.addfile(_member(name, len(extra[name])), io.BytesIO(extra[name]))
                 continue
-            with open(run.path / name, "rb") as fh:
+            with _open_regular(run.path / name) as fh:
                 reader = _Hashing(fh)
                 tar.addfile(_member(name, os.fstat(fh.fileno()).st_size), reader)
             if reader.digest.hexdigest() != members[name]:

@@ -17,7 +17,7 @@ import operator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import msgspec
@@ -25,17 +25,18 @@ import numpy as np
 import yaml
 
 from ..errors import EvidenceError, ReproError
-from ..evidence import ENVELOPE_NAME, RunDir, read_json
+from ..evidence import ENVELOPE_NAME, RunDir, read_json, scan_tree
 from ..hashing import hash_files
 from ..manifest.dsse import verify_envelope
 from ..manifest.keys import load_public_key
-from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json
+from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json, sha256_file
 from ..recipe import Recipe, parse_recipe
 from ..row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
 from ..rows import Row
 from .bundle import opened
 
-__all__ = ["Check", "Evidence", "verify_path", "verify_dir", "format_checks", "first_difference", "check_case_ids"]
+__all__ = ["Check", "Evidence", "verify_path", "verify_dir", "verify_imported", "format_checks",
+           "first_difference", "check_case_ids"]
 
 
 # What damaged files raise while being read (JSON and UTF-8 errors are ValueErrors).
@@ -94,27 +95,39 @@ class Evidence:
 
 def verify_dir(directory: Path, *, pubkey: Path | None = None, allow_unsigned: bool = False,
                evidence: Evidence | None = None) -> list[Check]:
-    """Every check of a run directory; `evidence` (optional) holds what was read, for the caller to reuse."""
-    checks: list[Check] = []
+    """Every check of a run directory. Nothing is opened unless the whole tree is regular files
+    and directories (no links, FIFOs, devices, empty directories), so every name read below
+    resolves inside the directory. `evidence` (optional) holds what was read, for the caller to reuse."""
+    root = Path(directory)
     try:
-        envelope, statement = read_statement(Path(directory) / ENVELOPE_NAME)
+        files, problems = scan_tree(root)
+    except OSError as exc:
+        return [Check("run entries", False, f"cannot list {root}: {exc.strerror or exc}")]
+    if problems:
+        return [Check("run entries", False, "only regular files may be in a run or bundle: " + "; ".join(problems[:6])
+                      + (f" (and {len(problems) - 6} more)" if len(problems) > 6 else ""))]
+    ev = evidence if evidence is not None else Evidence(RunDir(root))
+    if not (root / ENVELOPE_NAME).exists() and (root / "import.json").is_file():
+        return verify_imported(ev.run, pubkey=pubkey, evidence=ev)
+    try:
+        envelope, statement = read_statement(root / ENVELOPE_NAME)
     except _BAD_EVIDENCE as exc:
         return [Check("envelope", False, str(exc))]
-    checks.append(Check("envelope", True, "canonical DSSE envelope with an in-toto Statement v1"))
+    checks = [Check("envelope", True, "canonical DSSE envelope with an in-toto Statement v1")]
     predicate = statement["predicate"]
     checks.append(_signature(envelope, predicate, pubkey, allow_unsigned))
-    ev = evidence if evidence is not None else Evidence(RunDir(Path(directory)))
     run = ev.run
+    present = {p.relative_to(root).as_posix() for p in files if p != root / ENVELOPE_NAME}
     # Hash every subject in background threads (hashlib releases the GIL) while the rows are parsed.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-hash") as pool:
-        hashing = pool.submit(_hash_subjects, statement, run)
+        hashing = pool.submit(_hash_subjects, statement, run, present)
         ev.preload()  # the rows parse here, while the files hash
-        subjects = _subject_digests(statement, run, checks, hashing)
+        subjects = _subject_digests(statement, present, checks, hashing)
     aggregate_only = bool(predicate.get("aggregate_only"))
     for step in (_complete, _copied_files, _case_ids, _responses, _recomputed):
         try:
             checks.extend(step(ev, predicate, aggregate_only))
-        except _BAD_EVIDENCE as exc:  # damaged evidence is a failed check, never a crash
+        except (*_BAD_EVIDENCE, RecursionError, MemoryError) as exc:  # damaged evidence is a failed check
             checks.append(Check(step.__name__.strip("_").replace("_", " "), False, f"{type(exc).__name__}: {exc}"))
     if aggregate_only:
         checks.extend(_source_manifest(run, predicate, subjects, pubkey))
@@ -125,6 +138,9 @@ def _source_manifest(run: RunDir, predicate: dict, subjects: dict[str, str], pub
     """An aggregate-only bundle's files must be exactly the ones the run itself signed."""
     name = predicate.get("source_envelope")
     omitted = predicate.get("omitted") or []
+    if not _safe_name(name) or name not in subjects:
+        return [Check("source manifest", False, f"source_envelope {str(name)[:80]!r} is not a signed file of this "
+                      "bundle; it must be a relative name inside it, listed as a subject")]
     try:
         envelope, source = read_statement(run.path / str(name))
     except _BAD_EVIDENCE as exc:
@@ -143,6 +159,114 @@ def _source_manifest(run: RunDir, predicate: dict, subjects: dict[str, str], pub
     names = ", ".join(sorted({o.get("name", "?").split("/", 1)[0] + "/" for o in omitted})) or "nothing"
     checks.append(Check("omitted files", None, f"aggregate-only bundle omits {len(omitted)} files ({names}); "
                         "their hashes are listed but their content cannot be inspected"))
+    return checks
+
+
+# --- imported runs -----------------------------------------------------------------------
+
+
+def verify_imported(run: RunDir, *, pubkey: Path | None = None, evidence: Evidence | None = None) -> list[Check]:
+    """An imported run: the digests its import recorded, the source if still present, every statistic.
+
+    No signature is required; one asked for with `pubkey` fails, because an imported run has none.
+    """
+    ev = evidence if evidence is not None else Evidence(run)
+    try:
+        record = read_json(run.file("import.json"))
+        status = run.state().get("status")
+        if not isinstance(record, dict) or record.get("format_version") not in (1, 2):
+            raise ValueError("import.json is not an import record of format_version 1 or 2")
+    except _BAD_EVIDENCE as exc:
+        return [Check("import record", False, f"{type(exc).__name__}: {exc}")]
+    signature = (Check("signature", False, f"a signature by {pubkey} was asked for, but this is an imported run, "
+                       "which is never signed (we did not measure it); verify it without --pubkey")
+                 if pubkey is not None else
+                 Check("signature", None, "imported run: never signed, because we did not measure it; no signature "
+                       "is required, and none is checked"))
+    checks = [signature,
+              Check("import record", status == "imported",
+                    f"state.json status {status!r}; imported from {record.get('source')} "
+                    f"({record.get('format')} format, import.json format_version {record.get('format_version')})")]
+    for step in (_converted_files, _imported_source, _case_ids, _responses, _imported_statistics):
+        try:
+            checks.extend(step(ev, record, False))
+        except (*_BAD_EVIDENCE, RecursionError, MemoryError) as exc:
+            checks.append(Check(step.__name__.strip("_").replace("_", " "), False, f"{type(exc).__name__}: {exc}"))
+    return checks
+
+
+def _converted_files(ev: Evidence, record: dict, _: bool) -> list[Check]:
+    from .importer import REPORT_FILES
+
+    run = ev.run
+    recorded = record.get("converted")
+    if not isinstance(recorded, dict):
+        return [Check("converted files", None, "import.json format 1 records no digests of the converted files; "
+                      "import again to record them")]
+    bad = []
+    for name, want in sorted(recorded.items()):
+        path = run.path / name
+        if not _safe_name(name) or not path.is_file():
+            bad.append(f"{name} is recorded but absent")
+        elif sha256_file(path) != want:
+            bad.append(f"{name} has a different sha256 than recorded at import")
+    present = {p.relative_to(run.path).as_posix() for p in run.evidence_files()}
+    unlisted = sorted(present - set(recorded) - {"state.json", "import.json"} - REPORT_FILES)
+    bad += [f"{name} was not written by the import" for name in unlisted]
+    return [Check("converted files", not bad, "; ".join(bad[:6]) if bad
+                  else f"{len(recorded)} converted files match the sha256 recorded at import")]
+
+
+def _imported_source(ev: Evidence, record: dict, _: bool) -> list[Check]:
+    root = Path(str(record.get("source")))
+    entries = record.get("source_manifest") or {}
+    verified = record.get("verified") or [n for n in entries]
+    if not root.is_dir():
+        return [Check("source files", None, f"the source {root} is not present here; its files were checked "
+                      f"against their manifest.json at import ({len(verified)} files)")]
+    bad = []
+    for name in verified:
+        entry = entries.get(name)
+        want = entry.get("sha256") if isinstance(entry, dict) else entry
+        path = root / name
+        if not _safe_name(name) or not path.is_file():
+            bad.append(f"{name} was verified at import but is absent now")
+        elif sha256_file(path) != want:
+            bad.append(f"{name} differs from the sha256 their manifest.json lists")
+    return [Check("source files", not bad, "; ".join(bad[:6]) if bad else
+                  f"{len(verified)} source files at {root} still match their manifest.json digests")]
+
+
+def _imported_statistics(ev: Evidence, record: dict, _: bool) -> list[Check]:
+    from ..results import summarize
+    from .importer import published_figures, summary_from_figures
+
+    run, t = ev.run, ev.table
+    ours = json.loads(json.dumps(summarize(t, ev.recipe), allow_nan=False))
+    diff = first_difference(ours, read_json(run.file("summary.json")))
+    checks = [Check("statistics recomputed", diff is None,
+                    f"recomputed from rows differs from summary.json at {diff}" if diff
+                    else "every statistic recomputed from rows.jsonl equals summary.json exactly")]
+    figures = record.get("figures") or []
+    if record.get("format_version") == 1:
+        return checks + [Check("published figures", None, "import.json format 1: re-import to record figure status")]
+    # Rows in file order within each (arm, pass), as the import appended them.
+    latencies = {(backend, index): t.latency_ms[idx].tolist() for (backend, index), idx in
+                 t.groups(np.flatnonzero(t.phase.equals("measured")), ("backend", "pass_index")).items()}
+    deltas: dict[tuple[str, int], float] = {}
+    for path in sorted(run.path.glob("responses/*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            entry = json.loads(line)
+            if "probability_delta" in entry:
+                key = (entry["backend"], entry["pass_index"])
+                deltas[key] = max(deltas.get(key, 0.0), abs(entry["probability_delta"]))
+    recomputed = json.loads(json.dumps(published_figures(summary_from_figures(figures), latencies, deltas)))
+    diff = first_difference(recomputed, figures)
+    counts = record.get("figure_counts") or {}
+    checks.append(Check("published figures", diff is None,
+                        f"recomputed figures differ from import.json at {diff}" if diff else
+                        f"{len(figures)} published figures recomputed from the rows: {counts.get('exact')} exact, "
+                        f"{counts.get('within_rounding')} within rounding, {counts.get('mismatch')} mismatch"))
     return checks
 
 
@@ -168,21 +292,21 @@ def _signature(envelope: dict, predicate: dict, pubkey: Path | None, allow_unsig
 
 
 def _safe_name(name: Any) -> bool:
-    if not isinstance(name, str) or not name:
+    if not isinstance(name, str) or not name or "\\" in name:
         return False
-    parts = PurePosixPath(name).parts
-    return not PurePosixPath(name).is_absolute() and ".." not in parts and name != ENVELOPE_NAME
+    parts = name.split("/")
+    return not name.startswith("/") and not {"..", ".", ""} & set(parts) and name != ENVELOPE_NAME
 
 
-def _hash_subjects(statement: dict, run: RunDir) -> dict[str, str]:
-    """sha256 of every listed subject that is a regular file, hashed in parallel."""
+def _hash_subjects(statement: dict, run: RunDir, present: set[str]) -> dict[str, str]:
+    """sha256 of every listed subject the walk found as a regular file, hashed in parallel."""
     names = {s.get("name") for s in statement.get("subject") or [] if isinstance(s, dict)}
-    paths = {name: run.path / name for name in names if _safe_name(name) and (run.path / name).is_file()}
+    paths = {name: run.path / name for name in names if _safe_name(name) and name in present}
     digests = hash_files(paths.values())
     return {name: digests[path] for name, path in paths.items()}
 
 
-def _subject_digests(statement: dict, run: RunDir, checks: list[Check], hashing: Future) -> dict[str, str]:
+def _subject_digests(statement: dict, present: set[str], checks: list[Check], hashing: Future) -> dict[str, str]:
     subjects = statement.get("subject") or []
     names = [s.get("name") for s in subjects if isinstance(s, dict)]
     bad: list[str] = []
@@ -196,9 +320,9 @@ def _subject_digests(statement: dict, run: RunDir, checks: list[Check], hashing:
         name = s.get("name") if isinstance(s, dict) else None
         want = (s.get("digest") or {}).get("sha256") if isinstance(s, dict) else None
         if not _safe_name(name) or not isinstance(want, str):
-            bad.append(f"malformed subject {s!r}")
+            bad.append(f"malformed subject {str(s)[:80]!r}")
             continue
-        if name not in digests:
+        if name not in present or name not in digests:  # only files the walk found: never through a link
             bad.append(f"{name} is listed but absent")
         elif digests[name] != want:
             bad.append(f"{name} has a different sha256 than signed")
@@ -207,10 +331,10 @@ def _subject_digests(statement: dict, run: RunDir, checks: list[Check], hashing:
         bad.append("a subject is listed twice")
     checks.append(Check("subject digests", not bad and bool(listed),
                         "; ".join(bad) if bad else f"{len(listed)} files match their signed sha256"))
-    present = {p.relative_to(run.path).as_posix() for p in run.evidence_files()}
     unlisted = sorted(present - set(listed))
     checks.append(Check("no unlisted files", not unlisted,
-                        f"not in the manifest: {', '.join(unlisted)}" if unlisted else "every file is a subject"))
+                        f"not in the manifest: {', '.join(unlisted[:10])}" if unlisted
+                        else "every file is a subject (hidden names included; only regular files)"))
     return listed
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import ReproError
 from .model import METHOD, DecisionModel, Settings
 from .package import package_sha256, read_package
-from .server import ReferenceServer
+from .server import HEADER_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_CONNECTIONS, ReferenceServer
 
 __all__ = ["main", "build_parser", "LOAD_DELAY_ENV"]
 
@@ -44,7 +44,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 (auto: FP32 on CPU, BF16 on CUDA)")
     p.add_argument("--cuda-graphs", type=int, default=0, metavar="N",
                    help="fast mode on CUDA: replay CUDA Graphs per exact length, keep N (LRU); 0 = off")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--torch-threads", "--threads", dest="threads", type=int, default=0, metavar="N",
+                   help="torch intra-op CPU threads, applied with torch.set_num_threads and reported in /health "
+                        "as torch_threads (0: torch's default, which follows OMP_NUM_THREADS or the core count)")
+    p.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT_S, metavar="S",
+                   help=f"close a connection idle this long between requests (default {IDLE_TIMEOUT_S:.0f})")
+    p.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT_S, metavar="S",
+                   help=f"cut off a request not received whole this long after its first byte "
+                        f"(default {HEADER_TIMEOUT_S:.0f})")
+    p.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS, metavar="N",
+                   help=f"connections served at once; more get 503 (default {MAX_CONNECTIONS})")
     return p
 
 
@@ -90,8 +99,12 @@ def _load(args: argparse.Namespace, package: Any) -> DecisionModel:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.cuda_graphs < 0 or (args.max_length is not None and args.max_length <= 0):
-        print("error: --cuda-graphs must be >= 0 and --max-length > 0.", file=sys.stderr)
+    if not (0 < args.idle_timeout <= 86400 and 0 < args.header_timeout <= 86400 and args.max_connections >= 1):
+        print("error: --idle-timeout and --header-timeout must be in (0, 86400] s, --max-connections >= 1.",
+              file=sys.stderr)
+        return 2
+    if args.cuda_graphs < 0 or args.threads < 0 or (args.max_length is not None and args.max_length <= 0):
+        print("error: --cuda-graphs and --torch-threads must be >= 0 and --max-length > 0.", file=sys.stderr)
         return 2
     if args.cuda_graphs and args.mode != "fast":
         print("error: --cuda-graphs is part of fast mode only; use --mode fast or drop the flag.", file=sys.stderr)
@@ -106,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch
         torch.set_num_threads(args.threads)
     try:
-        server = ReferenceServer((args.host, args.port), meta)
+        server = ReferenceServer((args.host, args.port), meta, idle_timeout_s=args.idle_timeout,
+                                 header_timeout_s=args.header_timeout, max_connections=args.max_connections)
     except OSError as exc:
         print(f"error: cannot bind {args.host}:{args.port} ({exc}).", file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ Modes:
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BackendError, CheckpointError
+from .fingerprint import named_tensors, weights_fingerprint
 from .kernels import assert_reference, block_optional_kernels, bound_implementations
 from .package import Package, load_head
 from .prompts import Question, RequestInvalid, chat_prompt, render_text
@@ -33,6 +35,7 @@ SLOW_SECONDS_ENV = "OPENJEV_REFERENCE_SLOW_SECONDS"
 METHOD = "scalar_head"
 YES_THRESHOLD = 0.5
 RANDOM_TEMPERATURE = 2.5343690298472983
+RANDOM_INIT_SCHEME = "openjev-repro/random-init/v2"   # change it whenever the drawn values change
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "out_proj"]
 
 
@@ -134,7 +137,14 @@ class DecisionModel:
 
     @classmethod
     def from_random(cls, config_path: Path, tokenizer_dir: Path, seed: int, settings: Settings) -> "DecisionModel":
-        """Random weights built directly on the device (for latency studies without weights)."""
+        """Random weights built directly on the device (for latency studies without weights).
+
+        Every random tensor (backbone, LoRA A and B, head) is drawn from a generator on the device
+        seeded per tensor by `tensor_seed(seed, canonical name)`. Same seed + same device type +
+        same torch version gives the same weights in any process on any host; CUDA values may also
+        depend on the GPU model (torch sizes its random kernels by the SM count), and CPU and CUDA
+        generators give different values. The weights fingerprint in /health shows which case holds.
+        """
         device, dtype = resolve_device(settings)
         _check_settings(settings, device)
         patched = _prepare_imports(settings.mode)
@@ -155,25 +165,30 @@ class DecisionModel:
                 backbone = Qwen3_5TextModel(config)
         finally:
             torch.set_default_dtype(previous)
-        generator = torch.Generator(device=device).manual_seed(seed)
+        generator = torch.Generator(device=device)
         with torch.no_grad():
             for name, param in sorted(backbone.named_parameters()):
                 if "norm" in name or name.endswith("dt_bias"):
-                    continue
-                if name.endswith("A_log"):
-                    param.uniform_(0.0, math.log(16.0), generator=generator)
+                    _check_constant(name, param)   # the library's constant init (zeros or ones), not random
+                elif name.endswith("A_log"):
+                    param.uniform_(0.0, math.log(16.0), generator=_seeded(generator, seed, name))
                 else:
-                    param.normal_(0.0, config.initializer_range, generator=generator)
+                    param.normal_(0.0, config.initializer_range, generator=_seeded(generator, seed, name))
         backbone = backbone.to(dtype).eval()
         lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, bias="none", target_modules=list(LORA_TARGETS))
         model = get_peft_model(backbone, lora)
-        with torch.no_grad():
+        with torch.no_grad():   # PEFT drew lora_A from the global RNG: overwrite A and B from our seeds
             for name, param in sorted(model.named_parameters()):
-                if "lora_B" in name:
-                    param.normal_(0.0, 0.02, generator=generator)
+                canonical = _canonical_lora_name(name)
+                if ".lora_A." in canonical:
+                    bound = 1.0 / math.sqrt(param.shape[1])
+                    param.uniform_(-bound, bound, generator=_seeded(generator, seed, canonical))
+                elif ".lora_B." in canonical:
+                    param.normal_(0.0, 0.02, generator=_seeded(generator, seed, canonical))
         head = torch.nn.Linear(config.hidden_size, 1, bias=True, dtype=torch.float32, device=device)
         with torch.no_grad():
-            head.weight.normal_(0.0, 1.0 / math.sqrt(config.hidden_size), generator=generator)
+            head.weight.normal_(0.0, 1.0 / math.sqrt(config.hidden_size),
+                                generator=_seeded(generator, seed, "head.weight"))
             head.bias.zero_()
         info = {"source": f"random-init {config_path} seed {seed}", "patched_checks": patched}
         return cls._finish(model.eval(), tokenizer, head, RANDOM_TEMPERATURE, settings, device, dtype, info)
@@ -181,8 +196,12 @@ class DecisionModel:
     @classmethod
     def _finish(cls, model: Any, tokenizer: Any, head: Any, temperature: float, settings: Settings, device: Any,
                 dtype: Any, info: dict[str, Any]) -> "DecisionModel":
+        unmerged = _fingerprint(model, head, temperature)
+        info = {**info, "weights_fingerprint": unmerged["fingerprint"], "weights_fingerprint_scope": "unmerged",
+                "weights_fingerprint_seconds": unmerged["seconds"], "weights_bytes": unmerged["bytes"]}
         if settings.mode == "fast":
             model = model.merge_and_unload()
+            info["merged_weights_fingerprint"] = _fingerprint(model, head, temperature)["fingerprint"]
             text_model = model
         else:
             text_model = model.get_base_model()
@@ -202,7 +221,9 @@ class DecisionModel:
                 "dtype": str(self.dtype).removeprefix("torch."),
                 "implementations": self.info["implementations"], "lora": self.info["lora"],
                 "lora_modules": self.info["lora_modules"],
-                "cuda_graphs": self.graphs.stats() if self.graphs else None}
+                "cuda_graphs": self.graphs.stats() if self.graphs else None,
+                **{key: self.info[key] for key in FINGERPRINT_KEYS if key in self.info},
+                **_thread_settings()}
 
     # ------------------------------------------------------------ inference
 
@@ -245,6 +266,54 @@ class DecisionModel:
             mine = [s for c, s in zip(candidates, scores) if c.question is question]
             answers[question.qid] = _answer(question, mine, self.temperature)
         return answers
+
+
+FINGERPRINT_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_weights_fingerprint",
+                    "weights_fingerprint_seconds", "weights_bytes")
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def _fingerprint(model: Any, head: Any, temperature: float) -> dict[str, Any]:
+    """The weights fingerprint (fingerprint.py) of backbone (with its LoRA), head and temperature."""
+    import torch
+
+    temp = torch.tensor([temperature], dtype=torch.float64)
+    return weights_fingerprint(named_tensors("backbone.", model) + named_tensors("head.", head)
+                               + [("temperature", temp)])
+
+
+def _thread_settings() -> dict[str, Any]:
+    """torch's intra-op/inter-op thread counts and the thread variables this process started with."""
+    import torch
+
+    return {"torch_threads": torch.get_num_threads(), "torch_interop_threads": torch.get_num_interop_threads(),
+            "thread_env": {name: os.environ.get(name) for name in THREAD_ENV}}
+
+
+def tensor_seed(seed: int, name: str) -> int:
+    """The seed of one random tensor: SHA-256 of (study seed, canonical tensor name), 63 bits.
+
+    Each tensor has its own seed, so its values depend neither on the order in which tensors are
+    drawn nor on which other tensors exist, nor on any library's own init code or global RNG.
+    """
+    digest = hashlib.sha256(f"{RANDOM_INIT_SCHEME}\0{seed}\0{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def _seeded(generator: Any, seed: int, name: str) -> Any:
+    return generator.manual_seed(tensor_seed(seed, name))
+
+
+def _canonical_lora_name(name: str) -> str:
+    """PEFT's parameter name without its wrapper prefix and adapter name: layers.0.self_attn.q_proj.lora_A.weight."""
+    return name.removeprefix("base_model.model.").replace(".default.", ".")
+
+
+def _check_constant(name: str, param: Any) -> None:
+    """Parameters we do not draw must be the library's constant init; anything random would break seeding."""
+    if param.numel() and not bool((param == param.reshape(-1)[0]).all()):
+        raise BackendError(f"random init: {name} is not constant after the library's init; seeding would not be "
+                           "reproducible (a newer transformers version?).")
 
 
 def _count_lora(model: Any) -> int:

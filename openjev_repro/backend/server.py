@@ -1,26 +1,45 @@
 """The HTTP server: /v1/systemone (aliases /v1/inference, /api/jev), /health, /v1/models.
 
-A stdlib ThreadingHTTPServer: every connection has its own thread, inference is serialised by
-one lock (concurrency 1, requests queue), so /health answers while an inference runs. The port
+A stdlib ThreadingHTTPServer: every connection has its own thread, which parses, tokenizes and
+writes; every inference runs on one long-lived model thread and is serialised by one lock
+(concurrency 1, requests queue), so /health answers while an inference runs. Running the model
+on a thread that lives as long as the server matters for latency: on an H200 at the 27B shape, raw
+mode took about 100 ms more per request when each inference ran on a fresh thread (the
+per-connection thread) than on the thread that had run the previous one (scripts/h200-serving-gap.py,
+docs/backend.md). The port
 is bound before the model loads; until the model is loaded and one real warm-up inference has
 succeeded, every endpoint answers 503 {"status": "loading"}.
+
+Hostile clients are bounded: at most `max_connections` connections are served at once (more
+are answered 503 and closed); a connection idle for `idle_timeout_s` between requests is
+closed; a request whose headers and body have not all arrived `header_timeout_s` after its
+first byte is cut off. A body that is not JSON is 415; JSON nested deeper than
+`limits.MAX_JSON_DEPTH`, an integer of more digits than Python converts, or a string with a
+lone surrogate is 400.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ..limits import JsonLimitError, has_lone_surrogate, loads_bounded
 from .prompts import MODEL_ALIASES, RequestInvalid, parse_request
 
-__all__ = ["ReferenceServer", "MAX_BODY_BYTES", "INFERENCE_PATHS"]
+__all__ = ["ReferenceServer", "MAX_BODY_BYTES", "INFERENCE_PATHS", "IDLE_TIMEOUT_S", "HEADER_TIMEOUT_S",
+           "MAX_CONNECTIONS"]
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
+IDLE_TIMEOUT_S = 300.0  # between requests on one keep-alive connection
+HEADER_TIMEOUT_S = 60.0  # from a request's first byte to its last body byte
+MAX_CONNECTIONS = 64
 INFERENCE_PATHS = ("/v1/systemone", "/v1/inference", "/api/jev")
 WARMUP_BODY = {"model": MODEL_ALIASES[0], "state": "The server is warming up.",
                "questions": {"warmup": {"type": "noul", "instructions": "Is the server warming up?"}}}
@@ -30,14 +49,45 @@ class ReferenceServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], static_meta: dict[str, Any]):
+    def __init__(self, address: tuple[str, int], static_meta: dict[str, Any], *,
+                 idle_timeout_s: float = IDLE_TIMEOUT_S, header_timeout_s: float = HEADER_TIMEOUT_S,
+                 max_connections: int = MAX_CONNECTIONS):
         super().__init__(address, _Handler)
+        self.idle_timeout_s, self.header_timeout_s = idle_timeout_s, header_timeout_s
+        self.max_connections = max_connections
+        self._slots = threading.BoundedSemaphore(max_connections)
         self.model: Any = None
         self.status = "loading"
         self.static_meta = static_meta          # checkpoint_sha256, base_revision, code_commit, ...
         self.model_names: tuple[str, ...] = (*MODEL_ALIASES, static_meta["base_model_id"])
         self.lock = threading.Lock()
         self.served = 0
+        # One thread for every inference, warm-up included: torch's per-thread state is built once.
+        self.model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+
+    def shutdown(self) -> None:
+        """Stop serving; a queued inference is dropped, a running one finishes on its own thread."""
+        super().shutdown()
+        self.model_thread.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------ connections
+
+    def process_request(self, request, client_address):  # type: ignore[no-untyped-def]
+        if not self._slots.acquire(blocking=False):
+            _refuse_busy(request, self.max_connections)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):  # type: ignore[no-untyped-def]
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     # ------------------------------------------------------------ readiness
 
@@ -60,9 +110,16 @@ class ReferenceServer(ThreadingHTTPServer):
 
     def infer(self, raw: bytes) -> tuple[int, dict[str, Any]]:
         try:
-            body = json.loads(raw.decode("utf-8"))
+            body = loads_bounded(raw.decode("utf-8"))
+        except JsonLimitError as exc:
+            return 400, _error("bad_request", f"the request body is {exc}.")
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             return 415, _error("unsupported_media_type", f"the request body is not JSON ({exc}).")
+        except ValueError as exc:  # e.g. an integer longer than Python converts (int_max_str_digits)
+            return 400, _error("bad_request", f"the request body holds a value out of range ({exc}).")
+        if has_lone_surrogate(body):
+            return 400, _error("bad_request", "the request body holds a string with a lone UTF-16 surrogate "
+                                              "(not valid Unicode text).")
         try:
             name, state, questions = parse_request(body, self.model_names)
             candidates = self.model.candidates(state, questions)
@@ -71,7 +128,7 @@ class ReferenceServer(ThreadingHTTPServer):
         with self.lock:
             started = time.perf_counter()
             try:
-                answers = self.model.answer(state, questions, candidates)
+                answers = self.model_thread.submit(self.model.answer, state, questions, candidates).result()
             except Exception as exc:  # any failure inside the model becomes a 500; the server keeps serving
                 traceback.print_exc(file=sys.stderr)
                 return 500, _error("inference_error", f"inference failed: {type(exc).__name__}: {exc}")
@@ -95,6 +152,17 @@ class ReferenceServer(ThreadingHTTPServer):
                 "cuda_graphs": model.graphs.stats() if model.graphs else None}
 
 
+def _refuse_busy(request: socket.socket, limit: int) -> None:
+    body = json.dumps(_error("too_many_connections", f"more than {limit} open connections; retry later.")).encode()
+    head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    try:
+        request.settimeout(1.0)
+        request.sendall(head + body)
+    except OSError:
+        pass
+
+
 def _error(kind: str, message: str, field: str | None = None) -> dict[str, Any]:
     error: dict[str, Any] = {"type": kind, "message": message}
     if field is not None:
@@ -109,6 +177,41 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass  # one line per request would dominate the log of a 74 x 3 pass study
 
+    def setup(self) -> None:
+        self.timeout = self.server.idle_timeout_s  # every socket read and write; the idle limit
+        super().setup()
+        self._deadline: threading.Timer | None = None
+
+    def handle_one_request(self) -> None:
+        """Wait (idle limit) for a request's first byte, then give it header_timeout_s to arrive whole."""
+        try:
+            if not self.rfile.peek(1):  # type: ignore[attr-defined]
+                self.close_connection = True
+                return
+        except (TimeoutError, OSError):
+            self.close_connection = True
+            return
+        self._deadline = threading.Timer(self.server.header_timeout_s, self._cut_off)
+        self._deadline.daemon = True
+        self._deadline.start()
+        try:
+            super().handle_one_request()
+        finally:
+            self._received()
+
+    def _received(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _cut_off(self) -> None:
+        """The request did not arrive in time: end the connection (its thread then returns)."""
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
     def _send(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
         self.send_response(status)
@@ -120,6 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
+        self._received()
         path = self.path.split("?", 1)[0]
         if path == "/health":
             self._send(*self.server.health())
@@ -153,6 +257,10 @@ class _Handler(BaseHTTPRequestHandler):
                                    f"{MAX_BODY_BYTES}-byte (4 MiB) limit."))
             return
         raw = self.rfile.read(length)
+        self._received()
+        if len(raw) < length:  # cut off (deadline) or the client hung up mid-body
+            self.close_connection = True
+            return
         if self.server.status != "ready":
             self._send(503, {"status": self.server.status, "error": {"type": "not_ready",
                                                                      "message": "the model is still loading."}})

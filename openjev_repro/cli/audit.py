@@ -29,14 +29,20 @@ def verify(c, run, pubkey=None, allow_unsigned=False):
 @task(help={"baseline": "baseline run directory (or bundle)", "candidate": "candidate run directory (or bundle)",
             "tolerances": "YAML of declared tolerances and an optional backend mapping",
             "out": "write the JSON result here (a .md beside it gets the Markdown table)",
-            "seed": "bootstrap seed (default 20261003)"})
+            "seed": "bootstrap seed (default 20261003)",
+            "allow_incomplete": "compare a run that is not complete (the verdict then says so)"})
 @user_errors
-def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003):
+def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003, allow_incomplete=False):
     """Compare two runs backend by backend; non-zero exit when a declared tolerance is exceeded."""
     from ..audit.compare import compare_runs, load_tolerances, to_markdown
+    from ..evidence import guard_output
 
+    if out:
+        guard_output(Path(out))
+        guard_output(Path(out).with_suffix(".md"))
     tol = load_tolerances(Path(tolerances)) if tolerances else None
-    result = compare_runs(Path(baseline), Path(candidate), tolerances=tol, seed=int(seed))
+    result = compare_runs(Path(baseline), Path(candidate), tolerances=tol, seed=int(seed),
+                          allow_incomplete=allow_incomplete)
     markdown = to_markdown(result)
     if out:
         Path(out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
@@ -59,16 +65,22 @@ def claims(c, file):
 
 
 @task(name="import-evidence",
-      help={"format": "source format; only system1-omni", "src": "directory of the published evidence",
+      help={"format": "source format; only system1-omni", "src": "folder of the published evidence: the one holding "
+            "their manifest.json, or a subfolder of it (manifest.json is looked for up to three folders above)",
+            "subdir": "evidence subfolder under the manifest's folder, e.g. e2e (default: --src when it is a "
+            "subfolder, else the one folder holding <arm>-measured-<pass>.jsonl files)",
             "out": "new run directory to create", "workload": "workload name for the imported rows (default mixed)"})
 @user_errors
-def import_evidence(c, src, out, format="system1-omni", workload="mixed"):
-    """Convert another harness's published per-request evidence into an (unsigned, imported) run."""
+def import_evidence(c, src=None, out=None, format="system1-omni", workload="mixed", subdir=None):
+    """Verify another harness's published per-request evidence and convert it into an (unsigned, imported) run."""
     from ..audit.importer import format_import_report, import_system1
 
-    report = import_system1(Path(src), Path(out), workload=workload) if format == "system1-omni" else None
-    if report is None:
+    for name, value in (("src", src), ("out", out)):
+        if not value:
+            raise Exit(f"error: --{name} is required", code=1)
+    if format != "system1-omni":
         raise Exit(f"error: unknown --format {format!r}; supported: system1-omni", code=1)
+    report = import_system1(Path(src), Path(out), workload=workload, subdir=subdir)
     print(format_import_report(report))
 
 

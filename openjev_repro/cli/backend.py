@@ -21,7 +21,9 @@ def fixture(c, out, lengths=None):
     from ..backend.fixture import build_fixture, file_table
     from ..synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
 
-    root = Path(out)
+    from ..evidence import guard_output
+
+    root = guard_output(Path(out), directory=True)  # never inside a run, never over a file
     if (root / "checkpoint").exists() and any((root / "checkpoint").iterdir()):
         raise RecipeError(f"{root / 'checkpoint'} already holds files; choose an empty --out directory.")
     counts = H200_NOUL_INPUT_TOKENS

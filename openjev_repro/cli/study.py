@@ -41,14 +41,26 @@ def verify_inputs_task(c, recipe, inputs_root=None):
     "inputs_root": "directory the recipe's input paths are relative to (default: the recipe's inputs.root)",
     "key": "Ed25519 private key (from `invoke keygen`) to sign the manifest; without it the manifest is unsigned",
     "allow_busy": "start even if the pinned GPU has compute processes (recorded in the manifest)",
+    "gpu_uuid": "run on this GPU instead of the recipe's controls.gpu, without editing the recipe "
+                "(recorded as gpu_override in host.json and the manifest; see docs/rerun-h200.md)",
+    "gpu_index": "with --gpu-uuid: the GPU's index on this host (default: looked up from the UUID)",
 })
 @user_errors
-def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow_busy=False):
+def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow_busy=False, gpu_uuid=None,
+          gpu_index=None):
     """Run a recipe's study end to end; the last line printed is the run directory."""
+    from ..host.override import GpuOverride
     from ..study import StudyOptions, run_study
 
+    if gpu_index is not None and gpu_uuid is None:
+        raise Exit("error: --gpu-index needs --gpu-uuid (the UUID is what is checked and reserved).", code=1)
+    try:
+        index = int(gpu_index) if gpu_index is not None else None
+    except ValueError:
+        raise Exit(f"error: --gpu-index must be a whole number, not {gpu_index!r}.", code=1) from None
+    override = GpuOverride(uuid=gpu_uuid, index=index, source="cli") if gpu_uuid is not None else None
     opts = StudyOptions(recipe_path=Path(recipe), out_dir=Path(out), runtime=runtime,
                         inputs_root=Path(inputs_root) if inputs_root else None,
-                        key_path=Path(key) if key else None, allow_busy=allow_busy)
+                        key_path=Path(key) if key else None, allow_busy=allow_busy, gpu_override=override)
     run = run_study(opts)
     sys.stdout.write(f"{run.path}\n")

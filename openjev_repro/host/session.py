@@ -15,6 +15,7 @@ from .device import check_cleanup, check_device
 from .inventory import host_record
 from .memory import MemorySampler
 from .numa import effective_binding, numa_prefix
+from .override import GpuOverride
 from .reservation import reserve_gpus
 
 __all__ = ["HostSession"]
@@ -27,8 +28,11 @@ class HostSession:
     """
 
     def __init__(self, controls: Controls, run_path: Path, *, allow_busy: bool = False,
-                 backend: GpuBackend | None = None) -> None:
+                 backend: GpuBackend | None = None, gpu_override: GpuOverride | None = None) -> None:
         self.controls = controls
+        self.recipe_gpu = controls.gpu
+        self.gpu_override = gpu_override
+        self.override_record: dict | None = None
         self.run_path = run_path
         self.allow_busy = allow_busy or controls.allow_busy
         self._gpu_backend = backend
@@ -40,6 +44,11 @@ class HostSession:
         self.deadline: float | None = None
 
     def __enter__(self) -> "HostSession":
+        if self.gpu_override is not None:  # the run-time GPU replaces the recipe's for this run only
+            self._gpu_backend = self._gpu_backend or detect_backend()
+            effective = self.gpu_override.resolve(self._gpu_backend)
+            self.override_record = self.gpu_override.record(self.recipe_gpu, effective)
+            self.controls = self.gpu_override.apply(self.controls, effective)
         gpu = self.controls.gpu
         reservation = self.controls.reservation
         if reservation is not None:
@@ -56,6 +65,11 @@ class HostSession:
         period = self.controls.memory_sample_period_ms / 1000
         self.sampler = self._stack.enter_context(MemorySampler(backend, gpu.uuid, period_s=period))
         return self
+
+    @property
+    def gpu_uuid(self) -> str | None:
+        """The GPU the backends run on: the override's once entered, else the recipe's."""
+        return self.controls.gpu.uuid if self.controls.gpu else None
 
     def command_prefix(self) -> list[str]:
         """numactl for the local runtime when the recipe binds a NUMA node."""
@@ -97,5 +111,8 @@ class HostSession:
                              {"prefix": self.command_prefix(), "effective": self.bindings},
                              cleanup, self.sampler.summary() if self.sampler else None)
         record["controlled"] = self.controls.gpu is not None
+        if self.gpu_override is not None:
+            record["gpu_override"] = self.override_record or {
+                **self.gpu_override.declared(self.recipe_gpu), "resolved": False}
         write_json_atomic(self.run_path / "host.json", record)
         return record

@@ -23,6 +23,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from ..errors import VerificationError
+from ..limits import loads_bounded
 from .keys import keyid
 
 __all__ = [
@@ -62,15 +63,21 @@ def envelope_bytes(envelope: dict[str, Any]) -> bytes:
 def parse_envelope(data: bytes, source: str = "envelope") -> dict[str, Any]:
     """Parse envelope bytes; refuse anything that is not exactly our canonical form."""
     try:
-        envelope = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise VerificationError(f"{source} is not valid JSON ({exc}); it is truncated or damaged.") from exc
+        envelope = loads_bounded(data.decode("utf-8"), max_depth=3)
+    except ValueError as exc:  # bad UTF-8, syntax, nesting, huge integers
+        raise VerificationError(f"{source} is not valid JSON ({exc}); it is truncated or damaged.") from None
     if not isinstance(envelope, dict) or set(envelope) != {"payload", "payloadType", "signatures"}:
         raise VerificationError(f"{source} is not a DSSE envelope (payload, payloadType, signatures).")
     if envelope["payloadType"] != PAYLOAD_TYPE:
-        raise VerificationError(f"{source} has payloadType {envelope['payloadType']!r}, expected {PAYLOAD_TYPE!r}.")
-    if not isinstance(envelope["signatures"], list):
-        raise VerificationError(f"{source}: signatures is not a list.")
+        raise VerificationError(f"{source} has payloadType {envelope['payloadType']!r:.80}, expected {PAYLOAD_TYPE!r}.")
+    if not isinstance(envelope["payload"], str):
+        raise VerificationError(f"{source}: payload is not a base64 string.")
+    signatures = envelope["signatures"]
+    if not isinstance(signatures, list) or not all(
+        isinstance(s, dict) and set(s) == {"keyid", "sig"} and all(isinstance(v, str) for v in s.values())
+        for s in signatures
+    ):
+        raise VerificationError(f"{source}: signatures is not a list of {{keyid, sig}} strings.")
     if envelope_bytes(envelope) != data:
         raise VerificationError(f"{source} is not in canonical form; it was edited after it was written.")
     return envelope

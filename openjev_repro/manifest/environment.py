@@ -6,6 +6,8 @@ that raises is recorded the same way, so capture never stops a study.
 
 Format history (`format_version` of environment.json):
     1  (2026-11) first version.
+    2  (2026-12) adds `cpu` (model, cores, frequency policy per cpufreq, load average, thread
+       variables); version 1 files simply lack it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "collect_environment",
     "default_collectors",
     "collect_host",
+    "collect_cpu",
     "collect_gpus",
     "gpus_from_nvml",
     "gpus_from_nvidia_smi",
@@ -35,7 +38,10 @@ __all__ = [
     "collect_git",
 ]
 
-ENVIRONMENT_FORMAT_VERSION = 1
+ENVIRONMENT_FORMAT_VERSION = 2
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS",
+              "OMP_PROC_BIND", "OMP_PLACES", "KMP_AFFINITY")
+CPUFREQ_ROOT = Path("/sys/devices/system/cpu")
 PACKAGES = ("torch", "transformers", "peft", "accelerate", "tokenizers",
             "flash-linear-attention", "triton", "causal-conv1d")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +80,49 @@ def collect_host() -> dict[str, Any]:
         "kernel": platform.release(),
         "os": platform.platform(),
         "memory_total_bytes": mem_kib * 1024 if mem_kib is not None else absent("no MemTotal in /proc/meminfo"),
+    }
+
+
+def collect_cpu(root: Path = CPUFREQ_ROOT) -> dict[str, Any]:
+    """What decides a CPU-bound (kernel-launch-bound) backend's speed: model, cores, frequency policy, load.
+
+    Frequency settings come from `cpu*/cpufreq/` (scaling_driver, scaling_governor,
+    energy_performance_preference, scaling_cur/min/max_freq in kHz), summarised over every CPU
+    as {value: number of CPUs} so a host with mixed settings shows it; absent in most containers
+    and VMs, which is then recorded as such.
+    """
+    cpuinfo = _read("/proc/cpuinfo") or ""
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines()
+                  if line.startswith("model name")), None)
+    policies = sorted(root.glob("cpu[0-9]*/cpufreq"))
+    cpufreq: Any = absent(f"no {root}/cpu*/cpufreq (no cpufreq driver, or a container/VM hides it)")
+    if policies:
+        def values(name: str) -> dict[str, int]:
+            seen: dict[str, int] = {}
+            for policy in policies:
+                text = _read(str(policy / name))
+                if text is not None:
+                    seen[text.strip()] = seen.get(text.strip(), 0) + 1
+            return dict(sorted(seen.items()))
+
+        cur = [int(v) for v in (_read(str(p / "scaling_cur_freq")) for p in policies) if v and v.strip().isdigit()]
+        cpufreq = {"cpus": len(policies),
+                   **{name: values(name) for name in ("scaling_driver", "scaling_governor",
+                                                      "energy_performance_preference",
+                                                      "scaling_min_freq", "scaling_max_freq",
+                                                      "cpuinfo_max_freq")},
+                   "scaling_cur_freq_khz": {"min": min(cur), "max": max(cur), "mean": round(sum(cur) / len(cur))}
+                   if cur else absent("no readable scaling_cur_freq"),
+                   "boost": (_read(str(root / "cpufreq" / "boost")) or "").strip() or absent("no cpufreq/boost")}
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {
+        "available": True,
+        "model": model if model else absent("/proc/cpuinfo names no model"),
+        "cores_online": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else absent("no affinity"),
+        "cpufreq": cpufreq,
+        "load_average_1_5_15": [round(v, 2) for v in load] if load else absent("no os.getloadavg"),
+        "thread_env": {name: os.environ.get(name) for name in THREAD_ENV},
     }
 
 
@@ -261,6 +310,7 @@ def default_collectors(*, backends_python: dict[str, str] | None = None,
                        recipe_path: Path | None = None) -> dict[str, Collector]:
     collectors: dict[str, Collector] = {
         "host": collect_host,
+        "cpu": collect_cpu,
         "gpus": collect_gpus,
         "orchestrator_python": lambda: collect_python(sys.executable),
         "backends": lambda: {name: collect_python(py) for name, py in sorted((backends_python or {}).items())}

@@ -38,23 +38,35 @@ def keyid(public_key: Ed25519PublicKey) -> str:
 def generate_keypair(out_dir: Path) -> tuple[Path, Path, str]:
     """Write a new private key (0600) and its public key into out_dir; never overwrites."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(out_dir) and not out_dir.is_dir():
+        raise VerificationError(f"--out {out_dir} exists and is not a directory; keygen writes two files into a directory.")
     private_path, public_path = out_dir / PRIVATE_KEY_NAME, out_dir / PUBLIC_KEY_NAME
     for path in (private_path, public_path):
-        if path.exists():
-            raise VerificationError(f"{path} already exists; choose another --out directory or move the old key away.")
+        if os.path.lexists(path):  # a dangling link counts: writing through it would create a file elsewhere
+            what = "is a symlink" if path.is_symlink() else "already exists"
+            raise VerificationError(f"{path} {what}; choose another --out directory or move the old key away.")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return _write_keypair(private_path, public_path)
+    except OSError as exc:
+        raise VerificationError(f"Cannot write the key pair into {out_dir} ({exc.strerror or exc}).") from None
+
+
+def _write_keypair(private_path: Path, public_path: Path) -> tuple[Path, Path, str]:
     key = Ed25519PrivateKey.generate()
     private_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     # Create with 0600 from the start, so the key is never readable by others, not even briefly.
-    fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(private_pem)
     public_pem = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    public_path.write_bytes(public_pem)
+    fd = os.open(public_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(public_pem)
     return private_path, public_path, keyid(key.public_key())
 
 

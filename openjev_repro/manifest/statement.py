@@ -21,11 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..errors import EvidenceError, RunIncomplete, VerificationError
-from ..evidence import ENVELOPE_NAME, RunDir, read_json
+from ..evidence import ENVELOPE_NAME, RunDir, read_json, write_bytes_atomic
 from ..hashing import hash_file
+from ..limits import MAX_JSON_DEPTH, loads_bounded
+from ..recipe import safe_yaml
 from .dsse import envelope_bytes, make_envelope, parse_envelope, payload_of
 from .keys import load_private_key
 
@@ -72,6 +72,7 @@ OPTIONAL_FILES = {
     "calibration": "calibration.json",
     "host": "host.json",
     "processes": "processes.json",
+    "backends": "backends.json",   # weights fingerprint and threads per backend (runs from 2026-12 on)
 }
 
 
@@ -104,7 +105,7 @@ def _recipe(run: RunDir) -> tuple[dict[str, Any], str]:
 
 def recipe_json(data: bytes) -> Any:
     """The recipe as the predicate records it: YAML's dates become ISO strings (the predicate is JSON)."""
-    return json.loads(json.dumps(yaml.safe_load(data.decode("utf-8")), default=_iso))
+    return json.loads(json.dumps(safe_yaml(data.decode("utf-8")), default=_iso))
 
 
 def _iso(value: Any) -> str:
@@ -161,10 +162,12 @@ def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
 def write_manifest(run_dir: Path, *, key_path: Path | None) -> Path:
     """Sign (or, without a key, write unsigned) the manifest of a complete run; returns its path."""
     run = RunDir.open(run_dir)
-    status = run.state().get("status")
+    state = run.effective_state()  # a "running" run whose study died reads incomplete (stale)
+    status = state.get("status")
     if status != "complete":
+        stale = f" ({state['error']})" if state.get("stale") else ""
         raise RunIncomplete(
-            f"{run.path} has status {status!r}; only a complete study gets a manifest. "
+            f"{run.path} has status {status!r}{stale}; only a complete study gets a manifest. "
             "Re-run the study; an incomplete run is never signed."
         )
     out = run.file(ENVELOPE_NAME)
@@ -174,9 +177,7 @@ def write_manifest(run_dir: Path, *, key_path: Path | None) -> Path:
     statement = build_statement(run, signed=key is not None)
     payload = json.dumps(statement, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
     envelope = make_envelope(payload, key)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_bytes(envelope_bytes(envelope))
-    tmp.replace(out)
+    write_bytes_atomic(out, envelope_bytes(envelope))  # fsynced; no temporary file survives a failure
     return out
 
 
@@ -186,11 +187,13 @@ def read_statement(envelope_path: Path) -> tuple[dict[str, Any], dict[str, Any]]
         data = Path(envelope_path).read_bytes()
     except FileNotFoundError as exc:
         raise EvidenceError(f"No manifest at {envelope_path}; sign the run with `invoke sign` first.") from exc
+    except OSError as exc:
+        raise EvidenceError(f"Cannot read the manifest {envelope_path} ({exc.strerror or exc}).") from None
     envelope = parse_envelope(data, source=str(envelope_path))
     try:
-        statement = json.loads(payload_of(envelope).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise VerificationError(f"The payload of {envelope_path} is not JSON ({exc}).") from exc
+        statement = loads_bounded(payload_of(envelope).decode("utf-8"), max_depth=MAX_JSON_DEPTH)
+    except ValueError as exc:  # bad UTF-8, syntax, nesting, huge integers
+        raise VerificationError(f"The payload of {envelope_path} is not JSON ({exc}).") from None
     if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
         raise VerificationError(f"The payload of {envelope_path} is not an in-toto Statement v1.")
     if statement.get("predicateType") != PREDICATE_TYPE:
@@ -200,4 +203,41 @@ def read_statement(envelope_path: Path) -> tuple[dict[str, Any], dict[str, Any]]
     predicate = statement.get("predicate")
     if not isinstance(predicate, dict) or predicate.get("format_version") != PREDICATE_FORMAT_VERSION:
         raise VerificationError(f"{envelope_path}: unknown predicate format_version; this tool reads {PREDICATE_FORMAT_VERSION}.")
+    problem = _statement_problem(statement)
+    if problem:
+        raise VerificationError(f"The statement of {envelope_path} is malformed: {problem}.")
     return envelope, statement
+
+
+_SHA256_HEX = frozenset("0123456789abcdef")
+
+
+def _statement_problem(statement: dict[str, Any]) -> str | None:
+    """The first field of a statement that does not have the shape this tool writes; None if all do."""
+    subjects = statement.get("subject")
+    if not isinstance(subjects, list):
+        return "subject is not a list"
+    for i, s in enumerate(subjects):
+        digest = s.get("digest") if isinstance(s, dict) else None
+        sha = digest.get("sha256") if isinstance(digest, dict) else None
+        if (not isinstance(s, dict) or set(s) != {"name", "digest"} or not isinstance(s["name"], str)
+                or not isinstance(sha, str) or len(sha) != 64 or not set(sha) <= _SHA256_HEX):
+            return f"subject[{i}] is not {{name: string, digest: {{sha256: 64 hex digits}}}}"
+    predicate = statement["predicate"]
+    for key in ("signed", "aggregate_only"):
+        if not isinstance(predicate.get(key, False), bool):
+            return f"predicate.{key} is not true or false"
+    for key in ("state", "summary"):
+        if not isinstance(predicate.get(key), dict):
+            return f"predicate.{key} is not an object"
+    if not isinstance(predicate.get("gates", []), list):
+        return "predicate.gates is not a list"
+    if predicate.get("aggregate_only"):
+        omitted = predicate.get("omitted", [])
+        if not isinstance(omitted, list) or not all(
+            isinstance(o, dict) and isinstance(o.get("name"), str) and isinstance(o.get("sha256"), str) for o in omitted
+        ):
+            return "predicate.omitted is not a list of {name, sha256} strings"
+        if not isinstance(predicate.get("source_envelope"), str):
+            return "predicate.source_envelope is not a file name"
+    return None

@@ -97,10 +97,10 @@ def _signal_name(code: int | None) -> str | None:
 
 
 class DockerBackend(RunningBackend):
-    def __init__(self, client, spec: LaunchSpec) -> None:
+    def __init__(self, client, spec: LaunchSpec, reaper=None) -> None:
         import docker
 
-        self.spec, self.client = spec, client
+        self.spec, self.client, self.reaper = spec, client, reaper
         self._record: ExitRecord | None = None
         image = get_image(client, spec.image)
         try:
@@ -108,6 +108,8 @@ class DockerBackend(RunningBackend):
         except docker.errors.APIError as exc:
             raise DockerError(f"Docker could not create the container for {spec.name}: {exc.explanation or exc}.") from exc
         self.image_id = image.id
+        if reaper is not None:  # removed by the study's reaper if the study dies (host/reaper.py)
+            reaper.watch_container(self.container.id)
         try:
             self.container.start()
         except docker.errors.APIError as exc:
@@ -186,6 +188,8 @@ class DockerBackend(RunningBackend):
         code = state.get("ExitCode")
         self._log_thread.join(timeout=5)
         self.container.remove(force=True)
+        if self.reaper is not None:
+            self.reaper.forget_container(self.container.id)
         sig = _signal_name(code)
         self._record = ExitRecord(
             name=self.spec.name, runtime="docker", ident=self.container.id, exit_status=code, signal=sig,
@@ -208,8 +212,9 @@ class DockerBackend(RunningBackend):
 class DockerRuntime(Runtime):
     name = "docker"
 
-    def __init__(self, client=None) -> None:
+    def __init__(self, client=None, reaper=None) -> None:
         self._client = client
+        self.reaper = reaper  # the study's reaper (host/reaper.py), or None
 
     @property
     def client(self):
@@ -220,4 +225,4 @@ class DockerRuntime(Runtime):
     def launch(self, spec: LaunchSpec) -> DockerBackend:
         if not spec.image:
             raise DockerError(f"Backend {spec.name} runs with runtime docker but names no image; set `image:` in the recipe.")
-        return DockerBackend(self.client, spec)
+        return DockerBackend(self.client, spec, self.reaper)

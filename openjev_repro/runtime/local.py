@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from ..host.process import stop_group
+from ..host.reaper import Reaper, die_with_parent
 from .base import ExitRecord, LaunchSpec, RunningBackend, Runtime
 
 __all__ = ["LocalRuntime", "LocalBackend", "tail"]
@@ -27,18 +28,24 @@ def tail(path: Path, lines: int = 15) -> str:
 
 
 class LocalBackend(RunningBackend):
-    def __init__(self, spec: LaunchSpec, prefix: list[str]) -> None:
+    def __init__(self, spec: LaunchSpec, prefix: list[str], reaper: Reaper | None = None) -> None:
         self.spec = spec
         env = {k: os.environ[k] for k in _PASSTHROUGH if k in os.environ}
         env.update(spec.env)
+        if spec.gpu_uuid:  # the checked, reserved GPU (the recipe's or the run-time override) is the only one seen
+            env["CUDA_VISIBLE_DEVICES"] = spec.gpu_uuid
         env.setdefault("PYTHONUNBUFFERED", "1")
         self._log = open(spec.log_path, "ab")
         self.argv = prefix + spec.argv
         self.proc = subprocess.Popen(
             self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=env, cwd=spec.workdir, start_new_session=True,  # own process group: we stop all of it
+            preexec_fn=die_with_parent,  # and it dies with the study, even on kill -9 (reaper: the whole group)
         )
         self.pgid = self.proc.pid
+        self.reaper = reaper
+        if reaper is not None:
+            reaper.watch_group(self.pgid)
         self._record: ExitRecord | None = None
         self.binding: dict = {}
 
@@ -58,6 +65,8 @@ class LocalBackend(RunningBackend):
         # The whole group, not just the leader: servers fork workers, and children may outlive it.
         group = stop_group(self.pgid, grace_s, leader=self.proc)
         self.proc.wait()
+        if self.reaper is not None and group["group_exited"]:
+            self.reaper.forget_group(self.pgid)
         code = self.proc.returncode
         sig = signal.Signals(-code).name if code < 0 else None
         self._log.close()
@@ -73,10 +82,11 @@ class LocalBackend(RunningBackend):
 class LocalRuntime(Runtime):
     name = "local"
 
-    def __init__(self, prefix: list[str] | None = None) -> None:
+    def __init__(self, prefix: list[str] | None = None, reaper: Reaper | None = None) -> None:
         self.prefix = prefix or []  # e.g. numactl --membind=0 --physcpubind=0-15
+        self.reaper = reaper  # the study's reaper: ends every group we start if the study dies
 
     def launch(self, spec: LaunchSpec) -> LocalBackend:
-        backend = LocalBackend(spec, self.prefix)
+        backend = LocalBackend(spec, self.prefix, self.reaper)
         backend.binding = {"prefix": self.prefix}
         return backend
