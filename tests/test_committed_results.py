@@ -2,13 +2,31 @@
 
 from pathlib import Path
 
+import pytest
+
 from openjev_repro.audit import verify_path
+from openjev_repro.audit.compare import compare_runs
+from openjev_repro.recipe import read_yaml
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "h200-reference-27b-shape"
+TOLERANCES = Path(__file__).resolve().parents[1] / "manifests" / "tolerances" / "h200-reference-rerun.yaml"
 
 
-def test_committed_h200_run_verifies():
-    checks = verify_path(RESULTS / "run", pubkey=RESULTS / "signing-key.pub")
+@pytest.mark.parametrize("name", ["run", "rerun"])
+def test_committed_h200_run_verifies(name):
+    checks = verify_path(RESULTS / name, pubkey=RESULTS / "signing-key.pub")
     failed = [c for c in checks if c.passed is False]
     assert not failed, failed
     assert any(c.name == "statistics recomputed" and c.passed for c in checks)
+
+
+def test_committed_rerun_is_within_declared_tolerances():
+    """The README's cross-host claim: same weights, bit-identical probabilities, PASS verdict."""
+    tolerances = read_yaml(TOLERANCES, "tolerances")
+    result = compare_runs(RESULTS / "run", RESULTS / "rerun", tolerances=tolerances)
+    assert result["verdict"]["passed"] is True, result["verdict"]["failures"]
+    assert len(result["pairs"]) == 3
+    for pair in result["pairs"]:
+        assert pair["weights_fingerprint"]["same"] is True
+        assert pair["answers"]["max_abs_probability_delta"] == 0.0
+        assert not pair["answers"]["decision_flips"]

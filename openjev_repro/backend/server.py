@@ -1,12 +1,14 @@
 """The HTTP server: /v1/systemone (aliases /v1/inference, /api/jev), /health, /v1/models.
 
 A stdlib ThreadingHTTPServer: every connection has its own thread, which parses, tokenizes and
-writes; every inference runs on one long-lived model thread and is serialised by one lock
-(concurrency 1, requests queue), so /health answers while an inference runs. Running the model
-on a thread that lives as long as the server matters for latency: on an H200 at the 27B shape, raw
-mode took about 100 ms more per request when each inference ran on a fresh thread (the
-per-connection thread) than on the thread that had run the previous one (scripts/h200-serving-gap.py,
-docs/backend.md). The port
+writes; every inference runs on one long-lived model thread (so torch's per-thread state is
+built once, not per connection) and is serialised by one lock (concurrency 1, requests queue),
+so /health answers while an inference runs. What this buys was measured once and is not
+established: on an H200 at the 27B shape (scripts/h200-serving-gap.py, raw mode, in-process
+means of 74 requests) the main thread took 167-207 ms, a fresh thread per request 247-279 ms and
+one long-lived worker thread 215 ms, but requests through this server took 293 ms with a thread
+per connection and 296 ms with the model thread: where the served path loses its time is still
+open (results/h200-reference-27b-shape/diagnostics/). The port
 is bound before the model loads; until the model is loaded and one real warm-up inference has
 succeeded, every endpoint answers 503 {"status": "loading"}.
 
