@@ -20,7 +20,9 @@ Layout of a run directory (every file except the envelope is a manifest subject)
 
 Format history of state.json:
     1  (2026-11) first version. Additive: `owner` {pid, start_ticks, boot_id, host} of the
-       study that writes it (readers tolerate its absence; see `stale_reason`).
+       study that writes it (readers tolerate its absence; see `stale_reason`). Additive:
+       `started_utc`, when the run directory was created (the report's "started"; readers fall
+       back to the stamp in the directory name).
 
 Every entry of a run is a regular file or a directory (`scan_tree`): links, FIFOs, devices
 and empty directories make a run unsignable and fail verify.
@@ -216,14 +218,16 @@ class RunDir:
     @classmethod
     def create(cls, parent: Path, study_id: str) -> "RunDir":
         """A new directory `<study_id>-<UTC time>-<random>` under parent; never reuses one."""
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        now = datetime.now(timezone.utc)
+        stamp = now.strftime("%Y%m%dT%H%M%SZ")
         path = Path(parent) / f"{study_id}-{stamp}-{secrets.token_hex(3)}"
         path.mkdir(parents=True, exist_ok=False)
         run = cls(path)
         try:
             (path / "logs").mkdir()
             (path / "responses").mkdir()
-            run.write_state({"status": "running", "attempted": [], "finished": [], "error": None, "owner": _owner()})
+            run.write_state({"status": "running", "attempted": [], "finished": [], "error": None, "owner": _owner(),
+                             "started_utc": now.isoformat(timespec="seconds")})
         except BaseException:  # a directory without its state file is no run: leave nothing behind
             shutil.rmtree(path, ignore_errors=True)
             raise

@@ -79,21 +79,20 @@ def verify_inputs(recipe: Recipe, root: Path, *, console: Console | None = None)
     return checks
 
 
-def require_all_ok(checks: list[InputCheck], root: Path) -> None:
+def require_all_ok(checks: list[InputCheck], root: Path, fix: str = "restore them") -> None:
+    """InputMismatch in one short line: how many, the first three, and `fix` (how to recreate them)."""
     bad = [c for c in checks if c.status != "ok"]
     if bad:
-        listed = "; ".join(f"{c.path}: {c.status}" for c in bad[:8])
-        more = f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""
-        raise InputMismatch(
-            f"{len(bad)} input(s) under {root} do not match the recipe: {listed}{more}. "
-            "Nothing was started; restore the inputs (or re-run preparation) and try again."
-        )
+        listed = ", ".join(f"{c.path} {c.status}" for c in bad[:3])
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise InputMismatch(f"{len(bad)} input(s) under {root} do not match the recipe ({listed}{more}); "
+                            f"nothing was started; {fix}.")
 
 
 def checks_table(checks: list[InputCheck], root: Path) -> Table:
     table = Table(title=f"Inputs under {root}")
     for column in ("status", "path", "role", "size", "sha256 (expected → actual)"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # a path is never cut short
     colours = {"ok": "green", "missing": "red", "changed": "red", "undeclared": "yellow"}
     for c in checks:
         digest = (c.expected or "-")[:12]

@@ -9,19 +9,23 @@ from __future__ import annotations
 
 import io
 import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from .errors import EvidenceError
 from .evidence import ENVELOPE_NAME, RunDir, guard_output, read_json, write_bytes_atomic
 from .recipe import Recipe, load_recipe
-from .results import summarize
+from .results import latency_stats, summarize
 from .row_table import RowTable, as_table, read_table
 from .rows import Row
 
-__all__ = ["DIGITS", "PLOT_NAMES", "render_report", "write_plots", "write_report", "incomplete_banner", "imported_note"]
+__all__ = ["DIGITS", "PLOT_NAMES", "RunInfo", "plot_figures", "render_report", "run_info", "write_plots", "write_report",
+           "incomplete_banner", "imported_note", "run_facts_of"]
 
 # Printed precision: milliseconds, speedup factor, percentages, probabilities.
 DIGITS = {"ms": 3, "speedup": 2, "percent": 2, "probability": 6}
@@ -56,9 +60,11 @@ def incomplete_banner(state: dict) -> str:
 # --- the Markdown ----------------------------------------------------------------------
 
 
-def _label(recipe: Recipe, backend: str) -> str:
-    desc = recipe.backend(backend).description
-    return f"{backend} ({desc})" if desc else backend
+def _descriptions(recipe: Recipe, wl: dict) -> list[str]:
+    """Each configuration's description under the table, so the table itself stays narrow."""
+    lines = [f"- {name}: {recipe.backend(name).description}" for name in wl["backends"]
+             if recipe.backend(name).description]
+    return ["Configurations:", "", *lines, ""] if lines else []
 
 
 def _table(recipe: Recipe, wl: dict) -> list[str]:
@@ -67,7 +73,7 @@ def _table(recipe: Recipe, wl: dict) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for name, b in wl["backends"].items():
         m = b["measured"]
-        cells = [_label(recipe, name), str(b["overall"]["n"]), _ms(b["overall"]["mean_ms"]), _per_pass(m, "mean_ms"),
+        cells = [name, str(b["overall"]["n"]), _ms(b["overall"]["mean_ms"]), _per_pass(m, "mean_ms"),
                  _per_pass(m, "p50_ms"), _per_pass(m, "p95_jevbench_ms"), _per_pass(m, "p95_nearest_rank_ms"),
                  f"{b['correct']} / {b['labelled']}" if b["labelled"] else "n/a (no labels)"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
@@ -99,11 +105,19 @@ def _comparison_lines(wl: dict) -> list[str]:
         out.append(
             f"- {c['candidate']} vs {c['baseline']}: {c['speedup']:.{DIGITS['speedup']}f}x by mean "
             f"({_ms(c['baseline_mean_ms'])} -> {_ms(c['candidate_mean_ms'])} ms, "
-            f"{c['percent_lower']:.{DIGITS['percent']}f}% lower); pass mean ranges disjoint: "
+            f"{_percent_change(c['percent_lower'])}); pass mean ranges disjoint: "
             f"{_yes(c['disjoint_ranges'])}; every {c['candidate']} pass mean below every {c['baseline']} "
             f"pass mean: {_yes(c['every_pass_lower'])}."
         )
     return out
+
+
+def _percent_change(percent_lower: float) -> str:
+    """"4.78% lower" or "0.63% higher": the sign goes into the word, never "-0.63% lower"."""
+    rounded = round(percent_lower, DIGITS["percent"])
+    if rounded == 0:
+        return f"{0:.{DIGITS['percent']}f}% difference"
+    return f"{abs(rounded):.{DIGITS['percent']}f}% {'lower' if rounded > 0 else 'higher'}"
 
 
 def _agreement_lines(wl: dict) -> list[str]:
@@ -175,23 +189,29 @@ def imported_note(imported: dict) -> str:
 
 
 def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: dict | None = None,
-                  notes: Iterable[str] = (), imported: dict | None = None,
+                  notes: Iterable[str] = (), run: RunInfo | None = None, imported: dict | None = None,
                   run_facts: Iterable[str] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
 
     `state` is the run's state.json: unless its status is "complete" the report opens (and
     closes) with an INCOMPLETE RUN banner. None means the summary does not come from a run
-    directory (no banner). `notes` are extra warnings printed under the title. `imported` is an
-    imported run's import.json: its status "imported" is complete, and the published figures
-    are listed next to ours. `run_facts` are lines about the weights and the GPU
-    (`run_facts_of`), shown in their own section when present.
+    directory (no banner). `notes` are extra warnings printed under the title. `run` names
+    the run, when and where it ran (the study date is the recipe's, the run's its own). `imported`
+    is an imported run's import.json: its status "imported" is complete, and the published figures
+    are listed next to ours. `run_facts` are lines about the weights and the GPU (`run_facts_of`),
+    shown in their own section when present.
     """
     done = ("complete", "imported") if imported is not None else ("complete",)
     banner = [incomplete_banner(state), ""] if state is not None and state.get("status") not in done else []
     out = [f"# Study {summary['study_id']}", "", *banner]
     if imported is not None:
         out += [f"> **{imported_note(imported)}**", ""]
-    out += [f"{recipe.study.purpose.strip()} (date {recipe.study.date.isoformat()})", ""]
+    out += [recipe.study.purpose.strip(), ""]
+    out += [f"- Study date (recipe): {recipe.study.date.isoformat()}"]
+    if run is not None:
+        out += [f"- Run: {run.describe()}",
+                f"- Hardware: {run.hardware}"]
+    out += [""]
     out += [f"> **{n}**" for n in notes] + ([""] if notes else [])
     t = as_table(rows)
     excluded = int(sum(t.phase.equals(ph).sum() for ph in ("first", "warmup", "feasibility")))
@@ -203,7 +223,7 @@ def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe,
         "",
     ]
     for name, wl in summary["workloads"].items():
-        out += [f"## Workload {name}", "", *_table(recipe, wl), ""]
+        out += [f"## Workload {name}", "", *_table(recipe, wl), "", *_descriptions(recipe, wl)]
         out += [*_latency_notes(wl), ""]
         out += ["Speed:", "", *_comparison_lines(wl), ""]
         out += ["Agreement (first measured pass, paired by case id and position):", "", *_agreement_lines(wl), ""]
@@ -221,49 +241,175 @@ def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe,
     return "\n".join(out)
 
 
+# --- the run's own facts (for the report header and the plot titles) ------------------------
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str  # the run directory's name
+    started: str | None  # "YYYY-MM-DD HH:MM:SS UTC"; None when not recorded
+    hardware: str  # the GPU the run used (the run-time override, else the pinned one), or the CPU without a GPU
+    when: str = "started"  # what `started` is: the start, or (older runs) the last state update
+
+    @property
+    def date(self) -> str:
+        return self.started.split(" ", 1)[0] if self.started else "date unknown"
+
+    def describe(self) -> str:
+        return f"{self.run_id}, {self.when} {self.started}" if self.started else f"{self.run_id}, date not recorded"
+
+
+_RUN_STAMP = re.compile(r"-(\d{8}T\d{6}Z)-[0-9a-f]+$")
+
+
+def _utc(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
+    """When the run started: state.json's started_utc, else the UTC stamp in the run directory's
+    name; a renamed older run falls back to state.json's last update (labelled as such)."""
+    state = run.state()
+    hardware = _hardware(run, recipe)
+    try:
+        if state.get("started_utc"):
+            return RunInfo(run.path.name, _utc(datetime.fromisoformat(str(state["started_utc"]))), hardware)
+        stamp = _RUN_STAMP.search(run.path.name)
+        if stamp:
+            moment = datetime.strptime(stamp.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+            return RunInfo(run.path.name, _utc(moment), hardware)
+        if isinstance(state.get("updated_unix"), (int, float)):
+            moment = datetime.fromtimestamp(state["updated_unix"], timezone.utc)
+            return RunInfo(run.path.name, _utc(moment), hardware, when="state last updated")
+    except (ValueError, OverflowError, OSError):
+        pass
+    return RunInfo(run.path.name, None, hardware)
+
+
+def _hardware(run: RunDir, recipe: Recipe) -> str:
+    try:
+        env = read_json(run.file("environment.json")) if run.file("environment.json").is_file() else {}
+    except (OSError, ValueError, EvidenceError):
+        env = {}
+    devices = (env.get("gpus") or {}).get("devices") or []
+    override = env.get("gpu_override") if isinstance(env.get("gpu_override"), dict) else {}
+    run_time = override.get("run_time") if isinstance(override.get("run_time"), dict) else {}
+    pinned = run_time.get("uuid") or (recipe.controls.gpu.uuid if recipe.controls and recipe.controls.gpu else None)
+    names = [d.get("name") for d in devices if d.get("name") and (pinned is None or d.get("uuid") == pinned)]
+    if names:
+        return ", ".join(sorted(set(names)))
+    if pinned is not None and any(d.get("name") for d in devices):
+        return f"pinned GPU {pinned} not in environment.json"
+    cpu = (env.get("host") or {}).get("cpu_model")
+    return f"CPU only ({cpu})" if cpu else "hardware not recorded"
+
+
 # --- plots -----------------------------------------------------------------------------
 
 
-def _measured_by_backend(t: RowTable) -> dict[str, np.ndarray]:
-    """Row indices of measured, successful rows per backend (backends in order of first appearance)."""
+PASS_MARKERS = ("o", "^", "s", "D", "v", "P", "X", "*")
+PASS_LINES = ("-", "--", ":", "-.")
+
+
+def _measured(t: RowTable) -> dict[str, dict[str, dict[int, np.ndarray]]]:
+    """workload -> backend -> measured pass -> row indices of successful rows (file order), in first-seen order."""
     idx = np.flatnonzero(t.phase.equals("measured") & t.ok)
-    codes = t.backend.codes[idx]
-    first_seen = sorted(np.unique(codes, return_index=True)[1].tolist())
-    return {str(t.backend.values[codes[i]]): idx[codes == codes[i]] for i in first_seen}
+    groups = sorted(t.groups(idx, ("workload", "backend", "pass_index")).items(), key=lambda kv: int(kv[1].min()))
+    out: dict[str, dict[str, dict[int, np.ndarray]]] = {}
+    for (workload, backend, pass_index), rows in groups:  # inserted by first row: first-seen order
+        out.setdefault(str(workload), {}).setdefault(str(backend), {})[int(pass_index)] = np.sort(rows)
+    return out
 
 
-def _plot_bytes(rows: RowTable | Iterable[Row]) -> dict[str, bytes]:
-    """Both PNGs as bytes. Figure + Agg canvas, no pyplot state; PNG metadata stripped."""
+def _title(fig, study_id: str, run: RunInfo | None, workloads: Sequence[str], what: str) -> None:
+    """Three short lines that keep a plot's context when it is shared on its own."""
+    facts = [f"workload {', '.join(workloads) or 'none'}"]
+    if run:
+        facts += [run.hardware, f"run date {run.date}"]
+    where = f"study {study_id} · run {run.run_id}" if run else f"study {study_id}"
+    fig.suptitle(f"{what}\n{where}\n{' · '.join(facts)}", fontsize=10)
+
+
+def plot_figures(rows: RowTable | Iterable[Row], study_id: str = "", run: RunInfo | None = None) -> dict:
+    """Both plots as matplotlib Figures (Agg canvas, no pyplot state), by file name.
+
+    One panel per workload; one colour per backend; one marker (scatter) or line style (CDF)
+    per measured pass. The CDF marks each backend's P50 and P95 (JevBench rank,
+    sorted[int(0.95 N) - 1], the report's headline rule) over all its measured requests."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
     t = as_table(rows)
-    series = _measured_by_backend(t)
+    data = _measured(t)
+    workloads = list(data) or [""]
+    backends = list(dict.fromkeys(b for wl in data.values() for b in wl))
+    colours = {b: f"C{i % 10}" for i, b in enumerate(backends)}
+    passes = sorted({p for wl in data.values() for b in wl.values() for p in b})
+    size = (max(7.5, 5.0 * len(workloads)), 5.0)
+
+    def legend(ax, kind: str, labels: dict[str, str] | None = None) -> None:
+        handles = [Line2D([], [], color=colours[b], lw=2, label=(labels or {}).get(b, b)) for b in backends]
+        for n, p in enumerate(passes):
+            style = ({"marker": PASS_MARKERS[n % len(PASS_MARKERS)], "ls": "none"} if kind == "scatter"
+                     else {"ls": PASS_LINES[n % len(PASS_LINES)]})
+            handles.append(Line2D([], [], color="0.3", label=f"measured pass {p}", **style))
+        if kind == "cdf" and backends:
+            handles += [Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", ms=8, mew=2, label="P50"),
+                        Line2D([], [], color="0.3", marker="X", ls="none", ms=9, mew=1, label="P95 (JevBench rank)")]
+        if handles:
+            ax.legend(handles=handles, fontsize=8.5, loc="lower right" if kind == "cdf" else "upper left")
+
     figs = {}
-    fig = Figure(figsize=(7, 4.5), dpi=100)
+    fig = Figure(figsize=size, dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    for name, rs in series.items():
-        rs = rs[t.has_input_tokens[rs]]
-        tokens, latency = t.input_tokens[rs], t.latency_ms[rs]
-        order = np.lexsort((latency, tokens))  # sorted by (tokens, latency)
-        ax.scatter(tokens[order], latency[order], s=10, alpha=0.7, label=name)
-    ax.set(xlabel="input tokens", ylabel="latency (ms)", title="Measured latency against input tokens")
+    for k, name in enumerate(workloads):
+        ax = fig.add_subplot(1, len(workloads), k + 1)
+        for b, by_pass in data.get(name, {}).items():
+            for n, p in enumerate(passes):
+                rs = by_pass.get(p, np.zeros(0, dtype=np.int64))
+                rs = rs[t.has_input_tokens[rs]]
+                ax.scatter(t.input_tokens[rs], t.latency_ms[rs], s=22, alpha=0.75, color=colours[b],
+                           marker=PASS_MARKERS[n % len(PASS_MARKERS)], linewidths=0)
+        ax.set(xlabel="input tokens", ylabel="latency (ms)", title=f"workload {name}" if name else "no measured requests")
+        legend(ax, "scatter")
+    _title(fig, study_id, run, [w for w in workloads if w], "Measured latency against input tokens")
     figs[PLOT_NAMES[0]] = fig
-    fig = Figure(figsize=(7, 4.5), dpi=100)
+
+    fig = Figure(figsize=size, dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    for name, rs in series.items():
-        lat = np.sort(t.latency_ms[rs])
-        ax.step(lat, np.arange(1, len(lat) + 1) / len(lat), where="post", label=name)
-    ax.set(xlabel="latency (ms)", ylabel="fraction of measured requests", title="Latency CDF", ylim=(0, 1.02))
+    for k, name in enumerate(workloads):
+        ax = fig.add_subplot(1, len(workloads), k + 1)
+        marks: dict[str, str] = {}
+        for b, by_pass in data.get(name, {}).items():
+            for n, p in enumerate(passes):
+                lat = np.sort(t.latency_ms[by_pass[p]]) if p in by_pass else np.zeros(0)
+                if len(lat):
+                    ax.step(lat, np.arange(1, len(lat) + 1) / len(lat), where="post", color=colours[b],
+                            ls=PASS_LINES[n % len(PASS_LINES)], lw=1.6)
+            stats = latency_stats(t.latency_ms[np.concatenate(list(by_pass.values()))])
+            p50, p95 = stats["p50_ms"], stats["p95_jevbench_ms"]
+            if p50 is not None and p95 is not None:
+                ax.plot([p50], [0.5], marker="o", mfc="white", ms=8, mew=2, color=colours[b], ls="none", zorder=5)
+                ax.plot([p95], [0.95], marker="X", ms=10, mew=1, mec="white", color=colours[b], ls="none", zorder=5)
+                marks[b] = f"{b}: P50 {p50:.1f}, P95 {p95:.1f} ms"
+        ax.axhline(0.5, color="0.6", lw=0.6, ls=":")
+        ax.axhline(0.95, color="0.6", lw=0.6, ls=":")
+        ax.set(xlabel="latency (ms)", ylabel="fraction of measured requests", ylim=(0, 1.02),
+               title=f"workload {name}" if name else "no measured requests")
+        legend(ax, "cdf", marks)
+    _title(fig, study_id, run, [w for w in workloads if w], "Latency CDF")
     figs[PLOT_NAMES[1]] = fig
+    for fig in figs.values():
+        for ax in fig.axes:
+            ax.grid(True, alpha=0.3)
+    return figs
+
+
+def _plot_bytes(rows: RowTable | Iterable[Row], study_id: str = "", run: RunInfo | None = None) -> dict[str, bytes]:
+    """Both PNGs as bytes; PNG metadata stripped."""
     out = {}
-    for name, fig in figs.items():
-        if series:
-            fig.axes[0].legend()
-        ax = fig.axes[0]
-        ax.grid(True, alpha=0.3)
+    for name, fig in plot_figures(rows, study_id, run).items():
         buf = io.BytesIO()
         fig.savefig(buf, format="png", metadata={"Software": None})
         out[name] = buf.getvalue()
@@ -274,12 +420,12 @@ def _write_atomic(path: Path, data: bytes) -> None:
     write_bytes_atomic(path, data)  # fsynced; no temporary file survives a failure
 
 
-def write_plots(rows: RowTable | Iterable[Row], out_dir: Path) -> list[Path]:
-    """latency_vs_tokens.png and latency_cdf.png of measured, successful rows (one series per backend)."""
+def write_plots(rows: RowTable | Iterable[Row], out_dir: Path, study_id: str = "", run: RunInfo | None = None) -> list[Path]:
+    """latency_vs_tokens.png and latency_cdf.png of measured, successful rows (one colour per backend)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, data in _plot_bytes(rows).items():
+    for name, data in _plot_bytes(rows, study_id, run).items():
         _write_atomic(out_dir / name, data)
         paths.append(out_dir / name)
     return paths
@@ -349,12 +495,13 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     if as_status is not None:  # the runner renders the report of a run it is about to call complete
         state = dict(state, status=as_status)
     summary = summarize(rows, recipe)
+    info = run_info(run, recipe)
     imported = read_json(run.file("import.json")) if run.file("import.json").is_file() else None
-    text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), imported=imported,
-                         run_facts=run_facts_of(run))
+    text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
+                         imported=imported, run_facts=run_facts_of(run))
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
-    files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows) if plots else {})}
+    files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows, summary["study_id"], info) if plots else {})}
     signed = target.resolve() == run.path.resolve() and run.file(ENVELOPE_NAME).exists()
     for name, data in files.items():
         path = target / name

@@ -29,6 +29,7 @@ from .host.session import HostSession
 from .inputs import checks_table, require_all_ok, verify_inputs
 from .passes import PassBudget, PassRunner, ResponseLog
 from .plan import REPRO_ROOT
+from .preflight import port_in_use, preflight
 from .recipe import AuxProcess, Backend, Recipe, Workload, inputs_root, load_recipe
 from .rows import RowWriter, read_rows
 from .runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
@@ -64,15 +65,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
-
-
-def port_in_use(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return True
-    return False
 
 
 _AUX_PORT = re.compile(r"\{port\.([a-z0-9][a-z0-9_.-]*)\}")
@@ -174,6 +166,8 @@ def run_study(opts: StudyOptions) -> RunDir:
 
         recipe = locked_recipe(recipe, opts.recipe_path)
     root = inputs_root(opts.recipe_path, recipe, opts.inputs_root)
+    # Everything that can fail before any work is checked first: a study that never started leaves no run directory.
+    preflight(recipe, opts.recipe_path, root, out_dir=opts.out_dir, key_path=opts.key_path, runtime=opts.runtime)
     try:
         run = RunDir.create(opts.out_dir, recipe.study.id)
     except OSError as exc:
@@ -229,7 +223,9 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions, reaper
             "format_version": 1, "root": str(root), "files": [c.to_dict() for c in checks]})
         if any(c.status != "ok" for c in checks):
             console.print(checks_table(checks, root))
-        require_all_ok(checks, root)
+        from .preflight import input_fix
+
+        require_all_ok(checks, root, input_fix(recipe, opts.recipe_path, root))
         console.print(f"inputs: {len(checks)} files verified by sha256")
     workloads = {w.name: select(load_tasks(root / w.requests), w.selection.types, w.selection.ids,
                                 w.selection.first, w.repeat) for w in recipe.workloads}
@@ -418,13 +414,13 @@ def _warmup(runner: PassRunner, recipe: Recipe, workload: Workload, requests: li
 def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phase: str, index: int,
                 console: Console) -> None:
     columns = (TextColumn(f"{runner.backend} {workload} {phase} {index}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[last]}"), TimeElapsedColumn())
+               TextColumn("last request {task.fields[last]}"), TextColumn("elapsed"), TimeElapsedColumn())
     # No refresh thread: the bar is redrawn between requests, never while one is being timed.
     with Progress(*columns, console=console, transient=False, auto_refresh=False) as bar:
-        task = bar.add_task("pass", total=len(requests), last="")
+        task = bar.add_task("pass", total=len(requests), last="       - ms")
         for seq, req in enumerate(requests):
             row = runner.request(req, workload=workload, phase=phase, pass_index=index, seq=seq)
-            last = f"{row.latency_ms:8.2f} ms" if row.ok else f"[red]error: {row.error[:40]}[/]"
+            last = f"{row.latency_ms:8.2f} ms" if row.ok else f"[red]failed: {row.error[:40]}[/]"
             bar.update(task, advance=1, last=last, refresh=True)
 
 

@@ -134,10 +134,10 @@ def test_committed_rerun_tolerances_file_loads():
     assert tolerances["weights_must_match"] is True
     for backend in ("reference-fast", "reference-fast-graph64"):
         limits = tolerances["per_backend"][backend]
-        assert 1.0 < limits["max_mean_ratio"] < 1.10   # a 10% regression fails for the GPU-bound configurations
-    # raw mode's host-to-host noise (1.29x over four fresh hosts) is above 10%: its declared limit
-    # catches only a gross regression, and the file says so.
-    assert 1.0 < tolerances["per_backend"]["reference-raw"]["max_mean_ratio"] <= 1.30
+        assert 1.0 < limits["max_mean_ratio"] < 1.10   # a 10% regression fails for these configurations
+    # raw mode's host-to-host noise is larger than 10% (the file's comment gives the four hosts'
+    # figures), so its limit catches only a gross regression; it must still be a real bound.
+    assert 1.10 <= tolerances["per_backend"]["reference-raw"]["max_mean_ratio"] <= 1.30
 
 
 def test_weights_fingerprints_are_compared_per_backend(tmp_path, runs):

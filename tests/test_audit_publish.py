@@ -70,10 +70,12 @@ def test_tampered_bundle_member_fails(published, tmp_path):
     assert [c.name for c in verify_path(truncated, pubkey=public)] == ["bundle"]
 
 
-def test_publish_refuses_full_bundles_tampered_runs_and_overwrites(published, tmp_path):
+def test_publish_refuses_other_names_tampered_runs_and_overwrites(published, tmp_path):
     run, bundle, private, _ = published
-    with pytest.raises(EvidenceError, match="--aggregate-only"):
-        publish(run.path, tmp_path / "full.tar.gz", aggregate_only=False, key_path=private)
+    for name in ("bundle.json", "bundle.tar", ".tar.gz"):
+        with pytest.raises(EvidenceError, match=r"ends in \.tar\.gz"):
+            publish(run.path, tmp_path / name, aggregate_only=True, key_path=private)
+        assert not (tmp_path / name).exists()
     with pytest.raises(EvidenceError, match="already exists"):
         publish(run.path, bundle, aggregate_only=True, key_path=private)
     run.file("summary.json").write_bytes(run.file("summary.json").read_bytes().replace(b"1", b"2", 1))
@@ -91,6 +93,33 @@ def test_cli_publish_then_verify(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert ver.returncode == 0, ver.stdout
     assert "N/A   response bodies" in ver.stdout and "VERIFIED" in ver.stdout
+    assert proc.stdout.startswith("signed aggregate-only bundle:")
+
+
+def test_cli_publish_defaults_to_aggregate_only_and_says_unsigned(tmp_path):
+    run, _, public = signed_run(tmp_path)
+    out = tmp_path / "pub.tar.gz"
+    proc = subprocess.run([sys.executable, "-m", "invoke", "publish", "--run", str(run.path), "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"UNSIGNED aggregate-only bundle: {out}")
+    with tarfile.open(out, "r:gz") as tar:
+        names = tar.getnames()
+    assert names and not [n for n in names if n.startswith(("responses/", "logs/"))], names
+    refused = subprocess.run([sys.executable, "-m", "invoke", "publish", "--run", str(run.path),
+                              "--out", str(tmp_path / "x.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and refused.stderr.startswith("error: ") and ".tar.gz" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()
+
+
+def test_include_bodies_writes_a_private_archive_that_verifies(published, tmp_path):
+    run, _, private, public = published
+    bundle = publish(run.path, tmp_path / "private.tar.gz", aggregate_only=False, key_path=private)
+    with tarfile.open(bundle, "r:gz") as tar:
+        names = tar.getnames()
+    assert any(n.startswith("responses/") for n in names), names
+    failed = [c for c in verify_path(bundle, pubkey=public) if c.passed is False]
+    assert failed == [], failed
 
 
 def test_each_bundle_member_is_written_once(published):

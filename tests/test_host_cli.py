@@ -35,6 +35,19 @@ def test_gpus_without_a_driver_says_so_and_exits_cleanly():
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("No NVIDIA driver was found on this host:")
     assert "Traceback" not in done.stderr
+    as_json = invoke("gpus", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    answer = json.loads(as_json.stdout)
+    assert answer["gpus"] == [] and answer["driver"] is None
+    assert answer["no_driver"].startswith("No NVIDIA driver was found on this host:")
+
+
+def test_json_tasks_answer_errors_in_json():
+    done = invoke("plan", "--json", "--recipe", "no-such-recipe.yaml")
+    assert done.returncode == 1 and done.stderr == ""
+    assert json.loads(done.stdout) == {"error": "No recipe at no-such-recipe.yaml."}
+    missing = invoke("plan", "--json")
+    assert missing.returncode == 1 and json.loads(missing.stdout)["error"].startswith("--recipe is required")
 
 
 def test_reserve_runs_the_command_with_its_words_intact(tmp_path):

@@ -13,7 +13,8 @@ import pytest
 
 from openjev_repro.errors import EvidenceError
 from openjev_repro.evidence import ENVELOPE_NAME, RunDir, write_json_atomic
-from openjev_repro.report import PLOT_NAMES, render_report, write_plots, write_report
+from openjev_repro.report import PLOT_NAMES, RunInfo, plot_figures, render_report, write_plots, write_report
+from openjev_repro.results import median, p95_jevbench
 from openjev_repro.results import summarize
 from openjev_repro.rows import RowWriter
 
@@ -146,6 +147,73 @@ def test_write_plots_writes_two_pngs(tmp_path):
     assert all(p.read_bytes().startswith(PNG_MAGIC) for p in empty)
 
 
+def test_plots_carry_their_context_passes_and_percentiles():
+    rows = study_rows()
+    run = RunInfo(run_id="synthetic-20261201T000000Z-abc123", started="2026-12-01 00:00:00 UTC", hardware="NVIDIA H200")
+    figs = plot_figures(rows, "synthetic", run)
+    measured = [r for r in rows if r.phase == "measured" and r.ok]
+    workloads = list(dict.fromkeys(r.workload for r in measured))
+    for name, fig in figs.items():
+        title = fig._suptitle.get_text()
+        for fact in ("study synthetic", f"run {run.run_id}", "NVIDIA H200", "2026-12-01", ", ".join(workloads)):
+            assert fact in title, (name, fact, title)
+        assert [ax.get_title() for ax in fig.axes] == [f"workload {w}" for w in workloads]
+        width, height = fig.get_size_inches() * fig.dpi
+        assert 800 <= width <= 1700 and height >= 500  # legible at README width
+    scatter = figs[PLOT_NAMES[0]].axes[0]
+    passes = {r.pass_index for r in measured}
+    paths = {tuple(map(tuple, c.get_paths()[0].vertices.round(3))) for c in scatter.collections}
+    assert len(paths) == len(passes) >= 2  # one marker shape per measured pass
+    cdf = next(ax for ax in figs[PLOT_NAMES[1]].axes if ax.get_title() == f"workload {workloads[0]}")
+    marks = {(round(float(l.get_xdata()[0]), 9), float(l.get_ydata()[0])) for l in cdf.lines if len(l.get_xdata()) == 1}
+    for backend in {r.backend for r in measured if r.workload == workloads[0]}:
+        lat = [r.latency_ms for r in measured if r.workload == workloads[0] and r.backend == backend]
+        assert (round(median(lat), 9), 0.5) in marks and (round(p95_jevbench(lat), 9), 0.95) in marks
+    styles = {l.get_linestyle() for l in cdf.lines if len(l.get_xdata()) > 1}
+    assert len(styles) >= 2  # one line style per measured pass
+
+
+def test_run_info_dates_the_run_itself(tmp_path):
+    from openjev_repro.report import run_info
+
+    created = RunDir.create(tmp_path / "runs", "synthetic")
+    created.file("recipe.yaml").write_text(RECIPE, encoding="utf-8")
+    info = run_info(created, recipe())
+    started = created.state()["started_utc"]
+    assert info.when == "started" and info.started.startswith(started[:10]) and info.started.endswith(" UTC")
+    assert info.describe() == f"{created.path.name}, started {info.started}"
+    assert info.hardware == "hardware not recorded"
+
+
+def test_run_info_names_the_gpu_the_run_used(tmp_path):
+    """The run-time GPU override (issue 11) decides which device is the run's hardware."""
+    from openjev_repro.recipe import parse_recipe
+    from openjev_repro.report import run_info
+
+    pinned = "GPU-00000000-0000-0000-0000-000000000001"
+    used = "GPU-00000000-0000-0000-0000-000000000002"
+    text = RECIPE + f"controls:\n  gpu:\n    uuid: {pinned}\n    index: 0\n"
+    created = RunDir.create(tmp_path / "runs", "synthetic")
+    created.file("recipe.yaml").write_text(text, encoding="utf-8")
+    parsed = parse_recipe(text, source="test")
+    devices = [{"uuid": used, "name": "NVIDIA H200"}, {"uuid": "GPU-other", "name": "NVIDIA A100"}]
+    env = {"gpus": {"devices": devices}}
+    write_json_atomic(created.file("environment.json"), env)
+    assert run_info(created, parsed).hardware == f"pinned GPU {pinned} not in environment.json"
+    env["gpu_override"] = {"recipe": {"uuid": pinned, "index": 0}, "run_time": {"uuid": used, "index": None},
+                           "source": "cli"}
+    write_json_atomic(created.file("environment.json"), env)
+    assert run_info(created, parsed).hardware == "NVIDIA H200"
+
+
+def test_percent_change_reads_naturally():
+    from openjev_repro.report import _percent_change
+
+    assert _percent_change(4.781) == "4.78% lower"
+    assert _percent_change(-0.634) == "0.63% higher"
+    assert _percent_change(-0.001) == "0.00% difference"
+
+
 # --- run directories -------------------------------------------------------------------
 
 
@@ -155,6 +223,7 @@ def test_write_report_on_a_complete_run(tmp_path):
     assert path == run / "report.md"
     text = path.read_text(encoding="utf-8")
     assert text.startswith("# Study synthetic") and "INCOMPLETE" not in text and "MISMATCH" not in text
+    assert "- Study date (recipe): " in text and f"- Run: {run.name}, state last updated 20" in text
     assert all((run / n).read_bytes().startswith(PNG_MAGIC) for n in PLOT_NAMES)
 
 
@@ -177,7 +246,7 @@ def test_incomplete_run_without_rows_still_reports(tmp_path):
     run = make_run(tmp_path, status="running", summary=False)
     (run / "rows.jsonl").unlink()
     text = write_report(run).read_text(encoding="utf-8")
-    assert "INCOMPLETE RUN" in text and "| hf (Raw HF) | 0 | n/a |" in text
+    assert "INCOMPLETE RUN" in text and "| hf | 0 | n/a |" in text and "- hf: Raw HF" in text
 
 
 def test_signed_run_is_not_changed(tmp_path):

@@ -2,7 +2,6 @@
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from openjev_repro.errors import RunIncomplete
+from openjev_repro.errors import InputMismatch, RunIncomplete
 from openjev_repro.evidence import RunDir
 from openjev_repro.passes import PassBudget
 from openjev_repro.rows import read_rows
@@ -45,10 +44,19 @@ def test_complete_study_leaves_evidence(tmp_path):
         assert run.file(name).is_file(), name
 
 
-def test_missing_input_stops_before_any_backend(tmp_path):
+def test_missing_input_stops_before_a_run_directory_exists(tmp_path):
     recipe = write_study(tmp_path, [scripted_backend("one")])
     (tmp_path / "inputs" / "requests" / "cases.jsonl").unlink()
-    with pytest.raises(RunIncomplete, match="cases.jsonl: missing"):
+    with pytest.raises(InputMismatch, match=r"all 1 inputs are missing under .*; restore them under "):
+        _run(recipe, tmp_path)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_changed_input_stops_before_any_backend(tmp_path):
+    recipe = write_study(tmp_path, [scripted_backend("one")])
+    with open(tmp_path / "inputs" / "requests" / "cases.jsonl", "a") as fh:
+        fh.write("\n")
+    with pytest.raises(RunIncomplete, match="requests/cases.jsonl changed"):
         _run(recipe, tmp_path)
     run = _only_run(tmp_path)
     assert run.state()["status"] == "incomplete"
@@ -91,16 +99,6 @@ def test_backend_never_ready(tmp_path):
         _run(recipe, tmp_path)
     (record,) = json.loads(_only_run(tmp_path).file("processes.json").read_text())["processes"]
     assert record["intentional"] and record["exited"]
-
-
-def test_fixed_port_already_taken(tmp_path):
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        recipe = write_study(tmp_path, [dict(scripted_backend("one"), port=port)])
-        with pytest.raises(RunIncomplete, match=f"Port {port} on 127.0.0.1.*already in use"):
-            _run(recipe, tmp_path)
 
 
 def test_measured_passes_cannot_be_added():

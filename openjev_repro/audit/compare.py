@@ -42,7 +42,7 @@ from ..rows import Row
 from .bundle import opened
 
 __all__ = ["COMPARE_FORMAT_VERSION", "TOLERANCE_KEYS", "LIMIT_KEYS", "limits_for", "load_tolerances", "compare_runs", "compare_rows",
-           "to_markdown"]
+           "to_markdown", "check_tolerances", "run_status", "COMPARABLE_STATUSES"]
 
 COMPARE_FORMAT_VERSION = 1
 LIMIT_KEYS = {"max_mean_ratio", "max_p95_ratio", "max_probability_delta", "decisions_must_match",
@@ -53,7 +53,11 @@ _STATS = ("mean_ms", "p50_ms", "p95_jevbench_ms", "p95_nearest_rank_ms")
 
 
 def load_tolerances(path: Path) -> dict[str, Any]:
-    data = read_yaml(path, "tolerances file")
+    return check_tolerances(read_yaml(path, "tolerances file"), path)
+
+
+def check_tolerances(data: Any, path: Path) -> dict[str, Any]:
+    """A parsed tolerances mapping, checked (keys, per_backend, limit types); raises RecipeError naming path."""
     if not isinstance(data, dict) or data.get("format_version") != 1:
         raise RecipeError(f"{path}: a tolerances file is a mapping with format_version: 1.")
     unknown = sorted(set(data) - TOLERANCE_KEYS)
@@ -115,7 +119,7 @@ def _fingerprints(path: Path) -> dict[str, str | None]:
 COMPARABLE_STATUSES = ("complete", "imported")
 
 
-def _status(directory: Path) -> str:
+def run_status(directory: Path) -> str:
     """The run's status; a "running" run whose study died reads "incomplete"; no state.json reads "unknown"."""
     if not (Path(directory) / "state.json").is_file():
         return "unknown"
@@ -130,7 +134,7 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
         loaded = []
         for role, path in (("baseline", baseline), ("candidate", candidate)):
             directory = stack.enter_context(opened(path))
-            status = _status(directory)
+            status = run_status(directory)
             if status not in COMPARABLE_STATUSES:
                 if not allow_incomplete:
                     raise RunIncomplete(f"The {role} {path} is not a complete run (status {status!r}); its passes "

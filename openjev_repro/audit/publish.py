@@ -1,10 +1,10 @@
-"""`publish --aggregate-only`: a signed bundle with hashes, rows and aggregates, no bodies.
+"""`publish`: a bundle with hashes, rows and aggregates, no bodies (aggregate-only, the default).
 
 JevBench's terms allow publishing aggregate results only, so the bundle omits every file
 that holds or may echo a request or response body: `responses/` and `logs/`. Rows carry
 only each body's sha256, so they stay and `verify` can still recompute every statistic.
 The run's own envelope travels as `source.dsse.json`, so a reader can check that the
-bundle's files are the ones the run signed. The bundle is a deterministic `.tar.gz`.
+bundle's files are the ones the run signed. The bundle is a deterministic `.tar.gz`, signed when a key is given.
 
 One verification, no copies: the bundle's statement is built from the digests the run's
 own manifest signs, and the tar is streamed from the run's files straight into the
@@ -12,6 +12,9 @@ compressed output while the run is verified once (`verify_dir`, in the other thr
 and hashlib release the GIL). Each file is hashed as it streams and must equal its signed
 digest, so the bundle holds exactly the bytes that were signed and verified; if either
 the verification or a digest fails, the partial bundle is removed and nothing is published.
+
+`aggregate_only=False` (`invoke publish --include-bodies`) keeps `responses/` and `logs/`: a
+private archive of the whole run, never for publication under the JevBench terms.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ from ..manifest.keys import load_private_key
 from ..manifest.statement import build_statement, read_statement
 from .verify import verify_dir
 
-__all__ = ["OMITTED_DIRS", "SOURCE_ENVELOPE", "COMPRESS_LEVEL", "publish", "is_omitted"]
+__all__ = ["BUNDLE_SUFFIX", "COMPRESS_LEVEL", "OMITTED_DIRS", "SOURCE_ENVELOPE", "is_omitted", "publish"]
+
+BUNDLE_SUFFIX = ".tar.gz"
 
 OMITTED_DIRS = ("responses", "logs")
 SOURCE_ENVELOPE = "source.dsse.json"
@@ -46,13 +51,14 @@ def is_omitted(name: str) -> bool:
 
 
 def publish(run_dir: Path, out: Path, *, aggregate_only: bool, key_path: Path | None) -> Path:
-    if not aggregate_only:
-        raise EvidenceError("Only aggregate-only bundles can be published (JevBench terms); pass --aggregate-only.")
     out = guard_output(Path(out))  # never over a file, never inside a run
+    if not out.name.endswith(BUNDLE_SUFFIX) or out.name == BUNDLE_SUFFIX:
+        raise EvidenceError(f"{out}: a bundle is a gzip tarball, so its name ends in {BUNDLE_SUFFIX} "
+                            f"(e.g. {out.name.split('.')[0] or 'bundle'}{BUNDLE_SUFFIX}).")
     run = RunDir.open(run_dir)
     key = load_private_key(key_path) if key_path is not None else None
     try:
-        members, extra_bytes = _prepare(run, key)
+        members, extra_bytes = _prepare(run, key, aggregate_only)
     except Exception:
         _check_source(run)  # damaged or hostile evidence: the verification names what is wrong
         raise
@@ -75,7 +81,7 @@ def publish(run_dir: Path, out: Path, *, aggregate_only: bool, key_path: Path | 
     return out
 
 
-def _prepare(run: RunDir, key: Any) -> tuple[dict[str, str], dict[str, bytes]]:
+def _prepare(run: RunDir, key: Any, aggregate_only: bool = True) -> tuple[dict[str, str], dict[str, bytes]]:
     """The bundle's members (name -> signed sha256) and its two generated files, from the run's manifest.
 
     Nothing is opened before the tree is walked (evidence.scan_tree): every member is a regular
@@ -88,15 +94,16 @@ def _prepare(run: RunDir, key: Any) -> tuple[dict[str, str], dict[str, bytes]]:
     source_bytes = run.file(ENVELOPE_NAME).read_bytes()
     _, source = read_statement(run.file(ENVELOPE_NAME))
     signed = {s["name"]: s["digest"]["sha256"] for s in source["subject"]}
-    omitted = [{"name": n, "sha256": d} for n, d in signed.items() if is_omitted(n)]
-    members = {n: d for n, d in signed.items() if not is_omitted(n)}
+    dropped = {n for n in signed if aggregate_only and is_omitted(n)}  # --include-bodies keeps them all
+    omitted = [{"name": n, "sha256": signed[n]} for n in signed if n in dropped]
+    members = {n: d for n, d in signed.items() if n not in dropped}
     absent = sorted(str(n) for n in members if n not in present or n == ENVELOPE_NAME)
     if absent:
         raise VerificationError(f"{run.path} does not verify (subject digests: {', '.join(absent[:5])} "
                                 "listed but absent); only verified runs are published.")
     members[SOURCE_ENVELOPE] = hashlib.sha256(source_bytes).hexdigest()
     subjects = [{"name": n, "digest": {"sha256": members[n]}} for n in sorted(members, key=PurePosixPath)]
-    statement = build_statement(run, signed=key is not None, aggregate_only=True, subjects=subjects,
+    statement = build_statement(run, signed=key is not None, aggregate_only=aggregate_only, subjects=subjects,
                                 extra={"omitted": omitted, "source_envelope": SOURCE_ENVELOPE})
     payload = json.dumps(statement, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
     return members, {SOURCE_ENVELOPE: source_bytes, ENVELOPE_NAME: envelope_bytes(make_envelope(payload, key))}

@@ -1,17 +1,39 @@
-"""Invoke task modules, one per concern. `collect_tasks` gathers every task for tasks.py."""
+"""Invoke task modules, one per concern. `collect_tasks` gathers every task for tasks.py.
+
+Two shared rules live here, so no task repeats them:
+
+- `collect_tasks` makes every parameter a named option (`--run PATH`, never positional), so
+  `invoke TASK --help` always prints help instead of being taken as a value, and marks the
+  parameters without a default as "(required)" in that help.
+- `user_errors` wraps every task body: a missing required option, a ReproError, or bad input
+  the OS or a decoder refuses (a directory where a file was expected, a FIFO, an unreadable or
+  non-UTF-8 file) becomes one `error:` line and exit status 1; a closed pipe (`| head -1`)
+  ends the task quietly, the way standard tools do. No traceback reaches the user.
+
+Task modules import only invoke and this package at module level; everything else is imported
+inside the task body, so `invoke --list` and a light task such as `invoke verify` never load
+torch, matplotlib, docker or rich's renderers.
+"""
 
 from __future__ import annotations
 
 import functools
 import importlib
+import inspect
+import os
 import pkgutil
-from typing import Callable, Iterator
+import stat
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from invoke import Exit, Task
 
 from ..errors import ReproError
 
-__all__ = ["collect_tasks", "user_errors"]
+__all__ = ["collect_tasks", "user_errors", "option_name", "required_parameters", "BROKEN_PIPE_EXIT"]
+
+BROKEN_PIPE_EXIT = 141  # what a shell reports for a tool ended by SIGPIPE (128 + 13)
 
 
 def collect_tasks() -> Iterator[Task]:
@@ -20,17 +42,128 @@ def collect_tasks() -> Iterator[Task]:
         for name in getattr(module, "__all__", []):
             obj = getattr(module, name)
             if isinstance(obj, Task):
-                yield obj
+                yield named_options(obj)
+
+
+def option_name(parameter: str) -> str:
+    """`json_` -> `--json`, `inputs_root` -> `--inputs-root`, as invoke spells them."""
+    return "--" + parameter.strip("_").replace("_", "-")
+
+
+def required_parameters(func: Callable) -> list[str]:
+    """The task body's parameters without a default (after the context): required options."""
+    params = list(inspect.signature(func).parameters.values())[1:]
+    return [p.name for p in params if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
+
+
+class NamedOptionsTask(Task):
+    """A task whose parameters are all named options, and whose numbers are parsed by `user_errors`.
+
+    invoke itself would make parameters without a default positional, and would turn `--requests
+    many` into a ValueError traceback while parsing; here a number option arrives as text and
+    `user_errors` converts it, answering a bad one with an `error:` line."""
+
+    def arg_opts(self, name: str, default: Any, taken_names: set[str]) -> dict[str, Any]:
+        opts = super().arg_opts(name, default, taken_names)
+        opts["positional"] = False
+        if opts.get("kind") in (int, float):
+            opts["kind"] = str
+        return opts
+
+
+def named_options(task: Task) -> Task:
+    """Every parameter a named option; the required ones say so in `invoke TASK --help`."""
+    task.__class__ = NamedOptionsTask
+    task.positional = []
+    for name in required_parameters(task.body):
+        key = name.strip("_")
+        key = key if key in task.help else name
+        task.help[key] = (task.help.get(key, "") + " (required)").strip()
+    return task
+
+
+def _task_name(func: Callable) -> str:
+    return func.__name__.removesuffix("_task").replace("_", "-")
+
+
+def _input_error(exc: BaseException) -> str:
+    """One line for bad input the OS or a decoder refused."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"a file is not UTF-8 text ({exc.reason} at byte {exc.start}); give the file the option expects."
+    if isinstance(exc, IsADirectoryError):
+        return f"{exc.filename} is a directory; give a file."
+    if isinstance(exc, NotADirectoryError):
+        return f"{exc.filename} (or a folder above it) is not a directory."
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror or exc}."
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _special_file(value: object) -> bool:
+    """A FIFO, socket or device: opening one to read may block forever, so no option may name one."""
+    if not isinstance(value, str) or not value:
+        return False
+    try:
+        mode = os.stat(value).st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _quiet_exit_on_broken_pipe() -> Exit:
+    """The reader went away (`| head -1`): stop quietly, as standard tools do, exit 141."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail again
+    except (OSError, ValueError):
+        pass
+    return Exit(code=BROKEN_PIPE_EXIT)
+
+
+def _fail(message: str, as_json: bool) -> Exit:
+    """One `error:` line on stderr, exit 1; under `--json`, `{"error": ...}` on stdout instead."""
+    if as_json:
+        import json
+
+        print(json.dumps({"error": message}))
+        return Exit(code=1)
+    return Exit(f"error: {message}", code=1)
 
 
 def user_errors(func: Callable) -> Callable:
-    """Turn a ReproError into invoke's Exit: a clear message, exit status 1, no traceback."""
+    """Run a task body so that no traceback reaches a user (see the module docstring)."""
+    required = required_parameters(func)
+    signature = inspect.signature(func)
+    numbers = {p.name: type(p.default) for p in signature.parameters.values()
+               if type(p.default) in (int, float)}
 
     @functools.wraps(func)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        values = signature.bind_partial(*args, **kwargs).arguments
+        as_json = bool(values.get("json_"))
+        missing = [name for name in required if values.get(name) in (None, "")]
+        if missing:
+            raise _fail(f"{option_name(missing[0])} is required; "
+                        f"`invoke {_task_name(func)} --help` lists every option.", as_json)
+        special = [name for name, value in values.items() if _special_file(value)]
+        if special:
+            raise _fail(f"{values[special[0]]} ({option_name(special[0])}) is a FIFO, socket or device; "
+                        "give a regular file or directory.", as_json)
+        for name, kind in numbers.items():
+            if isinstance(values.get(name), str):
+                try:
+                    values[name] = kind(values[name])
+                except ValueError:
+                    what = "a whole number" if kind is int else "a number"
+                    raise _fail(f"{option_name(name)} expects {what}, not {values[name]!r}.", as_json) from None
         try:
-            return func(*args, **kwargs)
+            return func(**values)
         except ReproError as exc:
-            raise Exit(f"error: {exc}", code=1) from None
+            raise _fail(str(exc), as_json) from None
+        except BrokenPipeError:
+            raise _quiet_exit_on_broken_pipe() from None
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+            raise _fail(_input_error(exc), as_json) from None
 
     return wrapper

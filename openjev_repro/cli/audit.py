@@ -8,6 +8,7 @@ from pathlib import Path
 from invoke import Exit, task
 
 from . import user_errors
+from ..errors import EvidenceError
 
 __all__ = ["verify", "compare", "claims", "import_evidence", "publish"]
 
@@ -20,10 +21,14 @@ def verify(c, run, pubkey=None, allow_unsigned=False):
     """Check signature, digests, completeness and every recomputed statistic; non-zero exit on any failure."""
     from ..audit.verify import format_checks, verify_path
 
+    if not Path(run).exists():
+        raise EvidenceError(f"No run directory or bundle at {run}.")
     checks = verify_path(Path(run), pubkey=Path(pubkey) if pubkey else None, allow_unsigned=allow_unsigned)
     print(format_checks(checks))
-    if any(c.passed is False for c in checks):
-        raise Exit(code=1)
+    failed = [c for c in checks if c.passed is False]
+    if failed:
+        raise Exit(f"error: {run} does not verify ({len(failed)} of {len(checks)} checks failed; FAIL lines above).",
+                   code=1)
 
 
 @task(help={"baseline": "baseline run directory (or bundle)", "candidate": "candidate run directory (or bundle)",
@@ -71,26 +76,30 @@ def claims(c, file):
             "subfolder, else the one folder holding <arm>-measured-<pass>.jsonl files)",
             "out": "new run directory to create", "workload": "workload name for the imported rows (default mixed)"})
 @user_errors
-def import_evidence(c, src=None, out=None, format="system1-omni", workload="mixed", subdir=None):
+def import_evidence(c, src, out, format="system1-omni", workload="mixed", subdir=None):
     """Verify another harness's published per-request evidence and convert it into an (unsigned, imported) run."""
     from ..audit.importer import format_import_report, import_system1
 
-    for name, value in (("src", src), ("out", out)):
-        if not value:
-            raise Exit(f"error: --{name} is required", code=1)
     if format != "system1-omni":
         raise Exit(f"error: unknown --format {format!r}; supported: system1-omni", code=1)
     report = import_system1(Path(src), Path(out), workload=workload, subdir=subdir)
     print(format_import_report(report))
 
 
-@task(help={"run": "signed, complete run directory", "out": "bundle file to write (.tar.gz)",
-            "aggregate_only": "omit response bodies and logs (required: JevBench terms allow aggregates only)",
-            "key": "private key to sign the bundle's manifest; omit for an UNSIGNED bundle"})
+@task(help={"run": "signed, complete run directory", "out": "bundle file to write; its name ends in .tar.gz",
+            "key": "private key (from `invoke keygen`) to sign the bundle; without it the bundle is UNSIGNED",
+            "include_bodies": "keep responses/ and logs/: a PRIVATE archive, not publishable under the JevBench terms",
+            "aggregate_only": "no bodies: the default (--no-aggregate-only is --include-bodies)"})
 @user_errors
-def publish(c, run, out, aggregate_only=False, key=None):
-    """Write a publishable bundle: hashes, rows and aggregates, no request or response bodies."""
+def publish(c, run, out, key=None, include_bodies=False, aggregate_only=True):
+    """Write a bundle (.tar.gz) of hashes, rows and aggregates, no request or response bodies; signed with --key."""
     from ..audit.publish import publish as write_bundle
 
-    path = write_bundle(Path(run), Path(out), aggregate_only=aggregate_only, key_path=Path(key) if key else None)
-    print(f"bundle: {path}")
+    aggregate = aggregate_only and not include_bodies
+    path = write_bundle(Path(run), Path(out), aggregate_only=aggregate, key_path=Path(key) if key else None)
+    kind = "aggregate-only" if aggregate else "PRIVATE (with bodies)"
+    if key:
+        print(f"signed {kind} bundle: {path}")
+    else:
+        print(f"UNSIGNED {kind} bundle: {path} (check it with `invoke verify --run {path} --allow-unsigned`; "
+              "pass --key to sign)")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from invoke import task
 
 from . import user_errors
-from ..manifest.keys import PRIVATE_KEY_NAME, PUBLIC_KEY_NAME, generate_keypair
+from ..errors import RecipeError
 
 __all__ = ["demo"]
 
@@ -21,6 +22,8 @@ def ensure_fixture(root: Path) -> None:
     """Build the byte-stable fixture and request files once; verify-inputs checks them every run."""
     if (root / "checkpoint" / "model.json").is_file():
         return
+    # transformers' notice that its CUDA fast path is absent is a 265-character line, irrelevant on a CPU
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from ..backend.fixture import build_fixture
     from ..synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
 
@@ -33,6 +36,8 @@ def ensure_fixture(root: Path) -> None:
 
 def ensure_demo_key(keys: Path) -> Path:
     """A local signing key for demo runs (never committed: .cache/ is ignored)."""
+    from ..manifest.keys import PRIVATE_KEY_NAME, generate_keypair
+
     private = keys / PRIVATE_KEY_NAME
     if not private.is_file():
         generate_keypair(keys)
@@ -44,11 +49,19 @@ def ensure_demo_key(keys: Path) -> Path:
 @user_errors
 def demo(c, out="runs", runtime=None):
     """Run the embedded demo study end to end, sign it, print the report; the last line is the run directory."""
+    from ..manifest.keys import PUBLIC_KEY_NAME
     from ..study import StudyOptions, run_study
+    from ..preflight import RUNTIMES, check_out_dir
+    from .output import console, print_markdown
 
+    if runtime is not None and runtime not in RUNTIMES:
+        raise RecipeError(f"--runtime {runtime!r} is not one of {', '.join(RUNTIMES)}.")
+    check_out_dir(Path(out))  # before the fixture is built: a bad --out costs nothing
     ensure_fixture(DEMO_INPUTS)
     key = ensure_demo_key(DEMO_KEYS)
-    run = run_study(StudyOptions(recipe_path=DEMO_RECIPE, out_dir=Path(out), runtime=runtime, key_path=key))
-    sys.stdout.write((run.path / "report.md").read_text(encoding="utf-8"))
-    sys.stdout.write(f"\nverify with: .venv/bin/invoke verify --run {run.path} --pubkey {DEMO_KEYS / PUBLIC_KEY_NAME}\n")
-    sys.stdout.write(f"{run.path}\n")
+    run = run_study(StudyOptions(recipe_path=DEMO_RECIPE, out_dir=Path(out), runtime=runtime, key_path=key,
+                                 console=console(stderr=True)))
+    print_markdown((run.path / "report.md").read_text(encoding="utf-8"))
+    console().print(f"\nverify with: .venv/bin/invoke verify --run {run.path} --pubkey {DEMO_KEYS / PUBLIC_KEY_NAME}",
+                    markup=False)
+    sys.stdout.write(f"{run.path}\n")  # never wrapped: scripts take the last line as the run directory

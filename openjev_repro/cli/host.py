@@ -13,9 +13,6 @@ from pathlib import Path
 from invoke import Exit, task
 
 from ..errors import HostError
-from ..evidence import write_json_atomic
-from ..host import NoDriver, detect_backend, format_inventory, inventory, reserve_gpus, run_with_timeout
-from ..recipe import parse_duration
 from . import user_errors
 
 __all__ = ["gpus", "reserve", "command_after_dashes"]
@@ -36,6 +33,8 @@ def command_after_dashes(remainder: str, argv: list[str]) -> list[str]:
 
 
 def _duration(text: str, flag: str) -> float:
+    from ..recipe import parse_duration
+
     try:
         return parse_duration(text)
     except ValueError as exc:
@@ -44,6 +43,8 @@ def _duration(text: str, flag: str) -> float:
 
 def _resolve(ids: str) -> list[str]:
     """'2,3' or 'GPU-…' -> UUIDs. Indices need the driver; UUIDs are checked when it is there."""
+    from ..host import NoDriver, detect_backend
+
     wanted = [w.strip() for w in ids.split(",") if w.strip()]
     if not wanted:
         raise HostError("--gpu-ids is empty; give indices like 2 or UUIDs like GPU-cbf66259-….")
@@ -85,14 +86,16 @@ def _signals_end_the_command():
             signal.signal(sig, handler)
 
 
-@task(help={"json": "print the inventory as JSON instead of text"})
+@task(help={"json": "print the inventory as JSON (on a host without a driver: an empty list and the reason)"})
 @user_errors
 def gpus(ctx, json_=False):
     """List every GPU: index, UUID, name, memory, compute processes, NUMA node, reservation holder."""
+    from ..host import NoDriver, detect_backend, format_inventory, inventory
+
     try:
         backend = detect_backend()
-    except NoDriver as exc:
-        print(str(exc))  # not an error: there is simply nothing to list here
+    except NoDriver as exc:  # not an error: there is simply nothing to list here
+        print(json.dumps({"driver": None, "gpus": [], "no_driver": str(exc)}, indent=2) if json_ else str(exc))
         return
     try:
         inv = inventory(backend)
@@ -114,6 +117,9 @@ def gpus(ctx, json_=False):
 @user_errors
 def reserve(ctx, gpu_ids, wait="0s", timeout="45m", grace="10s", note="", record=None):
     """Reserve GPUs exclusively, run the command after `--` in its own process group, release."""
+    from ..evidence import write_json_atomic
+    from ..host import reserve_gpus, run_with_timeout
+
     cmd = command_after_dashes(ctx.remainder, sys.argv)
     if not cmd:
         raise HostError("No command to run: put it after `--`, e.g. invoke reserve --gpu-ids 2 -- nvidia-smi.")

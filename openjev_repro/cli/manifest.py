@@ -41,6 +41,10 @@ def environment(c, python=None, recipe=None):
     from ..errors import RecipeError
     from ..manifest.environment import collect_environment
 
+    if recipe:
+        from ..recipe import load_recipe
+
+        load_recipe(recipe)  # a recipe, not just any file, is what gets recorded
     pythons = {}
     for item in python or []:
         name, sep, path = item.partition("=")

@@ -9,9 +9,6 @@ from pathlib import Path
 from invoke import task
 
 from . import user_errors
-from ..plan import resolve_plan
-from ..prepare import plan_prepare, run_prepare
-from ..recipe import load_recipe
 
 __all__ = ["plan", "prepare"]
 
@@ -53,6 +50,9 @@ def _print_plan(p: dict) -> None:
 @user_errors
 def plan(c, recipe, json_=False, inputs=None, runtime=None):
     """Print the fully resolved plan of a recipe, and validate every pin, without network or GPU."""
+    from ..plan import resolve_plan
+    from ..recipe import load_recipe
+
     path = Path(recipe)
     resolved = resolve_plan(load_recipe(path), path, inputs_root=Path(inputs) if inputs else None, runtime=runtime)
     if json_:
@@ -67,6 +67,9 @@ def plan(c, recipe, json_=False, inputs=None, runtime=None):
 @user_errors
 def prepare(c, recipe, inputs=None, dry_run=False, python=None):
     """Download, check out, select requests, run upstream export/build steps, then verify and lock hashes."""
+    from ..prepare import plan_prepare, run_prepare
+    from ..recipe import load_recipe
+
     path = Path(recipe)
     loaded = load_recipe(path)
     root = Path(inputs) if inputs else None

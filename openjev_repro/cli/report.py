@@ -23,8 +23,10 @@ def report_task(c, run, out=None):
     from ..evidence import RunDir
     from ..report import PLOT_NAMES, write_report
 
+    from .output import print_markdown
+
     path = write_report(Path(run), Path(out) if out else None)
-    sys.stdout.write(path.read_text(encoding="utf-8"))
+    print_markdown(path.read_text(encoding="utf-8"))
     sys.stdout.write(f"\nreport: {path}\n")
     for name in PLOT_NAMES:
         sys.stdout.write(f"plot: {path.parent / name}\n")

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 from invoke import Exit, task
-from rich.console import Console
 
 from . import user_errors
 
@@ -22,8 +21,9 @@ def verify_inputs_task(c, recipe, inputs_root=None):
     """SHA256 of every declared input; missing, changed and undeclared files as a table. Exit 1 on any mismatch."""
     from ..inputs import checks_table, verify_inputs
     from ..recipe import inputs_root as resolve_root, load_recipe
+    from .output import console as make_console
 
-    console = Console()
+    console = make_console()
     parsed = load_recipe(recipe)
     root = resolve_root(recipe, parsed, inputs_root)
     checks = verify_inputs(parsed, root, console=console)
@@ -44,23 +44,30 @@ def verify_inputs_task(c, recipe, inputs_root=None):
     "gpu_uuid": "run on this GPU instead of the recipe's controls.gpu, without editing the recipe "
                 "(recorded as gpu_override in host.json and the manifest; see docs/rerun-h200.md)",
     "gpu_index": "with --gpu-uuid: the GPU's index on this host (default: looked up from the UUID)",
+    "gpu_source": "with --gpu-uuid: who chose that GPU, recorded as gpu_override.source (default: cli; "
+                  "a Slurm task passes slurm)",
 })
 @user_errors
 def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow_busy=False, gpu_uuid=None,
-          gpu_index=None):
+          gpu_index=None, gpu_source=None):
     """Run a recipe's study end to end; the last line printed is the run directory."""
     from ..host.override import GpuOverride
     from ..study import StudyOptions, run_study
+    from .output import console
 
     if gpu_index is not None and gpu_uuid is None:
         raise Exit("error: --gpu-index needs --gpu-uuid (the UUID is what is checked and reserved).", code=1)
+    if gpu_source is not None and gpu_uuid is None:
+        raise Exit("error: --gpu-source needs --gpu-uuid (it says who chose that GPU).", code=1)
     try:
         index = int(gpu_index) if gpu_index is not None else None
     except ValueError:
         raise Exit(f"error: --gpu-index must be a whole number, not {gpu_index!r}.", code=1) from None
-    override = GpuOverride(uuid=gpu_uuid, index=index, source="cli") if gpu_uuid is not None else None
+    source = "cli" if gpu_source is None else gpu_source
+    override = GpuOverride(uuid=gpu_uuid, index=index, source=source) if gpu_uuid is not None else None
     opts = StudyOptions(recipe_path=Path(recipe), out_dir=Path(out), runtime=runtime,
                         inputs_root=Path(inputs_root) if inputs_root else None,
-                        key_path=Path(key) if key else None, allow_busy=allow_busy, gpu_override=override)
+                        key_path=Path(key) if key else None, allow_busy=allow_busy, gpu_override=override,
+                        console=console(stderr=True))
     run = run_study(opts)
     sys.stdout.write(f"{run.path}\n")

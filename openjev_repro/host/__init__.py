@@ -9,6 +9,7 @@
     numa.py         numa_prefix(), docker_cpuset(), effective_binding()
     memory.py       MemorySampler: samples (not peaks) with pass boundaries
     inventory.py    inventory() for `invoke gpus`, host_record() for host.json
+    allocation.py   slurm_record(): a Slurm task's job, array index, node and allocated GPU (host.json "slurm")
 """
 
 from .backend import GpuBackend, GpuInfo, GpuProcess, NoDriver, detect_backend

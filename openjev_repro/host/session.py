@@ -7,6 +7,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from .allocation import slurm_record
 from ..errors import RunIncomplete
 from ..evidence import write_json_atomic
 from ..recipe import Controls, parse_duration
@@ -114,5 +115,8 @@ class HostSession:
         if self.gpu_override is not None:
             record["gpu_override"] = self.override_record or {
                 **self.gpu_override.declared(self.recipe_gpu), "resolved": False}
+        slurm = slurm_record()  # job, array index, node and allocated GPU when run as a Slurm task
+        if slurm is not None:
+            record["slurm"] = slurm
         write_json_atomic(self.run_path / "host.json", record)
         return record

@@ -75,7 +75,9 @@ def test_cli_prints_one_fail_line_and_exits_1(tmp_path):
     envelope = parse_envelope(run.file(ENVELOPE_NAME).read_bytes())
     run.file(ENVELOPE_NAME).write_bytes(envelope_bytes(dict(envelope, signatures=["garbage"])))
     proc = invoke("verify", "--run", str(run.path), "--pubkey", str(public))
-    assert proc.returncode == 1 and proc.stderr == "" and "Traceback" not in proc.stdout
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
+    # the checks on stdout, one `error:` line on stderr (the shared CLI rule)
+    assert proc.stderr == f"error: {run.path} does not verify (1 of 1 checks failed; FAIL lines above).\n"
     lines = proc.stdout.splitlines()
     assert len(lines) == 2 and lines[0].startswith("FAIL  envelope") and lines[1] == "FAILED: 1 of 1 checks failed."
 

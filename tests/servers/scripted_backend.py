@@ -6,6 +6,7 @@ Behaviour comes from the environment:
 
     SCRIPTED_FAULT   none | crash | non_json | nan | slow | never_ready | exit_now | ignore_sigterm
     SCRIPTED_AFTER   number of /v1/systemone requests answered normally before the fault (default 0)
+    SCRIPTED_DELAY_S seconds every /v1/systemone answer waits (default 0), to make passes last
 """
 
 import hashlib
@@ -18,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FAULT = os.environ.get("SCRIPTED_FAULT", "none")
 AFTER = int(os.environ.get("SCRIPTED_AFTER", "0"))
+DELAY_S = float(os.environ.get("SCRIPTED_DELAY_S", "0"))
 served = 0
 
 
@@ -47,6 +49,7 @@ class Handler(BaseHTTPRequestHandler):
         state = json.dumps(body["state"], sort_keys=True)
         faulty = served >= AFTER
         served += 1
+        time.sleep(DELAY_S)
         if faulty and FAULT == "crash":
             os._exit(3)
         if faulty and FAULT == "non_json":

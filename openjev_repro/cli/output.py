@@ -1,0 +1,57 @@
+"""Output that fits where it goes: a terminal gets rich rendering at its width; a pipe or a file
+gets plain text that is never wrapped, so each path stays on one line for scripts.
+
+rich is imported only when something is printed through it, to keep `invoke --list` light.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["console", "print_markdown", "UNWRAPPED_WIDTH"]
+
+UNWRAPPED_WIDTH = 100_000  # wide enough that rich never folds a line of a report or a table
+
+
+def console(stderr: bool = False) -> Console:
+    """A terminal (or rich's FORCE_COLOR/TTY_COMPATIBLE forcing) at its own width; otherwise unwrapped."""
+    from rich.console import Console
+
+    here = Console(stderr=stderr)
+    if here.is_terminal:
+        return here
+    return Console(stderr=stderr, width=UNWRAPPED_WIDTH, soft_wrap=True, highlight=False)
+
+
+def print_markdown(text: str) -> None:
+    """Rendered Markdown (tables, headings) on a terminal; the Markdown itself, verbatim, elsewhere."""
+    out = console()
+    if not out.is_terminal:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+        return
+    out.print(_markdown_class()(text))
+
+
+def _markdown_class():
+    """rich's Markdown, except that a table cell never loses text to an ellipsis: a word too long
+    for its column folds onto the next line, and a first column of short names is never split."""
+    from rich.markdown import Markdown, TableElement
+
+    class FoldingTable(TableElement):
+        def __rich_console__(self, console, options):
+            for table in super().__rich_console__(console, options):
+                for column in table.columns:
+                    column.overflow = "fold"
+                if table.columns and max((len(str(c)) for c in table.columns[0].cells), default=0) <= 24:
+                    table.columns[0].no_wrap = True  # short names (the backends) stay whole
+                yield table
+
+    class FoldingMarkdown(Markdown):
+        elements = {**Markdown.elements, "table_open": FoldingTable}
+
+    return FoldingMarkdown

@@ -1,0 +1,245 @@
+"""`invoke collect`: verify every replicate, compare each with the baseline, report per backend
+across hosts, and write a signed summary (summary.md, summary.json, means.png, summary.dsse.json)
+into a new `collect-<UTC time>/` directory of the submission."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..audit.bundle import opened
+from ..audit.compare import COMPARABLE_STATUSES, compare_runs, run_status
+from ..audit.verify import verify_path
+from ..errors import EvidenceError, RunIncomplete, VerificationError
+from ..evidence import ENVELOPE_NAME, read_json
+from ..manifest.dsse import (
+    envelope_bytes,
+    make_envelope,
+    parse_envelope,
+    payload_of,
+    verify_envelope,
+)
+from ..manifest.keys import load_private_key, load_public_key
+from ..recipe import parse_recipe
+from ..rows import read_rows
+from .crosshost import HostRun, backend_report, host_means, load_cross_host_tolerances
+from .submission import Submission
+
+__all__ = [
+    "COLLECT_FORMAT_VERSION",
+    "SUMMARY_FILES",
+    "SUMMARY_PREDICATE_TYPE",
+    "Collected",
+    "collect",
+    "verify_summary",
+]
+
+COLLECT_FORMAT_VERSION = 1
+SUMMARY_PREDICATE_TYPE = "https://openjev-repro.dev/cross-host-summary/v1"
+SUMMARY_FILES = ("summary.json", "summary.md", "means.png")
+SUMMARY_ENVELOPE = "summary.dsse.json"
+
+
+@dataclass(frozen=True)
+class Collected:
+    path: Path
+    summary: dict[str, Any]
+
+    @property
+    def passed(self) -> bool | None:
+        return self.summary["verdict"]["passed"]
+
+
+def _host_of(run: Path) -> str:
+    host = read_json(run / "host.json") if (run / "host.json").is_file() else {}
+    slurm = host.get("slurm") or {}
+    if slurm.get("node"):
+        return str(slurm["node"])
+    env = read_json(run / "environment.json") if (run / "environment.json").is_file() else {}
+    return str((env.get("host") or {}).get("hostname") or env.get("hostname") or "unknown")
+
+
+def _verified(label: str, path: Path, pubkey: Path) -> None:
+    failed = [c for c in verify_path(path, pubkey=pubkey) if c.passed is False]
+    if failed:
+        detail = "; ".join(f"{c.name}: {c.detail.rstrip('.')}" for c in failed[:3])
+        raise VerificationError(f"{label} ({path}) does not verify: {detail}.")
+
+
+def _load(label: str, path: Path, host: str | None = None) -> tuple[HostRun, Any]:
+    with opened(path) as directory:
+        directory = Path(directory)
+        recipe = parse_recipe((directory / "recipe.yaml").read_text(encoding="utf-8"), str(directory / "recipe.yaml"))
+        return HostRun(label, host or _host_of(directory), Path(path), read_rows(directory / "rows.jsonl")), recipe
+
+
+def collect(submission: Path, *, tolerances: Path | None = None, baseline: Path | None = None,
+            baseline_pubkey: Path | None = None, key: Path | None = None) -> Collected:
+    sub = Submission.open(submission)
+    compare_tol, cross_tol = load_cross_host_tolerances(tolerances) if tolerances else ({}, {})
+    signing_key = load_private_key(key or Path(sub.data["key"]))
+    runs: list[tuple[str, Path]] = []
+    for k in sub.replicates:
+        complete = sub.complete_run(k)
+        if complete is None:
+            states = ", ".join(f"{r.path.name}: {r.status}" for r in sub.runs(k)) or "no run"
+            raise EvidenceError(f"replicate {k} has no complete run ({states}); resubmit it with "
+                                f"`invoke submit --resume {sub.path}` and collect when it is complete.")
+        runs.append((f"replicate-{k}", complete.path))
+    for label, path in runs:
+        _verified(label, path, sub.pubkey)
+    loaded = [_load(label, path) for label, path in runs]
+    hosts = [host for host, _ in loaded]
+    recipes = [recipe for _, recipe in loaded]
+    if baseline is not None:
+        with opened(baseline) as directory:  # as compare refuses it, before asking for a signature it cannot have
+            status = run_status(Path(directory))
+        if status not in COMPARABLE_STATUSES:
+            raise RunIncomplete(f"the baseline {baseline} is not a complete run (status {status!r}); "
+                                "compare every replicate with a complete one.")
+        _verified("the baseline", baseline, baseline_pubkey or sub.pubkey)
+        base, _ = _load("baseline", baseline)
+        base_label = "baseline"
+        others = hosts
+        everyone = [base, *hosts]
+    else:
+        base, base_label = hosts[0], hosts[0].label
+        others = hosts[1:]
+        everyone = hosts
+    # `invoke compare`'s own code, on the run directories (it reads rows, recipe and backends.json).
+    comparisons = {run.label: compare_runs(base.path, run.path, tolerances=compare_tol or None) for run in others}
+    means = {run.label: host_means(run.rows) for run in everyone}
+    order = [(w.name, b.name) for w in recipes[0].workloads for b in recipes[0].backends]
+    backends = [backend_report(w, b, everyone, means, comparisons, cross_tol) for w, b in order]
+    failures = [f"{label}: {f}" for label in comparisons for f in comparisons[label]["verdict"].get("failures", [])]
+    failures += [f for b in backends for f in b["cross_host_failures"]]
+    declared = bool(compare_tol or cross_tol)
+    summary = {
+        "format_version": COLLECT_FORMAT_VERSION, "submission": sub.id, "study": recipes[0].study.id,
+        "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "baseline": {"label": base_label, "path": str(base.path), "host": base.host},
+        "replicates": [{"label": h.label, "host": h.host, "run": str(h.path),
+                        "manifest_sha256": hashlib.sha256((h.path / ENVELOPE_NAME).read_bytes()).hexdigest(),
+                        "verified": True} for h in hosts],
+        "tolerances": {"file": str(tolerances) if tolerances else None, "compare": compare_tol, "cross_host": cross_tol},
+        "backends": backends,
+        "verdict": {"passed": (not failures) if declared else None, "failures": failures,
+                    "note": None if declared else "no tolerances declared"},
+    }
+    return Collected(_write(sub, summary, signing_key), summary)
+
+
+def _write(sub: Submission, summary: dict[str, Any], key: Any) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = sub.path / f"collect-{stamp}"
+    n = 1
+    while out.exists():  # never overwrite an earlier collection
+        n += 1
+        out = sub.path / f"collect-{stamp}-{n}"
+    tmp = sub.path / f".{out.name}.tmp"
+    tmp.mkdir()
+    files = {"summary.json": (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode(),
+             "summary.md": to_markdown(summary).encode(), "means.png": plot_means(summary)}
+    for name, data in files.items():
+        (tmp / name).write_bytes(data)
+    statement = {"_type": "https://in-toto.io/Statement/v1",
+                 "subject": [{"name": n, "digest": {"sha256": hashlib.sha256(d).hexdigest()}} for n, d in files.items()],
+                 "predicateType": SUMMARY_PREDICATE_TYPE,
+                 "predicate": {"submission": summary["submission"], "replicates": summary["replicates"],
+                               "verdict": summary["verdict"]}}
+    payload = json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
+    (tmp / SUMMARY_ENVELOPE).write_bytes(envelope_bytes(make_envelope(payload, key)))
+    tmp.rename(out)  # the collection appears whole or not at all
+    return out
+
+
+def verify_summary(directory: Path, pubkey: Path) -> str:
+    """Check a collection's signature and the digest of each of its files; returns the key id."""
+    envelope = parse_envelope((Path(directory) / SUMMARY_ENVELOPE).read_bytes(), SUMMARY_ENVELOPE)
+    keyid = verify_envelope(envelope, load_public_key(pubkey))
+    statement = json.loads(payload_of(envelope))
+    if statement.get("predicateType") != SUMMARY_PREDICATE_TYPE:
+        raise VerificationError(f"{directory}: not a cross-host summary envelope.")
+    for subject in statement["subject"]:
+        digest = hashlib.sha256((Path(directory) / subject["name"]).read_bytes()).hexdigest()
+        if digest != subject["digest"]["sha256"]:
+            raise VerificationError(f"{directory}/{subject['name']} changed after it was signed.")
+    return keyid
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def to_markdown(summary: dict[str, Any]) -> str:
+    verdict = summary["verdict"]
+    state = {True: "PASS", False: "FAIL", None: "no tolerances declared"}[verdict["passed"]]
+    lines = [f"# Cross-host report: {summary['study']}", "",
+             (f"Submission `{summary['submission']}`, {len(summary['replicates'])} replicates, every one verified "
+             f"(signature, digests, statistics recomputed). Baseline: {summary['baseline']['label']} "
+             f"on {summary['baseline']['host']}."), "", f"**Verdict: {state}**", ""]
+    for b in summary["backends"]:
+        s = b["spread"]
+        lines += [f"## {b['workload']} / {b['backend']}", "",
+                  (f"Per-host means: min {_fmt(s['min_ms'])} ms, max {_fmt(s['max_ms'])} ms, relative range "
+                  f"{_fmt(s['relative_range'], 4)}, coefficient of variation {_fmt(s['cv'], 4)} (n={s['n']}). "
+                  f"Decision flips against the baseline: {b['decision_flips']}; largest probability difference: "
+                  f"{_fmt(b['max_abs_probability_delta'], 8)}."), "",
+                  "| run | host | mean (ms) | pass means range (ms) | mean / baseline | flips | max Δp | weights | within tolerances |",
+                  "| --- | --- | ---: | --- | ---: | ---: | ---: | --- | --- |"]
+        for h in b["hosts"]:
+            lo, hi = h["pass_range_ms"]
+            within = "baseline" if "mean_ratio" not in h else ("no: " + "; ".join(x.split(": ", 1)[1] for x in h["failures"])
+                                                               if h["failures"] else "yes")
+            lines.append(f"| {h['label']} | {h['host']} | {_fmt(h['mean_ms'])} | {_fmt(lo)} – {_fmt(hi)} | "
+                         f"{_fmt(h.get('mean_ratio'), 4)} | {h.get('decision_flips', '—')} | "
+                         f"{_fmt(h.get('max_abs_probability_delta'), 8)} | "
+                         f"{ {True: 'same', False: 'DIFFER', None: '—'}[h.get('weights_same')]} | {within} |")
+        if b["cross_host_failures"]:
+            lines += ["", *(f"- cross-host: {f}" for f in b["cross_host_failures"])]
+        lines.append("")
+    if verdict["failures"]:
+        lines += ["## Tolerance failures", "", *(f"- {f}" for f in verdict["failures"]), ""]
+    lines += [("Means are over every measured request of a run; the pass range is the lowest and highest "
+              "measured pass mean. Relative range = (max - min) / mean of the per-host means; coefficient of "
+              "variation = sample standard deviation / mean of the per-host means."), ""]
+    return "\n".join(lines)
+
+
+def plot_means(summary: dict[str, Any]) -> bytes:
+    """One PNG: each host's mean per backend, with its measured pass means range as an error bar."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    groups = summary["backends"]
+    labels = sorted({h["label"] for b in groups for h in b["hosts"]}, key=lambda x: (x != "baseline", len(x), x))
+    fig = Figure(figsize=(max(6.0, 2.2 * len(groups) + 2), 4.8), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    width = 0.8 / max(1, len(labels))
+    for i, label in enumerate(labels):
+        xs, ys, lo, hi, host = [], [], [], [], ""
+        for g, b in enumerate(groups):
+            for h in b["hosts"]:
+                if h["label"] == label:
+                    host = h["host"]
+                    xs.append(g - 0.4 + width * (i + 0.5))
+                    ys.append(h["mean_ms"])
+                    lo.append(h["mean_ms"] - h["pass_range_ms"][0])
+                    hi.append(h["pass_range_ms"][1] - h["mean_ms"])
+        marker = "D" if label in ("baseline", summary["baseline"]["label"]) else "o"
+        role = ", baseline" if marker == "D" and label != "baseline" else ""
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt=marker, capsize=4, label=f"{label} ({host}{role})")
+    ax.set_xticks(range(len(groups)), [f"{b['workload']}\n{b['backend']}" for b in groups])
+    ax.set(ylabel="mean latency (ms)", title=f"Per-host means with measured pass ranges: {summary['study']}")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()

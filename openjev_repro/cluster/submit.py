@@ -1,0 +1,102 @@
+"""`invoke submit`: one sbatch job array of replicate studies; `--resume` resubmits the
+replicates that have no complete evidence (and are not queued or running)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import sys
+from pathlib import Path
+
+from ..errors import RecipeError, ReproError
+from ..evidence import guard_output
+from ..manifest.keys import PUBLIC_KEY_NAME, load_private_key
+from ..plan import REPRO_ROOT
+from ..recipe import load_recipe, parse_duration, recipe_sha256
+from .jobscript import SbatchOptions, render_script, sbatch_argv
+from .slurm import TERMINAL, job_states, sbatch
+from .status import settle
+from .submission import Submission
+
+__all__ = ["MAX_REPLICATES", "resume", "submit"]
+
+MAX_REPLICATES = 1000
+
+
+def _public_pem(key_path: Path) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return load_private_key(key_path).public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def submit(*, recipe: Path, replicates: int, key: Path, out: Path, options: SbatchOptions) -> Submission:
+    """Check everything that can be checked here, create the submission directory, sbatch the array."""
+    if not 1 <= replicates <= MAX_REPLICATES:
+        raise RecipeError(f"--replicates must be between 1 and {MAX_REPLICATES}, not {replicates}.")
+    if options.time is not None:
+        try:
+            parse_duration(options.time)
+        except ValueError as exc:
+            raise RecipeError(f"--time: {exc}.") from None
+    guard_output(out, directory=True)  # never inside a run (its files are evidence), never over a file
+    recipe = recipe.resolve()
+    parsed = load_recipe(recipe)
+    public = _public_pem(key)  # the key must be readable here (and, on shared storage, on the nodes)
+    if parsed.controls.gpu is not None and not options.gres:
+        raise RecipeError(f"{recipe} pins a GPU (controls.gpu): submit with --gres gpu:1 so Slurm allocates one "
+                          "to each task (the task then measures on the allocated GPU).")
+    reservation = parsed.controls.reservation
+    note = reservation.note if reservation is not None and reservation.note else ""
+    if options.time is None and reservation is not None:
+        options = dataclasses.replace(options, time=reservation.timeout)
+    sub = Submission.create(out, parsed.study.id, {
+        "recipe": str(recipe), "recipe_sha256": recipe_sha256(recipe), "replicates": replicates,
+        "key": str(key.resolve()), "pubkey": PUBLIC_KEY_NAME, "sbatch_options": options.to_dict(),
+        "job_name": (note or parsed.study.id)[:120], "comment": f"openjev-repro {parsed.study.id}" + (f": {note}" if note else ""),
+        "repo": str(REPRO_ROOT), "python": sys.executable, "gpu_controls": parsed.controls.gpu is not None})
+    (sub.path / PUBLIC_KEY_NAME).write_bytes(public)
+    try:
+        _sbatch_round(sub, sub.replicates)
+    except ReproError:
+        shutil.rmtree(sub.path)  # nothing was queued: leave no half-made submission behind
+        raise
+    return sub
+
+
+def _sbatch_round(sub: Submission, replicates: list[int]) -> int:
+    round_number = len(sub.rounds) + 1
+    script = sub.script_path(round_number)
+    opts = SbatchOptions(**sub.data["sbatch_options"])
+    argv = sbatch_argv(opts, replicates=replicates, submission=sub.path, job_name=sub.data["job_name"],
+                       comment=sub.data["comment"], workdir=Path(sub.data["repo"]))
+    script.write_text(render_script(submission=sub.path, python=sub.data["python"], argv=argv,
+                                    round_number=round_number), encoding="utf-8")
+    script.chmod(0o755)
+    array_job_id = sbatch(argv, str(script))
+    sub.add_round(array_job_id, replicates, script, argv)
+    return array_job_id
+
+
+def resume(path: Path) -> tuple[Submission, list[int], dict[int, str]]:
+    """Resubmit replicates without complete evidence; returns (submission, resubmitted, skipped with why)."""
+    sub = Submission.open(path)
+    if recipe_sha256(sub.data["recipe"]) != sub.data["recipe_sha256"]:
+        raise RecipeError(f"{sub.data['recipe']} changed since it was submitted; a resumed replicate must run "
+                          "the same recipe. Submit a new study instead.")
+    states = job_states([r["array_job_id"] for r in sub.rounds], output_under=f"{sub.path}/")
+    settle(sub, states)
+    todo, skipped = [], {}
+    for k in sub.replicates:
+        if sub.complete_run(k) is not None:
+            skipped[k] = "complete evidence"
+            continue
+        job = sub.latest_job(k)
+        state = states.get((job, k)) if job is not None else None
+        if state is not None and state.state not in TERMINAL:
+            skipped[k] = f"job {job}_{k} is still {state.state}"
+            continue
+        todo.append(k)
+    if todo:
+        _sbatch_round(sub, todo)
+    return sub, todo, skipped

@@ -1,0 +1,191 @@
+"""One array task: run the whole study for replicate-$SLURM_ARRAY_TASK_ID with `invoke study`.
+
+    python -m openjev_repro.cluster.task --submission DIR [--replicate K]
+
+The batch script `exec`s this module, so Slurm's SIGTERM (scancel, time limit, preemption)
+reaches it as well as the study. On SIGTERM it first writes `attempt-<job id>.json` with the
+Slurm state and reason (before KillWait ends in SIGKILL), then waits for the study to stop and
+makes sure the run is marked incomplete, with the Slurm end recorded in its state.json, whether
+or not the study handled the signal itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from ..errors import ReproError
+from ..evidence import RunDir, read_json, write_json_atomic
+from ..host.allocation import allocated_gpu, slurm_record
+from ..manifest.keys import load_private_key
+from ..recipe import load_recipe, recipe_sha256
+from .slurm import TERMINAL, job_state
+from .submission import SLURM_CAUSE, Submission, utc_now, with_slurm_cause
+
+__all__ = ["GPU_SOURCE", "TaskFailed", "main", "study_argv"]
+
+# gpu_override.source in host.json, plan.json and the manifest: the GPU was Slurm's choice.
+GPU_SOURCE = "slurm"
+
+
+class TaskFailed(Exception):
+    """A task that cannot start its study (recorded in its attempt record)."""
+
+
+def study_argv(sub: Submission, replicate_dir: Path, gpu: dict[str, Any] | None) -> list[str]:
+    """`invoke study` for this replicate; the allocated GPU only when the recipe has GPU controls.
+
+    That GPU goes through the study's run-time override (`--gpu-uuid`, `--gpu-index`), recorded
+    as host.json's gpu_override with source "slurm" beside the recipe's own controls.gpu."""
+    argv = [sub.data["python"], "-m", "invoke", "--search-root", sub.data["repo"], "study",
+            "--recipe", sub.data["recipe"], "--out", str(replicate_dir), "--key", sub.data["key"]]
+    if sub.data.get("gpu_controls"):
+        if gpu is None or not gpu.get("uuid"):
+            why = "no GPU in the allocation" if gpu is None else gpu.get("uuid_error")
+            raise TaskFailed(f"the recipe pins a GPU but the allocated one is unknown ({why}); "
+                              "submit with --gres gpu:1 on nodes with an NVIDIA driver")
+        argv += ["--gpu-uuid", str(gpu["uuid"]), "--gpu-source", GPU_SOURCE]
+        if gpu.get("index") is not None:
+            argv += ["--gpu-index", str(gpu["index"])]
+    return argv
+
+
+class _Attempt:
+    """attempt-<job id>.json beside the replicate's run directories."""
+
+    def __init__(self, replicate_dir: Path, job_id: str) -> None:
+        self.path = replicate_dir / f"attempt-{job_id}.json"
+        self.record: dict[str, Any] = {"format_version": 1, "job_id": job_id, "started_utc": utc_now(),
+                                       "slurm": slurm_record(), "outcome": "running", "run": None,
+                                       "ended_utc": None, "slurm_end": None, "exit_code": None, "error": None}
+
+    def write(self, **changes: Any) -> None:
+        self.record.update(changes)
+        write_json_atomic(self.path, self.record)
+
+
+def _new_run(replicate_dir: Path, before: set[Path]) -> Path | None:
+    new = sorted(p for p in replicate_dir.iterdir() if p.is_dir() and p not in before)
+    return new[-1] if new else None
+
+
+def _slurm_end(job_id: str) -> dict[str, Any]:
+    """Why we are being stopped, as slurmctld says (CANCELLED, TIMEOUT, PREEMPTED ... and its reason)."""
+    try:
+        state = job_state(int(job_id), timeout_s=10)  # well inside KillWait
+    except Exception as exc:  # noqa: BLE001 - the record must be written even if Slurm does not answer
+        return {"state": None, "reason": None, "error": f"{type(exc).__name__}: {exc}"}
+    if state is None:
+        return {"state": None, "reason": None, "error": "squeue does not list this job"}
+    return {"state": state.state, "reason": state.reason, "source": state.source}
+
+
+def _mark_incomplete(run_path: Path, slurm_end: dict[str, Any] | None, why: str) -> None:
+    """The run's state says incomplete, whatever the study managed to write; a Slurm termination
+    (slurm_end given) comes first in its error, the study's own message (if any) after it."""
+    if not (run_path / "state.json").is_file():
+        return
+    run = RunDir(run_path)
+    state = run.state()
+    if state.get("status") == "complete":
+        return
+    error = state.get("error") if state.get("status") != "running" else None
+    changes: dict[str, Any] = {"status": "incomplete",
+                               "error": with_slurm_cause(error, why) if slurm_end is not None else (error or why)}
+    if slurm_end is not None:
+        changes["slurm_end"] = slurm_end
+    run.update_state(**changes)
+
+
+def run_task(sub: Submission, k: int) -> int:
+    replicate_dir = sub.replicate_dir(k)
+    replicate_dir.mkdir(exist_ok=True)
+    job_id = os.environ.get("SLURM_JOB_ID") or f"local{os.getpid()}"
+    attempt = _Attempt(replicate_dir, job_id)
+    attempt.write()
+    done = sub.complete_run(k)
+    if done is not None:  # never add measured passes to a complete replicate
+        attempt.write(outcome="skipped", run=done.path.name, ended_utc=utc_now(), exit_code=0,
+                      error="the replicate already has complete evidence")
+        return 0
+    gpu = allocated_gpu()
+    try:
+        if recipe_sha256(sub.data["recipe"]) != sub.data["recipe_sha256"]:
+            raise TaskFailed(f"{sub.data['recipe']} changed since submission")
+        if bool(load_recipe(sub.data["recipe"]).controls.gpu) != bool(sub.data.get("gpu_controls")):
+            raise TaskFailed("the recipe's GPU controls differ from the submission's")
+        try:  # the study signs at its very end: an unreadable key must fail before it measures anything
+            load_private_key(Path(sub.data["key"]))
+        except ReproError as exc:
+            raise TaskFailed(f"the signing key is not usable on this node: {exc}") from None
+        argv = study_argv(sub, replicate_dir, gpu)
+    except TaskFailed as exc:
+        attempt.write(outcome="failed", ended_utc=utc_now(), exit_code=1, error=str(exc))
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    before = {p for p in replicate_dir.iterdir() if p.is_dir()}
+    terminated: dict[str, Any] = {}
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        if terminated:
+            return
+        terminated.update(signal=signal.Signals(signum).name, slurm_end=_slurm_end(job_id))
+        run = _new_run(replicate_dir, before)
+        # Written at once: SIGKILL follows after the cluster's KillWait.
+        attempt.write(outcome="terminated", run=run.name if run else None, slurm_end=terminated["slurm_end"],
+                      error=f"{terminated['signal']} from Slurm")
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    print(f"replicate {k}: {' '.join(argv)}", file=sys.stderr, flush=True)
+    child = subprocess.Popen(argv, cwd=sub.data["repo"])
+    if terminated:  # the signal came before the study started
+        child.terminate()
+    code = child.wait()
+    run = _new_run(replicate_dir, before)
+    if terminated:
+        end = terminated["slurm_end"]
+        named = end.get("state") if end.get("state") in TERMINAL else None  # COMPLETING while stopping
+        why = f"{SLURM_CAUSE} ({named or terminated['signal']}" + \
+              (f", reason {end['reason']}" if end.get("reason") else "") + ")"
+        if run is not None:
+            _mark_incomplete(run, end, why)
+        attempt.write(outcome="terminated", run=run.name if run else None, ended_utc=utc_now(), exit_code=code,
+                      error=why)
+        return 128 + signal.SIGTERM
+    status = read_json(run / "state.json").get("status") if run is not None else None
+    if code == 0 and status == "complete":
+        attempt.write(outcome="complete", run=run.name if run else None, ended_utc=utc_now(), exit_code=0)
+        return 0
+    if run is not None:
+        _mark_incomplete(run, None, f"`invoke study` exited with status {code}")
+    attempt.write(outcome="failed", run=run.name if run else None, ended_utc=utc_now(), exit_code=code,
+                  error=f"`invoke study` exited with status {code}, run status {status}")
+    return code or 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m openjev_repro.cluster.task", description=__doc__.splitlines()[0])
+    parser.add_argument("--submission", required=True, type=Path)
+    parser.add_argument("--replicate", type=int, default=None, help="default: $SLURM_ARRAY_TASK_ID")
+    args = parser.parse_args(argv)
+    k = args.replicate if args.replicate is not None else int(os.environ.get("SLURM_ARRAY_TASK_ID", "0"))
+    sub = Submission.open(args.submission)
+    if k not in sub.replicates:
+        print(f"error: replicate {k} is not one of {sub.replicates}", file=sys.stderr)
+        return 1
+    started = time.monotonic()
+    code = run_task(sub, k)
+    print(f"replicate {k}: exit {code} after {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

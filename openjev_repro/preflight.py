@@ -1,0 +1,122 @@
+"""Checks a study can make before it starts work: each failure is one short line saying how to fix it.
+
+`run_study` calls `preflight` before it creates the run directory, so a study that could never
+have started (unreadable or wrong key, unwritable output folder, missing inputs, unknown runtime,
+no docker daemon or image, a fixed port already taken) leaves nothing behind. Hash mismatches of
+present inputs are still found and recorded inside the run by the verify-inputs step.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from .errors import DockerError, InputMismatch, RecipeError, ReproError
+from .recipe import Recipe
+
+__all__ = ["preflight", "check_key", "check_out_dir", "check_ports", "check_docker", "missing_inputs", "input_fix",
+           "port_in_use"]
+
+RUNTIMES = ("local", "docker")
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def check_key(key_path: Path | None) -> None:
+    """The signing key is readable and an unencrypted Ed25519 private key."""
+    if key_path is None:
+        return
+    from .manifest.keys import load_private_key
+
+    try:
+        load_private_key(Path(key_path))
+    except ReproError as exc:
+        raise ReproError(f"--key: {exc}") from None
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """The folder that will hold the run directory is (or can be created as) a writable directory."""
+    out_dir = Path(out_dir)
+    probe = out_dir
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ReproError(f"--out {out_dir}: {probe} is not a directory; choose a folder for run directories.")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ReproError(f"--out {out_dir}: {probe} is not writable by you; choose another --out or fix its permissions.")
+
+
+def input_fix(recipe: Recipe, recipe_path: Path, root: Path) -> str:
+    """The command that (re)creates a recipe's inputs."""
+    if recipe.preparation is not None:
+        return f"`invoke prepare --recipe {recipe_path}` fetches and builds them"
+    paths = [f.path for f in recipe.inputs.files]
+    if "checkpoint/model.json" in paths and all(p.split("/", 1)[0] in ("checkpoint", "requests") for p in paths):
+        # the layout `invoke fixture` writes (the demo's inputs)
+        relative = Path(os.path.relpath(root))
+        shown = root if relative.parts[:1] == ("..",) else relative
+        hint = "`make demo` builds them, or " if shown == Path(".cache/demo") else ""
+        return f"{hint}`invoke fixture --out {shown}` writes them"
+    return f"restore them under {root}"
+
+
+def missing_inputs(recipe: Recipe, root: Path) -> list[str]:
+    return [f.path for f in recipe.inputs.files if not (root / f.path).is_file()]
+
+
+def check_inputs_present(recipe: Recipe, recipe_path: Path, root: Path) -> None:
+    missing = missing_inputs(recipe, root)
+    if missing:
+        total = len(recipe.inputs.files)
+        which = f"all {total} inputs are" if len(missing) == total else (
+            f"{len(missing)} of {total} inputs ({', '.join(missing[:2])}{' …' if len(missing) > 2 else ''}) are")
+        raise InputMismatch(f"{which} missing under {root}; {input_fix(recipe, recipe_path, root)}.")
+
+
+def check_ports(recipe: Recipe, host: str = "127.0.0.1") -> None:
+    for backend in recipe.backends:
+        fixed = [(backend.name, backend.port)] + [(f"{backend.name}.{a.name}", a.port) for a in backend.aux]
+        for name, port in fixed:
+            if port is not None and port_in_use(host, port):
+                raise ReproError(f"Port {port}, fixed for {name} in the recipe, is in use; stop what holds it "
+                                 f"(`ss -ltnp 'sport = :{port}'`) or remove the fixed port.")
+
+
+def check_docker(recipe: Recipe, runtime: str | None) -> None:
+    docker_backends = [b for b in recipe.backends if (runtime or b.runtime) == "docker"]
+    if not docker_backends:
+        return
+    for backend in docker_backends:
+        if backend.image is None:
+            raise RecipeError(f"Backend {backend.name} runs in docker but names no image in the recipe.")
+    from .images.daemon import connect, get_image
+
+    client = connect()
+    try:
+        for backend in docker_backends:
+            get_image(client, backend.image)
+    finally:
+        client.close()
+
+
+def preflight(recipe: Recipe, recipe_path: Path, root: Path, *, out_dir: Path, key_path: Path | None,
+              runtime: str | None) -> None:
+    """Every check that needs no run directory; raises a ReproError whose message says how to fix it."""
+    if runtime is not None and runtime not in RUNTIMES:
+        raise RecipeError(f"--runtime {runtime!r} is not one of {', '.join(RUNTIMES)}.")
+    check_key(key_path)
+    check_out_dir(out_dir)
+    check_inputs_present(recipe, recipe_path, root)
+    check_ports(recipe)
+    try:
+        check_docker(recipe, runtime)
+    except DockerError as exc:
+        raise DockerError(f"--runtime docker: {exc}") from None

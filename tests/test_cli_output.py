@@ -1,0 +1,90 @@
+"""Output fits where it goes: a terminal gets rendered text no wider than itself; a pipe gets
+unwrapped text whose last line is exactly the run directory. A real study (scripted loopback
+backends) runs under a real pseudo-terminal 100 columns wide, then through a pipe."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import pytest
+from rich.cells import cell_len
+
+from studykit import scripted_backend, write_study
+
+REPO = Path(__file__).resolve().parents[1]
+INVOKE = [sys.executable, "-m", "invoke"]
+COLUMNS = 100
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def on_terminal(args: list[str], columns: int = COLUMNS) -> tuple[int, list[str]]:
+    """Run under a pty of `columns` columns; the screen lines as a terminal would show them."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "TERM")}
+    proc = subprocess.Popen(INVOKE + args, cwd=REPO, stdin=slave, stdout=slave, stderr=slave, close_fds=True,
+                            env={**env, "TERM": "xterm-256color"})
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO once the child side closes
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    code = proc.wait(timeout=120)
+    text = ANSI.sub("", b"".join(chunks).decode("utf-8", "replace")).replace("\r\n", "\n")
+    return code, [line.split("\r")[-1] for line in text.split("\n")]
+
+
+def piped(args: list[str]) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}
+    return subprocess.run(INVOKE + args, cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("output")
+    return write_study(tmp, [scripted_backend("one"), scripted_backend("two")])
+
+
+def test_study_and_report_on_a_terminal_fit_its_width(study):
+    code, lines = on_terminal(["study", "--recipe", str(study), "--out", str(study.parent / "runs")])
+    assert code == 0, "\n".join(lines)
+    too_wide = [line for line in lines if cell_len(line) > COLUMNS]
+    assert not too_wide, too_wide
+    assert any("last request" in line for line in lines), lines  # the latency column says what it is
+    run = next((study.parent / "runs").iterdir())
+    assert [line for line in lines if line.strip()][-1] == str(run)
+
+    code, lines = on_terminal(["report", "--run", str(run), "--out", str(study.parent / "report")])
+    assert code == 0, "\n".join(lines)
+    too_wide = [line for line in lines if cell_len(line) > COLUMNS]
+    assert not too_wide, too_wide
+    assert not [line for line in lines if line.startswith("| ") or "\\|" in line]  # rendered, not raw Markdown
+    assert any(line.startswith(" Configuration ") for line in lines) and any("━" in line or "─" in line for line in lines)
+
+
+def test_a_pipe_gets_unwrapped_lines_and_the_run_directory_last(study, tmp_path):
+    deep = tmp_path / ("a-long-folder-name-" * 6) / "runs"  # the run path is far wider than 80 columns
+    done = piped(["study", "--recipe", str(study), "--out", str(deep)])
+    assert done.returncode == 0, done.stderr
+    run = next(deep.iterdir())
+    assert len(str(run)) > 150
+    assert done.stdout.splitlines()[-1] == str(run)
+    assert f"run directory {run}" in done.stderr  # rich on a pipe: the path is not folded
+    report = piped(["report", "--run", str(run), "--out", str(tmp_path / "report")])
+    assert report.returncode == 0, report.stderr
+    assert report.stdout.startswith((tmp_path / "report" / "report.md").read_text(encoding="utf-8"))
+    assert report.stdout.splitlines()[-1] == f"plot: {tmp_path / 'report' / 'latency_cdf.png'}"
