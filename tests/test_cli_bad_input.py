@@ -79,6 +79,10 @@ def cases(bad: dict[str, str]) -> list[tuple[str, list[str]]]:
         ("bench-calibrate", ["--requests", "-"]),
         ("bench-audit", ["--sizes", "1Q", "--out", ""]),
         ("bench-audit", ["--source", bad["directory"], "--sizes", "1", "--out", ""]),
+        ("submit", ["--recipe", bad["directory"], "--replicates", "2", "--key", bad["binary"]]),
+        ("submit", ["--recipe", DEMO_RECIPE, "--replicates", "two", "--key", bad["binary"]]),
+        ("status", ["--submission", bad["binary"]]),
+        ("collect", ["--submission", bad["directory"], "--tolerances", bad["binary"]]),
     ]
     return out
 
