@@ -15,11 +15,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from .errors import EvidenceError
 from .evidence import ENVELOPE_NAME, RunDir, guard_output, read_json, write_bytes_atomic
 from .recipe import Recipe, load_recipe
-from .results import median, p95_jevbench, summarize
-from .rows import Row, read_rows
+from .results import latency_stats, summarize
+from .row_table import RowTable, as_table, read_table
+from .rows import Row
 
 __all__ = ["DIGITS", "PLOT_NAMES", "RunInfo", "plot_figures", "render_report", "run_info", "write_plots", "write_report",
            "incomplete_banner", "imported_note", "run_facts_of"]
@@ -185,7 +188,7 @@ def imported_note(imported: dict) -> str:
             f"{imported.get('files_verified', '?')} files verified against their manifest.json; unsigned.")
 
 
-def render_report(summary: dict, rows: Sequence[Row], recipe: Recipe, *, state: dict | None = None,
+def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: dict | None = None,
                   notes: Iterable[str] = (), run: RunInfo | None = None, imported: dict | None = None,
                   run_facts: Iterable[str] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
@@ -210,7 +213,8 @@ def render_report(summary: dict, rows: Sequence[Row], recipe: Recipe, *, state: 
                 f"- Hardware: {run.hardware}"]
     out += [""]
     out += [f"> **{n}**" for n in notes] + ([""] if notes else [])
-    excluded = sum(1 for r in rows if r.phase in ("first", "warmup", "feasibility"))
+    t = as_table(rows)
+    excluded = int(sum(t.phase.equals(ph).sum() for ph in ("first", "warmup", "feasibility")))
     out += [
         "P50 is the median. P95 JevBench rank is `sorted[int(0.95*N)-1]`; P95 nearest rank is "
         "`sorted[ceil(0.95*N)-1]`. Means are `fsum / N` over successful measured requests; the first "
@@ -307,12 +311,13 @@ PASS_MARKERS = ("o", "^", "s", "D", "v", "P", "X", "*")
 PASS_LINES = ("-", "--", ":", "-.")
 
 
-def _measured(rows: Iterable[Row]) -> dict[str, dict[str, dict[int, list[Row]]]]:
-    """workload -> backend -> measured pass -> successful rows, in first-seen order."""
-    out: dict[str, dict[str, dict[int, list[Row]]]] = {}
-    for r in rows:
-        if r.phase == "measured" and r.ok:
-            out.setdefault(r.workload, {}).setdefault(r.backend, {}).setdefault(r.pass_index, []).append(r)
+def _measured(t: RowTable) -> dict[str, dict[str, dict[int, np.ndarray]]]:
+    """workload -> backend -> measured pass -> row indices of successful rows (file order), in first-seen order."""
+    idx = np.flatnonzero(t.phase.equals("measured") & t.ok)
+    groups = sorted(t.groups(idx, ("workload", "backend", "pass_index")).items(), key=lambda kv: int(kv[1].min()))
+    out: dict[str, dict[str, dict[int, np.ndarray]]] = {}
+    for (workload, backend, pass_index), rows in groups:  # inserted by first row: first-seen order
+        out.setdefault(str(workload), {}).setdefault(str(backend), {})[int(pass_index)] = np.sort(rows)
     return out
 
 
@@ -325,7 +330,7 @@ def _title(fig, study_id: str, run: RunInfo | None, workloads: Sequence[str], wh
     fig.suptitle(f"{what}\n{where}\n{' · '.join(facts)}", fontsize=10)
 
 
-def plot_figures(rows: Sequence[Row], study_id: str = "", run: RunInfo | None = None) -> dict:
+def plot_figures(rows: RowTable | Iterable[Row], study_id: str = "", run: RunInfo | None = None) -> dict:
     """Both plots as matplotlib Figures (Agg canvas, no pyplot state), by file name.
 
     One panel per workload; one colour per backend; one marker (scatter) or line style (CDF)
@@ -335,7 +340,8 @@ def plot_figures(rows: Sequence[Row], study_id: str = "", run: RunInfo | None = 
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    data = _measured(rows)
+    t = as_table(rows)
+    data = _measured(t)
     workloads = list(data) or [""]
     backends = list(dict.fromkeys(b for wl in data.values() for b in wl))
     colours = {b: f"C{i % 10}" for i, b in enumerate(backends)}
@@ -361,8 +367,9 @@ def plot_figures(rows: Sequence[Row], study_id: str = "", run: RunInfo | None = 
         ax = fig.add_subplot(1, len(workloads), k + 1)
         for b, by_pass in data.get(name, {}).items():
             for n, p in enumerate(passes):
-                pts = [(r.input_tokens, r.latency_ms) for r in by_pass.get(p, []) if r.input_tokens is not None]
-                ax.scatter([x for x, _ in pts], [y for _, y in pts], s=22, alpha=0.75, color=colours[b],
+                rs = by_pass.get(p, np.zeros(0, dtype=np.int64))
+                rs = rs[t.has_input_tokens[rs]]
+                ax.scatter(t.input_tokens[rs], t.latency_ms[rs], s=22, alpha=0.75, color=colours[b],
                            marker=PASS_MARKERS[n % len(PASS_MARKERS)], linewidths=0)
         ax.set(xlabel="input tokens", ylabel="latency (ms)", title=f"workload {name}" if name else "no measured requests")
         legend(ax, "scatter")
@@ -376,12 +383,12 @@ def plot_figures(rows: Sequence[Row], study_id: str = "", run: RunInfo | None = 
         marks: dict[str, str] = {}
         for b, by_pass in data.get(name, {}).items():
             for n, p in enumerate(passes):
-                lat = sorted(r.latency_ms for r in by_pass.get(p, []))
-                if lat:
-                    ax.step(lat, [(i + 1) / len(lat) for i in range(len(lat))], where="post", color=colours[b],
+                lat = np.sort(t.latency_ms[by_pass[p]]) if p in by_pass else np.zeros(0)
+                if len(lat):
+                    ax.step(lat, np.arange(1, len(lat) + 1) / len(lat), where="post", color=colours[b],
                             ls=PASS_LINES[n % len(PASS_LINES)], lw=1.6)
-            every = [r.latency_ms for rs in by_pass.values() for r in rs]
-            p50, p95 = median(every), p95_jevbench(every)
+            stats = latency_stats(t.latency_ms[np.concatenate(list(by_pass.values()))])
+            p50, p95 = stats["p50_ms"], stats["p95_jevbench_ms"]
             if p50 is not None and p95 is not None:
                 ax.plot([p50], [0.5], marker="o", mfc="white", ms=8, mew=2, color=colours[b], ls="none", zorder=5)
                 ax.plot([p95], [0.95], marker="X", ms=10, mew=1, mec="white", color=colours[b], ls="none", zorder=5)
@@ -399,7 +406,7 @@ def plot_figures(rows: Sequence[Row], study_id: str = "", run: RunInfo | None = 
     return figs
 
 
-def _plot_bytes(rows: Sequence[Row], study_id: str = "", run: RunInfo | None = None) -> dict[str, bytes]:
+def _plot_bytes(rows: RowTable | Iterable[Row], study_id: str = "", run: RunInfo | None = None) -> dict[str, bytes]:
     """Both PNGs as bytes; PNG metadata stripped."""
     out = {}
     for name, fig in plot_figures(rows, study_id, run).items():
@@ -413,7 +420,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     write_bytes_atomic(path, data)  # fsynced; no temporary file survives a failure
 
 
-def write_plots(rows: Sequence[Row], out_dir: Path, study_id: str = "", run: RunInfo | None = None) -> list[Path]:
+def write_plots(rows: RowTable | Iterable[Row], out_dir: Path, study_id: str = "", run: RunInfo | None = None) -> list[Path]:
     """latency_vs_tokens.png and latency_cdf.png of measured, successful rows (one colour per backend)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -427,13 +434,13 @@ def write_plots(rows: Sequence[Row], out_dir: Path, study_id: str = "", run: Run
 # --- a run directory -------------------------------------------------------------------
 
 
-def _load_run(run: RunDir) -> tuple[dict, Recipe, list[Row]]:
+def _load_run(run: RunDir) -> tuple[dict, Recipe, RowTable]:
     state = run.effective_state()  # a "running" run whose study died is reported incomplete
     recipe = load_recipe(run.file("recipe.yaml"))
     if run.rows_path.exists() or state.get("status") == "complete":
-        rows = read_rows(run.rows_path)
+        rows = read_table(run.rows_path)
     else:
-        rows = []  # a run that stopped before its first request
+        rows = RowTable.from_rows([])  # a run that stopped before its first request
     return state, recipe, rows
 
 

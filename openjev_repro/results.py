@@ -1,5 +1,10 @@
 """Statistics, correctness, agreement and gates: pure functions of (rows, recipe).
 
+Rows come as a `row_table.RowTable` (numpy columns; a list of `Row` is converted once).
+Grouping, pairing by (id, seq), agreement and stability are sorts and array comparisons,
+so every step is O(n log n) at worst; the figures are the same values the pure-Python
+implementation computed (docs/results.md), and the bootstrap is numpy (`BOOTSTRAP_METHOD`).
+
 Nothing here reads files or starts processes, so `verify` can recompute `summary.json`
 from `rows.jsonl` and the recipe and compare it for exact equality.
 
@@ -17,11 +22,15 @@ summary.json format history:
 from __future__ import annotations
 
 import math
-import random
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Sequence
+
+import numpy as np
 
 from .errors import EvidenceError
 from .recipe import Recipe
+from .row_table import RowTable, as_table
 from .rows import Row
 
 __all__ = [
@@ -38,6 +47,8 @@ __all__ = [
     "token_bucket",
     "ranges_disjoint",
     "bootstrap_mean_diff_ci",
+    "BOOTSTRAP_METHOD",
+    "pair_by_id_and_seq",
 ]
 
 SUMMARY_FORMAT_VERSION = 1
@@ -79,17 +90,25 @@ def p95_nearest_rank(values: Sequence[float]) -> float | None:
     return sorted(values)[math.ceil(0.95 * len(values)) - 1]
 
 
-def latency_stats(latencies_ms: Sequence[float]) -> dict:
-    """n, mean, median, both P95 rules, min and max of a list of latencies (None when empty)."""
-    values = list(latencies_ms)
+def latency_stats(latencies_ms: Sequence[float] | np.ndarray) -> dict:
+    """n, mean, median, both P95 rules, min and max of a list of latencies (None when empty).
+
+    The values are sorted once (numpy for an array) and every figure is read from the sorted
+    Python floats with the rules above, so an array and the same values in a list give
+    identical results."""
+    s = np.sort(latencies_ms).tolist() if isinstance(latencies_ms, np.ndarray) else sorted(latencies_ms)
+    n = len(s)
+    if n == 0:
+        return {"n": 0, "mean_ms": None, "p50_ms": None, "p95_jevbench_ms": None, "p95_nearest_rank_ms": None,
+                "min_ms": None, "max_ms": None}
     return {
-        "n": len(values),
-        "mean_ms": mean(values),
-        "p50_ms": median(values),
-        "p95_jevbench_ms": p95_jevbench(values),
-        "p95_nearest_rank_ms": p95_nearest_rank(values),
-        "min_ms": min(values) if values else None,
-        "max_ms": max(values) if values else None,
+        "n": n,
+        "mean_ms": math.fsum(s) / n,
+        "p50_ms": s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2,
+        "p95_jevbench_ms": s[int(0.95 * n) - 1],
+        "p95_nearest_rank_ms": s[math.ceil(0.95 * n) - 1],
+        "min_ms": s[0],
+        "max_ms": s[-1],
     }
 
 
@@ -113,144 +132,203 @@ def ranges_disjoint(a: Sequence[float] | None, b: Sequence[float] | None) -> boo
     return a[1] < b[0] or b[1] < a[0]
 
 
+BOOTSTRAP_METHOD = {
+    "version": 2,
+    "name": "percentile bootstrap of mean(b) - mean(a), each side resampled independently with replacement",
+    "generator": "numpy PCG64; resamples drawn in chunks, chunk c from SeedSequence(seed).spawn(chunks)[c], "
+                 "indices by Generator.integers (int32), b's then a's",
+    "chunk": "floor(2**22 / max(len(a), len(b))) resamples (at least 1); at most ~4M indices held per thread",
+    "mean": "numpy mean of each resample (pairwise summation)",
+    "bounds": "sorted_diffs[floor(alpha * n_boot)] and sorted_diffs[ceil((1 - alpha) * n_boot) - 1], "
+              "alpha = (1 - confidence) / 2",
+    "history": "1: random.Random(seed).choices and math.fsum (pure Python, until 2026-12); "
+               "2: the same estimator in numpy, statistically equivalent, not bit-identical to 1",
+}
+BOOTSTRAP_CHUNK_VALUES = 1 << 22  # resampled indices per chunk: 16 MiB of int32, 32 MiB gathered
+
+
+def _bootstrap_chunk(xa: np.ndarray, xb: np.ndarray, seed: np.random.SeedSequence, k: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    mean_b = xb[rng.integers(0, len(xb), size=(k, len(xb)), dtype=np.int32)].mean(axis=1)
+    mean_a = xa[rng.integers(0, len(xa), size=(k, len(xa)), dtype=np.int32)].mean(axis=1)
+    return mean_b - mean_a
+
+
 def bootstrap_mean_diff_ci(
-    a: Sequence[float], b: Sequence[float], seed: int, n_boot: int = 10000, confidence: float = 0.95
+    a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, seed: int, n_boot: int = 10000,
+    confidence: float = 0.95, threads: int | None = None,
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of mean(b) - mean(a), resampling each side independently.
 
-    Seeded `random.Random(seed)`: the same inputs and seed always give the same interval.
-    Bounds are sorted_diffs[floor(alpha * n_boot)] and sorted_diffs[ceil((1 - alpha) * n_boot) - 1]
-    with alpha = (1 - confidence) / 2.
+    Method version 2 (`BOOTSTRAP_METHOD`): chunks of resamples, each from its own generator
+    spawned from `seed`, so memory stays bounded whatever the sample size and the result does
+    not depend on how many threads run the chunks (numpy releases the GIL while drawing and
+    gathering). The same inputs, seed and platform always give the same interval.
     """
-    if not a or not b:
+    xa, xb = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if not len(xa) or not len(xb):
         raise ValueError("bootstrap_mean_diff_ci needs at least one value on each side")
     if n_boot < 1:
         raise ValueError("n_boot must be at least 1")
-    rng = random.Random(seed)
-    a, b = list(a), list(b)
-    diffs = sorted(
-        math.fsum(rng.choices(b, k=len(b))) / len(b) - math.fsum(rng.choices(a, k=len(a))) / len(a)
-        for _ in range(n_boot)
-    )
+    if max(len(xa), len(xb)) >= 2**31:
+        raise ValueError("bootstrap_mean_diff_ci takes fewer than 2**31 values a side")
+    per_chunk = max(1, BOOTSTRAP_CHUNK_VALUES // max(len(xa), len(xb)))
+    sizes = [min(per_chunk, n_boot - start) for start in range(0, n_boot, per_chunk)]
+    seeds = np.random.SeedSequence(seed).spawn(len(sizes))
+    workers = max(1, min(threads or _usable_cpus(), len(sizes)))
+    if workers == 1:
+        parts = [_bootstrap_chunk(xa, xb, s, k) for s, k in zip(seeds, sizes)]
+    else:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bootstrap") as pool:
+            parts = list(pool.map(lambda sk: _bootstrap_chunk(xa, xb, *sk), zip(seeds, sizes)))
+    diffs = np.sort(np.concatenate(parts))
     alpha = (1 - confidence) / 2
     lo = diffs[min(int(math.floor(alpha * n_boot)), n_boot - 1)]
     hi = diffs[max(math.ceil((1 - alpha) * n_boot) - 1, 0)]
-    return lo, hi
+    return float(lo), float(hi)
+
+
+def _usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 # --- grouping --------------------------------------------------------------------------
 
 
 class _Index:
-    """Rows of one study grouped by (workload, backend, phase, pass), in file order."""
+    """Row indices of one study grouped by (workload, backend, phase, pass), each in `seq` order."""
 
-    def __init__(self, rows: Iterable[Row], recipe: Recipe) -> None:
-        backends = {b.name for b in recipe.backends}
-        workloads = {w.name for w in recipe.workloads}
-        self.groups: dict[tuple[str, str, str, int], list[Row]] = {}
-        self.excluded: dict[tuple[str, str, str], int] = {}
-        seen: set[tuple] = set()
-        for r in rows:
-            if r.backend not in backends or r.workload not in workloads:
-                raise EvidenceError(
-                    f"Row {r.id!r} belongs to backend {r.backend!r} / workload {r.workload!r}, "
-                    f"which recipe {recipe.study.id} does not declare; summarize with the run's own recipe."
-                )
-            key = (r.workload, r.backend, r.phase, r.pass_index, r.seq)
-            if key in seen:
-                raise EvidenceError(
-                    f"Two rows share backend {r.backend}, workload {r.workload}, {r.phase} pass "
-                    f"{r.pass_index}, seq {r.seq}; the rows file is corrupt."
-                )
-            seen.add(key)
-            if r.phase in (_MEASURED, _FEASIBILITY):
-                self.groups.setdefault((r.workload, r.backend, r.phase, r.pass_index), []).append(r)
-            else:
-                k = (r.workload, r.backend, r.phase)
-                self.excluded[k] = self.excluded.get(k, 0) + 1
-        for group in self.groups.values():
-            group.sort(key=lambda r: r.seq)  # request order, whatever the file order
+    def __init__(self, table: RowTable, recipe: Recipe) -> None:
+        self.table = table
+        self.agreements: dict[tuple[str, str, str], dict] = {}
+        self._check(table, recipe)
+        t = table
+        timed = t.phase.equals(_MEASURED) | t.phase.equals(_FEASIBILITY)
+        self.groups = t.groups(np.flatnonzero(timed), ("workload", "backend", "phase", "pass_index"))
+        self.excluded = {k: len(v) for k, v in t.groups(np.flatnonzero(~timed), ("workload", "backend", "phase")).items()}
+
+    @staticmethod
+    def _check(t: RowTable, recipe: Recipe) -> None:
+        """The first row (in file order) of an undeclared backend or workload, or repeating a key, is an error."""
+        if not len(t):
+            return
+        known_b = np.array([v in {b.name for b in recipe.backends} for v in t.backend.values])
+        known_w = np.array([v in {w.name for w in recipe.workloads} for v in t.workload.values])
+        unknown = ~(known_b[t.backend.codes] & known_w[t.workload.codes])
+        first_unknown = int(np.argmax(unknown)) if unknown.any() else len(t)
+        order = np.lexsort((np.arange(len(t)), t.seq, t.pass_index, t.phase.codes, t.backend.codes, t.workload.codes))
+        same = np.ones(len(t) - 1, dtype=bool)
+        for col in (t.seq, t.pass_index, t.phase.codes, t.backend.codes, t.workload.codes):
+            same &= col[order[1:]] == col[order[:-1]]
+        repeats = order[1:][same]
+        first_repeat = int(repeats.min()) if len(repeats) else len(t)
+        if first_unknown < len(t) and first_unknown <= first_repeat:
+            r = t.row(first_unknown)
+            raise EvidenceError(
+                f"Row {r.id!r} belongs to backend {r.backend!r} / workload {r.workload!r}, "
+                f"which recipe {recipe.study.id} does not declare; summarize with the run's own recipe."
+            )
+        if first_repeat < len(t):
+            r = t.row(first_repeat)
+            raise EvidenceError(
+                f"Two rows share backend {r.backend}, workload {r.workload}, {r.phase} pass "
+                f"{r.pass_index}, seq {r.seq}; the rows file is corrupt."
+            )
 
     def passes(self, workload: str, backend: str, phase: str, expected: int) -> list[int]:
         """Expected pass indices 1..expected plus any extra index present in the rows."""
         present = {p for (w, b, ph, p) in self.groups if (w, b, ph) == (workload, backend, phase)}
         return sorted(present | set(range(1, expected + 1)))
 
-    def rows(self, workload: str, backend: str, phase: str, pass_index: int) -> list[Row]:
-        return self.groups.get((workload, backend, phase, pass_index), [])
+    def rows(self, workload: str, backend: str, phase: str, pass_index: int) -> np.ndarray:
+        return self.groups.get((workload, backend, phase, pass_index), _NONE)
 
 
-def _pass_stats(pass_index: int, rows: list[Row]) -> dict:
-    ok = [r.latency_ms for r in rows if r.ok]
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _pass_stats(t: RowTable, pass_index: int, idx: np.ndarray) -> dict:
+    ok = t.latency_ms[idx[t.ok[idx]]]
     stats = latency_stats(ok)
-    return {"pass": pass_index, "requests": len(rows), "errors": len(rows) - len(ok), **stats}
+    return {"pass": pass_index, "requests": len(idx), "errors": len(idx) - len(ok), **stats}
 
 
 # --- per backend -----------------------------------------------------------------------
 
 
-def _correctness(rows: list[Row]) -> dict:
-    labelled = [r for r in rows if r.label is not None]
-    answered = [r for r in labelled if r.ok and r.probability is not None]
-    correct = sum(1 for r in answered if decision_of(r.probability) == r.label)
-    return {"correct": correct, "labelled": len(labelled), "unanswered": len(labelled) - len(answered)}
+def _decides_yes(t: RowTable, idx: np.ndarray) -> np.ndarray:
+    return t.probability[idx] >= 0.5  # decision_of, vectorised
 
 
-def _decision_mismatches(rows: Iterable[Row]) -> list[dict]:
+def _correctness(t: RowTable, idx: np.ndarray) -> dict:
+    labelled = ~t.label.equals(None)[idx]
+    answered = labelled & t.ok[idx] & t.has_probability[idx]
+    yes = _decides_yes(t, idx)
+    label_yes, label_no = t.label.equals("yes")[idx], t.label.equals("no")[idx]
+    correct = answered & ((yes & label_yes) | (~yes & label_no))
+    return {"correct": int(correct.sum()), "labelled": int(labelled.sum()),
+            "unanswered": int(labelled.sum() - answered.sum())}
+
+
+def _decision_mismatches(t: RowTable, idx: np.ndarray) -> list[dict]:
     """Rows whose recorded decision differs from the one recomputed from their probability."""
+    has = t.has_probability[idx]
+    yes = _decides_yes(t, idx)
+    recorded_yes, recorded_no = t.decision.equals("yes")[idx], t.decision.equals("no")[idx]
+    wrong = np.flatnonzero(has & ~((yes & recorded_yes) | (~yes & recorded_no)))
     out = []
-    for r in rows:
-        if r.probability is None:
-            continue
-        recomputed = decision_of(r.probability)
-        if r.decision != recomputed:
-            out.append({"id": r.id, "seq": r.seq, "phase": r.phase, "pass": r.pass_index,
-                        "recorded": r.decision, "recomputed": recomputed})
+    for i in idx[wrong].tolist():
+        r = t.row(i)
+        out.append({"id": r.id, "seq": r.seq, "phase": r.phase, "pass": r.pass_index,
+                    "recorded": r.decision, "recomputed": "yes" if r.probability >= 0.5 else "no"})
     return out
 
 
-def _stability(groups: list[list[Row]]) -> dict:
+def _stability(t: RowTable, groups: list[np.ndarray]) -> dict:
     """Whether every (id, seq) has one bit-identical probability across all given passes."""
-    values: dict[tuple[str, int], set[float]] = {}
-    counts: dict[tuple[str, int], int] = {}
-    errors = 0
-    for rows in groups:
-        for r in rows:
-            key = (r.id, r.seq)
-            counts[key] = counts.get(key, 0) + 1
-            if r.ok and r.probability is not None:
-                values.setdefault(key, set()).add(r.probability)
-            else:
-                errors += 1
-    changed = sorted({k[0] for k, v in values.items() if len(v) > 1})
-    incomplete = sum(1 for c in counts.values() if c != len(groups))
-    comparable = len(groups) >= 2 and bool(counts)
+    idx = np.concatenate(groups) if groups else _NONE
+    answered = t.ok[idx] & t.has_probability[idx]
+    errors = int(len(idx) - answered.sum())
+    keys = np.stack([t.ids.codes[idx].astype(np.int64), t.seq[idx]], axis=1)
+    if len(idx):
+        _, counts = np.unique(keys, axis=0, return_counts=True)
+    else:
+        counts = _NONE
+    incomplete = int((counts != len(groups)).sum())
+    values = idx[answered]
+    order = np.lexsort((t.probability[values], t.seq[values], t.ids.codes[values]))
+    v = values[order]
+    same_key = (t.ids.codes[v][1:] == t.ids.codes[v][:-1]) & (t.seq[v][1:] == t.seq[v][:-1])
+    differs = same_key & (t.probability[v][1:] != t.probability[v][:-1])
+    changed = sorted(set(t.ids.strings(v[1:][differs])))
+    comparable = len(groups) >= 2 and len(counts) > 0
     stable = None if not comparable else (not changed and errors == 0 and incomplete == 0)
     return {"probabilities_stable": stable, "stability_passes": len(groups), "stability_changed_ids": changed,
             "stability_errors": errors, "stability_incomplete": incomplete}
 
 
 def _backend_summary(index: _Index, recipe: Recipe, workload: str, backend: str) -> dict:
+    t = index.table
     n_feas, n_meas = recipe.passes_for(next(w for w in recipe.workloads if w.name == workload))
     meas_idx = index.passes(workload, backend, _MEASURED, n_meas)
     feas_idx = index.passes(workload, backend, _FEASIBILITY, n_feas)
     meas_rows = [index.rows(workload, backend, _MEASURED, p) for p in meas_idx]
     feas_rows = [index.rows(workload, backend, _FEASIBILITY, p) for p in feas_idx]
-    measured = [_pass_stats(p, rows) for p, rows in zip(meas_idx, meas_rows)]
-    all_measured = [r for rows in meas_rows for r in rows]
-    overall = _pass_stats(0, all_measured)
+    measured = [_pass_stats(t, p, rows) for p, rows in zip(meas_idx, meas_rows)]
+    overall = _pass_stats(t, 0, np.concatenate(meas_rows) if meas_rows else _NONE)
     del overall["pass"]
     means = [p["mean_ms"] for p in measured if p["mean_ms"] is not None]
-    first = meas_rows[0] if meas_rows else []
+    first = meas_rows[0] if meas_rows else _NONE
+    timed = feas_rows + meas_rows
     return {
         "measured": measured,
-        "feasibility": [_pass_stats(p, rows) for p, rows in zip(feas_idx, feas_rows)],
+        "feasibility": [_pass_stats(t, p, rows) for p, rows in zip(feas_idx, feas_rows)],
         "overall": overall,
         "pass_mean_range_ms": [min(means), max(means)] if means else None,
-        **_correctness(first),
-        "correct_by_pass": [_correctness(rows)["correct"] for rows in meas_rows],
-        "decision_mismatches": _decision_mismatches(r for rows in feas_rows + meas_rows for r in rows),
-        **_stability(feas_rows + meas_rows),
+        **_correctness(t, first),
+        "correct_by_pass": [_correctness(t, rows)["correct"] for rows in meas_rows],
+        "decision_mismatches": _decision_mismatches(t, np.concatenate(timed) if timed else _NONE),
+        **_stability(t, timed),
         "excluded_requests": {ph: index.excluded.get((workload, backend, ph), 0) for ph in ("first", "warmup")},
     }
 
@@ -258,42 +336,57 @@ def _backend_summary(index: _Index, recipe: Recipe, workload: str, backend: str)
 # --- comparisons -----------------------------------------------------------------------
 
 
-def _first_measured(index: _Index, workload: str, backend: str) -> list[Row]:
+def _first_measured(index: _Index, workload: str, backend: str) -> np.ndarray:
     passes = index.passes(workload, backend, _MEASURED, 1)
     return index.rows(workload, backend, _MEASURED, passes[0])
 
 
-def _agreement(a_rows: list[Row], b_rows: list[Row]) -> dict:
+def pair_by_id_and_seq(a_ids: np.ndarray, a_seq: np.ndarray, b_ids: np.ndarray, b_seq: np.ndarray
+                       ) -> tuple[np.ndarray, int]:
+    """For each a row, the position of the b row with the same (id code, seq) (the last one), or -1;
+    and how many (id, seq) keys occur on one side only. Sort-based: O(n log n), no membership scans."""
+    keys = np.concatenate([np.stack([a_ids, a_seq], axis=1), np.stack([b_ids, b_seq], axis=1)]).astype(np.int64)
+    if not len(keys):
+        return np.zeros(0, dtype=np.int64), 0
+    _, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    ka, kb = inverse[:len(a_ids)], inverse[len(a_ids):]
+    last_b = np.full(int(inverse.max()) + 1, -1, dtype=np.int64)
+    np.maximum.at(last_b, kb, np.arange(len(kb), dtype=np.int64))
+    in_a = np.zeros(len(last_b), dtype=bool)
+    in_a[ka] = True
+    unpaired = int((in_a != (last_b >= 0)).sum())
+    return last_b[ka], unpaired
+
+
+def _bucket_of(tokens: np.ndarray) -> np.ndarray:
+    """token_bucket, vectorised: 0 "<500", 1 "500-2000", 2 ">2000"."""
+    return np.where(tokens < 500, 0, np.where(tokens <= 2000, 1, 2))
+
+
+def _max(values: np.ndarray) -> float | None:
+    return max(values.tolist()) if len(values) else None
+
+
+def _agreement(t: RowTable, a_rows: np.ndarray, b_rows: np.ndarray) -> dict:
     """Pair the first measured pass of two backends by (id, seq) and compare their answers."""
-    b_by_key = {(r.id, r.seq): r for r in b_rows}
-    a_keys = {(r.id, r.seq) for r in a_rows}
-    agree, n, errors = 0, 0, 0
-    differing: list[str] = []
-    deltas: list[float] = []
-    by_bucket: dict[str, list[float]] = {k: [] for k in TOKEN_BUCKETS}
-    for ra in a_rows:
-        rb = b_by_key.get((ra.id, ra.seq))
-        if rb is None:
-            continue
-        if not (ra.ok and rb.ok and ra.probability is not None and rb.probability is not None):
-            errors += 1
-            continue
-        n += 1
-        if decision_of(ra.probability) == decision_of(rb.probability):
-            agree += 1
-        elif ra.id not in differing:
-            differing.append(ra.id)
-        delta = abs(ra.probability - rb.probability)
-        deltas.append(delta)
-        bucket = token_bucket(ra.input_tokens if ra.input_tokens is not None else rb.input_tokens)
-        if bucket is not None:
-            by_bucket[bucket].append(delta)
-    unpaired = len(a_keys ^ set(b_by_key))
+    match, unpaired = pair_by_id_and_seq(t.ids.codes[a_rows], t.seq[a_rows], t.ids.codes[b_rows], t.seq[b_rows])
+    paired = match >= 0
+    a, b = a_rows[paired], b_rows[match[paired]]
+    valid = t.ok[a] & t.ok[b] & t.has_probability[a] & t.has_probability[b]
+    errors = int((~valid).sum())
+    a, b = a[valid], b[valid]
+    same = (t.probability[a] >= 0.5) == (t.probability[b] >= 0.5)
+    differing = list(dict.fromkeys(t.ids.strings(a[~same])))
+    deltas = np.abs(t.probability[a] - t.probability[b])
+    has_a, has_b = t.has_input_tokens[a], t.has_input_tokens[b]
+    tokens = np.where(has_a, t.input_tokens[a], t.input_tokens[b])
+    bucket = np.where(has_a | has_b, _bucket_of(tokens), -1)
     return {
-        "agreement": agree, "n": n, "pair_errors": errors, "unpaired": unpaired,
+        "agreement": int(same.sum()), "n": len(a), "pair_errors": errors, "unpaired": unpaired,
         "differing_ids": differing,
-        "max_probability_delta": max(deltas) if deltas else None,
-        "max_probability_delta_by_tokens": {k: (max(v) if v else None) for k, v in by_bucket.items()},
+        "max_probability_delta": _max(deltas),
+        "max_probability_delta_by_tokens": {k: _max(deltas[bucket == i]) for i, k in enumerate(TOKEN_BUCKETS)},
     }
 
 
@@ -312,8 +405,17 @@ def _speed(base: dict, cand: dict) -> dict:
     }
 
 
+def _agreement_of(index: _Index, workload: str, a: str, b: str) -> dict:
+    """_agreement of two backends' first measured passes, computed once per summary."""
+    key = (workload, a, b)
+    if key not in index.agreements:
+        index.agreements[key] = _agreement(index.table, _first_measured(index, workload, a),
+                                           _first_measured(index, workload, b))
+    return index.agreements[key]
+
+
 def _comparison(index: _Index, workload: str, backends: dict, base: str, cand: str) -> dict:
-    agreement = _agreement(_first_measured(index, workload, base), _first_measured(index, workload, cand))
+    agreement = _agreement_of(index, workload, base, cand)
     return {"baseline": base, "candidate": cand, **_speed(backends[base], backends[cand]), **agreement}
 
 
@@ -358,7 +460,7 @@ def _mean_reduction(gate, index: _Index, summary: dict) -> dict:
 
 
 def _pair_gate(gate, index: _Index) -> tuple[dict, int]:
-    ag = _agreement(_first_measured(index, gate.workload, gate.a), _first_measured(index, gate.workload, gate.b))
+    ag = _agreement_of(index, gate.workload, gate.a, gate.b)
     return ag, ag["pair_errors"] + ag["unpaired"]
 
 
@@ -409,9 +511,11 @@ _GATES = {
 # --- the summary -----------------------------------------------------------------------
 
 
-def summarize(rows: list[Row], recipe: Recipe) -> dict:
-    """The content of summary.json: a pure, deterministic function of the rows and the recipe."""
-    index = _Index(rows, recipe)
+def summarize(rows: RowTable | Iterable[Row], recipe: Recipe) -> dict:
+    """The content of summary.json: a pure, deterministic function of the rows and the recipe.
+
+    `rows` is a RowTable (`row_table.read_table`) or any iterable of Row objects."""
+    index = _Index(as_table(rows), recipe)
     summary = {
         "format_version": SUMMARY_FORMAT_VERSION,
         "study_id": recipe.study.id,

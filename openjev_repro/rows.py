@@ -11,7 +11,7 @@ Format history:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterable, Literal
 
@@ -61,7 +61,8 @@ class Row:
         return self.error is None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, allow_nan=False)
+        # Every field is a scalar, so a shallow dict equals dataclasses.asdict (which deep-copies, ~10x slower).
+        return json.dumps({name: getattr(self, name) for name in _FIELD_NAMES}, sort_keys=True, allow_nan=False)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Row":
@@ -70,12 +71,15 @@ class Row:
             raise EvidenceError(
                 f"Row format version {version!r} is not supported (this tool reads {ROW_FORMAT_VERSION})."
             )
-        names = {f.name for f in fields(cls)}
+        names = set(_FIELD_NAMES)
         unknown = set(data) - names
         missing = names - set(data)
         if unknown or missing:
             raise EvidenceError(f"Row has unknown fields {sorted(unknown)} or lacks {sorted(missing)}.")
         return cls(**data)
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(Row))
 
 
 class RowWriter:

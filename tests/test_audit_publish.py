@@ -120,3 +120,48 @@ def test_include_bodies_writes_a_private_archive_that_verifies(published, tmp_pa
     assert any(n.startswith("responses/") for n in names), names
     failed = [c for c in verify_path(bundle, pubkey=public) if c.passed is False]
     assert failed == [], failed
+
+
+def test_each_bundle_member_is_written_once(published):
+    _, bundle, _, _ = published
+    members = names(bundle)
+    assert len(members) == len(set(members)), sorted(n for n in members if members.count(n) > 1)
+
+
+def _publish_in_thread(run_dir: Path, out: Path, private: Path) -> BaseException | None:
+    """publish in a thread joined with a deadline: a FIFO opened for reading would block forever."""
+    import threading
+
+    caught: list[BaseException | None] = [None]
+
+    def target() -> None:
+        try:
+            publish(run_dir, out, aggregate_only=True, key_path=private)
+        except BaseException as exc:  # noqa: BLE001 (handed to the test)
+            caught[0] = exc
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "publish blocked on a member that is not a regular file"
+    return caught[0]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_publish_refuses_a_member_that_is_not_a_regular_file_without_blocking(tmp_path, kind):
+    import os
+
+    run, private, _ = signed_run(tmp_path)
+    member = run.file("rows.jsonl")  # opened only by the tar thread and the verification
+    outside = tmp_path / "outside.jsonl"
+    outside.write_bytes(member.read_bytes())  # the same bytes: only the entry's kind is wrong
+    member.unlink()
+    if kind == "fifo":
+        os.mkfifo(member)
+    else:
+        member.symlink_to(outside)
+    out = tmp_path / "bundle.tar.gz"
+    exc = _publish_in_thread(run.path, out, private)
+    assert isinstance(exc, VerificationError), exc
+    assert "rows.jsonl is a" in str(exc) and "only verified runs are published" in str(exc)
+    assert not out.exists() and not list(tmp_path.glob(".bundle.tar.gz*"))

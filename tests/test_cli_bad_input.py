@@ -79,6 +79,8 @@ def cases(bad: dict[str, str]) -> list[tuple[str, list[str]]]:
         ("bench-hash", ["--sizes", "1Q", "--out", ""]),
         ("bench-hash", ["--sizes", "1K", "--dir", bad["fifo"], "--out", ""]),
         ("bench-calibrate", ["--requests", "-"]),
+        ("bench-audit", ["--sizes", "1Q", "--out", ""]),
+        ("bench-audit", ["--source", bad["directory"], "--sizes", "1", "--out", ""]),
         ("submit", ["--recipe", DEMO_RECIPE, "--replicates", "many", "--key", bad["binary"]]),
         ("submit", ["--resume", bad["fifo"]]),
         ("collect", ["--submission", bad["directory"], "--tolerances", bad["binary"]]),

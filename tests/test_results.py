@@ -150,8 +150,9 @@ def test_token_buckets_edges():
 
 
 def test_bootstrap_is_seeded_and_brackets_the_difference():
-    a = [10.0 + (i % 7) for i in range(60)]
-    b = [5.0 + (i % 5) for i in range(60)]
+    # values off a grid, so that two seeds cannot land on the same percentile by coincidence
+    a = [10.0 + (i % 7) + math.sin(i) / 10 for i in range(60)]
+    b = [5.0 + (i % 5) + math.cos(i) / 10 for i in range(60)]
     lo, hi = bootstrap_mean_diff_ci(a, b, seed=7, n_boot=2000)
     assert (lo, hi) == bootstrap_mean_diff_ci(a, b, seed=7, n_boot=2000)
     assert lo < (sum(b) / 60 - sum(a) / 60) < hi < 0

@@ -29,14 +29,16 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
+import numpy as np
 
 from ..errors import EvidenceError, RecipeError, RunIncomplete
 from ..evidence import RunDir, read_json
 from ..recipe import parse_recipe, read_yaml
-from ..results import bootstrap_mean_diff_ci, decision_of, latency_stats, ranges_disjoint
-from ..rows import Row, read_rows
+from ..results import BOOTSTRAP_METHOD, bootstrap_mean_diff_ci, latency_stats, pair_by_id_and_seq, ranges_disjoint
+from ..row_table import RowTable, as_table, read_table
+from ..rows import Row
 from .bundle import opened
 
 __all__ = ["COMPARE_FORMAT_VERSION", "TOLERANCE_KEYS", "LIMIT_KEYS", "limits_for", "load_tolerances", "compare_runs", "compare_rows",
@@ -92,11 +94,11 @@ def limits_for(tolerances: dict, baseline_backend: str) -> dict[str, Any]:
     return {**{k: v for k, v in tolerances.items() if k in LIMIT_KEYS}, **own}
 
 
-def _load(directory: Path) -> tuple[list[Row], Any, dict[str, str | None]]:
+def _load(directory: Path) -> tuple[RowTable, Any, dict[str, str | None]]:
     recipe_path = Path(directory) / "recipe.yaml"
     if not recipe_path.is_file():
         raise EvidenceError(f"{directory} has no recipe.yaml; compare reads run directories or bundles.")
-    return (read_rows(Path(directory) / "rows.jsonl"),
+    return (read_table(Path(directory) / "rows.jsonl"),
             parse_recipe(recipe_path.read_text(encoding="utf-8"), str(recipe_path)),
             _fingerprints(Path(directory) / "backends.json"))
 
@@ -159,14 +161,15 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
     return result
 
 
-def _measured(rows: list[Row]) -> dict[tuple[str, str], dict[int, list[Row]]]:
-    groups: dict[tuple[str, str], dict[int, list[Row]]] = {}
-    for r in rows:
-        if r.phase == "measured":
-            groups.setdefault((r.workload, r.backend), {}).setdefault(r.pass_index, []).append(r)
-    for passes in groups.values():
-        for group in passes.values():
-            group.sort(key=lambda r: r.seq)
+_Passes = dict[int, np.ndarray]  # pass index -> row indices in seq order
+
+
+def _measured(t: RowTable) -> dict[tuple[str, str], _Passes]:
+    """Measured rows grouped by (workload, backend) and pass, each pass in seq order."""
+    groups: dict[tuple[str, str], _Passes] = {}
+    for (workload, backend, index), rows in t.groups(np.flatnonzero(t.phase.equals("measured")),
+                                                     ("workload", "backend", "pass_index")).items():
+        groups.setdefault((workload, backend), {})[index] = rows
     return groups
 
 
@@ -175,48 +178,68 @@ def _metric(b: float | None, c: float | None) -> dict[str, float | None]:
             "ratio": c / b if b and c is not None else None}
 
 
-def _pair(workload: str, base_name: str, cand_name: str, base: dict[int, list[Row]], cand: dict[int, list[Row]],
+def _range(means: Iterable[float | None]) -> list[float] | None:
+    """[lowest, highest] pass mean; a pass with no successful request has no mean and is left out."""
+    known = [m for m in means if m is not None]
+    return [min(known), max(known)] if known else None
+
+
+def _ok_latencies(t: RowTable, idx: np.ndarray) -> np.ndarray:
+    return t.latency_ms[idx[t.ok[idx]]]
+
+
+def _pair(workload: str, base_name: str, cand_name: str, tb: RowTable, base: _Passes, tc: RowTable, cand: _Passes,
           seed: int) -> dict[str, Any]:
-    lat_b = [r.latency_ms for p in sorted(base) for r in base[p] if r.ok]
-    lat_c = [r.latency_ms for p in sorted(cand) for r in cand[p] if r.ok]
+    lat_b = np.concatenate([_ok_latencies(tb, base[p]) for p in sorted(base)])
+    lat_c = np.concatenate([_ok_latencies(tc, cand[p]) for p in sorted(cand)])
     sb, sc = latency_stats(lat_b), latency_stats(lat_c)
     metrics = {f"overall.{k}": _metric(sb[k], sc[k]) for k in _STATS}
-    means_b = {p: latency_stats([r.latency_ms for r in rows if r.ok])["mean_ms"] for p, rows in base.items()}
-    means_c = {p: latency_stats([r.latency_ms for r in rows if r.ok])["mean_ms"] for p, rows in cand.items()}
+    means_b = {p: latency_stats(_ok_latencies(tb, rows))["mean_ms"] for p, rows in base.items()}
+    means_c = {p: latency_stats(_ok_latencies(tc, rows))["mean_ms"] for p, rows in cand.items()}
     for p in sorted(set(means_b) | set(means_c)):
         metrics[f"pass{p}.mean_ms"] = _metric(means_b.get(p), means_c.get(p))
-    range_b = [min(means_b.values()), max(means_b.values())] if means_b else None
-    range_c = [min(means_c.values()), max(means_c.values())] if means_c else None
+    range_b, range_c = _range(means_b.values()), _range(means_c.values())
     disjoint = ranges_disjoint(range_b, range_c)
-    ci = bootstrap_mean_diff_ci(lat_b, lat_c, seed=seed, n_boot=N_BOOT) if lat_b and lat_c else None
+    ci = bootstrap_mean_diff_ci(lat_b, lat_c, seed=seed, n_boot=N_BOOT) if len(lat_b) and len(lat_c) else None
     return {
         "workload": workload, "baseline_backend": base_name, "candidate_backend": cand_name,
-        "errors": {"baseline": sum(not r.ok for p in base.values() for r in p),
-                   "candidate": sum(not r.ok for p in cand.values() for r in p)},
+        "errors": {"baseline": sum(int((~tb.ok[rows]).sum()) for rows in base.values()),
+                   "candidate": sum(int((~tc.ok[rows]).sum()) for rows in cand.values())},
         "metrics": metrics,
         "pass_mean_ranges_ms": {"baseline": range_b, "candidate": range_c,
                                 "overlap": None if disjoint is None else not disjoint},
         "bootstrap": {"mean_diff_ci95_ms": list(ci) if ci else None, "seed": seed, "n_boot": N_BOOT,
+                      "method_version": BOOTSTRAP_METHOD["version"],
                       "of": "mean(candidate) - mean(baseline), measured latencies"},
-        **_answers(base[min(base)], cand[min(cand)]),
+        **_answers(tb, base[min(base)], tc, cand[min(cand)]),
     }
 
 
-def _answers(base: list[Row], cand: list[Row]) -> dict[str, Any]:
-    by_key = {(r.id, r.seq): r for r in cand}
-    cases, flips = [], []
-    for rb in base:
-        rc = by_key.get((rb.id, rb.seq))
-        if rc is None or rb.probability is None or rc.probability is None:
-            continue
-        db, dc = decision_of(rb.probability), decision_of(rc.probability)
-        cases.append({"id": rb.id, "seq": rb.seq, "baseline": rb.probability, "candidate": rc.probability,
-                      "delta": rc.probability - rb.probability})
-        if db != dc:
-            flips.append({"id": rb.id, "seq": rb.seq, "baseline": db, "candidate": dc})
-    unpaired = len({(r.id, r.seq) for r in base} ^ set(by_key))
+def _ids_in(t: RowTable, other: RowTable, idx: np.ndarray) -> np.ndarray:
+    """The id codes of `other`'s rows at idx, translated into `t`'s codes (new ids get new codes)."""
+    lookup = t.ids.lookup()
+    remap = np.array([lookup.setdefault(v, len(lookup)) for v in other.ids.values] or [0], dtype=np.int64)
+    return remap[other.ids.codes[idx]]
+
+
+def _answers(tb: RowTable, base: np.ndarray, tc: RowTable, cand: np.ndarray) -> dict[str, Any]:
+    """Pair the first measured passes by (id, seq); probabilities, deltas and decision flips by case."""
+    match, unpaired = pair_by_id_and_seq(tb.ids.codes[base].astype(np.int64), tb.seq[base],
+                                         _ids_in(tb, tc, cand), tc.seq[cand])
+    paired = match >= 0
+    b, c = base[paired], cand[match[paired]]
+    answered = tb.has_probability[b] & tc.has_probability[c]
+    b, c = b[answered], c[answered]
+    pb, pc = tb.probability[b], tc.probability[c]
+    delta = pc - pb
+    ids, seqs = tb.ids.strings(b), tb.seq[b].tolist()
+    cases = [{"id": i, "seq": q, "baseline": x, "candidate": y, "delta": d}
+             for i, q, x, y, d in zip(ids, seqs, pb.tolist(), pc.tolist(), delta.tolist())]
+    yes_b, yes_c = pb >= 0.5, pc >= 0.5
+    flips = [{"id": ids[k], "seq": seqs[k], "baseline": "yes" if yes_b[k] else "no",
+              "candidate": "yes" if yes_c[k] else "no"} for k in np.flatnonzero(yes_b != yes_c).tolist()]
     return {"answers": {"paired": len(cases), "unpaired": unpaired, "decision_flips": flips,
-                        "max_abs_probability_delta": max((abs(c["delta"]) for c in cases), default=None),
+                        "max_abs_probability_delta": max(np.abs(delta).tolist(), default=None),
                         "by_case": cases}}
 
 
@@ -245,10 +268,12 @@ def _verdict(pairs: list[dict], tolerances: dict | None, unmatched: list[str]) -
     return {"passed": not failures, "failures": failures, "tolerances": tolerances}
 
 
-def compare_rows(base_rows: list[Row], cand_rows: list[Row], *, tolerances: dict | None = None,
-                 seed: int = 20261003,
+def compare_rows(base_rows: RowTable | Iterable[Row], cand_rows: RowTable | Iterable[Row], *,
+                 tolerances: dict | None = None, seed: int = 20261003,
                  fingerprints: tuple[dict[str, str | None], dict[str, str | None]] = ({}, {})) -> dict[str, Any]:
-    base, cand = _measured(base_rows), _measured(cand_rows)
+    """Compare two runs' rows (RowTables, or iterables of Row) backend by backend."""
+    tb, tc = as_table(base_rows), as_table(cand_rows)
+    base, cand = _measured(tb), _measured(tc)
     mapping = dict((tolerances or {}).get("backends") or {})
     pairs, unmatched = [], []
     for (workload, name) in sorted(base):
@@ -256,7 +281,7 @@ def compare_rows(base_rows: list[Row], cand_rows: list[Row], *, tolerances: dict
             continue  # a mapping target pairs only with what the user mapped to it, not with its namesake
         other = mapping.get(name, name)
         if (workload, other) in cand:
-            pair = _pair(workload, name, other, base[(workload, name)], cand[(workload, other)], seed)
+            pair = _pair(workload, name, other, tb, base[(workload, name)], tc, cand[(workload, other)], seed)
             fb, fc = fingerprints[0].get(name), fingerprints[1].get(other)
             pair["weights_fingerprint"] = {"baseline": fb, "candidate": fc,
                                            "same": None if fb is None or fc is None else fb == fc}
@@ -266,11 +291,23 @@ def compare_rows(base_rows: list[Row], cand_rows: list[Row], *, tolerances: dict
     if not pairs:
         raise EvidenceError("The two runs share no (workload, backend) pair; map backend names in the tolerances file.")
     return {"format_version": COMPARE_FORMAT_VERSION, "pairs": pairs, "unmatched": unmatched,
+            "bootstrap_method": dict(BOOTSTRAP_METHOD, numpy=np.__version__),
             "verdict": _verdict(pairs, tolerances, unmatched)}
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
+
+
+MARKDOWN_FLIP_IDS = 20  # the JSON (--out) lists every flip; the printed line names the first ones
+
+
+def _flip_ids(flips: list[dict[str, Any]]) -> str:
+    if not flips:
+        return ""
+    shown = ", ".join(f["id"] for f in flips[:MARKDOWN_FLIP_IDS])
+    more = len(flips) - MARKDOWN_FLIP_IDS
+    return f" ({shown}{f', … and {more} more (all in the --out JSON)' if more > 0 else ''})"
 
 
 def to_markdown(result: dict[str, Any]) -> str:
@@ -285,9 +322,10 @@ def to_markdown(result: dict[str, Any]) -> str:
         a = p["answers"]
         lines += ["", f"- pass mean ranges overlap: {r['overlap']}",
                   f"- bootstrap 95% interval of the mean difference: "
-                  f"{'—' if ci is None else f'[{ci[0]:.3f}, {ci[1]:.3f}] ms'} (seed {p['bootstrap']['seed']})",
+                  f"{'—' if ci is None else f'[{ci[0]:.3f}, {ci[1]:.3f}] ms'} (seed {p['bootstrap']['seed']}, "
+                  f"bootstrap method v{p['bootstrap'].get('method_version', 1)})",
                   f"- decision flips: {len(a['decision_flips'])} of {a['paired']} paired cases"
-                  + (f" ({', '.join(f['id'] for f in a['decision_flips'])})" if a["decision_flips"] else ""),
+                  + _flip_ids(a["decision_flips"]),
                   f"- max |probability delta|: {a['max_abs_probability_delta']!r}"]
         for figure, v in (p.get("published") or {}).items():
             lines.append(f"- published {figure} (imported run): {v['published']!r}; ours {v['ours']!r} "

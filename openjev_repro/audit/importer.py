@@ -49,7 +49,8 @@ from ..evidence import RunDir, read_json, write_json_atomic
 from ..hashing import hash_file
 from ..recipe import parse_recipe
 from ..results import latency_stats, mean, summarize
-from ..rows import Row, RowWriter, read_rows
+from ..row_table import read_table
+from ..rows import Row, RowWriter
 
 __all__ = ["IMPORT_FORMAT_VERSION", "SIGNIFICANT_DIGITS", "SourceManifest", "locate_source", "read_source_manifest",
            "verify_source", "import_system1", "published_figures", "classify", "format_import_report",
@@ -634,7 +635,7 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
         recipe_text = yaml.safe_dump(recipe, sort_keys=False)
         parsed = parse_recipe(recipe_text, "imported recipe")
         (tmp / "recipe.yaml").write_text(recipe_text, encoding="utf-8")
-        write_json_atomic(tmp / "summary.json", summarize(read_rows(tmp / "rows.jsonl"), parsed))
+        write_json_atomic(tmp / "summary.json", summarize(read_table(tmp / "rows.jsonl"), parsed))
         figures = published_figures(their_summary, read.latencies, read.max_delta)
         arms = _arms(their_summary)
         report = {

@@ -6,6 +6,13 @@ only each body's sha256, so they stay and `verify` can still recompute every sta
 The run's own envelope travels as `source.dsse.json`, so a reader can check that the
 bundle's files are the ones the run signed. The bundle is a deterministic `.tar.gz`, signed when a key is given.
 
+One verification, no copies: the bundle's statement is built from the digests the run's
+own manifest signs, and the tar is streamed from the run's files straight into the
+compressed output while the run is verified once (`verify_dir`, in the other thread; zlib
+and hashlib release the GIL). Each file is hashed as it streams and must equal its signed
+digest, so the bundle holds exactly the bytes that were signed and verified; if either
+the verification or a digest fails, the partial bundle is removed and nothing is published.
+
 `aggregate_only=False` (`invoke publish --include-bodies`) keeps `responses/` and `logs/`: a
 private archive of the whole run, never for publication under the JevBench terms.
 """
@@ -13,26 +20,30 @@ private archive of the whole run, never for publication under the JevBench terms
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
-import shutil
+import os
+import stat
 import tarfile
-import tempfile
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
 
 from ..errors import EvidenceError, VerificationError
-from ..evidence import ENVELOPE_NAME, RunDir, guard_output
+from ..evidence import ENVELOPE_NAME, RunDir, guard_output, scan_tree
 from ..manifest.dsse import envelope_bytes, make_envelope
 from ..manifest.keys import load_private_key
 from ..manifest.statement import build_statement, read_statement
 from .verify import verify_dir
 
-__all__ = ["BUNDLE_SUFFIX", "OMITTED_DIRS", "SOURCE_ENVELOPE", "publish", "is_omitted"]
+__all__ = ["BUNDLE_SUFFIX", "COMPRESS_LEVEL", "OMITTED_DIRS", "SOURCE_ENVELOPE", "is_omitted", "publish"]
 
 BUNDLE_SUFFIX = ".tar.gz"
 
 OMITTED_DIRS = ("responses", "logs")
 SOURCE_ENVELOPE = "source.dsse.json"
+COMPRESS_LEVEL = 1  # rows.jsonl: ~15% more bytes than level 6 at a third of the time (docs/benchmarks.md)
 
 
 def is_omitted(name: str) -> bool:
@@ -45,17 +56,57 @@ def publish(run_dir: Path, out: Path, *, aggregate_only: bool, key_path: Path | 
         raise EvidenceError(f"{out}: a bundle is a gzip tarball, so its name ends in {BUNDLE_SUFFIX} "
                             f"(e.g. {out.name.split('.')[0] or 'bundle'}{BUNDLE_SUFFIX}).")
     run = RunDir.open(run_dir)
-    _check_source(run)
     key = load_private_key(key_path) if key_path is not None else None
-    with tempfile.TemporaryDirectory(prefix="openjev-publish-") as tmp:
-        stage = Path(tmp) / "bundle"
-        omitted = _stage(run, stage, aggregate_only)
-        statement = build_statement(RunDir(stage), signed=key is not None, aggregate_only=aggregate_only,
-                                    extra={"omitted": omitted, "source_envelope": SOURCE_ENVELOPE})
-        payload = json.dumps(statement, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
-        (stage / ENVELOPE_NAME).write_bytes(envelope_bytes(make_envelope(payload, key)))
-        _write_tar(stage, out)
+    try:
+        members, extra_bytes = _prepare(run, key, aggregate_only)
+    except Exception:
+        _check_source(run)  # damaged or hostile evidence: the verification names what is wrong
+        raise
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-tar") as pool:
+            writing = pool.submit(_write_tar, run, members, extra_bytes, tmp)
+            try:
+                _check_source(run)
+            finally:
+                exc = writing.exception()  # waits for the tar; a verification failure is raised first
+        if exc is not None:
+            raise exc
+        if os.path.lexists(out):  # appeared while the bundle was written
+            raise EvidenceError(f"--out {out} already exists; outputs never overwrite a file. Choose another --out.")
+        tmp.replace(out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return out
+
+
+def _prepare(run: RunDir, key: Any, aggregate_only: bool = True) -> tuple[dict[str, str], dict[str, bytes]]:
+    """The bundle's members (name -> signed sha256) and its two generated files, from the run's manifest.
+
+    Nothing is opened before the tree is walked (evidence.scan_tree): every member is a regular
+    file the walk found, so the tar thread never follows a link or blocks on a FIFO."""
+    files, problems = scan_tree(run.path)
+    if problems:
+        raise VerificationError(f"{run.path} does not verify (run entries: {'; '.join(problems[:6])}); "
+                                "only verified runs are published.")
+    present = {p.relative_to(run.path).as_posix() for p in files}
+    source_bytes = run.file(ENVELOPE_NAME).read_bytes()
+    _, source = read_statement(run.file(ENVELOPE_NAME))
+    signed = {s["name"]: s["digest"]["sha256"] for s in source["subject"]}
+    dropped = {n for n in signed if aggregate_only and is_omitted(n)}  # --include-bodies keeps them all
+    omitted = [{"name": n, "sha256": signed[n]} for n in signed if n in dropped]
+    members = {n: d for n, d in signed.items() if n not in dropped}
+    absent = sorted(str(n) for n in members if n not in present or n == ENVELOPE_NAME)
+    if absent:
+        raise VerificationError(f"{run.path} does not verify (subject digests: {', '.join(absent[:5])} "
+                                "listed but absent); only verified runs are published.")
+    members[SOURCE_ENVELOPE] = hashlib.sha256(source_bytes).hexdigest()
+    subjects = [{"name": n, "digest": {"sha256": members[n]}} for n in sorted(members, key=PurePosixPath)]
+    statement = build_statement(run, signed=key is not None, aggregate_only=aggregate_only, subjects=subjects,
+                                extra={"omitted": omitted, "source_envelope": SOURCE_ENVELOPE})
+    payload = json.dumps(statement, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    return members, {SOURCE_ENVELOPE: source_bytes, ENVELOPE_NAME: envelope_bytes(make_envelope(payload, key))}
 
 
 def _check_source(run: RunDir) -> None:
@@ -68,39 +119,55 @@ def _check_source(run: RunDir) -> None:
         )
 
 
-def _stage(run: RunDir, stage: Path, aggregate_only: bool = True) -> list[dict]:
-    """Copy the publishable files; return the omitted ones with their signed sha256."""
-    _, source = read_statement(run.file(ENVELOPE_NAME))
-    omitted = []
-    for subject in source["subject"]:
-        name = subject["name"]
-        if aggregate_only and is_omitted(name):
-            omitted.append({"name": name, "sha256": subject["digest"]["sha256"]})
-            continue
-        target = stage / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(run.path / name, target)
-    shutil.copyfile(run.file(ENVELOPE_NAME), stage / SOURCE_ENVELOPE)
-    return omitted
+class _Hashing(io.RawIOBase):
+    """A read-only file that hashes every byte read through it."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw, self.digest = raw, hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size)
+        self.digest.update(data)
+        return data
 
 
-def _write_tar(stage: Path, out: Path) -> None:
-    """Sorted members, fixed owner and times: the same bundle gives the same bytes."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path in sorted(p for p in stage.rglob("*") if p.is_file()):
-            info = tar.gettarinfo(path, arcname=path.relative_to(stage).as_posix())
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            info.mtime = 0
-            info.mode = 0o644
-            with open(path, "rb") as fh:
-                tar.addfile(info, fh)
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:
-        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-            gz.write(buffer.getvalue())
-        tmp.replace(out)
-    except BaseException:  # a full disk or Ctrl-C leaves no partial bundle behind
-        tmp.unlink(missing_ok=True)
-        raise
+# Large copies: zlib and hashlib release the GIL per call, so few large calls let the tar thread
+# run beside the verification instead of queueing for the GIL once per small block.
+_COPY_BYTES = 4 << 20
+
+
+def _member(name: str, size: int) -> tarfile.TarInfo:
+    """Fixed owner, mode and time: the same bundle gives the same bytes."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = size, 0o644, 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def _open_regular(path: Path) -> IO[bytes]:
+    """Open a regular file for reading, never through a final link and never blocking on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise VerificationError(f"{path} is not a regular file; nothing was published.")
+    return os.fdopen(fd, "rb")
+
+
+def _write_tar(run: RunDir, members: dict[str, str], extra: dict[str, bytes], tmp: Path) -> None:
+    """Sorted members streamed into `tmp` (gzip, mtime 0); a member whose bytes differ from its digest fails."""
+    with open(tmp, "wb") as raw, \
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=COMPRESS_LEVEL) as gz, \
+            tarfile.TarFile(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, copybufsize=_COPY_BYTES) as tar:
+        for name in sorted({*members, *extra}, key=PurePosixPath):  # each member once
+            if name in extra:
+                tar.addfile(_member(name, len(extra[name])), io.BytesIO(extra[name]))
+                continue
+            with _open_regular(run.path / name) as fh:
+                reader = _Hashing(fh)
+                tar.addfile(_member(name, os.fstat(fh.fileno()).st_size), reader)
+            if reader.digest.hexdigest() != members[name]:
+                raise VerificationError(f"{run.path / name} differs from the file the run signed; nothing was published.")

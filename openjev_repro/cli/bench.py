@@ -9,7 +9,7 @@ from invoke import task
 
 from . import user_errors
 
-__all__ = ["bench_client", "bench_hash", "bench_calibrate"]
+__all__ = ["bench_client", "bench_hash", "bench_calibrate", "bench_audit"]
 
 
 @task(
@@ -59,3 +59,32 @@ def bench_calibrate(c, requests=500):
     from ..bench import calibrate_client_overhead
 
     print(json.dumps(calibrate_client_overhead(int(requests)), indent=2))
+
+
+@task(
+    name="bench-audit",
+    help={
+        "sizes": "comma-separated size factors of the source run (default 1,10,100,1000)",
+        "source": "signed run to scale up (default: the newest runs/demo-* that `make demo` wrote)",
+        "rounds": "timed rounds per size (default 3)",
+        "dir": "where the synthesised runs live while measured (default: the system temp directory)",
+        "keep": "keep the synthesised runs (their directory is printed)",
+        "out": "result JSON to write (default bench-results/audit.json; '' to skip)",
+    }
+)
+@user_errors
+def bench_audit(c, sizes="1,10,100,1000", source=None, rounds=3, dir="", keep=False, out="bench-results/audit.json"):
+    """import, verify, compare, report, publish on runs of 1x..1000x the demo: time and peak memory vs sha256sum."""
+    from ..bench.audit_bench import default_source, format_audit_table, parse_factors, run_audit_bench
+
+    factors = parse_factors(sizes)
+    result = run_audit_bench(factors, Path(source) if source else default_source(), Path(dir) if dir else None,
+                             int(rounds), bool(keep))
+    if out:
+        from ..bench import write_result
+
+        write_result(Path(out), result)
+        print(f"wrote {out}")
+    print(format_audit_table(result))
+    if result.get("work_dir"):
+        print(f"kept: {result['work_dir']}")

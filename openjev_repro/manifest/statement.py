@@ -123,8 +123,12 @@ def _timing_boundary(plan: dict, calibration: dict) -> Any:
 
 
 def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
-                    extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The statement for a run directory as it is on disk now."""
+                    extra: dict[str, Any] | None = None, subjects: list[dict[str, Any]] | None = None
+                    ) -> dict[str, Any]:
+    """The statement for a run directory as it is on disk now.
+
+    `subjects` replaces hashing every evidence file, for a caller that already holds the
+    digests (publish, after one verification); it must list every file, as `subjects_of` would."""
     recipe, recipe_sha = _recipe(run)
     if not run.file("summary.json").is_file():
         raise EvidenceError(f"{run.path} has no summary.json; the study did not finish its results step.")
@@ -149,7 +153,7 @@ def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
     predicate.update(extra or {})
     return {
         "_type": STATEMENT_TYPE,
-        "subject": subjects_of(run),
+        "subject": subjects if subjects is not None else subjects_of(run),
         "predicateType": PREDICATE_TYPE,
         "predicate": predicate,
     }

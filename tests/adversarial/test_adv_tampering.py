@@ -14,15 +14,19 @@ def failed(checks) -> list[str]:
 
 def test_a_flipped_byte_in_rows_summary_or_envelope_fails(tmp_path):
     run, _, public = signed_run(tmp_path)
-    expected = {"rows.jsonl": "subject digests", "summary.json": "subject digests", ENVELOPE_NAME: "envelope"}
-    for name, check in expected.items():
+    # a flip in the envelope either breaks its form ("envelope") or, inside the base64 payload or
+    # signature, leaves a well-formed envelope whose signature no longer holds: which one depends
+    # on the byte that lands in the middle, so either check failing is the required outcome.
+    expected = {"rows.jsonl": {"subject digests"}, "summary.json": {"subject digests"},
+                ENVELOPE_NAME: {"envelope", "signature"}}
+    for name, checks in expected.items():
         path = run.file(name)
         original = path.read_bytes()
         mutated = bytearray(original)
         mutated[len(original) // 2] ^= 0x01
         path.write_bytes(bytes(mutated))
         try:
-            assert check in failed(verify_path(run.path, pubkey=public)), name
+            assert checks & set(failed(verify_path(run.path, pubkey=public))), name
         finally:
             path.write_bytes(original)
     assert failed(verify_path(run.path, pubkey=public)) == []
