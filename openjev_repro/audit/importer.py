@@ -256,12 +256,15 @@ class _TheirRow(msgspec.Struct, frozen=True):
 
 _DECODE_ROW = msgspec.json.Decoder(_TheirRow)
 # The encoders of the formats on disk, built once: `raw` as canonical JSON (a row's body, whose
-# sha256 is its body_sha256), a row exactly as `Row.to_json` writes it, a responses/ entry.
-_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
-_ROW_JSON = json.JSONEncoder(sort_keys=True, allow_nan=False).encode
+# sha256 is its body_sha256), a row exactly as `Row.to_json` writes it, a responses/ entry. The
+# standard library's, not msgspec's: msgspec prints some floats differently (1e-7, not 1e-07),
+# which would change bodies and their digests. Decoded JSON holds no cycles to check for.
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                                   check_circular=False).encode
+_ROW_JSON = json.JSONEncoder(sort_keys=True, allow_nan=False, check_circular=False).encode
+_RESPONSE_JSON = json.JSONEncoder(sort_keys=True, check_circular=False).encode
 _ROW_FIELDS = tuple(f.name for f in dataclasses.fields(Row))
 _row_values = operator.attrgetter(*_ROW_FIELDS)  # what asdict(row) holds, without its deep copies
-_RESPONSE_JSON = json.JSONEncoder(sort_keys=True).encode
 _WRITE_BUFFER = 1 << 20
 
 
