@@ -1,9 +1,9 @@
 """Time and peak memory of `invoke import-evidence --format system1-omni`, next to `sha256sum`.
 
 Both commands run as child processes in the same run, over the same synthetic source
-(tests/system1_synth.py), alternating, `--rounds` times each. Peak RSS is the child's
-`ru_maxrss` (resource.getrusage(RUSAGE_CHILDREN) taken around each child, which reports the
-largest child so far; each child is therefore measured in a fresh `python -c` wrapper process).
+(tests/system1_synth.py), alternating, `--rounds` times each. Each runs under a fresh
+`python -c` wrapper whose RUSAGE_CHILDREN then holds exactly that one command: its CPU time
+and its peak RSS (`ru_maxrss`).
 
 Run: python tests/bench_import_system1.py --rows 96000 [--rounds 3] [--work DIR]
 """
@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -73,7 +73,8 @@ def write_source(out: Path, rows: int, passes: int = 2, arms: tuple[str, ...] = 
                     lat_ms.append(ns / 1e6)
             ordered = sorted(lat_ms)
             entry["passes"].append({"pass": index, "requests": len(lat_ms), "mean_ms": sum(lat_ms) / len(lat_ms),
-                                    "p50_ms": ordered[len(ordered) // 2], "p95_ms": ordered[-(-95 * len(ordered) // 100) - 1],
+                                    "p50_ms": ordered[len(ordered) // 2],
+                                    "p95_ms": ordered[-(-95 * len(ordered) // 100) - 1],
                                     "max_probability_delta": max(_delta(case) for case in range(len(cases)))})
             every += lat_ms
         entry["aggregate_mean_ms"] = sum(every) / len(every)

@@ -16,7 +16,9 @@ The import, in order:
 2. checks every listed file that is present (bytes, then sha256): any mismatch, or a present
    file the manifest does not list, is an error and nothing is written. Listed files that are
    absent (a partial download) are recorded as "not present, not verified";
-3. reads every row streaming, validating each field; a malformed row is one error;
+3. reads every row streaming (msgspec decodes it; the standard library re-reads a line msgspec
+   refuses, so what is accepted and every message are unchanged), validating each field; a
+   malformed row is one error;
 4. writes our layout into a temporary directory renamed into place only when complete:
    rows.jsonl (phase measured; latency from their client nanoseconds), responses/<arm>.jsonl
    (their `raw` as canonical JSON, whose sha256 is the row's body_sha256), recipe.yaml,
