@@ -16,7 +16,9 @@ The import, in order:
 2. checks every listed file that is present (bytes, then sha256): any mismatch, or a present
    file the manifest does not list, is an error and nothing is written. Listed files that are
    absent (a partial download) are recorded as "not present, not verified";
-3. reads every row streaming, validating each field; a malformed row is one error;
+3. reads every row streaming (msgspec decodes it; the standard library re-reads a line msgspec
+   refuses, so what is accepted and every message are unchanged), validating each field; a
+   malformed row is one error;
 4. writes our layout into a temporary directory renamed into place only when complete:
    rows.jsonl (phase measured; latency from their client nanoseconds), responses/<arm>.jsonl
    (their `raw` as canonical JSON, whose sha256 is the row's body_sha256), recipe.yaml,
@@ -29,19 +31,25 @@ Imported runs are never signed: we did not measure them.
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import hashlib
 import json
 import math
+import operator
 import os
 import re
 import secrets
 import shutil
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
+import msgspec
 import yaml
 
 from ..errors import EvidenceError, InputMismatch
@@ -49,8 +57,7 @@ from ..evidence import RunDir, read_json, write_json_atomic
 from ..hashing import hash_file
 from ..recipe import parse_recipe
 from ..results import latency_stats, mean, summarize
-from ..row_table import read_table
-from ..rows import Row, RowWriter
+from ..rows import Row
 
 __all__ = ["IMPORT_FORMAT_VERSION", "SIGNIFICANT_DIGITS", "SourceManifest", "locate_source", "read_source_manifest",
            "verify_source", "import_system1", "published_figures", "classify", "format_import_report",
@@ -235,63 +242,123 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _validated(obj: Any, where: str) -> dict[str, Any]:
-    """Every field of one of their rows, checked; EvidenceError names the first problem."""
+class _TheirRow(msgspec.Struct, frozen=True):
+    """One row of an arm file. msgspec checks each field's JSON type; `_checked` checks the values."""
+
+    id: str
+    latency_s: int | float
+    probability_yes: int | float
+    probability_delta: int | float
+    predicted: str
+    raw: dict[str, Any]
+    checks: dict[str, bool]
+    client_start_monotonic_ns: int
+    client_end_monotonic_ns: int
+
+
+_DECODE_ROW = msgspec.json.Decoder(_TheirRow)
+# The encoders of the formats on disk, built once: `raw` as canonical JSON (a row's body, whose
+# sha256 is its body_sha256), a row exactly as `Row.to_json` writes it, a responses/ entry. The
+# standard library's, not msgspec's: msgspec prints some floats differently (1e-7, not 1e-07),
+# which would change bodies and their digests. Decoded JSON holds no cycles to check for.
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                                   check_circular=False).encode
+_ROW_JSON = json.JSONEncoder(sort_keys=True, allow_nan=False, check_circular=False).encode
+_RESPONSE_JSON = json.JSONEncoder(sort_keys=True, check_circular=False).encode
+_ROW_FIELDS = tuple(f.name for f in dataclasses.fields(Row))
+_row_values = operator.attrgetter(*_ROW_FIELDS)  # what asdict(row) holds, without its deep copies
+_WRITE_BUFFER = 1 << 20
+
+
+def _their_row(line: str, where: str) -> _TheirRow:
+    """One line of an arm file, decoded and checked; EvidenceError names the first problem.
+
+    msgspec decodes a well-formed row in one typed pass. A line it refuses (not JSON, a missing
+    field, a wrong type, NaN, a number out of its range, a lone surrogate, deep nesting) is
+    parsed again by the standard library and checked field by field, so that what is accepted
+    and every error message are those of `json.loads` and `_validated`. Where both decode a
+    line they yield equal values (duplicate keys: the last wins in both).
+    """
+    try:
+        row = _DECODE_ROW.decode(line)
+    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise EvidenceError(f"{where}: not JSON ({exc}).") from None
+        except RecursionError:
+            raise EvidenceError(f"{where}: JSON nested too deeply.") from None
+        return _validated(obj, where)
+    return _checked(row, where)
+
+
+def _validated(obj: Any, where: str) -> _TheirRow:
+    """A row as json.loads read it: an object with every field, each checked."""
     if not isinstance(obj, dict):
         raise EvidenceError(f"{where}: a row is {type(obj).__name__}, not a JSON object.")
     missing = [k for k in _FIELDS if k not in obj]
     if missing:
         raise EvidenceError(f"{where}: lacks {', '.join(missing)}; not system1-omni evidence.")
+    return _checked(_TheirRow(**{k: obj[k] for k in _FIELDS}), where)  # Struct() does not check types
+
+
+def _checked(row: _TheirRow, where: str) -> _TheirRow:
+    """Every field of one of their rows, checked (types too: `_validated` passes them unchecked)."""
     problems = []
-    if not isinstance(obj["id"], str) or not obj["id"].strip():
-        problems.append(f"id {obj['id']!r} is not a non-empty string")
-    if not _number(obj["latency_s"]) or obj["latency_s"] < 0:
-        problems.append(f"latency_s {obj['latency_s']!r} is not a finite number >= 0")
-    if not _number(obj["probability_yes"]) or not 0 <= obj["probability_yes"] <= 1:
-        problems.append(f"probability_yes {obj['probability_yes']!r} is not a number in [0, 1]")
-    if not _number(obj["probability_delta"]):
-        problems.append(f"probability_delta {obj['probability_delta']!r} is not a finite number")
-    if obj["predicted"] not in ("yes", "no"):
-        problems.append(f"predicted {obj['predicted']!r} is not 'yes' or 'no'")
-    if not isinstance(obj["raw"], dict):
+    if not isinstance(row.id, str) or not row.id.strip():
+        problems.append(f"id {row.id!r} is not a non-empty string")
+    if not _number(row.latency_s) or row.latency_s < 0:
+        problems.append(f"latency_s {row.latency_s!r} is not a finite number >= 0")
+    if not _number(row.probability_yes) or not 0 <= row.probability_yes <= 1:
+        problems.append(f"probability_yes {row.probability_yes!r} is not a number in [0, 1]")
+    if not _number(row.probability_delta):
+        problems.append(f"probability_delta {row.probability_delta!r} is not a finite number")
+    if row.predicted not in ("yes", "no"):
+        problems.append(f"predicted {row.predicted!r} is not 'yes' or 'no'")
+    raw = row.raw
+    if not isinstance(raw, dict):
         problems.append("raw is not a JSON object")
-    checks = obj["checks"]
+    checks = row.checks
     if not isinstance(checks, dict) or not all(isinstance(v, bool) for v in checks.values()):
         problems.append("checks is not an object of booleans")
-    start, end = obj["client_start_monotonic_ns"], obj["client_end_monotonic_ns"]
+    start, end = row.client_start_monotonic_ns, row.client_end_monotonic_ns
     if not _count(start) or not _count(end):
         problems.append(f"client_*_monotonic_ns ({start!r}, {end!r}) are not non-negative integers")
     elif end < start:
         problems.append(f"client_end_monotonic_ns {end} is before client_start_monotonic_ns {start}")
-    usage = obj["raw"].get("usage") if isinstance(obj["raw"], dict) else None
+    usage = raw.get("usage") if isinstance(raw, dict) else None
     if usage is not None and not isinstance(usage, dict):
         problems.append("raw.usage is not a JSON object")
     elif usage and usage.get("input_tokens") is not None and not _count(usage["input_tokens"]):
         problems.append(f"raw.usage.input_tokens {usage['input_tokens']!r} is not a non-negative integer")
     if problems:
         raise EvidenceError(f"{where}: {'; '.join(problems)}.")
-    return obj
+    return row
 
 
-def _row(obj: dict, arm: str, workload: str, pass_index: int, seq: int, where: str) -> tuple[Row, str]:
+def _row(their: _TheirRow, arm: str, workload: str, pass_index: int, seq: int, where: str) -> tuple[Row, str, str]:
+    """Our row, its line of rows.jsonl (byte for byte `Row.to_json`) and the body it hashes."""
     try:
-        body = json.dumps(obj["raw"], sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        body = _CANONICAL_JSON(their.raw)
     except ValueError:
         raise EvidenceError(f"{where}: raw holds NaN or Infinity, which JSON does not allow.") from None
-    checks = obj["checks"]
+    except RecursionError:  # msgspec may decode a level or two deeper than json.loads: the same error
+        raise EvidenceError(f"{where}: JSON nested too deeply.") from None
+    checks = their.checks
     failed = sorted(k for k, v in checks.items() if v is False and k != "correct")
-    predicted = obj["predicted"]
+    predicted = "yes" if their.predicted == "yes" else "no"  # checked; one shared string each for 100k rows
     label = None
     if isinstance(checks.get("correct"), bool):
         # Their rows carry correctness, not the label: the label is what makes `correct` true.
         label = predicted if checks["correct"] else {"yes": "no", "no": "yes"}[predicted]
-    usage = obj["raw"].get("usage") or {}
-    row = Row(id=obj["id"], backend=arm, workload=workload, phase="measured", pass_index=pass_index, seq=seq,
-              start_ns=obj["client_start_monotonic_ns"], end_ns=obj["client_end_monotonic_ns"], status=None,
-              body_sha256=hashlib.sha256(body.encode("utf-8")).hexdigest(), probability=float(obj["probability_yes"]),
+    usage = their.raw.get("usage") or {}
+    # Rows stay in memory for `summarize`: the passes of every arm share one interned string per case id.
+    row = Row(id=sys.intern(their.id), backend=arm, workload=workload, phase="measured", pass_index=pass_index, seq=seq,
+              start_ns=their.client_start_monotonic_ns, end_ns=their.client_end_monotonic_ns, status=None,
+              body_sha256=hashlib.sha256(body.encode("utf-8")).hexdigest(), probability=float(their.probability_yes),
               decision=predicted, label=label, input_tokens=usage.get("input_tokens"),
               error=f"checks failed: {', '.join(failed)}" if failed else None)
-    return row, body
+    return row, _ROW_JSON(dict(zip(_ROW_FIELDS, _row_values(row)))), body
 
 
 @dataclass
@@ -300,17 +367,33 @@ class _Read:
     arms: dict[str, list[int]] = field(default_factory=dict)  # arm -> pass indexes
     latencies: dict[tuple[str, int], list[float]] = field(default_factory=dict)  # (arm, pass) -> ms
     max_delta: dict[tuple[str, int], float] = field(default_factory=dict)  # (arm, pass) -> max |probability_delta|
-    rows: int = 0
+    rows: list[Row] = field(default_factory=list)  # every row written, in file order
     notes: list[str] = field(default_factory=list)
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection while rows pile up: each full collection would walk every row kept
+    so far, and no row builds a reference cycle (reference counting frees what a row leaves behind);
+    the few cycles made elsewhere meanwhile are collected once collection resumes."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _read_arm_files(root: Path, files: list[tuple[str, int, str]], workload: str, run: Path) -> _Read:
-    """Stream every arm file into rows.jsonl and responses/<arm>.jsonl under `run`."""
+    """Stream every arm file into rows.jsonl and responses/<arm>.jsonl under `run` (buffered writes: the
+    run is a temporary directory renamed into place only when complete, so a crash leaves no partial run)."""
     out = _Read()
-    with RowWriter(run / "rows.jsonl") as writer:
+    with open(run / "rows.jsonl", "w", encoding="utf-8", buffering=_WRITE_BUFFER) as rows_file:
         for arm in sorted({a for a, _, _ in files}):
             reference: set[str] | None = None
-            with open(run / "responses" / f"{arm}.jsonl", "w", encoding="utf-8") as responses:
+            with open(run / "responses" / f"{arm}.jsonl", "w", encoding="utf-8",
+                      buffering=_WRITE_BUFFER) as responses:
                 for _, index, name in sorted(f for f in files if f[0] == arm):
                     ids: set[str] = set()
                     key = (arm, index)
@@ -326,33 +409,28 @@ def _read_arm_files(root: Path, files: list[tuple[str, int, str]], workload: str
                             where = f"{name}:{number}"
                             if not line.strip():
                                 raise EvidenceError(f"{where}: empty line; a row file holds one JSON object per line.")
-                            try:
-                                obj = json.loads(line)
-                            except ValueError as exc:
-                                raise EvidenceError(f"{where}: not JSON ({exc}).") from None
-                            except RecursionError:
-                                raise EvidenceError(f"{where}: JSON nested too deeply.") from None
-                            obj = _validated(obj, where)
-                            if obj["id"] in ids:
-                                raise EvidenceError(f"{where}: duplicate case id {obj['id']}; "
+                            their = _their_row(line, where)
+                            case = sys.intern(their.id)
+                            if case in ids:
+                                raise EvidenceError(f"{where}: duplicate case id {case}; "
                                                     "a pass holds each case once.")
-                            ids.add(obj["id"])
-                            row, body = _row(obj, arm, workload, index, seq, where)
-                            if abs(obj["latency_s"] * 1e9 - row.latency_ns) > 1e6:
-                                out.notes.append(f"{where}: latency_s {obj['latency_s']} differs from the "
+                            ids.add(case)
+                            row, row_line, body = _row(their, arm, workload, index, seq, where)
+                            if abs(their.latency_s * 1e9 - row.latency_ns) > 1e6:
+                                out.notes.append(f"{where}: latency_s {their.latency_s} differs from the "
                                                  "client ns by over 1 ms")
-                            writer.write(row)
-                            entry = {"backend": arm, "workload": workload, "phase": "measured", "pass_index": index,
-                                     "seq": seq, "id": row.id, "body": body,
-                                     "probability_delta": obj["probability_delta"]}
-                            responses.write(json.dumps(entry, sort_keys=True) + "\n")
+                            rows_file.write(row_line + "\n")
+                            responses.write(_RESPONSE_JSON({
+                                "backend": arm, "workload": workload, "phase": "measured", "pass_index": index,
+                                "seq": seq, "id": row.id, "body": body,
+                                "probability_delta": their.probability_delta}) + "\n")
+                            out.rows.append(row)
                             lat.append(row.latency_ms)
-                            delta = max(delta, abs(obj["probability_delta"]))
+                            delta = max(delta, abs(their.probability_delta))
                             seq += 1
                     if not ids:
                         raise EvidenceError(f"{name}: holds no rows.")
                     out.max_delta[key] = delta
-                    out.rows += seq
                     if reference is None:
                         reference = ids
                     elif ids != reference:
@@ -629,13 +707,14 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
                             "choose another --out.") from None
     try:
         (tmp / "responses").mkdir()
-        read = _read_arm_files(root, files, workload, tmp)
-        verified_digests = [(n, manifest.entries[n]["sha256"]) for n in checked["verified"]]
-        recipe = _recipe(root, folder, read.arms, workload, files[0][2], verified_digests)
-        recipe_text = yaml.safe_dump(recipe, sort_keys=False)
-        parsed = parse_recipe(recipe_text, "imported recipe")
-        (tmp / "recipe.yaml").write_text(recipe_text, encoding="utf-8")
-        write_json_atomic(tmp / "summary.json", summarize(read_table(tmp / "rows.jsonl"), parsed))
+        with _collector_paused():
+            read = _read_arm_files(root, files, workload, tmp)
+            verified_digests = [(n, manifest.entries[n]["sha256"]) for n in checked["verified"]]
+            recipe = _recipe(root, folder, read.arms, workload, files[0][2], verified_digests)
+            recipe_text = yaml.safe_dump(recipe, sort_keys=False)
+            parsed = parse_recipe(recipe_text, "imported recipe")
+            (tmp / "recipe.yaml").write_text(recipe_text, encoding="utf-8")
+            write_json_atomic(tmp / "summary.json", summarize(read.rows, parsed))
         figures = published_figures(their_summary, read.latencies, read.max_delta)
         arms = _arms(their_summary)
         report = {
@@ -645,7 +724,7 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
             "source_manifest": manifest.entries, "source_manifest_meta": manifest.meta,
             "normalization": [{"path": n, "note": e["normalization"], "present": n in checked["verified"]}
                               for n, e in sorted(manifest.entries.items()) if "normalization" in e],
-            "rows": read.rows, "converted": converted_files(tmp),
+            "rows": len(read.rows), "converted": converted_files(tmp),
             "figures": figures, "figure_counts": figure_counts(figures),
             "readiness": {a: e.get("readiness") for a, e in arms.items() if isinstance(e, dict)},
             "first_inference": {a: e.get("first_inference") for a, e in arms.items()
