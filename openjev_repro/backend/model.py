@@ -103,6 +103,7 @@ class DecisionModel:
         self.dtype = dtype
         self.info = info
         self.graphs = None
+        self._backbone_dtypes: list[str] | None = None
         if settings.cuda_graphs:
             from .graphs import GraphCache
             self.graphs = GraphCache(settings.cuda_graphs, device)
@@ -214,7 +215,10 @@ class DecisionModel:
     # ------------------------------------------------------------ reporting
 
     def backbone_dtypes(self) -> list[str]:
-        return sorted({str(p.dtype).removeprefix("torch.") for p in self.backbone.parameters()})
+        """The backbone's parameter dtypes; fixed once loaded (and merged), so walked once, not per request."""
+        if self._backbone_dtypes is None:
+            self._backbone_dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in self.backbone.parameters()})
+        return list(self._backbone_dtypes)
 
     def describe(self) -> dict[str, Any]:
         return {"mode": self.settings.mode, "device": str(self.device),
