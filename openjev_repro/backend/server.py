@@ -3,12 +3,11 @@
 A stdlib ThreadingHTTPServer: every connection has its own thread, which parses, tokenizes and
 writes; every inference runs on one long-lived model thread (so torch's per-thread state is
 built once, not per connection) and is serialised by one lock (concurrency 1, requests queue),
-so /health answers while an inference runs. What this buys was measured once and is not
-established: on an H200 at the 27B shape (scripts/h200-serving-gap.py, raw mode, in-process
-means of 74 requests) the main thread took 167-207 ms, a fresh thread per request 247-279 ms and
-one long-lived worker thread 215 ms, but requests through this server took 293 ms with a thread
-per connection and 296 ms with the model thread: where the served path loses its time is still
-open (results/h200-reference-27b-shape/diagnostics/). The port
+so /health answers while an inference runs. Every accepted socket has Nagle off and a response
+leaves in one send: until 2026-12-01 the head and body went out in two writes with Nagle on, so
+each response waited for the client's delayed ACK (about 40 ms on Linux loopback), which was most
+of the gap measured between in-process and served inference on the H200
+(results/h200-reference-27b-shape/diagnostics/, scripts/h200-serving-gap.py). The port
 is bound before the model loads; until the model is loaded and one real warm-up inference has
 succeeded, every endpoint answers 503 {"status": "loading"}.
 
@@ -174,6 +173,7 @@ def _error(kind: str, message: str, field: str | None = None) -> dict[str, Any]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    wbufsize = 1 << 16  # head and body leave in one send (handle_one_request flushes after each response)
     server: ReferenceServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
@@ -181,6 +181,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         self.timeout = self.server.idle_timeout_s  # every socket read and write; the idle limit
+        # No Nagle: a response must leave as soon as it is written. With Nagle on, a response
+        # written in two parts waited for the client's delayed ACK of the first: about 40 ms per
+        # request on Linux loopback, inside every latency the runner measured (found 2026-12-01).
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().setup()
         self._deadline: threading.Timer | None = None
 
