@@ -53,11 +53,11 @@ import msgspec
 import yaml
 
 from ..errors import EvidenceError, InputMismatch
-from ..evidence import RunDir, read_json, write_json_atomic
+from ..study.rundir import RunDir, read_json, write_json_atomic
 from ..hashing import hash_file
-from ..recipe import parse_recipe
-from ..results import latency_stats, mean, summarize
-from ..rows import Row
+from ..study.recipe import parse_recipe
+from ..results.statistics import latency_stats, mean, summarize
+from ..study.rows import Row
 
 __all__ = ["IMPORT_FORMAT_VERSION", "SIGNIFICANT_DIGITS", "SourceManifest", "locate_source", "read_source_manifest",
            "verify_source", "import_system1", "published_figures", "classify", "format_import_report",
