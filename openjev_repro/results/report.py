@@ -163,7 +163,7 @@ def _gate_lines(gates: list[dict]) -> list[str]:
 
 
 def _imported_lines(imported: dict) -> list[str]:
-    from ..audit.importer import cleanup_line, figure_lines
+    from .imported import cleanup_line, figure_lines
 
     out = ["## Published figures (imported evidence)", "",
            "Each figure their summary.json publishes, recomputed from the imported rows: EXACT bit for bit, "
