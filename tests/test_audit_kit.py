@@ -1,7 +1,7 @@
 """Builders of small, real run directories for the manifest and audit tests (no tests here).
 
 A run is written the way the runner writes one: rows through RowWriter, response bodies
-beside them, state through RunDir, summary.json through results.summarize.
+beside them, state through RunDir, summary.json through results.statistics.summarize.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""report.py and `invoke report`: figures recomputed from rows, run directories written by hand."""
+"""results/report.py and `invoke report`: figures recomputed from rows, run directories written by hand."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def make_run(tmp_path: Path, status: str = "complete", summary: bool = True, error: str | None = None) -> Path:
-    """A run directory as evidence.py lays it out, written by hand."""
+    """A run directory as study/rundir.py lays it out, written by hand."""
     run = RunDir(tmp_path / "run")
     run.path.mkdir()
     run.write_state({"status": status, "attempted": [], "finished": [], "error": error})
@@ -44,7 +44,7 @@ def rendered():
     return render_report(summarize(rows, rec), rows, rec), rows
 
 
-# --- every printed figure recomputed from the rows, independently of results.py ---------
+# --- every printed figure recomputed from the rows, independently of results/statistics.py
 
 
 def independent(rows, workload, backend):

@@ -1,4 +1,4 @@
-"""results.py: every statistic checked against values computed by hand from synthetic rows."""
+"""results/statistics.py: every statistic checked against values computed by hand from synthetic rows."""
 
 from __future__ import annotations
 

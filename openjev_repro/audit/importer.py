@@ -22,7 +22,7 @@ The import, in order:
 4. writes our layout into a temporary directory renamed into place only when complete:
    rows.jsonl (phase measured; latency from their client nanoseconds), responses/<arm>.jsonl
    (their `raw` as canonical JSON, whose sha256 is the row's body_sha256), recipe.yaml,
-   summary.json (`results.summarize`), state.json with status "imported", and import.json:
+   summary.json (`results.statistics.summarize`), state.json with status "imported", and import.json:
    the source manifest (every field kept), what was verified and what was absent, the digests
    of the converted files, every published figure next to ours labelled exact, within
    rounding or mismatch, the published readiness, cleanup and reduction percentages.
@@ -557,7 +557,7 @@ def published_figures(summary: dict, latencies: dict[tuple[str, int], list[float
         if key == "aggregate_reduction_percent" and len(candidates) == 1 and aggregates.get(base):
             b, c = aggregates[base], aggregates[candidates[0]]
             # Their expression, 100 * (1 - candidate / baseline) of the aggregate means; the algebraically
-            # equal (b - c) / b * 100 of results.summarize differs from it in the last bits.
+            # equal (b - c) / b * 100 of results.statistics.summarize differs from it in the last bits.
             ours_pct = (1 - c / b) * 100 if b and c is not None else None
             # Within rounding also allows what the published aggregates' own half units can change:
             # d/db = 100 c / b^2, d/dc = -100 / b.

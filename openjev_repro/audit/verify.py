@@ -3,7 +3,7 @@
 Checks, in order: the envelope's form; the signature; every subject digest; no evidence
 file outside the subjects; the run is complete; the copied run files equal the signed
 ones; case ids; response bodies against row hashes; and every statistic and gate
-recomputed from rows.jsonl + recipe.yaml (`results.summarize`) equals the signed value
+recomputed from rows.jsonl + recipe.yaml (`results.statistics.summarize`) equals the signed value
 and summary.json exactly. A check is PASS, FAIL, or N/A (an aggregate-only bundle
 cannot make it, and says why).
 """
