@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 def fixture_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """DIR with checkpoint/ (the fixture package) and requests/{demo-noul,h200-74-lengths}.jsonl."""
     from openjev_repro.backend.fixture import build_fixture
-    from openjev_repro.synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
+    from openjev_repro.study.synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
 
     root = tmp_path_factory.mktemp("fixture")
     build_fixture(root / "checkpoint")

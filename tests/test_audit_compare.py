@@ -12,7 +12,7 @@ import pytest
 
 from openjev_repro.audit.compare import compare_rows, compare_runs, load_tolerances
 from openjev_repro.errors import EvidenceError, RecipeError
-from openjev_repro.rows import read_rows
+from openjev_repro.study.rows import read_rows
 from test_audit_kit import build_run, recipe_dict
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """Builders of small, real run directories for the manifest and audit tests (no tests here).
 
 A run is written the way the runner writes one: rows through RowWriter, response bodies
-beside them, state through RunDir, summary.json through results.summarize.
+beside them, state through RunDir, summary.json through results.statistics.summarize.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import yaml
 
-from openjev_repro.evidence import RunDir, write_json_atomic
+from openjev_repro.study.rundir import RunDir, write_json_atomic
 from openjev_repro.manifest import generate_keypair, write_manifest
-from openjev_repro.recipe import parse_recipe
-from openjev_repro.results import summarize
-from openjev_repro.rows import Row, RowWriter, read_rows
+from openjev_repro.study.recipe import parse_recipe
+from openjev_repro.results.statistics import summarize
+from openjev_repro.study.rows import Row, RowWriter, read_rows
 
 IDS = [f"case-{i:02d}" for i in range(6)]
 LABELS = ["no", "yes", "no", "yes", "yes", "no"]

@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 from test_audit_kit import build_run, signed_run
 
-from openjev_repro import results
+from openjev_repro.results import statistics
 from openjev_repro.audit.compare import compare_runs
 from openjev_repro.audit.publish import _write_tar, publish
 from openjev_repro.errors import EvidenceError, VerificationError
-from openjev_repro.evidence import RunDir
-from openjev_repro.recipe import parse_recipe
-from openjev_repro.results import BOOTSTRAP_METHOD, bootstrap_mean_diff_ci, summarize
-from openjev_repro.row_table import RowTable, read_table
-from openjev_repro.rows import Row, read_rows
+from openjev_repro.study.rundir import RunDir
+from openjev_repro.study.recipe import parse_recipe
+from openjev_repro.results.statistics import BOOTSTRAP_METHOD, bootstrap_mean_diff_ci, summarize
+from openjev_repro.results.row_table import RowTable, read_table
+from openjev_repro.study.rows import Row, read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,7 +110,7 @@ def test_bootstrap_is_seeded_chunked_and_independent_of_threads(monkeypatch):
     assert one == bootstrap_mean_diff_ci(a, b, seed=11, n_boot=400, threads=2)
     assert one != bootstrap_mean_diff_ci(a, b, seed=12, n_boot=400, threads=1)
     assert one[0] < b.mean() - a.mean() < one[1]
-    monkeypatch.setattr(results, "BOOTSTRAP_CHUNK_VALUES", 5000)  # one resample per chunk: 400 chunks
+    monkeypatch.setattr(statistics, "BOOTSTRAP_CHUNK_VALUES", 5000)  # one resample per chunk: 400 chunks
     many = bootstrap_mean_diff_ci(a, b, seed=11, n_boot=400, threads=2)
     assert many == bootstrap_mean_diff_ci(a, b, seed=11, n_boot=400, threads=1)
     assert abs(many[0] - one[0]) < 1.0 and abs(many[1] - one[1]) < 1.0  # another draw of the same interval

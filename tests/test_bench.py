@@ -24,7 +24,7 @@ from openjev_repro.bench import (
 from openjev_repro.bench.hash_bench import ensure_files
 from openjev_repro.bench.server import SYSTEMONE_RESPONSE, LoopbackServer
 from openjev_repro.bench.stats import summarize_ns
-from openjev_repro.timed_client import TimedClient
+from openjev_repro.study.timed_client import TimedClient
 
 ROOT = Path(__file__).resolve().parents[1]
 INVOKE = [sys.executable, "-m", "invoke"]

@@ -454,7 +454,7 @@ def test_resume_takes_no_new_options(tmp_path: Path):
 
 def test_a_task_whose_key_is_unusable_fails_before_measuring(tmp_path: Path, monkeypatch):
     from openjev_repro.cluster.task import run_task
-    from openjev_repro.recipe import recipe_sha256
+    from openjev_repro.study.recipe import recipe_sha256
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     recipe = write_study(tmp_path / "study", [scripted_backend("scripted")])
@@ -469,7 +469,7 @@ def test_a_task_whose_key_is_unusable_fails_before_measuring(tmp_path: Path, mon
 
 
 def _task_submission(tmp_path: Path, keypair, *, gpu: bool) -> Submission:
-    from openjev_repro.recipe import recipe_sha256
+    from openjev_repro.study.recipe import recipe_sha256
 
     private, _ = keypair
     extra = {"controls": {"gpu": {"index": 0, "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555"}}} if gpu else None
@@ -509,7 +509,7 @@ def test_study_gpu_source_needs_a_gpu_uuid(tmp_path: Path):
 
 def test_a_run_whose_study_died_reads_incomplete(tmp_path: Path, keypair):
     """A run left "running" by a study that is gone (SIGKILL past KillWait) is not reported running."""
-    from openjev_repro.evidence import RunDir
+    from openjev_repro.study.rundir import RunDir
 
     sub = _task_submission(tmp_path, keypair, gpu=False)
     run = RunDir.create(sub.replicate_dir(1), "test-study")
@@ -524,7 +524,7 @@ def test_a_run_whose_study_died_reads_incomplete(tmp_path: Path, keypair):
 
 
 def test_submit_never_writes_inside_a_run(tmp_path: Path, keypair):
-    from openjev_repro.evidence import RunDir
+    from openjev_repro.study.rundir import RunDir
 
     private, _ = keypair
     recipe = write_study(tmp_path / "study", [scripted_backend("scripted")])

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from openjev_repro.inputs import verify_inputs
+from openjev_repro.study.inputs import verify_inputs
 from openjev_repro.manifest.keys import generate_keypair
-from openjev_repro.recipe import load_recipe
-from openjev_repro.rows import read_rows
-from openjev_repro.study import StudyOptions, run_study
+from openjev_repro.study.recipe import load_recipe
+from openjev_repro.study.rows import read_rows
+from openjev_repro.study.runner import StudyOptions, run_study
 
 from test_report import close, table_rows
 

@@ -5,13 +5,15 @@ import shutil
 import pytest
 
 from openjev_repro.errors import HostError
-from openjev_repro.host import FakeGpus, NoDriver, detect_backend
-from openjev_repro.host.nvml import NvmlBackend
+from openjev_repro.host import NoDriver, detect_driver
+from openjev_repro.host.nvml import NvmlDriver
+
+from fake_gpus import FakeGpus
 
 
 def _driver_present() -> bool:
     try:
-        detect_backend().close()
+        detect_driver().close()
         return True
     except NoDriver:
         return False
@@ -23,7 +25,7 @@ no_driver = pytest.mark.skipif(_driver_present(), reason="an NVIDIA driver is pr
 @no_driver
 def test_no_driver_is_a_clear_message():
     with pytest.raises(NoDriver) as info:
-        detect_backend()
+        detect_driver()
     message = str(info.value)
     assert message.startswith("No NVIDIA driver was found on this host: NVML could not start")
     assert "Run this on a GPU host with the NVIDIA driver installed." in message
@@ -35,14 +37,14 @@ def test_no_driver_is_a_clear_message():
 @no_driver
 def test_nvml_backend_refuses_without_the_library():
     with pytest.raises(HostError, match="NVML could not start"):
-        NvmlBackend()
+        NvmlDriver()
 
 
 def test_fake_gpus_is_never_detected():
     # The double exists only where a test builds it.
     assert FakeGpus.h200(1).name == "fake"
     try:
-        backend = detect_backend()
+        backend = detect_driver()
     except NoDriver:
         return
     assert backend.name in ("nvml", "nvidia-smi")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from openjev_repro.host import NoDriver, detect_backend, holder_of
+from openjev_repro.host import NoDriver, detect_driver, holder_of
 from openjev_repro.host.process import pid_exited
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ def invoke(*args, lock_dir=None, timeout=60):
 
 def _driver_present() -> bool:
     try:
-        detect_backend().close()
+        detect_driver().close()
         return True
     except NoDriver:
         return False

@@ -25,5 +25,5 @@ def test_every_exported_name_exists_and_is_documented():
     for name in host.__all__:
         assert hasattr(host, name), name
     for name in ("reserve_gpus", "run_with_timeout", "check_device", "check_cleanup", "numa_prefix",
-                 "docker_cpuset", "effective_binding", "MemorySampler", "host_record", "detect_backend"):
+                 "docker_cpuset", "effective_binding", "MemorySampler", "host_record", "detect_driver"):
         assert f"`{name}(" in text or f"{name}(" in text, name

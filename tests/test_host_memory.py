@@ -7,7 +7,9 @@ import time
 import pytest
 
 from openjev_repro.errors import EvidenceError
-from openjev_repro.host import FakeGpus, MemorySampler
+from openjev_repro.host import MemorySampler
+
+from fake_gpus import FakeGpus
 
 UUID = "GPU-00000000-0000-0000-0000-000000000000"
 

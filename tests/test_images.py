@@ -20,7 +20,7 @@ from openjev_repro.errors import DockerError, RecipeError, VerificationError
 from openjev_repro.images import (IMAGES_DIR, PLACEHOLDER_DIGEST, build_dockerfile, build_offline, check_commit,
                                   diff_members, fetch_source, labels_for, load_spec, normalize_tar, read_lock,
                                   read_members, verify_wheelhouse)
-from openjev_repro.images.lock import Lock, Pin, link_from_pool, normalise, pip_env, write_lock
+from openjev_repro.images.lockfile import Lock, Pin, link_from_pool, normalise, pip_env, write_lock
 from openjev_repro.images.build import _context, source_layer_dockerfile, source_tag
 from openjev_repro.images.spec import Source, backend_names
 from openjev_repro.runtime.docker import container_argv, container_env
@@ -409,7 +409,7 @@ def test_docker_runtime_without_daemon_fails_clearly_and_local_still_works(tmp_p
 
 def test_demo_recipe_for_another_image_changes_only_the_images(tmp_path, monkeypatch):
     from openjev_repro.cli.demo import DEMO_INPUTS, DEMO_RECIPE, recipe_with_image
-    from openjev_repro.recipe import inputs_root, load_recipe
+    from openjev_repro.study.recipe import inputs_root, load_recipe
 
     monkeypatch.chdir(REPO)  # DEMO_INPUTS is relative to the repository, as `invoke demo` runs
     path = recipe_with_image("openjev-repro/hf:env", tmp_path)
@@ -423,7 +423,7 @@ def test_demo_recipe_for_another_image_changes_only_the_images(tmp_path, monkeyp
 
 
 def test_a_debian_relock_reaches_every_image_on_that_base():
-    from openjev_repro.images.locking import sharing_recipes
+    from openjev_repro.images.relock import sharing_recipes
 
     lock = IMAGES_DIR / "reference" / "offline" / "debian-packages.lock"
     assert [p.relative_to(IMAGES_DIR).as_posix() for p in sharing_recipes(lock)] == [

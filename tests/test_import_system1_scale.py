@@ -19,7 +19,7 @@ import pytest
 from openjev_repro.audit import importer
 from openjev_repro.audit.importer import import_system1
 from openjev_repro.errors import EvidenceError
-from openjev_repro.rows import read_rows
+from openjev_repro.study.rows import read_rows
 from system1_synth import write_source
 
 ARTIFACTS = Path(__file__).parent / "fixtures" / "system1" / "artifacts"

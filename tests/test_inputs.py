@@ -1,8 +1,8 @@
 import pytest
 
 from openjev_repro.errors import InputMismatch
-from openjev_repro.inputs import require_all_ok, verify_inputs
-from openjev_repro.recipe import inputs_root, load_recipe
+from openjev_repro.study.inputs import require_all_ok, verify_inputs
+from openjev_repro.study.recipe import inputs_root, load_recipe
 
 from studykit import scripted_backend, write_study
 

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from openjev_repro.errors import EvidenceError, RunIncomplete, VerificationError
-from openjev_repro.evidence import ENVELOPE_NAME
+from openjev_repro.study.rundir import ENVELOPE_NAME
 from openjev_repro.manifest import (PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, generate_keypair, keyid,
                                     load_private_key, load_public_key, pae, read_statement, verify_envelope,
                                     write_manifest)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from openjev_repro.errors import RecipeError
-from openjev_repro.plan import check_pins, resolve_plan
-from openjev_repro.recipe import load_recipe, parse_recipe
+from openjev_repro.study.plan import check_pins, resolve_plan
+from openjev_repro.study.recipe import load_recipe, parse_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("open-jev-h200-*.yaml"))
@@ -49,7 +49,7 @@ def test_hf_comparison_plan():
     by = {b["name"]: b for b in plan["backends"]}
     assert set(by) == {"hf", "native", "fast"}
     hf = by["hf"]["aux"][0]
-    assert hf["argv"][1:3] == ["-m", "openjev_repro.adapters.hf_raw"] and "16384" in hf["argv"]
+    assert hf["argv"][1:3] == ["-m", "openjev_repro.upstream.hf_raw"] and "16384" in hf["argv"]
     assert hf["env"]["PYTHONPATH"] == str(ROOT)
     assert by["native"]["aux"][0]["env"]["CUA_S1_GRAPH"] == "0"
     assert by["fast"]["aux"][0]["argv"][-1].endswith("src/open-jev-fast/scripts/launch_server.sh")
@@ -84,7 +84,7 @@ def test_cuda_graph_plan_gates_and_passes():
 
 def test_packed_silu_plan_traces(tmp_path):
     path = ROOT / "recipes/open-jev-h200-packed-silu-2026-10-02.yaml"
-    from openjev_repro.synthetic import H200_NOUL_INPUT_TOKENS  # the published counts, in request order
+    from openjev_repro.study.synthetic import H200_NOUL_INPUT_TOKENS  # the published counts, in request order
 
     counts = {"input_tokens": H200_NOUL_INPUT_TOKENS}
     (tmp_path / "data").mkdir()

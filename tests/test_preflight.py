@@ -12,7 +12,7 @@ import pytest
 
 from openjev_repro.errors import ReproError
 from openjev_repro.manifest.keys import generate_keypair
-from openjev_repro.study import StudyOptions, run_study
+from openjev_repro.study.runner import StudyOptions, run_study
 
 from studykit import write_study
 
@@ -108,8 +108,8 @@ def test_docker_runtime_without_a_daemon(study, tmp_path, monkeypatch):
 
 
 def test_missing_demo_inputs_name_the_fix(tmp_path, monkeypatch):
-    from openjev_repro.preflight import check_inputs_present, input_fix
-    from openjev_repro.recipe import load_recipe
+    from openjev_repro.study.preflight import check_inputs_present, input_fix
+    from openjev_repro.study.recipe import load_recipe
 
     demo = REPO / "recipes" / "demo.yaml"
     recipe = load_recipe(demo)

@@ -56,7 +56,7 @@ def _fake_server(tmp: Path) -> Path:
 
 def test_launcher_verifies_fallback_then_runs_server(tiny_checkpoint, tmp_path):
     path = _fake_server(tmp_path)
-    done = _py("from openjev_repro.adapters.hf_raw import main; raise SystemExit(main())", tmp_path,
+    done = _py("from openjev_repro.upstream.hf_raw import main; raise SystemExit(main())", tmp_path,
                "--expect-linear-layers", "3", "--checkpoint", str(tiny_checkpoint), "--max-length", "16384",
                extra_path=str(path))
     assert done.returncode == 0, done.stderr
@@ -66,7 +66,7 @@ def test_launcher_verifies_fallback_then_runs_server(tiny_checkpoint, tmp_path):
 
 def test_launcher_refuses_wrong_layer_count(tiny_checkpoint, tmp_path):
     path = _fake_server(tmp_path)
-    done = _py("from openjev_repro.adapters.hf_raw import main; raise SystemExit(main())", tmp_path,
+    done = _py("from openjev_repro.upstream.hf_raw import main; raise SystemExit(main())", tmp_path,
                "--expect-linear-layers", "48", "--checkpoint", str(tiny_checkpoint), "--max-length", "16",
                extra_path=str(path))
     assert done.returncode == 3
@@ -89,7 +89,7 @@ def test_blocking_wins_over_available_kernels(tmp_path):
     import sys
     import transformers.utils.import_utils as iu
     iu.is_causal_conv1d_available = lambda: True   # as on a host where the kernel is installed
-    from openjev_repro.adapters import hf_raw
+    from openjev_repro.upstream import hf_raw
     if sys.argv[1] == "block":
         hf_raw.block_optional_kernels()
     """) + TINY + textwrap.dedent("""
@@ -111,7 +111,7 @@ def test_blocking_wins_over_available_kernels(tmp_path):
 def test_blocking_after_model_import_is_refused(tmp_path):
     code = """
     import transformers.models.qwen3_5.modeling_qwen3_5
-    from openjev_repro.adapters import hf_raw
+    from openjev_repro.upstream import hf_raw
     try:
         hf_raw.block_optional_kernels()
     except hf_raw.FallbackError as exc:
@@ -123,7 +123,7 @@ def test_blocking_after_model_import_is_refused(tmp_path):
 
 def test_adapters_package_is_light():
     """The upstream environment needs only this directory: importing the launcher pulls in no pydantic."""
-    done = subprocess.run([sys.executable, "-c", "import sys, openjev_repro.adapters.hf_raw; "
+    done = subprocess.run([sys.executable, "-c", "import sys, openjev_repro.upstream.hf_raw; "
                            "print(any(m.startswith('pydantic') for m in sys.modules))"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr

@@ -13,8 +13,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
-from openjev_repro.recipe import load_recipe
-from openjev_repro.traces import plan_traces, run_traces
+from openjev_repro.study.recipe import load_recipe
+from openjev_repro.study.traces import plan_traces, run_traces
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes/open-jev-h200-packed-silu-2026-10-02.yaml"

@@ -1,7 +1,7 @@
 import pytest
 
 from openjev_repro.errors import RecipeError
-from openjev_repro.recipe import load_recipe, parse_duration, parse_recipe
+from openjev_repro.study.recipe import load_recipe, parse_duration, parse_recipe
 
 from studykit import scripted_backend, write_study
 

@@ -1,4 +1,4 @@
-"""report.py and `invoke report`: figures recomputed from rows, run directories written by hand."""
+"""results/report.py and `invoke report`: figures recomputed from rows, run directories written by hand."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from openjev_repro.errors import EvidenceError
-from openjev_repro.evidence import ENVELOPE_NAME, RunDir, write_json_atomic
-from openjev_repro.report import PLOT_NAMES, RunInfo, plot_figures, render_report, write_plots, write_report
-from openjev_repro.results import median, p95_jevbench
-from openjev_repro.results import summarize
-from openjev_repro.rows import RowWriter
+from openjev_repro.study.rundir import ENVELOPE_NAME, RunDir, write_json_atomic
+from openjev_repro.results.report import PLOT_NAMES, RunInfo, plot_figures, render_report, write_plots, write_report
+from openjev_repro.results.statistics import median, p95_jevbench
+from openjev_repro.results.statistics import summarize
+from openjev_repro.study.rows import RowWriter
 
 from test_results import RECIPE, recipe, study_rows
 
@@ -25,7 +25,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def make_run(tmp_path: Path, status: str = "complete", summary: bool = True, error: str | None = None) -> Path:
-    """A run directory as evidence.py lays it out, written by hand."""
+    """A run directory as study/rundir.py lays it out, written by hand."""
     run = RunDir(tmp_path / "run")
     run.path.mkdir()
     run.write_state({"status": status, "attempted": [], "finished": [], "error": error})
@@ -44,7 +44,7 @@ def rendered():
     return render_report(summarize(rows, rec), rows, rec), rows
 
 
-# --- every printed figure recomputed from the rows, independently of results.py ---------
+# --- every printed figure recomputed from the rows, independently of results/statistics.py
 
 
 def independent(rows, workload, backend):
@@ -174,7 +174,7 @@ def test_plots_carry_their_context_passes_and_percentiles():
 
 
 def test_run_info_dates_the_run_itself(tmp_path):
-    from openjev_repro.report import run_info
+    from openjev_repro.results.report import run_info
 
     created = RunDir.create(tmp_path / "runs", "synthetic")
     created.file("recipe.yaml").write_text(RECIPE, encoding="utf-8")
@@ -187,8 +187,8 @@ def test_run_info_dates_the_run_itself(tmp_path):
 
 def test_run_info_names_the_gpu_the_run_used(tmp_path):
     """The run-time GPU override (issue 11) decides which device is the run's hardware."""
-    from openjev_repro.recipe import parse_recipe
-    from openjev_repro.report import run_info
+    from openjev_repro.study.recipe import parse_recipe
+    from openjev_repro.results.report import run_info
 
     pinned = "GPU-00000000-0000-0000-0000-000000000001"
     used = "GPU-00000000-0000-0000-0000-000000000002"
@@ -207,7 +207,7 @@ def test_run_info_names_the_gpu_the_run_used(tmp_path):
 
 
 def test_percent_change_reads_naturally():
-    from openjev_repro.report import _percent_change
+    from openjev_repro.results.report import _percent_change
 
     assert _percent_change(4.781) == "4.78% lower"
     assert _percent_change(-0.634) == "0.63% higher"

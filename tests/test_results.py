@@ -1,4 +1,4 @@
-"""results.py: every statistic checked against values computed by hand from synthetic rows."""
+"""results/statistics.py: every statistic checked against values computed by hand from synthetic rows."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import pytest
 
 from openjev_repro.errors import EvidenceError
-from openjev_repro.recipe import parse_recipe
-from openjev_repro.results import (
+from openjev_repro.study.recipe import parse_recipe
+from openjev_repro.results.statistics import (
     bootstrap_mean_diff_ci,
     latency_stats,
     p95_jevbench,
@@ -17,7 +17,7 @@ from openjev_repro.results import (
     summarize,
     token_bucket,
 )
-from openjev_repro.rows import Row
+from openjev_repro.study.rows import Row
 
 RECIPE = """\
 format_version: 1

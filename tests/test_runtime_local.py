@@ -5,7 +5,7 @@ import pytest
 from openjev_repro.errors import BackendCrashed, BackendNotReady
 from openjev_repro.runtime.base import LaunchSpec
 from openjev_repro.runtime.local import LocalRuntime
-from openjev_repro.study import free_port
+from openjev_repro.study.runner import free_port
 
 from studykit import PYTHON, SCRIPTED
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from openjev_repro.errors import InputMismatch, RunIncomplete
-from openjev_repro.evidence import RunDir
-from openjev_repro.passes import PassBudget
-from openjev_repro.rows import read_rows
-from openjev_repro.study import StudyOptions, run_study
+from openjev_repro.study.rundir import RunDir
+from openjev_repro.study.passes import PassBudget
+from openjev_repro.study.rows import read_rows
+from openjev_repro.study.runner import StudyOptions, run_study
 
 from studykit import scripted_backend, write_study
 

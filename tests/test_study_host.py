@@ -7,8 +7,8 @@ import shutil
 import pytest
 
 from openjev_repro.errors import RunIncomplete
-from openjev_repro.host import FakeGpus
-from openjev_repro.study import StudyOptions, run_study
+from fake_gpus import FakeGpus
+from openjev_repro.study.runner import StudyOptions, run_study
 
 from studykit import scripted_backend, write_study
 
@@ -28,7 +28,7 @@ def test_controlled_study_records_device_reservation_memory_and_cleanup(tmp_path
     gpu = gpus.gpus()[2]
     numa = shutil.which("numactl") is not None
     recipe = write_study(tmp_path, [scripted_backend("one")], n=3, extra=_controls(gpu, numa))
-    run = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs", gpu_backend=gpus))
+    run = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs", gpu_driver=gpus))
     host = json.loads(run.file("host.json").read_text())
     assert host["controlled"] and host["device"]["uuid"] == gpu.uuid
     assert host["reservation"]["note"] == "test-study"
@@ -47,7 +47,7 @@ def test_wrong_uuid_refuses_before_any_backend(tmp_path, monkeypatch):
     wrong = type(gpu)(**{**gpu.__dict__, "uuid": "GPU-00000000-0000-0000-0000-000000000000"})
     recipe = write_study(tmp_path, [scripted_backend("one")], n=3, extra=_controls(wrong))
     with pytest.raises(RunIncomplete, match="GPU-00000000"):
-        run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs", gpu_backend=gpus))
+        run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs", gpu_driver=gpus))
     (run,) = list((tmp_path / "runs").iterdir())
     assert not (run / "processes.json").exists()
 
@@ -59,9 +59,9 @@ def test_busy_gpu_refuses_unless_allowed(tmp_path, monkeypatch):
     gpus.add_process(gpu.uuid, 4242, "someone-else", 1000)
     recipe = write_study(tmp_path, [scripted_backend("one")], n=2, extra=_controls(gpu))
     with pytest.raises(RunIncomplete, match="4242"):
-        run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs", gpu_backend=gpus))
+        run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs", gpu_driver=gpus))
     gpus.set_memory(gpu.uuid, 1000)
-    run = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs", gpu_backend=gpus, allow_busy=True))
+    run = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs", gpu_driver=gpus, allow_busy=True))
     host = json.loads(run.file("host.json").read_text())
     assert host["device"]["allow_busy"] is True
 
@@ -89,7 +89,7 @@ def test_gpu_override_runs_the_unchanged_recipe_on_another_gpu_and_records_both(
     pinned, other = gpus.gpus()[2], gpus.gpus()[1]
     recipe = write_study(tmp_path, [_backend_showing_gpu("one")], n=3, extra=_controls(pinned))
     override = GpuOverride(uuid=other.uuid, index=index, source=source)
-    run = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs", gpu_backend=gpus,
+    run = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs", gpu_driver=gpus,
                                  gpu_override=override))
     assert run.state()["status"] == "complete"
     assert run.file("recipe.yaml").read_bytes() == recipe.read_bytes()   # the recipe is not edited
@@ -113,7 +113,7 @@ def test_without_override_the_backend_sees_the_recipes_gpu_and_no_override_is_re
     gpus = FakeGpus.h200(4)
     pinned = gpus.gpus()[2]
     recipe = write_study(tmp_path, [_backend_showing_gpu("one")], n=3, extra=_controls(pinned))
-    run = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs", gpu_backend=gpus))
+    run = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs", gpu_driver=gpus))
     assert "gpu_override" not in json.loads(run.file("host.json").read_text())
     assert "gpu_override" not in json.loads(run.file("plan.json").read_text())
     assert f"CUDA_VISIBLE_DEVICES={pinned.uuid}" in run.file("logs/one.log").read_text()
@@ -128,7 +128,7 @@ def test_gpu_override_to_a_uuid_this_host_lacks_refuses_before_any_backend(tmp_p
     recipe = write_study(tmp_path, [scripted_backend("one")], n=3, extra=_controls(gpus.gpus()[2]))
     missing = GpuOverride(uuid="GPU-99999999-0000-0000-0000-000000000000")
     with pytest.raises(RunIncomplete, match="no GPU on this host has UUID GPU-99999999"):
-        run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs", gpu_backend=gpus, gpu_override=missing))
+        run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs", gpu_driver=gpus, gpu_override=missing))
     (run,) = list((tmp_path / "runs").iterdir())
     assert not (run / "processes.json").exists()
     assert json.loads((run / "state.json").read_text())["status"] == "incomplete"

@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 import pytest
 
 from openjev_repro.errors import BackendError, ProtocolError
-from openjev_repro.timed_client import (
+from openjev_repro.study.timed_client import (
     ClientError,
     ClientTimeout,
     MalformedResponse,

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import RecipeError
-from ..recipe import read_yaml
+from ..study.recipe import read_yaml
 
 __all__ = ["CLAIMS_FORMAT_VERSION", "CLAIMS_FORMAT_VERSIONS", "DERIVATIONS", "BOOLEAN_DERIVATIONS", "Figure",
            "ClaimResult", "load_claims", "parse_claims", "check_claims", "format_results"]

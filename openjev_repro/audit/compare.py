@@ -1,7 +1,7 @@
 """`compare`: two runs, backend by backend, against declared tolerances.
 
 Everything is derived from each run's rows.jsonl and recipe.yaml (the source of truth)
-with the functions of `openjev_repro.results`: per-metric deltas and ratios, pass-range
+with the functions of `openjev_repro.results.statistics`: per-metric deltas and ratios, pass-range
 overlap, a seeded bootstrap 95% interval of the difference of means, and decision flips
 and probability differences by case id (first measured pass, paired by id and seq).
 
@@ -34,11 +34,11 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..errors import EvidenceError, RecipeError, RunIncomplete
-from ..evidence import RunDir, read_json
-from ..recipe import parse_recipe, read_yaml
-from ..results import BOOTSTRAP_METHOD, bootstrap_mean_diff_ci, latency_stats, pair_by_id_and_seq, ranges_disjoint
-from ..row_table import RowTable, as_table, read_table
-from ..rows import Row
+from ..study.rundir import RunDir, read_json
+from ..study.recipe import parse_recipe, read_yaml
+from ..results.statistics import BOOTSTRAP_METHOD, bootstrap_mean_diff_ci, latency_stats, pair_by_id_and_seq, ranges_disjoint
+from ..results.row_table import RowTable, as_table, read_table
+from ..study.rows import Row
 from .bundle import opened
 
 __all__ = ["COMPARE_FORMAT_VERSION", "TOLERANCE_KEYS", "LIMIT_KEYS", "limits_for", "load_tolerances", "compare_runs", "compare_rows",

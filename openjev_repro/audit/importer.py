@@ -22,7 +22,7 @@ The import, in order:
 4. writes our layout into a temporary directory renamed into place only when complete:
    rows.jsonl (phase measured; latency from their client nanoseconds), responses/<arm>.jsonl
    (their `raw` as canonical JSON, whose sha256 is the row's body_sha256), recipe.yaml,
-   summary.json (`results.summarize`), state.json with status "imported", and import.json:
+   summary.json (`results.statistics.summarize`), state.json with status "imported", and import.json:
    the source manifest (every field kept), what was verified and what was absent, the digests
    of the converted files, every published figure next to ours labelled exact, within
    rounding or mismatch, the published readiness, cleanup and reduction percentages.
@@ -53,15 +53,16 @@ import msgspec
 import yaml
 
 from ..errors import EvidenceError, InputMismatch
-from ..evidence import RunDir, read_json, write_json_atomic
+from ..study.rundir import RunDir, read_json, write_json_atomic
 from ..hashing import hash_file
-from ..recipe import parse_recipe
-from ..results import latency_stats, mean, summarize
-from ..rows import Row
+from ..study.recipe import parse_recipe
+from ..results.imported import cleanup_line, figure_counts, figure_lines
+from ..results.statistics import latency_stats, mean, summarize
+from ..study.rows import Row
 
 __all__ = ["IMPORT_FORMAT_VERSION", "SIGNIFICANT_DIGITS", "SourceManifest", "locate_source", "read_source_manifest",
            "verify_source", "import_system1", "published_figures", "classify", "format_import_report",
-           "converted_files", "figure_lines", "figure_counts", "cleanup_line", "baseline_and_candidates",
+           "converted_files", "baseline_and_candidates",
            "summary_from_figures", "REPORT_FILES"]
 
 # Format history of import.json:
@@ -556,7 +557,7 @@ def published_figures(summary: dict, latencies: dict[tuple[str, int], list[float
         if key == "aggregate_reduction_percent" and len(candidates) == 1 and aggregates.get(base):
             b, c = aggregates[base], aggregates[candidates[0]]
             # Their expression, 100 * (1 - candidate / baseline) of the aggregate means; the algebraically
-            # equal (b - c) / b * 100 of results.summarize differs from it in the last bits.
+            # equal (b - c) / b * 100 of results.statistics.summarize differs from it in the last bits.
             ours_pct = (1 - c / b) * 100 if b and c is not None else None
             # Within rounding also allows what the published aggregates' own half units can change:
             # d/db = 100 c / b^2, d/dc = -100 / b.
@@ -593,15 +594,6 @@ def summary_from_figures(figures: list[dict]) -> dict[str, Any]:
             passes[f["pass"]] = entry["passes"][-1]
         passes[f["pass"]][f["figure"]] = f["published"]
     return {"arms": arms, **top}
-
-
-def figure_counts(figures: list[dict]) -> dict[str, Any]:
-    compared = [f for f in figures if f["status"] != "not_compared"]
-    within = [f for f in compared if f["status"] == "within_rounding"]
-    return {"compared": len(compared), "exact": sum(f["status"] == "exact" for f in compared),
-            "within_rounding": len(within), "mismatch": sum(f["status"] == "mismatch" for f in compared),
-            "not_compared": len(figures) - len(compared),
-            "largest_within_rounding_difference": max((f["difference"] for f in within), default=None)}
 
 
 # --- cleanup, readiness -------------------------------------------------------------------
@@ -750,54 +742,6 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
 
 
 # --- output -------------------------------------------------------------------------------
-
-
-def _g(value: Any) -> str:
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-def cleanup_line(cleanup: dict) -> str | None:
-    record = cleanup.get("summary") or cleanup.get("cleanup_json")
-    if isinstance(record, dict) and "processes" in record:
-        codes = ", ".join(str(p.get("returncode")) for p in record.get("processes") or [] if isinstance(p, dict))
-        line = (f"published cleanup: all task processes exited: {record.get('all_task_processes_exited')}; "
-                f"{len(record.get('processes') or [])} processes (return codes {codes or 'none'})")
-    elif cleanup.get("per_arm"):
-        line = "published cleanup: " + "; ".join(f"{a}: {json.dumps(c, sort_keys=True)}"
-                                                 for a, c in cleanup["per_arm"].items())
-    else:
-        return None
-    if "consistent" in cleanup:
-        line += "; cleanup.json " + ("equals" if cleanup["consistent"] else "DIFFERS FROM") + " summary.json's cleanup"
-    return line + "."
-
-
-def figure_lines(report: dict) -> list[str]:
-    lines = []
-    for f in report["figures"]:
-        status = f.get("status") or ("exact" if f.get("matches") else "mismatch")
-        mark = {"exact": "EXACT ", "within_rounding": "WITHIN", "mismatch": "DIFF  ", "not_compared": "N/A   "}[status]
-        where = f"{f['arm']} pass {f['pass']}" if f["pass"] is not None else f"{f['arm'] or '-'} all"
-        rule = f" ({f['rule']})" if f.get("rule") else ""
-        extra = ""
-        if status == "within_rounding":
-            extra = f"  |diff| {f['difference']:.1e} <= {f['half_unit']:.1e}"
-        elif status == "not_compared":
-            extra = f"  ({f.get('note', 'not compared')})"
-        lines.append(f"{mark} {where:<26} {f['figure']:<27} published {_g(f['published'])}  ours {_g(f['ours'])}"
-                     f"{rule}{extra}")
-    counts = report.get("figure_counts") or figure_counts(
-        [dict(f, status=f.get("status") or ("exact" if f.get("matches") else "mismatch")) for f in report["figures"]])
-    within = [f"{f['arm']} pass {f['pass']} {f['figure']}" if f["pass"] is not None else f"{f['arm']} {f['figure']}"
-              for f in report["figures"] if f.get("status") == "within_rounding"]
-    summary = (f"{counts['exact'] + counts['within_rounding']} of {counts['compared']} published figures reproduce: "
-               f"{counts['exact']} exact, {counts['within_rounding']} within rounding")
-    if within:
-        summary += f" ({', '.join(within)}; largest difference {counts['largest_within_rounding_difference']:.1e})"
-    summary += f", {counts['mismatch']} mismatch."
-    if counts.get("not_compared"):
-        summary += f" {counts['not_compared']} not compared."
-    return lines + [summary]
 
 
 def format_import_report(report: dict) -> str:

@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from ..errors import EvidenceError, VerificationError
-from ..evidence import ENVELOPE_NAME, RunDir, guard_output, scan_tree
+from ..study.rundir import ENVELOPE_NAME, RunDir, guard_output, scan_tree
 from ..manifest.dsse import envelope_bytes, make_envelope
 from ..manifest.keys import load_private_key
 from ..manifest.statement import build_statement, read_statement

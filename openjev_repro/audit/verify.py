@@ -3,7 +3,7 @@
 Checks, in order: the envelope's form; the signature; every subject digest; no evidence
 file outside the subjects; the run is complete; the copied run files equal the signed
 ones; case ids; response bodies against row hashes; and every statistic and gate
-recomputed from rows.jsonl + recipe.yaml (`results.summarize`) equals the signed value
+recomputed from rows.jsonl + recipe.yaml (`results.statistics.summarize`) equals the signed value
 and summary.json exactly. A check is PASS, FAIL, or N/A (an aggregate-only bundle
 cannot make it, and says why).
 """
@@ -25,14 +25,14 @@ import numpy as np
 import yaml
 
 from ..errors import EvidenceError, ReproError
-from ..evidence import ENVELOPE_NAME, RunDir, read_json, scan_tree
+from ..study.rundir import ENVELOPE_NAME, RunDir, read_json, scan_tree
 from ..hashing import hash_files
 from ..manifest.dsse import verify_envelope
 from ..manifest.keys import load_public_key
 from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json, sha256_file
-from ..recipe import Recipe, parse_recipe
-from ..row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
-from ..rows import Row
+from ..study.recipe import Recipe, parse_recipe
+from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
+from ..study.rows import Row
 from .bundle import opened
 
 __all__ = ["Check", "Evidence", "verify_path", "verify_dir", "verify_imported", "format_checks",
@@ -238,7 +238,7 @@ def _imported_source(ev: Evidence, record: dict, _: bool) -> list[Check]:
 
 
 def _imported_statistics(ev: Evidence, record: dict, _: bool) -> list[Check]:
-    from ..results import summarize
+    from ..results.statistics import summarize
     from .importer import published_figures, summary_from_figures
 
     run, t = ev.run, ev.table
@@ -523,7 +523,7 @@ def first_difference(a: Any, b: Any, path: str = "") -> str | None:
 def _recomputed(ev: Evidence, predicate: dict, aggregate_only: bool,
                 summarize: Callable[..., dict] | None = None) -> list[Check]:
     if summarize is None:
-        from ..results import summarize
+        from ..results.statistics import summarize
     # Round-trip through JSON so recomputed and stored values are compared as written.
     ours = json.loads(json.dumps(summarize(ev.table, ev.recipe), allow_nan=False))
     stats_ours = {k: v for k, v in ours.items() if k != "gates"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..timed_client import TimedClient, build_request
+from ..study.timed_client import TimedClient, build_request
 from .server import SYSTEMONE_REQUEST, LoopbackServer
 from .stats import summarize_ns
 

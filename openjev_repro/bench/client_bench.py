@@ -26,7 +26,7 @@ from typing import Any, Callable
 import httpx
 
 from ..errors import BackendError
-from ..timed_client import TimedClient, build_request
+from ..study.timed_client import TimedClient, build_request
 from .machine import result_header
 from .server import SYSTEMONE_REQUEST, LoopbackServer
 from .stats import summarize_ns

@@ -33,7 +33,7 @@ def command_after_dashes(remainder: str, argv: list[str]) -> list[str]:
 
 
 def _duration(text: str, flag: str) -> float:
-    from ..recipe import parse_duration
+    from ..study.recipe import parse_duration
 
     try:
         return parse_duration(text)
@@ -43,27 +43,27 @@ def _duration(text: str, flag: str) -> float:
 
 def _resolve(ids: str) -> list[str]:
     """'2,3' or 'GPU-…' -> UUIDs. Indices need the driver; UUIDs are checked when it is there."""
-    from ..host import NoDriver, detect_backend
+    from ..host import NoDriver, detect_driver
 
     wanted = [w.strip() for w in ids.split(",") if w.strip()]
     if not wanted:
         raise HostError("--gpu-ids is empty; give indices like 2 or UUIDs like GPU-cbf66259-….")
     if all(w.startswith("GPU-") for w in wanted):
         try:
-            backend = detect_backend()
+            driver = detect_driver()
         except NoDriver:
             return wanted  # a lock needs no driver; nothing to check the UUIDs against
-        known = {g.uuid for g in backend.gpus()}
-        backend.close()
+        known = {g.uuid for g in driver.gpus()}
+        driver.close()
         missing = [w for w in wanted if w not in known]
         if missing:
             raise HostError(f"No GPU on this host has UUID {', '.join(missing)}; `invoke gpus` lists them.")
         return wanted
-    backend = detect_backend()
+    driver = detect_driver()
     try:
-        by_index = {str(g.index): g.uuid for g in backend.gpus()}
+        by_index = {str(g.index): g.uuid for g in driver.gpus()}
     finally:
-        backend.close()
+        driver.close()
     missing = [w for w in wanted if w not in by_index]
     if missing:
         raise HostError(f"No GPU index {', '.join(missing)} on this host (indices: {', '.join(by_index)}).")
@@ -90,17 +90,17 @@ def _signals_end_the_command():
 @user_errors
 def gpus(ctx, json_=False):
     """List every GPU: index, UUID, name, memory, compute processes, NUMA node, reservation holder."""
-    from ..host import NoDriver, detect_backend, format_inventory, inventory
+    from ..host import NoDriver, detect_driver, format_inventory, inventory
 
     try:
-        backend = detect_backend()
+        driver = detect_driver()
     except NoDriver as exc:  # not an error: there is simply nothing to list here
         print(json.dumps({"driver": None, "gpus": [], "no_driver": str(exc)}, indent=2) if json_ else str(exc))
         return
     try:
-        inv = inventory(backend)
+        inv = inventory(driver)
     finally:
-        backend.close()
+        driver.close()
     print(json.dumps(inv, indent=2, sort_keys=True) if json_ else format_inventory(inv))
 
 
@@ -117,7 +117,7 @@ def gpus(ctx, json_=False):
 @user_errors
 def reserve(ctx, gpu_ids, wait="0s", timeout="45m", grace="10s", note="", record=None):
     """Reserve GPUs exclusively, run the command after `--` in its own process group, release."""
-    from ..evidence import write_json_atomic
+    from ..study.rundir import write_json_atomic
     from ..host import reserve_gpus, run_with_timeout
 
     cmd = command_after_dashes(ctx.remainder, sys.argv)

@@ -50,8 +50,8 @@ def _print_plan(p: dict) -> None:
 @user_errors
 def plan(c, recipe, json_=False, inputs=None, runtime=None):
     """Print the fully resolved plan of a recipe, and validate every pin, without network or GPU."""
-    from ..plan import resolve_plan
-    from ..recipe import load_recipe
+    from ..study.plan import resolve_plan
+    from ..study.recipe import load_recipe
 
     path = Path(recipe)
     resolved = resolve_plan(load_recipe(path), path, inputs_root=Path(inputs) if inputs else None, runtime=runtime)
@@ -67,8 +67,8 @@ def plan(c, recipe, json_=False, inputs=None, runtime=None):
 @user_errors
 def prepare(c, recipe, inputs=None, dry_run=False, python=None):
     """Download, check out, select requests, run upstream export/build steps, then verify and lock hashes."""
-    from ..prepare import plan_prepare, run_prepare
-    from ..recipe import load_recipe
+    from ..study.preparation import plan_prepare, run_prepare
+    from ..study.recipe import load_recipe
 
     path = Path(recipe)
     loaded = load_recipe(path)

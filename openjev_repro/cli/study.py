@@ -19,8 +19,8 @@ __all__ = ["verify_inputs_task", "study"]
 @user_errors
 def verify_inputs_task(c, recipe, inputs_root=None):
     """SHA256 of every declared input; missing, changed and undeclared files as a table. Exit 1 on any mismatch."""
-    from ..inputs import checks_table, verify_inputs
-    from ..recipe import inputs_root as resolve_root, load_recipe
+    from ..study.inputs import checks_table, verify_inputs
+    from ..study.recipe import inputs_root as resolve_root, load_recipe
     from .output import console as make_console
 
     console = make_console()
@@ -52,7 +52,7 @@ def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow
           gpu_index=None, gpu_source=None):
     """Run a recipe's study end to end; the last line printed is the run directory."""
     from ..host.override import GpuOverride
-    from ..study import StudyOptions, run_study
+    from ..study.runner import StudyOptions, run_study
     from .output import console
 
     if gpu_index is not None and gpu_uuid is None:

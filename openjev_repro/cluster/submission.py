@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EvidenceError
-from ..evidence import ENVELOPE_NAME, RunDir, read_json, write_json_atomic
+from ..study.rundir import ENVELOPE_NAME, RunDir, read_json, write_json_atomic
 
 __all__ = [
     "SLURM_CAUSE",

@@ -1,8 +1,7 @@
 """GPU host controls: inventory, reservation, exact device, NUMA binding, memory samples.
 
-    backend.py      GpuBackend interface, detect_backend(), NoDriver
-    nvml.py, smi.py the two real backends (NVML first, nvidia-smi as fallback)
-    fake.py         FakeGpus, the test double for hosts without an NVIDIA driver
+    driver.py       GpuDriver interface (the GPU information source), detect_driver(), NoDriver
+    nvml.py, smi.py the two real drivers (NVML first, nvidia-smi as fallback)
     reservation.py  reserve_gpus(): one flock per GPU UUID, holder details readable by others
     process.py      run_with_timeout(): a command's whole process group, ended at a deadline
     device.py       check_device() before, check_cleanup() after a study
@@ -12,9 +11,8 @@
     allocation.py   slurm_record(): a Slurm task's job, array index, node and allocated GPU (host.json "slurm")
 """
 
-from .backend import GpuBackend, GpuInfo, GpuProcess, NoDriver, detect_backend
+from .driver import GpuDriver, GpuInfo, GpuProcess, NoDriver, detect_driver
 from .device import check_cleanup, check_device
-from .fake import FakeGpus
 from .inventory import HOST_FORMAT_VERSION, format_inventory, host_record, inventory
 from .memory import MemorySampler
 from .numa import docker_cpuset, effective_binding, numa_prefix, numa_summary, parse_cpulist, pci_numa_node
@@ -22,9 +20,8 @@ from .process import group_alive, run_with_timeout, stop_group
 from .reservation import Reservation, holder_of, lock_dir, reserve_gpus
 
 __all__ = [
-    "GpuBackend", "GpuInfo", "GpuProcess", "NoDriver", "detect_backend",
+    "GpuDriver", "GpuInfo", "GpuProcess", "NoDriver", "detect_driver",
     "check_device", "check_cleanup",
-    "FakeGpus",
     "inventory", "format_inventory", "host_record", "HOST_FORMAT_VERSION",
     "MemorySampler",
     "numa_prefix", "docker_cpuset", "effective_binding", "numa_summary", "parse_cpulist", "pci_numa_node",

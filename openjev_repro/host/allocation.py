@@ -42,9 +42,9 @@ def visible_index(allocated: list[int], visible: list[int]) -> int | None:
 def _nvml_gpu(allocated: list[int]) -> tuple[int | None, str | None, str | None]:
     """(NVML index, uuid, why not) of the first allocated GPU."""
     try:
-        from .nvml import NvmlBackend
+        from .nvml import NvmlDriver
 
-        gpus = {g.index: g for g in NvmlBackend().gpus()}
+        gpus = {g.index: g for g in NvmlDriver().gpus()}
     except Exception as exc:  # noqa: BLE001 - no driver/NVML on this node: recorded, not fatal here
         return None, None, f"NVML unavailable: {type(exc).__name__}: {exc}"
     index = visible_index(allocated, sorted(gpus))

@@ -11,7 +11,7 @@ import time
 from datetime import datetime, timezone
 
 from ..errors import HostError
-from .backend import GpuBackend, GpuProcess
+from .driver import GpuDriver, GpuProcess
 from .numa import pci_numa_node
 from .process import group_alive, pid_exited
 
@@ -26,9 +26,9 @@ def _list_processes(procs: list[GpuProcess]) -> str:
     return ", ".join(f"pid {p.pid} ({p.name or 'name unknown'})" for p in procs)
 
 
-def check_device(backend: GpuBackend, index: int, uuid: str, allow_busy: bool = False) -> dict:
+def check_device(driver: GpuDriver, index: int, uuid: str, allow_busy: bool = False) -> dict:
     """Refuse a GPU that is not the pinned one or is busy; return the device record for host.json."""
-    gpus = backend.gpus()
+    gpus = driver.gpus()
     by_index = {g.index: g for g in gpus}
     gpu = by_index.get(index)
     if gpu is None or gpu.uuid != uuid:
@@ -39,7 +39,7 @@ def check_device(backend: GpuBackend, index: int, uuid: str, allow_busy: bool = 
             f"The recipe pins GPU index {index} with UUID {uuid}, but {found} and {where}. "
             "Run on the pinned device or fix controls.gpu in the recipe (`invoke gpus` lists this host's GPUs)."
         )
-    procs = backend.processes(uuid)
+    procs = driver.processes(uuid)
     if procs and not allow_busy:
         raise HostError(
             f"GPU {index} ({uuid}) is busy: {_list_processes(procs)} already run on it. Wait for them to finish, "
@@ -50,22 +50,22 @@ def check_device(backend: GpuBackend, index: int, uuid: str, allow_busy: bool = 
         "uuid": uuid,
         "name": gpu.name,
         "memory_total_mib": gpu.memory_total_mib,
-        "memory_used_at_start_mib": backend.memory_used_mib(uuid),
+        "memory_used_at_start_mib": driver.memory_used_mib(uuid),
         "processes_at_start": [p.to_dict() for p in procs],
         "busy_at_start": bool(procs),
         "allow_busy": allow_busy,
         "pci_bus_id": gpu.pci_bus_id,
         "numa_node": pci_numa_node(gpu.pci_bus_id),
-        "driver": {"backend": backend.name, "version": backend.driver_version()},
+        "driver": {"backend": driver.name, "version": driver.driver_version()},
         "checked_at": _now(),
     }
 
 
-def _processes_check(backend: GpuBackend, uuid: str, pids: list[int], pgids: list[int]) -> dict:
+def _processes_check(driver: GpuDriver, uuid: str, pids: list[int], pgids: list[int]) -> dict:
     alive_pids = [pid for pid in pids if not pid_exited(pid)]
     alive_groups = [pgid for pgid in pgids if group_alive(pgid)]
     owned = set(pids)
-    on_gpu = [p for p in backend.processes(uuid) if p.pid in owned]
+    on_gpu = [p for p in driver.processes(uuid) if p.pid in owned]
     passed = not alive_pids and not alive_groups and not on_gpu
     detail = "every owned process exited" if passed else (
         f"still running: pids {alive_pids}, process groups {alive_groups}, on the GPU: {_list_processes(on_gpu) or 'none'}"
@@ -74,11 +74,11 @@ def _processes_check(backend: GpuBackend, uuid: str, pids: list[int], pgids: lis
             "pids": list(pids), "pgids": list(pgids)}
 
 
-def _memory_check(backend: GpuBackend, uuid: str, start_mib: int, tolerance_mib: int, wait_s: float, poll_s: float) -> dict:
+def _memory_check(driver: GpuDriver, uuid: str, start_mib: int, tolerance_mib: int, wait_s: float, poll_s: float) -> dict:
     # Freed memory shows up in the driver with a delay, so poll for a while before judging.
     deadline = time.monotonic() + wait_s
     while True:
-        used = backend.memory_used_mib(uuid)
+        used = driver.memory_used_mib(uuid)
         if used <= start_mib + tolerance_mib or time.monotonic() >= deadline:
             break
         time.sleep(poll_s)
@@ -92,7 +92,7 @@ def _memory_check(backend: GpuBackend, uuid: str, start_mib: int, tolerance_mib:
 
 
 def check_cleanup(
-    backend: GpuBackend,
+    driver: GpuDriver,
     uuid: str,
     start_mib: int,
     pids: list[int] = (),
@@ -103,7 +103,7 @@ def check_cleanup(
 ) -> dict:
     """After the study: owned processes gone and device memory back to its start. Recorded, never raised."""
     checks = [
-        _processes_check(backend, uuid, list(pids), list(pgids)),
-        _memory_check(backend, uuid, start_mib, tolerance_mib, wait_s, poll_s),
+        _processes_check(driver, uuid, list(pids), list(pgids)),
+        _memory_check(driver, uuid, start_mib, tolerance_mib, wait_s, poll_s),
     ]
     return {"passed": all(c["passed"] for c in checks), "checks": checks, "checked_at": _now()}

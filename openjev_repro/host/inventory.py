@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .backend import GpuBackend
+from .driver import GpuDriver
 from .numa import numa_summary, pci_numa_node
 from .reservation import holder_of
 
@@ -17,17 +17,17 @@ __all__ = ["inventory", "format_inventory", "host_record", "HOST_FORMAT_VERSION"
 HOST_FORMAT_VERSION = 1
 
 
-def inventory(backend: GpuBackend, directory: Path | None = None) -> dict:
+def inventory(driver: GpuDriver, directory: Path | None = None) -> dict:
     """Every GPU with memory, compute processes, NUMA node and reservation holder."""
     gpus = []
-    for gpu in backend.gpus():
+    for gpu in driver.gpus():
         gpus.append({
             **gpu.to_dict(),
             "numa_node": pci_numa_node(gpu.pci_bus_id),
-            "processes": [p.to_dict() for p in backend.processes(gpu.uuid)],
+            "processes": [p.to_dict() for p in driver.processes(gpu.uuid)],
             "reserved_by": holder_of(gpu.uuid, directory),
         })
-    return {"driver": {"backend": backend.name, "version": backend.driver_version()}, "gpus": gpus,
+    return {"driver": {"backend": driver.name, "version": driver.driver_version()}, "gpus": gpus,
             "numa": numa_summary()}
 
 

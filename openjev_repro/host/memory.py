@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from ..errors import EvidenceError, HostError
-from .backend import GpuBackend
+from .driver import GpuDriver
 
 __all__ = ["MemorySampler", "MEMORY_FORMAT_VERSION", "NOTE"]
 
@@ -28,10 +28,10 @@ NOTE = "samples, not peaks"
 
 
 class MemorySampler:
-    """Sample `backend.memory_used_mib(uuid)` every `period_s` until stopped."""
+    """Sample `driver.memory_used_mib(uuid)` every `period_s` until stopped."""
 
-    def __init__(self, backend: GpuBackend, uuid: str, period_s: float = 0.1) -> None:
-        self.backend, self.uuid, self.period_s = backend, uuid, period_s
+    def __init__(self, driver: GpuDriver, uuid: str, period_s: float = 0.1) -> None:
+        self.driver, self.uuid, self.period_s = driver, uuid, period_s
         self._events: list[dict] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -74,7 +74,7 @@ class MemorySampler:
     def sample(self) -> int | None:
         """Take one sample now (the thread calls this; begin/end call it too)."""
         try:
-            used = self.backend.memory_used_mib(self.uuid)
+            used = self.driver.memory_used_mib(self.uuid)
         except Exception as exc:  # keep sampling: one failed read must not end the record
             self._add({"kind": "error", "error": str(exc)})
             return None

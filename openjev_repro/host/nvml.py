@@ -1,13 +1,13 @@
-"""GpuBackend through NVML (the `pynvml` module of nvidia-ml-py)."""
+"""GpuDriver through NVML (the `pynvml` module of nvidia-ml-py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..errors import HostError
-from .backend import GpuBackend, GpuInfo, GpuProcess
+from .driver import GpuDriver, GpuInfo, GpuProcess
 
-__all__ = ["NvmlBackend", "process_name"]
+__all__ = ["NvmlDriver", "process_name"]
 
 _MIB = 1024 * 1024
 
@@ -25,7 +25,7 @@ def process_name(pid: int) -> str | None:
         return None
 
 
-class NvmlBackend(GpuBackend):
+class NvmlDriver(GpuDriver):
     name = "nvml"
 
     def __init__(self) -> None:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import HostError, ReproError
-from ..recipe import Controls, Gpu
-from .backend import GpuBackend
+from ..study.recipe import Controls, Gpu
+from .driver import GpuDriver
 
 __all__ = ["UUID_RE", "GpuOverride"]
 
@@ -42,11 +42,11 @@ class GpuOverride:
         if not self.source:
             raise ReproError("GPU override: source must name who asked for it (cli, slurm, ...).")
 
-    def resolve(self, backend: GpuBackend) -> Gpu:
+    def resolve(self, driver: GpuDriver) -> Gpu:
         """The GPU this run uses; without an index, the one index on this host that has the UUID."""
         if self.index is not None:
             return Gpu(index=self.index, uuid=self.uuid)
-        found = [g.index for g in backend.gpus() if g.uuid == self.uuid]
+        found = [g.index for g in driver.gpus() if g.uuid == self.uuid]
         if not found:
             raise HostError(f"GPU override: no GPU on this host has UUID {self.uuid} (`invoke gpus` lists them).")
         return Gpu(index=found[0], uuid=self.uuid)

@@ -1,5 +1,6 @@
 """A recipe's controls applied for the length of one study: reservation, exact device,
-NUMA/CPU binding, memory samples and the cleanup checks, written to host.json and memory.jsonl."""
+NUMA/CPU binding, memory samples and the cleanup checks: memory.jsonl, and the record the runner
+writes to host.json."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ from pathlib import Path
 
 from .allocation import slurm_record
 from ..errors import RunIncomplete
-from ..evidence import write_json_atomic
-from ..recipe import Controls, parse_duration
-from .backend import GpuBackend, detect_backend
+from ..study.recipe import Controls, parse_duration
+from .driver import GpuDriver, detect_driver
 from .device import check_cleanup, check_device
 from .inventory import host_record
 from .memory import MemorySampler
@@ -29,14 +29,14 @@ class HostSession:
     """
 
     def __init__(self, controls: Controls, run_path: Path, *, allow_busy: bool = False,
-                 backend: GpuBackend | None = None, gpu_override: GpuOverride | None = None) -> None:
+                 driver: GpuDriver | None = None, gpu_override: GpuOverride | None = None) -> None:
         self.controls = controls
         self.recipe_gpu = controls.gpu
         self.gpu_override = gpu_override
         self.override_record: dict | None = None
         self.run_path = run_path
         self.allow_busy = allow_busy or controls.allow_busy
-        self._gpu_backend = backend
+        self._gpu_driver = driver
         self._stack = ExitStack()
         self.reservation = None
         self.device: dict | None = None
@@ -46,8 +46,8 @@ class HostSession:
 
     def __enter__(self) -> "HostSession":
         if self.gpu_override is not None:  # the run-time GPU replaces the recipe's for this run only
-            self._gpu_backend = self._gpu_backend or detect_backend()
-            effective = self.gpu_override.resolve(self._gpu_backend)
+            self._gpu_driver = self._gpu_driver or detect_driver()
+            effective = self.gpu_override.resolve(self._gpu_driver)
             self.override_record = self.gpu_override.record(self.recipe_gpu, effective)
             self.controls = self.gpu_override.apply(self.controls, effective)
         gpu = self.controls.gpu
@@ -56,15 +56,15 @@ class HostSession:
             self.deadline = time.monotonic() + parse_duration(reservation.timeout)
         if gpu is None:
             return self
-        backend = self._gpu_backend or detect_backend()
-        self._gpu_backend = backend
+        driver = self._gpu_driver or detect_driver()
+        self._gpu_driver = driver
         if reservation is not None:
             self.reservation = self._stack.enter_context(
                 reserve_gpus([gpu.uuid], wait_s=parse_duration(reservation.wait), note=reservation.note))
-        self.device = check_device(backend, gpu.index, gpu.uuid, allow_busy=self.allow_busy)
+        self.device = check_device(driver, gpu.index, gpu.uuid, allow_busy=self.allow_busy)
         self.device["allow_busy"] = self.allow_busy
         period = self.controls.memory_sample_period_ms / 1000
-        self.sampler = self._stack.enter_context(MemorySampler(backend, gpu.uuid, period_s=period))
+        self.sampler = self._stack.enter_context(MemorySampler(driver, gpu.uuid, period_s=period))
         return self
 
     @property
@@ -97,14 +97,15 @@ class HostSession:
                                 f"{label}; the study stops here.")
 
     def close(self, pids: list[int]) -> dict:
-        """Stop sampling, check cleanup, release the GPU, write host.json (and memory.jsonl)."""
+        """Stop sampling, check cleanup, release the GPU; write memory.jsonl and return host.json's record
+        (the runner writes it into the run directory)."""
         cleanup = None
         try:
             if self.sampler is not None:
                 self.sampler.stop()
                 self.sampler.write(self.run_path / "memory.jsonl")
             if self.device is not None:
-                cleanup = check_cleanup(self._gpu_backend, self.controls.gpu.uuid,
+                cleanup = check_cleanup(self._gpu_driver, self.controls.gpu.uuid,
                                         self.device["memory_used_at_start_mib"], pids=pids, pgids=pids)
         finally:
             self._stack.close()
@@ -118,5 +119,4 @@ class HostSession:
         slurm = slurm_record()  # job, array index, node and allocated GPU when run as a Slurm task
         if slurm is not None:
             record["slurm"] = slurm
-        write_json_atomic(self.run_path / "host.json", record)
         return record

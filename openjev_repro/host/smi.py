@@ -1,4 +1,4 @@
-"""GpuBackend through `nvidia-smi --query-* --format=csv,noheader,nounits`: the fallback to NVML.
+"""GpuDriver through `nvidia-smi --query-* --format=csv,noheader,nounits`: the fallback to NVML.
 
 The parsers are pure functions of the CSV text, so they are tested on recorded output.
 """
@@ -11,9 +11,9 @@ import shutil
 import subprocess
 
 from ..errors import HostError
-from .backend import GpuBackend, GpuInfo, GpuProcess
+from .driver import GpuDriver, GpuInfo, GpuProcess
 
-__all__ = ["SmiBackend", "GPU_FIELDS", "APP_FIELDS", "parse_gpus", "parse_apps"]
+__all__ = ["SmiDriver", "GPU_FIELDS", "APP_FIELDS", "parse_gpus", "parse_apps"]
 
 GPU_FIELDS = ("index", "uuid", "name", "memory.used", "memory.total", "pci.bus_id")
 APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
@@ -64,7 +64,7 @@ def parse_apps(text: str) -> dict[str, list[GpuProcess]]:
     return by_gpu
 
 
-class SmiBackend(GpuBackend):
+class SmiDriver(GpuDriver):
     name = "nvidia-smi"
 
     def __init__(self, executable: str = "nvidia-smi") -> None:

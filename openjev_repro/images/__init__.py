@@ -2,8 +2,8 @@
 
 from .build import build, build_dockerfile, build_offline, check_reproducible, labels_for, read_record, record_path
 from .daemon import connect, get_image
-from .lock import read_lock, verify_wheelhouse
-from .locking import lock_image
+from .lockfile import read_lock, verify_wheelhouse
+from .relock import lock_image
 from .rootfs import diff_members, normalize_tar, read_members
 from .sources import check_commit, fetch_source
 from .spec import CACHE_DIR, IMAGES_DIR, PLACEHOLDER_DIGEST, ImageSpec, backend_names, load_spec

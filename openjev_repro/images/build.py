@@ -23,7 +23,7 @@ from typing import Callable
 from ..errors import DockerError, VerificationError
 from .daemon import connect
 from .debian import make_base_tar, read_packages_lock
-from .lock import STATUS_COMPLETE, read_lock, sha256_file, fill_wheelhouse, verify_wheelhouse
+from .lockfile import STATUS_COMPLETE, read_lock, sha256_file, fill_wheelhouse, verify_wheelhouse
 from .rootfs import diff_members, read_members, normalize_tar
 from .spec import CACHE_DIR, PLACEHOLDER_DIGEST, REPO_ROOT, ImageSpec
 

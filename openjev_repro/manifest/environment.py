@@ -253,14 +253,14 @@ def collect_gpus(sources: tuple[Callable[[], list[dict]], ...] | None = None) ->
 
 
 def _host_inventory() -> list[dict[str, Any]]:
-    from ..host import detect_backend  # raises NoDriver (a HostError) without a driver
+    from ..host import detect_driver  # raises NoDriver (a HostError) without a driver
 
-    backend = detect_backend()
+    driver = detect_driver()
     try:
-        driver = backend.driver_version()
-        return [{**gpu.to_dict(), "driver_version": driver, "source": backend.name} for gpu in backend.gpus()]
+        driver = driver.driver_version()
+        return [{**gpu.to_dict(), "driver_version": driver, "source": driver.name} for gpu in driver.gpus()]
     finally:
-        backend.close()
+        driver.close()
 
 
 # --- Python environments of the backends --------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from openjev_repro.audit.verify import verify_path
-from openjev_repro.evidence import ENVELOPE_NAME
+from openjev_repro.study.rundir import ENVELOPE_NAME
 from test_adv_symlink_escapes import resign
 from test_audit_kit import signed_run
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from openjev_repro.evidence import RunDir
+from openjev_repro.study.rundir import RunDir
 from advkit import INVOKE, invoke, one_error_line
 from studykit import SCRIPTED, write_study
 

@@ -11,7 +11,7 @@ import os
 
 from openjev_repro.audit.publish import publish
 from openjev_repro.audit.verify import verify_path
-from openjev_repro.evidence import ENVELOPE_NAME
+from openjev_repro.study.rundir import ENVELOPE_NAME
 from openjev_repro.manifest.dsse import envelope_bytes, make_envelope, parse_envelope, payload_of
 from openjev_repro.manifest.keys import load_private_key
 from advkit import invoke

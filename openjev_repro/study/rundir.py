@@ -6,7 +6,7 @@ Layout of a run directory (every file except the envelope is a manifest subject)
     plan.json              the resolved plan: backends, commands, passes, pins
     inputs.json            every declared input with its verified sha256
     state.json             status running|complete|incomplete, steps attempted and finished
-    rows.jsonl             one Row per request (openjev_repro.rows), flushed after each
+    rows.jsonl             one Row per request (openjev_repro.study.rows), flushed after each
     responses/<backend>.jsonl  response bodies: {"backend","workload","phase","pass_index","seq","id","body"}
     logs/<backend>.log     the backend's stdout and stderr
     processes.json         exit record of every process or container we started
@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .errors import EvidenceError
+from ..errors import EvidenceError
 
 __all__ = ["RunDir", "STATE_FORMAT_VERSION", "write_json_atomic", "write_bytes_atomic", "read_json", "ENVELOPE_NAME", "scan_tree",
            "fsync_tree", "boot_id", "process_start_ticks", "stale_reason", "guard_output", "enclosing_run"]
@@ -72,7 +72,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
-    from .limits import loads_bounded
+    from ..limits import loads_bounded
 
     try:
         return loads_bounded(Path(path).read_text(encoding="utf-8"))

@@ -22,8 +22,8 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import RecipeError
-from .limits import MAX_PASSES, MAX_REPEAT, MAX_TIMEOUT_S
+from ..errors import RecipeError
+from ..limits import MAX_PASSES, MAX_REPEAT, MAX_TIMEOUT_S
 
 __all__ = [
     "RECIPE_FORMAT_VERSION",

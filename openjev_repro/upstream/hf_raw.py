@@ -1,6 +1,6 @@
 """Raw-HF launcher: run upstream `jev.server` with Transformers' optional kernels blocked.
 
-    python -m openjev_repro.adapters.hf_raw [--expect-linear-layers 48] --checkpoint DIR --max-length N ...
+    python -m openjev_repro.upstream.hf_raw [--expect-linear-layers 48] --checkpoint DIR --max-length N ...
 
 Inside the upstream environment (PYTHONPATH holding this repository), before any model class
 is imported, Transformers' `is_flash_linear_attention_available` and `is_causal_conv1d_available`

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
-from .errors import RecipeError
+from ..errors import RecipeError
 from .recipe import Recipe
 
 __all__ = ["TRACES_FORMAT_VERSION", "TraceItem", "TraceLauncher", "plan_traces", "run_traces", "nsys_prefix"]

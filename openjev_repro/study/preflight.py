@@ -12,7 +12,7 @@ import os
 import socket
 from pathlib import Path
 
-from .errors import DockerError, InputMismatch, RecipeError, ReproError
+from ..errors import DockerError, InputMismatch, RecipeError, ReproError
 from .recipe import Recipe
 
 __all__ = ["preflight", "check_key", "check_out_dir", "check_ports", "check_docker", "missing_inputs", "input_fix",
@@ -34,7 +34,7 @@ def check_key(key_path: Path | None) -> None:
     """The signing key is readable and an unencrypted Ed25519 private key."""
     if key_path is None:
         return
-    from .manifest.keys import load_private_key
+    from ..manifest.keys import load_private_key
 
     try:
         load_private_key(Path(key_path))
@@ -97,7 +97,7 @@ def check_docker(recipe: Recipe, runtime: str | None) -> None:
     for backend in docker_backends:
         if backend.image is None:
             raise RecipeError(f"Backend {backend.name} runs in docker but names no image in the recipe.")
-    from .images.daemon import connect, get_image
+    from ..images.daemon import connect, get_image
 
     client = connect()
     try:

@@ -1,7 +1,9 @@
 """FakeGpus: a TEST DOUBLE of the GPU driver, for machines without an NVIDIA driver (CI, laptops).
 
 It is the only stand-in the project allows, because no NVIDIA driver can run where the tests
-run. `detect_backend()` never returns it; tests and dry runs construct it explicitly.
+run. It lives here, outside the package: `detect_driver()` never returns it, and tests hand it
+to the code under test (`StudyOptions(gpu_driver=...)`, `HostSession(..., driver=...)`,
+`check_device`, `MemorySampler`) as the `GpuDriver` it takes.
 Everything around it (locks, process groups, NUMA, /proc) stays real.
 """
 
@@ -11,13 +13,13 @@ import threading
 from dataclasses import replace
 from typing import Callable
 
-from ..errors import HostError
-from .backend import GpuBackend, GpuInfo, GpuProcess
+from openjev_repro.errors import HostError
+from openjev_repro.host.driver import GpuDriver, GpuInfo, GpuProcess
 
 __all__ = ["FakeGpus"]
 
 
-class FakeGpus(GpuBackend):
+class FakeGpus(GpuDriver):
     """Test double. Holds GPUs in memory; tests change memory and processes while code runs."""
 
     name = "fake"
@@ -54,11 +56,7 @@ class FakeGpus(GpuBackend):
             self._require(uuid)
             self._procs[uuid].append(GpuProcess(pid=pid, name=name, used_memory_mib=used_mib))
 
-    def remove_process(self, uuid: str, pid: int) -> None:
-        with self._lock:
-            self._procs[uuid] = [p for p in self._procs[uuid] if p.pid != pid]
-
-    # --- GpuBackend --------------------------------------------------------------------
+    # --- GpuDriver --------------------------------------------------------------------
 
     def _require(self, uuid: str) -> GpuInfo:
         if uuid not in self._gpus:

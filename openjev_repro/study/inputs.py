@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 from rich.table import Table
 
-from .errors import InputMismatch
-from .hashing import hash_files
+from ..errors import InputMismatch
+from ..hashing import hash_files
 from .recipe import Recipe
 
 __all__ = ["InputCheck", "verify_inputs", "require_all_ok", "checks_table", "PROGRESS_THRESHOLD_BYTES"]

@@ -1,7 +1,7 @@
 """The pass protocol: first inference, warm-up, excluded feasibility passes, measured passes.
 
 Timed code does as little as possible: request bodies are serialised before the clock starts
-(workload.prepare), the client times from send to last byte, and parsing happens afterwards.
+(workload.build_requests), the client times from send to last byte, and parsing happens afterwards.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .errors import BackendCrashed, ProtocolError, RunIncomplete
+from ..errors import BackendCrashed, ProtocolError, RunIncomplete
 from .rows import Row, RowWriter
 from .timed_client import TimedClient, TimedResponse
 from .workload import QUESTION_ID, Request

@@ -1,8 +1,9 @@
 """The small interface to the GPU driver: list GPUs, their compute processes, memory used.
 
-Two real implementations (`nvml.NvmlBackend` through nvidia-ml-py, `smi.SmiBackend` through
-the nvidia-smi CSV output) and one test double (`fake.FakeGpus`, for machines without a
-driver). `detect_backend()` tries NVML first, then nvidia-smi, and raises `NoDriver` when
+Two real implementations (`nvml.NvmlDriver` through nvidia-ml-py, `smi.SmiDriver` through
+the nvidia-smi CSV output). The test double for machines without a driver (`FakeGpus`) lives
+in `tests/fake_gpus.py`: tests hand it to the code that takes a `GpuDriver` (`HostSession`,
+`StudyOptions.gpu_driver`, `check_device`, `MemorySampler`, ...); nothing here selects it. `detect_driver()` tries NVML first, then nvidia-smi, and raises `NoDriver` when
 neither works, with a message that says so.
 """
 
@@ -13,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from ..errors import HostError
 
-__all__ = ["GpuInfo", "GpuProcess", "GpuBackend", "NoDriver", "detect_backend"]
+__all__ = ["GpuInfo", "GpuProcess", "GpuDriver", "NoDriver", "detect_driver"]
 
 
 class NoDriver(HostError):
@@ -43,10 +44,10 @@ class GpuProcess:
         return asdict(self)
 
 
-class GpuBackend(ABC):
+class GpuDriver(ABC):
     """What the host controls need from a driver; nothing more."""
 
-    name: str  # "nvml", "nvidia-smi" or "fake"
+    name: str  # "nvml", "nvidia-smi" (a test double names itself)
 
     @abstractmethod
     def driver_version(self) -> str: ...
@@ -71,13 +72,13 @@ class GpuBackend(ABC):
         """Release driver handles (NVML shutdown); idempotent."""
 
 
-def detect_backend() -> GpuBackend:
+def detect_driver() -> GpuDriver:
     """NVML through nvidia-ml-py first, nvidia-smi as fallback; NoDriver if neither answers."""
-    from .nvml import NvmlBackend
-    from .smi import SmiBackend
+    from .nvml import NvmlDriver
+    from .smi import SmiDriver
 
     reasons = []
-    for make in (NvmlBackend, SmiBackend):
+    for make in (NvmlDriver, SmiDriver):
         try:
             return make()
         except HostError as exc:

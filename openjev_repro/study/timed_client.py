@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Mapping
 
-from .errors import BackendError, ProtocolError
+from ..errors import BackendError, ProtocolError
 
 __all__ = [
     "TimedClient",

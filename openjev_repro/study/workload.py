@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import RecipeError
+from ..errors import RecipeError
 
-__all__ = ["Task", "Request", "load_tasks", "select", "request_body", "QUESTION_ID"]
+__all__ = ["Task", "Request", "load_tasks", "select", "request_body", "build_requests", "QUESTION_ID"]
 
 QUESTION_ID = "q"  # never shown to the model, so any fixed id will do
 
@@ -82,5 +82,6 @@ def request_body(task: Task, model: str = "open-jev") -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def prepare(tasks: list[Task], model: str = "open-jev") -> list[Request]:
+def build_requests(tasks: list[Task], model: str = "open-jev") -> list[Request]:
+    """One Request per task, its HTTP body serialised now so that no serialisation is timed."""
     return [Request(id=t.id, body=request_body(t, model), label=t.expected) for t in tasks]

@@ -1,6 +1,6 @@
 """Study orchestration: verify inputs, start each backend, run the pass protocol, stop, summarise.
 
-Evidence is written as it is produced (see evidence.py for the layout). Any failure leaves the
+Evidence is written as it is produced (see rundir.py for the layout). Any failure leaves the
 run directory marked incomplete with everything written so far, and raises.
 """
 
@@ -21,21 +21,21 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .errors import BackendError, RecipeError, ReproError, RunIncomplete
-from .evidence import RunDir, fsync_tree, read_json, write_json_atomic
-from .host.override import GpuOverride
-from .host.reaper import Reaper
-from .host.session import HostSession
+from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
+from .rundir import RunDir, fsync_tree, read_json, write_json_atomic
+from ..host.override import GpuOverride
+from ..host.reaper import Reaper
+from ..host.session import HostSession
 from .inputs import checks_table, require_all_ok, verify_inputs
 from .passes import PassBudget, PassRunner, ResponseLog
 from .plan import REPRO_ROOT
 from .preflight import port_in_use, preflight
 from .recipe import AuxProcess, Backend, Recipe, Workload, inputs_root, load_recipe
 from .rows import RowWriter, read_rows
-from .runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
-from .runtime.local import LocalRuntime
+from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
+from ..runtime.local import LocalRuntime
 from .timed_client import TimedClient
-from .workload import Request, load_tasks, prepare, select
+from .workload import Request, build_requests, load_tasks, select
 
 __all__ = ["StudyOptions", "run_study", "substitute", "free_port", "TIMING_BOUNDARY"]
 
@@ -56,7 +56,7 @@ class StudyOptions:
     inputs_root: Path | None = None
     key_path: Path | None = None  # Ed25519 private key; None: unsigned
     allow_busy: bool = False
-    gpu_backend: object | None = None  # a host.GpuBackend; None: NVML or nvidia-smi (tests pass FakeGpus)
+    gpu_driver: object | None = None  # a host.GpuDriver; None: NVML or nvidia-smi (tests pass their double, tests/fake_gpus.py)
     gpu_override: GpuOverride | None = None  # run on this GPU instead of the recipe's (recorded as gpu_override)
     console: Console = field(default_factory=lambda: Console(stderr=True))
 
@@ -151,7 +151,7 @@ def _rerender_report(run: RunDir) -> None:
     if not run.file("report.md").exists() or run.file("manifest.dsse.json").exists():
         return
     try:
-        from .report import write_report
+        from ..results.report import write_report
 
         write_report(run.path, plots=False)  # the plots do not change; the banner is in report.md
     except Exception:
@@ -162,7 +162,7 @@ def _rerender_report(run: RunDir) -> None:
 def run_study(opts: StudyOptions) -> RunDir:
     recipe = load_recipe(opts.recipe_path)
     if recipe.preparation is not None:  # hashes left to `invoke prepare` come from its inputs lock
-        from .prepare import locked_recipe
+        from .preparation import locked_recipe
 
         recipe = locked_recipe(recipe, opts.recipe_path)
     root = inputs_root(opts.recipe_path, recipe, opts.inputs_root)
@@ -249,7 +249,7 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions, reaper
     budget = PassBudget({(b.name, w.name): recipe.passes_for(w)[1] for b in recipe.backends for w in recipe.workloads})
     records: list[ExitRecord] = []
     failures = 0
-    host = HostSession(recipe.controls, run.path, allow_busy=opts.allow_busy, backend=opts.gpu_backend,
+    host = HostSession(recipe.controls, run.path, allow_busy=opts.allow_busy, driver=opts.gpu_driver,
                        gpu_override=opts.gpu_override)
     with _step(run, "host-controls"):
         host.__enter__()
@@ -261,6 +261,7 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions, reaper
                                              reaper)
     finally:
         host_json = host.close([int(r.ident) for r in records if r.runtime == "local"])
+        write_json_atomic(run.file("host.json"), host_json)
     cleanup = host_json.get("cleanup")
     if cleanup is not None and not cleanup.get("passed"):
         raise BackendError(f"Cleanup checks failed after the study: {cleanup}.")
@@ -283,7 +284,7 @@ def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, work
         runtime.prefix = host.command_prefix()
     if hasattr(runtime, "reaper"):
         runtime.reaper = reaper
-    prepared = {name: prepare(tasks, backend.model) for name, tasks in workloads.items()}
+    prepared = {name: build_requests(tasks, backend.model) for name, tasks in workloads.items()}
     started: list[RunningBackend] = []  # aux processes first, the client-facing command last
     aux_ports: dict[str, int] = {}
     try:
@@ -434,7 +435,7 @@ def _plan(recipe: Recipe, opts: StudyOptions, root: Path) -> dict:
 
 
 def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = None) -> dict:
-    from .manifest.environment import collect_environment
+    from ..manifest.environment import collect_environment
 
     # Package versions come from each backend's own interpreter (local runtime only; an image's
     # are recorded by its digest).
@@ -453,8 +454,8 @@ def _image_digests(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = N
     docker_backends = [b for b in recipe.backends if (opts.runtime or b.runtime) == "docker"]
     if not docker_backends:
         return {}
-    from .images.daemon import connect
-    from .images.inspect import describe_image
+    from ..images.daemon import connect
+    from ..images.inspect import describe_image
 
     client = connect()
     found: dict[str, dict] = {}
@@ -469,13 +470,13 @@ def _image_digests(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = N
 
 
 def _calibrate() -> dict:
-    from .bench.calibration import calibrate_client_overhead
+    from ..bench.calibration import calibrate_client_overhead
 
     return dict(calibrate_client_overhead(), timing_boundary=TIMING_BOUNDARY)
 
 
 def _summarise(run: RunDir, recipe: Recipe) -> None:
-    from .results import summarize
+    from ..results.statistics import summarize
 
     write_json_atomic(run.file("summary.json"), summarize(read_rows(run.rows_path), recipe))
 
@@ -486,8 +487,8 @@ def _finish_outputs(run: RunDir, opts: StudyOptions) -> None:
     A failure before "complete" leaves the run incomplete; a failure of the manifest itself
     turns it back to incomplete (run_study) and re-renders the report with the banner.
     """
-    from .manifest import write_manifest
-    from .report import write_report
+    from ..manifest import write_manifest
+    from ..results.report import write_report
 
     with _step(run, "report"):
         report = write_report(run.path, as_status="complete")

@@ -1,7 +1,7 @@
 """Per-request timing rows: the source of truth of every run.
 
 Every statistic in `summary.json`, the report, `verify` and `compare` is derived from
-these rows by pure functions (`openjev_repro.results`). Rows are written one JSON object
+these rows by pure functions (`openjev_repro.results.statistics`). Rows are written one JSON object
 per line to `rows.jsonl`, flushed after each request.
 
 Format history:
@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterable, Literal
 
-from .errors import EvidenceError
+from ..errors import EvidenceError
 
 __all__ = ["ROW_FORMAT_VERSION", "Phase", "Row", "RowWriter", "read_rows"]
 

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import yaml
 
-from .errors import RecipeError
-from .prepare import plan_prepare
+from ..errors import RecipeError
+from .preparation import plan_prepare
 from .recipe import UNPINNED, NoAliasLoader, Recipe, _line_map, inputs_root as recipe_inputs_root, lock_path, recipe_sha256
 from .traces import plan_traces
 
 __all__ = ["PLAN_FORMAT_VERSION", "resolve_plan", "check_pins", "runner_placeholders", "REPRO_ROOT"]
 
 PLAN_FORMAT_VERSION = 1
-REPRO_ROOT = Path(__file__).resolve().parent.parent  # the directory holding openjev_repro ({repro})
+REPRO_ROOT = Path(__file__).resolve().parents[2]  # the directory holding openjev_repro ({repro})
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

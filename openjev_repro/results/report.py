@@ -17,12 +17,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .errors import EvidenceError
-from .evidence import ENVELOPE_NAME, RunDir, guard_output, read_json, write_bytes_atomic
-from .recipe import Recipe, load_recipe
-from .results import latency_stats, summarize
+from ..errors import EvidenceError
+from ..study.rundir import ENVELOPE_NAME, RunDir, guard_output, read_json, write_bytes_atomic
+from ..study.recipe import Recipe, load_recipe
+from .statistics import latency_stats, summarize
 from .row_table import RowTable, as_table, read_table
-from .rows import Row
+from ..study.rows import Row
 
 __all__ = ["DIGITS", "PLOT_NAMES", "RunInfo", "plot_figures", "render_report", "run_info", "write_plots", "write_report",
            "incomplete_banner", "imported_note", "run_facts_of"]
@@ -163,7 +163,7 @@ def _gate_lines(gates: list[dict]) -> list[str]:
 
 
 def _imported_lines(imported: dict) -> list[str]:
-    from .audit.importer import cleanup_line, figure_lines
+    from .imported import cleanup_line, figure_lines
 
     out = ["## Published figures (imported evidence)", "",
            "Each figure their summary.json publishes, recomputed from the imported rows: EXACT bit for bit, "

@@ -1,4 +1,4 @@
-"""Backend adapters: small launchers of ours that run inside an upstream environment.
+"""Upstream launchers: small programs of ours that run inside an upstream environment (not the LoRA adapter).
 
 Kept free of this package's heavy imports (pydantic, rich, ...) so that the upstream
 environment needs only this directory on PYTHONPATH.

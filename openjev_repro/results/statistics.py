@@ -28,10 +28,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .errors import EvidenceError
-from .recipe import Recipe
+from ..errors import EvidenceError
+from ..study.recipe import Recipe
 from .row_table import RowTable, as_table
-from .rows import Row
+from ..study.rows import Row
 
 __all__ = [
     "SUMMARY_FORMAT_VERSION",

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from .errors import CheckpointError, InputMismatch, RecipeError
+from ..errors import CheckpointError, InputMismatch, RecipeError
 from .recipe import UNPINNED, InputFile, Recipe, RequestSelection, inputs_root, lock_path
 
 __all__ = [

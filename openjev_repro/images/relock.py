@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import DockerError, ReproError
-from .lock import STATUS_PARTIAL, Lock, LockFailed, resolve, write_lock
+from .lockfile import STATUS_PARTIAL, Lock, LockFailed, resolve, write_lock
 from .spec import CACHE_DIR, PLACEHOLDER_DIGEST, ImageSpec
 
 __all__ = ["lock_image", "lock_requirements", "resolve_base_digest"]
