@@ -35,7 +35,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, cast
 
 import h11
 
@@ -254,11 +254,14 @@ class TimedClient:
             method, target, _ = request_line
             self._h11.send(h11.Request(method=method, target=target, headers=[(n, v.strip()) for n, v in fields]))
             if len(wire) > head_end + 4:
-                self._h11.send_with_data_passthrough(h11.Data(data=memoryview(wire)[head_end + 4 :]))
+                self._h11.send_with_data_passthrough(h11.Data(data=wire[head_end + 4 :]))
             self._h11.send(h11.EndOfMessage())
         except h11.LocalProtocolError as exc:
             self._discard()
             raise ClientError(f"the request bytes are not an HTTP/1.1 request that build_request makes: {exc}; nothing was sent.") from None
+        except BaseException:  # an interrupt halfway: h11's state no longer matches the stream
+            self._discard()
+            raise
 
     # -- the timed path: receive and let h11 frame, no decoding -----------------------------
 
@@ -273,7 +276,7 @@ class TimedClient:
             if not n:
                 self._end_of_stream(parser)
                 return received
-            parser.receive_data(view[:n])
+            parser.receive_data(cast(bytes, view[:n]))  # h11 appends it to a bytearray: no copy of our own
             try:
                 if self._complete(parser):
                     return received
