@@ -31,8 +31,8 @@ import httpx
 
 from ..errors import BackendError
 from ..timed_client import TimedClient, build_request
-from .handwritten_client import HandwrittenFramingClient
 from .machine import result_header
+from .handwritten_client import HandwrittenFramingClient
 from .server import SYSTEMONE_REQUEST, LoopbackServer
 from .stats import summarize_ns
 
