@@ -42,10 +42,16 @@ def test_loopback_server_answers_pipelined_and_split_requests() -> None:
 
 def test_client_bench_small() -> None:
     result = run_client_bench(n=50, warmup=5)
-    assert set(result["clients"]) == {"raw-socket", "timed-client", "timed-client-wall", "httpx"}
+    assert set(result["clients"]) == {
+        "raw-socket", "timed-client", "timed-client-wall", "handwritten-framing", "handwritten-framing-wall", "httpx"
+    }
     assert all(c["n"] == 50 for c in result["clients"].values())
     assert result["clients"]["raw-socket"]["p50_ratio_to_raw"] == 1.0
     assert result["timed_client_connections_opened"] == 1
+    assert result["handwritten_framing_connections_opened"] == 1
+    clients = result["clients"]
+    expected_cost = (clients["timed-client"]["p50_us"] - clients["handwritten-framing"]["p50_us"]) / clients["raw-socket"]["p50_us"]
+    assert result["h11_cost_p50_over_raw_p50"] == pytest.approx(expected_cost, abs=1e-3)
     assert result["body_sha256"] == hashlib.sha256(SYSTEMONE_RESPONSE).hexdigest()
     assert result["machine"]["cores"] >= 1 and result["format_version"] == 1
     last = format_client_table(result).splitlines()[-1]

@@ -389,10 +389,118 @@ def test_connection_refused_is_a_client_error() -> None:
         (b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n", "not a number"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc", "conflicting Content-Length"),
         (b"HTTP/1.1 200 OK\r\nno colon here\r\nContent-Length: 0\r\n\r\n", "not 'Name: value'"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n", "not followed by CRLF"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n", "not hexadecimal"),
+        # h11 refuses these, where the hand-written framing read to EOF or returned the 101:
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nabc", "not valid HTTP/1.1"),
+        (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n", "not valid HTTP/1.1"),
     ],
 )
-def test_malformed_responses_are_protocol_errors(scripted, wire, message) -> None:
-    server = scripted(fixed(wire, keep=False))
+@pytest.mark.parametrize("send", [fixed, trickle], ids=["one-send", "byte-by-byte"])
+def test_malformed_responses_are_protocol_errors(scripted, send, wire, message) -> None:
+    server = scripted(send(wire, keep=False))
     with TimedClient("127.0.0.1", server.port, timeout_s=5) as client:
         with pytest.raises(MalformedResponse, match=message):
             client.request("GET", "/")
+
+
+# -- what h11 changed: the stamp over many recvs, errors kept apart, limits -----------------
+
+
+def paced(pieces: list[bytes], pause_s: float, last_send_ns: list[int]) -> Handler:
+    """Send the pieces with a pause before each; record the time just before the last send."""
+
+    def handler(conn: socket.socket, request: bytes, index: int) -> bool:
+        for i, piece in enumerate(pieces):
+            time.sleep(pause_s)
+            if i == len(pieces) - 1:
+                last_send_ns.append(time.monotonic_ns())
+            conn.sendall(piece)
+        return True
+
+    return handler
+
+
+def split(wire: bytes, parts: int) -> list[bytes]:
+    step = -(-len(wire) // parts)
+    return [wire[i : i + step] for i in range(0, len(wire), step)]
+
+
+@pytest.mark.parametrize(
+    "wire, body, trailers",
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 26\r\n\r\nabcdefghijklmnopqrstuvwxyz", b"abcdefghijklmnopqrstuvwxyz", {}),
+        (chunked([b"abcdefghij", b"klmnop", b"qrstuvwxyz"], trailers=b"X-Sum: 26\r\n"), b"abcdefghijklmnopqrstuvwxyz", {"x-sum": "26"}),
+    ],
+    ids=["content-length", "chunked-with-trailers"],
+)
+def test_a_response_split_over_many_recvs_is_stamped_at_the_last_one(scripted, wire, body, trailers) -> None:
+    # Six pieces 20 ms apart, so each arrives in a recv of its own. The final piece is sent
+    # after `last_send_ns`: end_ns can only be later if the recv that completed the response
+    # stamped it (stamping any earlier recv would give a time before it).
+    last_send_ns: list[int] = []
+    server = scripted(paced(split(wire, 6), 0.02, last_send_ns))
+    with TimedClient("127.0.0.1", server.port, timeout_s=5) as client:
+        for _ in range(2):
+            r = client.request("GET", "/")
+            returned = time.monotonic_ns()
+            assert (r.body, r.trailers) == (body, trailers)
+            assert last_send_ns[-1] < r.end_ns <= returned
+            assert r.latency_ns >= 6 * 20_000_000
+        assert client.connections_opened == 1
+
+
+@pytest.mark.parametrize(
+    "wire, where",
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Le", "before sending a complete header"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab", "in the middle of a chunked body"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\nX-Sum: 2\r\n", "in the middle of a chunked body"),
+    ],
+    ids=["in-header", "in-chunk", "in-trailer"],
+)
+def test_a_close_mid_response_is_a_client_error_not_a_protocol_error(scripted, wire, where) -> None:
+    server = scripted(fixed(wire, keep=False))
+    with TimedClient("127.0.0.1", server.port, timeout_s=5) as client:
+        with pytest.raises(ClientError, match=f"closed the connection {where}; the request was not retried") as caught:
+            client.request("GET", "/")
+        assert not isinstance(caught.value, ProtocolError)
+        assert client._sock is None
+    assert len(server.requests) == 1
+
+
+def test_bytes_that_are_not_a_request_are_refused_before_sending(scripted) -> None:
+    server = scripted(fixed(b"HTTP/1.1 204 No Content\r\n\r\n"))
+    with TimedClient("127.0.0.1", server.port, timeout_s=5) as client:
+        with pytest.raises(ClientError, match="nothing was sent"):
+            client.send_prepared(b"not an HTTP request")
+        with pytest.raises(ClientError, match="nothing was sent"):  # h11: HTTP/1.1 needs Host
+            client.send_prepared(b"GET / HTTP/1.1\r\nAccept: */*\r\n\r\n")
+        assert client.request("GET", "/").status == 204  # a fresh connection, then as usual
+    assert len(server.requests) == 1
+
+
+def test_an_upgrade_the_request_asked_for_returns_the_101_and_drops_the_connection(scripted) -> None:
+    server = scripted(fixed(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: demo\r\nConnection: Upgrade\r\n\r\nnot http"))
+    with TimedClient("127.0.0.1", server.port, timeout_s=5) as client:
+        for _ in range(2):
+            r = client.request("GET", "/", headers={"Upgrade": "demo", "Connection": "Upgrade"})
+            assert (r.status, r.headers["upgrade"], r.body) == (101, "demo", b"")
+        assert client.connections_opened == 2
+
+
+def test_http10_keep_alive_is_not_reused(scripted) -> None:
+    # h11 does not keep HTTP/1.0 connections alive; the hand-written framing did. Reconnecting
+    # happens before the clock starts, so no measurement changes.
+    server = scripted(fixed(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nhi"))
+    with TimedClient("127.0.0.1", server.port, timeout_s=5) as client:
+        assert [client.request("GET", "/").body for _ in range(2)] == [b"hi", b"hi"]
+        assert client.connections_opened == 2
+
+
+def test_a_header_block_longer_than_h11s_default_limit_is_accepted(scripted) -> None:
+    big = b"x" * 100_000  # h11's own default refuses incomplete events over 16 KiB
+    server = scripted(fixed(b"HTTP/1.1 200 OK\r\nX-Big: %s\r\nContent-Length: 2\r\n\r\nok" % big))
+    with TimedClient("127.0.0.1", server.port, timeout_s=5) as client:
+        r = client.request("GET", "/")
+        assert (r.body, len(r.headers["x-big"])) == (b"ok", 100_000)

@@ -1,14 +1,16 @@
-"""A timed HTTP/1.1 client over one persistent raw socket.
+"""A timed HTTP/1.1 client over one persistent raw socket, parsed by h11.
 
 Why not httpx: every microsecond the client spends between "start" and "end" is added to the
-latency a study reports. Here the request bytes are built before the clock starts, the timed
-path is `sendall` plus a `recv_into` loop over one reusable buffer (framing is found with
-`bytes.find`, never per byte), and headers, trailers and the body are decoded after the clock
-stops. `docs/benchmarks.md` gives the measured overhead against a raw-socket floor.
+latency a study reports. Here the request bytes are built, and announced to the parser, before
+the clock starts; the timed path is `sendall` plus a `recv_into` loop over one reusable buffer,
+each recv's bytes handed to h11 (the sans-IO HTTP/1.1 parser under httpcore and httpx) to learn
+whether the response is complete. Headers, trailers and the body are decoded after the clock
+stops. `docs/benchmarks.md` gives the measured overhead against a raw-socket floor, beside the
+hand-written framing this client used before (`bench/handwritten_client.py`).
 
 What is timed: `start_ns` is `time.monotonic_ns()` just before `sendall`; `end_ns` is taken
 right after the `recv_into` call that delivered the response's last byte (each recv is
-stamped; framing that follows it is not counted). Connecting (and reconnecting) happens before
+stamped; parsing that follows it is not counted). Connecting (and reconnecting) happens before
 `start_ns` and is never inside a measurement; `connections_opened` counts it so a caller can
 show that one connection served every request.
 
@@ -18,7 +20,7 @@ Errors (all `ReproError`s, so a runner can record them as failure rows):
     └── ClientError       could not connect, connection reset or closed mid-response
         └── ClientTimeout no byte arrived for `timeout_s`
     ProtocolError
-    └── MalformedResponse the bytes are not a valid HTTP/1.1 response
+    └── MalformedResponse the bytes are not a valid HTTP/1.1 response (h11 refused them)
 
 A request whose bytes may have reached the server is never sent again: a stale keep-alive
 connection is detected (readable while idle) and replaced before sending; any failure after
@@ -33,7 +35,9 @@ import struct
 import time
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Mapping
+from typing import Iterable, Mapping, cast
+
+import h11
 
 from ..errors import BackendError, ProtocolError
 
@@ -48,11 +52,21 @@ __all__ = [
 
 _monotonic_ns = time.monotonic_ns
 _BUFFER_BYTES = 64 * 1024
-_NO_BODY_STATUSES = frozenset((204, 304))
+# h11 refuses a header block (or chunk-size line) longer than this while it is incomplete.
+_MAX_HEADER_BYTES = 1 << 20
 
-# Where one response lies in the receive buffer: message start, header end, body spans,
-# trailer span (or None), end of the response, bytes received, framed by EOF.
-_Frame = tuple[int, int, list[tuple[int, int]], tuple[int, int] | None, int, int, bool]
+# What h11's refusals mean, in this client's words (h11's own message follows in brackets).
+_H11_REFUSALS = (
+    ("illegal status line", "the response does not start with an HTTP/1.x status line and a three-digit code"),
+    ("no response line", "the response does not start with an HTTP/1.x status line and a three-digit code"),
+    ("illegal request line", "the response does not start with an HTTP/1.x status line and a three-digit code"),
+    ("bad Content-Length", "Content-Length is not a number"),
+    ("conflicting Content-Length", "conflicting Content-Length values"),
+    ("illegal header line", "a header line is not 'Name: value'"),
+    ("illegal chunk header", "a chunk size line is not hexadecimal"),
+    ("malformed chunk footer", "a chunk is not followed by CRLF; the chunk sizes are wrong"),
+    ("Receive buffer too long", f"the response's header is longer than {_MAX_HEADER_BYTES} bytes"),
+)
 
 
 class ClientError(BackendError):
@@ -126,9 +140,12 @@ class TimedClient:
         self._host_header = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._sock: socket.socket | None = None
         self._poll: select.poll | None = None
-        self._buf = bytearray(_BUFFER_BYTES)
-        self._view = memoryview(self._buf)
-        self._received_ns = 0
+        self._h11: h11.Connection | None = None
+        self._view = memoryview(bytearray(_BUFFER_BYTES))
+        # The response being received: its head, body pieces and trailers, as h11 gave them.
+        self._response: h11.Response | h11.InformationalResponse | None = None
+        self._pieces: list[bytes | bytearray] = []
+        self._trailers: Iterable[tuple[bytes, bytes]] = ()
 
     # -- public -----------------------------------------------------------------------------
 
@@ -140,17 +157,16 @@ class TimedClient:
         headers: dict[str, str] | None = None,
     ) -> TimedResponse:
         """Send one request and return its response with client-side timestamps."""
-        wire = build_request(method, path, self._host_header, body, headers)
-        return self.send_prepared(wire, head=method.upper() == "HEAD")
+        return self.send_prepared(build_request(method, path, self._host_header, body, headers))
 
-    def send_prepared(self, wire: bytes, *, head: bool = False) -> TimedResponse:
-        """Send request bytes made by `build_request` (pass `head=True` for a HEAD request)."""
+    def send_prepared(self, wire: bytes) -> TimedResponse:
+        """Send request bytes made by `build_request` and return the timed response."""
         sock = self._ready_socket()
+        self._announce(wire)
         try:
             start = _monotonic_ns()
             sock.sendall(wire)
-            frame = self._receive(sock, head)
-            end = self._received_ns
+            end = self._receive(sock)
         except (TimeoutError, BlockingIOError) as exc:
             self._discard()
             raise ClientTimeout(
@@ -166,11 +182,7 @@ class TimedClient:
         except BaseException:  # our own errors, or an interrupt: the stream is mid-response
             self._discard()
             raise
-        try:
-            return self._finish(frame, start, end)
-        except MalformedResponse:
-            self._discard()
-            raise
+        return self._finish(start, end)
 
     def close(self) -> None:
         self._discard()
@@ -219,142 +231,113 @@ class TimedClient:
         poller = select.poll()
         poller.register(sock, select.POLLIN)
         self._sock, self._poll = sock, poller
+        self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEADER_BYTES)
         self.connections_opened += 1
 
     def _discard(self) -> None:
         if self._sock is not None:
             self._sock.close()
-        self._sock = self._poll = None
+        self._sock = self._poll = self._h11 = None
 
-    # -- the timed path: only framing, no decoding ------------------------------------------
-
-    def _recv(self, sock: socket.socket, filled: int) -> int:
-        """Receive more bytes after `filled`; return the new fill level, or -1 at EOF."""
-        if filled == len(self._buf):
-            self._grow(2 * filled)
-        n = sock.recv_into(self._view[filled:])
-        self._received_ns = _monotonic_ns()  # the response's end, if these were its last bytes
-        return filled + n if n else -1
-
-    def _grow(self, size: int) -> None:
-        self._view.release()
-        self._buf.extend(bytes(size - len(self._buf)))
-        self._view = memoryview(self._buf)
-
-    def _receive(self, sock: socket.socket, head: bool) -> _Frame:
-        """Read one response into the buffer and return where its parts lie."""
-        buf = self._buf
-        filled = msg = 0
-        while True:  # status line and headers; interim 1xx responses are skipped
-            head_end = buf.find(b"\r\n\r\n", msg, filled)
-            if head_end < 0:
-                filled = self._recv_or_fail(sock, filled, "before sending a complete header")
-                continue
-            code = buf[msg + 9 : msg + 12]
-            if not (buf.startswith(b"HTTP/1.", msg) and code.isdigit()):
-                raise MalformedResponse(
-                    f"the response does not start with an HTTP/1.x status line and a three-digit code: "
-                    f"{bytes(buf[msg:msg + 40])!r}."
-                )
-            status = int(code)
-            if 100 <= status < 200 and status != 101:
-                msg = head_end + 4
-                continue
-            break
-        body_start = head_end + 4
-        if head or status in _NO_BODY_STATUSES or 100 <= status < 200:
-            return msg, head_end, [], None, body_start, filled, False
-        fields = buf[msg:head_end].lower()
-        te = _field_value(fields, b"\r\ntransfer-encoding:")
-        if te is None:
-            length = _field_value(fields, b"\r\ncontent-length:")
-        elif te.rsplit(b",", 1)[-1].strip() == b"chunked":
-            return self._receive_chunked(sock, msg, head_end, filled)
-        else:
-            length = None  # another transfer coding: only the server's close ends the body
-        if length is None:  # no framing: the body ends when the server closes
-            filled = self._receive_to_eof(sock, filled)
-            return msg, head_end, [(body_start, filled)], None, filled, filled, True
+    def _announce(self, wire: bytes) -> None:
+        """Tell h11 which request the wire bytes carry (before the clock), so that it frames the
+        response as that request needs (HEAD, Connection: close, Expect, Upgrade)."""
+        assert self._h11 is not None
+        self._response, self._pieces, self._trailers = None, [], ()
+        head_end = wire.find(b"\r\n\r\n")
+        lines = wire[:head_end].split(b"\r\n") if head_end > 0 else []
+        request_line = lines[0].split(b" ") if lines else []
+        fields = [line.split(b":", 1) for line in lines[1:]]
         try:
-            body_end = body_start + int(length)
-        except ValueError:
-            raise MalformedResponse(f"Content-Length {bytes(length)!r} is not a number.") from None
-        if body_end > len(buf):
-            self._grow(body_end)
-        while filled < body_end:
-            filled = self._recv_or_fail(sock, filled, "in the middle of the body", body_start, body_end)
-        return msg, head_end, [(body_start, body_end)], None, body_end, filled, False
+            if len(request_line) != 3 or any(len(f) != 2 for f in fields):
+                raise h11.LocalProtocolError("not a request line and 'Name: value' headers")
+            method, target, _ = request_line
+            self._h11.send(h11.Request(method=method, target=target, headers=[(n, v.strip()) for n, v in fields]))
+            if len(wire) > head_end + 4:
+                self._h11.send_with_data_passthrough(h11.Data(data=wire[head_end + 4 :]))
+            self._h11.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:
+            self._discard()
+            raise ClientError(f"the request bytes are not an HTTP/1.1 request that build_request makes: {exc}; nothing was sent.") from None
+        except BaseException:  # an interrupt halfway: h11's state no longer matches the stream
+            self._discard()
+            raise
 
-    def _receive_chunked(self, sock: socket.socket, msg: int, head_end: int, filled: int) -> _Frame:
-        buf = self._buf
-        pos = head_end + 4
-        spans: list[tuple[int, int]] = []
+    # -- the timed path: receive and let h11 frame, no decoding -----------------------------
+
+    def _receive(self, sock: socket.socket) -> int:
+        """Receive one response into h11; return the time right after its last bytes arrived."""
+        parser = self._h11
+        assert parser is not None
+        view = self._view
         while True:
-            eol = buf.find(b"\r\n", pos, filled)
-            if eol < 0:
-                filled = self._recv_or_fail(sock, filled, "in the middle of a chunked body")
-                continue
+            n = sock.recv_into(view)
+            received = _monotonic_ns()  # the response's end, if these were its last bytes
+            if not n:
+                self._end_of_stream(parser)
+                return received
+            parser.receive_data(cast(bytes, view[:n]))  # h11 appends it to a bytearray: no copy of our own
             try:
-                size = int(bytes(buf[pos:eol]).split(b";", 1)[0], 16)
-            except ValueError:
-                raise MalformedResponse(f"chunk size line {bytes(buf[pos:eol])[:40]!r} is not hexadecimal.") from None
-            data = eol + 2
-            if size == 0:
-                break
-            need = data + size + 2
-            if need > len(buf):
-                self._grow(max(need, 2 * len(buf)))
-                buf = self._buf
-            while filled < need:
-                filled = self._recv_or_fail(sock, filled, "in the middle of a chunked body")
-            if buf[need - 2 : need] != b"\r\n":
-                raise MalformedResponse("a chunk is not followed by CRLF; the chunk sizes are wrong.")
-            spans.append((data, data + size))
-            pos = need
-        while True:  # after the last chunk: optional trailer fields, then an empty line
-            if filled >= data + 2 and buf[data : data + 2] == b"\r\n":
-                return msg, head_end, spans, None, data + 2, filled, False
-            end = buf.find(b"\r\n\r\n", data, filled)
-            if end >= 0:
-                return msg, head_end, spans, (data, end), end + 4, filled, False
-            filled = self._recv_or_fail(sock, filled, "in the trailer of a chunked body")
+                if self._complete(parser):
+                    return received
+            except h11.RemoteProtocolError as exc:
+                raise _malformed(exc) from None
 
-    def _recv_or_fail(self, sock: socket.socket, filled: int, where: str, body_start: int = 0, body_end: int = 0) -> int:
-        got = self._recv(sock, filled)
-        if got < 0:
-            if body_end:
-                where = f"after {filled - body_start} of {body_end - body_start} body bytes"
-            raise ClientError(f"{self._host_header} closed the connection {where}; the request was not retried.")
-        return got
+    def _complete(self, parser: h11.Connection) -> bool:
+        """Take every event h11 can parse so far; True once the final response has ended."""
+        while True:
+            event = parser.next_event()
+            if event is h11.NEED_DATA:
+                return False
+            if isinstance(event, h11.Data):
+                self._pieces.append(event.data)
+            elif isinstance(event, h11.Response):
+                self._response = event
+            elif isinstance(event, h11.EndOfMessage):
+                self._trailers = event.headers
+                return True
+            elif isinstance(event, h11.InformationalResponse) and event.status_code == 101:
+                self._response = event  # the upgrade the request asked for: the final response
+            elif event is h11.PAUSED:  # after that 101, the bytes are no longer HTTP
+                return True
+            # other interim (1xx) responses are skipped
 
-    def _receive_to_eof(self, sock: socket.socket, filled: int) -> int:
-        while (got := self._recv(sock, filled)) >= 0:
-            filled = got
-        return filled
+    def _end_of_stream(self, parser: h11.Connection) -> None:
+        """The server closed: the end of a body framed by the close, or an error."""
+        parser.receive_data(b"")
+        try:
+            if self._complete(parser):
+                return
+        except h11.RemoteProtocolError:
+            pass
+        if self._response is None:
+            where = "before sending a complete header"
+        elif (length := _field(self._response.headers, b"content-length")) is not None:
+            where = f"after {sum(map(len, self._pieces))} of {int(length)} body bytes"
+        else:
+            where = "in the middle of a chunked body"
+        raise ClientError(f"{self._host_header} closed the connection {where}; the request was not retried.")
 
     # -- after the clock: decode ------------------------------------------------------------
 
-    def _finish(self, frame: _Frame, start: int, end: int) -> TimedResponse:
-        msg, head_end, spans, trailer_span, used, filled, eof_framed = frame
-        buf = self._buf
-        lines = bytes(buf[msg:head_end]).decode("latin-1").split("\r\n")
-        version, status, reason = _parse_status_line(lines[0])
-        headers = _parse_fields(lines[1:])
-        trailers = _parse_fields(bytes(buf[slice(*trailer_span)]).decode("latin-1").split("\r\n")) if trailer_span else {}
-        if "transfer-encoding" not in headers and len({v.strip() for v in headers.get("content-length", "").split(",")}) > 1:
-            raise MalformedResponse(f"conflicting Content-Length values {headers['content-length']!r}.")
-        body = bytes(buf[spans[0][0] : spans[0][1]]) if len(spans) == 1 else b"".join(buf[a:b] for a, b in spans)
-        connection = headers.get("connection", "").lower()
-        keep = (
-            not eof_framed
-            and "close" not in connection
-            and (version == "HTTP/1.1" or "keep-alive" in connection)
-            and status != 101
-            and filled == used  # stray bytes after the response: do not trust the stream
-        )
-        if not keep:
+    def _finish(self, start: int, end: int) -> TimedResponse:
+        parser, response = self._h11, self._response
+        assert parser is not None and response is not None
+        pieces = self._pieces
+        body = bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
+        if parser.our_state is h11.DONE and parser.their_state is h11.DONE and not parser.trailing_data[0]:
+            parser.start_next_cycle()
+        else:  # Connection: close, HTTP/1.0, a body framed by the close, or stray bytes after it
             self._discard()
-        return TimedResponse(status, reason, headers, body, start, end, trailers)
+        return TimedResponse(
+            response.status_code,
+            response.reason.decode("latin-1"),
+            _fields(response.headers),
+            body,
+            start,
+            end,
+            _fields(self._trailers),
+        )
 
 
 def _timeval(seconds: float) -> bytes:
@@ -362,29 +345,21 @@ def _timeval(seconds: float) -> bytes:
     return struct.pack("@ll", whole, int((seconds - whole) * 1e6))
 
 
-def _field_value(fields: bytearray, name: bytes) -> bytearray | None:
-    """The first value of a header in the lower-cased header block (name includes CRLF and colon)."""
-    i = fields.find(name)
-    if i < 0:
-        return None
-    j = fields.find(b"\r\n", i + 2)
-    return fields[i + len(name) : j if j >= 0 else len(fields)].strip()
+def _malformed(exc: h11.RemoteProtocolError) -> MalformedResponse:
+    text = str(exc)
+    meaning = next((ours for theirs, ours in _H11_REFUSALS if text.startswith(theirs)), "the response is not valid HTTP/1.1")
+    return MalformedResponse(f"{meaning} (h11: {text}).")
 
 
-def _parse_status_line(line: str) -> tuple[str, int, str]:
-    version, _, rest = line.partition(" ")
-    code, _, reason = rest.partition(" ")
-    return version, int(code), reason
+def _field(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    return next((value for key, value in headers if key == name), None)
 
 
-def _parse_fields(lines: list[str]) -> dict[str, str]:
+def _fields(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Header or trailer fields by lower-case name (h11 lower-cases them); repeated fields
+    joined with ', '."""
     fields: dict[str, str] = {}
-    for line in lines:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise MalformedResponse(f"header line {line[:60]!r} is not 'Name: value'.")
-        key, value = name.lower(), value.strip()
+    for name, raw_value in headers:
+        key, value = name.decode("latin-1"), raw_value.decode("latin-1")
         fields[key] = f"{fields[key]}, {value}" if key in fields else value
     return fields

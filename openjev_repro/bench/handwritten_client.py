@@ -1,0 +1,201 @@
+"""The hand-written HTTP/1.1 framing `TimedClient` used before it parsed with h11: a baseline
+for `invoke bench-client` only, so the cost of h11 is measured side by side in one run.
+
+It frames responses with `bytes.find` over one reusable receive buffer (Content-Length,
+chunked bodies with trailers, interim 1xx responses, bodies framed by the server's close) and
+decodes headers after the clock. Connecting, timeouts and errors are `TimedClient`'s own;
+studies never use this class.
+"""
+
+from __future__ import annotations
+
+import socket
+from time import monotonic_ns as _monotonic_ns
+
+from ..timed_client import ClientError, MalformedResponse, TimedClient, TimedResponse
+
+__all__ = ["HandwrittenFramingClient"]
+
+_NO_BODY_STATUSES = frozenset((204, 304))
+
+# Where one response lies in the receive buffer: message start, header end, body spans,
+# trailer span (or None), end of the response, bytes received, framed by EOF.
+_Frame = tuple[int, int, list[tuple[int, int]], tuple[int, int] | None, int, int, bool]
+
+
+class HandwrittenFramingClient(TimedClient):
+    """`TimedClient` with the hand-written framing instead of h11 (a benchmark baseline)."""
+
+    def __init__(self, host: str, port: int, timeout_s: float = 60.0) -> None:
+        super().__init__(host, port, timeout_s)
+        self._buf = bytearray(len(self._view))
+        self._view = memoryview(self._buf)
+        self._head = False
+        self._frame: _Frame | None = None
+        self._received_ns = 0
+
+    def _announce(self, wire: bytes) -> None:
+        self._head = wire.startswith(b"HEAD ")
+
+    def _receive(self, sock: socket.socket) -> int:
+        self._frame = self._receive_frame(sock, self._head)
+        return self._received_ns
+
+    def _recv(self, sock: socket.socket, filled: int) -> int:
+        """Receive more bytes after `filled`; return the new fill level, or -1 at EOF."""
+        if filled == len(self._buf):
+            self._grow(2 * filled)
+        n = sock.recv_into(self._view[filled:])
+        self._received_ns = _monotonic_ns()  # the response's end, if these were its last bytes
+        return filled + n if n else -1
+
+    def _grow(self, size: int) -> None:
+        self._view.release()
+        self._buf.extend(bytes(size - len(self._buf)))
+        self._view = memoryview(self._buf)
+
+    def _receive_frame(self, sock: socket.socket, head: bool) -> _Frame:
+        """Read one response into the buffer and return where its parts lie."""
+        buf = self._buf
+        filled = msg = 0
+        while True:  # status line and headers; interim 1xx responses are skipped
+            head_end = buf.find(b"\r\n\r\n", msg, filled)
+            if head_end < 0:
+                filled = self._recv_or_fail(sock, filled, "before sending a complete header")
+                continue
+            code = buf[msg + 9 : msg + 12]
+            if not (buf.startswith(b"HTTP/1.", msg) and code.isdigit()):
+                raise MalformedResponse(
+                    f"the response does not start with an HTTP/1.x status line and a three-digit code: "
+                    f"{bytes(buf[msg:msg + 40])!r}."
+                )
+            status = int(code)
+            if 100 <= status < 200 and status != 101:
+                msg = head_end + 4
+                continue
+            break
+        body_start = head_end + 4
+        if head or status in _NO_BODY_STATUSES or 100 <= status < 200:
+            return msg, head_end, [], None, body_start, filled, False
+        fields = buf[msg:head_end].lower()
+        te = _field_value(fields, b"\r\ntransfer-encoding:")
+        if te is None:
+            length = _field_value(fields, b"\r\ncontent-length:")
+        elif te.rsplit(b",", 1)[-1].strip() == b"chunked":
+            return self._receive_chunked(sock, msg, head_end, filled)
+        else:
+            length = None  # another transfer coding: only the server's close ends the body
+        if length is None:  # no framing: the body ends when the server closes
+            filled = self._receive_to_eof(sock, filled)
+            return msg, head_end, [(body_start, filled)], None, filled, filled, True
+        try:
+            body_end = body_start + int(length)
+        except ValueError:
+            raise MalformedResponse(f"Content-Length {bytes(length)!r} is not a number.") from None
+        if body_end > len(buf):
+            self._grow(body_end)
+        while filled < body_end:
+            filled = self._recv_or_fail(sock, filled, "in the middle of the body", body_start, body_end)
+        return msg, head_end, [(body_start, body_end)], None, body_end, filled, False
+
+    def _receive_chunked(self, sock: socket.socket, msg: int, head_end: int, filled: int) -> _Frame:
+        buf = self._buf
+        pos = head_end + 4
+        spans: list[tuple[int, int]] = []
+        while True:
+            eol = buf.find(b"\r\n", pos, filled)
+            if eol < 0:
+                filled = self._recv_or_fail(sock, filled, "in the middle of a chunked body")
+                continue
+            try:
+                size = int(bytes(buf[pos:eol]).split(b";", 1)[0], 16)
+            except ValueError:
+                raise MalformedResponse(f"chunk size line {bytes(buf[pos:eol])[:40]!r} is not hexadecimal.") from None
+            data = eol + 2
+            if size == 0:
+                break
+            need = data + size + 2
+            if need > len(buf):
+                self._grow(max(need, 2 * len(buf)))
+                buf = self._buf
+            while filled < need:
+                filled = self._recv_or_fail(sock, filled, "in the middle of a chunked body")
+            if buf[need - 2 : need] != b"\r\n":
+                raise MalformedResponse("a chunk is not followed by CRLF; the chunk sizes are wrong.")
+            spans.append((data, data + size))
+            pos = need
+        while True:  # after the last chunk: optional trailer fields, then an empty line
+            if filled >= data + 2 and buf[data : data + 2] == b"\r\n":
+                return msg, head_end, spans, None, data + 2, filled, False
+            end = buf.find(b"\r\n\r\n", data, filled)
+            if end >= 0:
+                return msg, head_end, spans, (data, end), end + 4, filled, False
+            filled = self._recv_or_fail(sock, filled, "in the trailer of a chunked body")
+
+    def _recv_or_fail(self, sock: socket.socket, filled: int, where: str, body_start: int = 0, body_end: int = 0) -> int:
+        got = self._recv(sock, filled)
+        if got < 0:
+            if body_end:
+                where = f"after {filled - body_start} of {body_end - body_start} body bytes"
+            raise ClientError(f"{self._host_header} closed the connection {where}; the request was not retried.")
+        return got
+
+    def _receive_to_eof(self, sock: socket.socket, filled: int) -> int:
+        while (got := self._recv(sock, filled)) >= 0:
+            filled = got
+        return filled
+
+    def _finish(self, start: int, end: int) -> TimedResponse:
+        assert self._frame is not None
+        msg, head_end, spans, trailer_span, used, filled, eof_framed = self._frame
+        buf = self._buf
+        try:
+            lines = bytes(buf[msg:head_end]).decode("latin-1").split("\r\n")
+            version, status, reason = _parse_status_line(lines[0])
+            headers = _parse_fields(lines[1:])
+            trailers = _parse_fields(bytes(buf[slice(*trailer_span)]).decode("latin-1").split("\r\n")) if trailer_span else {}
+            if "transfer-encoding" not in headers and len({v.strip() for v in headers.get("content-length", "").split(",")}) > 1:
+                raise MalformedResponse(f"conflicting Content-Length values {headers['content-length']!r}.")
+        except MalformedResponse:
+            self._discard()
+            raise
+        body = bytes(buf[spans[0][0] : spans[0][1]]) if len(spans) == 1 else b"".join(buf[a:b] for a, b in spans)
+        connection = headers.get("connection", "").lower()
+        keep = (
+            not eof_framed
+            and "close" not in connection
+            and (version == "HTTP/1.1" or "keep-alive" in connection)
+            and status != 101
+            and filled == used  # stray bytes after the response: do not trust the stream
+        )
+        if not keep:
+            self._discard()
+        return TimedResponse(status, reason, headers, body, start, end, trailers)
+
+
+def _field_value(fields: bytearray, name: bytes) -> bytearray | None:
+    """The first value of a header in the lower-cased header block (name includes CRLF and colon)."""
+    i = fields.find(name)
+    if i < 0:
+        return None
+    j = fields.find(b"\r\n", i + 2)
+    return fields[i + len(name) : j if j >= 0 else len(fields)].strip()
+
+
+def _parse_status_line(line: str) -> tuple[str, int, str]:
+    version, _, rest = line.partition(" ")
+    code, _, reason = rest.partition(" ")
+    return version, int(code), reason
+
+
+def _parse_fields(lines: list[str]) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for line in lines:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise MalformedResponse(f"header line {line[:60]!r} is not 'Name: value'.")
+        key, value = name.lower(), value.strip()
+        fields[key] = f"{fields[key]}, {value}" if key in fields else value
+    return fields
