@@ -124,7 +124,7 @@ def main() -> int:
     from openjev_repro.backend.model import DecisionModel, Settings
     from openjev_repro.backend.prompts import MODEL_ALIASES, parse_request
     from openjev_repro.backend.server import ReferenceServer
-    from openjev_repro.timed_client import TimedClient
+    from openjev_repro.study.timed_client import TimedClient
 
     torch.set_num_threads(4)
     result: dict = {"format_version": 1, "merge": args.merge, "cuda_graphs": args.cuda_graphs}

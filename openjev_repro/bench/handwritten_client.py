@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 from time import monotonic_ns as _monotonic_ns
 
-from ..timed_client import ClientError, MalformedResponse, TimedClient, TimedResponse
+from ..study.timed_client import ClientError, MalformedResponse, TimedClient, TimedResponse
 
 __all__ = ["HandwrittenFramingClient"]
 
