@@ -107,6 +107,7 @@ def main() -> int:
     p.add_argument("--merge", choices=("peft", "fp32", "none"), default="peft")
     p.add_argument("--cuda-graphs", type=int, default=64)
     p.add_argument("--skip-hardware", action="store_true")
+    p.add_argument("--compile", action="store_true", help="torch.compile each decoder layer")
     p.add_argument("--skip-profile", action="store_true")
     p.add_argument("--device", default="cuda", help="cpu: a dry run of the script on a small config")
     p.add_argument("--config", type=Path, default=REPO / "recipes" / "configs" / "qwen3_5-27b-text.json")
@@ -127,7 +128,7 @@ def main() -> int:
     from openjev_repro.study.timed_client import TimedClient
 
     torch.set_num_threads(4)
-    result: dict = {"format_version": 1, "merge": args.merge, "cuda_graphs": args.cuda_graphs}
+    result: dict = {"format_version": 1, "merge": args.merge, "cuda_graphs": args.cuda_graphs, "compile": args.compile}
     if not args.skip_hardware:
         result["hardware"] = hardware(torch)
         print("hardware", json.dumps(result["hardware"])[:400], flush=True)
@@ -139,7 +140,8 @@ def main() -> int:
     wires = [json.dumps({"model": MODEL_ALIASES[0], "state": t["state"], "questions": {t["id"]: t["question"]}}).encode()
              for t in tasks]
     cuda = args.device == "cuda"
-    settings = Settings(mode="fast", device=args.device, max_length=16384, cuda_graphs=args.cuda_graphs if cuda else 0)
+    settings = Settings(mode="fast", device=args.device, max_length=16384, cuda_graphs=args.cuda_graphs if cuda else 0,
+                        compile=args.compile)
     t0 = time.perf_counter()
     model = DecisionModel.from_random(args.config, args.tokenizer, 0, settings)
     result["build_s"] = round(time.perf_counter() - t0, 1)

@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("rundir", ["openjev_repro.study.rundir"]),
     ("row_table", ["openjev_repro.results", "openjev_repro.results.row_table"]),
     ("statistics", ["openjev_repro.results.statistics"]),
-    ("report", ["openjev_repro.results.imported", "openjev_repro.results.report"]),
+    ("report", ["openjev_repro.results.floor", "openjev_repro.results.imported", "openjev_repro.results.report"]),
     ("manifest", ["openjev_repro.manifest"]),
     ("audit", ["openjev_repro.audit"]),
     ("cluster", ["openjev_repro.cluster"]),

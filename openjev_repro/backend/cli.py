@@ -44,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 (auto: FP32 on CPU, BF16 on CUDA)")
     p.add_argument("--cuda-graphs", type=int, default=0, metavar="N",
                    help="fast mode on CUDA: replay CUDA Graphs per exact length, keep N (LRU); 0 = off")
+    p.add_argument("--measure-hardware", action="store_true",
+                   help="CUDA only: measure the GPU's BF16 matmul rate and copy bandwidth once after loading "
+                        "(reported in /health as hardware: the inputs of a report's hardware floor)")
+    p.add_argument("--compile", action="store_true",
+                   help="fast mode on CUDA: torch.compile each decoder layer (fuses elementwise work; "
+                        "compiles at the first inference)")
     p.add_argument("--torch-threads", "--threads", dest="threads", type=int, default=0, metavar="N",
                    help="torch intra-op CPU threads, applied with torch.set_num_threads and reported in /health "
                         "as torch_threads (0: torch's default, which follows OMP_NUM_THREADS or the core count)")
@@ -91,7 +97,7 @@ def _static_meta(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
 def _load(args: argparse.Namespace, package: Any) -> DecisionModel:
     max_length = args.max_length or (package.max_length if package else 4096)
     settings = Settings(mode=args.mode, device=args.device, dtype=args.dtype, max_length=max_length,
-                        cuda_graphs=args.cuda_graphs)
+                        cuda_graphs=args.cuda_graphs, compile=args.compile)
     if package is not None:
         return DecisionModel.from_package(package, settings)
     return DecisionModel.from_random(args.random_init, args.tokenizer, args.seed, settings)
@@ -106,8 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.cuda_graphs < 0 or args.threads < 0 or (args.max_length is not None and args.max_length <= 0):
         print("error: --cuda-graphs and --torch-threads must be >= 0 and --max-length > 0.", file=sys.stderr)
         return 2
-    if args.cuda_graphs and args.mode != "fast":
-        print("error: --cuda-graphs is part of fast mode only; use --mode fast or drop the flag.", file=sys.stderr)
+    if (args.cuda_graphs or args.compile) and args.mode != "fast":
+        print("error: --cuda-graphs and --compile are part of fast mode only; use --mode fast or drop the flag.",
+              file=sys.stderr)
+        return 2
+    if args.measure_hardware and args.device == "cpu":
+        print("error: --measure-hardware measures a CUDA device; drop it or use --device cuda.", file=sys.stderr)
         return 2
     try:
         meta, package = _static_meta(args)
@@ -132,7 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         time.sleep(float(os.environ.get(LOAD_DELAY_ENV, "0")))
         started = time.perf_counter()
-        server.attach(_load(args, package))
+        model = _load(args, package)
+        if args.measure_hardware:
+            from .hardware import measure_hardware
+            model.info["hardware"] = measure_hardware(model.device)
+        server.attach(model)
     except ReproError as exc:
         print(f"error: {exc}", file=sys.stderr)
         server.shutdown()

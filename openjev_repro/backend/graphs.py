@@ -10,18 +10,20 @@ workload with more distinct lengths than the capacity keeps recapturing.
 from __future__ import annotations
 
 from collections import OrderedDict
+from contextlib import nullcontext
 from typing import Any, Callable
 
 __all__ = ["GraphCache"]
 
 
 class GraphCache:
-    def __init__(self, capacity: int, device: Any):
+    def __init__(self, capacity: int, device: Any, compiled: bool = False):
         import torch
 
         if capacity < 1:
             raise ValueError("CUDA Graph capacity must be at least 1.")
         self.capacity = capacity
+        self.compiled = compiled   # torch.compile'd forward: never compile while capturing (see _capture)
         self.device = device
         self.pool = torch.cuda.graph_pool_handle()
         self._graphs: OrderedDict[int, tuple[Any, Any, Any]] = OrderedDict()
@@ -63,6 +65,9 @@ class GraphCache:
                 forward(static_ids)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        # A compiled forward may want to recompile under capture (its guards see the capturing
+        # stream), and compiling cannot run inside a capture: reuse what the warm-up compiled.
+        stance = torch.compiler.set_stance("eager_on_recompile") if self.compiled else nullcontext()
+        with stance, torch.cuda.graph(graph, pool=self.pool):
             static_out = forward(static_ids)
         return graph, static_ids, static_out

@@ -46,6 +46,7 @@ class Settings:
     dtype: str = "auto"           # auto | float32 | bfloat16 | float16
     max_length: int = 4096
     cuda_graphs: int = 0          # fast mode, CUDA only: LRU capacity, 0 = eager
+    compile: bool = False         # fast mode, CUDA only: torch.compile each decoder layer (fused elementwise work)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,11 @@ def resolve_device(settings: Settings) -> tuple[Any, Any]:
 def _check_settings(settings: Settings, device: Any) -> None:
     if settings.mode not in ("raw", "fast"):
         raise BackendError(f"Unknown --mode {settings.mode!r}; use raw or fast.")
+    if settings.compile:
+        if settings.mode != "fast":
+            raise BackendError("torch.compile is part of fast mode only; drop --compile for raw mode.")
+        if device.type != "cuda":
+            raise BackendError("--compile needs a CUDA device; drop the flag or use --device cuda.")
     if settings.cuda_graphs:
         if settings.mode != "fast":
             raise BackendError("CUDA Graph replay is part of fast mode only; drop --cuda-graphs for raw mode.")
@@ -106,7 +112,7 @@ class DecisionModel:
         self._backbone_dtypes: list[str] | None = None
         if settings.cuda_graphs:
             from .graphs import GraphCache
-            self.graphs = GraphCache(settings.cuda_graphs, device)
+            self.graphs = GraphCache(settings.cuda_graphs, device, compiled=settings.compile)
 
     # ------------------------------------------------------------ construction
 
@@ -207,7 +213,11 @@ class DecisionModel:
         else:
             text_model = model.get_base_model()
         impls = assert_reference(text_model) if settings.mode == "raw" else bound_implementations(text_model)
+        if settings.compile:
+            info["compiled"] = _compile_layers(text_model)
         info = {**info, "implementations": impls,
+                "non_embedding_parameters": sum(p.numel() for name, p in text_model.named_parameters()
+                                                if "embed_tokens" not in name),
                 "lora": "merged" if settings.mode == "fast" else "unmerged (PEFT)",
                 "lora_modules": _count_lora(model)}
         return cls(model.eval(), tokenizer, head.eval(), temperature, settings, device, dtype, info)
@@ -226,6 +236,9 @@ class DecisionModel:
                 "implementations": self.info["implementations"], "lora": self.info["lora"],
                 "lora_modules": self.info["lora_modules"],
                 "cuda_graphs": self.graphs.stats() if self.graphs else None,
+                "compiled": self.info.get("compiled"),
+                "hardware": self.info.get("hardware"),
+                "non_embedding_parameters": self.info["non_embedding_parameters"],
                 **{key: self.info[key] for key in FINGERPRINT_KEYS if key in self.info},
                 **_thread_settings()}
 
@@ -318,6 +331,16 @@ def _check_constant(name: str, param: Any) -> None:
     if param.numel() and not bool((param == param.reshape(-1)[0]).all()):
         raise BackendError(f"random init: {name} is not constant after the library's init; seeding would not be "
                            "reproducible (a newer transformers version?).")
+
+
+def _compile_layers(model: Any) -> str:
+    """torch.compile every decoder layer in place (Inductor, dynamic lengths): norms, gates and other
+    elementwise work fuse into a few kernels per layer; GEMMs stay cuBLAS. Identical layers share
+    one compiled graph, so the cost is paid once per layer kind at the first inference."""
+    layers = list(getattr(model, "layers", []))
+    for layer in layers:
+        layer.compile(dynamic=True)
+    return f"torch.compile (inductor, dynamic shapes) on {len(layers)} decoder layers"
 
 
 def _count_lora(model: Any) -> int:

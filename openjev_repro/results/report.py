@@ -21,6 +21,7 @@ from ..errors import EvidenceError
 from ..study.rundir import ENVELOPE_NAME, RunDir, guard_output, read_json, write_bytes_atomic
 from ..study.recipe import Recipe, load_recipe
 from .statistics import latency_stats, summarize
+from .floor import floor_lines
 from .row_table import RowTable, as_table, read_table
 from ..study.rows import Row
 
@@ -190,7 +191,7 @@ def imported_note(imported: dict) -> str:
 
 def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: dict | None = None,
                   notes: Iterable[str] = (), run: RunInfo | None = None, imported: dict | None = None,
-                  run_facts: Iterable[str] = ()) -> str:
+                  run_facts: Iterable[str] = (), floor: Iterable[str] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
 
     `state` is the run's state.json: unless its status is "complete" the report opens (and
@@ -199,7 +200,8 @@ def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe,
     the run, when and where it ran (the study date is the recipe's, the run's its own). `imported`
     is an imported run's import.json: its status "imported" is complete, and the published figures
     are listed next to ours. `run_facts` are lines about the weights and the GPU (`run_facts_of`),
-    shown in their own section when present.
+    shown in their own section when present. `floor` is the hardware-floor section (`floor.floor_lines`),
+    present when a backend measured the GPU.
     """
     done = ("complete", "imported") if imported is not None else ("complete",)
     banner = [incomplete_banner(state), ""] if state is not None and state.get("status") not in done else []
@@ -234,6 +236,9 @@ def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe,
     facts = list(run_facts)
     if facts:
         out += ["## Weights and GPU", "", *facts, ""]
+    floor_section = list(floor)
+    if floor_section:
+        out += ["## Hardware floor", "", *floor_section, ""]
     out += ["Plots: latency_vs_tokens.png (measured latency against input tokens), latency_cdf.png "
             "(CDF of measured latency).", ""]
     if banner:
@@ -497,8 +502,10 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     summary = summarize(rows, recipe)
     info = run_info(run, recipe)
     imported = read_json(run.file("import.json")) if run.file("import.json").is_file() else None
+    backends = read_json(run.file("backends.json")) if run.file("backends.json").is_file() else {}
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
-                         imported=imported, run_facts=run_facts_of(run))
+                         imported=imported, run_facts=run_facts_of(run),
+                         floor=floor_lines(backends.get("backends") or {}, rows))
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
     files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows, summary["study_id"], info) if plots else {})}

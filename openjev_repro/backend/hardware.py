@@ -1,0 +1,60 @@
+"""The GPU's own ceilings, measured by the backend on the device it serves from (`--measure-hardware`).
+
+Two figures, the inputs of the hardware floor that a study's report compares latencies with
+(`results/floor.py`):
+
+    matmul_bf16_tflops  dense BF16 matrix multiply, 8192 x 8192 x 8192, median of 20 runs timed with
+                        CUDA events after 3 warm-up runs: 2 * 8192**3 / seconds / 1e12
+    copy_tbps           a device-to-device copy of 2 GiB, median of 10 runs after 2 warm-ups, counting
+                        the bytes read and the bytes written: 2 * bytes / seconds / 1e12
+
+They are measured once, after the model is loaded and before the server reports ready, so every
+study that asks for them records them for the GPU and the moment of that run.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+__all__ = ["measure_hardware", "MATMUL_N", "COPY_BYTES"]
+
+MATMUL_N = 8192
+COPY_BYTES = 2 << 30
+
+
+def _median_ms(torch: Any, fn: Any, warmups: int, reps: int) -> float:
+    for _ in range(warmups):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def measure_hardware(device: Any) -> dict[str, Any]:
+    """Matmul rate and copy bandwidth of a CUDA device (frees what it allocated before returning)."""
+    import torch
+
+    with torch.cuda.device(device):
+        a = torch.randn(MATMUL_N, MATMUL_N, dtype=torch.bfloat16, device=device)
+        b = torch.randn(MATMUL_N, MATMUL_N, dtype=torch.bfloat16, device=device)
+        matmul_ms = _median_ms(torch, lambda: a @ b, 3, 20)
+        del a, b
+        src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+        copy_ms = _median_ms(torch, lambda: dst.copy_(src), 2, 10)
+        del src, dst
+        torch.cuda.empty_cache()
+        name = torch.cuda.get_device_name(device)
+    return {"gpu": name,
+            "matmul_bf16_tflops": round(2 * MATMUL_N**3 / (matmul_ms / 1e3) / 1e12, 1),
+            "matmul_shape": [MATMUL_N, MATMUL_N, MATMUL_N],
+            "copy_tbps": round(2 * COPY_BYTES / (copy_ms / 1e3) / 1e12, 3),
+            "copy_bytes": COPY_BYTES,
+            "method": "CUDA events, medians (openjev_repro/backend/hardware.py)"}
