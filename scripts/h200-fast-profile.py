@@ -128,6 +128,9 @@ def main() -> int:
     from openjev_repro.study.timed_client import TimedClient
 
     torch.set_num_threads(4)
+    def save() -> None:  # after every phase, so a run cut short still leaves what it measured
+        (args.out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+
     result: dict = {"format_version": 1, "merge": args.merge, "cuda_graphs": args.cuda_graphs, "compile": args.compile}
     if not args.skip_hardware:
         result["hardware"] = hardware(torch)
@@ -163,6 +166,8 @@ def main() -> int:
         model.score(c[0].ids)
         capture_ms[lengths[i]] = (time.perf_counter() - t) * 1e3
     result["capture_ms"] = _stats(list(capture_ms.values()))
+    print("captures", json.dumps(result["capture_ms"]), flush=True)
+    save()
 
     per = []
     probs = {}
@@ -190,6 +195,7 @@ def main() -> int:
                             ("tokenize_ms", "gpu_forward_ms", "score_wall_ms", "answer_ms")}
     result["per_request"] = per
     print("in-process", json.dumps(result["in_process"]), flush=True)
+    save()
 
     server = ReferenceServer(("127.0.0.1", 0), {"base_model_id": "random-init", "method": "scalar_head",
                                                "checkpoint_sha256": None, "base_revision": "seed-0",
@@ -208,6 +214,7 @@ def main() -> int:
     server.shutdown()
     result["http"] = {"latency": _stats(lat), "latency_minus_inference_seconds": _stats(added)}
     print("http", json.dumps(result["http"]), flush=True)
+    save()
 
     rows = [json.loads(line) for line in (RAW_RUN / "rows.jsonl").read_text().splitlines()]
     raw = {r["id"]: r["probability"] for r in rows if r["backend"] == "reference-raw" and r["phase"] == "measured"
@@ -219,6 +226,7 @@ def main() -> int:
                         "decision_flips": len(flips),
                         "raw_margin_of_flipped": sorted(abs(raw[k] - 0.5) for k in flips)}
     print("vs raw", json.dumps(result["vs_raw"]), flush=True)
+    save()
 
     if not args.skip_profile:
         from torch.profiler import ProfilerActivity, profile
@@ -241,7 +249,7 @@ def main() -> int:
             result[f"profile_{lengths[i]}"] = {"cuda_total_ms": total / 1e3, "gemm_ms": gemm / 1e3,
                                                "kernel_launches": sum(e.count for e in kernels)}
             print(f"profile {lengths[i]}", json.dumps(result[f"profile_{lengths[i]}"]), flush=True)
-    (args.out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+    save()
     print(f"wrote {args.out}")
     return 0
 

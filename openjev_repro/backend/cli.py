@@ -48,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CUDA only: measure the GPU's BF16 matmul rate and copy bandwidth once after loading "
                         "(reported in /health as hardware: the inputs of a report's hardware floor)")
     p.add_argument("--compile", action="store_true",
-                   help="fast mode on CUDA: torch.compile each decoder layer (fuses elementwise work; "
-                        "compiles at the first inference)")
+                   help="fast mode on CUDA: fuse every RMSNorm and MLP SiLU gate into one kernel each with "
+                        "torch.compile (compiled at the first inference)")
     p.add_argument("--torch-threads", "--threads", dest="threads", type=int, default=0, metavar="N",
                    help="torch intra-op CPU threads, applied with torch.set_num_threads and reported in /health "
                         "as torch_threads (0: torch's default, which follows OMP_NUM_THREADS or the core count)")

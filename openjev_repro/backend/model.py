@@ -46,7 +46,7 @@ class Settings:
     dtype: str = "auto"           # auto | float32 | bfloat16 | float16
     max_length: int = 4096
     cuda_graphs: int = 0          # fast mode, CUDA only: LRU capacity, 0 = eager
-    compile: bool = False         # fast mode, CUDA only: torch.compile each decoder layer (fused elementwise work)
+    compile: bool = False         # fast mode, CUDA only: fused RMSNorm and SiLU gate (fusion.py, torch.compile)
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,8 @@ class DecisionModel:
             text_model = model.get_base_model()
         impls = assert_reference(text_model) if settings.mode == "raw" else bound_implementations(text_model)
         if settings.compile:
-            info["compiled"] = _compile_layers(text_model)
+            from .fusion import fuse_elementwise
+            info["compiled"] = fuse_elementwise(text_model)
         info = {**info, "implementations": impls,
                 "non_embedding_parameters": sum(p.numel() for name, p in text_model.named_parameters()
                                                 if "embed_tokens" not in name),
@@ -331,16 +332,6 @@ def _check_constant(name: str, param: Any) -> None:
     if param.numel() and not bool((param == param.reshape(-1)[0]).all()):
         raise BackendError(f"random init: {name} is not constant after the library's init; seeding would not be "
                            "reproducible (a newer transformers version?).")
-
-
-def _compile_layers(model: Any) -> str:
-    """torch.compile every decoder layer in place (Inductor, dynamic lengths): norms, gates and other
-    elementwise work fuse into a few kernels per layer; GEMMs stay cuBLAS. Identical layers share
-    one compiled graph, so the cost is paid once per layer kind at the first inference."""
-    layers = list(getattr(model, "layers", []))
-    for layer in layers:
-        layer.compile(dynamic=True)
-    return f"torch.compile (inductor, dynamic shapes) on {len(layers)} decoder layers"
 
 
 def _count_lora(model: Any) -> int:

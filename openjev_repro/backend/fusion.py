@@ -1,0 +1,68 @@
+"""Fast mode's fused elementwise work (`--compile`): RMSNorm and the MLP's SiLU gate, each one kernel.
+
+The H200 profile of fast mode (results/h200-fast-27b-shape/profile/) showed that outside the
+GEMMs most GPU time and most of the ~4,000 kernels of one forward are small elementwise
+kernels, and the largest share comes from `Qwen3_5RMSNorm`: every one of its 161 calls per
+forward (two per layer, the final norm, and the q/k norms of the 16 attention layers) runs
+about ten kernels (casts to FP32 and back, square, mean, add, rsqrt, two multiplies). Here
+each norm and each `silu(gate) * up` becomes one function that `torch.compile` (Inductor,
+dynamic lengths) turns into one fused kernel. The arithmetic is the library's own, written
+out once: FP32 throughout the norm, `(x * rsqrt(mean(x^2) + eps)) * (1 + w)` cast back to the
+input dtype; the MLP is `down(silu(gate(x)) * up(x))`. Inductor may order the mean's
+additions differently, so results can differ from the unfused modules in the last bits.
+
+Only module instances are patched (their `forward`), never the library's classes, so a raw
+model in the same process is unaffected. `compiler` is `torch.compile` by default; tests pass
+the identity to check the arithmetic against the library's modules without a compiler.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Callable
+
+__all__ = ["fuse_elementwise", "rms_norm", "silu_mul"]
+
+
+def rms_norm(x: Any, weight: Any, eps: float) -> Any:
+    """Qwen3.5's RMSNorm: computed in FP32, scaled by (1 + weight), cast back to x's dtype."""
+    import torch
+
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return (h * (1.0 + weight.float())).type_as(x)
+
+
+def silu_mul(gate: Any, up: Any) -> Any:
+    import torch
+
+    return torch.nn.functional.silu(gate) * up
+
+
+def _compile(fn: Callable[..., Any]) -> Callable[..., Any]:
+    import torch
+
+    return torch.compile(fn, dynamic=True)
+
+
+def fuse_elementwise(model: Any, compiler: Callable[[Callable[..., Any]], Callable[..., Any]] = _compile) -> str:
+    """Patch every Qwen3.5 RMSNorm and SiLU MLP of `model` to the fused functions; describe what was patched."""
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
+
+    norm, gate = compiler(rms_norm), compiler(silu_mul)
+
+    def norm_forward(self: Any, x: Any) -> Any:
+        return norm(x, self.weight, self.eps)
+
+    def mlp_forward(self: Any, x: Any) -> Any:
+        return self.down_proj(gate(self.gate_proj(x), self.up_proj(x)))
+
+    norms = mlps = 0
+    for module in model.modules():
+        if type(module) is qwen.Qwen3_5RMSNorm:
+            module.forward = types.MethodType(norm_forward, module)
+            norms += 1
+        elif type(module) is qwen.Qwen3_5MLP and getattr(module.config, "hidden_act", None) == "silu":
+            module.forward = types.MethodType(mlp_forward, module)
+            mlps += 1
+    return f"fused RMSNorm ({norms} modules) and SiLU gate ({mlps} MLPs), torch.compile (inductor, dynamic lengths)"
