@@ -30,3 +30,16 @@ def test_committed_rerun_is_within_declared_tolerances():
         assert pair["weights_fingerprint"]["same"] is True
         assert pair["answers"]["max_abs_probability_delta"] == 0.0
         assert not pair["answers"]["decision_flips"]
+
+
+FAST = Path(__file__).resolve().parents[1] / "results" / "h200-fast-27b-shape"
+
+
+def test_committed_fast_study_verifies_and_its_report_has_the_floor():
+    """The fast study (issue 18) verifies with its key; its signed report states the floor ratios."""
+    checks = verify_path(FAST / "run", pubkey=FAST / "signing-key.pub")
+    failed = [c for c in checks if c.passed is False]
+    assert not failed, failed
+    report = (FAST / "run" / "report.md").read_text()
+    assert "## Hardware floor" in report and "766.0 TFLOP/s" in report and "4.244 TB/s" in report
+    assert "| reference-fast-graph64 | 148 | 67.22 | 29.95 | 2.24× |" in report
