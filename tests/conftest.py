@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+FAULTY_BACKEND = REPO / "tests" / "servers" / "faulty_backend.py"
 
 
 @pytest.fixture(scope="session")
@@ -36,13 +37,16 @@ def fixture_checkpoint(fixture_root: Path) -> Path:
 
 
 class ServerProcess:
-    """A reference backend started as `python -m openjev_repro.backend` on an ephemeral loopback port."""
+    """A reference backend started as `python -m openjev_repro.backend` on an ephemeral loopback port,
+    or, given `faults`, as tests/servers/faulty_backend.py (the backend with injected faults)."""
 
-    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None):
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None,
+                 faults: list[str] | None = None):
         self.log = log
         self._log_file = open(log, "wb")
         full_env = {**os.environ, "OPENJEV_CODE_COMMIT": "test", **(env or {})}
-        self.proc = subprocess.Popen([sys.executable, "-m", "openjev_repro.backend", "--host", "127.0.0.1",
+        program = ["-m", "openjev_repro.backend"] if faults is None else [str(FAULTY_BACKEND), *faults]
+        self.proc = subprocess.Popen([sys.executable, *program, "--host", "127.0.0.1",
                                       "--port", "0", "--threads", "1", *args],
                                      cwd=REPO, stdout=subprocess.DEVNULL, stderr=self._log_file, env=full_env)
         self.port: int | None = None
@@ -98,12 +102,12 @@ class ServerProcess:
 
 @pytest.fixture(scope="session")
 def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    """Factory: start_server(args, env=None) -> ServerProcess (stopped at session end)."""
+    """Factory: start_server(args, env=None, faults=None) -> ServerProcess (stopped at session end)."""
     started: list[ServerProcess] = []
     logs = tmp_path_factory.mktemp("server-logs")
 
-    def start(args: list[str], env: dict[str, str] | None = None) -> ServerProcess:
-        server = ServerProcess(args, logs / f"server-{len(started)}.log", env)
+    def start(args: list[str], env: dict[str, str] | None = None, faults: list[str] | None = None) -> ServerProcess:
+        server = ServerProcess(args, logs / f"server-{len(started)}.log", env, faults)
         started.append(server)
         return server
 
