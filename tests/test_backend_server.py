@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 FAIL_MARK = "PLEASE-FAIL-HERE"
 SLOW_MARK = "PLEASE-BE-SLOW"
-FAULTS = ["--fail-on", FAIL_MARK, "--slow-on", SLOW_MARK, "--slow-seconds", "3"]  # tests/servers/faulty_backend.py
+FAULTY = str(Path(__file__).parent / "servers" / "faulty_backend.py")  # the backend with injected faults
+FAULTS = [FAULTY, "--fail-on", FAIL_MARK, "--slow-on", SLOW_MARK, "--slow-seconds", "3"]
 METADATA = {"method", "temperature", "candidate_sequences", "inference_seconds", "prefix_cache", "checkpoint_sha256",
             "base_revision", "max_length", "backbone_parameter_dtypes", "code_commit", "mode", "implementations",
             "device"}
@@ -37,7 +38,7 @@ def raw(start_server, fixture_checkpoint: Path):
 def faulty(start_server, fixture_checkpoint: Path):
     """The same backend through its test seam, with faults injected on marked states."""
     server = start_server(["--checkpoint", str(fixture_checkpoint), "--mode", "raw", "--max-length", "4096"],
-                          faults=FAULTS)
+                          program=FAULTS)
     server.wait_ready()
     return server
 
@@ -216,7 +217,7 @@ def test_raw_and_fast_agree(raw, fast, fixture_root: Path) -> None:
 # ------------------------------------------------------------------ start-up
 
 def test_health_is_503_before_ready(start_server, fixture_checkpoint: Path) -> None:
-    server = start_server(["--checkpoint", str(fixture_checkpoint)], faults=["--load-delay", "4"])
+    server = start_server(["--checkpoint", str(fixture_checkpoint)], program=[FAULTY, "--load-delay", "4"])
     server.wait_port()
     before = httpx.get(f"{server.url}/health", timeout=5)
     assert before.status_code == 503 and before.json()["status"] == "loading"
