@@ -142,7 +142,7 @@ def test_write_plots_writes_two_pngs(tmp_path):
     assert [p.name for p in paths] == list(PLOT_NAMES)
     first = [p.read_bytes() for p in paths]
     assert all(b.startswith(PNG_MAGIC) and len(b) > 5000 for b in first)
-    assert not [p.name for p, b in zip(paths, first) if b"Software" in b or b"matplotlib" in b]  # no version stamp
+    assert not [p.name for p, b in zip(paths, first, strict=True) if b"Software" in b or b"matplotlib" in b]  # no version stamp
     # Required (with one matplotlib version): `invoke report` on a signed run rewrites nothing, so it
     # succeeds only when the plots it renders now equal the signed ones byte for byte, also in a new
     # process (another hash seed) as a later `invoke report` is.
