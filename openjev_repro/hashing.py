@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,7 +31,10 @@ def hash_file(path: str | os.PathLike[str], chunk: int = CHUNK_BYTES, progress: 
     buf = bytearray(chunk)
     view = memoryview(buf)
     try:
-        with open(path, "rb", buffering=0) as f:
+        with open(path, "rb", buffering=0, opener=_open_nonblocking) as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a FIFO or device: never wait on it
+                raise InputMismatch(f"{path}: is not a regular file; name a file.")
+            os.set_blocking(f.fileno(), True)
             _advise_sequential(f.fileno())
             while n := f.readinto(buf):
                 digest.update(view[:n])
@@ -81,6 +85,11 @@ def _size(path: Path) -> int:
     if not path.is_file():
         raise InputMismatch(f"{path}: is not a regular file; name the files inside it.")
     return st.st_size
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    """open(2) that returns at once on a FIFO without a writer (which would otherwise block forever)."""
+    return os.open(path, flags | os.O_NONBLOCK)
 
 
 def _serialised(progress: Progress | None) -> Progress | None:

@@ -36,13 +36,16 @@ def fixture_checkpoint(fixture_root: Path) -> Path:
 
 
 class ServerProcess:
-    """A reference backend started as `python -m openjev_repro.backend` on an ephemeral loopback port."""
+    """A reference backend started as `python -m openjev_repro.backend` on an ephemeral loopback port;
+    `program` replaces `-m openjev_repro.backend`, e.g. with tests/servers/faulty_backend.py and its flags."""
 
-    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None):
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None,
+                 program: list[str] | None = None):
         self.log = log
         self._log_file = open(log, "wb")
         full_env = {**os.environ, "OPENJEV_CODE_COMMIT": "test", **(env or {})}
-        self.proc = subprocess.Popen([sys.executable, "-m", "openjev_repro.backend", "--host", "127.0.0.1",
+        program = program or ["-m", "openjev_repro.backend"]
+        self.proc = subprocess.Popen([sys.executable, *program, "--host", "127.0.0.1",
                                       "--port", "0", "--threads", "1", *args],
                                      cwd=REPO, stdout=subprocess.DEVNULL, stderr=self._log_file, env=full_env)
         self.port: int | None = None
@@ -98,12 +101,12 @@ class ServerProcess:
 
 @pytest.fixture(scope="session")
 def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    """Factory: start_server(args, env=None) -> ServerProcess (stopped at session end)."""
+    """Factory: start_server(args, env=None, program=None) -> ServerProcess (stopped at session end)."""
     started: list[ServerProcess] = []
     logs = tmp_path_factory.mktemp("server-logs")
 
-    def start(args: list[str], env: dict[str, str] | None = None) -> ServerProcess:
-        server = ServerProcess(args, logs / f"server-{len(started)}.log", env)
+    def start(args: list[str], env: dict[str, str] | None = None, program: list[str] | None = None) -> ServerProcess:
+        server = ServerProcess(args, logs / f"server-{len(started)}.log", env, program)
         started.append(server)
         return server
 

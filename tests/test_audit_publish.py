@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 import tarfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,8 @@ import pytest
 from openjev_repro.audit.publish import publish
 from openjev_repro.audit.verify import verify_path
 from openjev_repro.errors import EvidenceError, VerificationError
+from openjev_repro.manifest import statement as statement_module
+from openjev_repro.manifest.dsse import parse_envelope, payload_of
 from openjev_repro.study.rundir import ENVELOPE_NAME
 from test_audit_kit import signed_run
 
@@ -47,11 +51,45 @@ def test_bundle_holds_no_bodies_and_verifies(published):
         {c.name for c in checks if c.passed}
 
 
-def test_bundle_is_deterministic(published, tmp_path):
+def members(bundle: Path) -> list[tuple[dict, bytes]]:
+    """Every member's tar header fields (name, mode, owner, mtime, size, type...) and bytes, in order."""
+    with tarfile.open(bundle, "r:gz") as tar:
+        return [(m.get_info(), tar.extractfile(m).read()) for m in tar.getmembers()]
+
+
+def statement_of(envelope: bytes) -> dict:
+    return json.loads(payload_of(parse_envelope(envelope)))
+
+
+def test_bundle_is_deterministic(published, tmp_path, monkeypatch):
     run, bundle, private, _ = published
-    # the predicate carries a creation time, so compare member lists and everything but the envelope
     again = publish(run.path, tmp_path / "again.tar.gz", aggregate_only=True, key_path=private)
-    assert names(again) == names(bundle)
+    first, second = members(bundle), members(again)
+    # Same names in the same order with the same headers; the same bytes in every member but the
+    # bundle's own envelope, whose statement differs in nothing but its creation time.
+    assert [info for info, _ in first] == [info for info, _ in second]
+    for (info, a), (_, b) in zip(first, second, strict=True):
+        if info["name"] == ENVELOPE_NAME:
+            ours, theirs = statement_of(a), statement_of(b)
+            assert ours["predicate"].pop("created_utc") and theirs["predicate"].pop("created_utc")
+            assert ours == theirs
+        else:
+            assert a == b, info["name"]
+    assert bundle.read_bytes()[4:8] == b"\0\0\0\0"  # gzip header: no mtime
+    # With the clock held still, two bundles of one run are the same bytes, gzip stream included.
+    frozen = datetime(2026, 12, 1, 3, 0, 0, tzinfo=timezone.utc)
+
+    class Clock(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return frozen
+
+    monkeypatch.setattr(statement_module, "datetime", Clock)
+    one = publish(run.path, tmp_path / "one.tar.gz", aggregate_only=True, key_path=private)
+    two = publish(run.path, tmp_path / "two.tar.gz", aggregate_only=True, key_path=private)
+    assert one.read_bytes() == two.read_bytes()
+    envelope = next(data for info, data in members(one) if info["name"] == ENVELOPE_NAME)
+    assert statement_of(envelope)["predicate"]["created_utc"] == "2026-12-01T03:00:00+00:00"
 
 
 def test_tampered_bundle_member_fails(published, tmp_path):

@@ -53,8 +53,12 @@ def test_hf_comparison_plan():
     assert hf["env"]["PYTHONPATH"] == str(ROOT)
     assert by["native"]["aux"][0]["env"]["CUA_S1_GRAPH"] == "0"
     assert by["fast"]["aux"][0]["argv"][-1].endswith("src/open-jev-fast/scripts/launch_server.sh")
-    steps = by["hf"] and plan["passes"][0]["steps"]
-    assert [s["phase"] for s in steps] == ["first", "warmup", "feasibility", "measured", "measured"]
+    # one pass sequence per backend, in recipe order, each on its own server with the same steps
+    assert [p["backend"] for p in plan["passes"]] == [b["name"] for b in plan["backends"]] == ["hf", "native", "fast"]
+    for sequence in plan["passes"]:
+        steps = [(s["phase"], s.get("workload"), s.get("pass")) for s in sequence["steps"]]
+        assert steps == [("first", None, None), ("warmup", None, None), ("feasibility", "jevbench-noul-74", 1),
+                         ("measured", "jevbench-noul-74", 1), ("measured", "jevbench-noul-74", 2)], sequence["backend"]
     lib = [h for h in plan["hashes"] if h["path"] == "build/cuda-packed/libqwen3_5_cuda.so"][0]
     assert lib["sha256"] == "e033315d4c67127809e62f41d991a149ac8ee0ce81827997af063815fd00d435"
     req = [h for h in plan["hashes"] if h["path"] == "requests/jevbench-noul-74.jsonl"][0]
@@ -72,9 +76,12 @@ def test_cuda_graph_plan_gates_and_passes():
     gates = {g["name"]: g for g in plan["gates"]}
     assert gates["short-mean-reduction"]["min_percent"] == 3.0 and gates["short-mean-reduction"]["every_pass"]
     assert gates["mixed-mean-reduction"]["min_percent"] == 2.0 and gates["mixed-mean-reduction"]["workload"] == "jevbench-noul-74"
-    phases = [(s["phase"], s.get("workload")) for s in plan["passes"][0]["steps"]]
-    assert phases[2:] == [("feasibility", "short-107"), ("measured", "short-107"), ("measured", "short-107"),
-                          ("feasibility", "jevbench-noul-74"), ("measured", "jevbench-noul-74"), ("measured", "jevbench-noul-74")]
+    assert [p["backend"] for p in plan["passes"]] == ["native-eager", "native-graph8", "native-graph64"]
+    for sequence in plan["passes"]:
+        phases = [(s["phase"], s.get("workload")) for s in sequence["steps"]]
+        assert phases[2:] == [("feasibility", "short-107"), ("measured", "short-107"), ("measured", "short-107"),
+                              ("feasibility", "jevbench-noul-74"), ("measured", "jevbench-noul-74"),
+                              ("measured", "jevbench-noul-74")], sequence["backend"]
     assert plan["protocol"]["warmup"]["longest_of"] == "jevbench-noul-74"
     graph = {b["name"]: b["aux"][0]["env"]["CUA_S1_GRAPH"] for b in plan["backends"]}
     assert graph == {"native-eager": "0", "native-graph8": "1", "native-graph64": "1"}

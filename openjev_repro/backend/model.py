@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,11 +26,8 @@ from .kernels import assert_reference, block_optional_kernels, bound_implementat
 from .package import Package, load_head
 from .prompts import Question, RequestInvalid, chat_prompt, render_text
 
-__all__ = ["Settings", "DecisionModel", "Candidate", "resolve_device", "FAIL_ENV", "SLOW_ENV"]
+__all__ = ["Settings", "DecisionModel", "Candidate", "resolve_device"]
 
-FAIL_ENV = "OPENJEV_REFERENCE_FAIL_ON"      # test hook: raise inside inference if the state contains it
-SLOW_ENV = "OPENJEV_REFERENCE_SLOW_ON"      # test hook: sleep inside inference if the state contains it
-SLOW_SECONDS_ENV = "OPENJEV_REFERENCE_SLOW_SECONDS"
 METHOD = "scalar_head"
 YES_THRESHOLD = 0.5
 RANDOM_TEMPERATURE = 2.5343690298472983
@@ -277,7 +273,6 @@ class DecisionModel:
 
     def answer(self, state: Any, questions: list[Question], candidates: list[Candidate]) -> dict[str, Any]:
         """Score every candidate and build the answers (probabilities as the facts file defines)."""
-        _test_hooks(state)
         scores = [self.score(c.ids) for c in candidates]
         answers: dict[str, Any] = {}
         for question in questions:
@@ -336,17 +331,6 @@ def _check_constant(name: str, param: Any) -> None:
 
 def _count_lora(model: Any) -> int:
     return sum(1 for name, _ in model.named_modules() if name.endswith("lora_A"))
-
-
-def _test_hooks(state: Any) -> None:
-    """Documented test hooks (docs/backend.md): they never fire unless their variable is set."""
-    text = state if isinstance(state, str) else repr(state)
-    fail_on = os.environ.get(FAIL_ENV)
-    if fail_on and fail_on in text:
-        raise RuntimeError(f"test hook {FAIL_ENV} matched the state")
-    slow_on = os.environ.get(SLOW_ENV)
-    if slow_on and slow_on in text:
-        time.sleep(float(os.environ.get(SLOW_SECONDS_ENV, "2")))
 
 
 def _sigmoid(x: float) -> float:

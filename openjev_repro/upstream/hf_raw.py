@@ -99,7 +99,8 @@ def install_load_check(expected: int, log=sys.stderr) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run jev.server with Transformers' PyTorch fallback enforced.")
     parser.add_argument("--expect-linear-layers", type=int, default=48)
-    parser.add_argument("--server-module", default="jev.server", help=argparse.SUPPRESS)
+    parser.add_argument("--server-module", default="jev.server",
+                        help="module to run as __main__ (default: upstream's jev.server; the tests wrap ours)")
     ours, rest = parser.parse_known_args(argv)
     try:
         block_optional_kernels()
