@@ -29,7 +29,8 @@ from ..study.rundir import ENVELOPE_NAME, RunDir, read_json, scan_tree
 from ..hashing import hash_files
 from ..manifest.dsse import verify_envelope
 from ..manifest.keys import load_public_key
-from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json, sha256_file
+from ..hashing import hash_file
+from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json
 from ..study.recipe import Recipe, parse_recipe
 from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
 from ..study.rows import Row
@@ -208,7 +209,7 @@ def _converted_files(ev: Evidence, record: dict, _: bool) -> list[Check]:
         path = run.path / name
         if not _safe_name(name) or not path.is_file():
             bad.append(f"{name} is recorded but absent")
-        elif sha256_file(path) != want:
+        elif hash_file(path) != want:
             bad.append(f"{name} has a different sha256 than recorded at import")
     present = {p.relative_to(run.path).as_posix() for p in run.evidence_files()}
     unlisted = sorted(present - set(recorded) - {"state.json", "import.json"} - REPORT_FILES)
@@ -231,7 +232,7 @@ def _imported_source(ev: Evidence, record: dict, _: bool) -> list[Check]:
         path = root / name
         if not _safe_name(name) or not path.is_file():
             bad.append(f"{name} was verified at import but is absent now")
-        elif sha256_file(path) != want:
+        elif hash_file(path) != want:
             bad.append(f"{name} differs from the sha256 their manifest.json lists")
     return [Check("source files", not bad, "; ".join(bad[:6]) if bad else
                   f"{len(verified)} source files at {root} still match their manifest.json digests")]

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ReproError
+from ..hashing import hash_file
 from ..study.rundir import ENVELOPE_NAME, read_json, write_json_atomic
 from ..manifest.keys import generate_keypair
 from ..manifest.statement import write_manifest
@@ -179,15 +180,9 @@ def synthesize_system1(run: Path, out: Path) -> int:
                      "readiness": {"health": "ready"}, "cleanup": {"exit_code": 0}}
     (out / "summary.json").write_text(json.dumps({"arms": arms}, indent=2, sort_keys=True) + "\n")
     listed = sorted(p.name for p in out.iterdir())
-    manifest = {"files": [{"path": n, "sha256": _sha256(out / n)} for n in listed]}
+    manifest = {"files": [{"path": n, "sha256": hash_file(out / n)} for n in listed]}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return sum(len(v) for v in files.values())
-
-
-def _sha256(path: Path) -> str:
-    from ..hashing import hash_file
-
-    return hash_file(path)
 
 
 # --- timing ------------------------------------------------------------------------------

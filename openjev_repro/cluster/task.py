@@ -22,10 +22,11 @@ from types import FrameType
 from typing import Any
 
 from ..errors import ReproError
+from ..hashing import hash_file
 from ..study.rundir import RunDir, read_json, write_json_atomic
 from ..host.allocation import allocated_gpu, slurm_record
 from ..manifest.keys import load_private_key
-from ..study.recipe import load_recipe, recipe_sha256
+from ..study.recipe import load_recipe
 from .slurm import TERMINAL, job_state
 from .submission import SLURM_CAUSE, Submission, utc_now, with_slurm_cause
 
@@ -117,7 +118,7 @@ def run_task(sub: Submission, k: int) -> int:
         return 0
     gpu = allocated_gpu()
     try:
-        if recipe_sha256(sub.data["recipe"]) != sub.data["recipe_sha256"]:
+        if hash_file(sub.data["recipe"]) != sub.data["recipe_sha256"]:
             raise TaskFailed(f"{sub.data['recipe']} changed since submission")
         if bool(load_recipe(sub.data["recipe"]).controls.gpu) != bool(sub.data.get("gpu_controls")):
             raise TaskFailed("the recipe's GPU controls differ from the submission's")

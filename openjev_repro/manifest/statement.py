@@ -35,7 +35,6 @@ __all__ = [
     "PREDICATE_FORMAT_VERSION",
     "TIMING_BOUNDARY",
     "OPTIONAL_FILES",
-    "sha256_file",
     "subjects_of",
     "build_statement",
     "write_manifest",
@@ -76,13 +75,9 @@ OPTIONAL_FILES = {
 }
 
 
-def sha256_file(path: Path) -> str:
-    return hash_file(path)
-
-
 def subjects_of(run: RunDir) -> list[dict[str, Any]]:
     return [
-        {"name": p.relative_to(run.path).as_posix(), "digest": {"sha256": sha256_file(p)}}
+        {"name": p.relative_to(run.path).as_posix(), "digest": {"sha256": hash_file(p)}}
         for p in run.evidence_files()
     ]
 

@@ -17,8 +17,9 @@ from pathlib import Path
 import yaml
 
 from ..errors import RecipeError
+from ..hashing import hash_file
 from .preparation import plan_prepare
-from .recipe import UNPINNED, NoAliasLoader, Recipe, _line_map, inputs_root as recipe_inputs_root, lock_path, recipe_sha256
+from .recipe import UNPINNED, NoAliasLoader, Recipe, _line_map, inputs_root as recipe_inputs_root, lock_path
 from .traces import plan_traces
 
 __all__ = ["PLAN_FORMAT_VERSION", "resolve_plan", "check_pins", "runner_placeholders", "REPRO_ROOT"]
@@ -165,7 +166,7 @@ def resolve_plan(recipe: Recipe, recipe_path: Path, *, inputs_root: Path | None 
     return {
         "format_version": PLAN_FORMAT_VERSION,
         "study": recipe.study.model_dump(mode="json"),
-        "recipe": {"path": str(recipe_path), "sha256": recipe_sha256(recipe_path)},
+        "recipe": {"path": str(recipe_path), "sha256": hash_file(recipe_path)},
         "inputs_root": str(root),
         "runtime": runtime,
         "images": sorted({b.image for b in recipe.backends if b.image}),

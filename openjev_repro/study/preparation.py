@@ -14,7 +14,6 @@ Inputs lock (JSON, `recipes/locks/<study id>.inputs.lock`), format history:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import CheckpointError, InputMismatch, RecipeError
+from ..hashing import hash_file
 from .recipe import UNPINNED, InputFile, Recipe, RequestSelection, inputs_root, lock_path
 
 __all__ = [
@@ -268,14 +268,6 @@ def _run_step(action: PrepareAction) -> None:
 # --- the lock ------------------------------------------------------------------------------
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def lock_fingerprint(recipe: Recipe) -> dict:
     """The pins a lock was made from; a lock whose pins differ from the recipe's is stale."""
     prep = recipe.preparation
@@ -302,7 +294,7 @@ def _build_lock(recipe: Recipe, recipe_path: Path, root: Path, say: Callable[[st
         if not full.is_file():
             problems.append(f"{path} is missing")
             continue
-        actual = _sha256(full)
+        actual = hash_file(full)
         if pinned != UNPINNED and actual != pinned:
             problems.append(f"{path} has sha256 {actual}, the recipe pins {pinned}")
         files[path] = {"sha256": actual, "size": full.stat().st_size, "origin": "pinned" if pinned != UNPINNED else "locked"}
@@ -314,7 +306,7 @@ def _build_lock(recipe: Recipe, recipe_path: Path, root: Path, say: Callable[[st
         for full in sorted((root / tree).rglob("*")):
             rel = full.relative_to(root).as_posix()
             if full.is_file() and rel not in files and "/.cache/" not in f"/{rel}":
-                files[rel] = {"sha256": _sha256(full), "size": full.stat().st_size, "origin": f"tree {tree}"}
+                files[rel] = {"sha256": hash_file(full), "size": full.stat().st_size, "origin": f"tree {tree}"}
     if problems:
         raise InputMismatch("Prepared inputs do not match the recipe: " + "; ".join(problems) + ".")
     return {"format_version": LOCK_FORMAT_VERSION, "study_id": recipe.study.id, "pins": lock_fingerprint(recipe),

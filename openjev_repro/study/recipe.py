@@ -13,7 +13,6 @@ Format history:
 
 from __future__ import annotations
 
-import hashlib
 import re
 from datetime import date
 from pathlib import Path
@@ -613,10 +612,6 @@ def load_recipe(path: str | Path) -> Recipe:
     except OSError as exc:
         raise RecipeError(f"Cannot read the recipe {path} ({exc.strerror or exc}).") from None
     return parse_recipe(text, source=str(path))
-
-
-def recipe_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def inputs_root(recipe_path: str | Path, recipe: Recipe, override: str | Path | None = None) -> Path:
