@@ -19,7 +19,8 @@ DESIGN = PACKAGE.parent / "docs" / "design.md"
 # A layer names modules or packages (a package covers its submodules, except the root package,
 # which stands for its own __init__ only); the longest name wins.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("foundations", ["openjev_repro", "openjev_repro.errors", "openjev_repro.limits", "openjev_repro.hashing"]),
+    ("foundations", ["openjev_repro", "openjev_repro.errors", "openjev_repro.limits", "openjev_repro.hashing",
+                     "openjev_repro.decision", "openjev_repro.schema"]),
     ("images", ["openjev_repro.images"]),
     ("prompts", ["openjev_repro.backend.prompts"]),
     ("recipe", ["openjev_repro.study.recipe"]),

@@ -33,6 +33,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ..decision import YES_THRESHOLD
 from ..errors import EvidenceError, RecipeError, RunIncomplete
 from ..study.rundir import RunDir, read_json
 from ..study.recipe import parse_recipe, read_yaml
@@ -235,7 +236,7 @@ def _answers(tb: RowTable, base: np.ndarray, tc: RowTable, cand: np.ndarray) -> 
     ids, seqs = tb.ids.strings(b), tb.seq[b].tolist()
     cases = [{"id": i, "seq": q, "baseline": x, "candidate": y, "delta": d}
              for i, q, x, y, d in zip(ids, seqs, pb.tolist(), pc.tolist(), delta.tolist())]
-    yes_b, yes_c = pb >= 0.5, pc >= 0.5
+    yes_b, yes_c = pb >= YES_THRESHOLD, pc >= YES_THRESHOLD
     flips = [{"id": ids[k], "seq": seqs[k], "baseline": "yes" if yes_b[k] else "no",
               "candidate": "yes" if yes_c[k] else "no"} for k in np.flatnonzero(yes_b != yes_c).tolist()]
     return {"answers": {"paired": len(cases), "unpaired": unpaired, "decision_flips": flips,

@@ -17,6 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..decision import YES_THRESHOLD
 from ..errors import EvidenceError
 from ..study.rundir import ENVELOPE_NAME, RunDir, guard_output, read_json, write_bytes_atomic
 from ..study.recipe import Recipe, load_recipe
@@ -92,7 +93,7 @@ def _latency_notes(wl: dict) -> list[str]:
         if b["decision_mismatches"]:
             ids = ", ".join(sorted({m["id"] for m in b["decision_mismatches"]}))
             out.append(f"**{name}: {len(b['decision_mismatches'])} rows record a decision that differs from "
-                       f"p >= 0.5 of their probability** ({ids}); correctness uses the recomputed decision.")
+                       f"p >= {YES_THRESHOLD} of their probability** ({ids}); correctness uses the recomputed decision.")
     return out
 
 
@@ -219,7 +220,7 @@ def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe,
         "P50 is the median. P95 JevBench rank is `sorted[int(0.95*N)-1]`; P95 nearest rank is "
         "`sorted[ceil(0.95*N)-1]`. Means are `fsum / N` over successful measured requests; the first "
         f"inference, warm-up and feasibility passes ({excluded} requests) are excluded. Correct / N counts the "
-        "first measured pass, decision yes when p >= 0.5. Pass ranges are observed, not confidence intervals.",
+        f"first measured pass, decision yes when p >= {YES_THRESHOLD}. Pass ranges are observed, not confidence intervals.",
         "",
     ]
     for name, wl in summary["workloads"].items():
@@ -390,10 +391,10 @@ def plot_figures(rows: RowTable | Iterable[Row], study_id: str = "", run: RunInf
             stats = latency_stats(t.latency_ms[np.concatenate(list(by_pass.values()))])
             p50, p95 = stats["p50_ms"], stats["p95_jevbench_ms"]
             if p50 is not None and p95 is not None:
-                ax.plot([p50], [0.5], marker="o", mfc="white", ms=8, mew=2, color=colours[b], ls="none", zorder=5)
+                ax.plot([p50], [YES_THRESHOLD], marker="o", mfc="white", ms=8, mew=2, color=colours[b], ls="none", zorder=5)
                 ax.plot([p95], [0.95], marker="X", ms=10, mew=1, mec="white", color=colours[b], ls="none", zorder=5)
                 marks[b] = f"{b}: P50 {p50:.1f}, P95 {p95:.1f} ms"
-        ax.axhline(0.5, color="0.6", lw=0.6, ls=":")
+        ax.axhline(YES_THRESHOLD, color="0.6", lw=0.6, ls=":")
         ax.axhline(0.95, color="0.6", lw=0.6, ls=":")
         ax.set(xlabel="latency (ms)", ylabel="fraction of measured requests", ylim=(0, 1.02),
                title=f"workload {name}" if name else "no measured requests")

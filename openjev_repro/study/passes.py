@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..decision import decision_of
 from ..errors import BackendCrashed, ProtocolError, RunIncomplete
 from .rows import Row, RowWriter
 from .timed_client import TimedClient, TimedResponse
@@ -51,7 +52,7 @@ def parse_noul_response(body: bytes) -> ParsedAnswer:
         tokens = sum(tokens)
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
         raise ProtocolError(f"usage.input_tokens {tokens!r} is not a positive integer")
-    return ParsedAnswer(float(p), "yes" if p >= 0.5 else "no", tokens)
+    return ParsedAnswer(float(p), decision_of(p), tokens)
 
 
 class PassBudget:

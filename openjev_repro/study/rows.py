@@ -42,7 +42,7 @@ class Row:
     status: int | None  # HTTP status; None when no response arrived
     body_sha256: str | None  # sha256 of the exact response body bytes
     probability: float | None  # p_yes of the noul answer
-    decision: str | None  # "yes" when probability >= 0.5, else "no"
+    decision: str | None  # decision.decision_of(probability): "yes" when >= YES_THRESHOLD
     label: str | None  # the case's expected answer, "yes" or "no"
     input_tokens: int | None  # usage.input_tokens of the response
     error: str | None  # why this request failed; None when it succeeded
