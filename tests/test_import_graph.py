@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, list[str]]] = [
                      "openjev_repro.decision", "openjev_repro.schema"]),
     ("images", ["openjev_repro.images"]),
     ("prompts", ["openjev_repro.backend.prompts"]),
-    ("recipe", ["openjev_repro.study.recipe"]),
+    ("recipe", ["openjev_repro.study.recipe", "openjev_repro.study.placeholders"]),
     ("preparation", ["openjev_repro.study.preparation", "openjev_repro.study.traces"]),
     ("plan", ["openjev_repro.study.plan"]),
     ("inputs", ["openjev_repro.study.inputs"]),

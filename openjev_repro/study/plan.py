@@ -18,6 +18,7 @@ import yaml
 
 from ..errors import RecipeError
 from ..hashing import hash_file
+from .placeholders import LAUNCH_NAMES, fill
 from .preparation import plan_prepare
 from .recipe import UNPINNED, NoAliasLoader, Recipe, _line_map, inputs_root as recipe_inputs_root, lock_path
 from .traces import plan_traces
@@ -76,30 +77,31 @@ def check_pins(recipe: Recipe, recipe_path: Path) -> list[dict]:
 
 
 def runner_placeholders(root: Path) -> dict[str, str]:
-    """Placeholders known before launch; {python} {host} {port} {port.<aux>} {run} {backend} stay for the runner."""
+    """Placeholders known before launch; the other LAUNCH_NAMES and {port.<aux>} stay for the runner."""
     return {"inputs": str(root), "repro": str(REPRO_ROOT)}
 
 
-def _partial(text: str, values: dict[str, str]) -> str:
-    for key, value in values.items():
-        text = text.replace("{" + key + "}", value)
-    return text
-
-
-def _process(name: str, argv: list[str], env: dict[str, str], values: dict[str, str], **extra) -> dict:
-    return {"name": name, "argv": [_partial(a, values) for a in argv],
-            "env": {k: _partial(v, values) for k, v in sorted(env.items())}, **extra}
+def _process(name: str, argv: list[str], env: dict[str, str], values: dict[str, str], where: str,
+             aux_before: list[str], **extra) -> dict:
+    # Left for the runner on purpose: what only launch knows, and the ports of the earlier aux processes
+    # (an aux process's own too).
+    deferred = (LAUNCH_NAMES - values.keys()) | {f"port.{a}" for a in aux_before}
+    return {"name": name, "argv": [fill(a, values, f"{where} command", deferred=deferred) for a in argv],
+            "env": {k: fill(v, values, f"{where} env {k}", deferred=deferred) for k, v in sorted(env.items())}, **extra}
 
 
 def _backends(recipe: Recipe, values: dict[str, str], runtime: str | None) -> list[dict]:
     out = []
     for b in recipe.backends:
-        aux = [_process(a.name, a.command, a.env, values, health=a.health, port=a.port or f"free ({{port.{a.name}}})",
-                        ready_timeout_s=a.ready_timeout_s or recipe.protocol.ready_timeout_s) for a in b.aux]
+        names = [a.name for a in b.aux]
+        aux = [_process(a.name, a.command, a.env, values, f"backend {b.name}.{a.name}", names[:i + 1], health=a.health,
+                        port=a.port or f"free ({{port.{a.name}}})",
+                        ready_timeout_s=a.ready_timeout_s or recipe.protocol.ready_timeout_s) for i, a in enumerate(b.aux)]
         out.append({"name": b.name, "runtime": runtime or b.runtime, "image": b.image, "description": b.description,
-                    "start_order": [a.name for a in b.aux] + ["command"],
-                    "stop_order": ["command"] + [a.name for a in reversed(b.aux)],
-                    "aux": aux, "command": _process("command", b.command, b.env, values, health=b.health),
+                    "start_order": names + ["command"],
+                    "stop_order": ["command"] + names[::-1],
+                    "aux": aux, "command": _process("command", b.command, b.env, values, f"backend {b.name}", names,
+                                                    health=b.health),
                     "endpoint": b.endpoint, "model": b.model})
     return out
 

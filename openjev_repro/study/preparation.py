@@ -26,6 +26,7 @@ from typing import Callable
 
 from ..errors import CheckpointError, InputMismatch, RecipeError
 from ..hashing import hash_file
+from .placeholders import fill
 from .recipe import UNPINNED, InputFile, Recipe, RequestSelection, inputs_root, lock_path
 
 __all__ = [
@@ -35,7 +36,6 @@ __all__ = [
     "run_prepare",
     "select_requests",
     "write_request_file",
-    "expand",
     "placeholders",
     "read_lock",
     "locked_recipe",
@@ -63,7 +63,7 @@ class PrepareAction:
         return asdict(self)
 
 
-# --- placeholders ------------------------------------------------------------------------
+# --- placeholders (filled by placeholders.fill) ----------------------------------------
 
 
 def placeholders(recipe: Recipe, root: Path, python: str = sys.executable) -> dict[str, str]:
@@ -74,25 +74,6 @@ def placeholders(recipe: Recipe, root: Path, python: str = sys.executable) -> di
         values.update({f"source.{s.name}": str(root / s.dest) for s in prep.sources})
         values.update({f"download.{d.name}": str(root / d.dest) for d in prep.downloads})
     return values
-
-
-def expand(text: str, values: dict[str, str]) -> str:
-    """Replace {key} placeholders; an unknown one is a recipe error, not a silent literal."""
-    out, i = [], 0
-    while i < len(text):
-        start = text.find("{", i)
-        if start < 0:
-            out.append(text[i:])
-            break
-        end = text.find("}", start)
-        if end < 0:
-            raise RecipeError(f"Unclosed placeholder in {text!r}.")
-        key = text[start + 1:end]
-        if key not in values:
-            raise RecipeError(f"Unknown placeholder {{{key}}} in {text!r}; known: {', '.join(sorted(values))}.")
-        out += [text[i:start], values[key]]
-        i = end + 1
-    return "".join(out)
 
 
 # --- our request selection ---------------------------------------------------------------
@@ -164,11 +145,13 @@ def plan_prepare(recipe: Recipe, recipe_path: Path, *, root: Path | None = None,
                                      target=str(target), done=probe and target.is_file()))
     for step in prep.steps:
         target = root / step.produces
+        where = f"preparation step {step.name}"
         actions.append(PrepareAction(
             "command", step.name, step.description or f"Run step {step.name}.",
-            argv=[expand(a, values) for a in step.command],
-            env={k: expand(v, values) for k, v in step.env.items()},
-            cwd=expand(step.cwd, values) if step.cwd else str(root), target=str(target), done=probe and target.exists()))
+            argv=[fill(a, values, f"{where} command") for a in step.command],
+            env={k: fill(v, values, f"{where} env {k}") for k, v in step.env.items()},
+            cwd=fill(step.cwd, values, f"{where} cwd") if step.cwd else str(root), target=str(target),
+            done=probe and target.exists()))
     for path in prep.provided:
         target = root / path
         actions.append(PrepareAction("provided", path, f"Operator places {target} (not reproducible from public "

@@ -10,7 +10,6 @@ import contextlib
 import errno
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -28,6 +27,7 @@ from ..host.reaper import Reaper
 from ..host.session import HostSession
 from .inputs import checks_table, require_all_ok, verify_inputs
 from .passes import PassBudget, PassRunner, ResponseLog
+from .placeholders import LAUNCH_NAMES, fill
 from .plan import REPRO_ROOT
 from .preflight import port_in_use, preflight
 from .recipe import AuxProcess, Backend, Recipe, Workload, inputs_root, load_recipe
@@ -37,7 +37,7 @@ from ..runtime.local import LocalRuntime
 from .timed_client import TimedClient
 from .workload import Request, build_requests, load_tasks, select
 
-__all__ = ["StudyOptions", "run_study", "substitute", "free_port", "TIMING_BOUNDARY"]
+__all__ = ["StudyOptions", "run_study", "free_port", "TIMING_BOUNDARY"]
 
 TIMING_BOUNDARY = (
     "Client monotonic clock (ns) from just before the request's first byte is sent to just after the "
@@ -65,25 +65,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
-
-
-_AUX_PORT = re.compile(r"\{port\.([a-z0-9][a-z0-9_.-]*)\}")
-
-
-def substitute(template: str, values: dict[str, str], where: str, aux_ports: dict[str, int] | None = None) -> str:
-    """Fill {python} {host} {port} {inputs} {run} {backend} {repro} and {port.<aux>} in a recipe string."""
-    ports = aux_ports or {}
-
-    def aux_port(match: re.Match) -> str:
-        if match.group(1) not in ports:
-            raise RecipeError(f"{where}: {match.group(0)} names no earlier aux process of this backend.")
-        return str(ports[match.group(1)])
-
-    try:
-        return _AUX_PORT.sub(aux_port, template).format_map(values)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise RecipeError(f"{where}: unknown placeholder in {template!r} ({exc}); "
-                          f"known: {', '.join('{' + k + '}' for k in sorted(values))}.") from None
 
 
 class Stopped(KeyboardInterrupt):
@@ -346,11 +327,14 @@ def _launch_spec(run: RunDir, recipe: Recipe, root: Path, backend: Backend, opts
     # In a container the backend runs under the image's interpreter, not ours.
     python = "python3" if (opts.runtime or backend.runtime) == "docker" else sys.executable
     values = {"python": python, "host": host, "port": str(port), "inputs": str(root),
-              "run": str(run.path), "backend": backend.name, "repro": str(REPRO_ROOT)}
+              "run": str(run.path), "backend": backend.name, "repro": str(REPRO_ROOT),
+              **{f"port.{aux_name}": str(p) for aux_name, p in aux_ports.items()}}
+    if aux is not None:  # an aux process may name its own port as {port.<its name>} too
+        values[f"port.{aux.name}"] = str(port)
     where = f"backend {name}"
     command, env_template = (backend.command, backend.env) if aux is None else (aux.command, aux.env)
-    argv = [substitute(a, values, where, aux_ports) for a in command]
-    env = {k: substitute(v, values, where, aux_ports) for k, v in env_template.items()}
+    argv = [fill(a, values, f"{where} command") for a in command]
+    env = {k: fill(v, values, f"{where} env {k}") for k, v in env_template.items()}
     controls = recipe.controls
     health = backend.health if aux is None else (aux.health or "/health")
     return LaunchSpec(name=name, argv=argv, env=env, host=host, port=port, log_path=run.log_path(name),
@@ -441,7 +425,8 @@ def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = Non
     # are recorded by its digest).
     pythons = {}
     for backend in recipe.backends:
-        argv0 = backend.command[0].replace("{python}", sys.executable)
+        deferred = LAUNCH_NAMES | {f"port.{a.name}" for a in backend.aux}
+        argv0 = fill(backend.command[0], {"python": sys.executable}, f"backend {backend.name} command", deferred=deferred)
         if (opts.runtime or backend.runtime) == "local" and Path(argv0).name.startswith("python"):
             pythons[backend.name] = argv0
     return collect_environment(recipe_path=opts.recipe_path, backends_python=pythons,
