@@ -165,15 +165,6 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
 _Passes = dict[int, np.ndarray]  # pass index -> row indices in seq order
 
 
-def _measured(t: RowTable) -> dict[tuple[str, str], _Passes]:
-    """Measured rows grouped by (workload, backend) and pass, each pass in seq order."""
-    groups: dict[tuple[str, str], _Passes] = {}
-    for (workload, backend, index), rows in t.groups(np.flatnonzero(t.phase.equals("measured")),
-                                                     ("workload", "backend", "pass_index")).items():
-        groups.setdefault((workload, backend), {})[index] = rows
-    return groups
-
-
 def _metric(b: float | None, c: float | None) -> dict[str, float | None]:
     return {"baseline": b, "candidate": c, "delta": None if b is None or c is None else c - b,
             "ratio": c / b if b and c is not None else None}
@@ -274,7 +265,7 @@ def compare_rows(base_rows: RowTable | Iterable[Row], cand_rows: RowTable | Iter
                  fingerprints: tuple[dict[str, str | None], dict[str, str | None]] = ({}, {})) -> dict[str, Any]:
     """Compare two runs' rows (RowTables, or iterables of Row) backend by backend."""
     tb, tc = as_table(base_rows), as_table(cand_rows)
-    base, cand = _measured(tb), _measured(tc)
+    base, cand = tb.by_pass("measured"), tc.by_pass("measured")
     mapping = dict((tolerances or {}).get("backends") or {})
     pairs, unmatched = [], []
     for (workload, name) in sorted(base):

@@ -313,12 +313,10 @@ PASS_LINES = ("-", "--", ":", "-.")
 
 
 def _measured(t: RowTable) -> dict[str, dict[str, dict[int, np.ndarray]]]:
-    """workload -> backend -> measured pass -> row indices of successful rows (file order), in first-seen order."""
-    idx = np.flatnonzero(t.phase.equals("measured") & t.ok)
-    groups = sorted(t.groups(idx, ("workload", "backend", "pass_index")).items(), key=lambda kv: int(kv[1].min()))
+    """workload -> backend -> measured pass -> row indices of successful rows (seq order), in first-seen order."""
     out: dict[str, dict[str, dict[int, np.ndarray]]] = {}
-    for (workload, backend, pass_index), rows in groups:  # inserted by first row: first-seen order
-        out.setdefault(str(workload), {}).setdefault(str(backend), {})[int(pass_index)] = np.sort(rows)
+    for (workload, backend), passes in t.by_pass("measured", ok_only=True).items():  # first-seen order
+        out.setdefault(workload, {})[backend] = passes
     return out
 
 

@@ -227,6 +227,21 @@ class RowTable:
                 getattr(self, name).codes[i]] for name in by)] = order[a:b]
         return out
 
+    def by_pass(self, phase: str = "measured", *, ok_only: bool = False) -> dict[tuple[str, str], dict[int, np.ndarray]]:
+        """(workload, backend) -> pass index -> row indices of that pass in `seq` order, for one phase.
+
+        Every level is in first-seen (file) order. `ok_only` keeps only rows without an error. The
+        one grouping of rows by pass (compare, the report's plots and the cross-host means read it)."""
+        mask = self.phase.equals(phase)
+        if ok_only:
+            mask &= self.ok
+        found = sorted(self.groups(np.flatnonzero(mask), ("workload", "backend", "pass_index")).items(),
+                       key=lambda kv: int(kv[1].min()))
+        out: dict[tuple[str, str], dict[int, np.ndarray]] = {}
+        for (workload, backend, index), rows in found:
+            out.setdefault((str(workload), str(backend)), {})[int(index)] = rows
+        return out
+
 
 def _present(column: Sequence[object]) -> np.ndarray:
     """Boolean mask: the value is not None (a C loop over the list)."""
