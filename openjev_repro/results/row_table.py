@@ -30,7 +30,7 @@ import msgspec
 import numpy as np
 
 from ..errors import EvidenceError
-from ..study.rows import ROW_FORMAT_VERSION, Row, read_rows
+from ..study.rows import ROW_FORMAT_VERSION, Phase, Row, read_rows
 
 __all__ = ["CHUNK_BYTES", "Interned", "RowTable", "as_table", "chunks", "read_table"]
 
@@ -45,7 +45,7 @@ class _RowStruct(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     id: str
     backend: str
     workload: str
-    phase: str
+    phase: Phase
     pass_index: int
     seq: int
     start_ns: int

@@ -125,10 +125,6 @@ class PassRunner:
             time.sleep(0.05)
         return self.alive()
 
-    def run_pass(self, requests: list[Request], *, workload: str, phase: str, pass_index: int) -> list[Row]:
-        return [self.request(r, workload=workload, phase=phase, pass_index=pass_index, seq=i)
-                for i, r in enumerate(requests)]
-
     def _row(self, req: Request, workload: str, phase: str, pass_index: int, seq: int, start: int, end: int,
              status: int | None, digest: str | None, parsed: ParsedAnswer | None, error: str | None) -> Row:
         return Row(id=req.id, backend=self.backend, workload=workload, phase=phase, pass_index=pass_index,

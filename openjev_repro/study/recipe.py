@@ -625,6 +625,3 @@ def lock_path(recipe: Recipe, recipe_path: str | Path) -> Path:
     rel = recipe.preparation.lock if recipe.preparation and recipe.preparation.lock else None
     return base / (rel or f"locks/{recipe.study.id}.inputs.lock")
 
-
-def as_dict(recipe: Recipe) -> dict[str, Any]:
-    return recipe.model_dump(mode="json")

@@ -286,10 +286,6 @@ class RunDir:
                          error=f"stale run: state.json says running, but {reason}")
         return state
 
-    @property
-    def complete(self) -> bool:
-        return self.state().get("status") == "complete"
-
     def evidence_files(self) -> list[Path]:
         """Every file of the run except the top-level envelope, hidden names included, sorted by relative path.
 
