@@ -27,7 +27,6 @@ Each pair also shows both runs' `weights_fingerprint` (backends.json, absent in 
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -35,7 +34,7 @@ import numpy as np
 
 from ..decision import YES_THRESHOLD
 from ..errors import EvidenceError, RecipeError, RunIncomplete
-from ..study.rundir import RunDir, read_json
+from ..study.rundir import RunDir
 from ..study.recipe import parse_recipe, read_yaml
 from ..results.statistics import BOOTSTRAP_METHOD, bootstrap_mean_diff_ci, latency_stats, pair_by_id_and_seq, ranges_disjoint
 from ..results.row_table import RowTable, as_table, read_table
@@ -108,10 +107,7 @@ def _fingerprints(path: Path) -> dict[str, str | None]:
     """backend -> weights_fingerprint from a run's backends.json ({} when the run has none)."""
     if not path.is_file():
         return {}
-    try:
-        backends = json.loads(path.read_text(encoding="utf-8")).get("backends") or {}
-    except (json.JSONDecodeError, AttributeError) as exc:
-        raise EvidenceError(f"{path} is not a backends.json object ({exc}).") from None
+    backends = RunDir(path.parent).read(path.name).get("backends") or {}
     return {name: info.get("weights_fingerprint") if isinstance(info.get("weights_fingerprint"), str) else None
             for name, info in backends.items() if isinstance(info, dict)}
 
@@ -145,7 +141,7 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
         base, cand = loaded
         record = Path(baseline) / "import.json"
         same_import = Path(baseline).resolve() == Path(candidate).resolve() and record.is_file()
-        published = read_json(record).get("figures", []) if same_import else []
+        published = RunDir(Path(baseline)).read("import.json").get("figures", []) if same_import else []
     result = compare_rows(base[0], cand[0], tolerances=tolerances, seed=seed, fingerprints=(base[2], cand[2]))
     result.update(baseline=str(baseline), candidate=str(candidate),
                   baseline_study=base[1].study.id, candidate_study=cand[1].study.id)

@@ -17,7 +17,7 @@ from ..audit.compare import COMPARABLE_STATUSES, compare_runs, run_status
 from ..audit.verify import verify_path
 from ..errors import EvidenceError, RunIncomplete, VerificationError
 from ..hashing import hash_file
-from ..study.rundir import ENVELOPE_NAME, read_json
+from ..study.rundir import ENVELOPE_NAME, RunDir
 from ..manifest.dsse import (
     envelope_bytes,
     make_envelope,
@@ -57,11 +57,11 @@ class Collected:
 
 
 def _host_of(run: Path) -> str:
-    host = read_json(run / "host.json") if (run / "host.json").is_file() else {}
+    host = RunDir(run).read("host.json") if (run / "host.json").is_file() else {}
     slurm = host.get("slurm") or {}
     if slurm.get("node"):
         return str(slurm["node"])
-    env = read_json(run / "environment.json") if (run / "environment.json").is_file() else {}
+    env = RunDir(run).read("environment.json") if (run / "environment.json").is_file() else {}
     return str((env.get("host") or {}).get("hostname") or env.get("hostname") or "unknown")
 
 

@@ -23,12 +23,12 @@ from typing import Any
 
 from ..errors import ReproError
 from ..hashing import hash_file
-from ..study.rundir import RunDir, read_json, write_json_atomic
+from ..study.rundir import RunDir, write_json_atomic
 from ..host.allocation import allocated_gpu, slurm_record
 from ..manifest.keys import load_private_key
 from ..study.recipe import load_recipe
 from .slurm import TERMINAL, job_state
-from .submission import SLURM_CAUSE, Submission, utc_now, with_slurm_cause
+from .submission import ATTEMPT_FORMAT_VERSION, SLURM_CAUSE, Submission, utc_now, with_slurm_cause
 
 __all__ = ["GPU_SOURCE", "TaskFailed", "main", "study_argv"]
 
@@ -63,7 +63,7 @@ class _Attempt:
 
     def __init__(self, replicate_dir: Path, job_id: str) -> None:
         self.path = replicate_dir / f"attempt-{job_id}.json"
-        self.record: dict[str, Any] = {"format_version": 1, "job_id": job_id, "started_utc": utc_now(),
+        self.record: dict[str, Any] = {"format_version": ATTEMPT_FORMAT_VERSION, "job_id": job_id, "started_utc": utc_now(),
                                        "slurm": slurm_record(), "outcome": "running", "run": None,
                                        "ended_utc": None, "slurm_end": None, "exit_code": None, "error": None}
 
@@ -161,7 +161,7 @@ def run_task(sub: Submission, k: int) -> int:
         attempt.write(outcome="terminated", run=run.name if run else None, ended_utc=utc_now(), exit_code=code,
                       error=why)
         return 128 + signal.SIGTERM
-    status = read_json(run / "state.json").get("status") if run is not None else None
+    status = RunDir(run).state().get("status") if run is not None else None
     if code == 0 and status == "complete":
         attempt.write(outcome="complete", run=run.name if run else None, ended_utc=utc_now(), exit_code=0)
         return 0

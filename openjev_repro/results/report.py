@@ -18,8 +18,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..decision import YES_THRESHOLD
-from ..errors import EvidenceError
-from ..study.rundir import ENVELOPE_NAME, RunDir, guard_output, read_json, write_bytes_atomic
+from ..errors import EvidenceError, UnsupportedFormat
+from ..study.rundir import ENVELOPE_NAME, RunDir, guard_output, write_bytes_atomic
 from ..study.recipe import Recipe, load_recipe
 from .statistics import latency_stats, summarize
 from .row_table import RowTable, as_table, read_table
@@ -289,7 +289,9 @@ def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
 
 def _hardware(run: RunDir, recipe: Recipe) -> str:
     try:
-        env = read_json(run.file("environment.json")) if run.file("environment.json").is_file() else {}
+        env = run.read("environment.json") if run.file("environment.json").is_file() else {}
+    except UnsupportedFormat:
+        raise
     except (OSError, ValueError, EvidenceError):
         env = {}
     devices = (env.get("gpus") or {}).get("devices") or []
@@ -449,14 +451,14 @@ def run_facts_of(run: RunDir) -> list[str]:
     Runs from before these files had them give no lines, so their signed reports render unchanged.
     """
     lines = []
-    host = read_json(run.file("host.json")) if run.file("host.json").is_file() else {}
+    host = run.read("host.json") if run.file("host.json").is_file() else {}
     override = host.get("gpu_override") if isinstance(host, dict) else None
     if isinstance(override, dict):
         recipe_gpu, run_gpu = override.get("recipe") or {}, override.get("run_time") or {}
         lines.append(f"- GPU override ({override.get('source')}): ran on index {run_gpu.get('index')} "
                      f"`{run_gpu.get('uuid')}`; the recipe pins index {recipe_gpu.get('index')} "
                      f"`{recipe_gpu.get('uuid')}` (recipe unchanged).")
-    backends = read_json(run.file("backends.json")) if run.file("backends.json").is_file() else {}
+    backends = run.read("backends.json") if run.file("backends.json").is_file() else {}
     for name, info in sorted((backends.get("backends") or {}).items()):
         fingerprint = info.get("weights_fingerprint")
         if not isinstance(fingerprint, str):
@@ -473,7 +475,7 @@ def _summary_notes(run: RunDir, summary: dict) -> list[str]:
     path = run.file("summary.json")
     if not path.exists():
         return ["summary.json is absent; every figure below was computed from rows.jsonl."]
-    stored = read_json(path)
+    stored = run.read("summary.json")
     if stored != json.loads(json.dumps(summary, allow_nan=False)):
         return ["SUMMARY MISMATCH: summary.json differs from the summary recomputed from rows.jsonl and "
                 "recipe.yaml; this report shows the recomputation. Run `invoke verify` on this run."]
@@ -495,7 +497,7 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
         state = dict(state, status=as_status)
     summary = summarize(rows, recipe)
     info = run_info(run, recipe)
-    imported = read_json(run.file("import.json")) if run.file("import.json").is_file() else None
+    imported = run.read("import.json") if run.file("import.json").is_file() else None
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
                          imported=imported, run_facts=run_facts_of(run))
     target = Path(out_dir) if out_dir is not None else run.path

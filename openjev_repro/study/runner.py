@@ -21,7 +21,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
-from .rundir import RunDir, fsync_tree, read_json, write_json_atomic
+from .rundir import (BACKENDS_FORMAT_VERSION, INPUTS_FORMAT_VERSION, PROCESSES_FORMAT_VERSION, RunDir, fsync_tree,
+                     write_json_atomic)
 from ..host.override import GpuOverride
 from ..host.reaper import Reaper
 from ..host.session import HostSession
@@ -201,7 +202,7 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions, reaper
     with _step(run, "verify-inputs"):
         checks = verify_inputs(recipe, root, console=console)
         write_json_atomic(run.file("inputs.json"), {
-            "format_version": 1, "root": str(root), "files": [c.to_dict() for c in checks]})
+            "format_version": INPUTS_FORMAT_VERSION, "root": str(root), "files": [c.to_dict() for c in checks]})
         if any(c.status != "ok" for c in checks):
             console.print(checks_table(checks, root))
         from .preflight import input_fix
@@ -292,7 +293,7 @@ def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, work
         stopped = [process.stop(recipe.protocol.stop_grace_s) for process in reversed(started)]  # command first
         records.extend(stopped)  # every process is stopped before anything is written (a full disk stops nothing)
         write_json_atomic(run.file("processes.json"),
-                          {"format_version": 1, "processes": [r.to_dict() for r in records]})
+                          {"format_version": PROCESSES_FORMAT_VERSION, "processes": [r.to_dict() for r in records]})
         for record in stopped:
             state = "stopped by us" if record.intentional else f"exited on its own (status {record.exit_status})"
             console.print(f"{record.name}: {state}; all processes gone: {record.exited}")
@@ -308,8 +309,8 @@ IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_wei
 def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
     """backends.json: per backend, its weights fingerprint and thread settings from /health, after ready."""
     path = run.file("backends.json")
-    data = read_json(path) if path.is_file() else {"format_version": 1, "source": "/health after ready",
-                                                   "backends": {}}
+    data = run.read("backends.json") if path.is_file() else {
+        "format_version": BACKENDS_FORMAT_VERSION, "source": "/health after ready", "backends": {}}
     absent = {"available": False, "reason": "not in the backend's /health"}
     data["backends"][name] = {key: health.get(key, absent) for key in IDENTITY_KEYS}
     write_json_atomic(path, data)
