@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("prompts", ["openjev_repro.backend.prompts"]),
     ("recipe", ["openjev_repro.study.recipe", "openjev_repro.study.placeholders"]),
     ("preparation", ["openjev_repro.study.preparation", "openjev_repro.study.traces"]),
+    ("resolved", ["openjev_repro.study.resolved"]),
     ("plan", ["openjev_repro.study.plan"]),
     ("inputs", ["openjev_repro.study.inputs"]),
     ("workload", ["openjev_repro.study.workload", "openjev_repro.study.synthetic"]),

@@ -14,6 +14,7 @@ from openjev_repro.study.placeholders import LAUNCH_NAMES, fill
 from openjev_repro.study.plan import resolve_plan
 from openjev_repro.study.preparation import plan_prepare
 from openjev_repro.study.recipe import load_recipe
+from openjev_repro.study.resolved import resolve_recipe
 from openjev_repro.study.rundir import RunDir
 from openjev_repro.study.runner import StudyOptions, _launch_spec
 from studykit import write_study
@@ -44,14 +45,14 @@ def _recipe(tmp_path: Path, command: list[str], aux: list[dict] | None = None) -
 def test_plan_refuses_an_unknown_placeholder_naming_backend(tmp_path):
     path = _recipe(tmp_path, ["{python}", "serve", "--model", "{modle}"])
     with pytest.raises(RecipeError, match=r"backend b command: unknown placeholder \{modle\}"):
-        resolve_plan(load_recipe(path), path)
+        resolve_plan(resolve_recipe(path, apply_lock=False))
 
 
 def test_plan_leaves_launch_names_and_earlier_aux_ports_for_the_runner(tmp_path):
     aux = [{"name": "worker", "command": ["{python}", "w", "--port", "{port}"]}]
     path = _recipe(tmp_path, ["{python}", "s", "--port", "{port}", "--worker", "{port.worker}", "--in", "{inputs}",
                               "--run", "{run}", "--host", "{host}", "--name", "{backend}"], aux)
-    plan = resolve_plan(load_recipe(path), path)
+    plan = resolve_plan(resolve_recipe(path, apply_lock=False))
     argv = plan["backends"][0]["command"]["argv"]
     assert argv[:6] == ["{python}", "s", "--port", "{port}", "--worker", "{port.worker}"]
     assert argv[7] == str(tmp_path / "inputs") and argv[8:] == ["--run", "{run}", "--host", "{host}", "--name", "{backend}"]
@@ -62,7 +63,7 @@ def test_plan_refuses_a_port_of_a_later_or_unknown_aux(tmp_path):
     aux = [{"name": "first", "command": ["{python}", "--to", "{port.second}"]}, {"name": "second", "command": ["{python}"]}]
     path = _recipe(tmp_path, ["{python}"], aux)
     with pytest.raises(RecipeError, match=r"backend b.first command: unknown placeholder \{port.second\} .*earlier aux"):
-        resolve_plan(load_recipe(path), path)
+        resolve_plan(resolve_recipe(path, apply_lock=False))
 
 
 def test_preparation_step_refuses_an_unknown_placeholder(tmp_path):

@@ -20,7 +20,8 @@ from ..errors import RecipeError
 from ..hashing import hash_file
 from .placeholders import LAUNCH_NAMES, fill
 from .preparation import plan_prepare
-from .recipe import UNPINNED, NoAliasLoader, Recipe, _line_map, inputs_root as recipe_inputs_root, lock_path
+from .recipe import UNPINNED, NoAliasLoader, Recipe, _line_map
+from .resolved import ResolvedRecipe
 from .traces import plan_traces
 
 __all__ = ["PLAN_FORMAT_VERSION", "resolve_plan", "check_pins", "runner_placeholders", "REPRO_ROOT"]
@@ -144,16 +145,14 @@ def _token_counts(recipe: Recipe, root: Path) -> list[int] | None:
     return list(json.loads(path.read_text(encoding="utf-8"))["input_tokens"])
 
 
-def resolve_plan(recipe: Recipe, recipe_path: Path, *, inputs_root: Path | None = None,
-                 runtime: str | None = None) -> dict:
-    """The fully resolved plan as a JSON-serialisable dict (no network, no GPU, no writes)."""
-    recipe_path = Path(recipe_path)
-    root = recipe_inputs_root(recipe_path, recipe, inputs_root)
+def resolve_plan(study: ResolvedRecipe, *, runtime: str | None = None) -> dict:
+    """The fully resolved plan of a resolved recipe as a JSON-serialisable dict (no network, no GPU, no writes)."""
+    recipe, recipe_path, root = study.recipe, study.path, study.root
     values = runner_placeholders(root)
     prep = recipe.preparation
     preparation = None
     if prep is not None:
-        preparation = {"lock": str(lock_path(recipe, recipe_path)),
+        preparation = {"lock": str(study.lock_path),
                        "downloads": [d.model_dump(mode="json") for d in prep.downloads],
                        "sources": [s.model_dump(mode="json") for s in prep.sources],
                        "provided": list(prep.provided),

@@ -31,7 +31,8 @@ from .passes import PassBudget, PassRunner, ResponseLog
 from .placeholders import LAUNCH_NAMES, fill
 from .plan import REPRO_ROOT
 from .preflight import port_in_use, preflight
-from .recipe import AuxProcess, Backend, Recipe, Workload, inputs_root, load_recipe
+from .recipe import AuxProcess, Backend, Recipe, Workload
+from .resolved import ResolvedRecipe, resolve_recipe
 from .rows import RowWriter, read_rows
 from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
 from ..runtime.local import LocalRuntime
@@ -142,14 +143,11 @@ def _rerender_report(run: RunDir) -> None:
 
 
 def run_study(opts: StudyOptions) -> RunDir:
-    recipe = load_recipe(opts.recipe_path)
-    if recipe.preparation is not None:  # hashes left to `invoke prepare` come from its inputs lock
-        from .preparation import locked_recipe
-
-        recipe = locked_recipe(recipe, opts.recipe_path)
-    root = inputs_root(opts.recipe_path, recipe, opts.inputs_root)
+    # Once: the recipe read, its inputs lock applied (hashes left to `invoke prepare`), its inputs root fixed.
+    study = resolve_recipe(opts.recipe_path, inputs_root_override=opts.inputs_root)
+    recipe = study.recipe
     # Everything that can fail before any work is checked first: a study that never started leaves no run directory.
-    preflight(recipe, opts.recipe_path, root, out_dir=opts.out_dir, key_path=opts.key_path, runtime=opts.runtime)
+    preflight(study, out_dir=opts.out_dir, key_path=opts.key_path, runtime=opts.runtime)
     try:
         run = RunDir.create(opts.out_dir, recipe.study.id)
     except OSError as exc:
@@ -158,7 +156,7 @@ def run_study(opts: StudyOptions) -> RunDir:
         try:
             shutil.copyfile(opts.recipe_path, run.file("recipe.yaml"))
             opts.console.print(f"[bold]Study {recipe.study.id}[/] → run directory {run.path}")
-            _execute(run, recipe, root, opts, reaper)
+            _execute(run, study, opts, reaper)
         except BaseException as exc:  # every failure, OSError and MemoryError included, is an incomplete run
             if isinstance(exc, (SystemExit, GeneratorExit)):
                 raise
@@ -197,8 +195,9 @@ class _Step:
             self.run.finish(self.name)
 
 
-def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions, reaper: Reaper | None = None) -> None:
+def _execute(run: RunDir, study: ResolvedRecipe, opts: StudyOptions, reaper: Reaper | None = None) -> None:
     console = opts.console
+    recipe, root = study.recipe, study.root
     with _step(run, "verify-inputs"):
         checks = verify_inputs(recipe, root, console=console)
         write_json_atomic(run.file("inputs.json"), {
@@ -207,12 +206,12 @@ def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions, reaper
             console.print(checks_table(checks, root))
         from .preflight import input_fix
 
-        require_all_ok(checks, root, input_fix(recipe, opts.recipe_path, root))
+        require_all_ok(checks, root, input_fix(study))
         console.print(f"inputs: {len(checks)} files verified by sha256")
     workloads = {w.name: select(load_tasks(root / w.requests), w.selection.types, w.selection.ids,
                                 w.selection.first, w.repeat) for w in recipe.workloads}
     with _step(run, "plan"):
-        plan = _plan(recipe, opts, root)
+        plan = _plan(study, opts)
         # The exact request order of every pass, so `verify` can tell a case missing from every pass.
         plan["case_ids"] = {name: [t.id for t in tasks] for name, tasks in workloads.items()}
         if opts.gpu_override is not None:
@@ -413,10 +412,10 @@ def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phas
 # --- integration points with the other concerns -------------------------------------------
 
 
-def _plan(recipe: Recipe, opts: StudyOptions, root: Path) -> dict:
+def _plan(study: ResolvedRecipe, opts: StudyOptions) -> dict:
     from .plan import resolve_plan
 
-    return resolve_plan(recipe, opts.recipe_path, inputs_root=root, runtime=opts.runtime)
+    return resolve_plan(study, runtime=opts.runtime)
 
 
 def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = None) -> dict:
