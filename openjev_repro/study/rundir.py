@@ -115,9 +115,11 @@ def check_format(data: Any, supported: Collection[int], where: str, *, key: str 
     version = data.get(key, absent) if isinstance(data, dict) else None
     if isinstance(version, bool) or version not in supported:
         reads = " or ".join(str(v) for v in sorted(supported))
-        found = f"{key} {version!r}" if isinstance(data, dict) and key in data else f"no {key}"
-        raise UnsupportedFormat(f"{where}: {found} is not a format this tool reads ({key} {reads}); "
-                                "a newer openjev-repro wrote it, or it is not our file.")
+        if isinstance(data, dict) and key in data:
+            raise UnsupportedFormat(f"{where}: {key} {version!r} is not a format this tool reads ({key} {reads}); "
+                                    "a newer openjev-repro wrote it, or it is not our file.")
+        raise UnsupportedFormat(f"{where}: has no {key}, so it is not a file this tool reads ({key} {reads}); "
+                                "every file openjev-repro writes carries one.")
     return data
 
 
