@@ -220,7 +220,9 @@ def main() -> int:
     raw = {r["id"]: r["probability"] for r in rows if r["backend"] == "reference-raw" and r["phase"] == "measured"
            and r["pass_index"] == 1}
     diffs = {k: abs(probs[k] - raw[k]) for k in raw if k in probs}
-    flips = [k for k in diffs if (probs[k] >= model_mod.YES_THRESHOLD) != (raw[k] >= model_mod.YES_THRESHOLD)]
+    from openjev_repro.decision import YES_THRESHOLD
+
+    flips = [k for k in diffs if (probs[k] >= YES_THRESHOLD) != (raw[k] >= YES_THRESHOLD)]
     result["vs_raw"] = {"compared": len(diffs), "max_probability_delta": max(diffs.values()),
                         "mean_signed_delta": statistics.fmean(probs[k] - raw[k] for k in diffs),
                         "decision_flips": len(flips),

@@ -148,9 +148,9 @@ def test_weights_fingerprints_are_compared_per_backend(tmp_path, runs):
     a, b, _ = runs
     base, cand = shutil.copytree(a.path, tmp_path / "a"), shutil.copytree(b.path, tmp_path / "b")
     same, other = "wfp1:" + "1" * 64, "wfp1:" + "2" * 64
-    (base / "backends.json").write_text(json.dumps({"backends": {"hf": {"weights_fingerprint": same},
+    (base / "backends.json").write_text(json.dumps({"format_version": 1, "backends": {"hf": {"weights_fingerprint": same},
                                                                  "native": {"weights_fingerprint": same}}}))
-    (cand / "backends.json").write_text(json.dumps({"backends": {"hf": {"weights_fingerprint": same},
+    (cand / "backends.json").write_text(json.dumps({"format_version": 1, "backends": {"hf": {"weights_fingerprint": same},
                                                                  "native": {"weights_fingerprint": other}}}))
     reported = compare_runs(base, cand, tolerances=TOL)
     by_backend = {p["baseline_backend"]: p["weights_fingerprint"] for p in reported["pairs"]}

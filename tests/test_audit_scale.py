@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -92,6 +93,8 @@ def test_chunked_reading_merges_interned_strings(tmp_path):
     (lambda row: row.replace('"v": 1', '"v": 7'), "rows.jsonl:2: Row format version 7 is not supported"),
     (lambda row: row.replace('"error": null, ', ""), r"rows.jsonl:2: Row has unknown fields \[\] or lacks \['error'\]"),
     (lambda row: row[:40], "rows.jsonl:2: not a valid row"),
+    (lambda row: re.sub(r'"phase": "\w+"', '"phase": "timed"', row),
+     "rows.jsonl:2: Row phase 'timed' is not one of first, warmup, feasibility, measured"),
 ])
 def test_a_bad_row_is_an_evidence_error_naming_its_line(tmp_path, edit, message):
     run = build_run(tmp_path)

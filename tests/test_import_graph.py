@@ -19,11 +19,13 @@ DESIGN = PACKAGE.parent / "docs" / "design.md"
 # A layer names modules or packages (a package covers its submodules, except the root package,
 # which stands for its own __init__ only); the longest name wins.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("foundations", ["openjev_repro", "openjev_repro.errors", "openjev_repro.limits", "openjev_repro.hashing"]),
+    ("foundations", ["openjev_repro", "openjev_repro.errors", "openjev_repro.limits", "openjev_repro.hashing",
+                     "openjev_repro.decision", "openjev_repro.schema"]),
     ("images", ["openjev_repro.images"]),
     ("prompts", ["openjev_repro.backend.prompts"]),
-    ("recipe", ["openjev_repro.study.recipe"]),
+    ("recipe", ["openjev_repro.study.recipe", "openjev_repro.study.placeholders"]),
     ("preparation", ["openjev_repro.study.preparation", "openjev_repro.study.traces"]),
+    ("resolved", ["openjev_repro.study.resolved"]),
     ("plan", ["openjev_repro.study.plan"]),
     ("inputs", ["openjev_repro.study.inputs"]),
     ("workload", ["openjev_repro.study.workload", "openjev_repro.study.synthetic"]),

@@ -12,6 +12,7 @@ import pytest
 from openjev_repro.errors import RecipeError
 from openjev_repro.study.plan import check_pins, resolve_plan
 from openjev_repro.study.recipe import load_recipe, parse_recipe
+from openjev_repro.study.resolved import resolve_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("open-jev-h200-*.yaml"))
@@ -27,7 +28,7 @@ def test_three_published_recipes_exist():
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_plan_renders_and_is_json(path, tmp_path):
-    plan = resolve_plan(load_recipe(path), path, inputs_root=tmp_path)
+    plan = resolve_plan(resolve_recipe(path, inputs_root_override=tmp_path, apply_lock=False))
     assert json.loads(json.dumps(plan)) == plan
     assert plan["inputs_root"] == str(tmp_path)
     assert plan["needs_preparation"] and "requests/jevbench-noul-74.jsonl" in plan["unpinned"]
@@ -45,7 +46,7 @@ def test_plan_renders_and_is_json(path, tmp_path):
 
 def test_hf_comparison_plan():
     path = ROOT / "recipes/open-jev-h200-hf-comparison-2026-10-03.yaml"
-    plan = resolve_plan(load_recipe(path), path)
+    plan = resolve_plan(resolve_recipe(path, apply_lock=False))
     by = {b["name"]: b for b in plan["backends"]}
     assert set(by) == {"hf", "native", "fast"}
     hf = by["hf"]["aux"][0]
@@ -72,7 +73,7 @@ def test_hf_comparison_plan():
 
 def test_cuda_graph_plan_gates_and_passes():
     path = ROOT / "recipes/open-jev-h200-cuda-graph-2026-10-03.yaml"
-    plan = resolve_plan(load_recipe(path), path)
+    plan = resolve_plan(resolve_recipe(path, apply_lock=False))
     gates = {g["name"]: g for g in plan["gates"]}
     assert gates["short-mean-reduction"]["min_percent"] == 3.0 and gates["short-mean-reduction"]["every_pass"]
     assert gates["mixed-mean-reduction"]["min_percent"] == 2.0 and gates["mixed-mean-reduction"]["workload"] == "jevbench-noul-74"
@@ -99,7 +100,7 @@ def test_packed_silu_plan_traces(tmp_path):
     text = path.read_text().replace("  enabled: false", "  enabled: true")
     enabled = tmp_path / path.name
     enabled.write_text(text)
-    plan = resolve_plan(load_recipe(enabled), enabled, inputs_root=tmp_path)
+    plan = resolve_plan(resolve_recipe(enabled, inputs_root_override=tmp_path, apply_lock=False))
     items = plan["traces"]["items"]
     assert len(items) == 18 and {i["tokens"] for i in items} == {107, 936, 3399}
     assert {i["wrap"] for i in items if i["backend"] != "fast"} == {"worker"}

@@ -109,16 +109,15 @@ def test_docker_runtime_without_a_daemon(study, tmp_path, monkeypatch):
 
 def test_missing_demo_inputs_name_the_fix(tmp_path, monkeypatch):
     from openjev_repro.study.preflight import check_inputs_present, input_fix
-    from openjev_repro.study.recipe import load_recipe
+    from openjev_repro.study.resolved import resolve_recipe
 
     demo = REPO / "recipes" / "demo.yaml"
-    recipe = load_recipe(demo)
     with pytest.raises(ReproError) as caught:
-        check_inputs_present(recipe, demo, tmp_path / "empty")
+        check_inputs_present(resolve_recipe(demo, inputs_root_override=tmp_path / "empty"))
     assert str(caught.value) == (f"all 11 inputs are missing under {tmp_path / 'empty'}; "
                                  f"`invoke fixture --out {tmp_path / 'empty'}` writes them.")
     monkeypatch.chdir(REPO)
-    assert input_fix(recipe, demo, REPO / ".cache" / "demo") == (
+    assert input_fix(resolve_recipe(demo, inputs_root_override=REPO / ".cache" / "demo")) == (
         "`make demo` builds them, or `invoke fixture --out .cache/demo` writes them")
     prepared = REPO / "recipes" / "open-jev-h200-hf-comparison-2026-10-03.yaml"
-    assert input_fix(load_recipe(prepared), prepared, tmp_path).startswith(f"`invoke prepare --recipe {prepared}`")
+    assert input_fix(resolve_recipe(prepared, inputs_root_override=tmp_path, apply_lock=False)).startswith(f"`invoke prepare --recipe {prepared}`")

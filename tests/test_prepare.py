@@ -13,6 +13,7 @@ import pytest
 from openjev_repro.errors import InputMismatch, RecipeError
 from openjev_repro.study.preparation import locked_recipe, plan_prepare, read_lock, run_prepare, select_requests
 from openjev_repro.study.recipe import RequestSelection, load_recipe
+from openjev_repro.study.resolved import resolve_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -105,6 +106,23 @@ def test_prepare_end_to_end_writes_lock_and_fills_hashes(tmp_path):
     run_prepare(recipe, path, say=said.append)
     assert sum(s.startswith("done already") for s in said) == 3
 
+
+
+def test_a_recipe_is_resolved_once_with_its_lock(tmp_path):
+    """resolve_recipe: the declared recipe, the lock applied, the root and the lock path, all from one read."""
+    repo, commit = make_jevbench(tmp_path)
+    path = _recipe(tmp_path, str(repo), commit, step_sha="right")
+    with pytest.raises(RecipeError, match="run `invoke prepare"):
+        resolve_recipe(path)  # a study cannot resolve it before preparation
+    declared = resolve_recipe(path, apply_lock=False)  # what `invoke plan` shows
+    assert declared.recipe is declared.declared and declared.recipe.unpinned() and not declared.locked
+    run_prepare(load_recipe(path), path, say=lambda _: None)
+    study = resolve_recipe(path, inputs_root_override=tmp_path / "elsewhere")
+    assert study.locked and not study.recipe.unpinned() and study.declared.unpinned() == ["requests/noul.jsonl"]
+    assert study.recipe == locked_recipe(load_recipe(path), path)
+    assert study.root == (tmp_path / "elsewhere").resolve() and study.path == path
+    assert study.lock_path == tmp_path / "recipes/locks/tiny-prepare.inputs.lock"
+    assert resolve_recipe(path).root == (tmp_path / "recipes/inputs").resolve()
 
 def test_prepare_refuses_a_changed_pinned_input(tmp_path):
     repo, commit = make_jevbench(tmp_path)

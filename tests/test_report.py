@@ -207,7 +207,7 @@ def test_run_info_names_the_gpu_the_run_used(tmp_path):
     created.file("recipe.yaml").write_text(text, encoding="utf-8")
     parsed = parse_recipe(text, source="test")
     devices = [{"uuid": used, "name": "NVIDIA H200"}, {"uuid": "GPU-other", "name": "NVIDIA A100"}]
-    env = {"gpus": {"devices": devices}}
+    env = {"format_version": 2, "gpus": {"devices": devices}}
     write_json_atomic(created.file("environment.json"), env)
     assert run_info(created, parsed).hardware == f"pinned GPU {pinned} not in environment.json"
     env["gpu_override"] = {"recipe": {"uuid": pinned, "index": 0}, "run_time": {"uuid": used, "index": None},

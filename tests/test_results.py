@@ -17,6 +17,7 @@ from openjev_repro.results.statistics import (
     summarize,
     token_bucket,
 )
+from openjev_repro.results.row_table import RowTable
 from openjev_repro.study.rows import Row
 
 RECIPE = """\
@@ -332,3 +333,26 @@ def test_no_rows_pass_no_gate():
         g: (None if g == "traces" else False) for g in [g["name"] for g in s["gates"]]}
     assert s["workloads"]["mixed"]["backends"]["hf"]["probabilities_stable"] is None
     assert all(c["speedup"] is None for c in s["workloads"]["mixed"]["comparisons"])
+
+
+
+def _row(backend, workload, phase, pass_index, seq, ms, failed=False):
+    return Row(id=f"c{seq}", backend=backend, workload=workload, phase=phase, pass_index=pass_index, seq=seq,
+               start_ns=0, end_ns=round(ms * 1e6), status=None if failed else 200, body_sha256=None,
+               probability=None if failed else 0.5, decision=None, label=None, input_tokens=None,
+               error="reset" if failed else None)
+
+
+def test_rows_grouped_by_pass_once():
+    """RowTable.by_pass: (workload, backend) -> pass -> indices in seq order, first-seen order at each level."""
+    rows = [_row("b2", "w", "measured", 2, 1, 5.0), _row("b2", "w", "measured", 2, 0, 6.0),
+            _row("b1", "w", "measured", 1, 0, 7.0), _row("b2", "w", "measured", 1, 0, 8.0, failed=True),
+            _row("b2", "w", "feasibility", 1, 0, 9.0)]
+    t = RowTable.from_rows(rows)
+    grouped = t.by_pass("measured")
+    assert list(grouped) == [("w", "b2"), ("w", "b1")]
+    assert list(grouped[("w", "b2")]) == [2, 1]
+    assert grouped[("w", "b2")][2].tolist() == [1, 0]  # seq 0 (row 1) before seq 1 (row 0)
+    assert grouped[("w", "b1")][1].tolist() == [2]
+    assert list(t.by_pass("measured", ok_only=True)[("w", "b2")]) == [2]  # pass 1's only row failed
+    assert {k: {i: v.tolist() for i, v in p.items()} for k, p in t.by_pass("feasibility").items()} == {("w", "b2"): {1: [4]}}

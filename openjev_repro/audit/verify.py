@@ -24,12 +24,13 @@ import msgspec
 import numpy as np
 import yaml
 
-from ..errors import EvidenceError, ReproError
-from ..study.rundir import ENVELOPE_NAME, RunDir, read_json, scan_tree
+from ..errors import EvidenceError, ReproError, UnsupportedFormat
+from ..study.rundir import ENVELOPE_NAME, READABLE_VERSIONS, RESPONSE_VERSIONS, RunDir, check_response_entry, read_json, scan_tree
 from ..hashing import hash_files
 from ..manifest.dsse import verify_envelope
 from ..manifest.keys import load_public_key
-from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json, sha256_file
+from ..hashing import hash_file
+from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json
 from ..study.recipe import Recipe, parse_recipe
 from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
 from ..study.rows import Row
@@ -63,10 +64,14 @@ def format_checks(checks: list[Check]) -> str:
 
 
 def verify_path(path: Path, *, pubkey: Path | None = None, allow_unsigned: bool = False) -> list[Check]:
-    """Verify a run directory or a bundle file; returns every check (never raises on bad evidence)."""
+    """Verify a run directory or a bundle file; returns every check (never raises on bad evidence).
+
+    A file in a format this tool does not read is no verdict: UnsupportedFormat is raised."""
     try:
         with opened(path) as directory:
             return verify_dir(directory, pubkey=pubkey, allow_unsigned=allow_unsigned)
+    except UnsupportedFormat:
+        raise
     except ReproError as exc:
         return [Check("bundle", False, str(exc))]
 
@@ -127,6 +132,12 @@ def verify_dir(directory: Path, *, pubkey: Path | None = None, allow_unsigned: b
     for step in (_complete, _copied_files, _case_ids, _responses, _recomputed):
         try:
             checks.extend(step(ev, predicate, aggregate_only))
+        except UnsupportedFormat as exc:
+            # A file as signed in a newer format: this tool cannot judge the run at all. A file
+            # changed after signing (a failed check above) is tampering, reported as such.
+            if not any(c.passed is False for c in checks):
+                raise
+            checks.append(Check(step.__name__.strip("_").replace("_", " "), False, str(exc)))
         except (*_BAD_EVIDENCE, RecursionError, MemoryError) as exc:  # damaged evidence is a failed check
             checks.append(Check(step.__name__.strip("_").replace("_", " "), False, f"{type(exc).__name__}: {exc}"))
     if aggregate_only:
@@ -172,10 +183,10 @@ def verify_imported(run: RunDir, *, pubkey: Path | None = None, evidence: Eviden
     """
     ev = evidence if evidence is not None else Evidence(run)
     try:
-        record = read_json(run.file("import.json"))
+        record = run.read("import.json")
         status = run.state().get("status")
-        if not isinstance(record, dict) or record.get("format_version") not in (1, 2):
-            raise ValueError("import.json is not an import record of format_version 1 or 2")
+    except UnsupportedFormat:
+        raise
     except _BAD_EVIDENCE as exc:
         return [Check("import record", False, f"{type(exc).__name__}: {exc}")]
     signature = (Check("signature", False, f"a signature by {pubkey} was asked for, but this is an imported run, "
@@ -190,6 +201,8 @@ def verify_imported(run: RunDir, *, pubkey: Path | None = None, evidence: Eviden
     for step in (_converted_files, _imported_source, _case_ids, _responses, _imported_statistics):
         try:
             checks.extend(step(ev, record, False))
+        except UnsupportedFormat:
+            raise
         except (*_BAD_EVIDENCE, RecursionError, MemoryError) as exc:
             checks.append(Check(step.__name__.strip("_").replace("_", " "), False, f"{type(exc).__name__}: {exc}"))
     return checks
@@ -208,7 +221,7 @@ def _converted_files(ev: Evidence, record: dict, _: bool) -> list[Check]:
         path = run.path / name
         if not _safe_name(name) or not path.is_file():
             bad.append(f"{name} is recorded but absent")
-        elif sha256_file(path) != want:
+        elif hash_file(path) != want:
             bad.append(f"{name} has a different sha256 than recorded at import")
     present = {p.relative_to(run.path).as_posix() for p in run.evidence_files()}
     unlisted = sorted(present - set(recorded) - {"state.json", "import.json"} - REPORT_FILES)
@@ -231,7 +244,7 @@ def _imported_source(ev: Evidence, record: dict, _: bool) -> list[Check]:
         path = root / name
         if not _safe_name(name) or not path.is_file():
             bad.append(f"{name} was verified at import but is absent now")
-        elif sha256_file(path) != want:
+        elif hash_file(path) != want:
             bad.append(f"{name} differs from the sha256 their manifest.json lists")
     return [Check("source files", not bad, "; ".join(bad[:6]) if bad else
                   f"{len(verified)} source files at {root} still match their manifest.json digests")]
@@ -243,7 +256,7 @@ def _imported_statistics(ev: Evidence, record: dict, _: bool) -> list[Check]:
 
     run, t = ev.run, ev.table
     ours = json.loads(json.dumps(summarize(t, ev.recipe), allow_nan=False))
-    diff = first_difference(ours, read_json(run.file("summary.json")))
+    diff = first_difference(ours, run.read("summary.json"))
     checks = [Check("statistics recomputed", diff is None,
                     f"recomputed from rows differs from summary.json at {diff}" if diff
                     else "every statistic recomputed from rows.jsonl equals summary.json exactly")]
@@ -255,8 +268,8 @@ def _imported_statistics(ev: Evidence, record: dict, _: bool) -> list[Check]:
                  t.groups(np.flatnonzero(t.phase.equals("measured")), ("backend", "pass_index")).items()}
     deltas: dict[tuple[str, int], float] = {}
     for path in sorted(run.path.glob("responses/*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            entry = json.loads(line)
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            entry = check_response_entry(json.loads(line), f"{path.name}:{number}")
             if "probability_delta" in entry:
                 key = (entry["backend"], entry["pass_index"])
                 deltas[key] = max(deltas.get(key, 0.0), abs(entry["probability_delta"]))
@@ -357,10 +370,11 @@ def _copied_files(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[C
         problems.append("recipe.yaml sha256")
     if recipe_json(recipe_bytes) != predicate.get("recipe"):
         problems.append("recipe.yaml content")
-    if read_json(run.file("summary.json")) != predicate.get("summary"):
+    if run.read("summary.json") != predicate.get("summary"):
         problems.append("summary.json")
     for key, name in OPTIONAL_FILES.items():
-        on_disk = read_json(run.file(name)) if run.file(name).is_file() else None
+        read = run.read if name in READABLE_VERSIONS else lambda n: read_json(run.file(n))
+        on_disk = read(name) if run.file(name).is_file() else None
         signed = predicate.get(key)
         absent_signed = isinstance(signed, dict) and signed.get("available") is False and on_disk is None
         if not absent_signed and on_disk != signed:
@@ -428,7 +442,7 @@ def check_planned_order(rows: RowTable | Iterable[Row], planned: dict[str, list[
 def _case_ids(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check]:
     run, rows = ev.run, ev.table
     problems = check_case_ids(rows, {w.name: w.repeat for w in ev.recipe.workloads})
-    plan = read_json(run.file("plan.json")) if run.file("plan.json").is_file() else {}
+    plan = run.read("plan.json") if run.file("plan.json").is_file() else {}
     problems += check_planned_order(rows, plan.get("case_ids"))
     return [Check("case ids", not problems, "; ".join(problems[:6]) if problems
                   else f"{len(rows)} rows; every timed pass holds the same case ids")]
@@ -444,6 +458,7 @@ class _ResponseEntry(msgspec.Struct):
     seq: Any = msgspec.UNSET
     body: Any = msgspec.UNSET
     body_base64: Any = msgspec.UNSET
+    v: Any = msgspec.UNSET  # absent in format 1
 
 
 _RESPONSE = msgspec.json.Decoder(_ResponseEntry)
@@ -460,6 +475,9 @@ def _responses(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Chec
     wrong, seen = [], 0
     for path in sorted(ev.run.path.glob("responses/*.jsonl")):
         for before, entries in _response_chunks(path):
+            newer = next((i for i, e in enumerate(entries) if e.v is not msgspec.UNSET and e.v not in RESPONSE_VERSIONS), None)
+            if newer is not None:
+                check_response_entry({"v": entries[newer].v}, f"{path.name}:{before + newer + 1}")
             at = [i for i, e in enumerate(entries) if e.body is not msgspec.UNSET or e.body_base64 is not msgspec.UNSET]
             have = [entries[i] for i in at]
             seen += len(have)

@@ -25,6 +25,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+from ..decision import TEMPERATURE_27B
+
 __all__ = ["build_fixture", "fixture_config", "build_tokenizer", "random_backbone", "random_adapter",
            "random_head", "write_json", "file_table", "FIXTURE_SEED", "LORA_TARGETS", "TEMPERATURE_27B",
            "CHAT_TEMPLATE", "SPECIAL_TOKENS"]
@@ -34,7 +36,6 @@ FIXTURE_ID = "openjev-repro/qwen3_5-fixture-tiny"
 FIXTURE_REVISION = "fixture-v1"
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "out_proj"]
 LORA_RANK = 8
-TEMPERATURE_27B = 2.5343690298472983
 VOCAB_SIZE = 1024
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 CHAT_TEMPLATE = (

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..decision import TEMPERATURE_27B as RANDOM_TEMPERATURE  # the published 27B model's spread
 from ..errors import BackendError, CheckpointError
 from .fingerprint import named_tensors, weights_fingerprint
 from .kernels import assert_reference, block_optional_kernels, bound_implementations
@@ -29,8 +30,6 @@ from .prompts import Question, RequestInvalid, chat_prompt, render_text
 __all__ = ["Settings", "DecisionModel", "Candidate", "resolve_device"]
 
 METHOD = "scalar_head"
-YES_THRESHOLD = 0.5
-RANDOM_TEMPERATURE = 2.5343690298472983
 RANDOM_INIT_SCHEME = "openjev-repro/random-init/v2"   # change it whenever the drawn values change
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "out_proj"]
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import httpx
 
+from ..decision import YES_THRESHOLD
+
 __all__ = ["main"]
 
 
@@ -95,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
                 proc.wait()
         reference = reference or probs
         delta = max(abs(x - y) for x, y in zip(probs, reference))
-        differ = sum((x >= 0.5) != (y >= 0.5) for x, y in zip(probs, reference))
+        differ = sum((x >= YES_THRESHOLD) != (y >= YES_THRESHOLD) for x, y in zip(probs, reference))
         print(f"{name:15s} n={len(bodies)} pass means ms={[round(m, 2) for m in means]} "
-              f"max|dp| vs raw={delta:.2e} differing decisions={differ} yes={sum(x >= 0.5 for x in probs)}")
+              f"max|dp| vs raw={delta:.2e} differing decisions={differ} yes={sum(x >= YES_THRESHOLD for x in probs)}")
         print(f"{'':15s} device={health['device']} dtype={health['dtype']} lora={health['lora']} "
               f"impl={json.dumps(health['implementations'])} graphs={health['cuda_graphs']}")
     return 0

@@ -21,6 +21,7 @@ import sys
 import threading
 from types import TracebackType
 
+from ..decision import TEMPERATURE_27B
 from ..errors import BackendError
 
 __all__ = ["SYSTEMONE_REQUEST", "SYSTEMONE_RESPONSE", "LoopbackServer", "fixed_response", "main", "serve"]
@@ -35,7 +36,7 @@ SYSTEMONE_RESPONSE: bytes = json.dumps(
         "usage": {"input_tokens": 1234, "output_tokens": 0},
         "metadata": {
             "method": "hf-transformers",
-            "temperature": 2.5343690298472983,
+            "temperature": TEMPERATURE_27B,
             "candidate_sequences": 1,
             "inference_seconds": 0.041275,
             "prefix_cache": False,

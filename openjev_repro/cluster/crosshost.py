@@ -24,6 +24,7 @@ import numpy as np
 from ..audit.compare import TOLERANCE_KEYS, check_tolerances
 from ..errors import RecipeError
 from ..study.recipe import read_yaml
+from ..results.row_table import as_table
 from ..results.statistics import latency_stats
 from ..study.rows import Row
 
@@ -62,10 +63,9 @@ class HostRun:
 
 def host_means(rows: list[Row]) -> dict[tuple[str, str], dict[str, Any]]:
     """(workload, backend) -> overall mean of the measured latencies and each measured pass's mean."""
-    passes: dict[tuple[str, str], dict[int, list[float]]] = {}
-    for r in rows:
-        if r.phase == "measured" and r.ok:
-            passes.setdefault((r.workload, r.backend), {}).setdefault(r.pass_index, []).append(r.latency_ms)
+    t = as_table(rows)
+    passes = {key: {index: t.latency_ms[idx].tolist() for index, idx in by_pass.items()}
+              for key, by_pass in t.by_pass("measured", ok_only=True).items()}
     out = {}
     for key, by_pass in passes.items():
         pass_means = {p: latency_stats(v)["mean_ms"] for p, v in sorted(by_pass.items())}

@@ -23,7 +23,8 @@ from typing import Callable
 from ..errors import DockerError, VerificationError
 from .daemon import connect
 from .debian import make_base_tar, read_packages_lock
-from .lockfile import STATUS_COMPLETE, read_lock, sha256_file, fill_wheelhouse, verify_wheelhouse
+from ..hashing import hash_file
+from .lockfile import STATUS_COMPLETE, read_lock, fill_wheelhouse, verify_wheelhouse
 from .rootfs import diff_members, read_members, normalize_tar
 from .spec import CACHE_DIR, PLACEHOLDER_DIGEST, REPO_ROOT, ImageSpec
 
@@ -80,7 +81,7 @@ def labels_for(spec: ImageSpec, extra: dict[str, str] | None = None) -> dict[str
         "io.openjev-repro.image": spec.name,
         "io.openjev-repro.backend": spec.backend,
         "io.openjev-repro.source-date-epoch": str(spec.source_date_epoch),
-        "io.openjev-repro.lock.sha256": sha256_file(spec.lock_path) if spec.lock_path.exists() else "none",
+        "io.openjev-repro.lock.sha256": hash_file(spec.lock_path) if spec.lock_path.exists() else "none",
     }
     if spec.base:
         name, _, digest = spec.base.partition("@")
@@ -281,7 +282,7 @@ def _ensure_base(spec: ImageSpec, progress: Progress, fresh: bool) -> tuple[Path
     pin = spec.debian
     lock = spec.directory / pin.packages_lock
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    tar = CACHE_DIR / f"debian-{pin.suite}-{sha256_file(lock)[:12]}.tar"
+    tar = CACHE_DIR / f"debian-{pin.suite}-{hash_file(lock)[:12]}.tar"
     meta = tar.with_suffix(".sha256")
     if not fresh and tar.exists() and meta.exists():
         progress(f"base root filesystem from cache: {tar}")
@@ -353,7 +354,7 @@ def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool 
         progress(f"deterministic root filesystem: sha256 {sha}")
         repository, _, image_tag = (tag or spec.tag).rpartition(":")
         extra = {"io.openjev-repro.debian.release-date": spec.debian.release_date,
-                 "io.openjev-repro.debian.packages.sha256": sha256_file(spec.directory / spec.debian.packages_lock),
+                 "io.openjev-repro.debian.packages.sha256": hash_file(spec.directory / spec.debian.packages_lock),
                  "io.openjev-repro.base.diff-id": f"sha256:{base_sha}",
                  **{f"io.openjev-repro.source.{s.name}.included": "no" for s in spec.sources}}
         env = {**spec.env, **({UPSTREAM_ENV: "none"} if spec.sources else {})}

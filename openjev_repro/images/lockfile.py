@@ -21,7 +21,7 @@ from ..errors import ReproError, VerificationError
 from ..hashing import hash_file
 
 __all__ = ["Pin", "Lock", "LockFailed", "resolve", "write_lock", "read_lock", "verify_wheelhouse", "fill_wheelhouse",
-           "link_from_pool", "pip_env", "sha256_file"]
+           "link_from_pool", "pip_env"]
 
 STATUS_COMPLETE = "complete"
 STATUS_PARTIAL = "partial"
@@ -54,10 +54,6 @@ class Lock:
 
 def normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def sha256_file(path: Path) -> str:
-    return hash_file(path)
 
 
 def _target_args(python: str | None, platform: str | None) -> list[str]:
@@ -178,7 +174,7 @@ def verify_wheelhouse(lock_path: Path, directory: Path) -> dict[str, str]:
         pin = pins.get(name)
         if pin is None or pin.version != version:
             raise VerificationError(f"Wheelhouse {directory} holds {wheel.name}, which {lock_path} does not pin; remove it.")
-        digest = sha256_file(wheel)
+        digest = hash_file(wheel)
         if digest not in pin.sha256:
             raise VerificationError(
                 f"Wheel {wheel} has sha256 {digest}, but {lock_path} pins {name}=={version} to "
@@ -220,7 +216,7 @@ def link_from_pool(lock: Lock, pool: Path, directory: Path) -> None:
     for wheel in sorted(pool.glob("*.whl")):
         name, version = _wheel_key(wheel.name)
         pin = pins.get(name)
-        if pin is not None and pin.version == version and (name not in wanted or sha256_file(wheel) in pin.sha256):
+        if pin is not None and pin.version == version and (name not in wanted or hash_file(wheel) in pin.sha256):
             wanted[name] = wheel
     for old in directory.glob("*.whl"):
         if old.name not in {w.name for w in wanted.values()}:

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from ..errors import RecipeError
+from ..schema import StrictModel
 
 __all__ = [
     "IMAGES_DIR",
@@ -42,11 +43,7 @@ _COMMIT = r"^[0-9a-f]{40}$"
 _SHA256 = r"^[0-9a-f]{64}$"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Source(_Strict):
+class Source(StrictModel):
     """A git repository fetched at exactly this commit inside the build."""
 
     name: Annotated[str, Field(pattern=r"^[a-z0-9_-]+$")]
@@ -54,7 +51,7 @@ class Source(_Strict):
     commit: Annotated[str, Field(pattern=_COMMIT)]
 
 
-class Artifact(_Strict):
+class Artifact(StrictModel):
     """A file the build produces whose SHA256 is fixed in advance (the build fails on mismatch)."""
 
     name: Annotated[str, Field(pattern=r"^[a-z0-9_-]+$")]
@@ -62,7 +59,7 @@ class Artifact(_Strict):
     sha256: Annotated[str, Field(pattern=_SHA256)]
 
 
-class DebianPin(_Strict):
+class DebianPin(StrictModel):
     """The offline flavour's base: debootstrap of one suite from one mirror, pinned by package list."""
 
     suite: str = "bookworm"
@@ -74,7 +71,7 @@ class DebianPin(_Strict):
     packages_lock: str = "debian-packages.lock"  # "name version" per line, from dpkg-query
 
 
-class ImageSpec(_Strict):
+class ImageSpec(StrictModel):
     format_version: Literal[1]
     name: Annotated[str, Field(pattern=r"^[a-z0-9-]+$")]
     backend: str  # the backend this image serves (hf, fast, native, reference)

@@ -12,7 +12,6 @@ Format history (`format_version` of environment.json):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -21,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable
+
+from ..hashing import hash_file
 
 __all__ = [
     "ENVIRONMENT_FORMAT_VERSION",
@@ -319,7 +320,7 @@ def default_collectors(*, backends_python: dict[str, str] | None = None,
         "project_git": collect_git,
     }
     if recipe_path is not None:
-        collectors["recipe_sha256"] = lambda: hashlib.sha256(Path(recipe_path).read_bytes()).hexdigest()
+        collectors["recipe_sha256"] = lambda: hash_file(recipe_path)
     else:
         collectors["recipe_sha256"] = lambda: absent("no recipe given")
     return collectors

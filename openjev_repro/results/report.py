@@ -17,8 +17,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..errors import EvidenceError
-from ..study.rundir import ENVELOPE_NAME, RunDir, guard_output, read_json, write_bytes_atomic
+from ..decision import YES_THRESHOLD
+from ..errors import EvidenceError, UnsupportedFormat
+from ..study.rundir import ENVELOPE_NAME, RunDir, guard_output, write_bytes_atomic
 from ..study.recipe import Recipe, load_recipe
 from .statistics import latency_stats, summarize
 from .floor import floor_lines
@@ -93,7 +94,7 @@ def _latency_notes(wl: dict) -> list[str]:
         if b["decision_mismatches"]:
             ids = ", ".join(sorted({m["id"] for m in b["decision_mismatches"]}))
             out.append(f"**{name}: {len(b['decision_mismatches'])} rows record a decision that differs from "
-                       f"p >= 0.5 of their probability** ({ids}); correctness uses the recomputed decision.")
+                       f"p >= {YES_THRESHOLD} of their probability** ({ids}); correctness uses the recomputed decision.")
     return out
 
 
@@ -221,7 +222,7 @@ def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe,
         "P50 is the median. P95 JevBench rank is `sorted[int(0.95*N)-1]`; P95 nearest rank is "
         "`sorted[ceil(0.95*N)-1]`. Means are `fsum / N` over successful measured requests; the first "
         f"inference, warm-up and feasibility passes ({excluded} requests) are excluded. Correct / N counts the "
-        "first measured pass, decision yes when p >= 0.5. Pass ranges are observed, not confidence intervals.",
+        f"first measured pass, decision yes when p >= {YES_THRESHOLD}. Pass ranges are observed, not confidence intervals.",
         "",
     ]
     for name, wl in summary["workloads"].items():
@@ -293,7 +294,9 @@ def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
 
 def _hardware(run: RunDir, recipe: Recipe) -> str:
     try:
-        env = read_json(run.file("environment.json")) if run.file("environment.json").is_file() else {}
+        env = run.read("environment.json") if run.file("environment.json").is_file() else {}
+    except UnsupportedFormat:
+        raise
     except (OSError, ValueError, EvidenceError):
         env = {}
     devices = (env.get("gpus") or {}).get("devices") or []
@@ -317,12 +320,10 @@ PASS_LINES = ("-", "--", ":", "-.")
 
 
 def _measured(t: RowTable) -> dict[str, dict[str, dict[int, np.ndarray]]]:
-    """workload -> backend -> measured pass -> row indices of successful rows (file order), in first-seen order."""
-    idx = np.flatnonzero(t.phase.equals("measured") & t.ok)
-    groups = sorted(t.groups(idx, ("workload", "backend", "pass_index")).items(), key=lambda kv: int(kv[1].min()))
+    """workload -> backend -> measured pass -> row indices of successful rows (seq order), in first-seen order."""
     out: dict[str, dict[str, dict[int, np.ndarray]]] = {}
-    for (workload, backend, pass_index), rows in groups:  # inserted by first row: first-seen order
-        out.setdefault(str(workload), {}).setdefault(str(backend), {})[int(pass_index)] = np.sort(rows)
+    for (workload, backend), passes in t.by_pass("measured", ok_only=True).items():  # first-seen order
+        out.setdefault(workload, {})[backend] = passes
     return out
 
 
@@ -395,10 +396,10 @@ def plot_figures(rows: RowTable | Iterable[Row], study_id: str = "", run: RunInf
             stats = latency_stats(t.latency_ms[np.concatenate(list(by_pass.values()))])
             p50, p95 = stats["p50_ms"], stats["p95_jevbench_ms"]
             if p50 is not None and p95 is not None:
-                ax.plot([p50], [0.5], marker="o", mfc="white", ms=8, mew=2, color=colours[b], ls="none", zorder=5)
+                ax.plot([p50], [YES_THRESHOLD], marker="o", mfc="white", ms=8, mew=2, color=colours[b], ls="none", zorder=5)
                 ax.plot([p95], [0.95], marker="X", ms=10, mew=1, mec="white", color=colours[b], ls="none", zorder=5)
                 marks[b] = f"{b}: P50 {p50:.1f}, P95 {p95:.1f} ms"
-        ax.axhline(0.5, color="0.6", lw=0.6, ls=":")
+        ax.axhline(YES_THRESHOLD, color="0.6", lw=0.6, ls=":")
         ax.axhline(0.95, color="0.6", lw=0.6, ls=":")
         ax.set(xlabel="latency (ms)", ylabel="fraction of measured requests", ylim=(0, 1.02),
                title=f"workload {name}" if name else "no measured requests")
@@ -455,14 +456,14 @@ def run_facts_of(run: RunDir) -> list[str]:
     Runs from before these files had them give no lines, so their signed reports render unchanged.
     """
     lines = []
-    host = read_json(run.file("host.json")) if run.file("host.json").is_file() else {}
+    host = run.read("host.json") if run.file("host.json").is_file() else {}
     override = host.get("gpu_override") if isinstance(host, dict) else None
     if isinstance(override, dict):
         recipe_gpu, run_gpu = override.get("recipe") or {}, override.get("run_time") or {}
         lines.append(f"- GPU override ({override.get('source')}): ran on index {run_gpu.get('index')} "
                      f"`{run_gpu.get('uuid')}`; the recipe pins index {recipe_gpu.get('index')} "
                      f"`{recipe_gpu.get('uuid')}` (recipe unchanged).")
-    backends = read_json(run.file("backends.json")) if run.file("backends.json").is_file() else {}
+    backends = run.read("backends.json") if run.file("backends.json").is_file() else {}
     for name, info in sorted((backends.get("backends") or {}).items()):
         fingerprint = info.get("weights_fingerprint")
         if not isinstance(fingerprint, str):
@@ -479,7 +480,7 @@ def _summary_notes(run: RunDir, summary: dict) -> list[str]:
     path = run.file("summary.json")
     if not path.exists():
         return ["summary.json is absent; every figure below was computed from rows.jsonl."]
-    stored = read_json(path)
+    stored = run.read("summary.json")
     if stored != json.loads(json.dumps(summary, allow_nan=False)):
         return ["SUMMARY MISMATCH: summary.json differs from the summary recomputed from rows.jsonl and "
                 "recipe.yaml; this report shows the recomputation. Run `invoke verify` on this run."]
@@ -501,8 +502,8 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
         state = dict(state, status=as_status)
     summary = summarize(rows, recipe)
     info = run_info(run, recipe)
-    imported = read_json(run.file("import.json")) if run.file("import.json").is_file() else None
-    backends = read_json(run.file("backends.json")) if run.file("backends.json").is_file() else {}
+    imported = run.read("import.json") if run.file("import.json").is_file() else None
+    backends = run.read("backends.json") if run.file("backends.json").is_file() else {}
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
                          imported=imported, run_facts=run_facts_of(run),
                          floor=floor_lines(backends.get("backends") or {}, rows))

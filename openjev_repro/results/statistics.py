@@ -28,6 +28,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..decision import YES_THRESHOLD, decision_of
 from ..errors import EvidenceError
 from ..study.recipe import Recipe
 from .row_table import RowTable, as_table
@@ -110,11 +111,6 @@ def latency_stats(latencies_ms: Sequence[float] | np.ndarray) -> dict:
         "min_ms": s[0],
         "max_ms": s[-1],
     }
-
-
-def decision_of(probability: float) -> str:
-    """A noul decision is "yes" when p_yes >= 0.5."""
-    return "yes" if probability >= 0.5 else "no"
 
 
 def token_bucket(input_tokens: int | None) -> str | None:
@@ -257,7 +253,7 @@ def _pass_stats(t: RowTable, pass_index: int, idx: np.ndarray) -> dict:
 
 
 def _decides_yes(t: RowTable, idx: np.ndarray) -> np.ndarray:
-    return t.probability[idx] >= 0.5  # decision_of, vectorised
+    return t.probability[idx] >= YES_THRESHOLD  # decision_of, vectorised
 
 
 def _correctness(t: RowTable, idx: np.ndarray) -> dict:
@@ -280,7 +276,7 @@ def _decision_mismatches(t: RowTable, idx: np.ndarray) -> list[dict]:
     for i in idx[wrong].tolist():
         r = t.row(i)
         out.append({"id": r.id, "seq": r.seq, "phase": r.phase, "pass": r.pass_index,
-                    "recorded": r.decision, "recomputed": "yes" if r.probability >= 0.5 else "no"})
+                    "recorded": r.decision, "recomputed": decision_of(r.probability)})
     return out
 
 
@@ -376,7 +372,7 @@ def _agreement(t: RowTable, a_rows: np.ndarray, b_rows: np.ndarray) -> dict:
     valid = t.ok[a] & t.ok[b] & t.has_probability[a] & t.has_probability[b]
     errors = int((~valid).sum())
     a, b = a[valid], b[valid]
-    same = (t.probability[a] >= 0.5) == (t.probability[b] >= 0.5)
+    same = (t.probability[a] >= YES_THRESHOLD) == (t.probability[b] >= YES_THRESHOLD)
     differing = list(dict.fromkeys(t.ids.strings(a[~same])))
     deltas = np.abs(t.probability[a] - t.probability[b])
     has_a, has_b = t.has_input_tokens[a], t.has_input_tokens[b]

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..decision import decision_of
 from ..errors import BackendCrashed, ProtocolError, RunIncomplete
 from .rows import Row, RowWriter
 from .timed_client import TimedClient, TimedResponse
@@ -51,7 +52,7 @@ def parse_noul_response(body: bytes) -> ParsedAnswer:
         tokens = sum(tokens)
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
         raise ProtocolError(f"usage.input_tokens {tokens!r} is not a positive integer")
-    return ParsedAnswer(float(p), "yes" if p >= 0.5 else "no", tokens)
+    return ParsedAnswer(float(p), decision_of(p), tokens)
 
 
 class PassBudget:
@@ -123,10 +124,6 @@ class PassRunner:
                 return False
             time.sleep(0.05)
         return self.alive()
-
-    def run_pass(self, requests: list[Request], *, workload: str, phase: str, pass_index: int) -> list[Row]:
-        return [self.request(r, workload=workload, phase=phase, pass_index=pass_index, seq=i)
-                for i, r in enumerate(requests)]
 
     def _row(self, req: Request, workload: str, phase: str, pass_index: int, seq: int, start: int, end: int,
              status: int | None, digest: str | None, parsed: ParsedAnswer | None, error: str | None) -> Row:

@@ -14,7 +14,6 @@ Inputs lock (JSON, `recipes/locks/<study id>.inputs.lock`), format history:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import CheckpointError, InputMismatch, RecipeError
+from ..hashing import hash_file
+from .placeholders import fill
 from .recipe import UNPINNED, InputFile, Recipe, RequestSelection, inputs_root, lock_path
 
 __all__ = [
@@ -35,7 +36,6 @@ __all__ = [
     "run_prepare",
     "select_requests",
     "write_request_file",
-    "expand",
     "placeholders",
     "read_lock",
     "locked_recipe",
@@ -63,7 +63,7 @@ class PrepareAction:
         return asdict(self)
 
 
-# --- placeholders ------------------------------------------------------------------------
+# --- placeholders (filled by placeholders.fill) ----------------------------------------
 
 
 def placeholders(recipe: Recipe, root: Path, python: str = sys.executable) -> dict[str, str]:
@@ -74,25 +74,6 @@ def placeholders(recipe: Recipe, root: Path, python: str = sys.executable) -> di
         values.update({f"source.{s.name}": str(root / s.dest) for s in prep.sources})
         values.update({f"download.{d.name}": str(root / d.dest) for d in prep.downloads})
     return values
-
-
-def expand(text: str, values: dict[str, str]) -> str:
-    """Replace {key} placeholders; an unknown one is a recipe error, not a silent literal."""
-    out, i = [], 0
-    while i < len(text):
-        start = text.find("{", i)
-        if start < 0:
-            out.append(text[i:])
-            break
-        end = text.find("}", start)
-        if end < 0:
-            raise RecipeError(f"Unclosed placeholder in {text!r}.")
-        key = text[start + 1:end]
-        if key not in values:
-            raise RecipeError(f"Unknown placeholder {{{key}}} in {text!r}; known: {', '.join(sorted(values))}.")
-        out += [text[i:start], values[key]]
-        i = end + 1
-    return "".join(out)
 
 
 # --- our request selection ---------------------------------------------------------------
@@ -164,11 +145,13 @@ def plan_prepare(recipe: Recipe, recipe_path: Path, *, root: Path | None = None,
                                      target=str(target), done=probe and target.is_file()))
     for step in prep.steps:
         target = root / step.produces
+        where = f"preparation step {step.name}"
         actions.append(PrepareAction(
             "command", step.name, step.description or f"Run step {step.name}.",
-            argv=[expand(a, values) for a in step.command],
-            env={k: expand(v, values) for k, v in step.env.items()},
-            cwd=expand(step.cwd, values) if step.cwd else str(root), target=str(target), done=probe and target.exists()))
+            argv=[fill(a, values, f"{where} command") for a in step.command],
+            env={k: fill(v, values, f"{where} env {k}") for k, v in step.env.items()},
+            cwd=fill(step.cwd, values, f"{where} cwd") if step.cwd else str(root), target=str(target),
+            done=probe and target.exists()))
     for path in prep.provided:
         target = root / path
         actions.append(PrepareAction("provided", path, f"Operator places {target} (not reproducible from public "
@@ -268,14 +251,6 @@ def _run_step(action: PrepareAction) -> None:
 # --- the lock ------------------------------------------------------------------------------
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def lock_fingerprint(recipe: Recipe) -> dict:
     """The pins a lock was made from; a lock whose pins differ from the recipe's is stale."""
     prep = recipe.preparation
@@ -302,7 +277,7 @@ def _build_lock(recipe: Recipe, recipe_path: Path, root: Path, say: Callable[[st
         if not full.is_file():
             problems.append(f"{path} is missing")
             continue
-        actual = _sha256(full)
+        actual = hash_file(full)
         if pinned != UNPINNED and actual != pinned:
             problems.append(f"{path} has sha256 {actual}, the recipe pins {pinned}")
         files[path] = {"sha256": actual, "size": full.stat().st_size, "origin": "pinned" if pinned != UNPINNED else "locked"}
@@ -314,7 +289,7 @@ def _build_lock(recipe: Recipe, recipe_path: Path, root: Path, say: Callable[[st
         for full in sorted((root / tree).rglob("*")):
             rel = full.relative_to(root).as_posix()
             if full.is_file() and rel not in files and "/.cache/" not in f"/{rel}":
-                files[rel] = {"sha256": _sha256(full), "size": full.stat().st_size, "origin": f"tree {tree}"}
+                files[rel] = {"sha256": hash_file(full), "size": full.stat().st_size, "origin": f"tree {tree}"}
     if problems:
         raise InputMismatch("Prepared inputs do not match the recipe: " + "; ".join(problems) + ".")
     return {"format_version": LOCK_FORMAT_VERSION, "study_id": recipe.study.id, "pins": lock_fingerprint(recipe),

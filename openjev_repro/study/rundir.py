@@ -39,15 +39,38 @@ import stat
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from collections.abc import Collection
 from typing import Any
 
-from ..errors import EvidenceError
+from ..errors import EvidenceError, UnsupportedFormat
 
-__all__ = ["RunDir", "STATE_FORMAT_VERSION", "write_json_atomic", "write_bytes_atomic", "read_json", "ENVELOPE_NAME", "scan_tree",
+__all__ = ["RunDir", "STATE_FORMAT_VERSION", "READABLE_VERSIONS", "RESPONSE_VERSIONS", "INPUTS_FORMAT_VERSION",
+           "PROCESSES_FORMAT_VERSION", "BACKENDS_FORMAT_VERSION", "check_response_entry", "write_json_atomic", "write_bytes_atomic", "read_json", "check_format",
+           "read_versioned", "ENVELOPE_NAME", "scan_tree",
            "fsync_tree", "boot_id", "process_start_ticks", "stale_reason", "guard_output", "enclosing_run"]
 
 STATE_FORMAT_VERSION = 1
 ENVELOPE_NAME = "manifest.dsse.json"
+# Written by the runner with these versions (the other files' writers hold their own constants).
+INPUTS_FORMAT_VERSION = 1
+PROCESSES_FORMAT_VERSION = 1
+BACKENDS_FORMAT_VERSION = 1
+
+# The format_version of each JSON file of a run that this tool reads; `RunDir.read` refuses any
+# other (UnsupportedFormat). tests/test_format_versions.py holds each writer's version in here.
+READABLE_VERSIONS: dict[str, tuple[int, ...]] = {
+    "state.json": (STATE_FORMAT_VERSION,),
+    "plan.json": (1,),
+    "inputs.json": (INPUTS_FORMAT_VERSION,),
+    "environment.json": (1, 2),
+    "host.json": (1,),
+    "processes.json": (PROCESSES_FORMAT_VERSION,),
+    "backends.json": (BACKENDS_FORMAT_VERSION,),
+    "summary.json": (1,),
+    "import.json": (1, 2),
+}
+# responses/<backend>.jsonl lines: format 1 lines carry no version; a later format adds "v".
+RESPONSE_VERSIONS = (1,)
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -80,6 +103,34 @@ def read_json(path: Path) -> Any:
         raise EvidenceError(f"Missing evidence file {path}.") from exc
     except ValueError as exc:  # syntax, depth, huge integers, bad UTF-8
         raise EvidenceError(f"{path} is not valid JSON ({exc}).") from exc
+
+
+def check_format(data: Any, supported: Collection[int], where: str, *, key: str = "format_version",
+                 absent: int | None = None) -> Any:
+    """`data` unchanged when its `key` is one of `supported`; else UnsupportedFormat naming `where`.
+
+    Every reader of a file we write calls this before it trusts a field. `absent` is the version
+    a record without `key` has (formats that gained the key later); None: the key is required.
+    """
+    version = data.get(key, absent) if isinstance(data, dict) else None
+    if isinstance(version, bool) or version not in supported:
+        reads = " or ".join(str(v) for v in sorted(supported))
+        if isinstance(data, dict) and key in data:
+            raise UnsupportedFormat(f"{where}: {key} {version!r} is not a format this tool reads ({key} {reads}); "
+                                    "a newer openjev-repro wrote it, or it is not our file.")
+        raise UnsupportedFormat(f"{where}: has no {key}, so it is not a file this tool reads ({key} {reads}); "
+                                "every file openjev-repro writes carries one.")
+    return data
+
+
+def read_versioned(path: Path, supported: Collection[int], *, absent: int | None = None) -> Any:
+    """A JSON file we wrote, refused (UnsupportedFormat) unless its format_version is one of `supported`."""
+    return check_format(read_json(path), supported, str(path), absent=absent)
+
+
+def check_response_entry(entry: Any, where: str) -> Any:
+    """One responses/*.jsonl line (a dict), refused when its "v" names a format this tool does not read."""
+    return check_format(entry, RESPONSE_VERSIONS, where, key="v", absent=1)
 
 
 def scan_tree(root: Path) -> tuple[list[Path], list[str]]:
@@ -254,8 +305,12 @@ class RunDir:
         return self.path / "responses" / f"{backend}.jsonl"
 
     # --- state -------------------------------------------------------------------
+    def read(self, name: str) -> Any:
+        """A JSON file of the run (a key of READABLE_VERSIONS), refused unless its format_version is readable."""
+        return read_versioned(self.path / name, READABLE_VERSIONS[name])
+
     def state(self) -> dict:
-        return read_json(self.path / "state.json")
+        return self.read("state.json")
 
     def write_state(self, state: dict) -> None:
         state = dict(state, format_version=STATE_FORMAT_VERSION, updated_unix=round(time.time(), 3))
@@ -285,10 +340,6 @@ class RunDir:
             state = dict(state, status="incomplete", stale=True,
                          error=f"stale run: state.json says running, but {reason}")
         return state
-
-    @property
-    def complete(self) -> bool:
-        return self.state().get("status") == "complete"
 
     def evidence_files(self) -> list[Path]:
         """Every file of the run except the top-level envelope, hidden names included, sorted by relative path.
