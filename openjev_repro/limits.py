@@ -12,18 +12,18 @@ import math
 from typing import Any
 
 __all__ = [
-    "MAX_JSON_DEPTH",
     "MAX_BUNDLE_BYTES",
     "MAX_BUNDLE_MEMBERS",
-    "MAX_YAML_ALIASES",
+    "MAX_JSON_DEPTH",
     "MAX_PASSES",
     "MAX_REPEAT",
     "MAX_TIMEOUT_S",
+    "MAX_YAML_ALIASES",
     "JsonLimitError",
-    "loads_bounded",
-    "json_depth",
-    "has_lone_surrogate",
     "finite_number",
+    "has_lone_surrogate",
+    "json_depth",
+    "loads_bounded",
 ]
 
 MAX_JSON_DEPTH = 64  # nesting of objects and arrays in an envelope, statement or request body

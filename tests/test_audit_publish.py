@@ -9,12 +9,12 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from test_audit_kit import signed_run
 
 from openjev_repro.audit.publish import publish
 from openjev_repro.audit.verify import verify_path
 from openjev_repro.errors import EvidenceError, VerificationError
 from openjev_repro.study.rundir import ENVELOPE_NAME
-from test_audit_kit import signed_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

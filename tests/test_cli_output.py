@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from rich.cells import cell_len
-
 from studykit import scripted_backend, write_study
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,14 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_report import close, table_rows
 
-from openjev_repro.study.inputs import verify_inputs
 from openjev_repro.manifest.keys import generate_keypair
+from openjev_repro.study.inputs import verify_inputs
 from openjev_repro.study.recipe import load_recipe
 from openjev_repro.study.rows import read_rows
 from openjev_repro.study.runner import StudyOptions, run_study
-
-from test_report import close, table_rows
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "recipes" / "demo.yaml"

@@ -151,6 +151,5 @@ def test_unusable_lock_dir_is_a_clear_error(tmp_path, monkeypatch):
 
 
 def test_nothing_to_reserve(tmp_path):
-    with pytest.raises(HostError, match="No GPU was given"):
-        with reserve_gpus([], directory=tmp_path):
-            pass
+    with pytest.raises(HostError, match="No GPU was given"), reserve_gpus([], directory=tmp_path):
+        pass

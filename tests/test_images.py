@@ -6,22 +6,34 @@ import hashlib
 import io
 import os
 import re
-import subprocess
 import socket
+import subprocess
 import sys
+import tarfile
 import time
 import urllib.request
-import tarfile
 from pathlib import Path
 
 import pytest
 
 from openjev_repro.errors import DockerError, RecipeError, VerificationError
-from openjev_repro.images import (IMAGES_DIR, PLACEHOLDER_DIGEST, build_dockerfile, build_offline, check_commit,
-                                  diff_members, fetch_source, labels_for, load_spec, normalize_tar, read_lock,
-                                  read_members, verify_wheelhouse)
-from openjev_repro.images.lockfile import Lock, Pin, link_from_pool, normalise, pip_env, write_lock
+from openjev_repro.images import (
+    IMAGES_DIR,
+    PLACEHOLDER_DIGEST,
+    build_dockerfile,
+    build_offline,
+    check_commit,
+    diff_members,
+    fetch_source,
+    labels_for,
+    load_spec,
+    normalize_tar,
+    read_lock,
+    read_members,
+    verify_wheelhouse,
+)
 from openjev_repro.images.build import _context, source_layer_dockerfile, source_tag
+from openjev_repro.images.lockfile import Lock, Pin, link_from_pool, normalise, pip_env, write_lock
 from openjev_repro.images.spec import Source, backend_names
 from openjev_repro.runtime.docker import container_argv, container_env
 

@@ -123,7 +123,7 @@ def test_the_resolver_sees_every_kind_of_import(tmp_path):
 def test_design_md_draws_the_same_order():
     """docs/design.md lists the layers in the order this test enforces."""
     text = DESIGN.read_text()
-    listed = re.findall(r"^\d+\. \*\*([\w ]+)\*\*", text, re.M)
+    listed = re.findall(r"^\d+\. \*\*([\w ]+)\*\*", text, re.MULTILINE)
     assert listed == [name for name, _ in LAYERS]
 
 

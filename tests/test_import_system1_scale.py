@@ -15,12 +15,12 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from system1_synth import write_source
 
 from openjev_repro.audit import importer
 from openjev_repro.audit.importer import import_system1
 from openjev_repro.errors import EvidenceError
 from openjev_repro.study.rows import read_rows
-from system1_synth import write_source
 
 ARTIFACTS = Path(__file__).parent / "fixtures" / "system1" / "artifacts"
 

@@ -1,10 +1,9 @@
 import pytest
+from studykit import scripted_backend, write_study
 
 from openjev_repro.errors import InputMismatch
 from openjev_repro.study.inputs import require_all_ok, verify_inputs
 from openjev_repro.study.recipe import inputs_root, load_recipe
-
-from studykit import scripted_backend, write_study
 
 
 def _setup(tmp_path):

@@ -9,12 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from studykit import write_study
 
 from openjev_repro.errors import ReproError
 from openjev_repro.manifest.keys import generate_keypair
 from openjev_repro.study.runner import StudyOptions, run_study
-
-from studykit import write_study
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,6 @@ import math
 import pytest
 
 from openjev_repro.errors import EvidenceError
-from openjev_repro.study.recipe import parse_recipe
 from openjev_repro.results.statistics import (
     bootstrap_mean_diff_ci,
     latency_stats,
@@ -17,6 +16,7 @@ from openjev_repro.results.statistics import (
     summarize,
     token_bucket,
 )
+from openjev_repro.study.recipe import parse_recipe
 from openjev_repro.study.rows import Row
 
 RECIPE = """\

@@ -8,7 +8,7 @@ import json
 import socket
 import threading
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -121,7 +121,7 @@ def chunked(body_parts: list[bytes], trailers: bytes = b"", ext: bytes = b"") ->
 class EchoHandler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         out = json.dumps({"got": body.decode(), "path": self.path}).encode()
         self.send_response(200)
@@ -132,7 +132,7 @@ class EchoHandler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self.send_response(200)
         self.send_header("Content-Length", "1234")
         self.end_headers()

@@ -38,16 +38,27 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import RecipeError
 from ..study.recipe import read_yaml
 
-__all__ = ["CLAIMS_FORMAT_VERSION", "CLAIMS_FORMAT_VERSIONS", "DERIVATIONS", "BOOLEAN_DERIVATIONS", "Figure",
-           "ClaimResult", "load_claims", "parse_claims", "check_claims", "format_results"]
+__all__ = [
+    "BOOLEAN_DERIVATIONS",
+    "CLAIMS_FORMAT_VERSION",
+    "CLAIMS_FORMAT_VERSIONS",
+    "DERIVATIONS",
+    "ClaimResult",
+    "Figure",
+    "check_claims",
+    "format_results",
+    "load_claims",
+    "parse_claims",
+]
 
 CLAIMS_FORMAT_VERSION = 2  # written by this version; every version in CLAIMS_FORMAT_VERSIONS is read
 CLAIMS_FORMAT_VERSIONS = (1, 2)

@@ -28,21 +28,39 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
 from ..errors import EvidenceError, RecipeError, RunIncomplete
-from ..study.rundir import RunDir, read_json
-from ..study.recipe import parse_recipe, read_yaml
-from ..results.statistics import BOOTSTRAP_METHOD, bootstrap_mean_diff_ci, latency_stats, pair_by_id_and_seq, ranges_disjoint
 from ..results.row_table import RowTable, as_table, read_table
+from ..results.statistics import (
+    BOOTSTRAP_METHOD,
+    bootstrap_mean_diff_ci,
+    latency_stats,
+    pair_by_id_and_seq,
+    ranges_disjoint,
+)
+from ..study.recipe import parse_recipe, read_yaml
 from ..study.rows import Row
+from ..study.rundir import RunDir, read_json
 from .bundle import opened
 
-__all__ = ["COMPARE_FORMAT_VERSION", "TOLERANCE_KEYS", "LIMIT_KEYS", "limits_for", "load_tolerances", "compare_runs", "compare_rows",
-           "to_markdown", "check_tolerances", "run_status", "COMPARABLE_STATUSES"]
+__all__ = [
+    "COMPARABLE_STATUSES",
+    "COMPARE_FORMAT_VERSION",
+    "LIMIT_KEYS",
+    "TOLERANCE_KEYS",
+    "check_tolerances",
+    "compare_rows",
+    "compare_runs",
+    "limits_for",
+    "load_tolerances",
+    "run_status",
+    "to_markdown",
+]
 
 COMPARE_FORMAT_VERSION = 1
 LIMIT_KEYS = {"max_mean_ratio", "max_p95_ratio", "max_probability_delta", "decisions_must_match",

@@ -42,28 +42,41 @@ import re
 import secrets
 import shutil
 import sys
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import msgspec
 import yaml
 
 from ..errors import EvidenceError, InputMismatch
-from ..study.rundir import RunDir, read_json, write_json_atomic
 from ..hashing import hash_file
-from ..study.recipe import parse_recipe
 from ..results.imported import cleanup_line, figure_counts, figure_lines
 from ..results.statistics import latency_stats, mean, summarize
+from ..study.recipe import parse_recipe
 from ..study.rows import Row
+from ..study.rundir import RunDir, read_json, write_json_atomic
 
-__all__ = ["IMPORT_FORMAT_VERSION", "SIGNIFICANT_DIGITS", "SourceManifest", "locate_source", "read_source_manifest",
-           "verify_source", "import_system1", "published_figures", "classify", "format_import_report",
-           "converted_files", "baseline_and_candidates",
-           "summary_from_figures", "REPORT_FILES"]
+__all__ = [
+    "IMPORT_FORMAT_VERSION",
+    "REPORT_FILES",
+    "SIGNIFICANT_DIGITS",
+    "SourceManifest",
+    "baseline_and_candidates",
+    "classify",
+    "converted_files",
+    "format_import_report",
+    "import_system1",
+    "locate_source",
+    "published_figures",
+    "read_source_manifest",
+    "summary_from_figures",
+    "verify_source",
+]
 
 # Format history of import.json:
 #   1  (2026-11) first version: flat source_manifest {path: sha256}, figures with `matches`.
@@ -453,7 +466,7 @@ def _lines(fh: Any, name: str) -> Iterable[str]:
 # --- figures ------------------------------------------------------------------------------
 
 
-def half_unit(published: float | int) -> float:
+def half_unit(published: float) -> float:
     """Half a unit of the last decimal `published` prints, counting at most 15 significant digits."""
     if isinstance(published, int):
         return 0.5
@@ -465,7 +478,7 @@ def half_unit(published: float | int) -> float:
     return 0.5 * 10.0 ** -decimals
 
 
-def classify(ours: float | int | None, published: Any, propagated: float = 0.0) -> dict[str, Any]:
+def classify(ours: float | None, published: Any, propagated: float = 0.0) -> dict[str, Any]:
     """exact (bit for bit), within_rounding (|ours - published| <= half a unit) or mismatch.
 
     `propagated` widens the tolerance of a figure derived from other published figures by

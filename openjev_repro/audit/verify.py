@@ -14,29 +14,38 @@ import base64
 import hashlib
 import json
 import operator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import msgspec
 import numpy as np
 import yaml
 
 from ..errors import EvidenceError, ReproError
-from ..study.rundir import ENVELOPE_NAME, RunDir, read_json, scan_tree
 from ..hashing import hash_files
 from ..manifest.dsse import verify_envelope
 from ..manifest.keys import load_public_key
 from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json, sha256_file
-from ..study.recipe import Recipe, parse_recipe
 from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
+from ..study.recipe import Recipe, parse_recipe
 from ..study.rows import Row
+from ..study.rundir import ENVELOPE_NAME, RunDir, read_json, scan_tree
 from .bundle import opened
 
-__all__ = ["Check", "Evidence", "verify_path", "verify_dir", "verify_imported", "format_checks",
-           "first_difference", "check_case_ids"]
+__all__ = [
+    "Check",
+    "Evidence",
+    "check_case_ids",
+    "first_difference",
+    "format_checks",
+    "verify_dir",
+    "verify_imported",
+    "verify_path",
+]
 
 
 # What damaged files raise while being read (JSON and UTF-8 errors are ValueErrors).

@@ -23,7 +23,7 @@ from .model import METHOD, DecisionModel, Settings
 from .package import package_sha256, read_package
 from .server import HEADER_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_CONNECTIONS, ReferenceServer
 
-__all__ = ["main", "build_parser", "LOAD_DELAY_ENV"]
+__all__ = ["LOAD_DELAY_ENV", "build_parser", "main"]
 
 LOAD_DELAY_ENV = "OPENJEV_REFERENCE_LOAD_DELAY_S"  # test hook: stay "loading" this long after binding
 

@@ -25,9 +25,21 @@ import random
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_fixture", "fixture_config", "build_tokenizer", "random_backbone", "random_adapter",
-           "random_head", "write_json", "file_table", "FIXTURE_SEED", "LORA_TARGETS", "TEMPERATURE_27B",
-           "CHAT_TEMPLATE", "SPECIAL_TOKENS"]
+__all__ = [
+    "CHAT_TEMPLATE",
+    "FIXTURE_SEED",
+    "LORA_TARGETS",
+    "SPECIAL_TOKENS",
+    "TEMPERATURE_27B",
+    "build_fixture",
+    "build_tokenizer",
+    "file_table",
+    "fixture_config",
+    "random_adapter",
+    "random_backbone",
+    "random_head",
+    "write_json",
+]
 
 FIXTURE_SEED = 20261003
 FIXTURE_ID = "openjev-repro/qwen3_5-fixture-tiny"

@@ -10,7 +10,8 @@ workload with more distinct lengths than the capacity keeps recapturing.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["GraphCache"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import BackendError
 
-__all__ = ["block_optional_kernels", "bound_implementations", "assert_reference", "REFERENCE"]
+__all__ = ["REFERENCE", "assert_reference", "block_optional_kernels", "bound_implementations"]
 
 _CHECKS = ("is_flash_linear_attention_available", "is_causal_conv1d_available")
 _KERNEL_GLOBALS = ("causal_conv1d_fn", "causal_conv1d_update", "chunk_gated_delta_rule",
@@ -37,7 +37,7 @@ def _false(*_args: Any, **_kwargs: Any) -> bool:
 
 def block_optional_kernels() -> list[str]:
     """Make every availability check for FLA and causal-conv1d answer False; return what was patched."""
-    import transformers.utils.import_utils as import_utils
+    from transformers.utils import import_utils
 
     patched: list[str] = []
     for package in _PACKAGES:  # `import fla` now raises ImportError in this process

@@ -27,7 +27,7 @@ from .kernels import assert_reference, block_optional_kernels, bound_implementat
 from .package import Package, load_head
 from .prompts import Question, RequestInvalid, chat_prompt, render_text
 
-__all__ = ["Settings", "DecisionModel", "Candidate", "resolve_device", "FAIL_ENV", "SLOW_ENV"]
+__all__ = ["FAIL_ENV", "SLOW_ENV", "Candidate", "DecisionModel", "Settings", "resolve_device"]
 
 FAIL_ENV = "OPENJEV_REFERENCE_FAIL_ON"      # test hook: raise inside inference if the state contains it
 SLOW_ENV = "OPENJEV_REFERENCE_SLOW_ON"      # test hook: sleep inside inference if the state contains it
@@ -111,7 +111,7 @@ class DecisionModel:
     # ------------------------------------------------------------ construction
 
     @classmethod
-    def from_package(cls, package: Package, settings: Settings) -> "DecisionModel":
+    def from_package(cls, package: Package, settings: Settings) -> DecisionModel:
         device, dtype = resolve_device(settings)
         _check_settings(settings, device)
         patched = _prepare_imports(settings.mode)
@@ -137,7 +137,7 @@ class DecisionModel:
         return cls._finish(model, tokenizer, head.to(device), package.temperature, settings, device, dtype, info)
 
     @classmethod
-    def from_random(cls, config_path: Path, tokenizer_dir: Path, seed: int, settings: Settings) -> "DecisionModel":
+    def from_random(cls, config_path: Path, tokenizer_dir: Path, seed: int, settings: Settings) -> DecisionModel:
         """Random weights built directly on the device (for latency studies without weights).
 
         Every random tensor (backbone, LoRA A and B, head) is drawn from a generator on the device
@@ -196,7 +196,7 @@ class DecisionModel:
 
     @classmethod
     def _finish(cls, model: Any, tokenizer: Any, head: Any, temperature: float, settings: Settings, device: Any,
-                dtype: Any, info: dict[str, Any]) -> "DecisionModel":
+                dtype: Any, info: dict[str, Any]) -> DecisionModel:
         unmerged = _fingerprint(model, head, temperature)
         info = {**info, "weights_fingerprint": unmerged["fingerprint"], "weights_fingerprint_scope": "unmerged",
                 "weights_fingerprint_seconds": unmerged["seconds"], "weights_bytes": unmerged["bytes"]}

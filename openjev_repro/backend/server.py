@@ -34,8 +34,14 @@ from typing import Any
 from ..limits import JsonLimitError, has_lone_surrogate, loads_bounded
 from .prompts import MODEL_ALIASES, RequestInvalid, parse_request
 
-__all__ = ["ReferenceServer", "MAX_BODY_BYTES", "INFERENCE_PATHS", "IDLE_TIMEOUT_S", "HEADER_TIMEOUT_S",
-           "MAX_CONNECTIONS"]
+__all__ = [
+    "HEADER_TIMEOUT_S",
+    "IDLE_TIMEOUT_S",
+    "INFERENCE_PATHS",
+    "MAX_BODY_BYTES",
+    "MAX_CONNECTIONS",
+    "ReferenceServer",
+]
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 IDLE_TIMEOUT_S = 300.0  # between requests on one keep-alive connection
@@ -176,7 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
     wbufsize = 1 << 16  # head and body leave in one send (handle_one_request flushes after each response)
     server: ReferenceServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # one line per request would dominate the log of a 74 x 3 pass study
 
     def setup(self) -> None:
@@ -228,7 +234,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+    def do_GET(self) -> None:
         self._received()
         path = self.path.split("?", 1)[0]
         if path == "/health":
@@ -239,7 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, _error("not_found", f"no endpoint {path}; use /v1/systemone, /health or /v1/models."))
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+    def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
         if path not in INFERENCE_PATHS:
             self._drain_or_close()

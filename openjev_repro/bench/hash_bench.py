@@ -20,8 +20,9 @@ import ssl
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
@@ -29,7 +30,7 @@ from ..errors import ReproError
 from ..hashing import hash_file, hash_files
 from .machine import result_header
 
-__all__ = ["BenchUsageError", "default_dir", "ensure_files", "parse_sizes", "run_hash_bench", "format_hash_table"]
+__all__ = ["BenchUsageError", "default_dir", "ensure_files", "format_hash_table", "parse_sizes", "run_hash_bench"]
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _GEN_BLOCK = 8 << 20
@@ -80,8 +81,7 @@ def _generate(path: Path, size: int, key: bytes) -> None:
     zeros = bytes(_GEN_BLOCK)
     tmp = path.with_suffix(".partial")
     with open(tmp, "wb") as f:
-        for offset in range(0, size, _GEN_BLOCK):
-            f.write(stream.update(zeros[: min(_GEN_BLOCK, size - offset)]))
+        f.writelines(stream.update(zeros[: min(_GEN_BLOCK, size - offset)]) for offset in range(0, size, _GEN_BLOCK))
     tmp.replace(path)
 
 

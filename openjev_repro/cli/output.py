@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["console", "print_markdown", "UNWRAPPED_WIDTH"]
+__all__ = ["UNWRAPPED_WIDTH", "console", "print_markdown"]
 
 UNWRAPPED_WIDTH = 100_000  # wide enough that rich never folds a line of a report or a table
 

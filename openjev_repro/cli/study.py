@@ -9,7 +9,7 @@ from invoke import Exit, task
 
 from . import user_errors
 
-__all__ = ["verify_inputs_task", "study"]
+__all__ = ["study", "verify_inputs_task"]
 
 
 @task(name="verify-inputs", help={
@@ -20,7 +20,8 @@ __all__ = ["verify_inputs_task", "study"]
 def verify_inputs_task(c, recipe, inputs_root=None):
     """SHA256 of every declared input; missing, changed and undeclared files as a table. Exit 1 on any mismatch."""
     from ..study.inputs import checks_table, verify_inputs
-    from ..study.recipe import inputs_root as resolve_root, load_recipe
+    from ..study.recipe import inputs_root as resolve_root
+    from ..study.recipe import load_recipe
     from .output import console as make_console
 
     console = make_console()

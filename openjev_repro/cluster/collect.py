@@ -16,7 +16,6 @@ from ..audit.bundle import opened
 from ..audit.compare import COMPARABLE_STATUSES, compare_runs, run_status
 from ..audit.verify import verify_path
 from ..errors import EvidenceError, RunIncomplete, VerificationError
-from ..study.rundir import ENVELOPE_NAME, read_json
 from ..manifest.dsse import (
     envelope_bytes,
     make_envelope,
@@ -27,6 +26,7 @@ from ..manifest.dsse import (
 from ..manifest.keys import load_private_key, load_public_key
 from ..study.recipe import parse_recipe
 from ..study.rows import read_rows
+from ..study.rundir import ENVELOPE_NAME, read_json
 from .crosshost import HostRun, backend_report, host_means, load_cross_host_tolerances
 from .submission import Submission
 

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 from ..errors import RecipeError, ReproError
-from ..study.rundir import guard_output
 from ..manifest.keys import PUBLIC_KEY_NAME, load_private_key
 from ..study.plan import REPRO_ROOT
 from ..study.recipe import load_recipe, parse_duration, recipe_sha256
+from ..study.rundir import guard_output
 from .jobscript import SbatchOptions, render_script, sbatch_argv
 from .slurm import TERMINAL, job_states, sbatch
 from .status import settle

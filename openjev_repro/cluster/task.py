@@ -22,10 +22,10 @@ from types import FrameType
 from typing import Any
 
 from ..errors import ReproError
-from ..study.rundir import RunDir, read_json, write_json_atomic
 from ..host.allocation import allocated_gpu, slurm_record
 from ..manifest.keys import load_private_key
 from ..study.recipe import load_recipe, recipe_sha256
+from ..study.rundir import RunDir, read_json, write_json_atomic
 from .slurm import TERMINAL, job_state
 from .submission import SLURM_CAUSE, Submission, utc_now, with_slurm_cause
 

@@ -8,18 +8,18 @@ After: every process we started has exited and the memory is back to its startin
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ..errors import HostError
 from .driver import GpuDriver, GpuProcess
 from .numa import pci_numa_node
 from .process import group_alive, pid_exited
 
-__all__ = ["check_device", "check_cleanup"]
+__all__ = ["check_cleanup", "check_device"]
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _list_processes(procs: list[GpuProcess]) -> str:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from ..errors import HostError
 
-__all__ = ["GpuInfo", "GpuProcess", "GpuDriver", "NoDriver", "detect_driver"]
+__all__ = ["GpuDriver", "GpuInfo", "GpuProcess", "NoDriver", "detect_driver"]
 
 
 class NoDriver(HostError):

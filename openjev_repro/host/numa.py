@@ -13,16 +13,16 @@ from pathlib import Path
 from ..errors import HostError
 
 __all__ = [
-    "parse_cpulist",
-    "format_cpulist",
-    "numa_nodes",
-    "node_cpus",
-    "numa_summary",
-    "numa_prefix",
+    "NUMACTL_HINT",
     "docker_cpuset",
     "effective_binding",
+    "format_cpulist",
+    "node_cpus",
+    "numa_nodes",
+    "numa_prefix",
+    "numa_summary",
+    "parse_cpulist",
     "pci_numa_node",
-    "NUMACTL_HINT",
 ]
 
 NUMACTL_HINT = "Install it with `apt-get install numactl` (Debian/Ubuntu) or `dnf install numactl` (RHEL/Fedora)."

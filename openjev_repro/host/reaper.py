@@ -46,7 +46,7 @@ class Reaper:
         self.proc: subprocess.Popen | None = None
         self._pipe: IO[str] | None = None
 
-    def start(self) -> "Reaper":
+    def start(self) -> Reaper:
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "openjev_repro.host.reaper"], stdin=subprocess.PIPE,
                                          stdout=subprocess.DEVNULL, start_new_session=True, text=True)
@@ -92,7 +92,7 @@ class Reaper:
                 self.proc.kill()
                 self.proc.wait()
 
-    def __enter__(self) -> "Reaper":
+    def __enter__(self) -> Reaper:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

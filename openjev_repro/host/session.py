@@ -8,11 +8,11 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from .allocation import slurm_record
 from ..errors import RunIncomplete
 from ..study.recipe import Controls, parse_duration
-from .driver import GpuDriver, detect_driver
+from .allocation import slurm_record
 from .device import check_cleanup, check_device
+from .driver import GpuDriver, detect_driver
 from .inventory import host_record
 from .memory import MemorySampler
 from .numa import effective_binding, numa_prefix
@@ -44,7 +44,7 @@ class HostSession:
         self.bindings: dict[str, dict] = {}
         self.deadline: float | None = None
 
-    def __enter__(self) -> "HostSession":
+    def __enter__(self) -> HostSession:
         if self.gpu_override is not None:  # the run-time GPU replaces the recipe's for this run only
             self._gpu_driver = self._gpu_driver or detect_driver()
             effective = self.gpu_override.resolve(self._gpu_driver)

@@ -13,7 +13,7 @@ import subprocess
 from ..errors import HostError
 from .driver import GpuDriver, GpuInfo, GpuProcess
 
-__all__ = ["SmiDriver", "GPU_FIELDS", "APP_FIELDS", "parse_gpus", "parse_apps"]
+__all__ = ["APP_FIELDS", "GPU_FIELDS", "SmiDriver", "parse_apps", "parse_gpus"]
 
 GPU_FIELDS = ("index", "uuid", "name", "memory.used", "memory.total", "pci.bus_id")
 APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")

@@ -16,19 +16,29 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 from ..errors import DockerError, VerificationError
 from .daemon import connect
 from .debian import make_base_tar, read_packages_lock
-from .lockfile import STATUS_COMPLETE, read_lock, sha256_file, fill_wheelhouse, verify_wheelhouse
-from .rootfs import diff_members, read_members, normalize_tar
+from .lockfile import STATUS_COMPLETE, fill_wheelhouse, read_lock, sha256_file, verify_wheelhouse
+from .rootfs import diff_members, normalize_tar, read_members
 from .spec import CACHE_DIR, PLACEHOLDER_DIGEST, REPO_ROOT, ImageSpec
 
-__all__ = ["build", "build_dockerfile", "add_source_layer", "source_layer_dockerfile", "source_tag", "build_offline",
-           "check_reproducible", "read_record", "labels_for", "record_path"]
+__all__ = [
+    "add_source_layer",
+    "build",
+    "build_dockerfile",
+    "build_offline",
+    "check_reproducible",
+    "labels_for",
+    "read_record",
+    "record_path",
+    "source_layer_dockerfile",
+    "source_tag",
+]
 
 RECORD_FORMAT_VERSION = 1
 Progress = Callable[[str], None]
@@ -69,7 +79,7 @@ def _version() -> str:
 
 def labels_for(spec: ImageSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
     """OCI labels plus ours: every pin the image was built from."""
-    created = datetime.fromtimestamp(spec.source_date_epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    created = datetime.fromtimestamp(spec.source_date_epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     labels = {
         "org.opencontainers.image.title": f"openjev-repro {spec.name}",
         "org.opencontainers.image.description": spec.description,
@@ -107,7 +117,7 @@ def _write_record(spec: ImageSpec, image, started: float, extra: dict) -> dict:
         "repo_digests": image.attrs.get("RepoDigests", []),
         "diff_ids": image.attrs["RootFS"].get("Layers", []),
         "labels": image.attrs["Config"].get("Labels") or {},
-        "built_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "built_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "duration_s": round(time.monotonic() - started, 1),
         **extra,
     }
@@ -321,8 +331,7 @@ def _run_install(client, base_ref: str, wheels: Path, lock: Path, src: Path, epo
             raise DockerError(f"Installing the locked wheels failed (exit {status}):\n{logs[-2000:]}")
         progress(logs.splitlines()[-1] if logs else "installed")
         with open(out_tar, "wb") as fh:
-            for chunk in container.export():
-                fh.write(chunk)
+            fh.writelines(container.export())
     finally:
         container.remove(force=True)
 

@@ -11,16 +11,24 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..errors import DockerError, VerificationError
 from .rootfs import normalize_tar
 from .spec import DebianPin
 
-__all__ = ["DebianBase", "debootstrap", "installed_packages", "release_date", "read_packages_lock",
-           "write_packages_lock", "check_packages", "make_base_tar"]
+__all__ = [
+    "DebianBase",
+    "check_packages",
+    "debootstrap",
+    "installed_packages",
+    "make_base_tar",
+    "read_packages_lock",
+    "release_date",
+    "write_packages_lock",
+]
 
 Progress = Callable[[str], None]
 

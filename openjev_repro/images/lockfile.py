@@ -20,8 +20,19 @@ from pathlib import Path
 from ..errors import ReproError, VerificationError
 from ..hashing import hash_file
 
-__all__ = ["Pin", "Lock", "LockFailed", "resolve", "write_lock", "read_lock", "verify_wheelhouse", "fill_wheelhouse",
-           "link_from_pool", "pip_env", "sha256_file"]
+__all__ = [
+    "Lock",
+    "LockFailed",
+    "Pin",
+    "fill_wheelhouse",
+    "link_from_pool",
+    "pip_env",
+    "read_lock",
+    "resolve",
+    "sha256_file",
+    "verify_wheelhouse",
+    "write_lock",
+]
 
 STATUS_COMPLETE = "complete"
 STATUS_PARTIAL = "partial"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..errors import DockerError, ReproError
 from .lockfile import STATUS_PARTIAL, Lock, LockFailed, resolve, write_lock

@@ -15,11 +15,11 @@ import io
 import json
 import re
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
-__all__ = ["normalize_tar", "read_members", "diff_members", "MemberDiff"]
+__all__ = ["MemberDiff", "diff_members", "normalize_tar", "read_members"]
 
 # Dropped entirely (their content depends on when or where the build ran).
 _DROP = [

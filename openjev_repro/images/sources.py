@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import VerificationError
 
-__all__ = ["fetch_source", "check_commit", "check_has_commit"]
+__all__ = ["check_commit", "check_has_commit", "fetch_source"]
 
 
 def _git(cwd: Path, *args: str) -> str:

@@ -20,17 +20,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import RecipeError
 
 __all__ = [
-    "IMAGES_DIR",
     "CACHE_DIR",
+    "IMAGES_DIR",
     "PLACEHOLDER_DIGEST",
-    "ImageSpec",
-    "Source",
     "Artifact",
     "DebianPin",
-    "load_spec",
-    "spec_path",
+    "ImageSpec",
+    "Source",
     "backend_names",
+    "load_spec",
     "offline_backends",
+    "spec_path",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -19,23 +19,24 @@ import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 __all__ = [
     "ENVIRONMENT_FORMAT_VERSION",
     "PACKAGES",
     "Collector",
     "absent",
-    "collect_environment",
-    "default_collectors",
-    "collect_host",
     "collect_cpu",
-    "collect_gpus",
-    "gpus_from_nvml",
-    "gpus_from_nvidia_smi",
-    "collect_python",
+    "collect_environment",
     "collect_git",
+    "collect_gpus",
+    "collect_host",
+    "collect_python",
+    "default_collectors",
+    "gpus_from_nvidia_smi",
+    "gpus_from_nvml",
 ]
 
 ENVIRONMENT_FORMAT_VERSION = 2

@@ -10,22 +10,33 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
 from ..errors import EvidenceError
-from ..study.rundir import ENVELOPE_NAME, RunDir, guard_output, read_json, write_bytes_atomic
 from ..study.recipe import Recipe, load_recipe
-from .statistics import latency_stats, summarize
-from .row_table import RowTable, as_table, read_table
 from ..study.rows import Row
+from ..study.rundir import ENVELOPE_NAME, RunDir, guard_output, read_json, write_bytes_atomic
+from .row_table import RowTable, as_table, read_table
+from .statistics import latency_stats, summarize
 
-__all__ = ["DIGITS", "PLOT_NAMES", "RunInfo", "plot_figures", "render_report", "run_info", "write_plots", "write_report",
-           "incomplete_banner", "imported_note", "run_facts_of"]
+__all__ = [
+    "DIGITS",
+    "PLOT_NAMES",
+    "RunInfo",
+    "imported_note",
+    "incomplete_banner",
+    "plot_figures",
+    "render_report",
+    "run_facts_of",
+    "run_info",
+    "write_plots",
+    "write_report",
+]
 
 # Printed precision: milliseconds, speedup factor, percentages, probabilities.
 DIGITS = {"ms": 3, "speedup": 2, "percent": 2, "probability": 6}
@@ -263,7 +274,7 @@ _RUN_STAMP = re.compile(r"-(\d{8}T\d{6}Z)-[0-9a-f]+$")
 
 
 def _utc(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
@@ -276,10 +287,10 @@ def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
             return RunInfo(run.path.name, _utc(datetime.fromisoformat(str(state["started_utc"]))), hardware)
         stamp = _RUN_STAMP.search(run.path.name)
         if stamp:
-            moment = datetime.strptime(stamp.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+            moment = datetime.strptime(stamp.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
             return RunInfo(run.path.name, _utc(moment), hardware)
         if isinstance(state.get("updated_unix"), (int, float)):
-            moment = datetime.fromtimestamp(state["updated_unix"], timezone.utc)
+            moment = datetime.fromtimestamp(state["updated_unix"], UTC)
             return RunInfo(run.path.name, _utc(moment), hardware, when="state last updated")
     except (ValueError, OverflowError, OSError):
         pass

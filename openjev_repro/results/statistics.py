@@ -23,32 +23,32 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable, Sequence
 
 import numpy as np
 
 from ..errors import EvidenceError
 from ..study.recipe import Recipe
-from .row_table import RowTable, as_table
 from ..study.rows import Row
+from .row_table import RowTable, as_table
 
 __all__ = [
-    "SUMMARY_FORMAT_VERSION",
+    "BOOTSTRAP_METHOD",
     "P95_RULES",
+    "SUMMARY_FORMAT_VERSION",
     "TOKEN_BUCKETS",
-    "summarize",
+    "bootstrap_mean_diff_ci",
+    "decision_of",
     "latency_stats",
     "mean",
     "median",
     "p95_jevbench",
     "p95_nearest_rank",
-    "decision_of",
-    "token_bucket",
-    "ranges_disjoint",
-    "bootstrap_mean_diff_ci",
-    "BOOTSTRAP_METHOD",
     "pair_by_id_and_seq",
+    "ranges_disjoint",
+    "summarize",
+    "token_bucket",
 ]
 
 SUMMARY_FORMAT_VERSION = 1

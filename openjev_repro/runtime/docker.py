@@ -29,7 +29,7 @@ from ..errors import DockerError
 from ..images.daemon import connect, get_image
 from .base import ExitRecord, LaunchSpec, RunningBackend, Runtime
 
-__all__ = ["DockerRuntime", "DockerBackend", "container_argv", "container_env"]
+__all__ = ["DockerBackend", "DockerRuntime", "container_argv", "container_env"]
 
 _LOOPBACK = ("127.0.0.1", "localhost")
 _INSIDE = "0.0.0.0"

@@ -11,7 +11,7 @@ from ..host.process import stop_group
 from ..host.reaper import Reaper, die_with_parent
 from .base import ExitRecord, LaunchSpec, RunningBackend, Runtime
 
-__all__ = ["LocalRuntime", "LocalBackend", "tail"]
+__all__ = ["LocalBackend", "LocalRuntime", "tail"]
 
 # Variables a backend may need from our environment; everything else comes from the recipe,
 # so two hosts run the same configuration.

@@ -11,15 +11,15 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..errors import BackendCrashed, ProtocolError, RunIncomplete
 from .rows import Row, RowWriter
 from .timed_client import TimedClient, TimedResponse
 from .workload import QUESTION_ID, Request
 
-__all__ = ["ParsedAnswer", "parse_noul_response", "PassRunner", "PassBudget", "Outcome"]
+__all__ = ["Outcome", "ParsedAnswer", "PassBudget", "PassRunner", "parse_noul_response"]
 
 Outcome = tuple[Row, bytes | None]
 
@@ -80,7 +80,7 @@ class PassRunner:
     client: TimedClient
     endpoint: str
     rows: RowWriter
-    responses: "ResponseLog"
+    responses: ResponseLog
     alive: Callable[[], bool]
     on_row: Callable[[Row], None] = lambda row: None
     failures: list[Row] = field(default_factory=list)

@@ -18,10 +18,11 @@ import yaml
 
 from ..errors import RecipeError
 from .preparation import plan_prepare
-from .recipe import UNPINNED, NoAliasLoader, Recipe, _line_map, inputs_root as recipe_inputs_root, lock_path, recipe_sha256
+from .recipe import UNPINNED, NoAliasLoader, Recipe, _line_map, lock_path, recipe_sha256
+from .recipe import inputs_root as recipe_inputs_root
 from .traces import plan_traces
 
-__all__ = ["PLAN_FORMAT_VERSION", "resolve_plan", "check_pins", "runner_placeholders", "REPRO_ROOT"]
+__all__ = ["PLAN_FORMAT_VERSION", "REPRO_ROOT", "check_pins", "resolve_plan", "runner_placeholders"]
 
 PLAN_FORMAT_VERSION = 1
 REPRO_ROOT = Path(__file__).resolve().parents[2]  # the directory holding openjev_repro ({repro})

@@ -15,8 +15,16 @@ from pathlib import Path
 from ..errors import DockerError, InputMismatch, RecipeError, ReproError
 from .recipe import Recipe
 
-__all__ = ["preflight", "check_key", "check_out_dir", "check_ports", "check_docker", "missing_inputs", "input_fix",
-           "port_in_use"]
+__all__ = [
+    "check_docker",
+    "check_key",
+    "check_out_dir",
+    "check_ports",
+    "input_fix",
+    "missing_inputs",
+    "port_in_use",
+    "preflight",
+]
 
 RUNTIMES = ("local", "docker")
 

@@ -20,10 +20,10 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 from ..errors import CheckpointError, InputMismatch, RecipeError
 from .recipe import UNPINNED, InputFile, Recipe, RequestSelection, inputs_root, lock_path
@@ -31,15 +31,15 @@ from .recipe import UNPINNED, InputFile, Recipe, RequestSelection, inputs_root, 
 __all__ = [
     "LOCK_FORMAT_VERSION",
     "PrepareAction",
+    "expand",
+    "lock_fingerprint",
+    "locked_recipe",
+    "placeholders",
     "plan_prepare",
+    "read_lock",
     "run_prepare",
     "select_requests",
     "write_request_file",
-    "expand",
-    "placeholders",
-    "read_lock",
-    "locked_recipe",
-    "lock_fingerprint",
 ]
 
 LOCK_FORMAT_VERSION = 1
@@ -318,7 +318,7 @@ def _build_lock(recipe: Recipe, recipe_path: Path, root: Path, say: Callable[[st
     if problems:
         raise InputMismatch("Prepared inputs do not match the recipe: " + "; ".join(problems) + ".")
     return {"format_version": LOCK_FORMAT_VERSION, "study_id": recipe.study.id, "pins": lock_fingerprint(recipe),
-            "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "files": files, "published": published}
 
 

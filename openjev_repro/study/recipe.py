@@ -17,7 +17,7 @@ import hashlib
 import re
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -26,33 +26,33 @@ from ..errors import RecipeError
 from ..limits import MAX_PASSES, MAX_REPEAT, MAX_TIMEOUT_S
 
 __all__ = [
+    "COMMIT_RE",
     "RECIPE_FORMAT_VERSION",
-    "Recipe",
-    "Study",
+    "SHA256_RE",
+    "UNPINNED",
+    "AuxProcess",
+    "Backend",
+    "Controls",
+    "Download",
+    "Gate",
     "InputFile",
     "Inputs",
-    "Workload",
-    "Backend",
-    "Protocol",
-    "Controls",
-    "Gate",
-    "load_recipe",
-    "parse_recipe",
-    "parse_duration",
-    "read_yaml",
-    "AuxProcess",
-    "Download",
-    "Source",
-    "PrepareStep",
-    "RequestSelection",
-    "Preparation",
-    "Pins",
-    "Traces",
-    "UNPINNED",
-    "COMMIT_RE",
-    "SHA256_RE",
-    "lock_path",
     "NoAliasLoader",
+    "Pins",
+    "Preparation",
+    "PrepareStep",
+    "Protocol",
+    "Recipe",
+    "RequestSelection",
+    "Source",
+    "Study",
+    "Traces",
+    "Workload",
+    "load_recipe",
+    "lock_path",
+    "parse_duration",
+    "parse_recipe",
+    "read_yaml",
     "safe_yaml",
 ]
 
@@ -86,7 +86,7 @@ class NoAliasLoader(yaml.SafeLoader):
 
 def safe_yaml(text: str) -> Any:
     """yaml.safe_load without aliases (raises yaml.YAMLError on one)."""
-    return yaml.load(text, Loader=NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=NoAliasLoader)
 
 
 class _Strict(BaseModel):
@@ -131,7 +131,7 @@ class Inputs(_Strict):
         return [_relative_path(v) for v in value]
 
     @model_validator(mode="after")
-    def _unique(self) -> "Inputs":
+    def _unique(self) -> Inputs:
         seen: set[str] = set()
         for f in self.files:
             if f.path in seen:
@@ -193,7 +193,7 @@ class Backend(_Strict):
     aux: list[AuxProcess] = []  # started before command, stopped after it
 
     @model_validator(mode="after")
-    def _aux_names(self) -> "Backend":
+    def _aux_names(self) -> Backend:
         _unique([a.name for a in self.aux], "aux process")
         return self
 
@@ -291,7 +291,7 @@ class ExternalGate(_Gate):
 
 
 Gate = Annotated[
-    Union[MeanReductionGate, MaxProbabilityDeltaGate, DecisionsUnchangedGate, ProbabilitiesStableGate, ExternalGate],
+    MeanReductionGate | MaxProbabilityDeltaGate | DecisionsUnchangedGate | ProbabilitiesStableGate | ExternalGate,
     Field(discriminator="kind"),
 ]
 
@@ -375,7 +375,7 @@ class Preparation(_Strict):
     lock_trees: list[str] = []
 
     @model_validator(mode="after")
-    def _names(self) -> "Preparation":
+    def _names(self) -> Preparation:
         _unique([d.name for d in self.downloads] + [s.name for s in self.sources], "download/source")
         _unique([s.name for s in self.steps], "prepare step")
         known = {s.name for s in self.sources}
@@ -424,7 +424,7 @@ class Recipe(_Strict):
     traces: Traces | None = None
 
     @model_validator(mode="after")
-    def _references(self) -> "Recipe":
+    def _references(self) -> Recipe:
         declared = {f.path for f in self.inputs.files}
         self._check_preparation(declared)
         for w in self.workloads:

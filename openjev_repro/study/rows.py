@@ -11,9 +11,10 @@ Format history:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Literal
 
 from ..errors import EvidenceError
 
@@ -65,7 +66,7 @@ class Row:
         return json.dumps({name: getattr(self, name) for name in _FIELD_NAMES}, sort_keys=True, allow_nan=False)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Row":
+    def from_dict(cls, data: dict) -> Row:
         version = data.get("v")
         if version != ROW_FORMAT_VERSION:
             raise EvidenceError(
@@ -96,7 +97,7 @@ class RowWriter:
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> "RowWriter":
+    def __enter__(self) -> RowWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -22,22 +22,22 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
-from .rundir import RunDir, fsync_tree, read_json, write_json_atomic
 from ..host.override import GpuOverride
 from ..host.reaper import Reaper
 from ..host.session import HostSession
+from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
+from ..runtime.local import LocalRuntime
 from .inputs import checks_table, require_all_ok, verify_inputs
 from .passes import PassBudget, PassRunner, ResponseLog
 from .plan import REPRO_ROOT
 from .preflight import port_in_use, preflight
 from .recipe import AuxProcess, Backend, Recipe, Workload, inputs_root, load_recipe
 from .rows import RowWriter, read_rows
-from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
-from ..runtime.local import LocalRuntime
+from .rundir import RunDir, fsync_tree, read_json, write_json_atomic
 from .timed_client import TimedClient
 from .workload import Request, build_requests, load_tasks, select
 
-__all__ = ["StudyOptions", "run_study", "substitute", "free_port", "TIMING_BOUNDARY"]
+__all__ = ["TIMING_BOUNDARY", "StudyOptions", "free_port", "run_study", "substitute"]
 
 TIMING_BOUNDARY = (
     "Client monotonic clock (ns) from just before the request's first byte is sent to just after the "
@@ -197,7 +197,7 @@ def _remove_temporaries(run: RunDir) -> None:
             path.unlink()
 
 
-def _step(run: RunDir, name: str) -> "_Step":
+def _step(run: RunDir, name: str) -> _Step:
     return _Step(run, name)
 
 

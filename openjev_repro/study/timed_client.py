@@ -33,20 +33,21 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Iterable, Mapping, cast
+from typing import cast
 
 import h11
 
 from ..errors import BackendError, ProtocolError
 
 __all__ = [
-    "TimedClient",
-    "TimedResponse",
     "ClientError",
     "ClientTimeout",
     "MalformedResponse",
+    "TimedClient",
+    "TimedResponse",
     "build_request",
 ]
 

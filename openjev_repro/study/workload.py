@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import RecipeError
 
-__all__ = ["Task", "Request", "load_tasks", "select", "request_body", "build_requests", "QUESTION_ID"]
+__all__ = ["QUESTION_ID", "Request", "Task", "build_requests", "load_tasks", "request_body", "select"]
 
 QUESTION_ID = "q"  # never shown to the model, so any fixed id will do
 

@@ -19,7 +19,7 @@ import json
 import runpy
 import sys
 
-__all__ = ["block_optional_kernels", "linear_attention_report", "assert_pytorch_fallback", "install_load_check", "main"]
+__all__ = ["assert_pytorch_fallback", "block_optional_kernels", "install_load_check", "linear_attention_report", "main"]
 
 _BLOCKED = ("is_flash_linear_attention_available", "is_causal_conv1d_available")
 
@@ -33,8 +33,8 @@ def block_optional_kernels() -> None:
     already = [m for m in sys.modules if m.startswith("transformers.models.") and ".modeling_" in m]
     if already:
         raise FallbackError(f"model modules were imported before kernels were blocked: {', '.join(sorted(already)[:3])}")
-    import transformers.utils as utils
-    import transformers.utils.import_utils as import_utils
+    from transformers import utils
+    from transformers.utils import import_utils
 
     def unavailable() -> bool:
         return False

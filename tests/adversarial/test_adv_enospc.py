@@ -17,7 +17,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from advkit import INVOKE
 from studykit import scripted_backend, write_study
 from test_adv_kill_study import marked

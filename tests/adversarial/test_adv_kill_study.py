@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from openjev_repro.study.rundir import RunDir
 from advkit import INVOKE, invoke, one_error_line
 from studykit import SCRIPTED, write_study
+
+from openjev_repro.study.rundir import RunDir
 
 pytestmark = pytest.mark.slow
 
