@@ -124,7 +124,7 @@ def test_unsigned_run_needs_allow_unsigned(tmp_path):
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*INVOKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run([*INVOKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_cli_verify_prints_a_checklist_and_exits_by_outcome(tmp_path):

@@ -41,7 +41,7 @@ def test_demo_completes_signed_and_verifies(demo_run):
     for name in ("summary.json", "report.md", "latency_vs_tokens.png", "latency_cdf.png", "manifest.dsse.json"):
         assert run.file(name).stat().st_size > 0, name
     verify = subprocess.run([sys.executable, "-m", "invoke", "verify", "--run", str(run.path), "--pubkey", str(public)],
-                            capture_output=True, text=True, cwd=REPO)
+                            capture_output=True, text=True, cwd=REPO, check=False)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     summary = json.loads(run.file("summary.json").read_text())
     assert all(g["passed"] for g in summary["gates"]), summary["gates"]

@@ -47,7 +47,7 @@ def relist(src: Path, *names: str) -> None:
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, check=False)
 
 
 def leftovers(parent: Path) -> list[str]:

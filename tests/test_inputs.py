@@ -39,10 +39,10 @@ def test_verify_inputs_task_exit_status(tmp_path):
     import sys
     path = write_study(tmp_path, [scripted_backend("a")])
     ok = subprocess.run([sys.executable, "-m", "invoke", "verify-inputs", "--recipe", str(path)],
-                        capture_output=True, text=True)
+                        capture_output=True, text=True, check=False)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     (tmp_path / "inputs" / "requests" / "cases.jsonl").write_text("changed\n")
     bad = subprocess.run([sys.executable, "-m", "invoke", "verify-inputs", "--recipe", str(path)],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, check=False)
     assert bad.returncode == 1
     assert "changed" in bad.stdout and "do not match" in bad.stderr

@@ -62,9 +62,9 @@ def read_record(name: str) -> dict:
 
 
 def _git_revision() -> str:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "openjev_repro", "images"], cwd=REPO_ROOT,
-                           capture_output=True, text=True).stdout.strip()
+                           capture_output=True, text=True, check=False).stdout.strip()
     return (done.stdout.strip() or "unknown") + ("-dirty" if dirty else "")
 
 
@@ -180,8 +180,12 @@ def _context(spec: ImageSpec, wheels: Path | None = None, source: Path | None = 
     (`git archive` of each pinned commit of the checkout)."""
     paths = [p for p in (REPO_ROOT / "images" / "common").rglob("*") if p.is_file()]
     paths += [p for p in spec.directory.rglob("*") if p.is_file()]
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "openjev_repro", "pyproject.toml"],
-                            cwd=REPO_ROOT, capture_output=True, text=True).stdout.split()
+    done = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "openjev_repro", "pyproject.toml"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    if done.returncode != 0:  # an empty listing would build an image without the package
+        raise DockerError(f"git ls-files in {REPO_ROOT} failed (the build context needs a git checkout): "
+                          f"{done.stderr.strip()}")
+    listed = done.stdout.split()
     paths += [REPO_ROOT / p for p in listed if (REPO_ROOT / p).is_file()]
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:

@@ -113,7 +113,7 @@ def resolve(requirements: list[str], python: str | None = None, platform: str | 
             cmd += ["--target", str(Path(tmp) / "target"), *_target_args(python, platform)]
         if no_deps:
             cmd.append("--no-deps")
-        done = subprocess.run(cmd, capture_output=True, text=True, env=pip_env(pypi_only))
+        done = subprocess.run(cmd, capture_output=True, text=True, env=pip_env(pypi_only), check=False)
         if done.returncode != 0:
             errors = [ln for ln in done.stderr.splitlines() if ln.startswith("ERROR")]
             raise LockFailed("pip could not resolve the requirements: " + (" ".join(errors) or done.stderr[-500:]))
@@ -216,7 +216,7 @@ def fill_wheelhouse(lock_path: Path, directory: Path, python: str | None = None,
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
            "--quiet", "--dest", str(dest), "-r", str(lock_path), *_target_args(python, platform)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=pip_env(pypi_only))
+    done = subprocess.run(cmd, capture_output=True, text=True, env=pip_env(pypi_only), check=False)
     if done.returncode != 0:
         raise VerificationError(f"pip download of {lock_path} failed: {done.stderr.strip()[-800:]}")
     if pool is not None:

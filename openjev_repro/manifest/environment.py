@@ -200,7 +200,7 @@ def gpus_from_nvidia_smi(executable: str = "nvidia-smi") -> list[dict[str, Any]]
         [executable, f"--query-gpu={','.join(_SMI_FIELDS)}", "--format=csv,noheader,nounits"],
         capture_output=True, text=True, timeout=30, check=True,
     ).stdout
-    header = subprocess.run([executable], capture_output=True, text=True, timeout=30).stdout
+    header = subprocess.run([executable], capture_output=True, text=True, timeout=30, check=False).stdout
     cuda = next((part.split(":", 1)[1].split("|")[0].strip() for part in header.split("CUDA Version")[1:2]), None)
     gpus = []
     for line in out.strip().splitlines():
@@ -282,7 +282,7 @@ def collect_python(python: str, packages: tuple[str, ...] = PACKAGES) -> dict[st
     """Python and package versions of one environment, asked of its own interpreter."""
     try:
         result = subprocess.run([python, "-c", _PROBE, json.dumps(list(packages))],
-                                capture_output=True, text=True, timeout=60)
+                                capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return absent(f"could not run {python}: {exc}")
     if result.returncode != 0:

@@ -184,7 +184,8 @@ def plan_prepare(recipe: Recipe, recipe_path: Path, *, root: Path | None = None,
 def _head(checkout: Path) -> str | None:
     if not (checkout / ".git").exists():
         return None
-    done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=False)
     return done.stdout.strip() if done.returncode == 0 else None
 
 
@@ -240,7 +241,7 @@ def _checkout(source, root: Path) -> None:
     if not (target / ".git").exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         _git(["clone", "--no-checkout", source.url, str(target)])
-    if subprocess.run(["git", "-C", str(target), "cat-file", "-e", f"{source.commit}^{{commit}}"]).returncode != 0:
+    if subprocess.run(["git", "-C", str(target), "cat-file", "-e", f"{source.commit}^{{commit}}"], check=False).returncode != 0:
         _git(["-C", str(target), "fetch", "origin", source.commit])
     _git(["-C", str(target), "checkout", "--detach", source.commit])
     if _head(target) != source.commit:
@@ -248,7 +249,7 @@ def _checkout(source, root: Path) -> None:
 
 
 def _git(args: list[str]) -> None:
-    done = subprocess.run(["git", *args])
+    done = subprocess.run(["git", *args], check=False)
     if done.returncode != 0:
         raise InputMismatch(f"git {' '.join(args)} failed with status {done.returncode}; check the network and URL.")
 
@@ -257,7 +258,7 @@ def _run_step(action: PrepareAction) -> None:
     env = dict(os.environ, **action.env)
     if shutil.which(action.argv[0], path=env.get("PATH")) is None and not Path(action.argv[0]).exists():
         raise RecipeError(f"Step {action.name} needs {action.argv[0]!r}, which is not installed here.")
-    done = subprocess.run(action.argv, env=env, cwd=action.cwd)
+    done = subprocess.run(action.argv, env=env, cwd=action.cwd, check=False)
     if done.returncode != 0:
         raise CheckpointError(f"Step {action.name} failed with status {done.returncode}; its output is above. "
                               f"Remove any partial {action.target} before running prepare again.")
