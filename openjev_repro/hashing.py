@@ -67,7 +67,7 @@ def hash_files(
     if n_workers == 1:
         return {p: hash_file(p, chunk, report) for p in unique}
     with ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="hash") as pool:
-        digests = dict(zip(order, pool.map(lambda p: hash_file(p, chunk, report), order)))
+        digests = dict(zip(order, pool.map(lambda p: hash_file(p, chunk, report), order), strict=True))
     return {p: digests[p] for p in unique}
 
 

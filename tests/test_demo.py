@@ -62,7 +62,7 @@ def test_every_report_figure_recomputes_from_rows(demo_run):
                     5: [sorted(p)[int(0.95 * 24) - 1] for p in passes],
                     6: [sorted(p)[math.ceil(0.95 * 24) - 1] for p in passes]}
         for column, values in expected.items():
-            for printed, value in zip(cells[column].split(" / "), values):
+            for printed, value in zip(cells[column].split(" / "), values, strict=True):
                 assert close(printed, value, 3), (backend, column, printed, value)
         first = [r for r in rows if r.backend == backend and r.pass_index == 1]
         correct = sum((r.probability >= 0.5) == (r.label == "yes") for r in first)

@@ -86,7 +86,7 @@ def test_every_table_figure_recomputes_from_rows(rendered):
             for column, expected in per_pass.items():
                 printed = cells[column].split(" / ")
                 assert len(printed) == len(expected)
-                for p, e in zip(printed, expected):
+                for p, e in zip(printed, expected, strict=True):
                     assert close(p, e, 3), (workload, backend, column, p, e)
                     checked += 1
             assert cells[7] == f"{correct} / {n}"

@@ -62,7 +62,7 @@ def make_pass(backend, workload, phase, pass_index, latencies_ms, probs, *, ids=
               labels=LABELS, errors=(), decisions=None, t0=0):
     """Rows of one pass; latency given in ms, stored as integer ns like the client does."""
     rows, clock = [], t0
-    for seq, (cid, ms, p, tok, lab) in enumerate(zip(ids, latencies_ms, probs, tokens, labels)):
+    for seq, (cid, ms, p, tok, lab) in enumerate(zip(ids, latencies_ms, probs, tokens, labels, strict=True)):
         start = clock + 1_000_000
         end = start + round(ms * 1_000_000)
         clock = end

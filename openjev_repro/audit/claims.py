@@ -310,7 +310,7 @@ def _bounds(kind: str, function: Callable[[Values, dict], Decimal], inputs: list
         return function(lo_in, claim), function(hi_in, claim)
     if kind == "difference" and len(inputs) > _CORNER_LIMIT:
         return function(lo_in[:1] + hi_in[1:], claim), function(hi_in[:1] + lo_in[1:], claim)
-    corners = [function([hi if s > 0 else lo for lo, hi, s in zip(lo_in, hi_in, signs)], claim)
+    corners = [function([hi if s > 0 else lo for lo, hi, s in zip(lo_in, hi_in, signs, strict=True)], claim)
                for signs in itertools.product((-1, 1), repeat=len(inputs))]
     return min(corners), max(corners)
 

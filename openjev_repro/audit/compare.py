@@ -252,7 +252,7 @@ def _answers(tb: RowTable, base: np.ndarray, tc: RowTable, cand: np.ndarray) -> 
     delta = pc - pb
     ids, seqs = tb.ids.strings(b), tb.seq[b].tolist()
     cases = [{"id": i, "seq": q, "baseline": x, "candidate": y, "delta": d}
-             for i, q, x, y, d in zip(ids, seqs, pb.tolist(), pc.tolist(), delta.tolist())]
+             for i, q, x, y, d in zip(ids, seqs, pb.tolist(), pc.tolist(), delta.tolist(), strict=True)]
     yes_b, yes_c = pb >= 0.5, pc >= 0.5
     flips = [{"id": ids[k], "seq": seqs[k], "baseline": "yes" if yes_b[k] else "no",
               "candidate": "yes" if yes_c[k] else "no"} for k in np.flatnonzero(yes_b != yes_c).tolist()]

@@ -372,7 +372,7 @@ def _row(their: _TheirRow, arm: str, workload: str, pass_index: int, seq: int, w
               body_sha256=hashlib.sha256(body.encode("utf-8")).hexdigest(), probability=float(their.probability_yes),
               decision=predicted, label=label, input_tokens=usage.get("input_tokens"),
               error=f"checks failed: {', '.join(failed)}" if failed else None)
-    return row, _ROW_JSON(dict(zip(_ROW_FIELDS, _row_values(row)))), body
+    return row, _ROW_JSON(dict(zip(_ROW_FIELDS, _row_values(row), strict=True))), body
 
 
 @dataclass

@@ -464,23 +464,23 @@ def _responses(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Chec
         return [Check("response bodies", None, "aggregate-only bundle: bodies are omitted (JevBench terms), "
                       "so row body_sha256 values cannot be checked against them")]
     t = ev.table
-    keys = zip(t.backend.strings(), t.workload.strings(), t.phase.strings(), t.pass_index.tolist(), t.seq.tolist())
-    hashes = dict(zip(keys, t.body_sha256))
+    keys = zip(t.backend.strings(), t.workload.strings(), t.phase.strings(), t.pass_index.tolist(), t.seq.tolist(), strict=True)
+    hashes = dict(zip(keys, t.body_sha256, strict=True))
     wrong, seen = [], 0
     for path in sorted(ev.run.path.glob("responses/*.jsonl")):
         for before, entries in _response_chunks(path):
             at = [i for i, e in enumerate(entries) if e.body is not msgspec.UNSET or e.body_base64 is not msgspec.UNSET]
             have = [entries[i] for i in at]
             seen += len(have)
-            for i, e in zip(at, have):
+            for i, e in zip(at, have, strict=True):
                 if msgspec.UNSET in (e.backend, e.workload, e.phase, e.pass_index, e.seq):
                     raise EvidenceError(f"{path.name}:{before + i + 1} lacks one of {', '.join(_KEY_FIELDS)}")
             # C loops throughout: encode, hash, look up, compare.
             bodies = [e.body.encode("utf-8") if e.body is not msgspec.UNSET else base64.b64decode(e.body_base64)
                       for e in have]
             digests = map(operator.methodcaller("hexdigest"), map(hashlib.sha256, bodies))
-            expected = map(hashes.get, zip(*(map(operator.attrgetter(name), have) for name in _KEY_FIELDS)))
-            wrong += [f"{path.name}:{before + i + 1}" for i, got, want in zip(at, digests, expected) if got != want]
+            expected = map(hashes.get, zip(*(map(operator.attrgetter(name), have) for name in _KEY_FIELDS), strict=True))
+            wrong += [f"{path.name}:{before + i + 1}" for i, got, want in zip(at, digests, expected, strict=True) if got != want]
     return [Check("response bodies", not wrong, f"bodies whose sha256 differs from their row: {', '.join(wrong[:5])}"
                   if wrong else f"{seen} bodies match their rows' body_sha256")]
 
@@ -521,7 +521,7 @@ def first_difference(a: Any, b: Any, path: str = "") -> str | None:
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return f"{path}: {len(a)} vs {len(b)} items"
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             diff = first_difference(x, y, f"{path}[{i}]")
             if diff:
                 return diff

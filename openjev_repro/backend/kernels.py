@@ -85,7 +85,7 @@ def _implementation(fn: Any) -> tuple[Any, bool]:
     """
     code, closure = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
     if code is not None and closure and "implementation" in code.co_freevars:
-        cells = dict(zip(code.co_freevars, (c.cell_contents for c in closure)))
+        cells = dict(zip(code.co_freevars, (c.cell_contents for c in closure), strict=True))
         impl = cells["implementation"]
         return impl, impl is cells.get("torch_function", impl)
     return fn, getattr(fn, "__name__", "").startswith("torch_")

@@ -267,7 +267,7 @@ class DecisionModel:
         scores = [self.score(c.ids) for c in candidates]
         answers: dict[str, Any] = {}
         for question in questions:
-            mine = [s for c, s in zip(candidates, scores) if c.question is question]
+            mine = [s for c, s in zip(candidates, scores, strict=True) if c.question is question]
             answers[question.qid] = _answer(question, mine, self.temperature)
         return answers
 
@@ -353,8 +353,8 @@ def _answer(question: Question, scores: list[float], temperature: float) -> dict
     best = max(range(len(probs)), key=probs.__getitem__)
     if question.type == "choice":
         return {"type": "choice", "choice": question.options[best],
-                "probabilities": dict(zip(question.options, probs)), "confidence": probs[best]}
+                "probabilities": dict(zip(question.options, probs, strict=True)), "confidence": probs[best]}
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in question.levels)
     values = question.levels if numeric else list(range(len(question.levels)))
-    return {"type": "score", "score": sum(p * v for p, v in zip(probs, values)), "probabilities": probs,
+    return {"type": "score", "score": sum(p * v for p, v in zip(probs, values, strict=True)), "probabilities": probs,
             "confidence": probs[best], "legend": {str(i): level for i, level in enumerate(question.levels)}}

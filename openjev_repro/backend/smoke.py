@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                 proc.kill()
                 proc.wait()
         reference = reference or probs
-        delta = max(abs(x - y) for x, y in zip(probs, reference))
-        differ = sum((x >= 0.5) != (y >= 0.5) for x, y in zip(probs, reference))
+        delta = max(abs(x - y) for x, y in zip(probs, reference, strict=True))
+        differ = sum((x >= 0.5) != (y >= 0.5) for x, y in zip(probs, reference, strict=True))
         print(f"{name:15s} n={len(bodies)} pass means ms={[round(m, 2) for m in means]} "
               f"max|dp| vs raw={delta:.2e} differing decisions={differ} yes={sum(x >= 0.5 for x in probs)}")
         print(f"{'':15s} device={health['device']} dtype={health['dtype']} lora={health['lora']} "

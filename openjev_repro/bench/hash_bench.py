@@ -87,7 +87,7 @@ def _generate(path: Path, size: int, key: bytes) -> None:
 
 def _sha256sum(paths: list[Path]) -> dict[Path, str]:
     out = subprocess.run(["sha256sum", *map(str, paths)], capture_output=True, text=True, check=True).stdout
-    return {p: line.split()[0] for p, line in zip(paths, out.splitlines())}
+    return {p: line.split()[0] for p, line in zip(paths, out.splitlines(), strict=True)}
 
 
 def _implementations() -> dict[str, Any]:

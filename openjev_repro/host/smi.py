@@ -32,7 +32,7 @@ def _rows(text: str, fields: tuple[str, ...]) -> list[dict[str, str | None]]:
                 f"nvidia-smi printed a line with {len(values)} fields where {len(fields)} were asked for "
                 f"(line {number}: {','.join(values)!r}); the driver's output format is not understood."
             )
-        rows.append({f: (None if v.strip() in _MISSING else v.strip()) for f, v in zip(fields, values)})
+        rows.append({f: (None if v.strip() in _MISSING else v.strip()) for f, v in zip(fields, values, strict=True)})
     return rows
 
 

@@ -204,7 +204,7 @@ def gpus_from_nvidia_smi(executable: str = "nvidia-smi") -> list[dict[str, Any]]
     cuda = next((part.split(":", 1)[1].split("|")[0].strip() for part in header.split("CUDA Version")[1:2]), None)
     gpus = []
     for line in out.strip().splitlines():
-        values = dict(zip(_SMI_FIELDS, (v.strip() for v in line.split(","))))
+        values = dict(zip(_SMI_FIELDS, (v.strip() for v in line.split(",")), strict=True))
         gpus.append({
             "index": int(values["index"]),
             "name": values["name"],

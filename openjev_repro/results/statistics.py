@@ -177,10 +177,10 @@ def bootstrap_mean_diff_ci(
     seeds = np.random.SeedSequence(seed).spawn(len(sizes))
     workers = max(1, min(threads or _usable_cpus(), len(sizes)))
     if workers == 1:
-        parts = [_bootstrap_chunk(xa, xb, s, k) for s, k in zip(seeds, sizes)]
+        parts = [_bootstrap_chunk(xa, xb, s, k) for s, k in zip(seeds, sizes, strict=True)]
     else:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bootstrap") as pool:
-            parts = list(pool.map(lambda sk: _bootstrap_chunk(xa, xb, *sk), zip(seeds, sizes)))
+            parts = list(pool.map(lambda sk: _bootstrap_chunk(xa, xb, *sk), zip(seeds, sizes, strict=True)))
     diffs = np.sort(np.concatenate(parts))
     alpha = (1 - confidence) / 2
     lo = diffs[min(int(math.floor(alpha * n_boot)), n_boot - 1)]
@@ -314,7 +314,7 @@ def _backend_summary(index: _Index, recipe: Recipe, workload: str, backend: str)
     feas_idx = index.passes(workload, backend, _FEASIBILITY, n_feas)
     meas_rows = [index.rows(workload, backend, _MEASURED, p) for p in meas_idx]
     feas_rows = [index.rows(workload, backend, _FEASIBILITY, p) for p in feas_idx]
-    measured = [_pass_stats(t, p, rows) for p, rows in zip(meas_idx, meas_rows)]
+    measured = [_pass_stats(t, p, rows) for p, rows in zip(meas_idx, meas_rows, strict=True)]
     overall = _pass_stats(t, 0, np.concatenate(meas_rows) if meas_rows else _NONE)
     del overall["pass"]
     means = [p["mean_ms"] for p in measured if p["mean_ms"] is not None]
@@ -322,7 +322,7 @@ def _backend_summary(index: _Index, recipe: Recipe, workload: str, backend: str)
     timed = feas_rows + meas_rows
     return {
         "measured": measured,
-        "feasibility": [_pass_stats(t, p, rows) for p, rows in zip(feas_idx, feas_rows)],
+        "feasibility": [_pass_stats(t, p, rows) for p, rows in zip(feas_idx, feas_rows, strict=True)],
         "overall": overall,
         "pass_mean_range_ms": [min(means), max(means)] if means else None,
         **_correctness(t, first),
