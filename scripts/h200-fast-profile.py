@@ -23,6 +23,7 @@ Usage (on the H200, repo on PYTHONPATH, fixture in .cache/demo):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -69,7 +70,7 @@ def hardware(torch) -> dict:
             f = torch.nn.functional.linear
             for _ in range(3):
                 f(x, w)
-            ms = _events_ms(torch, lambda: f(x, w), 20)
+            ms = _events_ms(torch, functools.partial(f, x, w), 20)
             gemms[f"{m}x{k}x{n}"] = {"ms": round(ms, 4), "tflops": round(2 * m * k * n / (ms / 1e3) / 1e12, 1),
                                      "weight_tbps": round(n * k * 2 / (ms / 1e3) / 1e12, 2)}
     out["linear_gemms"] = gemms

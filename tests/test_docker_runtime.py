@@ -4,6 +4,7 @@ or no test image was built; scripts/ci-docker.sh provides both."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -11,6 +12,7 @@ import textwrap
 import urllib.request
 from pathlib import Path
 
+import docker
 import pytest
 
 from openjev_repro.errors import BackendCrashed, DockerError
@@ -67,11 +69,9 @@ def _client():
 def image() -> str:
     client = _client()
     for ref in (IMAGE,):
-        try:
+        with contextlib.suppress(docker.errors.ImageNotFound):
             client.images.get(ref)
             return ref
-        except Exception:
-            pass
     _unavailable(f"test image {IMAGE} is absent; build it with `invoke build --backend reference --offline`")
 
 
@@ -107,7 +107,7 @@ def test_container_serves_on_loopback_with_read_only_inputs_and_stops_on_sigterm
     assert [b["HostIp"] for bindings in ports.values() for b in bindings] == ["127.0.0.1"]
     assert "serving mode=ok host=0.0.0.0" in (tmp_path / "ok.log").read_text()
     assert backend.stop(grace_s=1) is record  # idempotent
-    with pytest.raises(Exception):
+    with pytest.raises(docker.errors.NotFound):
         _client().containers.get(record.ident)
 
 
@@ -169,7 +169,5 @@ def test_reaper_removes_a_runtime_container_when_the_study_dies_without_stopping
         assert _client().containers.get(ident).status == "running"
     finally:
         reaper.close()  # EOF without forget-container: what the reaper sees when the study dies
-    import docker
-
     with pytest.raises(docker.errors.NotFound):
         _client().containers.get(ident)

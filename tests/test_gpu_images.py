@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import docker
 import pytest
 
 from openjev_repro.errors import DockerError
@@ -31,7 +32,7 @@ def _client():
 def _image(client, ref: str, how: str) -> str:
     try:
         client.images.get(ref)
-    except Exception:
+    except docker.errors.ImageNotFound:
         (pytest.fail if REQUIRED else pytest.skip)(f"image {ref} is absent; build it with `{how}`")
     return ref
 

@@ -40,7 +40,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal, localcontext
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from pathlib import Path
 from typing import Any
 
@@ -173,7 +173,7 @@ def _figure(name: str, spec: Any, where: str) -> Figure:
         value = Decimal(text)
         if not value.is_finite():
             raise ValueError(text)
-    except Exception:
+    except (InvalidOperation, ValueError):
         raise RecipeError(f"{where}: figure {name!r} has value {raw!r}, which is not a number; quote it as printed.") from None
     exponent = value.as_tuple().exponent
     assert isinstance(exponent, int)
@@ -225,7 +225,7 @@ def _check_percentile(claim: dict, n: int, where: str) -> None:
         raise RecipeError(f"{where}: percentile needs rule: {' or '.join(PERCENTILE_RULES)}, got {rule!r}.")
     try:
         q_value = Decimal(str(q))
-    except Exception:
+    except InvalidOperation:
         q_value = Decimal("NaN")
     if isinstance(q, bool) or not q_value.is_finite() or not 0 < q_value <= 100:
         raise RecipeError(f"{where}: percentile needs q in (0, 100], got {q!r}.")

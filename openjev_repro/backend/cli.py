@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         server.shutdown()
         return 2
-    except Exception as exc:  # loading failed in a way we did not foresee: say so, exit non-zero
+    except Exception as exc:  # noqa: BLE001 - loading failed in a way we did not foresee: say so, exit non-zero
         print(f"error: loading the model failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         server.shutdown()
         return 1

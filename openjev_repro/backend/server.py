@@ -136,7 +136,7 @@ class ReferenceServer(ThreadingHTTPServer):
             started = time.perf_counter()
             try:
                 answers = self.model_thread.submit(self.model.answer, state, questions, candidates).result()
-            except Exception as exc:  # any failure inside the model becomes a 500; the server keeps serving
+            except Exception as exc:  # noqa: BLE001 - any failure inside the model becomes a 500; the server keeps serving
                 traceback.print_exc(file=sys.stderr)
                 return 500, _error("inference_error", f"inference failed: {type(exc).__name__}: {exc}")
             seconds = time.perf_counter() - started

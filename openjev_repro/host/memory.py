@@ -75,7 +75,7 @@ class MemorySampler:
         """Take one sample now (the thread calls this; begin/end call it too)."""
         try:
             used = self.driver.memory_used_mib(self.uuid)
-        except Exception as exc:  # keep sampling: one failed read must not end the record
+        except Exception as exc:  # noqa: BLE001 - keep sampling: one failed read must not end the record
             self._add({"kind": "error", "error": str(exc)})
             return None
         self._add({"kind": "sample", "used_mib": used})

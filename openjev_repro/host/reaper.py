@@ -17,12 +17,15 @@ in `preexec`, so it dies with the study even if the reaper itself was killed fir
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import subprocess
 import sys
 from typing import IO
+
+from ..errors import DockerError
 
 __all__ = ["Reaper", "die_with_parent"]
 
@@ -108,16 +111,17 @@ def _reap(groups: set[int], containers: set[str]) -> None:
     if not containers:
         return
     try:
+        import docker
+
         from ..images.daemon import connect
 
         client = connect()
-    except Exception:  # no daemon or no SDK: nothing the reaper can remove
+    except (ImportError, DockerError):  # no SDK or no daemon: nothing the reaper can remove
         return
     for ident in sorted(containers):
-        try:
+        # already gone, or the daemon refused or went away (requests' errors are OSErrors): nothing more to do
+        with contextlib.suppress(docker.errors.DockerException, OSError):
             client.containers.get(ident).remove(force=True)
-        except Exception:  # already gone, or the daemon refused: nothing more to do here
-            pass
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ Two paths:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import subprocess
@@ -218,12 +219,14 @@ def _debian_base(spec: ImageSpec, progress: Progress, fresh: bool = False) -> tu
     base_tar, base_sha = _ensure_base(spec, progress, fresh)
     base_repo, base_tag = "openjev-repro/debian-base", f"{spec.debian.suite}-{base_sha[:12]}"
     client = connect()
-    try:  # already imported with exactly this layer: keep it (its image id, hence docker's build cache)
+    import docker
+
+    # already imported with exactly this layer: keep it (its image id, hence docker's build cache);
+    # absent (docker.errors.ImageNotFound) or unreadable: import it
+    with contextlib.suppress(docker.errors.DockerException, KeyError):
         if not fresh and client.images.get(f"{base_repo}:{base_tag}").attrs["RootFS"]["Layers"] == [f"sha256:{base_sha}"]:
             progress(f"base {base_repo}:{base_tag} already imported (diff ID sha256:{base_sha})")
             return f"{base_repo}:{base_tag}", base_sha
-    except Exception:  # absent (docker.errors.ImageNotFound) or unreadable: import it
-        pass
     _import(client, base_tar, base_repo, base_tag, [], base_sha)
     progress(f"imported base {base_repo}:{base_tag} (diff ID sha256:{base_sha})")
     return f"{base_repo}:{base_tag}", base_sha

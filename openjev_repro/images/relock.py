@@ -52,12 +52,15 @@ def lock_requirements(spec: ImageSpec, command: str, progress: Progress = print)
 
 def resolve_base_digest(spec: ImageSpec, progress: Progress = print) -> str | None:
     """Ask the registry for the base tag's digest and write it into image.yaml; None when unreachable."""
+    import docker
+
     from .daemon import connect
 
     name = spec.base.split("@", 1)[0]
     try:
         digest = connect().images.get_registry_data(name).id
-    except (ReproError, Exception) as exc:  # registry or daemon unreachable: keep the placeholder
+    # registry or daemon unreachable (requests' connection errors are OSErrors): keep the placeholder
+    except (ReproError, docker.errors.DockerException, OSError) as exc:
         progress(f"base digest NOT resolved ({str(exc).splitlines()[0][:200]}); {spec.base_digest} stays in image.yaml")
         return None
     path = spec.directory / "image.yaml"

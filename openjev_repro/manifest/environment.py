@@ -153,16 +153,7 @@ def gpus_from_nvml() -> list[dict[str, Any]]:
                 # v2 separates driver-reserved memory, which v1 counts as used (nvidia-smi does not)
                 "memory_reserved_mib": getattr(memory, "reserved", None) // (1 << 20)
                 if getattr(memory, "reserved", None) is not None else absent("NVML memory info v1 has no reserved"),
-                "cuda_cores": _nvml_optional(lambda: pynvml.nvmlDeviceGetNumGpuCores(handle)),
-                "sm_count": absent("NVML does not report the SM count"),
-                "compute_capability": _nvml_optional(lambda: "%d.%d" % pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
-                "clocks_mhz": {
-                    "sm": _nvml_optional(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
-                    "memory": _nvml_optional(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
-                    "sm_max": _nvml_optional(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)),
-                },
-                "persistence_mode": _nvml_optional(lambda: bool(pynvml.nvmlDeviceGetPersistenceMode(handle))),
-                "ecc_enabled": _nvml_optional(lambda: bool(pynvml.nvmlDeviceGetCurrentEccMode(handle))),
+                **_nvml_optional_fields(pynvml, handle),
                 "source": "nvml",
             })
         return gpus
@@ -173,7 +164,7 @@ def gpus_from_nvml() -> list[dict[str, Any]]:
 def _nvml_memory(pynvml: Any, handle: Any) -> Any:
     try:
         return pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
-    except Exception:  # older drivers or bindings: v1 only
+    except (pynvml.NVMLError, TypeError, AttributeError):  # older drivers or bindings: v1 only
         return pynvml.nvmlDeviceGetMemoryInfo(handle)
 
 
@@ -181,11 +172,30 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _nvml_optional(read: Callable[[], Any]) -> Any:
-    try:
-        return read()
-    except Exception as exc:  # NVML raises one class per code; any of them means "not readable"
-        return absent(f"NVML: {exc}")
+def _nvml_optional_fields(pynvml: Any, handle: Any) -> dict[str, Any]:
+    """What some drivers, GPUs or bindings do not report; each unreadable one is absent, with NVML's reason."""
+
+    def optional(read: Callable[[], Any]) -> Any:
+        try:
+            return read()
+        # NVML raises one NVMLError subclass per code, and older bindings lack some calls:
+        # any of them means "not readable"
+        except (pynvml.NVMLError, AttributeError) as exc:
+            return absent(f"NVML: {exc}")
+
+    return {
+        "cuda_cores": optional(lambda: pynvml.nvmlDeviceGetNumGpuCores(handle)),
+        "sm_count": absent("NVML does not report the SM count"),
+        "compute_capability": optional(
+            lambda: ".".join(str(v) for v in pynvml.nvmlDeviceGetCudaComputeCapability(handle))),
+        "clocks_mhz": {
+            "sm": optional(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+            "memory": optional(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
+            "sm_max": optional(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+        },
+        "persistence_mode": optional(lambda: bool(pynvml.nvmlDeviceGetPersistenceMode(handle))),
+        "ecc_enabled": optional(lambda: bool(pynvml.nvmlDeviceGetCurrentEccMode(handle))),
+    }
 
 
 _SMI_FIELDS = ("index", "name", "uuid", "driver_version", "memory.total", "memory.used",
@@ -248,7 +258,7 @@ def collect_gpus(sources: tuple[Callable[[], list[dict]], ...] | None = None) ->
     for source in sources:
         try:
             return {"available": True, "devices": source(), "source": source.__name__}
-        except Exception as exc:  # each source fails its own way; all of them mean "not here"
+        except Exception as exc:  # noqa: BLE001 - each source fails its own way; all of them mean "not here"
             reasons.append(f"{source.__name__}: {type(exc).__name__}: {exc}")
     return absent("no GPU source answered (" + "; ".join(reasons) + ")")
 
@@ -337,6 +347,6 @@ def collect_environment(*, backends_python: dict[str, str] | None = None,
     for name, collector in collectors.items():
         try:
             env[name] = collector()
-        except Exception as exc:  # capture never stops a study; it says what it could not see
+        except Exception as exc:  # noqa: BLE001 - capture never stops a study; it says what it could not see
             env[name] = absent(f"{type(exc).__name__}: {exc}")
     return env

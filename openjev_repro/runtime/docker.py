@@ -124,13 +124,15 @@ class DockerBackend(RunningBackend):
                 for chunk in self.container.logs(stream=True, follow=True):
                     fh.write(chunk)
                     fh.flush()
-            except Exception as exc:  # the container vanished under us; say so in the log
+            except Exception as exc:  # noqa: BLE001 - the container vanished under us (docker, requests or urllib3 errors); say so in the log
                 fh.write(f"\n[openjev-repro] log stream ended: {exc}\n".encode())
 
     def _state(self) -> dict:
+        import docker
+
         try:
             self.container.reload()
-        except Exception:
+        except (docker.errors.DockerException, OSError):  # removed, or the daemon is gone
             return {"Status": "removed"}
         return self.container.attrs.get("State", {})
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from ..errors import BackendCrashed, ProtocolError, RunIncomplete
 from .rows import Row, RowWriter
-from .timed_client import TimedClient, TimedResponse
+from .timed_client import ClientError, TimedClient, TimedResponse
 from .workload import QUESTION_ID, Request
 
 __all__ = ["Outcome", "ParsedAnswer", "PassBudget", "PassRunner", "parse_noul_response"]
@@ -89,7 +89,7 @@ class PassRunner:
         headers = {"Content-Type": "application/json"}
         try:
             resp: TimedResponse = self.client.request("POST", self.endpoint, req.body, headers)
-        except Exception as exc:  # a timeout, reset or refused connection: record, then decide
+        except (ClientError, ProtocolError) as exc:  # a timeout, reset, refused connection or bad bytes: record, then decide
             row = self._row(req, workload, phase, pass_index, seq, 0, 0, None, None, None,
                             f"{exc.__class__.__name__}: {exc}")
             self.client.close()  # the connection state is unknown; the next request reconnects

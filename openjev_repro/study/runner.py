@@ -128,11 +128,9 @@ def mark_incomplete(run: RunDir, error: str) -> bool:
     Falls back to rewriting state.json in place when the atomic write cannot (a full disk:
     the temporary file needs space, the existing file's blocks do not).
     """
-    try:
+    with contextlib.suppress(OSError, ValueError, ReproError):  # e.g. a full disk: rewrite in place below
         run.update_state(status="incomplete", error=error)
         return True
-    except Exception:
-        pass
     try:
         state = dict(run.state(), status="incomplete", error=error[:500])
         data = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
@@ -142,7 +140,7 @@ def mark_incomplete(run: RunDir, error: str) -> bool:
             fh.flush()
             os.fsync(fh.fileno())
         return True
-    except Exception:
+    except (OSError, ValueError, ReproError):
         return False  # readers still see a stale "running" run once this process is gone
 
 
@@ -154,7 +152,7 @@ def _rerender_report(run: RunDir) -> None:
         from ..results.report import write_report
 
         write_report(run.path, plots=False)  # the plots do not change; the banner is in report.md
-    except Exception:
+    except Exception:  # noqa: BLE001 - best effort: a failing report must not hide the study's own error
         with contextlib.suppress(OSError):
             run.file("report.md").unlink()  # no report rather than one that looks complete
 
