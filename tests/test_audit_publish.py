@@ -97,7 +97,7 @@ def test_cli_publish_then_verify(tmp_path):
 
 
 def test_cli_publish_defaults_to_aggregate_only_and_says_unsigned(tmp_path):
-    run, _, public = signed_run(tmp_path)
+    run, _, _public = signed_run(tmp_path)
     out = tmp_path / "pub.tar.gz"
     proc = subprocess.run([sys.executable, "-m", "invoke", "publish", "--run", str(run.path), "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)

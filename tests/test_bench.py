@@ -140,8 +140,8 @@ def test_cli_bench_calibrate_prints_json() -> None:
 
 def test_loopback_server_exits_when_its_parent_dies() -> None:
     parent = subprocess.Popen(
-        [sys.executable, "-c", "from openjev_repro.bench.server import LoopbackServer as S; s = S().__enter__(); "
-         "print(s._proc.pid, flush=True); import os; os._exit(0)"],
+        [sys.executable, "-c", ("from openjev_repro.bench.server import LoopbackServer as S; s = S().__enter__(); "
+         "print(s._proc.pid, flush=True); import os; os._exit(0)")],
         stdout=subprocess.PIPE, text=True,
     )
     child = int(parent.stdout.readline())

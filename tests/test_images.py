@@ -353,7 +353,8 @@ def test_hardlinks_become_copies_and_a_changed_file_is_named(tmp_path):
 def _repo(path: Path) -> tuple[str, str]:
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@e"}
-    run = lambda *a: subprocess.run(["git", *a], cwd=path, env=env, check=True, capture_output=True, text=True).stdout
+    def run(*a):
+        return subprocess.run(["git", *a], cwd=path, env=env, check=True, capture_output=True, text=True).stdout
     path.mkdir()
     run("init", "-q")
     (path / "f").write_text("one")

@@ -47,7 +47,7 @@ def test_keygen_modes_keyid_and_no_overwrite(tmp_path):
 
 
 def test_signed_manifest_lists_every_evidence_file_and_carries_the_study(tmp_path):
-    run, private, public = signed_run(tmp_path)
+    run, _private, public = signed_run(tmp_path)
     envelope, statement = read_statement(run.file(ENVELOPE_NAME))
     assert envelope["payloadType"] == PAYLOAD_TYPE
     assert statement["_type"] == STATEMENT_TYPE and statement["predicateType"] == PREDICATE_TYPE

@@ -55,14 +55,14 @@ def test_hf_comparison_plan():
     assert by["fast"]["aux"][0]["argv"][-1].endswith("src/open-jev-fast/scripts/launch_server.sh")
     steps = by["hf"] and plan["passes"][0]["steps"]
     assert [s["phase"] for s in steps] == ["first", "warmup", "feasibility", "measured", "measured"]
-    lib = [h for h in plan["hashes"] if h["path"] == "build/cuda-packed/libqwen3_5_cuda.so"][0]
+    lib = next(h for h in plan["hashes"] if h["path"] == "build/cuda-packed/libqwen3_5_cuda.so")
     assert lib["sha256"] == "e033315d4c67127809e62f41d991a149ac8ee0ce81827997af063815fd00d435"
-    req = [h for h in plan["hashes"] if h["path"] == "requests/jevbench-noul-74.jsonl"][0]
+    req = next(h for h in plan["hashes"] if h["path"] == "requests/jevbench-noul-74.jsonl")
     assert req["published_sha256"] == "0c756a7b0b4c1f1352225f2e01770b5b3a0646fe86d5cc6930ded9e292ef37df"
     commits = {s["name"]: s["commit"] for s in plan["preparation"]["sources"]}
     assert commits["open-jev"] == "3308a15ccd7eea1df7a37d6ddc39b023b801ba16"
     assert commits["jevbench"] == "f8ce71361165846101d02ebc83ad44e47ae44fc3"
-    export = [a for a in plan["preparation"]["actions"] if a["name"] == "export-merged"][0]
+    export = next(a for a in plan["preparation"]["actions"] if a["name"] == "export-merged")
     assert export["argv"][1].endswith("src/system1-omni/recipe/open_jev/export_merged.py")
 
 

@@ -31,7 +31,7 @@ def study(tmp_path):
 
 
 def bad_keys(tmp_path: Path) -> dict[str, Path]:
-    private, public, _ = generate_keypair(tmp_path / "keys")
+    _private, public, _ = generate_keypair(tmp_path / "keys")
     garbage = tmp_path / "garbage.key"
     garbage.write_bytes(b"\xff\x00 not a key")
     from cryptography.hazmat.primitives import serialization
@@ -61,8 +61,8 @@ def test_cli_study_with_bad_key_is_one_error_line_and_no_run(study, tmp_path):
     done = subprocess.run([sys.executable, "-m", "invoke", "study", "--recipe", str(recipe), "--key", str(key),
                            "--out", str(tmp_path / "runs")], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1
-    assert done.stderr.splitlines() == [f"error: --key: {key} is not an unencrypted PEM private key; "
-                                        "create one with `invoke keygen`."]
+    assert done.stderr.splitlines() == [(f"error: --key: {key} is not an unencrypted PEM private key; "
+                                        "create one with `invoke keygen`.")]
     assert not (tmp_path / "runs").exists() and not marker.exists()
 
 

@@ -123,7 +123,7 @@ def test_blocking_after_model_import_is_refused(tmp_path):
 
 def test_adapters_package_is_light():
     """The upstream environment needs only this directory: importing the launcher pulls in no pydantic."""
-    done = subprocess.run([sys.executable, "-c", "import sys, openjev_repro.upstream.hf_raw; "
-                           "print(any(m.startswith('pydantic') for m in sys.modules))"],
+    done = subprocess.run([sys.executable, "-c", ("import sys, openjev_repro.upstream.hf_raw; "
+                           "print(any(m.startswith('pydantic') for m in sys.modules))")],
                           cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert done.stdout.strip() == "False", done.stderr

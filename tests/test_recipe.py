@@ -24,7 +24,7 @@ def test_unknown_field_names_line_and_path(tmp_path):
     path.write_text(text)
     with pytest.raises(RecipeError) as err:
         load_recipe(path)
-    line = next(i for i, l in enumerate(text.splitlines(), 1) if "colour" in l)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if "colour" in ln)
     assert f"recipe.yaml:{line}: backends[0].colour: Extra inputs are not permitted" in str(err.value)
 
 

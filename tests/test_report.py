@@ -62,8 +62,8 @@ def close(printed: str, value: float, digits: int) -> bool:
 
 def table_rows(text: str, workload: str) -> dict[str, list[str]]:
     section = text.split(f"## Workload {workload}\n", 1)[1].split("\n## ", 1)[0]
-    lines = [l for l in section.splitlines() if l.startswith("| ") and not l.startswith(("| Configuration", "| ---"))]
-    return {l.split(" | ")[0][2:].split(" (")[0]: [c.strip() for c in l.strip("| ").split(" | ")] for l in lines}
+    lines = [row for row in section.splitlines() if row.startswith("| ") and not row.startswith(("| Configuration", "| ---"))]
+    return {row.split(" | ")[0][2:].split(" (")[0]: [c.strip() for c in row.strip("| ").split(" | ")] for row in lines}
 
 
 def test_every_table_figure_recomputes_from_rows(rendered):
@@ -126,7 +126,7 @@ def test_report_states_rules_gates_and_failures(rendered):
 def test_incomplete_state_gets_a_banner_at_top_and_bottom():
     rows, rec = study_rows(), recipe()
     text = render_report(summarize(rows, rec), rows, rec, state={"status": "running", "error": None})
-    lines = [l for l in text.splitlines() if l.strip()]
+    lines = [row for row in text.splitlines() if row.strip()]
     assert lines[1].startswith("> **INCOMPLETE RUN**") and lines[-1].startswith("> **INCOMPLETE RUN**")
 
 
@@ -163,11 +163,11 @@ def test_plots_carry_their_context_passes_and_percentiles():
     paths = {tuple(map(tuple, c.get_paths()[0].vertices.round(3))) for c in scatter.collections}
     assert len(paths) == len(passes) >= 2  # one marker shape per measured pass
     cdf = next(ax for ax in figs[PLOT_NAMES[1]].axes if ax.get_title() == f"workload {workloads[0]}")
-    marks = {(round(float(l.get_xdata()[0]), 9), float(l.get_ydata()[0])) for l in cdf.lines if len(l.get_xdata()) == 1}
+    marks = {(round(float(curve.get_xdata()[0]), 9), float(curve.get_ydata()[0])) for curve in cdf.lines if len(curve.get_xdata()) == 1}
     for backend in {r.backend for r in measured if r.workload == workloads[0]}:
         lat = [r.latency_ms for r in measured if r.workload == workloads[0] and r.backend == backend]
         assert (round(median(lat), 9), 0.5) in marks and (round(p95_jevbench(lat), 9), 0.95) in marks
-    styles = {l.get_linestyle() for l in cdf.lines if len(l.get_xdata()) > 1}
+    styles = {curve.get_linestyle() for curve in cdf.lines if len(curve.get_xdata()) > 1}
     assert len(styles) >= 2  # one line style per measured pass
 
 

@@ -317,8 +317,8 @@ def _bounds(kind: str, function: Callable[[Values, dict], Decimal], inputs: list
 
 def _check(claim: dict, figures: dict[str, Figure]) -> ClaimResult:
     kind, stated = claim["derive"], figures[claim["name"]]
-    common = dict(name=claim["name"], derive=kind, expected_mismatch=claim.get("expect") == "mismatch",
-                  finding=str(claim.get("finding", "")), where=str(claim.get("where", "")))
+    common = {"name": claim["name"], "derive": kind, "expected_mismatch": claim.get("expect") == "mismatch",
+                  "finding": str(claim.get("finding", "")), "where": str(claim.get("where", ""))}
     if kind in BOOLEAN_DERIVATIONS:
         groups = [[figures[n].value for n in (g if isinstance(g, list) else [g])] for g in claim["from"]]
         got = _boolean(kind, groups)  # type: ignore[arg-type]

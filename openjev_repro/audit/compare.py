@@ -339,9 +339,9 @@ def to_markdown(result: dict[str, Any]) -> str:
         r = p["pass_mean_ranges_ms"]
         a = p["answers"]
         lines += ["", f"- pass mean ranges overlap: {r['overlap']}",
-                  f"- bootstrap 95% interval of the mean difference: "
+                  (f"- bootstrap 95% interval of the mean difference: "
                   f"{'—' if ci is None else f'[{ci[0]:.3f}, {ci[1]:.3f}] ms'} (seed {p['bootstrap']['seed']}, "
-                  f"bootstrap method v{p['bootstrap'].get('method_version', 1)})",
+                  f"bootstrap method v{p['bootstrap'].get('method_version', 1)})"),
                   f"- decision flips: {len(a['decision_flips'])} of {a['paired']} paired cases"
                   + _flip_ids(a["decision_flips"]),
                   f"- max |probability delta|: {a['max_abs_probability_delta']!r}"]

@@ -149,7 +149,7 @@ def read_source_manifest(root: Path) -> SourceManifest:
     data = _read_finite_json(Path(root) / MANIFEST_NAME, where)
     if not isinstance(data, dict):
         raise InputMismatch(f"{where}: not a JSON object.")
-    listing = data["files"] if "files" in data else data
+    listing = data.get("files", data)
     meta = {k: v for k, v in data.items() if k != "files"} if "files" in data else {}
     entries: dict[str, dict[str, Any]] = {}
     if isinstance(listing, dict):
@@ -414,13 +414,12 @@ def _read_arm_files(root: Path, files: list[tuple[str, int, str]], workload: str
                     lat, delta = out.latencies.setdefault(key, []), 0.0
                     out.arms.setdefault(arm, []).append(index)
                     try:
-                        fh = open(root / name, encoding="utf-8")
+                        fh = open(root / name, encoding="utf-8")  # noqa: SIM115 - closed by `with fh` below
                     except OSError as exc:
                         raise EvidenceError(f"{name}: cannot be read ({exc.strerror or exc}).") from None
                     with fh:
-                        seq = 0
-                        for number, line in enumerate(_lines(fh, name), start=1):
-                            where = f"{name}:{number}"
+                        for seq, line in enumerate(_lines(fh, name)):
+                            where = f"{name}:{seq + 1}"
                             if not line.strip():
                                 raise EvidenceError(f"{where}: empty line; a row file holds one JSON object per line.")
                             their = _their_row(line, where)
@@ -441,7 +440,6 @@ def _read_arm_files(root: Path, files: list[tuple[str, int, str]], workload: str
                             out.rows.append(row)
                             lat.append(row.latency_ms)
                             delta = max(delta, abs(their.probability_delta))
-                            seq += 1
                     if not ids:
                         raise EvidenceError(f"{name}: holds no rows.")
                     out.max_delta[key] = delta
@@ -639,8 +637,8 @@ def _recipe(source: Path, folder: str, arms: dict[str, list[int]], workload: str
         "workloads": [{"name": workload, "requests": first, "feasibility_passes": 0, "measured_passes": passes}],
         "backends": [{"name": a, "command": ["imported"], "description": "imported arm"} for a in sorted(arms)],
         "protocol": {"feasibility_passes": 0, "measured_passes": passes},
-        "notes": ["Imported evidence: rows come from the source's client nanoseconds; bodies are their `raw`"
-                  " as canonical JSON, not the original bytes; labels are inferred from checks.correct when present."],
+        "notes": [("Imported evidence: rows come from the source's client nanoseconds; bodies are their `raw`"
+                  " as canonical JSON, not the original bytes; labels are inferred from checks.correct when present.")],
     }
 
 
@@ -760,8 +758,8 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
 def format_import_report(report: dict) -> str:
     folder = report.get("evidence_folder") or ""
     where = f"{report['source']}/{folder}" if folder else report["source"]
-    lines = [f"imported {report.get('rows', '?')} rows from {where}: {report['files_verified']} files verified "
-             f"(bytes and sha256) against {report['source']}/manifest.json; UNSIGNED, not measured by us"]
+    lines = [(f"imported {report.get('rows', '?')} rows from {where}: {report['files_verified']} files verified "
+             f"(bytes and sha256) against {report['source']}/manifest.json; UNSIGNED, not measured by us")]
     lines += [f"{name}: not present, not verified" for name in report.get("absent", [])]
     for n in report.get("normalization", []):
         lines.append(f"normalization note, {n['path']} ({'verified' if n['present'] else 'not present'}): {n['note']}")

@@ -24,8 +24,9 @@ __all__ = ["main"]
 
 
 def _start(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "openjev_repro.backend", "--port", "0", *args],
-                            stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    with open(log, "wb") as err:  # the child keeps its own descriptor of the log
+        proc = subprocess.Popen([sys.executable, "-m", "openjev_repro.backend", "--port", "0", *args],
+                                stdout=subprocess.DEVNULL, stderr=err)
     deadline = time.monotonic() + 600
     url = None
     while time.monotonic() < deadline:

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 from types import TracebackType
+from typing import Self
 
 from ..errors import BackendError
 
@@ -134,7 +135,7 @@ class LoopbackServer:
         self.port = 0
         self._proc: subprocess.Popen[str] | None = None
 
-    def __enter__(self) -> LoopbackServer:
+    def __enter__(self) -> Self:
         self._proc = subprocess.Popen(
             [sys.executable, "-c", "from openjev_repro.bench.server import main; main()", "--body-hex", self.body.hex()],
             stdin=subprocess.PIPE,  # closed when we exit, however we exit: the server follows

@@ -7,7 +7,7 @@ rich is imported only when something is printed through it, to keep `invoke --li
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -52,6 +52,6 @@ def _markdown_class():
                 yield table
 
     class FoldingMarkdown(Markdown):
-        elements = {**Markdown.elements, "table_open": FoldingTable}
+        elements: ClassVar[dict[str, type]] = {**Markdown.elements, "table_open": FoldingTable}
 
     return FoldingMarkdown

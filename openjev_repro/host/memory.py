@@ -17,6 +17,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Self
 
 from ..errors import EvidenceError, HostError
 from .driver import GpuDriver
@@ -51,7 +52,7 @@ class MemorySampler:
         if self._thread is not None:
             self._thread.join()
 
-    def __enter__(self) -> MemorySampler:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -23,7 +23,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import IO
+from typing import IO, Self
 
 from ..errors import DockerError
 
@@ -95,7 +95,7 @@ class Reaper:
                 self.proc.kill()
                 self.proc.wait()
 
-    def __enter__(self) -> Reaper:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

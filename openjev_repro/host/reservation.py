@@ -104,7 +104,7 @@ def _ancestors(pid: int) -> set[int]:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             break
-        pid = int(next(l.split()[1] for l in status.splitlines() if l.startswith("PPid:")))
+        pid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
         found.add(pid)
     return found
 

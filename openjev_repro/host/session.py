@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Self
 
 from ..errors import RunIncomplete
 from ..study.recipe import Controls, parse_duration
@@ -44,7 +45,7 @@ class HostSession:
         self.bindings: dict[str, dict] = {}
         self.deadline: float | None = None
 
-    def __enter__(self) -> HostSession:
+    def __enter__(self) -> Self:
         if self.gpu_override is not None:  # the run-time GPU replaces the recipe's for this run only
             self._gpu_driver = self._gpu_driver or detect_driver()
             effective = self.gpu_override.resolve(self._gpu_driver)

@@ -393,9 +393,9 @@ def source_layer_dockerfile(spec: ImageSpec, base_ref: str) -> str:
     for src in spec.sources:
         lines += [f"COPY {src.name}/ /opt/src/{src.name}/",
                   # built from a scratch copy, so /opt/src/<name> stays exactly the commit's tree
-                  f"RUN cp -r /opt/src/{src.name} /tmp/build-{src.name} && pip_whl=$(ls /usr/share/python-wheels/pip-*.whl) "
+                  (f"RUN cp -r /opt/src/{src.name} /tmp/build-{src.name} && pip_whl=$(ls /usr/share/python-wheels/pip-*.whl) "
                   '&& /opt/venv/bin/python "$pip_whl/pip" install --no-index --no-deps --no-build-isolation --no-compile '
-                  f"--disable-pip-version-check /tmp/build-{src.name} && rm -rf /tmp/build-{src.name}",
+                  f"--disable-pip-version-check /tmp/build-{src.name} && rm -rf /tmp/build-{src.name}"),
                   f'LABEL "io.openjev-repro.source.{src.name}.included"="yes"']
     upstream = " ".join(f"{s.name}@{s.commit}" for s in spec.sources)
     return "\n".join(lines + [f'ENV {UPSTREAM_ENV}="{upstream}"']) + "\n"

@@ -157,7 +157,7 @@ def read_lock(path: Path) -> Lock:
             status = line.split(":", 1)[1].strip()
         elif line.startswith("# note:"):
             notes.append(line.split(":", 1)[1].strip())
-        if not line or line.startswith("#") or line.startswith("--"):
+        if not line or line.startswith(("#", "--")):
             continue
         parts = line.split()
         match = _PIN_RE.match(parts[0])

@@ -177,8 +177,8 @@ def _imported_lines(imported: dict) -> list[str]:
     from .imported import cleanup_line, figure_lines
 
     out = ["## Published figures (imported evidence)", "",
-           "Each figure their summary.json publishes, recomputed from the imported rows: EXACT bit for bit, "
-           "WITHIN half a unit of its last printed decimal (at most 15 significant digits), DIFF otherwise.", "",
+           ("Each figure their summary.json publishes, recomputed from the imported rows: EXACT bit for bit, "
+           "WITHIN half a unit of its last printed decimal (at most 15 significant digits), DIFF otherwise."), "",
            "```", *figure_lines(imported), "```", ""]
     absent = imported.get("absent") or []
     if absent:
@@ -227,10 +227,10 @@ def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe,
     t = as_table(rows)
     excluded = int(sum(t.phase.equals(ph).sum() for ph in ("first", "warmup", "feasibility")))
     out += [
-        "P50 is the median. P95 JevBench rank is `sorted[int(0.95*N)-1]`; P95 nearest rank is "
+        ("P50 is the median. P95 JevBench rank is `sorted[int(0.95*N)-1]`; P95 nearest rank is "
         "`sorted[ceil(0.95*N)-1]`. Means are `fsum / N` over successful measured requests; the first "
         f"inference, warm-up and feasibility passes ({excluded} requests) are excluded. Correct / N counts the "
-        "first measured pass, decision yes when p >= 0.5. Pass ranges are observed, not confidence intervals.",
+        "first measured pass, decision yes when p >= 0.5. Pass ranges are observed, not confidence intervals."),
         "",
     ]
     for name, wl in summary["workloads"].items():
@@ -245,8 +245,8 @@ def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe,
     facts = list(run_facts)
     if facts:
         out += ["## Weights and GPU", "", *facts, ""]
-    out += ["Plots: latency_vs_tokens.png (measured latency against input tokens), latency_cdf.png "
-            "(CDF of measured latency).", ""]
+    out += [("Plots: latency_vs_tokens.png (measured latency against input tokens), latency_cdf.png "
+            "(CDF of measured latency)."), ""]
     if banner:
         out += [banner[0], ""]
     return "\n".join(out)
@@ -487,8 +487,8 @@ def _summary_notes(run: RunDir, summary: dict) -> list[str]:
         return ["summary.json is absent; every figure below was computed from rows.jsonl."]
     stored = read_json(path)
     if stored != json.loads(json.dumps(summary, allow_nan=False)):
-        return ["SUMMARY MISMATCH: summary.json differs from the summary recomputed from rows.jsonl and "
-                "recipe.yaml; this report shows the recomputation. Run `invoke verify` on this run."]
+        return [("SUMMARY MISMATCH: summary.json differs from the summary recomputed from rows.jsonl and "
+                "recipe.yaml; this report shows the recomputation. Run `invoke verify` on this run.")]
     return []
 
 

@@ -183,7 +183,7 @@ def bootstrap_mean_diff_ci(
             parts = list(pool.map(lambda sk: _bootstrap_chunk(xa, xb, *sk), zip(seeds, sizes, strict=True)))
     diffs = np.sort(np.concatenate(parts))
     alpha = (1 - confidence) / 2
-    lo = diffs[min(int(math.floor(alpha * n_boot)), n_boot - 1)]
+    lo = diffs[min(math.floor(alpha * n_boot), n_boot - 1)]
     hi = diffs[max(math.ceil((1 - alpha) * n_boot) - 1, 0)]
     return float(lo), float(hi)
 

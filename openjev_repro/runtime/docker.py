@@ -62,19 +62,19 @@ def container_env(env: dict[str, str]) -> dict[str, str]:
 def _create_kwargs(spec: LaunchSpec) -> dict:
     import docker
 
-    kwargs: dict = dict(
-        command=container_argv(spec.argv),
-        environment=container_env(spec.env),
-        ports={f"{spec.port}/tcp": ("127.0.0.1", spec.port)},
-        volumes={str(p): {"bind": str(p), "mode": "ro"} for p in spec.read_only_mounts},
-        cap_drop=["ALL"],
-        privileged=False,
-        security_opt=["no-new-privileges"],
-        init=True,  # docker-init as PID 1 forwards SIGTERM; a bare PID 1 would ignore it
-        user=f"{os.getuid()}:{os.getgid()}",
-        labels={"io.openjev-repro.backend": spec.name},
-        detach=True,
-    )
+    kwargs: dict = {
+        "command": container_argv(spec.argv),
+        "environment": container_env(spec.env),
+        "ports": {f"{spec.port}/tcp": ("127.0.0.1", spec.port)},
+        "volumes": {str(p): {"bind": str(p), "mode": "ro"} for p in spec.read_only_mounts},
+        "cap_drop": ["ALL"],
+        "privileged": False,
+        "security_opt": ["no-new-privileges"],
+        "init": True,  # docker-init as PID 1 forwards SIGTERM; a bare PID 1 would ignore it
+        "user": f"{os.getuid()}:{os.getgid()}",
+        "labels": {"io.openjev-repro.backend": spec.name},
+        "detach": True,
+    }
     if spec.workdir is not None and any(Path(spec.workdir).is_relative_to(p) for p in spec.read_only_mounts):
         kwargs["working_dir"] = str(spec.workdir)
     if spec.gpu_uuid:

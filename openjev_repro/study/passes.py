@@ -148,7 +148,7 @@ class ResponseLog:
     """Response bodies beside the rows (never published: JevBench terms allow aggregates only)."""
 
     def __init__(self, path) -> None:
-        self._file = open(path, "a", encoding="utf-8")
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held for the run; close() closes it
 
     def write(self, row: Row, body: bytes | None) -> None:
         entry = {"backend": row.backend, "workload": row.workload, "phase": row.phase,

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
 from ..errors import EvidenceError
 
@@ -88,7 +88,7 @@ class RowWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file = open(path, "a", encoding="utf-8")
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held for the run; close() or `with` closes it
 
     def write(self, row: Row) -> None:
         self._file.write(row.to_json() + "\n")
@@ -97,7 +97,7 @@ class RowWriter:
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> RowWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import cast
+from typing import Self, cast
 
 import h11
 
@@ -188,7 +188,7 @@ class TimedClient:
     def close(self) -> None:
         self._discard()
 
-    def __enter__(self) -> TimedClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

@@ -97,7 +97,7 @@ def test_sigterm_and_sighup_are_handled_like_ctrl_c(tmp_path, sig):
     marker = secrets.token_hex(8)
     proc, run_path = start_study(tmp_path, marker)
     os.kill(proc.pid, sig)
-    out, err = proc.communicate(timeout=60)
+    _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "Traceback" not in err
     errors = [line for line in err.splitlines() if line.startswith("error:")]  # the console log is stderr too
     assert len(errors) == 1 and errors[0].startswith(f"error: Interrupted: stopped by {sig.name} (handled like Ctrl-C)")

@@ -11,7 +11,7 @@ from test_audit_kit import build_run, signed_run
 
 @pytest.fixture()
 def runs(tmp_path):
-    signed, private, public = signed_run(tmp_path)
+    signed, private, _public = signed_run(tmp_path)
     other = build_run(tmp_path / "more")
     return signed, other, private
 
