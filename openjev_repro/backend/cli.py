@@ -76,7 +76,7 @@ def _static_meta(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     """Check the checkpoint (cheap, before binding) and collect the metadata that never changes."""
     if args.checkpoint is not None:
         package = read_package(args.checkpoint)
-        meta = {"base_model_id": package.base_model_id, "base_revision": package.base_revision,
+        meta: dict[str, str | None] = {"base_model_id": package.base_model_id, "base_revision": package.base_revision,
                 "checkpoint_sha256": package_sha256(package.root)}
         return meta, package
     if args.tokenizer is None:

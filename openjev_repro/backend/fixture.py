@@ -152,7 +152,8 @@ def random_backbone(config_dict: dict[str, Any], seed: int, device: str = "cpu",
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
             param.copy_(_fill(name, param, rng))
-    return model.to(device=device, dtype=dtype or torch.float32).eval()
+    # transformers wraps Module.to with functools.wraps, whose typeshed signature loses the bound self
+    return model.to(device=device, dtype=dtype or torch.float32).eval()  # type: ignore[call-arg]
 
 
 def _lora_config(base_id: str) -> dict[str, Any]:

@@ -64,7 +64,7 @@ def block_optional_kernels() -> list[str]:
                 setattr(modeling, name, None)
                 patched.append(f"{_MODELING}.{name}")
         if hasattr(modeling, "is_fast_path_available"):
-            modeling.is_fast_path_available = False
+            modeling.__dict__["is_fast_path_available"] = False
     return patched
 
 

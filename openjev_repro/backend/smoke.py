@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             with httpx.Client(timeout=300) as client:
                 _pass(client, url, bodies)  # warm-up / feasibility, excluded
                 print(f"{name}: warm-up pass done", flush=True)
-                means, probs = [], []
+                means: list[float] = []
+                probs: list[float] = []
                 for _ in range(a.passes):
                     lat, pr = _pass(client, url, bodies)
                     means.append(1000 * statistics.mean(lat))

@@ -149,7 +149,7 @@ def run_hash_bench(
 
 
 def _case_result(total: int, n_files: int, seconds: dict[str, list[float]]) -> dict[str, Any]:
-    sides = {}
+    sides: dict[str, dict[str, Any]] = {}
     for side, times in seconds.items():
         sides[side] = {
             "seconds": [round(t, 4) for t in times],

@@ -117,7 +117,7 @@ def serve(port: int = 0, body: bytes = SYSTEMONE_RESPONSE) -> None:
                 selector.register(conn, selectors.EVENT_READ, _Connection(conn))
             elif not key.data.on_readable(response):
                 selector.unregister(key.fileobj)
-                key.fileobj.close()
+                key.data.sock.close()
 
 
 def _exit_with_parent() -> None:

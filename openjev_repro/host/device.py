@@ -8,6 +8,7 @@ After: every process we started has exited and the memory is back to its startin
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from ..errors import HostError
@@ -95,8 +96,8 @@ def check_cleanup(
     driver: GpuDriver,
     uuid: str,
     start_mib: int,
-    pids: list[int] = (),
-    pgids: list[int] = (),
+    pids: Sequence[int] = (),
+    pgids: Sequence[int] = (),
     wait_s: float = 10.0,
     poll_s: float = 0.2,
     tolerance_mib: int = 0,

@@ -40,7 +40,7 @@ class MemorySampler:
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    def start(self) -> MemorySampler:
+    def start(self) -> Self:
         if self._thread is not None:
             raise HostError("This memory sampler was already started; make a new one per study.")
         self._thread = threading.Thread(target=self._run, name=f"memory-sampler-{self.uuid}", daemon=True)

@@ -23,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import IO, Self
 
 from ..errors import DockerError
@@ -30,6 +31,7 @@ from ..errors import DockerError
 __all__ = ["Reaper", "die_with_parent"]
 
 _PR_SET_PDEATHSIG = 1
+_PRCTL: Callable[..., int] | None
 try:  # looked up once here: a preexec function must not load libraries (other threads may hold locks)
     _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):
@@ -49,7 +51,7 @@ class Reaper:
         self.proc: subprocess.Popen | None = None
         self._pipe: IO[str] | None = None
 
-    def start(self) -> Reaper:
+    def start(self) -> Self:
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "openjev_repro.host.reaper"], stdin=subprocess.PIPE,
                                          stdout=subprocess.DEVNULL, start_new_session=True, text=True)

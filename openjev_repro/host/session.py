@@ -18,7 +18,7 @@ from .inventory import host_record
 from .memory import MemorySampler
 from .numa import effective_binding, numa_prefix
 from .override import GpuOverride
-from .reservation import reserve_gpus
+from .reservation import Reservation, reserve_gpus
 
 __all__ = ["HostSession"]
 
@@ -39,7 +39,7 @@ class HostSession:
         self.allow_busy = allow_busy or controls.allow_busy
         self._gpu_driver = driver
         self._stack = ExitStack()
-        self.reservation = None
+        self.reservation: Reservation | None = None
         self.device: dict | None = None
         self.sampler: MemorySampler | None = None
         self.bindings: dict[str, dict] = {}
@@ -93,8 +93,9 @@ class HostSession:
             self.sampler.end(label)
 
     def _check_deadline(self, label: str) -> None:
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise RunIncomplete(f"The reservation timeout ({self.controls.reservation.timeout}) passed before "
+        reservation = self.controls.reservation  # the deadline comes from it
+        if self.deadline is not None and reservation is not None and time.monotonic() > self.deadline:
+            raise RunIncomplete(f"The reservation timeout ({reservation.timeout}) passed before "
                                 f"{label}; the study stops here.")
 
     def close(self, pids: list[int]) -> dict:
@@ -106,6 +107,7 @@ class HostSession:
                 self.sampler.stop()
                 self.sampler.write(self.run_path / "memory.jsonl")
             if self.device is not None:
+                assert self._gpu_driver is not None and self.controls.gpu is not None  # set with self.device
                 cleanup = check_cleanup(self._gpu_driver, self.controls.gpu.uuid,
                                         self.device["memory_used_at_start_mib"], pids=pids, pgids=pids)
         finally:

@@ -40,11 +40,18 @@ def _int(value: str | None) -> int | None:
     return None if value is None else int(float(value))
 
 
+def _required(row: dict[str, str | None], field: str) -> str:
+    value = row[field]
+    if value is None:
+        raise HostError(f"nvidia-smi printed no {field} ({row}); the driver's output format is not understood.")
+    return value
+
+
 def parse_gpus(text: str) -> list[GpuInfo]:
     """Parse `nvidia-smi --query-gpu=<GPU_FIELDS> --format=csv,noheader,nounits`."""
     return [
         GpuInfo(
-            index=int(row["index"]),
+            index=int(_required(row, "index")),
             uuid=row["uuid"] or "",
             name=row["name"] or "",
             memory_used_mib=_int(row["memory.used"]) or 0,
@@ -59,7 +66,7 @@ def parse_apps(text: str) -> dict[str, list[GpuProcess]]:
     """Parse `nvidia-smi --query-compute-apps=<APP_FIELDS> --format=csv,noheader,nounits` by GPU UUID."""
     by_gpu: dict[str, list[GpuProcess]] = {}
     for row in _rows(text, APP_FIELDS):
-        proc = GpuProcess(pid=int(row["pid"]), name=row["process_name"], used_memory_mib=_int(row["used_memory"]))
+        proc = GpuProcess(pid=int(_required(row, "pid")), name=row["process_name"], used_memory_mib=_int(row["used_memory"]))
         by_gpu.setdefault(row["gpu_uuid"] or "", []).append(proc)
     return by_gpu
 

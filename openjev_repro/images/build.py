@@ -217,7 +217,7 @@ def build_args(spec: ImageSpec) -> dict[str, str]:
 def _debian_base(spec: ImageSpec, progress: Progress, fresh: bool = False) -> tuple[str, str]:
     """Import the debootstrap base (cached tar) into docker; returns (repository:tag, diff ID sha256)."""
     base_tar, base_sha = _ensure_base(spec, progress, fresh)
-    base_repo, base_tag = "openjev-repro/debian-base", f"{spec.debian.suite}-{base_sha[:12]}"
+    base_repo, base_tag = "openjev-repro/debian-base", f"{spec.debian_pin.suite}-{base_sha[:12]}"
     client = connect()
     import docker
 
@@ -295,7 +295,7 @@ def _stage_source(dest: Path) -> None:
 
 
 def _ensure_base(spec: ImageSpec, progress: Progress, fresh: bool) -> tuple[Path, str]:
-    pin = spec.debian
+    pin = spec.debian_pin
     lock = spec.directory / pin.packages_lock
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     tar = CACHE_DIR / f"debian-{pin.suite}-{sha256_file(lock)[:12]}.tar"
@@ -368,8 +368,8 @@ def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool 
         sha = normalize_tar(raw, final, spec.source_date_epoch, members)
         progress(f"deterministic root filesystem: sha256 {sha}")
         repository, _, image_tag = (tag or spec.tag).rpartition(":")
-        extra = {"io.openjev-repro.debian.release-date": spec.debian.release_date,
-                 "io.openjev-repro.debian.packages.sha256": sha256_file(spec.directory / spec.debian.packages_lock),
+        extra = {"io.openjev-repro.debian.release-date": spec.debian_pin.release_date,
+                 "io.openjev-repro.debian.packages.sha256": sha256_file(spec.directory / spec.debian_pin.packages_lock),
                  "io.openjev-repro.base.diff-id": f"sha256:{base_sha}",
                  **{f"io.openjev-repro.source.{s.name}.included": "no" for s in spec.sources}}
         env = {**spec.env, **({UPSTREAM_ENV: "none"} if spec.sources else {})}
@@ -378,7 +378,7 @@ def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool 
         image = _import(client, final, repository, image_tag, changes, sha)
     spec_view = spec.model_copy(update={"tag": tag or spec.tag})
     return _write_record(spec_view, image, started, {"offline": True, "rootfs_sha256": sha, "base_diff_id": f"sha256:{base_sha}",
-                                                   "members": str(members), "debian_release_date": spec.debian.release_date})
+                                                   "members": str(members), "debian_release_date": spec.debian_pin.release_date})
 
 
 def source_tag(spec: ImageSpec) -> str:

@@ -109,6 +109,14 @@ class ImageSpec(_Strict):
     directory: Path = Path(".")
 
     @property
+    def debian_pin(self) -> DebianPin:
+        """The Debian base pin, for the steps that build on our Debian base; a RecipeError without one."""
+        if self.debian is None:
+            raise RecipeError(f"The {self.name} image recipe has no `debian:` pin; only images on our Debian base "
+                              "(kind rootfs, or a Dockerfile with `debian:`) are built or locked from it.")
+        return self.debian
+
+    @property
     def base_digest(self) -> str | None:
         if not self.base or "@" not in self.base:
             return None
@@ -117,7 +125,7 @@ class ImageSpec(_Strict):
     @property
     def base_resolved(self) -> bool:
         digest = self.base_digest
-        return bool(digest) and digest != PLACEHOLDER_DIGEST and re.fullmatch(r"sha256:[0-9a-f]{64}", digest) is not None
+        return digest is not None and digest != PLACEHOLDER_DIGEST and re.fullmatch(r"sha256:[0-9a-f]{64}", digest) is not None
 
     @property
     def lock_path(self) -> Path:

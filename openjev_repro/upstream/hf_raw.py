@@ -82,7 +82,7 @@ def install_load_check(expected: int, log=sys.stderr) -> None:
     """Check every model with linear-attention layers right after `from_pretrained` returns it."""
     from transformers.modeling_utils import PreTrainedModel
 
-    original = PreTrainedModel.from_pretrained.__func__
+    original = PreTrainedModel.from_pretrained.__func__  # type: ignore[attr-defined]  # the classmethod's function
 
     def from_pretrained(cls, *args, **kwargs):
         model = original(cls, *args, **kwargs)
@@ -93,7 +93,7 @@ def install_load_check(expected: int, log=sys.stderr) -> None:
                   file=log, flush=True)
         return model
 
-    PreTrainedModel.from_pretrained = classmethod(from_pretrained)
+    PreTrainedModel.from_pretrained = classmethod(from_pretrained)  # type: ignore[method-assign,assignment]  # the check
 
 
 def main(argv: list[str] | None = None) -> int:
