@@ -302,8 +302,8 @@ def _boolean(kind: str, groups: list[list[Decimal]]) -> bool:
 def _bounds(kind: str, function: Callable[[Values, dict], Decimal], inputs: list[Figure],
             claim: dict) -> tuple[Decimal, Decimal]:
     """The least and greatest value the derivation takes when each input lies in its rounding interval."""
-    lo_in = [f.value - _half(f) for f in inputs]  # type: ignore[operator]
-    hi_in = [f.value + _half(f) for f in inputs]  # type: ignore[operator]
+    lo_in = [f.value - _half(f) for f in inputs]
+    hi_in = [f.value + _half(f) for f in inputs]
     if kind in ("spread", "range"):
         return max(Decimal(0), max(lo_in) - min(hi_in)), max(hi_in) - min(lo_in)
     if kind in _INCREASING or (kind == "product" and min(lo_in) >= 0):
@@ -318,7 +318,7 @@ def _bounds(kind: str, function: Callable[[Values, dict], Decimal], inputs: list
 def _check(claim: dict, figures: dict[str, Figure]) -> ClaimResult:
     kind, stated = claim["derive"], figures[claim["name"]]
     common = {"name": claim["name"], "derive": kind, "expected_mismatch": claim.get("expect") == "mismatch",
-                  "finding": str(claim.get("finding", "")), "where": str(claim.get("where", ""))}
+              "finding": str(claim.get("finding", "")), "where": str(claim.get("where", ""))}
     if kind in BOOLEAN_DERIVATIONS:
         groups = [[figures[n].value for n in (g if isinstance(g, list) else [g])] for g in claim["from"]]
         got = _boolean(kind, groups)  # type: ignore[arg-type]
@@ -332,7 +332,7 @@ def _check(claim: dict, figures: dict[str, Figure]) -> ClaimResult:
         exact = function([f.value for f in inputs], claim)  # type: ignore[misc]
         lo, hi = _bounds(kind, function, inputs, claim)
     recomputed = _round(exact, stated.decimals)
-    reachable = not (hi < stated.value - _half(stated) or lo > stated.value + _half(stated))  # type: ignore[operator]
+    reachable = not (hi < stated.value - _half(stated) or lo > stated.value + _half(stated))
     status = "exact" if recomputed == stated.value else "mismatch"
     detail = ""
     supported = max(f.decimals for f in inputs) + (1 if kind == "median" and len(inputs) % 2 == 0 else 0)

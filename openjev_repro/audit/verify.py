@@ -328,7 +328,7 @@ def _subject_digests(statement: dict, present: set[str], checks: list[Check], ha
     for s in subjects:
         name = s.get("name") if isinstance(s, dict) else None
         want = (s.get("digest") or {}).get("sha256") if isinstance(s, dict) else None
-        if not _safe_name(name) or not isinstance(want, str):
+        if not isinstance(name, str) or not _safe_name(name) or not isinstance(want, str):
             bad.append(f"malformed subject {str(s)[:80]!r}")
             continue
         if name not in present or name not in digests:  # only files the walk found: never through a link
@@ -385,7 +385,7 @@ def _timed_passes(t: RowTable) -> dict[tuple, np.ndarray]:
 
 def _first(codes: Iterable[int], t: RowTable, n: int = 5) -> str:
     """The first n ids (sorted) of some id codes, comma separated."""
-    return ", ".join(sorted(t.ids.values[c] for c in codes)[:n])  # type: ignore[type-var]
+    return ", ".join(sorted(str(t.ids.values[c]) for c in codes)[:n])
 
 
 def check_case_ids(rows: RowTable | Iterable[Row], repeats: dict[str, int]) -> list[str]:
@@ -532,7 +532,9 @@ def first_difference(a: Any, b: Any, path: str = "") -> str | None:
 def _recomputed(ev: Evidence, predicate: dict, aggregate_only: bool,
                 summarize: Callable[..., dict] | None = None) -> list[Check]:
     if summarize is None:
-        from ..results.statistics import summarize
+        from ..results.statistics import summarize as recompute
+
+        summarize = recompute
     # Round-trip through JSON so recomputed and stored values are compared as written.
     ours = json.loads(json.dumps(summarize(ev.table, ev.recipe), allow_nan=False))
     stats_ours = {k: v for k, v in ours.items() if k != "gates"}

@@ -142,6 +142,7 @@ def gpus_from_nvml() -> list[dict[str, Any]]:
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             memory = _nvml_memory(pynvml, handle)
+            reserved = getattr(memory, "reserved", None)
             gpus.append({
                 "index": index,
                 "name": _text(pynvml.nvmlDeviceGetName(handle)),
@@ -151,8 +152,8 @@ def gpus_from_nvml() -> list[dict[str, Any]]:
                 "memory_total_mib": memory.total // (1 << 20),
                 "memory_used_mib": memory.used // (1 << 20),
                 # v2 separates driver-reserved memory, which v1 counts as used (nvidia-smi does not)
-                "memory_reserved_mib": getattr(memory, "reserved", None) // (1 << 20)
-                if getattr(memory, "reserved", None) is not None else absent("NVML memory info v1 has no reserved"),
+                "memory_reserved_mib": reserved // (1 << 20)
+                if reserved is not None else absent("NVML memory info v1 has no reserved"),
                 **_nvml_optional_fields(pynvml, handle),
                 "source": "nvml",
             })
@@ -268,8 +269,8 @@ def _host_inventory() -> list[dict[str, Any]]:
 
     driver = detect_driver()
     try:
-        driver = driver.driver_version()
-        return [{**gpu.to_dict(), "driver_version": driver, "source": driver.name} for gpu in driver.gpus()]
+        version = driver.driver_version()
+        return [{**gpu.to_dict(), "driver_version": version, "source": driver.name} for gpu in driver.gpus()]
     finally:
         driver.close()
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -303,8 +304,10 @@ def _hardware(run: RunDir, recipe: Recipe) -> str:
     except (OSError, ValueError, EvidenceError):
         env = {}
     devices = (env.get("gpus") or {}).get("devices") or []
-    override = env.get("gpu_override") if isinstance(env.get("gpu_override"), dict) else {}
-    run_time = override.get("run_time") if isinstance(override.get("run_time"), dict) else {}
+    override = env.get("gpu_override")
+    override = override if isinstance(override, dict) else {}
+    run_time = override.get("run_time")
+    run_time = run_time if isinstance(run_time, dict) else {}
     pinned = run_time.get("uuid") or (recipe.controls.gpu.uuid if recipe.controls and recipe.controls.gpu else None)
     names = [d.get("name") for d in devices if d.get("name") and (pinned is None or d.get("uuid") == pinned)]
     if names:
@@ -362,8 +365,8 @@ def plot_figures(rows: RowTable | Iterable[Row], study_id: str = "", run: RunInf
     def legend(ax, kind: str, labels: dict[str, str] | None = None) -> None:
         handles = [Line2D([], [], color=colours[b], lw=2, label=(labels or {}).get(b, b)) for b in backends]
         for n, p in enumerate(passes):
-            style = ({"marker": PASS_MARKERS[n % len(PASS_MARKERS)], "ls": "none"} if kind == "scatter"
-                     else {"ls": PASS_LINES[n % len(PASS_LINES)]})
+            style: dict[str, Any] = ({"marker": PASS_MARKERS[n % len(PASS_MARKERS)], "ls": "none"} if kind == "scatter"
+                                     else {"ls": PASS_LINES[n % len(PASS_LINES)]})
             handles.append(Line2D([], [], color="0.3", label=f"measured pass {p}", **style))
         if kind == "cdf" and backends:
             handles += [Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", ms=8, mew=2, label="P50"),

@@ -280,7 +280,7 @@ def _decision_mismatches(t: RowTable, idx: np.ndarray) -> list[dict]:
     for i in idx[wrong].tolist():
         r = t.row(i)
         out.append({"id": r.id, "seq": r.seq, "phase": r.phase, "pass": r.pass_index,
-                    "recorded": r.decision, "recomputed": "yes" if r.probability >= 0.5 else "no"})
+                    "recorded": r.decision, "recomputed": "yes" if r.probability is not None and r.probability >= 0.5 else "no"})
     return out
 
 
@@ -300,7 +300,7 @@ def _stability(t: RowTable, groups: list[np.ndarray]) -> dict:
     v = values[order]
     same_key = (t.ids.codes[v][1:] == t.ids.codes[v][:-1]) & (t.seq[v][1:] == t.seq[v][:-1])
     differs = same_key & (t.probability[v][1:] != t.probability[v][:-1])
-    changed = sorted(set(t.ids.strings(v[1:][differs])))
+    changed = sorted({str(case) for case in t.ids.strings(v[1:][differs])})
     comparable = len(groups) >= 2 and len(counts) > 0
     stable = None if not comparable else (not changed and errors == 0 and incomplete == 0)
     return {"probabilities_stable": stable, "stability_passes": len(groups), "stability_changed_ids": changed,

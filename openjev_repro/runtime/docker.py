@@ -102,6 +102,8 @@ class DockerBackend(RunningBackend):
 
         self.spec, self.client, self.reaper = spec, client, reaper
         self._record: ExitRecord | None = None
+        if spec.image is None:
+            raise DockerError(f"Backend {spec.name} runs in docker but names no image.")
         image = get_image(client, spec.image)
         try:
             self.container = client.containers.create(image.id, **_create_kwargs(spec))

@@ -102,15 +102,17 @@ def check_docker(recipe: Recipe, runtime: str | None) -> None:
     docker_backends = [b for b in recipe.backends if (runtime or b.runtime) == "docker"]
     if not docker_backends:
         return
+    images = []
     for backend in docker_backends:
         if backend.image is None:
             raise RecipeError(f"Backend {backend.name} runs in docker but names no image in the recipe.")
+        images.append(backend.image)
     from ..images.daemon import connect, get_image
 
     client = connect()
     try:
-        for backend in docker_backends:
-            get_image(client, backend.image)
+        for image in images:
+            get_image(client, image)
     finally:
         client.close()
 

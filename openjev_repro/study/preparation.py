@@ -289,8 +289,10 @@ def lock_fingerprint(recipe: Recipe) -> dict:
 def _declared(recipe: Recipe) -> list[tuple[str, str, str | None]]:
     files = [(f.path, f.sha256, f.published_sha256) for f in recipe.inputs.files]
     files += [(a.path, a.sha256, None) for b in recipe.backends for a in b.artifacts]
-    seen: set[str] = set()
-    return [f for f in files if not (f[0] in seen or seen.add(f[0]))]
+    first: dict[str, tuple[str, str, str | None]] = {}  # the first declaration of each path, in order
+    for f in files:
+        first.setdefault(f[0], f)
+    return list(first.values())
 
 
 def _build_lock(recipe: Recipe, recipe_path: Path, root: Path, say: Callable[[str], None]) -> dict:

@@ -76,7 +76,7 @@ Finite = Annotated[float, Field(allow_inf_nan=False)]
 class NoAliasLoader(yaml.SafeLoader):
     """SafeLoader that refuses YAML aliases (*name): an alias bomb cannot expand, and no recipe needs one."""
 
-    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+    def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not allowed in this file",

@@ -17,11 +17,13 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
+from ..host.driver import GpuDriver
 from ..host.override import GpuOverride
 from ..host.reaper import Reaper
 from ..host.session import HostSession
@@ -56,7 +58,7 @@ class StudyOptions:
     inputs_root: Path | None = None
     key_path: Path | None = None  # Ed25519 private key; None: unsigned
     allow_busy: bool = False
-    gpu_driver: object | None = None  # a host.GpuDriver; None: NVML or nvidia-smi (tests pass their double, tests/fake_gpus.py)
+    gpu_driver: GpuDriver | None = None  # None: NVML or nvidia-smi (tests pass their double, tests/fake_gpus.py)
     gpu_override: GpuOverride | None = None  # run on this GPU instead of the recipe's (recorded as gpu_override)
     console: Console = field(default_factory=lambda: Console(stderr=True))
 
@@ -325,7 +327,7 @@ IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_wei
 def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
     """backends.json: per backend, its weights fingerprint and thread settings from /health, after ready."""
     path = run.file("backends.json")
-    data = read_json(path) if path.is_file() else {"format_version": 1, "source": "/health after ready",
+    data: dict[str, Any] = read_json(path) if path.is_file() else {"format_version": 1, "source": "/health after ready",
                                                    "backends": {}}
     absent = {"available": False, "reason": "not in the backend's /health"}
     data["backends"][name] = {key: health.get(key, absent) for key in IDENTITY_KEYS}
@@ -419,7 +421,7 @@ def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phas
         task = bar.add_task("pass", total=len(requests), last="       - ms")
         for seq, req in enumerate(requests):
             row = runner.request(req, workload=workload, phase=phase, pass_index=index, seq=seq)
-            last = f"{row.latency_ms:8.2f} ms" if row.ok else f"[red]failed: {row.error[:40]}[/]"
+            last = f"{row.latency_ms:8.2f} ms" if row.ok else f"[red]failed: {(row.error or '')[:40]}[/]"
             bar.update(task, advance=1, last=last, refresh=True)
 
 
