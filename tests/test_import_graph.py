@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("passes", ["openjev_repro.study.passes"]),
     ("rundir", ["openjev_repro.study.rundir"]),
     ("row_table", ["openjev_repro.results", "openjev_repro.results.row_table"]),
-    ("statistics", ["openjev_repro.results.statistics"]),
+    ("statistics", ["openjev_repro.results.summary", "openjev_repro.results.statistics"]),
     ("report", ["openjev_repro.results.imported", "openjev_repro.results.report"]),
     ("manifest", ["openjev_repro.manifest"]),
     ("audit", ["openjev_repro.audit"]),

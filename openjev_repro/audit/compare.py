@@ -43,6 +43,7 @@ from ..results.statistics import (
     pair_by_id_and_seq,
     ranges_disjoint,
 )
+from ..results.summary import LatencyKey
 from ..study.recipe import parse_recipe, read_yaml
 from ..study.rows import Row
 from ..study.rundir import RunDir, read_json
@@ -67,7 +68,7 @@ LIMIT_KEYS = {"max_mean_ratio", "max_p95_ratio", "max_probability_delta", "decis
               "weights_must_match"}
 TOLERANCE_KEYS = {"format_version", "backends", "per_backend", *LIMIT_KEYS}
 N_BOOT = 2000
-_STATS = ("mean_ms", "p50_ms", "p95_jevbench_ms", "p95_nearest_rank_ms")
+_STATS: tuple[LatencyKey, ...] = ("mean_ms", "p50_ms", "p95_jevbench_ms", "p95_nearest_rank_ms")
 
 
 def load_tolerances(path: Path) -> dict[str, Any]:

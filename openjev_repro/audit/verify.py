@@ -31,6 +31,7 @@ from ..manifest.dsse import verify_envelope
 from ..manifest.keys import load_public_key
 from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json, sha256_file
 from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
+from ..results.summary import Summary
 from ..study.recipe import Recipe, parse_recipe
 from ..study.rows import Row
 from ..study.rundir import ENVELOPE_NAME, RunDir, read_json, scan_tree
@@ -530,7 +531,7 @@ def first_difference(a: Any, b: Any, path: str = "") -> str | None:
 
 
 def _recomputed(ev: Evidence, predicate: dict, aggregate_only: bool,
-                summarize: Callable[..., dict] | None = None) -> list[Check]:
+                summarize: Callable[..., Summary] | None = None) -> list[Check]:
     if summarize is None:
         from ..results.statistics import summarize as recompute
 

@@ -60,6 +60,12 @@ class HostRun:
     rows: list[Row]
 
 
+def _mean_ms(latencies: list[float]) -> float:
+    mean = latency_stats(latencies)["mean_ms"]
+    assert mean is not None  # host_means groups only successful requests, so no list is empty
+    return mean
+
+
 def host_means(rows: list[Row]) -> dict[tuple[str, str], dict[str, Any]]:
     """(workload, backend) -> overall mean of the measured latencies and each measured pass's mean."""
     passes: dict[tuple[str, str], dict[int, list[float]]] = {}
@@ -68,8 +74,8 @@ def host_means(rows: list[Row]) -> dict[tuple[str, str], dict[str, Any]]:
             passes.setdefault((r.workload, r.backend), {}).setdefault(r.pass_index, []).append(r.latency_ms)
     out = {}
     for key, by_pass in passes.items():
-        pass_means = {p: latency_stats(v)["mean_ms"] for p, v in sorted(by_pass.items())}
-        out[key] = {"mean_ms": latency_stats([x for v in by_pass.values() for x in v])["mean_ms"],
+        pass_means = {p: _mean_ms(v) for p, v in sorted(by_pass.items())}
+        out[key] = {"mean_ms": _mean_ms([x for v in by_pass.values() for x in v]),
                     "pass_means_ms": pass_means,
                     "pass_range_ms": [min(pass_means.values()), max(pass_means.values())]}
     return out

@@ -24,6 +24,7 @@ from typing import Any
 from ..errors import EvidenceError, RunIncomplete, VerificationError
 from ..hashing import hash_file
 from ..limits import MAX_JSON_DEPTH, loads_bounded
+from ..results.summary import read_summary
 from ..study.recipe import safe_yaml
 from ..study.rundir import ENVELOPE_NAME, RunDir, read_json, write_bytes_atomic
 from .dsse import envelope_bytes, make_envelope, parse_envelope, payload_of
@@ -132,7 +133,7 @@ def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
     recipe, recipe_sha = _recipe(run)
     if not run.file("summary.json").is_file():
         raise EvidenceError(f"{run.path} has no summary.json; the study did not finish its results step.")
-    summary = read_json(run.file("summary.json"))
+    summary = read_summary(run.file("summary.json"))  # refuses a format this tool does not read
     copied = {key: _optional_json(run, name) for key, name in OPTIONAL_FILES.items()}
     plan = copied["plan"]
     predicate: dict[str, Any] = {

@@ -24,6 +24,7 @@ from ..study.rows import Row
 from ..study.rundir import ENVELOPE_NAME, RunDir, guard_output, read_json, write_bytes_atomic
 from .row_table import RowTable, as_table, read_table
 from .statistics import latency_stats, summarize
+from .summary import GateResult, LatencyKey, PassStats, Summary, WorkloadSummary
 
 __all__ = [
     "DIGITS",
@@ -56,7 +57,7 @@ def _yes(v: bool | None) -> str:
     return {True: "yes", False: "no", None: "n/a"}[v]
 
 
-def _per_pass(passes: list[dict], key: str) -> str:
+def _per_pass(passes: list[PassStats], key: LatencyKey) -> str:
     return " / ".join(_ms(p[key]) for p in passes) or "n/a"
 
 
@@ -72,14 +73,14 @@ def incomplete_banner(state: dict) -> str:
 # --- the Markdown ----------------------------------------------------------------------
 
 
-def _descriptions(recipe: Recipe, wl: dict) -> list[str]:
+def _descriptions(recipe: Recipe, wl: WorkloadSummary) -> list[str]:
     """Each configuration's description under the table, so the table itself stays narrow."""
     lines = [f"- {name}: {recipe.backend(name).description}" for name in wl["backends"]
              if recipe.backend(name).description]
     return ["Configurations:", "", *lines, ""] if lines else []
 
 
-def _table(recipe: Recipe, wl: dict) -> list[str]:
+def _table(recipe: Recipe, wl: WorkloadSummary) -> list[str]:
     head = ["Configuration", "Successful measured requests", "Overall mean (ms)", "Mean, per pass (ms)", "P50, per pass (ms)",
             "P95 JevBench rank, per pass (ms)", "P95 nearest rank, per pass (ms)", "Correct / N"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
@@ -92,7 +93,7 @@ def _table(recipe: Recipe, wl: dict) -> list[str]:
     return lines
 
 
-def _latency_notes(wl: dict) -> list[str]:
+def _latency_notes(wl: WorkloadSummary) -> list[str]:
     out = []
     feas = [f"{n} {_per_pass(b['feasibility'], 'mean_ms')} ms" for n, b in wl["backends"].items() if b["feasibility"]]
     if feas:
@@ -108,10 +109,10 @@ def _latency_notes(wl: dict) -> list[str]:
     return out
 
 
-def _comparison_lines(wl: dict) -> list[str]:
+def _comparison_lines(wl: WorkloadSummary) -> list[str]:
     out = []
     for c in wl["comparisons"]:
-        if c["speedup"] is None:
+        if c["speedup"] is None or c["percent_lower"] is None:  # percent_lower: None for a zero baseline mean
             out.append(f"- {c['candidate']} vs {c['baseline']}: no comparable measured means.")
             continue
         out.append(
@@ -132,7 +133,7 @@ def _percent_change(percent_lower: float) -> str:
     return f"{abs(rounded):.{DIGITS['percent']}f}% {'lower' if rounded > 0 else 'higher'}"
 
 
-def _agreement_lines(wl: dict) -> list[str]:
+def _agreement_lines(wl: WorkloadSummary) -> list[str]:
     out = []
     for c in wl["comparisons"]:
         buckets = "; ".join(f"{k}: {_prob(v)}" for k, v in c["max_probability_delta_by_tokens"].items())
@@ -147,7 +148,7 @@ def _agreement_lines(wl: dict) -> list[str]:
     return out
 
 
-def _stability_lines(wl: dict) -> list[str]:
+def _stability_lines(wl: WorkloadSummary) -> list[str]:
     out = []
     for name, b in wl["backends"].items():
         if b["probabilities_stable"] is None:
@@ -163,7 +164,7 @@ def _stability_lines(wl: dict) -> list[str]:
     return out
 
 
-def _gate_lines(gates: list[dict]) -> list[str]:
+def _gate_lines(gates: list[GateResult]) -> list[str]:
     if not gates:
         return ["No gates were declared."]
     lines = ["| Gate | Kind | Outcome | Detail |", "| --- | --- | --- | --- |"]
@@ -200,7 +201,7 @@ def imported_note(imported: dict) -> str:
             f"{imported.get('files_verified', '?')} files verified against their manifest.json; unsigned.")
 
 
-def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: dict | None = None,
+def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: dict | None = None,
                   notes: Iterable[str] = (), run: RunInfo | None = None, imported: dict | None = None,
                   run_facts: Iterable[str] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
@@ -484,7 +485,7 @@ def run_facts_of(run: RunDir) -> list[str]:
     return lines
 
 
-def _summary_notes(run: RunDir, summary: dict) -> list[str]:
+def _summary_notes(run: RunDir, summary: Summary) -> list[str]:
     path = run.file("summary.json")
     if not path.exists():
         return ["summary.json is absent; every figure below was computed from rows.jsonl."]
