@@ -161,7 +161,8 @@ class LoopbackServer:
             self._proc.terminate()
             self._proc.wait(timeout=10)
             for pipe in (self._proc.stdin, self._proc.stdout):
-                pipe.close()  # type: ignore[union-attr]
+                if pipe is not None:
+                    pipe.close()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -236,9 +236,11 @@ def gpus_from_nvidia_smi(executable: str = "nvidia-smi") -> list[dict[str, Any]]
 
 def _smi_number(text: str | None) -> Any:
     try:
-        return int(float(text))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return absent(f"nvidia-smi reported {text!r}")
+        if text is not None:
+            return int(float(text))
+    except (ValueError, OverflowError):  # not a number, or inf
+        pass
+    return absent(f"nvidia-smi reported {text!r}")
 
 
 def _smi_flag(text: str | None) -> Any:
