@@ -9,7 +9,7 @@ other.
 
 from __future__ import annotations
 
-__all__ = ["YES_THRESHOLD", "TEMPERATURE_27B", "decision_of"]
+__all__ = ["TEMPERATURE_27B", "YES_THRESHOLD", "decision_of"]
 
 YES_THRESHOLD = 0.5  # a noul decision is "yes" when p_yes >= YES_THRESHOLD
 # The published 27B model's temperature.json: the fixture and the seeded random backend use it so

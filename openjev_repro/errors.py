@@ -23,21 +23,21 @@ Tasks turn a ReproError into `invoke.Exit(message)`: no traceback for user error
 from __future__ import annotations
 
 __all__ = [
-    "ReproError",
-    "RecipeError",
-    "InputMismatch",
+    "BackendCrashed",
     "BackendError",
     "BackendNotReady",
-    "BackendCrashed",
-    "ProtocolError",
-    "RunIncomplete",
+    "CheckpointError",
+    "DockerError",
     "EvidenceError",
+    "HostError",
+    "InputMismatch",
+    "ProtocolError",
+    "RecipeError",
+    "ReproError",
+    "ReservationTimeout",
+    "RunIncomplete",
     "UnsupportedFormat",
     "VerificationError",
-    "HostError",
-    "ReservationTimeout",
-    "DockerError",
-    "CheckpointError",
 ]
 
 

@@ -12,9 +12,9 @@ import hashlib
 import os
 import stat
 import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable
 
 from .errors import InputMismatch
 
@@ -71,7 +71,7 @@ def hash_files(
     if n_workers == 1:
         return {p: hash_file(p, chunk, report) for p in unique}
     with ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="hash") as pool:
-        digests = dict(zip(order, pool.map(lambda p: hash_file(p, chunk, report), order)))
+        digests = dict(zip(order, pool.map(lambda p: hash_file(p, chunk, report), order), strict=True))
     return {p: digests[p] for p in unique}
 
 

@@ -11,16 +11,16 @@ import json
 from typing import Any
 
 __all__ = [
-    "MAX_JSON_DEPTH",
     "MAX_BUNDLE_BYTES",
     "MAX_BUNDLE_MEMBERS",
+    "MAX_JSON_DEPTH",
     "MAX_PASSES",
     "MAX_REPEAT",
     "MAX_TIMEOUT_S",
     "JsonLimitError",
-    "loads_bounded",
-    "json_depth",
     "has_lone_surrogate",
+    "json_depth",
+    "loads_bounded",
 ]
 
 MAX_JSON_DEPTH = 64  # nesting of objects and arrays in an envelope, statement or request body

@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -42,12 +42,12 @@ class ServerProcess:
     def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None,
                  program: list[str] | None = None):
         self.log = log
-        self._log_file = open(log, "wb")
         full_env = {**os.environ, "OPENJEV_CODE_COMMIT": "test", **(env or {})}
         program = program or ["-m", "openjev_repro.backend"]
-        self.proc = subprocess.Popen([sys.executable, *program, "--host", "127.0.0.1",
-                                      "--port", "0", "--threads", "1", *args],
-                                     cwd=REPO, stdout=subprocess.DEVNULL, stderr=self._log_file, env=full_env)
+        with open(log, "wb") as err:  # the child keeps its own descriptor of the log
+            self.proc = subprocess.Popen([sys.executable, *program, "--host", "127.0.0.1",
+                                          "--port", "0", "--threads", "1", *args],
+                                         cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, env=full_env)
         self.port: int | None = None
 
     def events(self) -> list[dict]:
@@ -96,7 +96,6 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self._log_file.close()
 
 
 @pytest.fixture(scope="session")

@@ -7,10 +7,11 @@ import json
 import subprocess
 import sys
 import tarfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from test_audit_kit import signed_run
 
 from openjev_repro.audit.publish import publish
 from openjev_repro.audit.verify import verify_path
@@ -18,7 +19,6 @@ from openjev_repro.errors import EvidenceError, VerificationError
 from openjev_repro.manifest import statement as statement_module
 from openjev_repro.manifest.dsse import parse_envelope, payload_of
 from openjev_repro.study.rundir import ENVELOPE_NAME
-from test_audit_kit import signed_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def test_bundle_is_deterministic(published, tmp_path, monkeypatch):
             assert a == b, info["name"]
     assert bundle.read_bytes()[4:8] == b"\0\0\0\0"  # gzip header: no mtime
     # With the clock held still, two bundles of one run are the same bytes, gzip stream included.
-    frozen = datetime(2026, 12, 1, 3, 0, 0, tzinfo=timezone.utc)
+    frozen = datetime(2026, 12, 1, 3, 0, 0, tzinfo=UTC)
 
     class Clock(datetime):
         @classmethod
@@ -125,27 +125,27 @@ def test_cli_publish_then_verify(tmp_path):
     run, private, public = signed_run(tmp_path)
     out = tmp_path / "pub.tar.gz"
     proc = subprocess.run([sys.executable, "-m", "invoke", "publish", "--run", str(run.path), "--aggregate-only",
-                           "--out", str(out), "--key", str(private)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                           "--out", str(out), "--key", str(private)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     ver = subprocess.run([sys.executable, "-m", "invoke", "verify", "--run", str(out), "--pubkey", str(public)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+                         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert ver.returncode == 0, ver.stdout
     assert "N/A   response bodies" in ver.stdout and "VERIFIED" in ver.stdout
     assert proc.stdout.startswith("signed aggregate-only bundle:")
 
 
 def test_cli_publish_defaults_to_aggregate_only_and_says_unsigned(tmp_path):
-    run, _, public = signed_run(tmp_path)
+    run, _, _public = signed_run(tmp_path)
     out = tmp_path / "pub.tar.gz"
     proc = subprocess.run([sys.executable, "-m", "invoke", "publish", "--run", str(run.path), "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"UNSIGNED aggregate-only bundle: {out}")
     with tarfile.open(out, "r:gz") as tar:
         names = tar.getnames()
     assert names and not [n for n in names if n.startswith(("responses/", "logs/"))], names
     refused = subprocess.run([sys.executable, "-m", "invoke", "publish", "--run", str(run.path),
-                              "--out", str(tmp_path / "x.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                              "--out", str(tmp_path / "x.json")], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert refused.returncode == 1 and refused.stderr.startswith("error: ") and ".tar.gz" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()
 

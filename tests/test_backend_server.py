@@ -105,7 +105,7 @@ def test_choice_and_score(raw) -> None:
     assert choice["choice"] == max(choice["probabilities"], key=choice["probabilities"].get)
     assert choice["confidence"] == max(choice["probabilities"].values())
     assert len(score["probabilities"]) == 4 and abs(sum(score["probabilities"]) - 1) < 1e-9
-    assert score["score"] == pytest.approx(sum(p * v for p, v in zip(score["probabilities"], [1, 2, 3, 4])))
+    assert score["score"] == pytest.approx(sum(p * v for p, v in zip(score["probabilities"], [1, 2, 3, 4], strict=True)))
     assert score["legend"] == {"0": 1, "1": 2, "2": 3, "3": 4}
     meta = data["metadata"]
     assert meta["candidate_sequences"] == 7 and len(meta["candidate_tokens"]) == 7

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from openjev_repro.backend.prompts import MODEL_ALIASES, parse_request
 from openjev_repro.bench import (
     BenchUsageError,
     calibrate_client_overhead,
@@ -23,7 +24,6 @@ from openjev_repro.bench import (
     run_hash_bench,
 )
 from openjev_repro.bench.hash_bench import ensure_files
-from openjev_repro.backend.prompts import MODEL_ALIASES, parse_request
 from openjev_repro.bench.server import SYSTEMONE_REQUEST, SYSTEMONE_RESPONSE, LoopbackServer
 from openjev_repro.bench.stats import summarize_ns
 from openjev_repro.study.passes import parse_noul_response
@@ -156,7 +156,7 @@ def test_hash_bench_single_file_has_no_several_case(tmp_path) -> None:
 
 
 def run_invoke(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*INVOKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run([*INVOKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_cli_bench_client_writes_json_and_ends_with_the_ratio(tmp_path) -> None:
@@ -187,8 +187,8 @@ def test_cli_bench_calibrate_prints_json() -> None:
 
 def test_loopback_server_exits_when_its_parent_dies() -> None:
     parent = subprocess.Popen(
-        [sys.executable, "-c", "from openjev_repro.bench.server import LoopbackServer as S; s = S().__enter__(); "
-         "print(s._proc.pid, flush=True); import os; os._exit(0)"],
+        [sys.executable, "-c", ("from openjev_repro.bench.server import LoopbackServer as S; s = S().__enter__(); "
+         "print(s._proc.pid, flush=True); import os; os._exit(0)")],
         stdout=subprocess.PIPE, text=True,
     )
     child = int(parent.stdout.readline())

@@ -4,6 +4,7 @@ or no test image was built; scripts/ci-docker.sh provides both."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -69,11 +70,9 @@ def _client():
 def image() -> str:
     client = _client()
     for ref in (IMAGE,):
-        try:
+        with contextlib.suppress(docker.errors.ImageNotFound):
             client.images.get(ref)
             return ref
-        except docker.errors.ImageNotFound:
-            pass
     _unavailable(f"test image {IMAGE} is absent; build it with `invoke build --backend reference --offline`")
 
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_audit_kit import build_run, keypair
 
 from openjev_repro.audit.importer import IMPORT_FORMAT_VERSION
 from openjev_repro.audit.verify import verify_path
@@ -24,9 +25,13 @@ from openjev_repro.manifest.environment import ENVIRONMENT_FORMAT_VERSION
 from openjev_repro.results.report import write_report
 from openjev_repro.results.statistics import SUMMARY_FORMAT_VERSION
 from openjev_repro.study.plan import PLAN_FORMAT_VERSION
-from openjev_repro.study.rundir import (READABLE_VERSIONS, STATE_FORMAT_VERSION, RunDir, check_response_entry,
-                                       write_json_atomic)
-from test_audit_kit import build_run, keypair
+from openjev_repro.study.rundir import (
+    READABLE_VERSIONS,
+    STATE_FORMAT_VERSION,
+    RunDir,
+    check_response_entry,
+    write_json_atomic,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 FUTURE = 99
@@ -120,7 +125,8 @@ def test_submission_and_attempt_records_of_a_future_format(tmp_path):
 
 
 def _invoke(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
 
 
 def test_cli_prints_one_error_line(tmp_path, monkeypatch):

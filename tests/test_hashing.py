@@ -7,8 +7,8 @@ import hashlib
 import os
 import random
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -100,7 +100,7 @@ def _within(seconds: float, call: Callable[[], object]) -> BaseException | None:
         try:
             call()
             outcome.append(None)
-        except BaseException as exc:  # handed back to the test
+        except BaseException as exc:  # noqa: BLE001 - whatever the call raised is handed back to the test
             outcome.append(exc)
 
     thread = threading.Thread(target=run, daemon=True)

@@ -4,13 +4,12 @@ import os
 import shutil
 
 import pytest
+from fake_gpus import FakeGpus
 
 from openjev_repro.errors import HostError
 from openjev_repro.host import NoDriver, detect_driver
 from openjev_repro.host.nvml import NvmlDriver
 from openjev_repro.host.smi import SmiDriver
-
-from fake_gpus import FakeGpus
 
 
 def _driver_present() -> bool:

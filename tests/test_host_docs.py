@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-import openjev_repro.host as host
+from openjev_repro import host
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "host.md"
 
 
 @pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl is not installed (apt-get install numactl)")
 def test_the_library_example_runs():
-    example = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)[1]
+    example = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)[1]
     scope: dict = {}
-    exec(compile(example, str(DOC), "exec"), scope)
+    exec(compile(example, str(DOC), "exec"), scope)  # noqa: S102 - the documented example, run as written
     assert scope["cleanup"]["passed"] and scope["binding"]["memory_policy"] == "bind:0"
     assert (scope["run"] / "memory.jsonl").exists() and (scope["run"] / "host.json").exists()
 

@@ -11,8 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from openjev_repro.manifest.environment import (PACKAGES, collect_environment, collect_git, collect_gpus,
-                                                collect_host, collect_python, gpus_from_nvidia_smi)
+from openjev_repro.manifest.environment import (
+    PACKAGES,
+    collect_environment,
+    collect_git,
+    collect_gpus,
+    collect_host,
+    collect_python,
+    gpus_from_nvidia_smi,
+)
 
 # Stands in for the NVIDIA driver's nvidia-smi (no GPU here): answers the two queries we make.
 FAKE_NVIDIA_SMI = """#!/bin/sh

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from studykit import write_study
 
 from openjev_repro.errors import RecipeError
 from openjev_repro.study.placeholders import LAUNCH_NAMES, fill
@@ -17,7 +18,6 @@ from openjev_repro.study.recipe import load_recipe
 from openjev_repro.study.resolved import resolve_recipe
 from openjev_repro.study.rundir import RunDir
 from openjev_repro.study.runner import StudyOptions, _launch_spec
-from studykit import write_study
 
 
 def test_fill_replaces_in_one_pass_and_keeps_deferred_names():

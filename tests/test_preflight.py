@@ -9,12 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from studykit import write_study
 
 from openjev_repro.errors import ReproError
 from openjev_repro.manifest.keys import generate_keypair
 from openjev_repro.study.runner import StudyOptions, run_study
-
-from studykit import write_study
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,7 +31,7 @@ def study(tmp_path):
 
 
 def bad_keys(tmp_path: Path) -> dict[str, Path]:
-    private, public, _ = generate_keypair(tmp_path / "keys")
+    _private, public, _ = generate_keypair(tmp_path / "keys")
     garbage = tmp_path / "garbage.key"
     garbage.write_bytes(b"\xff\x00 not a key")
     from cryptography.hazmat.primitives import serialization
@@ -60,10 +59,10 @@ def test_cli_study_with_bad_key_is_one_error_line_and_no_run(study, tmp_path):
     key = tmp_path / "bad.key"
     key.write_text("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
     done = subprocess.run([sys.executable, "-m", "invoke", "study", "--recipe", str(recipe), "--key", str(key),
-                           "--out", str(tmp_path / "runs")], cwd=REPO, capture_output=True, text=True, timeout=60)
+                           "--out", str(tmp_path / "runs")], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1
-    assert done.stderr.splitlines() == [f"error: --key: {key} is not an unencrypted PEM private key; "
-                                        "create one with `invoke keygen`."]
+    assert done.stderr.splitlines() == [(f"error: --key: {key} is not an unencrypted PEM private key; "
+                                        "create one with `invoke keygen`.")]
     assert not (tmp_path / "runs").exists() and not marker.exists()
 
 

@@ -12,15 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_results import RECIPE, recipe, study_rows
 
 from openjev_repro.errors import EvidenceError
-from openjev_repro.study.rundir import ENVELOPE_NAME, RunDir, write_json_atomic
 from openjev_repro.results.report import PLOT_NAMES, RunInfo, plot_figures, render_report, write_plots, write_report
-from openjev_repro.results.statistics import median, p95_jevbench
-from openjev_repro.results.statistics import summarize
+from openjev_repro.results.statistics import median, p95_jevbench, summarize
 from openjev_repro.study.rows import RowWriter
-
-from test_results import RECIPE, recipe, study_rows
+from openjev_repro.study.rundir import ENVELOPE_NAME, RunDir, write_json_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -66,8 +64,8 @@ def close(printed: str, value: float, digits: int) -> bool:
 
 def table_rows(text: str, workload: str) -> dict[str, list[str]]:
     section = text.split(f"## Workload {workload}\n", 1)[1].split("\n## ", 1)[0]
-    lines = [l for l in section.splitlines() if l.startswith("| ") and not l.startswith(("| Configuration", "| ---"))]
-    return {l.split(" | ")[0][2:].split(" (")[0]: [c.strip() for c in l.strip("| ").split(" | ")] for l in lines}
+    lines = [row for row in section.splitlines() if row.startswith("| ") and not row.startswith(("| Configuration", "| ---"))]
+    return {row.split(" | ")[0][2:].split(" (")[0]: [c.strip() for c in row.strip("| ").split(" | ")] for row in lines}
 
 
 def test_every_table_figure_recomputes_from_rows(rendered):
@@ -90,7 +88,7 @@ def test_every_table_figure_recomputes_from_rows(rendered):
             for column, expected in per_pass.items():
                 printed = cells[column].split(" / ")
                 assert len(printed) == len(expected)
-                for p, e in zip(printed, expected):
+                for p, e in zip(printed, expected, strict=True):
                     assert close(p, e, 3), (workload, backend, column, p, e)
                     checked += 1
             assert cells[7] == f"{correct} / {n}"
@@ -130,7 +128,7 @@ def test_report_states_rules_gates_and_failures(rendered):
 def test_incomplete_state_gets_a_banner_at_top_and_bottom():
     rows, rec = study_rows(), recipe()
     text = render_report(summarize(rows, rec), rows, rec, state={"status": "running", "error": None})
-    lines = [l for l in text.splitlines() if l.strip()]
+    lines = [row for row in text.splitlines() if row.strip()]
     assert lines[1].startswith("> **INCOMPLETE RUN**") and lines[-1].startswith("> **INCOMPLETE RUN**")
 
 
@@ -175,11 +173,11 @@ def test_plots_carry_their_context_passes_and_percentiles():
     paths = {tuple(map(tuple, c.get_paths()[0].vertices.round(3))) for c in scatter.collections}
     assert len(paths) == len(passes) >= 2  # one marker shape per measured pass
     cdf = next(ax for ax in figs[PLOT_NAMES[1]].axes if ax.get_title() == f"workload {workloads[0]}")
-    marks = {(round(float(l.get_xdata()[0]), 9), float(l.get_ydata()[0])) for l in cdf.lines if len(l.get_xdata()) == 1}
+    marks = {(round(float(curve.get_xdata()[0]), 9), float(curve.get_ydata()[0])) for curve in cdf.lines if len(curve.get_xdata()) == 1}
     for backend in {r.backend for r in measured if r.workload == workloads[0]}:
         lat = [r.latency_ms for r in measured if r.workload == workloads[0] and r.backend == backend]
         assert (round(median(lat), 9), 0.5) in marks and (round(p95_jevbench(lat), 9), 0.95) in marks
-    styles = {l.get_linestyle() for l in cdf.lines if len(l.get_xdata()) > 1}
+    styles = {curve.get_linestyle() for curve in cdf.lines if len(curve.get_xdata()) > 1}
     assert len(styles) >= 2  # one line style per measured pass
 
 
@@ -197,8 +195,8 @@ def test_run_info_dates_the_run_itself(tmp_path):
 
 def test_run_info_names_the_gpu_the_run_used(tmp_path):
     """The run-time GPU override (issue 11) decides which device is the run's hardware."""
-    from openjev_repro.study.recipe import parse_recipe
     from openjev_repro.results.report import run_info
+    from openjev_repro.study.recipe import parse_recipe
 
     pinned = "GPU-00000000-0000-0000-0000-000000000001"
     used = "GPU-00000000-0000-0000-0000-000000000002"
@@ -282,7 +280,7 @@ def test_not_a_run_dir_is_an_evidence_error(tmp_path):
 
 def invoke(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, check=False)
 
 
 def test_task_prints_report_and_plot_paths(tmp_path):

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from openjev_repro.errors import EvidenceError
-from openjev_repro.study.recipe import parse_recipe
+from openjev_repro.results.row_table import RowTable
 from openjev_repro.results.statistics import (
     bootstrap_mean_diff_ci,
     latency_stats,
@@ -17,7 +17,7 @@ from openjev_repro.results.statistics import (
     summarize,
     token_bucket,
 )
-from openjev_repro.results.row_table import RowTable
+from openjev_repro.study.recipe import parse_recipe
 from openjev_repro.study.rows import Row
 
 RECIPE = """\
@@ -63,7 +63,8 @@ def make_pass(backend, workload, phase, pass_index, latencies_ms, probs, *, ids=
               labels=LABELS, errors=(), decisions=None, t0=0):
     """Rows of one pass; latency given in ms, stored as integer ns like the client does."""
     rows, clock = [], t0
-    for seq, (cid, ms, p, tok, lab) in enumerate(zip(ids, latencies_ms, probs, tokens, labels)):
+    # tokens and labels default to the four mixed cases' values; a shorter pass takes the first ones
+    for seq, (cid, ms, p, tok, lab) in enumerate(zip(ids, latencies_ms, probs, tokens, labels, strict=False)):
         start = clock + 1_000_000
         end = start + round(ms * 1_000_000)
         clock = end
@@ -99,7 +100,7 @@ def study_rows():
     rows += make_pass("fast", "mixed", "measured", 1, [3, 5, 7, 9], FAST_P)
     rows += make_pass("fast", "mixed", "measured", 2, [2, 4, 6, 8], FAST_P, errors=(3,))
     # fixed workload: one case id repeated three times; pairs by (id, seq)
-    fixed = dict(ids=["f1"] * 3, tokens=[107] * 3, labels=["yes"] * 3)
+    fixed = {"ids": ["f1"] * 3, "tokens": [107] * 3, "labels": ["yes"] * 3}
     rows += make_pass("hf", "fixed", "measured", 1, [20, 20, 21], [0.7, 0.7, 0.7], **fixed)
     rows += make_pass("native", "fixed", "measured", 1, [19, 19, 19], [0.7, 0.75, 0.7], **fixed)
     rows += make_pass("fast", "fixed", "measured", 1, [18, 18, 18], [0.7, 0.7, 0.4], **fixed)

@@ -27,29 +27,48 @@ Each pair also shows both runs' `weights_fingerprint` (backends.json, absent in 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
 from ..decision import YES_THRESHOLD
 from ..errors import EvidenceError, RecipeError, RunIncomplete
-from ..study.rundir import RunDir
-from ..study.recipe import parse_recipe, read_yaml
-from ..results.statistics import BOOTSTRAP_METHOD, bootstrap_mean_diff_ci, latency_stats, pair_by_id_and_seq, ranges_disjoint
 from ..results.row_table import RowTable, as_table, read_table
+from ..results.statistics import (
+    BOOTSTRAP_METHOD,
+    bootstrap_mean_diff_ci,
+    latency_stats,
+    pair_by_id_and_seq,
+    ranges_disjoint,
+)
+from ..results.summary import LatencyKey
+from ..study.recipe import parse_recipe, read_yaml
 from ..study.rows import Row
+from ..study.rundir import RunDir
 from .bundle import opened
 
-__all__ = ["COMPARE_FORMAT_VERSION", "TOLERANCE_KEYS", "LIMIT_KEYS", "limits_for", "load_tolerances", "compare_runs", "compare_rows",
-           "to_markdown", "check_tolerances", "run_status", "COMPARABLE_STATUSES"]
+__all__ = [
+    "COMPARABLE_STATUSES",
+    "COMPARE_FORMAT_VERSION",
+    "LIMIT_KEYS",
+    "TOLERANCE_KEYS",
+    "check_tolerances",
+    "compare_rows",
+    "compare_runs",
+    "limits_for",
+    "load_tolerances",
+    "run_status",
+    "to_markdown",
+]
 
 COMPARE_FORMAT_VERSION = 1
 LIMIT_KEYS = {"max_mean_ratio", "max_p95_ratio", "max_probability_delta", "decisions_must_match",
               "weights_must_match"}
 TOLERANCE_KEYS = {"format_version", "backends", "per_backend", *LIMIT_KEYS}
 N_BOOT = 2000
-_STATS = ("mean_ms", "p50_ms", "p95_jevbench_ms", "p95_nearest_rank_ms")
+_STATS: tuple[LatencyKey, ...] = ("mean_ms", "p50_ms", "p95_jevbench_ms", "p95_nearest_rank_ms")
 
 
 def load_tolerances(path: Path) -> dict[str, Any]:
@@ -222,7 +241,7 @@ def _answers(tb: RowTable, base: np.ndarray, tc: RowTable, cand: np.ndarray) -> 
     delta = pc - pb
     ids, seqs = tb.ids.strings(b), tb.seq[b].tolist()
     cases = [{"id": i, "seq": q, "baseline": x, "candidate": y, "delta": d}
-             for i, q, x, y, d in zip(ids, seqs, pb.tolist(), pc.tolist(), delta.tolist())]
+             for i, q, x, y, d in zip(ids, seqs, pb.tolist(), pc.tolist(), delta.tolist(), strict=True)]
     yes_b, yes_c = pb >= YES_THRESHOLD, pc >= YES_THRESHOLD
     flips = [{"id": ids[k], "seq": seqs[k], "baseline": "yes" if yes_b[k] else "no",
               "candidate": "yes" if yes_c[k] else "no"} for k in np.flatnonzero(yes_b != yes_c).tolist()]
@@ -309,9 +328,9 @@ def to_markdown(result: dict[str, Any]) -> str:
         r = p["pass_mean_ranges_ms"]
         a = p["answers"]
         lines += ["", f"- pass mean ranges overlap: {r['overlap']}",
-                  f"- bootstrap 95% interval of the mean difference: "
+                  (f"- bootstrap 95% interval of the mean difference: "
                   f"{'—' if ci is None else f'[{ci[0]:.3f}, {ci[1]:.3f}] ms'} (seed {p['bootstrap']['seed']}, "
-                  f"bootstrap method v{p['bootstrap'].get('method_version', 1)})",
+                  f"bootstrap method v{p['bootstrap'].get('method_version', 1)})"),
                   f"- decision flips: {len(a['decision_flips'])} of {a['paired']} paired cases"
                   + _flip_ids(a["decision_flips"]),
                   f"- max |probability delta|: {a['max_abs_probability_delta']!r}"]

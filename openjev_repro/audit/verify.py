@@ -14,30 +14,47 @@ import base64
 import hashlib
 import json
 import operator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import msgspec
 import numpy as np
 import yaml
 
 from ..errors import EvidenceError, ReproError, UnsupportedFormat
-from ..study.rundir import ENVELOPE_NAME, READABLE_VERSIONS, RESPONSE_VERSIONS, RunDir, check_response_entry, read_json, scan_tree
-from ..hashing import hash_files
+from ..hashing import hash_file, hash_files
 from ..manifest.dsse import verify_envelope
 from ..manifest.keys import load_public_key
-from ..hashing import hash_file
 from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json
-from ..study.recipe import Recipe, parse_recipe
 from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
+from ..results.summary import Summary
+from ..study.recipe import Recipe, parse_recipe
 from ..study.rows import Row
+from ..study.rundir import (
+    ENVELOPE_NAME,
+    READABLE_VERSIONS,
+    RESPONSE_VERSIONS,
+    RunDir,
+    check_response_entry,
+    read_json,
+    scan_tree,
+)
 from .bundle import opened
 
-__all__ = ["Check", "Evidence", "verify_path", "verify_dir", "verify_imported", "format_checks",
-           "first_difference", "check_case_ids"]
+__all__ = [
+    "Check",
+    "Evidence",
+    "check_case_ids",
+    "first_difference",
+    "format_checks",
+    "verify_dir",
+    "verify_imported",
+    "verify_path",
+]
 
 
 # What damaged files raise while being read (JSON and UTF-8 errors are ValueErrors).
@@ -332,7 +349,7 @@ def _subject_digests(statement: dict, present: set[str], checks: list[Check], ha
     for s in subjects:
         name = s.get("name") if isinstance(s, dict) else None
         want = (s.get("digest") or {}).get("sha256") if isinstance(s, dict) else None
-        if not _safe_name(name) or not isinstance(want, str):
+        if not isinstance(name, str) or not _safe_name(name) or not isinstance(want, str):
             bad.append(f"malformed subject {str(s)[:80]!r}")
             continue
         if name not in present or name not in digests:  # only files the walk found: never through a link
@@ -390,7 +407,7 @@ def _timed_passes(t: RowTable) -> dict[tuple, np.ndarray]:
 
 def _first(codes: Iterable[int], t: RowTable, n: int = 5) -> str:
     """The first n ids (sorted) of some id codes, comma separated."""
-    return ", ".join(sorted(t.ids.values[c] for c in codes)[:n])  # type: ignore[type-var]
+    return ", ".join(sorted(str(t.ids.values[c]) for c in codes)[:n])
 
 
 def check_case_ids(rows: RowTable | Iterable[Row], repeats: dict[str, int]) -> list[str]:
@@ -470,8 +487,8 @@ def _responses(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Chec
         return [Check("response bodies", None, "aggregate-only bundle: bodies are omitted (JevBench terms), "
                       "so row body_sha256 values cannot be checked against them")]
     t = ev.table
-    keys = zip(t.backend.strings(), t.workload.strings(), t.phase.strings(), t.pass_index.tolist(), t.seq.tolist())
-    hashes = dict(zip(keys, t.body_sha256))
+    keys = zip(t.backend.strings(), t.workload.strings(), t.phase.strings(), t.pass_index.tolist(), t.seq.tolist(), strict=True)
+    hashes = dict(zip(keys, t.body_sha256, strict=True))
     wrong, seen = [], 0
     for path in sorted(ev.run.path.glob("responses/*.jsonl")):
         for before, entries in _response_chunks(path):
@@ -481,15 +498,15 @@ def _responses(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Chec
             at = [i for i, e in enumerate(entries) if e.body is not msgspec.UNSET or e.body_base64 is not msgspec.UNSET]
             have = [entries[i] for i in at]
             seen += len(have)
-            for i, e in zip(at, have):
+            for i, e in zip(at, have, strict=True):
                 if msgspec.UNSET in (e.backend, e.workload, e.phase, e.pass_index, e.seq):
                     raise EvidenceError(f"{path.name}:{before + i + 1} lacks one of {', '.join(_KEY_FIELDS)}")
             # C loops throughout: encode, hash, look up, compare.
             bodies = [e.body.encode("utf-8") if e.body is not msgspec.UNSET else base64.b64decode(e.body_base64)
                       for e in have]
             digests = map(operator.methodcaller("hexdigest"), map(hashlib.sha256, bodies))
-            expected = map(hashes.get, zip(*(map(operator.attrgetter(name), have) for name in _KEY_FIELDS)))
-            wrong += [f"{path.name}:{before + i + 1}" for i, got, want in zip(at, digests, expected) if got != want]
+            expected = map(hashes.get, zip(*(map(operator.attrgetter(name), have) for name in _KEY_FIELDS), strict=True))
+            wrong += [f"{path.name}:{before + i + 1}" for i, got, want in zip(at, digests, expected, strict=True) if got != want]
     return [Check("response bodies", not wrong, f"bodies whose sha256 differs from their row: {', '.join(wrong[:5])}"
                   if wrong else f"{seen} bodies match their rows' body_sha256")]
 
@@ -530,7 +547,7 @@ def first_difference(a: Any, b: Any, path: str = "") -> str | None:
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return f"{path}: {len(a)} vs {len(b)} items"
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             diff = first_difference(x, y, f"{path}[{i}]")
             if diff:
                 return diff
@@ -539,9 +556,11 @@ def first_difference(a: Any, b: Any, path: str = "") -> str | None:
 
 
 def _recomputed(ev: Evidence, predicate: dict, aggregate_only: bool,
-                summarize: Callable[..., dict] | None = None) -> list[Check]:
+                summarize: Callable[..., Summary] | None = None) -> list[Check]:
     if summarize is None:
-        from ..results.statistics import summarize
+        from ..results.statistics import summarize as recompute
+
+        summarize = recompute
     # Round-trip through JSON so recomputed and stored values are compared as written.
     ours = json.loads(json.dumps(summarize(ev.table, ev.recipe), allow_nan=False))
     stats_ours = {k: v for k, v in ours.items() if k != "gates"}

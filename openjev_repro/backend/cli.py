@@ -15,15 +15,21 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import ReproError
 from .model import METHOD, DecisionModel, Settings
 from .package import package_sha256, read_package
 from .server import HEADER_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_CONNECTIONS, ReferenceServer
 
-__all__ = ["main", "build_parser", "load_model", "Loader"]
+__all__ = [
+    "Loader",
+    "build_parser",
+    "load_model",
+    "main",
+]
 
 # How main loads the model once the port is bound: the one test seam (docs/backend.md, "Fault injection").
 Loader = Callable[[argparse.Namespace, Any], Any]
@@ -73,7 +79,7 @@ def _code_commit() -> str:
         return os.environ["OPENJEV_CODE_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                             text=True, timeout=5)
+                             text=True, timeout=5, check=False)
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -83,7 +89,7 @@ def _static_meta(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     """Check the checkpoint (cheap, before binding) and collect the metadata that never changes."""
     if args.checkpoint is not None:
         package = read_package(args.checkpoint)
-        meta = {"base_model_id": package.base_model_id, "base_revision": package.base_revision,
+        meta: dict[str, str | None] = {"base_model_id": package.base_model_id, "base_revision": package.base_revision,
                 "checkpoint_sha256": package_sha256(package.root)}
         return meta, package
     if args.tokenizer is None:
@@ -153,7 +159,7 @@ def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
         print(f"error: {exc}", file=sys.stderr)
         server.shutdown()
         return 2
-    except Exception as exc:  # loading failed in a way we did not foresee: say so, exit non-zero
+    except Exception as exc:  # noqa: BLE001 - loading failed in a way we did not foresee: say so, exit non-zero
         print(f"error: loading the model failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         server.shutdown()
         return 1

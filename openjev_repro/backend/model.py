@@ -27,7 +27,12 @@ from .kernels import assert_reference, block_optional_kernels, bound_implementat
 from .package import Package, load_head
 from .prompts import Question, RequestInvalid, chat_prompt, render_text
 
-__all__ = ["Settings", "DecisionModel", "Candidate", "resolve_device"]
+__all__ = [
+    "Candidate",
+    "DecisionModel",
+    "Settings",
+    "resolve_device",
+]
 
 METHOD = "scalar_head"
 RANDOM_INIT_SCHEME = "openjev-repro/random-init/v2"   # change it whenever the drawn values change
@@ -112,7 +117,7 @@ class DecisionModel:
     # ------------------------------------------------------------ construction
 
     @classmethod
-    def from_package(cls, package: Package, settings: Settings) -> "DecisionModel":
+    def from_package(cls, package: Package, settings: Settings) -> DecisionModel:
         device, dtype = resolve_device(settings)
         _check_settings(settings, device)
         patched = _prepare_imports(settings.mode)
@@ -138,7 +143,7 @@ class DecisionModel:
         return cls._finish(model, tokenizer, head.to(device), package.temperature, settings, device, dtype, info)
 
     @classmethod
-    def from_random(cls, config_path: Path, tokenizer_dir: Path, seed: int, settings: Settings) -> "DecisionModel":
+    def from_random(cls, config_path: Path, tokenizer_dir: Path, seed: int, settings: Settings) -> DecisionModel:
         """Random weights built directly on the device (for latency studies without weights).
 
         Every random tensor (backbone, LoRA A and B, head) is drawn from a generator on the device
@@ -197,7 +202,7 @@ class DecisionModel:
 
     @classmethod
     def _finish(cls, model: Any, tokenizer: Any, head: Any, temperature: float, settings: Settings, device: Any,
-                dtype: Any, info: dict[str, Any]) -> "DecisionModel":
+                dtype: Any, info: dict[str, Any]) -> DecisionModel:
         unmerged = _fingerprint(model, head, temperature)
         info = {**info, "weights_fingerprint": unmerged["fingerprint"], "weights_fingerprint_scope": "unmerged",
                 "weights_fingerprint_seconds": unmerged["seconds"], "weights_bytes": unmerged["bytes"]}
@@ -275,7 +280,7 @@ class DecisionModel:
         scores = [self.score(c.ids) for c in candidates]
         answers: dict[str, Any] = {}
         for question in questions:
-            mine = [s for c, s in zip(candidates, scores) if c.question is question]
+            mine = [s for c, s in zip(candidates, scores, strict=True) if c.question is question]
             answers[question.qid] = _answer(question, mine, self.temperature)
         return answers
 
@@ -350,8 +355,8 @@ def _answer(question: Question, scores: list[float], temperature: float) -> dict
     best = max(range(len(probs)), key=probs.__getitem__)
     if question.type == "choice":
         return {"type": "choice", "choice": question.options[best],
-                "probabilities": dict(zip(question.options, probs)), "confidence": probs[best]}
+                "probabilities": dict(zip(question.options, probs, strict=True)), "confidence": probs[best]}
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in question.levels)
     values = question.levels if numeric else list(range(len(question.levels)))
-    return {"type": "score", "score": sum(p * v for p, v in zip(probs, values)), "probabilities": probs,
+    return {"type": "score", "score": sum(p * v for p, v in zip(probs, values, strict=True)), "probabilities": probs,
             "confidence": probs[best], "legend": {str(i): level for i, level in enumerate(question.levels)}}

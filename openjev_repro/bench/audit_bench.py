@@ -32,13 +32,13 @@ import numpy as np
 
 from ..errors import ReproError
 from ..hashing import hash_file
-from ..study.rundir import ENVELOPE_NAME, RunDir, check_response_entry, write_json_atomic
 from ..manifest.keys import generate_keypair
 from ..manifest.statement import write_manifest
-from ..study.recipe import load_recipe
 from ..results.report import write_report
-from ..results.statistics import summarize
 from ..results.row_table import read_table
+from ..results.statistics import summarize
+from ..study.recipe import load_recipe
+from ..study.rundir import ENVELOPE_NAME, RunDir, check_response_entry, write_json_atomic
 from .machine import result_header
 
 __all__ = [

@@ -9,7 +9,7 @@ from invoke import Exit, task
 
 from . import user_errors
 
-__all__ = ["verify_inputs_task", "study"]
+__all__ = ["study", "verify_inputs_task"]
 
 
 @task(name="verify-inputs", help={

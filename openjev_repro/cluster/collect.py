@@ -17,7 +17,6 @@ from ..audit.compare import COMPARABLE_STATUSES, compare_runs, run_status
 from ..audit.verify import verify_path
 from ..errors import EvidenceError, RunIncomplete, VerificationError
 from ..hashing import hash_file
-from ..study.rundir import ENVELOPE_NAME, RunDir
 from ..manifest.dsse import (
     envelope_bytes,
     make_envelope,
@@ -28,6 +27,7 @@ from ..manifest.dsse import (
 from ..manifest.keys import load_private_key, load_public_key
 from ..study.recipe import parse_recipe
 from ..study.rows import read_rows
+from ..study.rundir import ENVELOPE_NAME, RunDir
 from .crosshost import HostRun, backend_report, host_means, load_cross_host_tolerances
 from .submission import Submission
 

@@ -24,9 +24,9 @@ from ..errors import EvidenceError
 from ..study.rundir import ENVELOPE_NAME, RunDir, read_versioned, write_json_atomic
 
 __all__ = [
+    "ATTEMPT_FORMAT_VERSION",
     "SLURM_CAUSE",
     "SUBMISSION_FORMAT_VERSION",
-    "ATTEMPT_FORMAT_VERSION",
     "RunAttempt",
     "Submission",
     "utc_now",

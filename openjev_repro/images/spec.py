@@ -21,17 +21,17 @@ from ..errors import RecipeError
 from ..schema import StrictModel
 
 __all__ = [
-    "IMAGES_DIR",
     "CACHE_DIR",
+    "IMAGES_DIR",
     "PLACEHOLDER_DIGEST",
-    "ImageSpec",
-    "Source",
     "Artifact",
     "DebianPin",
-    "load_spec",
-    "spec_path",
+    "ImageSpec",
+    "Source",
     "backend_names",
+    "load_spec",
     "offline_backends",
+    "spec_path",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -106,6 +106,14 @@ class ImageSpec(StrictModel):
     directory: Path = Path(".")
 
     @property
+    def debian_pin(self) -> DebianPin:
+        """The Debian base pin, for the steps that build on our Debian base; a RecipeError without one."""
+        if self.debian is None:
+            raise RecipeError(f"The {self.name} image recipe has no `debian:` pin; only images on our Debian base "
+                              "(kind rootfs, or a Dockerfile with `debian:`) are built or locked from it.")
+        return self.debian
+
+    @property
     def base_digest(self) -> str | None:
         if not self.base or "@" not in self.base:
             return None
@@ -114,7 +122,7 @@ class ImageSpec(StrictModel):
     @property
     def base_resolved(self) -> bool:
         digest = self.base_digest
-        return bool(digest) and digest != PLACEHOLDER_DIGEST and re.fullmatch(r"sha256:[0-9a-f]{64}", digest) is not None
+        return digest is not None and digest != PLACEHOLDER_DIGEST and re.fullmatch(r"sha256:[0-9a-f]{64}", digest) is not None
 
     @property
     def lock_path(self) -> Path:

@@ -25,6 +25,7 @@ import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -181,12 +182,12 @@ class RowTable:
             return tables[0]
         if not tables:
             return cls.from_rows([])
-        arrays = {name: np.concatenate([getattr(t, name) for t in tables])
+        arrays: dict[str, Any] = {name: np.concatenate([getattr(t, name) for t in tables])
                   for name in ("pass_index", "seq", "start_ns", "end_ns", "probability", "has_probability",
                                "input_tokens", "has_input_tokens", "ok")}
-        strings = {name: _concat([getattr(t, name) for t in tables])
+        strings: dict[str, Any] = {name: _concat([getattr(t, name) for t in tables])
                    for name in ("ids", "backend", "workload", "phase", "decision", "label")}
-        lists = {name: [x for t in tables for x in getattr(t, name)] for name in ("status", "body_sha256", "error")}
+        lists: dict[str, Any] = {name: [x for t in tables for x in getattr(t, name)] for name in ("status", "body_sha256", "error")}
         return cls(**arrays, **strings, **lists)
 
     # --- reading back ------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -24,7 +25,7 @@ from .recipe import UNPINNED, NoAliasLoader, Recipe, _line_map
 from .resolved import ResolvedRecipe
 from .traces import plan_traces
 
-__all__ = ["PLAN_FORMAT_VERSION", "resolve_plan", "check_pins", "runner_placeholders", "REPRO_ROOT"]
+__all__ = ["PLAN_FORMAT_VERSION", "REPRO_ROOT", "check_pins", "resolve_plan", "runner_placeholders"]
 
 PLAN_FORMAT_VERSION = 1
 REPRO_ROOT = Path(__file__).resolve().parents[2]  # the directory holding openjev_repro ({repro})
@@ -64,7 +65,8 @@ def _pin_ok(value: str, kind: str) -> bool:
 def check_pins(recipe: Recipe, recipe_path: Path) -> list[dict]:
     """Every pin with its kind and status; RecipeError naming file:line if any is malformed."""
     text = Path(recipe_path).read_text(encoding="utf-8")
-    lines = _line_map(yaml.compose(text, Loader=NoAliasLoader))
+    node = yaml.compose(text, Loader=NoAliasLoader)
+    lines = _line_map(node) if node is not None else {}  # an empty file has no node
     checked, bad = [], []
     for path, value, kind in _pins(recipe):
         ok = _pin_ok(value, kind)
@@ -108,9 +110,9 @@ def _backends(recipe: Recipe, values: dict[str, str], runtime: str | None) -> li
 
 
 def _passes(recipe: Recipe) -> list[dict]:
-    seq = []
+    seq: list[dict[str, Any]] = []
     for b in recipe.backends:
-        steps = []
+        steps: list[dict[str, str | int | bool | None]] = []
         if recipe.protocol.first_inference:
             steps.append({"phase": "first", "detail": "first inference after readiness (excluded)"})
         warm = recipe.protocol.warmup
@@ -160,7 +162,7 @@ def resolve_plan(study: ResolvedRecipe, *, runtime: str | None = None) -> dict:
                                                                      python="{python}", probe=False)]}
     counts = _token_counts(recipe, root)
     traces: dict = {"enabled": bool(recipe.traces and recipe.traces.enabled)}
-    if traces["enabled"]:
+    if recipe.traces is not None and recipe.traces.enabled:
         traces["items"] = [i.to_dict() for i in plan_traces(recipe, counts)] if counts else []
         if not counts:
             traces["note"] = f"token counts {recipe.traces.token_counts} not present yet; items resolved at run time"

@@ -16,8 +16,16 @@ from ..errors import DockerError, InputMismatch, RecipeError, ReproError
 from .recipe import Recipe
 from .resolved import ResolvedRecipe
 
-__all__ = ["preflight", "check_key", "check_out_dir", "check_ports", "check_docker", "missing_inputs", "input_fix",
-           "port_in_use"]
+__all__ = [
+    "check_docker",
+    "check_key",
+    "check_out_dir",
+    "check_ports",
+    "input_fix",
+    "missing_inputs",
+    "port_in_use",
+    "preflight",
+]
 
 RUNTIMES = ("local", "docker")
 
@@ -96,15 +104,17 @@ def check_docker(recipe: Recipe, runtime: str | None) -> None:
     docker_backends = [b for b in recipe.backends if (runtime or b.runtime) == "docker"]
     if not docker_backends:
         return
+    images = []
     for backend in docker_backends:
         if backend.image is None:
             raise RecipeError(f"Backend {backend.name} runs in docker but names no image in the recipe.")
+        images.append(backend.image)
     from ..images.daemon import connect, get_image
 
     client = connect()
     try:
-        for backend in docker_backends:
-            get_image(client, backend.image)
+        for image in images:
+            get_image(client, image)
     finally:
         client.close()
 

@@ -19,10 +19,10 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 from ..errors import CheckpointError, InputMismatch, RecipeError
 from ..hashing import hash_file
@@ -32,14 +32,14 @@ from .recipe import UNPINNED, InputFile, Recipe, RequestSelection, inputs_root, 
 __all__ = [
     "LOCK_FORMAT_VERSION",
     "PrepareAction",
+    "lock_fingerprint",
+    "locked_recipe",
+    "placeholders",
     "plan_prepare",
+    "read_lock",
     "run_prepare",
     "select_requests",
     "write_request_file",
-    "placeholders",
-    "read_lock",
-    "locked_recipe",
-    "lock_fingerprint",
 ]
 
 LOCK_FORMAT_VERSION = 1
@@ -167,7 +167,8 @@ def plan_prepare(recipe: Recipe, recipe_path: Path, *, root: Path | None = None,
 def _head(checkout: Path) -> str | None:
     if not (checkout / ".git").exists():
         return None
-    done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=False)
     return done.stdout.strip() if done.returncode == 0 else None
 
 
@@ -223,7 +224,7 @@ def _checkout(source, root: Path) -> None:
     if not (target / ".git").exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         _git(["clone", "--no-checkout", source.url, str(target)])
-    if subprocess.run(["git", "-C", str(target), "cat-file", "-e", f"{source.commit}^{{commit}}"]).returncode != 0:
+    if subprocess.run(["git", "-C", str(target), "cat-file", "-e", f"{source.commit}^{{commit}}"], check=False).returncode != 0:
         _git(["-C", str(target), "fetch", "origin", source.commit])
     _git(["-C", str(target), "checkout", "--detach", source.commit])
     if _head(target) != source.commit:
@@ -231,7 +232,7 @@ def _checkout(source, root: Path) -> None:
 
 
 def _git(args: list[str]) -> None:
-    done = subprocess.run(["git", *args])
+    done = subprocess.run(["git", *args], check=False)
     if done.returncode != 0:
         raise InputMismatch(f"git {' '.join(args)} failed with status {done.returncode}; check the network and URL.")
 
@@ -240,7 +241,7 @@ def _run_step(action: PrepareAction) -> None:
     env = dict(os.environ, **action.env)
     if shutil.which(action.argv[0], path=env.get("PATH")) is None and not Path(action.argv[0]).exists():
         raise RecipeError(f"Step {action.name} needs {action.argv[0]!r}, which is not installed here.")
-    done = subprocess.run(action.argv, env=env, cwd=action.cwd)
+    done = subprocess.run(action.argv, env=env, cwd=action.cwd, check=False)
     if done.returncode != 0:
         raise CheckpointError(f"Step {action.name} failed with status {done.returncode}; its output is above. "
                               f"Remove any partial {action.target} before running prepare again.")
@@ -263,8 +264,10 @@ def lock_fingerprint(recipe: Recipe) -> dict:
 def _declared(recipe: Recipe) -> list[tuple[str, str, str | None]]:
     files = [(f.path, f.sha256, f.published_sha256) for f in recipe.inputs.files]
     files += [(a.path, a.sha256, None) for b in recipe.backends for a in b.artifacts]
-    seen: set[str] = set()
-    return [f for f in files if not (f[0] in seen or seen.add(f[0]))]
+    first: dict[str, tuple[str, str, str | None]] = {}  # the first declaration of each path, in order
+    for f in files:
+        first.setdefault(f[0], f)
+    return list(first.values())
 
 
 def _build_lock(recipe: Recipe, recipe_path: Path, root: Path, say: Callable[[str], None]) -> dict:
@@ -293,7 +296,7 @@ def _build_lock(recipe: Recipe, recipe_path: Path, root: Path, say: Callable[[st
     if problems:
         raise InputMismatch("Prepared inputs do not match the recipe: " + "; ".join(problems) + ".")
     return {"format_version": LOCK_FORMAT_VERSION, "study_id": recipe.study.id, "pins": lock_fingerprint(recipe),
-            "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "files": files, "published": published}
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -26,33 +26,33 @@ from ..limits import MAX_PASSES, MAX_REPEAT, MAX_TIMEOUT_S
 from ..schema import StrictModel
 
 __all__ = [
+    "COMMIT_RE",
     "RECIPE_FORMAT_VERSION",
-    "Recipe",
-    "Study",
+    "SHA256_RE",
+    "UNPINNED",
+    "AuxProcess",
+    "Backend",
+    "Controls",
+    "Download",
+    "Gate",
     "InputFile",
     "Inputs",
-    "Workload",
-    "Backend",
-    "Protocol",
-    "Controls",
-    "Gate",
-    "load_recipe",
-    "parse_recipe",
-    "parse_duration",
-    "read_yaml",
-    "AuxProcess",
-    "Download",
-    "Source",
-    "PrepareStep",
-    "RequestSelection",
-    "Preparation",
-    "Pins",
-    "Traces",
-    "UNPINNED",
-    "COMMIT_RE",
-    "SHA256_RE",
-    "lock_path",
     "NoAliasLoader",
+    "Pins",
+    "Preparation",
+    "PrepareStep",
+    "Protocol",
+    "Recipe",
+    "RequestSelection",
+    "Source",
+    "Study",
+    "Traces",
+    "Workload",
+    "load_recipe",
+    "lock_path",
+    "parse_duration",
+    "parse_recipe",
+    "read_yaml",
     "safe_yaml",
 ]
 
@@ -76,7 +76,7 @@ Finite = Annotated[float, Field(allow_inf_nan=False)]
 class NoAliasLoader(yaml.SafeLoader):
     """SafeLoader that refuses YAML aliases (*name): an alias bomb cannot expand, and no recipe needs one."""
 
-    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+    def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not allowed in this file",
@@ -86,7 +86,7 @@ class NoAliasLoader(yaml.SafeLoader):
 
 def safe_yaml(text: str) -> Any:
     """yaml.safe_load without aliases (raises yaml.YAMLError on one)."""
-    return yaml.load(text, Loader=NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=NoAliasLoader)
 
 
 class Study(StrictModel):
@@ -127,7 +127,7 @@ class Inputs(StrictModel):
         return [_relative_path(v) for v in value]
 
     @model_validator(mode="after")
-    def _unique(self) -> "Inputs":
+    def _unique(self) -> Inputs:
         seen: set[str] = set()
         for f in self.files:
             if f.path in seen:
@@ -189,7 +189,7 @@ class Backend(StrictModel):
     aux: list[AuxProcess] = []  # started before command, stopped after it
 
     @model_validator(mode="after")
-    def _aux_names(self) -> "Backend":
+    def _aux_names(self) -> Backend:
         _unique([a.name for a in self.aux], "aux process")
         return self
 
@@ -287,7 +287,7 @@ class ExternalGate(_Gate):
 
 
 Gate = Annotated[
-    Union[MeanReductionGate, MaxProbabilityDeltaGate, DecisionsUnchangedGate, ProbabilitiesStableGate, ExternalGate],
+    MeanReductionGate | MaxProbabilityDeltaGate | DecisionsUnchangedGate | ProbabilitiesStableGate | ExternalGate,
     Field(discriminator="kind"),
 ]
 
@@ -371,7 +371,7 @@ class Preparation(StrictModel):
     lock_trees: list[str] = []
 
     @model_validator(mode="after")
-    def _names(self) -> "Preparation":
+    def _names(self) -> Preparation:
         _unique([d.name for d in self.downloads] + [s.name for s in self.sources], "download/source")
         _unique([s.name for s in self.steps], "prepare step")
         known = {s.name for s in self.sources}
@@ -420,7 +420,7 @@ class Recipe(StrictModel):
     traces: Traces | None = None
 
     @model_validator(mode="after")
-    def _references(self) -> "Recipe":
+    def _references(self) -> Recipe:
         declared = {f.path for f in self.inputs.files}
         self._check_preparation(declared)
         for w in self.workloads:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal, Self, get_args
 
 from ..errors import EvidenceError
 
@@ -64,7 +64,7 @@ class Row:
         return json.dumps({name: getattr(self, name) for name in _FIELD_NAMES}, sort_keys=True, allow_nan=False)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Row":
+    def from_dict(cls, data: dict) -> Row:
         version = data.get("v")
         if version != ROW_FORMAT_VERSION:
             raise EvidenceError(
@@ -89,7 +89,7 @@ class RowWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file = open(path, "a", encoding="utf-8")
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held for the run; close() or `with` closes it
 
     def write(self, row: Row) -> None:
         self._file.write(row.to_json() + "\n")
@@ -98,7 +98,7 @@ class RowWriter:
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> "RowWriter":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -37,17 +37,36 @@ import shutil
 import socket
 import stat
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 from collections.abc import Collection
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from ..errors import EvidenceError, UnsupportedFormat
 
-__all__ = ["RunDir", "STATE_FORMAT_VERSION", "READABLE_VERSIONS", "RESPONSE_VERSIONS", "INPUTS_FORMAT_VERSION",
-           "PROCESSES_FORMAT_VERSION", "BACKENDS_FORMAT_VERSION", "check_response_entry", "write_json_atomic", "write_bytes_atomic", "read_json", "check_format",
-           "read_versioned", "ENVELOPE_NAME", "scan_tree",
-           "fsync_tree", "boot_id", "process_start_ticks", "stale_reason", "guard_output", "enclosing_run"]
+__all__ = [
+    "BACKENDS_FORMAT_VERSION",
+    "ENVELOPE_NAME",
+    "INPUTS_FORMAT_VERSION",
+    "PROCESSES_FORMAT_VERSION",
+    "READABLE_VERSIONS",
+    "RESPONSE_VERSIONS",
+    "STATE_FORMAT_VERSION",
+    "RunDir",
+    "boot_id",
+    "check_format",
+    "check_response_entry",
+    "enclosing_run",
+    "fsync_tree",
+    "guard_output",
+    "process_start_ticks",
+    "read_json",
+    "read_versioned",
+    "scan_tree",
+    "stale_reason",
+    "write_bytes_atomic",
+    "write_json_atomic",
+]
 
 STATE_FORMAT_VERSION = 1
 ENVELOPE_NAME = "manifest.dsse.json"
@@ -267,9 +286,9 @@ class RunDir:
         self.path = Path(path)
 
     @classmethod
-    def create(cls, parent: Path, study_id: str) -> "RunDir":
+    def create(cls, parent: Path, study_id: str) -> RunDir:
         """A new directory `<study_id>-<UTC time>-<random>` under parent; never reuses one."""
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         stamp = now.strftime("%Y%m%dT%H%M%SZ")
         path = Path(parent) / f"{study_id}-{stamp}-{secrets.token_hex(3)}"
         path.mkdir(parents=True, exist_ok=False)
@@ -285,7 +304,7 @@ class RunDir:
         return run
 
     @classmethod
-    def open(cls, path: Path) -> "RunDir":
+    def open(cls, path: Path) -> RunDir:
         run = cls(Path(path))
         if not (run.path / "state.json").is_file():
             raise EvidenceError(f"{path} is not a run directory (no state.json).")

@@ -16,16 +16,18 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
-from .rundir import (BACKENDS_FORMAT_VERSION, INPUTS_FORMAT_VERSION, PROCESSES_FORMAT_VERSION, RunDir, fsync_tree,
-                     write_json_atomic)
+from ..host.driver import GpuDriver
 from ..host.override import GpuOverride
 from ..host.reaper import Reaper
 from ..host.session import HostSession
+from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
+from ..runtime.local import LocalRuntime
 from .inputs import checks_table, require_all_ok, verify_inputs
 from .passes import PassBudget, PassRunner, ResponseLog
 from .placeholders import LAUNCH_NAMES, fill
@@ -33,13 +35,24 @@ from .plan import REPRO_ROOT
 from .preflight import port_in_use, preflight
 from .recipe import AuxProcess, Backend, Recipe, Workload
 from .resolved import ResolvedRecipe, resolve_recipe
-from .rows import RowWriter, read_rows
-from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
-from ..runtime.local import LocalRuntime
+from .rows import Phase, RowWriter, read_rows
+from .rundir import (
+    BACKENDS_FORMAT_VERSION,
+    INPUTS_FORMAT_VERSION,
+    PROCESSES_FORMAT_VERSION,
+    RunDir,
+    fsync_tree,
+    write_json_atomic,
+)
 from .timed_client import TimedClient
 from .workload import Request, build_requests, load_tasks, select
 
-__all__ = ["StudyOptions", "run_study", "free_port", "TIMING_BOUNDARY"]
+__all__ = [
+    "TIMING_BOUNDARY",
+    "StudyOptions",
+    "free_port",
+    "run_study",
+]
 
 TIMING_BOUNDARY = (
     "Client monotonic clock (ns) from just before the request's first byte is sent to just after the "
@@ -58,7 +71,7 @@ class StudyOptions:
     inputs_root: Path | None = None
     key_path: Path | None = None  # Ed25519 private key; None: unsigned
     allow_busy: bool = False
-    gpu_driver: object | None = None  # a host.GpuDriver; None: NVML or nvidia-smi (tests pass their double, tests/fake_gpus.py)
+    gpu_driver: GpuDriver | None = None  # None: NVML or nvidia-smi (tests pass their double, tests/fake_gpus.py)
     gpu_override: GpuOverride | None = None  # run on this GPU instead of the recipe's (recorded as gpu_override)
     console: Console = field(default_factory=lambda: Console(stderr=True))
 
@@ -111,11 +124,9 @@ def mark_incomplete(run: RunDir, error: str) -> bool:
     Falls back to rewriting state.json in place when the atomic write cannot (a full disk:
     the temporary file needs space, the existing file's blocks do not).
     """
-    try:
+    with contextlib.suppress(OSError, ValueError, ReproError):  # e.g. a full disk: rewrite in place below
         run.update_state(status="incomplete", error=error)
         return True
-    except Exception:
-        pass
     try:
         state = dict(run.state(), status="incomplete", error=error[:500])
         data = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
@@ -125,7 +136,7 @@ def mark_incomplete(run: RunDir, error: str) -> bool:
             fh.flush()
             os.fsync(fh.fileno())
         return True
-    except Exception:
+    except (OSError, ValueError, ReproError):
         return False  # readers still see a stale "running" run once this process is gone
 
 
@@ -137,7 +148,7 @@ def _rerender_report(run: RunDir) -> None:
         from ..results.report import write_report
 
         write_report(run.path, plots=False)  # the plots do not change; the banner is in report.md
-    except Exception:
+    except Exception:  # noqa: BLE001 - best effort: a failing report must not hide the study's own error
         with contextlib.suppress(OSError):
             run.file("report.md").unlink()  # no report rather than one that looks complete
 
@@ -177,7 +188,7 @@ def _remove_temporaries(run: RunDir) -> None:
             path.unlink()
 
 
-def _step(run: RunDir, name: str) -> "_Step":
+def _step(run: RunDir, name: str) -> _Step:
     return _Step(run, name)
 
 
@@ -309,7 +320,7 @@ IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_wei
 def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
     """backends.json: per backend, its weights fingerprint and thread settings from /health, after ready."""
     path = run.file("backends.json")
-    data = run.read("backends.json") if path.is_file() else {
+    data: dict[str, Any] = run.read("backends.json") if path.is_file() else {
         "format_version": BACKENDS_FORMAT_VERSION, "source": "/health after ready", "backends": {}}
     absent = {"available": False, "reason": "not in the backend's /health"}
     data["backends"][name] = {key: health.get(key, absent) for key in IDENTITY_KEYS}
@@ -358,7 +369,8 @@ def _protocol(run: RunDir, recipe: Recipe, backend: Backend, handle: RunningBack
             longest_pool = prepared[recipe.protocol.warmup.longest_of or workload.name]
             _warmup(runner, recipe, workload, requests, longest_pool)
             feasibility, measured = recipe.passes_for(workload)
-            plan = [("feasibility", i) for i in range(1, feasibility + 1)] + [("measured", i) for i in range(1, measured + 1)]
+            plan: list[tuple[Phase, int]] = ([("feasibility", i) for i in range(1, feasibility + 1)]
+                                             + [("measured", i) for i in range(1, measured + 1)])
             for phase, index in plan:
                 if phase == "measured":
                     budget.claim(backend.name, workload.name, index)
@@ -397,7 +409,7 @@ def _warmup(runner: PassRunner, recipe: Recipe, workload: Workload, requests: li
             raise BackendError(f"Backend {runner.backend}: warm-up request {req.id} failed: {row.error}.")
 
 
-def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phase: str, index: int,
+def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phase: Phase, index: int,
                 console: Console) -> None:
     columns = (TextColumn(f"{runner.backend} {workload} {phase} {index}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("last request {task.fields[last]}"), TextColumn("elapsed"), TimeElapsedColumn())
@@ -406,7 +418,7 @@ def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phas
         task = bar.add_task("pass", total=len(requests), last="       - ms")
         for seq, req in enumerate(requests):
             row = runner.request(req, workload=workload, phase=phase, pass_index=index, seq=seq)
-            last = f"{row.latency_ms:8.2f} ms" if row.ok else f"[red]failed: {row.error[:40]}[/]"
+            last = f"{row.latency_ms:8.2f} ms" if row.ok else f"[red]failed: {(row.error or '')[:40]}[/]"
             bar.update(task, advance=1, last=last, refresh=True)
 
 

@@ -7,12 +7,12 @@ import os
 import tarfile
 
 import pytest
+from test_audit_kit import signed_run
 
 from openjev_repro.audit.bundle import extract_bundle
 from openjev_repro.audit.publish import publish
 from openjev_repro.audit.verify import verify_path
 from openjev_repro.errors import EvidenceError
-from test_audit_kit import signed_run
 
 
 def failed(checks) -> list[tuple[str, str]]:
