@@ -9,6 +9,7 @@
     ├── ProtocolError               a response broke the HTTP contract
     ├── RunIncomplete               a study stopped before every pass finished
     ├── EvidenceError               a run directory is missing or unreadable
+    │   └── UnsupportedFormat       a file we wrote carries a format_version this tool does not read
     ├── VerificationError           a signature, digest or recomputed figure differs
     ├── HostError                   GPU, reservation, NUMA or driver problems
     │   └── ReservationTimeout      the GPU lock was held by someone else too long
@@ -22,20 +23,21 @@ Tasks turn a ReproError into `invoke.Exit(message)`: no traceback for user error
 from __future__ import annotations
 
 __all__ = [
-    "ReproError",
-    "RecipeError",
-    "InputMismatch",
+    "BackendCrashed",
     "BackendError",
     "BackendNotReady",
-    "BackendCrashed",
-    "ProtocolError",
-    "RunIncomplete",
-    "EvidenceError",
-    "VerificationError",
-    "HostError",
-    "ReservationTimeout",
-    "DockerError",
     "CheckpointError",
+    "DockerError",
+    "EvidenceError",
+    "HostError",
+    "InputMismatch",
+    "ProtocolError",
+    "RecipeError",
+    "ReproError",
+    "ReservationTimeout",
+    "RunIncomplete",
+    "UnsupportedFormat",
+    "VerificationError",
 ]
 
 
@@ -73,6 +75,10 @@ class RunIncomplete(ReproError):
 
 class EvidenceError(ReproError):
     pass
+
+
+class UnsupportedFormat(EvidenceError):
+    """A file we wrote carries a format_version this tool does not read (a newer tool wrote it)."""
 
 
 class VerificationError(ReproError):

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import threading
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable
 
 from .errors import InputMismatch
 
@@ -30,7 +31,10 @@ def hash_file(path: str | os.PathLike[str], chunk: int = CHUNK_BYTES, progress: 
     buf = bytearray(chunk)
     view = memoryview(buf)
     try:
-        with open(path, "rb", buffering=0) as f:
+        with open(path, "rb", buffering=0, opener=_open_nonblocking) as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a FIFO or device: never wait on it
+                raise InputMismatch(f"{path}: is not a regular file; name a file.")
+            os.set_blocking(f.fileno(), True)
             _advise_sequential(f.fileno())
             while n := f.readinto(buf):
                 digest.update(view[:n])
@@ -67,7 +71,7 @@ def hash_files(
     if n_workers == 1:
         return {p: hash_file(p, chunk, report) for p in unique}
     with ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="hash") as pool:
-        digests = dict(zip(order, pool.map(lambda p: hash_file(p, chunk, report), order)))
+        digests = dict(zip(order, pool.map(lambda p: hash_file(p, chunk, report), order), strict=True))
     return {p: digests[p] for p in unique}
 
 
@@ -81,6 +85,11 @@ def _size(path: Path) -> int:
     if not path.is_file():
         raise InputMismatch(f"{path}: is not a regular file; name the files inside it.")
     return st.st_size
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    """open(2) that returns at once on a FIFO without a writer (which would otherwise block forever)."""
+    return os.open(path, flags | os.O_NONBLOCK)
 
 
 def _serialised(progress: Progress | None) -> Progress | None:

@@ -1,35 +1,31 @@
-"""Limits on what the tools read: JSON depth, bundle size and members, YAML aliases, numbers.
+"""Limits on what the tools read: JSON depth, bundle size and members, passes, repeats and timeouts.
 
 Every reader of untrusted bytes (envelopes, bundles, recipes, request bodies) checks these
 before it spends memory or time on the input, and reports a breach as one sentence.
-docs/security.md lists them.
+docs/security.md lists them (YAML aliases are refused outright: `study.recipe.NoAliasLoader`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 __all__ = [
-    "MAX_JSON_DEPTH",
     "MAX_BUNDLE_BYTES",
     "MAX_BUNDLE_MEMBERS",
-    "MAX_YAML_ALIASES",
+    "MAX_JSON_DEPTH",
     "MAX_PASSES",
     "MAX_REPEAT",
     "MAX_TIMEOUT_S",
     "JsonLimitError",
-    "loads_bounded",
-    "json_depth",
     "has_lone_surrogate",
-    "finite_number",
+    "json_depth",
+    "loads_bounded",
 ]
 
 MAX_JSON_DEPTH = 64  # nesting of objects and arrays in an envelope, statement or request body
 MAX_BUNDLE_BYTES = 1 << 30  # 1 GiB of extracted content, summed over members (from the headers)
 MAX_BUNDLE_MEMBERS = 10_000
-MAX_YAML_ALIASES = 0  # recipes, claims and tolerances files never need anchors or aliases
 MAX_PASSES = 1_000  # feasibility or measured passes of one workload
 MAX_REPEAT = 10_000  # repeats of each selected request
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: any longer timeout is a typo
@@ -81,6 +77,3 @@ def has_lone_surrogate(value: Any) -> bool:
             stack.extend(item)
     return False
 
-
-def finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -23,6 +23,7 @@ Usage (on the H200, repo on PYTHONPATH, fixture in .cache/demo):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -59,7 +60,7 @@ def hardware(torch) -> dict:
     b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
     for _ in range(3):
         a @ b
-    ms = _events_ms(torch, lambda: a @ b, 20)
+    ms = _events_ms(torch, functools.partial(torch.matmul, a, b), 20)
     out["matmul_8192_tflops"] = round(2 * 8192**3 / (ms / 1e3) / 1e12, 1)
     gemms = {}
     for m in (96, 300, 936, 2312, 3399):
@@ -69,7 +70,7 @@ def hardware(torch) -> dict:
             f = torch.nn.functional.linear
             for _ in range(3):
                 f(x, w)
-            ms = _events_ms(torch, lambda: f(x, w), 20)
+            ms = _events_ms(torch, functools.partial(f, x, w), 20)
             gemms[f"{m}x{k}x{n}"] = {"ms": round(ms, 4), "tflops": round(2 * m * k * n / (ms / 1e3) / 1e12, 1),
                                      "weight_tbps": round(n * k * 2 / (ms / 1e3) / 1e12, 2)}
     out["linear_gemms"] = gemms
@@ -78,7 +79,7 @@ def hardware(torch) -> dict:
     dst = torch.empty_like(src)
     for _ in range(2):
         dst.copy_(src)
-    ms = _events_ms(torch, lambda: dst.copy_(src), 10)
+    ms = _events_ms(torch, functools.partial(dst.copy_, src), 10)
     out["copy_bytes"] = src.numel()
     out["copy_tbps_read_plus_write"] = round(2 * src.numel() / (ms / 1e3) / 1e12, 3)
     del src, dst
@@ -121,7 +122,6 @@ def main() -> int:
     import peft
     import torch
 
-    from openjev_repro.backend import model as model_mod
     from openjev_repro.backend.model import DecisionModel, Settings
     from openjev_repro.backend.prompts import MODEL_ALIASES, parse_request
     from openjev_repro.backend.server import ReferenceServer
@@ -220,7 +220,9 @@ def main() -> int:
     raw = {r["id"]: r["probability"] for r in rows if r["backend"] == "reference-raw" and r["phase"] == "measured"
            and r["pass_index"] == 1}
     diffs = {k: abs(probs[k] - raw[k]) for k in raw if k in probs}
-    flips = [k for k in diffs if (probs[k] >= model_mod.YES_THRESHOLD) != (raw[k] >= model_mod.YES_THRESHOLD)]
+    from openjev_repro.decision import YES_THRESHOLD
+
+    flips = [k for k in diffs if (probs[k] >= YES_THRESHOLD) != (raw[k] >= YES_THRESHOLD)]
     result["vs_raw"] = {"compared": len(diffs), "max_probability_delta": max(diffs.values()),
                         "mean_signed_delta": statistics.fmean(probs[k] - raw[k] for k in diffs),
                         "decision_flips": len(flips),

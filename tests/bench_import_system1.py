@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from system1_synth import write_source  # noqa: E402
+from system1_synth import write_source
 
 ROOT = Path(__file__).resolve().parents[1]
 # Runs argv as a grandchild and prints its wall time, CPU time and peak RSS as JSON: RUSAGE_CHILDREN

@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -36,15 +36,18 @@ def fixture_checkpoint(fixture_root: Path) -> Path:
 
 
 class ServerProcess:
-    """A reference backend started as `python -m openjev_repro.backend` on an ephemeral loopback port."""
+    """A reference backend started as `python -m openjev_repro.backend` on an ephemeral loopback port;
+    `program` replaces `-m openjev_repro.backend`, e.g. with tests/servers/faulty_backend.py and its flags."""
 
-    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None):
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None,
+                 program: list[str] | None = None):
         self.log = log
-        self._log_file = open(log, "wb")
         full_env = {**os.environ, "OPENJEV_CODE_COMMIT": "test", **(env or {})}
-        self.proc = subprocess.Popen([sys.executable, "-m", "openjev_repro.backend", "--host", "127.0.0.1",
-                                      "--port", "0", "--threads", "1", *args],
-                                     cwd=REPO, stdout=subprocess.DEVNULL, stderr=self._log_file, env=full_env)
+        program = program or ["-m", "openjev_repro.backend"]
+        with open(log, "wb") as err:  # the child keeps its own descriptor of the log
+            self.proc = subprocess.Popen([sys.executable, *program, "--host", "127.0.0.1",
+                                          "--port", "0", "--threads", "1", *args],
+                                         cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, env=full_env)
         self.port: int | None = None
 
     def events(self) -> list[dict]:
@@ -93,17 +96,16 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self._log_file.close()
 
 
 @pytest.fixture(scope="session")
 def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    """Factory: start_server(args, env=None) -> ServerProcess (stopped at session end)."""
+    """Factory: start_server(args, env=None, program=None) -> ServerProcess (stopped at session end)."""
     started: list[ServerProcess] = []
     logs = tmp_path_factory.mktemp("server-logs")
 
-    def start(args: list[str], env: dict[str, str] | None = None) -> ServerProcess:
-        server = ServerProcess(args, logs / f"server-{len(started)}.log", env)
+    def start(args: list[str], env: dict[str, str] | None = None, program: list[str] | None = None) -> ServerProcess:
+        server = ServerProcess(args, logs / f"server-{len(started)}.log", env, program)
         started.append(server)
         return server
 

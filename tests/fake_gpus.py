@@ -10,8 +10,8 @@ Everything around it (locks, process groups, NUMA, /proc) stays real.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 from openjev_repro.errors import HostError
 from openjev_repro.host.driver import GpuDriver, GpuInfo, GpuProcess
@@ -32,7 +32,7 @@ class FakeGpus(GpuDriver):
         self._lock = threading.Lock()
 
     @classmethod
-    def h200(cls, count: int = 4) -> "FakeGpus":
+    def h200(cls, count: int = 4) -> FakeGpus:
         """`count` idle H200s shaped like the published host (143771 MiB each)."""
         return cls([
             GpuInfo(index=i, uuid=f"GPU-{i:08x}-0000-0000-0000-000000000000", name="NVIDIA H200",

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_audit_kit import build_run, recipe_dict
 
 from openjev_repro.audit.compare import compare_rows, compare_runs, load_tolerances
 from openjev_repro.errors import EvidenceError, RecipeError
 from openjev_repro.study.rows import read_rows
-from test_audit_kit import build_run, recipe_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = {"format_version": 1, "max_mean_ratio": 1.10, "max_probability_delta": 0.01, "decisions_must_match": True}
@@ -99,7 +99,7 @@ def test_cli_writes_json_and_markdown(tmp_path, runs):
     out = tmp_path / "cmp.json"
     proc = subprocess.run([sys.executable, "-m", "invoke", "compare", "--baseline", str(a.path), "--candidate",
                            str(slow.path), "--tolerances", str(tol), "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1, proc.stderr
     assert json.loads(out.read_text())["verdict"]["passed"] is False
     md = out.with_suffix(".md").read_text()
@@ -148,9 +148,9 @@ def test_weights_fingerprints_are_compared_per_backend(tmp_path, runs):
     a, b, _ = runs
     base, cand = shutil.copytree(a.path, tmp_path / "a"), shutil.copytree(b.path, tmp_path / "b")
     same, other = "wfp1:" + "1" * 64, "wfp1:" + "2" * 64
-    (base / "backends.json").write_text(json.dumps({"backends": {"hf": {"weights_fingerprint": same},
+    (base / "backends.json").write_text(json.dumps({"format_version": 1, "backends": {"hf": {"weights_fingerprint": same},
                                                                  "native": {"weights_fingerprint": same}}}))
-    (cand / "backends.json").write_text(json.dumps({"backends": {"hf": {"weights_fingerprint": same},
+    (cand / "backends.json").write_text(json.dumps({"format_version": 1, "backends": {"hf": {"weights_fingerprint": same},
                                                                  "native": {"weights_fingerprint": other}}}))
     reported = compare_runs(base, cand, tolerances=TOL)
     by_backend = {p["baseline_backend"]: p["weights_fingerprint"] for p in reported["pairs"]}

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 import tarfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from test_audit_kit import signed_run
 
 from openjev_repro.audit.publish import publish
 from openjev_repro.audit.verify import verify_path
 from openjev_repro.errors import EvidenceError, VerificationError
+from openjev_repro.manifest import statement as statement_module
+from openjev_repro.manifest.dsse import parse_envelope, payload_of
 from openjev_repro.study.rundir import ENVELOPE_NAME
-from test_audit_kit import signed_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,11 +51,45 @@ def test_bundle_holds_no_bodies_and_verifies(published):
         {c.name for c in checks if c.passed}
 
 
-def test_bundle_is_deterministic(published, tmp_path):
+def members(bundle: Path) -> list[tuple[dict, bytes]]:
+    """Every member's tar header fields (name, mode, owner, mtime, size, type...) and bytes, in order."""
+    with tarfile.open(bundle, "r:gz") as tar:
+        return [(m.get_info(), tar.extractfile(m).read()) for m in tar.getmembers()]
+
+
+def statement_of(envelope: bytes) -> dict:
+    return json.loads(payload_of(parse_envelope(envelope)))
+
+
+def test_bundle_is_deterministic(published, tmp_path, monkeypatch):
     run, bundle, private, _ = published
-    # the predicate carries a creation time, so compare member lists and everything but the envelope
     again = publish(run.path, tmp_path / "again.tar.gz", aggregate_only=True, key_path=private)
-    assert names(again) == names(bundle)
+    first, second = members(bundle), members(again)
+    # Same names in the same order with the same headers; the same bytes in every member but the
+    # bundle's own envelope, whose statement differs in nothing but its creation time.
+    assert [info for info, _ in first] == [info for info, _ in second]
+    for (info, a), (_, b) in zip(first, second, strict=True):
+        if info["name"] == ENVELOPE_NAME:
+            ours, theirs = statement_of(a), statement_of(b)
+            assert ours["predicate"].pop("created_utc") and theirs["predicate"].pop("created_utc")
+            assert ours == theirs
+        else:
+            assert a == b, info["name"]
+    assert bundle.read_bytes()[4:8] == b"\0\0\0\0"  # gzip header: no mtime
+    # With the clock held still, two bundles of one run are the same bytes, gzip stream included.
+    frozen = datetime(2026, 12, 1, 3, 0, 0, tzinfo=UTC)
+
+    class Clock(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return frozen
+
+    monkeypatch.setattr(statement_module, "datetime", Clock)
+    one = publish(run.path, tmp_path / "one.tar.gz", aggregate_only=True, key_path=private)
+    two = publish(run.path, tmp_path / "two.tar.gz", aggregate_only=True, key_path=private)
+    assert one.read_bytes() == two.read_bytes()
+    envelope = next(data for info, data in members(one) if info["name"] == ENVELOPE_NAME)
+    assert statement_of(envelope)["predicate"]["created_utc"] == "2026-12-01T03:00:00+00:00"
 
 
 def test_tampered_bundle_member_fails(published, tmp_path):
@@ -87,27 +125,27 @@ def test_cli_publish_then_verify(tmp_path):
     run, private, public = signed_run(tmp_path)
     out = tmp_path / "pub.tar.gz"
     proc = subprocess.run([sys.executable, "-m", "invoke", "publish", "--run", str(run.path), "--aggregate-only",
-                           "--out", str(out), "--key", str(private)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                           "--out", str(out), "--key", str(private)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     ver = subprocess.run([sys.executable, "-m", "invoke", "verify", "--run", str(out), "--pubkey", str(public)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+                         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert ver.returncode == 0, ver.stdout
     assert "N/A   response bodies" in ver.stdout and "VERIFIED" in ver.stdout
     assert proc.stdout.startswith("signed aggregate-only bundle:")
 
 
 def test_cli_publish_defaults_to_aggregate_only_and_says_unsigned(tmp_path):
-    run, _, public = signed_run(tmp_path)
+    run, _, _public = signed_run(tmp_path)
     out = tmp_path / "pub.tar.gz"
     proc = subprocess.run([sys.executable, "-m", "invoke", "publish", "--run", str(run.path), "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"UNSIGNED aggregate-only bundle: {out}")
     with tarfile.open(out, "r:gz") as tar:
         names = tar.getnames()
     assert names and not [n for n in names if n.startswith(("responses/", "logs/"))], names
     refused = subprocess.run([sys.executable, "-m", "invoke", "publish", "--run", str(run.path),
-                              "--out", str(tmp_path / "x.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                              "--out", str(tmp_path / "x.json")], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert refused.returncode == 1 and refused.stderr.startswith("error: ") and ".tar.gz" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tarfile
@@ -13,15 +14,15 @@ import numpy as np
 import pytest
 from test_audit_kit import build_run, signed_run
 
-from openjev_repro.results import statistics
 from openjev_repro.audit.compare import compare_runs
 from openjev_repro.audit.publish import _write_tar, publish
 from openjev_repro.errors import EvidenceError, VerificationError
-from openjev_repro.study.rundir import RunDir
-from openjev_repro.study.recipe import parse_recipe
-from openjev_repro.results.statistics import BOOTSTRAP_METHOD, bootstrap_mean_diff_ci, summarize
+from openjev_repro.results import statistics
 from openjev_repro.results.row_table import RowTable, read_table
+from openjev_repro.results.statistics import BOOTSTRAP_METHOD, bootstrap_mean_diff_ci, summarize
+from openjev_repro.study.recipe import parse_recipe
 from openjev_repro.study.rows import Row, read_rows
+from openjev_repro.study.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,6 +93,8 @@ def test_chunked_reading_merges_interned_strings(tmp_path):
     (lambda row: row.replace('"v": 1', '"v": 7'), "rows.jsonl:2: Row format version 7 is not supported"),
     (lambda row: row.replace('"error": null, ', ""), r"rows.jsonl:2: Row has unknown fields \[\] or lacks \['error'\]"),
     (lambda row: row[:40], "rows.jsonl:2: not a valid row"),
+    (lambda row: re.sub(r'"phase": "\w+"', '"phase": "timed"', row),
+     "rows.jsonl:2: Row phase 'timed' is not one of first, warmup, feasibility, measured"),
 ])
 def test_a_bad_row_is_an_evidence_error_naming_its_line(tmp_path, edit, message):
     run = build_run(tmp_path)

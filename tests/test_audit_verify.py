@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from openjev_repro.study.rundir import ENVELOPE_NAME, write_json_atomic
-from openjev_repro.manifest import write_manifest
-from openjev_repro.audit.verify import check_case_ids, format_checks, verify_path
-from openjev_repro.study.rows import read_rows
 from test_audit_kit import build_run, keypair, signed_run
+
+from openjev_repro.audit.verify import check_case_ids, format_checks, verify_path
+from openjev_repro.manifest import write_manifest
+from openjev_repro.study.rows import read_rows
+from openjev_repro.study.rundir import ENVELOPE_NAME, write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 INVOKE = [sys.executable, "-m", "invoke"]
@@ -124,7 +124,7 @@ def test_unsigned_run_needs_allow_unsigned(tmp_path):
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*INVOKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run([*INVOKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_cli_verify_prints_a_checklist_and_exits_by_outcome(tmp_path):

@@ -12,12 +12,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from openjev_repro.study.recipe import load_recipe
+
 pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
 
 FAIL_MARK = "PLEASE-FAIL-HERE"
 SLOW_MARK = "PLEASE-BE-SLOW"
-HOOKS = {"OPENJEV_REFERENCE_FAIL_ON": FAIL_MARK, "OPENJEV_REFERENCE_SLOW_ON": SLOW_MARK,
-         "OPENJEV_REFERENCE_SLOW_SECONDS": "3"}
+FAULTY = str(Path(__file__).parent / "servers" / "faulty_backend.py")  # the backend with injected faults
+FAULTS = [FAULTY, "--fail-on", FAIL_MARK, "--slow-on", SLOW_MARK, "--slow-seconds", "3"]
 METADATA = {"method", "temperature", "candidate_sequences", "inference_seconds", "prefix_cache", "checkpoint_sha256",
             "base_revision", "max_length", "backbone_parameter_dtypes", "code_commit", "mode", "implementations",
             "device"}
@@ -25,7 +29,16 @@ METADATA = {"method", "temperature", "candidate_sequences", "inference_seconds",
 
 @pytest.fixture(scope="module")
 def raw(start_server, fixture_checkpoint: Path):
-    server = start_server(["--checkpoint", str(fixture_checkpoint), "--mode", "raw", "--max-length", "4096"], HOOKS)
+    server = start_server(["--checkpoint", str(fixture_checkpoint), "--mode", "raw", "--max-length", "4096"])
+    server.wait_ready()
+    return server
+
+
+@pytest.fixture(scope="module")
+def faulty(start_server, fixture_checkpoint: Path):
+    """The same backend through its test seam, with faults injected on marked states."""
+    server = start_server(["--checkpoint", str(fixture_checkpoint), "--mode", "raw", "--max-length", "4096"],
+                          program=FAULTS)
     server.wait_ready()
     return server
 
@@ -92,7 +105,7 @@ def test_choice_and_score(raw) -> None:
     assert choice["choice"] == max(choice["probabilities"], key=choice["probabilities"].get)
     assert choice["confidence"] == max(choice["probabilities"].values())
     assert len(score["probabilities"]) == 4 and abs(sum(score["probabilities"]) - 1) < 1e-9
-    assert score["score"] == pytest.approx(sum(p * v for p, v in zip(score["probabilities"], [1, 2, 3, 4])))
+    assert score["score"] == pytest.approx(sum(p * v for p, v in zip(score["probabilities"], [1, 2, 3, 4], strict=True)))
     assert score["legend"] == {"0": 1, "1": 2, "2": 3, "3": 4}
     meta = data["metadata"]
     assert meta["candidate_sequences"] == 7 and len(meta["candidate_tokens"]) == 7
@@ -155,19 +168,19 @@ def test_over_length_candidate_is_422_before_inference(raw) -> None:
     assert httpx.get(f"{raw.url}/health").json()["served"] == served
 
 
-def test_inference_exception_is_500_and_server_keeps_serving(raw) -> None:
-    response = post(raw, noul(state=f"log {FAIL_MARK} here"))
+def test_inference_exception_is_500_and_server_keeps_serving(faulty) -> None:
+    response = post(faulty, noul(state=f"log {FAIL_MARK} here"))
     assert response.status_code == 500 and "inference failed" in response.json()["error"]["message"]
-    assert post(raw, noul()).status_code == 200
+    assert post(faulty, noul()).status_code == 200
 
 
-def test_health_answers_while_an_inference_runs(raw) -> None:
+def test_health_answers_while_an_inference_runs(faulty) -> None:
     result: dict = {}
-    worker = threading.Thread(target=lambda: result.update(r=post(raw, noul(state=f"{SLOW_MARK} now"))))
+    worker = threading.Thread(target=lambda: result.update(r=post(faulty, noul(state=f"{SLOW_MARK} now"))))
     worker.start()
     time.sleep(0.5)
     started = time.monotonic()
-    health = httpx.get(f"{raw.url}/health", timeout=10).json()
+    health = httpx.get(f"{faulty.url}/health", timeout=10).json()
     elapsed = time.monotonic() - started
     worker.join()
     assert health["busy"] is True and elapsed < 1.5
@@ -204,7 +217,7 @@ def test_raw_and_fast_agree(raw, fast, fixture_root: Path) -> None:
 # ------------------------------------------------------------------ start-up
 
 def test_health_is_503_before_ready(start_server, fixture_checkpoint: Path) -> None:
-    server = start_server(["--checkpoint", str(fixture_checkpoint)], {"OPENJEV_REFERENCE_LOAD_DELAY_S": "4"})
+    server = start_server(["--checkpoint", str(fixture_checkpoint)], program=[FAULTY, "--load-delay", "4"])
     server.wait_port()
     before = httpx.get(f"{server.url}/health", timeout=5)
     assert before.status_code == 503 and before.json()["status"] == "loading"
@@ -246,8 +259,16 @@ def test_random_init_serves(start_server, fixture_checkpoint: Path) -> None:
     server = start_server(["--random-init", str(base / "config.json"), "--seed", "3", "--tokenizer", str(base)])
     health = server.wait_ready()
     assert health["lora_modules"] == 10 and health["base_model"] == "random-init:config"
-    data = post(server, {**noul(), "model": "random-init:config"}).json()
-    assert 0 < data["answers"]["q"]["noul"] < 1 and data["metadata"]["temperature"] == 2.5343690298472983
+    response = post(server, {**noul(), "model": "random-init:config"})
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert data["model"] == "random-init:config" and 0 < data["answers"]["q"]["noul"] < 1
+    assert data["usage"]["input_tokens"] > 0 and set(METADATA) <= set(data["metadata"])
+    meta = data["metadata"]
+    assert (meta["base_revision"], meta["checkpoint_sha256"]) == ("seed-3", None)  # says what it serves
+    # Random weights at the published model's calibration (docs/backend.md), so a 27B-shape run is comparable.
+    published = load_recipe(ROOT / "recipes" / "open-jev-h200-hf-comparison-2026-10-03.yaml")
+    assert published.pins.temperature is not None and meta["temperature"] == published.pins.temperature
     server.stop()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from openjev_repro.backend.prompts import MODEL_ALIASES, parse_request
 from openjev_repro.bench import (
     BenchUsageError,
     calibrate_client_overhead,
@@ -22,22 +24,67 @@ from openjev_repro.bench import (
     run_hash_bench,
 )
 from openjev_repro.bench.hash_bench import ensure_files
-from openjev_repro.bench.server import SYSTEMONE_RESPONSE, LoopbackServer
+from openjev_repro.bench.server import SYSTEMONE_REQUEST, SYSTEMONE_RESPONSE, LoopbackServer
 from openjev_repro.bench.stats import summarize_ns
-from openjev_repro.study.timed_client import TimedClient
+from openjev_repro.study.passes import parse_noul_response
+from openjev_repro.study.timed_client import TimedClient, build_request
 
 ROOT = Path(__file__).resolve().parents[1]
 INVOKE = [sys.executable, "-m", "invoke"]
 
 
+def _recv(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, f"the server closed the connection after {len(data)} of {n} bytes"
+        data += chunk
+    return data
+
+
+def _nothing_more(sock: socket.socket, wait_s: float = 0.3) -> bool:
+    sock.settimeout(wait_s)
+    try:
+        return sock.recv(1) == b""  # b"": closed; a byte: an answer nobody asked for
+    except TimeoutError:
+        return True
+    finally:
+        sock.settimeout(5)
+
+
 def test_loopback_server_answers_pipelined_and_split_requests() -> None:
-    with LoopbackServer() as server, TimedClient("127.0.0.1", server.port, timeout_s=5) as client:
-        for _ in range(3):
-            r = client.request("POST", "/v1/systemone", b'{"a": 1}')
-            assert r.body == SYSTEMONE_RESPONSE and r.headers["content-type"] == "application/json"
-        assert client.connections_opened == 1
-    assert 500 <= len(SYSTEMONE_RESPONSE) <= 700  # the size of a real /v1/systemone answer
-    json.loads(SYSTEMONE_RESPONSE)
+    wire = build_request("POST", "/v1/systemone", "127.0.0.1", SYSTEMONE_REQUEST, {"Content-Type": "application/json"})
+    head = wire.index(b"\r\n\r\n") + 4
+    with LoopbackServer() as server, socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        answer = server.response
+        # Pipelined: three requests and the start of a fourth in one send; three answers, in order.
+        sock.sendall(wire * 3 + wire[:10])
+        assert _recv(sock, 3 * len(answer)) == answer * 3
+        assert _nothing_more(sock)  # the fourth is incomplete: no answer yet
+        # Split: the rest of the fourth in pieces (inside the head, at its end, inside the body).
+        for piece in (wire[10:40], wire[40:head], wire[head : head + 7], wire[head + 7 : -1]):
+            sock.sendall(piece)
+            assert _nothing_more(sock, 0.1)
+        sock.sendall(wire[-1:])
+        assert _recv(sock, len(answer)) == answer
+        assert _nothing_more(sock)
+        with TimedClient("127.0.0.1", server.port, timeout_s=5) as client:  # one request at a time, kept alive
+            for _ in range(3):
+                r = client.request("POST", "/v1/systemone", SYSTEMONE_REQUEST)
+                assert r.body == SYSTEMONE_RESPONSE and r.headers["content-type"] == "application/json"
+            assert client.connections_opened == 1
+
+
+def test_bench_request_and_response_follow_the_http_contract() -> None:
+    """The benchmark times a body of the real contract's shape (shared/facts/upstream.md), which a study accepts."""
+    answer = parse_noul_response(SYSTEMONE_RESPONSE)  # what a study's pass runner does with a response
+    assert (answer.decision, answer.input_tokens) == ("yes", 1234) and 0 < answer.probability < 1
+    assert set(json.loads(SYSTEMONE_RESPONSE)["metadata"]) == {
+        "method", "temperature", "candidate_sequences", "inference_seconds", "prefix_cache", "checkpoint_sha256",
+        "base_revision", "max_length", "backbone_parameter_dtypes", "code_commit"}
+    model, _, questions = parse_request(json.loads(SYSTEMONE_REQUEST), MODEL_ALIASES)  # our backend's validation
+    assert model == "open-jev" and [(q.qid, q.type) for q in questions] == [("q", "noul")]
 
 
 def test_client_bench_small() -> None:
@@ -109,7 +156,7 @@ def test_hash_bench_single_file_has_no_several_case(tmp_path) -> None:
 
 
 def run_invoke(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*INVOKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run([*INVOKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_cli_bench_client_writes_json_and_ends_with_the_ratio(tmp_path) -> None:
@@ -140,8 +187,8 @@ def test_cli_bench_calibrate_prints_json() -> None:
 
 def test_loopback_server_exits_when_its_parent_dies() -> None:
     parent = subprocess.Popen(
-        [sys.executable, "-c", "from openjev_repro.bench.server import LoopbackServer as S; s = S().__enter__(); "
-         "print(s._proc.pid, flush=True); import os; os._exit(0)"],
+        [sys.executable, "-c", ("from openjev_repro.bench.server import LoopbackServer as S; s = S().__enter__(); "
+         "print(s._proc.pid, flush=True); import os; os._exit(0)")],
         stdout=subprocess.PIPE, text=True,
     )
     child = int(parent.stdout.readline())

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from rich.cells import cell_len
-
 from studykit import scripted_backend, write_study
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +49,7 @@ def on_terminal(args: list[str], columns: int = COLUMNS) -> tuple[int, list[str]
 
 def piped(args: list[str]) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}
-    return subprocess.run(INVOKE + args, cwd=REPO, capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(INVOKE + args, cwd=REPO, capture_output=True, text=True, timeout=120, env=env, check=False)
 
 
 @pytest.fixture(scope="module")

@@ -454,12 +454,12 @@ def test_resume_takes_no_new_options(tmp_path: Path):
 
 def test_a_task_whose_key_is_unusable_fails_before_measuring(tmp_path: Path, monkeypatch):
     from openjev_repro.cluster.task import run_task
-    from openjev_repro.study.recipe import recipe_sha256
+    from openjev_repro.hashing import hash_file
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     recipe = write_study(tmp_path / "study", [scripted_backend("scripted")])
     sub = Submission.create(tmp_path / "subs", "test-study", {
-        "recipe": str(recipe), "recipe_sha256": recipe_sha256(recipe), "replicates": 1,
+        "recipe": str(recipe), "recipe_sha256": hash_file(recipe), "replicates": 1,
         "key": str(tmp_path / "gone.key"), "pubkey": "openjev-repro.pub", "python": sys.executable,
         "repo": str(REPO), "gpu_controls": False})
     assert run_task(sub, 1) == 1
@@ -469,13 +469,13 @@ def test_a_task_whose_key_is_unusable_fails_before_measuring(tmp_path: Path, mon
 
 
 def _task_submission(tmp_path: Path, keypair, *, gpu: bool) -> Submission:
-    from openjev_repro.study.recipe import recipe_sha256
+    from openjev_repro.hashing import hash_file
 
     private, _ = keypair
     extra = {"controls": {"gpu": {"index": 0, "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555"}}} if gpu else None
     recipe = write_study(tmp_path / "study", [scripted_backend("scripted")], n=3, extra=extra)
     return Submission.create(tmp_path / "subs", "test-study", {
-        "recipe": str(recipe), "recipe_sha256": recipe_sha256(recipe), "replicates": 1, "key": str(private),
+        "recipe": str(recipe), "recipe_sha256": hash_file(recipe), "replicates": 1, "key": str(private),
         "pubkey": "openjev-repro.pub", "python": sys.executable, "repo": str(REPO), "gpu_controls": gpu})
 
 

@@ -4,6 +4,7 @@ or no test image was built; scripts/ci-docker.sh provides both."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -11,8 +12,10 @@ import textwrap
 import urllib.request
 from pathlib import Path
 
+import docker
 import pytest
 
+from openjev_repro.backend.package import read_package
 from openjev_repro.errors import BackendCrashed, DockerError
 from openjev_repro.runtime import get_runtime
 from openjev_repro.runtime.base import LaunchSpec
@@ -67,11 +70,9 @@ def _client():
 def image() -> str:
     client = _client()
     for ref in (IMAGE,):
-        try:
+        with contextlib.suppress(docker.errors.ImageNotFound):
             client.images.get(ref)
             return ref
-        except Exception:
-            pass
     _unavailable(f"test image {IMAGE} is absent; build it with `invoke build --backend reference --offline`")
 
 
@@ -107,7 +108,7 @@ def test_container_serves_on_loopback_with_read_only_inputs_and_stops_on_sigterm
     assert [b["HostIp"] for bindings in ports.values() for b in bindings] == ["127.0.0.1"]
     assert "serving mode=ok host=0.0.0.0" in (tmp_path / "ok.log").read_text()
     assert backend.stop(grace_s=1) is record  # idempotent
-    with pytest.raises(Exception):
+    with pytest.raises(docker.errors.NotFound):  # removed, not merely stopped
         _client().containers.get(record.ident)
 
 
@@ -148,7 +149,11 @@ def test_reference_backend_serves_the_fixture_checkpoint_in_the_image(tmp_path, 
     try:
         assert backend.wait_ready(180)["status"] == "ready"
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as resp:
-            assert resp.status == 200 and json.loads(resp.read())
+            assert resp.status == 200
+            models = json.loads(resp.read())
+        base_model = read_package(fixture_checkpoint).base_model_id
+        assert models == {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "openjev-repro"}
+                                                     for name in ("open-jev", "jev-latest", base_model)]}
     finally:
         record = backend.stop(grace_s=10)
     assert record.intentional and record.exited
@@ -169,7 +174,5 @@ def test_reaper_removes_a_runtime_container_when_the_study_dies_without_stopping
         assert _client().containers.get(ident).status == "running"
     finally:
         reaper.close()  # EOF without forget-container: what the reaper sees when the study dies
-    import docker
-
     with pytest.raises(docker.errors.NotFound):
         _client().containers.get(ident)

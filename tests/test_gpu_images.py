@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import docker
 import pytest
 
 from openjev_repro.errors import DockerError
@@ -31,7 +32,7 @@ def _client():
 def _image(client, ref: str, how: str) -> str:
     try:
         client.images.get(ref)
-    except Exception:
+    except docker.errors.ImageNotFound:
         (pytest.fail if REQUIRED else pytest.skip)(f"image {ref} is absent; build it with `{how}`")
     return ref
 
@@ -110,8 +111,8 @@ def test_source_layer_installs_a_pinned_checkout_without_network(tmp_path):
     record = add_source_layer(spec, client.images.get(env_image).id, tmp_path / "checkout", progress=lambda _: None)
     try:
         assert record["tag"] == f"openjev-repro/hf:{commit[:7]}" and record["sources"] == {"probe": commit}
-        out = _run(client, record["tag"], ["python", "-c", "import layer_probe, importlib.metadata as m, os; "
-                                           "print(layer_probe.WHERE, m.version('layer-probe'), sorted(os.listdir('/opt/src/probe')))"])
+        out = _run(client, record["tag"], ["python", "-c", ("import layer_probe, importlib.metadata as m, os; "
+                                           "print(layer_probe.WHERE, m.version('layer-probe'), sorted(os.listdir('/opt/src/probe')))")])
         assert out == "source layer 0.1 ['layer_probe', 'pyproject.toml']"  # the commit's tree only
         image = client.images.get(record["tag"])
         assert image.labels["io.openjev-repro.source.probe.included"] == "yes"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -79,8 +82,42 @@ def test_directory_is_refused(tmp_path) -> None:
         hash_file(tmp_path)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can read anything")
 def test_unreadable_file_is_a_clear_error(files) -> None:
-    files[2].chmod(0)
+    # /proc/self/mem is a regular file whose first page nobody can read, root included (EIO), so
+    # this runs as root in CI too (a chmod 0 file does not stop root).
+    unreadable = Path("/proc/self/mem")
+    with pytest.raises(InputMismatch, match=r"/proc/self/mem: cannot be read \(Input/output error\)"):
+        hash_files([*files, unreadable])
     with pytest.raises(InputMismatch, match="cannot be read"):
-        hash_files(files)
+        hash_file(unreadable)
+
+
+def _within(seconds: float, call: Callable[[], object]) -> BaseException | None:
+    """Run `call` in a thread; fail the test if it is still running after `seconds`."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - whatever the call raised is handed back to the test
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"still waiting after {seconds} s")
+    return outcome[0]
+
+
+def test_fifo_is_refused_without_waiting_for_a_writer(tmp_path) -> None:
+    fifo = tmp_path / "requests.jsonl"
+    os.mkfifo(fifo)
+    try:
+        for call in (lambda: hash_file(fifo), lambda: hash_files([fifo])):
+            error = _within(10, call)
+            assert isinstance(error, InputMismatch) and "not a regular file" in str(error), error
+    finally:  # a reader stuck in open() (the bug this guards against) returns once a writer comes and goes
+        with contextlib.suppress(OSError):  # ENXIO: no reader is waiting
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))

@@ -18,7 +18,7 @@ GPU = "GPU-cbf66259-f4ab-0ede-1811-82037dde5924"
 
 def invoke(*args, lock_dir=None, timeout=60):
     env = {**os.environ, "OPENJEV_LOCK_DIR": str(lock_dir)} if lock_dir else None
-    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env, check=False)
 
 
 def _driver_present() -> bool:

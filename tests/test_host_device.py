@@ -7,11 +7,10 @@ import time
 from dataclasses import replace
 
 import pytest
+from fake_gpus import FakeGpus
 
 from openjev_repro.errors import HostError
 from openjev_repro.host import check_cleanup, check_device
-
-from fake_gpus import FakeGpus
 
 PINNED = "GPU-cbf66259-f4ab-0ede-1811-82037dde5924"
 

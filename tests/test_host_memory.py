@@ -5,11 +5,10 @@ import threading
 import time
 
 import pytest
+from fake_gpus import FakeGpus
 
 from openjev_repro.errors import EvidenceError
 from openjev_repro.host import MemorySampler
-
-from fake_gpus import FakeGpus
 
 UUID = "GPU-00000000-0000-0000-0000-000000000000"
 

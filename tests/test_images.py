@@ -6,22 +6,34 @@ import hashlib
 import io
 import os
 import re
-import subprocess
 import socket
+import subprocess
 import sys
+import tarfile
 import time
 import urllib.request
-import tarfile
 from pathlib import Path
 
 import pytest
 
 from openjev_repro.errors import DockerError, RecipeError, VerificationError
-from openjev_repro.images import (IMAGES_DIR, PLACEHOLDER_DIGEST, build_dockerfile, build_offline, check_commit,
-                                  diff_members, fetch_source, labels_for, load_spec, normalize_tar, read_lock,
-                                  read_members, verify_wheelhouse)
-from openjev_repro.images.lockfile import Lock, Pin, link_from_pool, normalise, pip_env, write_lock
+from openjev_repro.images import (
+    IMAGES_DIR,
+    PLACEHOLDER_DIGEST,
+    build_dockerfile,
+    build_offline,
+    check_commit,
+    diff_members,
+    fetch_source,
+    labels_for,
+    load_spec,
+    normalize_tar,
+    read_lock,
+    read_members,
+    verify_wheelhouse,
+)
 from openjev_repro.images.build import _context, source_layer_dockerfile, source_tag
+from openjev_repro.images.lockfile import Lock, Pin, link_from_pool, normalise, pip_env, write_lock
 from openjev_repro.images.spec import Source, backend_names
 from openjev_repro.runtime.docker import container_argv, container_env
 
@@ -79,7 +91,7 @@ def test_build_refuses_a_partial_lock(tmp_path, monkeypatch):
 def test_native_build_without_source_refuses_in_one_line_before_docker(tmp_path):
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"}
     done = subprocess.run([str(REPO / ".venv/bin/invoke"), "build", "--backend", "native"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("error: --source is required for the native image") and done.stderr.count("\n") == 1
     with pytest.raises(VerificationError, match="compiles upstream code: give --source"):
@@ -189,11 +201,11 @@ def test_pypi_only_pip_ignores_every_host_setting(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
     monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels-of-this-host")
     show = [sys.executable, "-m", "pip", "config", "list"]
-    host = subprocess.run(show, capture_output=True, text=True, env=pip_env(False)).stdout
+    host = subprocess.run(show, capture_output=True, text=True, env=pip_env(False), check=True).stdout
     assert "wheels-of-this-host" in host
     isolated = pip_env(True)
     assert isolated["PIP_CONFIG_FILE"] == os.devnull and "PIP_FIND_LINKS" not in isolated
-    seen = subprocess.run(show, capture_output=True, text=True, env=isolated).stdout
+    seen = subprocess.run(show, capture_output=True, text=True, env=isolated, check=True).stdout
     assert "wheels-of-this-host" not in seen and not re.search("find-links|constraint|index-url", seen), seen
 
 
@@ -261,7 +273,7 @@ def test_native_library_check_wants_exactly_one_library_with_the_published_hash(
     (tmp_path / "lib" / "libq.so").write_bytes(b"library")
     good = hashlib.sha256(b"library").hexdigest()
     def run(sha: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["sh", str(script), str(tmp_path / "lib"), "*.so", sha], capture_output=True, text=True)
+        return subprocess.run(["sh", str(script), str(tmp_path / "lib"), "*.so", sha], capture_output=True, text=True, check=False)
 
     assert run(good).returncode == 0
     bad = run("e033315d4c67127809e62f41d991a149ac8ee0ce81827997af063815fd00d435")
@@ -286,7 +298,7 @@ def test_native_dockerfile_stages_and_toolchain_pins():
     assert spec.build_args["NVCC_FLAGS"] == "-O3 -std=c++17 -lineinfo" and spec.build_args["NVCC_VERSION"] == "13.0.88"
     # the Dockerfile's own sed turns toolchain.lock into apt-get's package=version arguments
     sed = re.search(r"\$\((sed [^)]*) /opt/build/toolchain.lock\)", text).group(1)
-    done = subprocess.run(f"{sed} {IMAGES_DIR / 'native' / 'toolchain.lock'}", shell=True, capture_output=True, text=True)
+    done = subprocess.run(f"{sed} {IMAGES_DIR / 'native' / 'toolchain.lock'}", shell=True, capture_output=True, text=True, check=False)
     args = done.stdout.split()
     assert done.returncode == 0 and "g++=4:12.2.0-3" in args and any(a.startswith("rustc-web=1.") for a in args)
     assert all(re.fullmatch(r"[a-z0-9+.-]+=[^=\s]+", a) for a in args), args
@@ -341,7 +353,8 @@ def test_hardlinks_become_copies_and_a_changed_file_is_named(tmp_path):
 def _repo(path: Path) -> tuple[str, str]:
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@e"}
-    run = lambda *a: subprocess.run(["git", *a], cwd=path, env=env, check=True, capture_output=True, text=True).stdout
+    def run(*a):
+        return subprocess.run(["git", *a], cwd=path, env=env, check=True, capture_output=True, text=True).stdout
     path.mkdir()
     run("init", "-q")
     (path / "f").write_text("one")
@@ -373,7 +386,7 @@ def test_container_argv_listens_inside_and_uses_the_image_python():
 def test_daemon_absent_says_how_to_start_it(tmp_path):
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"}
     done = subprocess.run([str(REPO / ".venv/bin/invoke"), "build", "--backend", "reference", "--offline"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1, done.stderr
     assert f"Cannot reach the Docker daemon at unix://{tmp_path}/no-docker.sock" in done.stderr
     assert "dockerd" in done.stderr and "--runtime local" in done.stderr and "Traceback" not in done.stderr

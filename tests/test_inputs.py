@@ -1,10 +1,9 @@
 import pytest
+from studykit import scripted_backend, write_study
 
 from openjev_repro.errors import InputMismatch
 from openjev_repro.study.inputs import require_all_ok, verify_inputs
 from openjev_repro.study.recipe import inputs_root, load_recipe
-
-from studykit import scripted_backend, write_study
 
 
 def _setup(tmp_path):
@@ -40,10 +39,10 @@ def test_verify_inputs_task_exit_status(tmp_path):
     import sys
     path = write_study(tmp_path, [scripted_backend("a")])
     ok = subprocess.run([sys.executable, "-m", "invoke", "verify-inputs", "--recipe", str(path)],
-                        capture_output=True, text=True)
+                        capture_output=True, text=True, check=False)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     (tmp_path / "inputs" / "requests" / "cases.jsonl").write_text("changed\n")
     bad = subprocess.run([sys.executable, "-m", "invoke", "verify-inputs", "--recipe", str(path)],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, check=False)
     assert bad.returncode == 1
     assert "changed" in bad.stdout and "do not match" in bad.stderr

@@ -11,13 +11,23 @@ import stat
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from test_audit_kit import build_run, keypair, signed_run
 
 from openjev_repro.errors import EvidenceError, RunIncomplete, VerificationError
+from openjev_repro.manifest import (
+    PAYLOAD_TYPE,
+    PREDICATE_TYPE,
+    STATEMENT_TYPE,
+    generate_keypair,
+    keyid,
+    load_private_key,
+    load_public_key,
+    pae,
+    read_statement,
+    verify_envelope,
+    write_manifest,
+)
 from openjev_repro.study.rundir import ENVELOPE_NAME
-from openjev_repro.manifest import (PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, generate_keypair, keyid,
-                                    load_private_key, load_public_key, pae, read_statement, verify_envelope,
-                                    write_manifest)
-from test_audit_kit import build_run, keypair, signed_run
 
 
 def test_pae_is_exactly_the_dsse_encoding():
@@ -37,7 +47,7 @@ def test_keygen_modes_keyid_and_no_overwrite(tmp_path):
 
 
 def test_signed_manifest_lists_every_evidence_file_and_carries_the_study(tmp_path):
-    run, private, public = signed_run(tmp_path)
+    run, _private, public = signed_run(tmp_path)
     envelope, statement = read_statement(run.file(ENVELOPE_NAME))
     assert envelope["payloadType"] == PAYLOAD_TYPE
     assert statement["_type"] == STATEMENT_TYPE and statement["predicateType"] == PREDICATE_TYPE
@@ -105,8 +115,7 @@ def test_wrong_kind_of_key_is_refused(tmp_path):
 
 
 def test_exported_names_exist():
-    import openjev_repro.audit as audit
-    import openjev_repro.manifest as manifest
+    from openjev_repro import audit, manifest
 
     for module in (manifest, audit):
         assert all(hasattr(module, name) for name in module.__all__)

@@ -5,11 +5,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
-from openjev_repro.manifest.environment import (PACKAGES, collect_environment, collect_git, collect_gpus,
-                                                collect_host, collect_python, gpus_from_nvidia_smi)
+from openjev_repro.manifest.environment import (
+    PACKAGES,
+    collect_environment,
+    collect_git,
+    collect_gpus,
+    collect_host,
+    collect_python,
+    gpus_from_nvidia_smi,
+)
 
 # Stands in for the NVIDIA driver's nvidia-smi (no GPU here): answers the two queries we make.
 FAKE_NVIDIA_SMI = """#!/bin/sh
@@ -69,11 +79,32 @@ def test_nvidia_smi_fallback_parses_and_marks_unknowns(tmp_path, monkeypatch):
     assert result["available"] and result["source"] == "gpus_from_nvidia_smi"
 
 
-def test_host_and_git():
+def test_host():
     host = collect_host()
-    assert host["kernel"] and isinstance(host["cpu_affinity"], list)
-    git = collect_git()
-    assert git["available"] is False or (len(git["commit"]) == 40 and isinstance(git["dirty"], bool))
+    assert host["available"] and host["kernel"] == platform.release() and host["cpu_count"] == os.cpu_count()
+    assert host["cpu_affinity"] == sorted(os.sched_getaffinity(0))
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+                          check=True, capture_output=True, text=True, timeout=30).stdout.strip()
+
+
+def test_git_commit_and_dirty_state_of_a_real_checkout(tmp_path, monkeypatch):
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # git never looks above tmp_path
+    assert shutil.which("git"), "git is needed to test the git collector (apt-get install git)"
+    repo = tmp_path / "repo"
+    _git(tmp_path, "init", "-q", str(repo))
+    (repo / "recipe.yaml").write_text("format_version: 1\n")
+    _git(repo, "add", "recipe.yaml")
+    _git(repo, "commit", "-q", "-m", "first")
+    assert collect_git(repo) == {"available": True, "commit": _git(repo, "rev-parse", "HEAD"), "dirty": False}
+    (repo / "recipe.yaml").write_text("format_version: 2\n")
+    assert collect_git(repo)["dirty"] is True
+    outside = tmp_path / "not-a-checkout"
+    outside.mkdir()
+    absent = collect_git(outside)
+    assert absent["available"] is False and "not a git checkout" in absent["reason"]
 
 
 def test_cpu_frequency_policy_is_summarised_over_every_cpu(tmp_path):

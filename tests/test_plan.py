@@ -12,6 +12,7 @@ import pytest
 from openjev_repro.errors import RecipeError
 from openjev_repro.study.plan import check_pins, resolve_plan
 from openjev_repro.study.recipe import load_recipe, parse_recipe
+from openjev_repro.study.resolved import resolve_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("open-jev-h200-*.yaml"))
@@ -27,7 +28,7 @@ def test_three_published_recipes_exist():
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_plan_renders_and_is_json(path, tmp_path):
-    plan = resolve_plan(load_recipe(path), path, inputs_root=tmp_path)
+    plan = resolve_plan(resolve_recipe(path, inputs_root_override=tmp_path, apply_lock=False))
     assert json.loads(json.dumps(plan)) == plan
     assert plan["inputs_root"] == str(tmp_path)
     assert plan["needs_preparation"] and "requests/jevbench-noul-74.jsonl" in plan["unpinned"]
@@ -45,7 +46,7 @@ def test_plan_renders_and_is_json(path, tmp_path):
 
 def test_hf_comparison_plan():
     path = ROOT / "recipes/open-jev-h200-hf-comparison-2026-10-03.yaml"
-    plan = resolve_plan(load_recipe(path), path)
+    plan = resolve_plan(resolve_recipe(path, apply_lock=False))
     by = {b["name"]: b for b in plan["backends"]}
     assert set(by) == {"hf", "native", "fast"}
     hf = by["hf"]["aux"][0]
@@ -53,28 +54,35 @@ def test_hf_comparison_plan():
     assert hf["env"]["PYTHONPATH"] == str(ROOT)
     assert by["native"]["aux"][0]["env"]["CUA_S1_GRAPH"] == "0"
     assert by["fast"]["aux"][0]["argv"][-1].endswith("src/open-jev-fast/scripts/launch_server.sh")
-    steps = by["hf"] and plan["passes"][0]["steps"]
-    assert [s["phase"] for s in steps] == ["first", "warmup", "feasibility", "measured", "measured"]
-    lib = [h for h in plan["hashes"] if h["path"] == "build/cuda-packed/libqwen3_5_cuda.so"][0]
+    # one pass sequence per backend, in recipe order, each on its own server with the same steps
+    assert [p["backend"] for p in plan["passes"]] == [b["name"] for b in plan["backends"]] == ["hf", "native", "fast"]
+    for sequence in plan["passes"]:
+        steps = [(s["phase"], s.get("workload"), s.get("pass")) for s in sequence["steps"]]
+        assert steps == [("first", None, None), ("warmup", None, None), ("feasibility", "jevbench-noul-74", 1),
+                         ("measured", "jevbench-noul-74", 1), ("measured", "jevbench-noul-74", 2)], sequence["backend"]
+    lib = next(h for h in plan["hashes"] if h["path"] == "build/cuda-packed/libqwen3_5_cuda.so")
     assert lib["sha256"] == "e033315d4c67127809e62f41d991a149ac8ee0ce81827997af063815fd00d435"
-    req = [h for h in plan["hashes"] if h["path"] == "requests/jevbench-noul-74.jsonl"][0]
+    req = next(h for h in plan["hashes"] if h["path"] == "requests/jevbench-noul-74.jsonl")
     assert req["published_sha256"] == "0c756a7b0b4c1f1352225f2e01770b5b3a0646fe86d5cc6930ded9e292ef37df"
     commits = {s["name"]: s["commit"] for s in plan["preparation"]["sources"]}
     assert commits["open-jev"] == "3308a15ccd7eea1df7a37d6ddc39b023b801ba16"
     assert commits["jevbench"] == "f8ce71361165846101d02ebc83ad44e47ae44fc3"
-    export = [a for a in plan["preparation"]["actions"] if a["name"] == "export-merged"][0]
+    export = next(a for a in plan["preparation"]["actions"] if a["name"] == "export-merged")
     assert export["argv"][1].endswith("src/system1-omni/recipe/open_jev/export_merged.py")
 
 
 def test_cuda_graph_plan_gates_and_passes():
     path = ROOT / "recipes/open-jev-h200-cuda-graph-2026-10-03.yaml"
-    plan = resolve_plan(load_recipe(path), path)
+    plan = resolve_plan(resolve_recipe(path, apply_lock=False))
     gates = {g["name"]: g for g in plan["gates"]}
     assert gates["short-mean-reduction"]["min_percent"] == 3.0 and gates["short-mean-reduction"]["every_pass"]
     assert gates["mixed-mean-reduction"]["min_percent"] == 2.0 and gates["mixed-mean-reduction"]["workload"] == "jevbench-noul-74"
-    phases = [(s["phase"], s.get("workload")) for s in plan["passes"][0]["steps"]]
-    assert phases[2:] == [("feasibility", "short-107"), ("measured", "short-107"), ("measured", "short-107"),
-                          ("feasibility", "jevbench-noul-74"), ("measured", "jevbench-noul-74"), ("measured", "jevbench-noul-74")]
+    assert [p["backend"] for p in plan["passes"]] == ["native-eager", "native-graph8", "native-graph64"]
+    for sequence in plan["passes"]:
+        phases = [(s["phase"], s.get("workload")) for s in sequence["steps"]]
+        assert phases[2:] == [("feasibility", "short-107"), ("measured", "short-107"), ("measured", "short-107"),
+                              ("feasibility", "jevbench-noul-74"), ("measured", "jevbench-noul-74"),
+                              ("measured", "jevbench-noul-74")], sequence["backend"]
     assert plan["protocol"]["warmup"]["longest_of"] == "jevbench-noul-74"
     graph = {b["name"]: b["aux"][0]["env"]["CUA_S1_GRAPH"] for b in plan["backends"]}
     assert graph == {"native-eager": "0", "native-graph8": "1", "native-graph64": "1"}
@@ -92,7 +100,7 @@ def test_packed_silu_plan_traces(tmp_path):
     text = path.read_text().replace("  enabled: false", "  enabled: true")
     enabled = tmp_path / path.name
     enabled.write_text(text)
-    plan = resolve_plan(load_recipe(enabled), enabled, inputs_root=tmp_path)
+    plan = resolve_plan(resolve_recipe(enabled, inputs_root_override=tmp_path, apply_lock=False))
     items = plan["traces"]["items"]
     assert len(items) == 18 and {i["tokens"] for i in items} == {107, 936, 3399}
     assert {i["wrap"] for i in items if i["backend"] != "fast"} == {"worker"}
@@ -150,7 +158,7 @@ backends: [{name: b, command: [x]}]
 
 def _invoke(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(Path(sys.executable).parent / "invoke"), *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
 
 
 def test_invoke_plan_renders_every_recipe():

@@ -9,12 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from studykit import write_study
 
 from openjev_repro.errors import ReproError
 from openjev_repro.manifest.keys import generate_keypair
 from openjev_repro.study.runner import StudyOptions, run_study
-
-from studykit import write_study
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,7 +31,7 @@ def study(tmp_path):
 
 
 def bad_keys(tmp_path: Path) -> dict[str, Path]:
-    private, public, _ = generate_keypair(tmp_path / "keys")
+    _private, public, _ = generate_keypair(tmp_path / "keys")
     garbage = tmp_path / "garbage.key"
     garbage.write_bytes(b"\xff\x00 not a key")
     from cryptography.hazmat.primitives import serialization
@@ -60,10 +59,10 @@ def test_cli_study_with_bad_key_is_one_error_line_and_no_run(study, tmp_path):
     key = tmp_path / "bad.key"
     key.write_text("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
     done = subprocess.run([sys.executable, "-m", "invoke", "study", "--recipe", str(recipe), "--key", str(key),
-                           "--out", str(tmp_path / "runs")], cwd=REPO, capture_output=True, text=True, timeout=60)
+                           "--out", str(tmp_path / "runs")], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 1
-    assert done.stderr.splitlines() == [f"error: --key: {key} is not an unencrypted PEM private key; "
-                                        "create one with `invoke keygen`."]
+    assert done.stderr.splitlines() == [(f"error: --key: {key} is not an unencrypted PEM private key; "
+                                        "create one with `invoke keygen`.")]
     assert not (tmp_path / "runs").exists() and not marker.exists()
 
 
@@ -109,16 +108,15 @@ def test_docker_runtime_without_a_daemon(study, tmp_path, monkeypatch):
 
 def test_missing_demo_inputs_name_the_fix(tmp_path, monkeypatch):
     from openjev_repro.study.preflight import check_inputs_present, input_fix
-    from openjev_repro.study.recipe import load_recipe
+    from openjev_repro.study.resolved import resolve_recipe
 
     demo = REPO / "recipes" / "demo.yaml"
-    recipe = load_recipe(demo)
     with pytest.raises(ReproError) as caught:
-        check_inputs_present(recipe, demo, tmp_path / "empty")
+        check_inputs_present(resolve_recipe(demo, inputs_root_override=tmp_path / "empty"))
     assert str(caught.value) == (f"all 11 inputs are missing under {tmp_path / 'empty'}; "
                                  f"`invoke fixture --out {tmp_path / 'empty'}` writes them.")
     monkeypatch.chdir(REPO)
-    assert input_fix(recipe, demo, REPO / ".cache" / "demo") == (
+    assert input_fix(resolve_recipe(demo, inputs_root_override=REPO / ".cache" / "demo")) == (
         "`make demo` builds them, or `invoke fixture --out .cache/demo` writes them")
     prepared = REPO / "recipes" / "open-jev-h200-hf-comparison-2026-10-03.yaml"
-    assert input_fix(load_recipe(prepared), prepared, tmp_path).startswith(f"`invoke prepare --recipe {prepared}`")
+    assert input_fix(resolve_recipe(prepared, inputs_root_override=tmp_path, apply_lock=False)).startswith(f"`invoke prepare --recipe {prepared}`")

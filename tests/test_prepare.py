@@ -13,13 +13,14 @@ import pytest
 from openjev_repro.errors import InputMismatch, RecipeError
 from openjev_repro.study.preparation import locked_recipe, plan_prepare, read_lock, run_prepare, select_requests
 from openjev_repro.study.recipe import RequestSelection, load_recipe
+from openjev_repro.study.resolved import resolve_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _task(case: str, kind: str) -> str:
     # Deliberately unusual spacing/key order: the selection must keep lines byte-exact.
-    return '{"id": "%s",  "question": {"type": "%s", "instructions": "Q?"}, "state": {"b": 1, "a": "ü"}, "expected": "yes"}' % (case, kind)
+    return f'{{"id": "{case}",  "question": {{"type": "{kind}", "instructions": "Q?"}}, "state": {{"b": 1, "a": "ü"}}, "expected": "yes"}}'
 
 
 def make_jevbench(tmp: Path) -> tuple[Path, str]:
@@ -41,10 +42,10 @@ def make_jevbench(tmp: Path) -> tuple[Path, str]:
 def test_select_requests_file_order_byte_exact(tmp_path):
     repo, _ = make_jevbench(tmp_path)
     lines = select_requests(repo, RequestSelection(source="jevbench", dest="r.jsonl", expect_count=4))
-    assert [json.loads(l)["id"] for l in lines] == ["o1", "o3", "e2", "h1"]
+    assert [json.loads(ln)["id"] for ln in lines] == ["o1", "o3", "e2", "h1"]
     assert lines[0] == _task("o1", "noul").encode()
     one = select_requests(repo, RequestSelection(source="jevbench", dest="r.jsonl", positions=[3]))
-    assert [json.loads(l)["id"] for l in one] == ["e2"]
+    assert [json.loads(ln)["id"] for ln in one] == ["e2"]
 
 
 def test_select_requests_count_mismatch_is_clear(tmp_path):
@@ -94,7 +95,7 @@ def test_prepare_end_to_end_writes_lock_and_fills_hashes(tmp_path):
     said: list[str] = []
     lock = run_prepare(recipe, path, say=said.append)
     requests = tmp_path / "recipes/inputs/requests/noul.jsonl"
-    assert [json.loads(l)["id"] for l in requests.read_text().splitlines()] == ["o1", "o3", "e2", "h1"]
+    assert [json.loads(ln)["id"] for ln in requests.read_text().splitlines()] == ["o1", "o3", "e2", "h1"]
     assert lock["files"]["requests/noul.jsonl"]["sha256"] == hashlib.sha256(requests.read_bytes()).hexdigest()
     assert (tmp_path / "recipes/locks/tiny-prepare.inputs.lock").is_file()
     locked = locked_recipe(recipe, path)
@@ -105,6 +106,23 @@ def test_prepare_end_to_end_writes_lock_and_fills_hashes(tmp_path):
     run_prepare(recipe, path, say=said.append)
     assert sum(s.startswith("done already") for s in said) == 3
 
+
+
+def test_a_recipe_is_resolved_once_with_its_lock(tmp_path):
+    """resolve_recipe: the declared recipe, the lock applied, the root and the lock path, all from one read."""
+    repo, commit = make_jevbench(tmp_path)
+    path = _recipe(tmp_path, str(repo), commit, step_sha="right")
+    with pytest.raises(RecipeError, match="run `invoke prepare"):
+        resolve_recipe(path)  # a study cannot resolve it before preparation
+    declared = resolve_recipe(path, apply_lock=False)  # what `invoke plan` shows
+    assert declared.recipe is declared.declared and declared.recipe.unpinned() and not declared.locked
+    run_prepare(load_recipe(path), path, say=lambda _: None)
+    study = resolve_recipe(path, inputs_root_override=tmp_path / "elsewhere")
+    assert study.locked and not study.recipe.unpinned() and study.declared.unpinned() == ["requests/noul.jsonl"]
+    assert study.recipe == locked_recipe(load_recipe(path), path)
+    assert study.root == (tmp_path / "elsewhere").resolve() and study.path == path
+    assert study.lock_path == tmp_path / "recipes/locks/tiny-prepare.inputs.lock"
+    assert resolve_recipe(path).root == (tmp_path / "recipes/inputs").resolve()
 
 def test_prepare_refuses_a_changed_pinned_input(tmp_path):
     repo, commit = make_jevbench(tmp_path)
@@ -126,7 +144,7 @@ def test_stale_lock_is_refused(tmp_path):
 def test_invoke_prepare_dry_run_changes_nothing(tmp_path):
     recipe = ROOT / "recipes/open-jev-h200-hf-comparison-2026-10-03.yaml"
     done = subprocess.run([str(Path(sys.executable).parent / "invoke"), "prepare", "--recipe", str(recipe),
-                           "--inputs", str(tmp_path / "in"), "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                           "--inputs", str(tmp_path / "in"), "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "[todo] download base: Download Qwen/Qwen3.8-27B@1d4bf0f2ff6012fd82039f2fa52739d0dd7c60c0" in done.stdout
     assert "export_merged.py --base" in done.stdout

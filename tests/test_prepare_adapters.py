@@ -1,5 +1,7 @@
-"""Raw-HF launcher: kernel blocking and fallback assertions on a tiny Qwen3_5 model, in real subprocesses.
+"""Raw-HF launcher: kernel blocking and fallback assertions on tiny Qwen3_5 models, in real subprocesses.
 
+The launcher runs upstream's `jev.server`, which is not installable here; the tests run it around
+servers of ours instead (`--server-module`): the reference backend, and `tests/servers/load_pretrained.py`.
 FLA and causal-conv1d need CUDA and are absent here, so tests that need them "available" use
 named stand-in packages (fake_fla, fake_causal_conv1d) and force the availability checks on.
 """
@@ -9,9 +11,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
-import pytest
+import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,50 +30,55 @@ config = Qwen3_5TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64, 
 def _py(code: str, tmp: Path, *args: str, extra_path: str = "") -> subprocess.CompletedProcess:
     env = {"PYTHONPATH": f"{ROOT}:{extra_path}", "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=tmp, env=env,
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=240, check=False)
 
 
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tiny") / "model"
-    done = _py(TINY + f"Qwen3_5ForCausalLM(config).save_pretrained({str(out)!r})\n", out.parent)
-    assert done.returncode == 0, done.stderr
-    return out
+SERVERS = ROOT / "tests" / "servers"
+# The launcher around a server of ours instead of upstream's jev.server (which is not installable here).
+LAUNCHER = ["-m", "openjev_repro.upstream.hf_raw", "--server-module", "openjev_repro.backend"]
 
 
-def _fake_server(tmp: Path) -> Path:
-    """A stand-in for upstream `jev.server` (not installable here): loads the checkpoint, then 'binds'."""
-    pkg = tmp / "fakejev" / "jev"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "server.py").write_text(textwrap.dedent("""
-        import argparse
-        from transformers import AutoModelForCausalLM
-        p = argparse.ArgumentParser(); p.add_argument("--checkpoint"); p.add_argument("--max-length", type=int)
-        a = p.parse_args()
-        AutoModelForCausalLM.from_pretrained(a.checkpoint)
-        print("SERVING max_length=%d" % a.max_length, flush=True)
-    """))
-    return tmp / "fakejev"
+def test_launcher_verifies_the_fallback_then_runs_the_server(start_server, fixture_checkpoint):
+    """Kernels blocked, the model checked as from_pretrained returns it, then the wrapped server serves
+    with every argument the launcher did not take (here our reference backend: 3 linear-attention layers)."""
+    server = start_server(["--checkpoint", str(fixture_checkpoint), "--mode", "raw"],
+                          program=[*LAUNCHER, "--expect-linear-layers", "3"])
+    health = server.wait_ready()
+    assert health["implementations"]["chunk_gated_delta_rule"] == ["torch_chunk_gated_delta_rule"]
+    body = {"model": "open-jev", "state": "The door is open.", "questions": {"q": {"type": "noul", "instructions": "Open?"}}}
+    response = httpx.post(f"{server.url}/v1/systemone", json=body, timeout=60)
+    assert response.status_code == 200 and 0 < response.json()["answers"]["q"]["noul"] < 1
+    log = server.log.read_text()
+    verified = log.index('openjev-repro hf_raw: {"verified_linear_attention_layers": 3')
+    assert verified < log.index('{"event": "ready"')  # checked before the server said it was ready
+    server.stop()
+    assert server.proc.returncode == 0
 
 
-def test_launcher_verifies_fallback_then_runs_server(tiny_checkpoint, tmp_path):
-    path = _fake_server(tmp_path)
-    done = _py("from openjev_repro.upstream.hf_raw import main; raise SystemExit(main())", tmp_path,
-               "--expect-linear-layers", "3", "--checkpoint", str(tiny_checkpoint), "--max-length", "16384",
-               extra_path=str(path))
-    assert done.returncode == 0, done.stderr
-    assert '"verified_linear_attention_layers": 3' in done.stderr
-    assert "SERVING max_length=16384" in done.stdout
+def test_launcher_refuses_wrong_layer_count(start_server, fixture_checkpoint):
+    """Our backend reports the refusal as a failed load (exit 1) and never becomes ready."""
+    server = start_server(["--checkpoint", str(fixture_checkpoint), "--mode", "raw"],
+                          program=[*LAUNCHER, "--expect-linear-layers", "48"])
+    deadline = time.monotonic() + 180
+    while server.proc.poll() is None and time.monotonic() < deadline and "ready" not in _events(server):
+        time.sleep(0.2)
+    assert "ready" not in _events(server) and server.proc.poll() == 1
+    assert "FallbackError: found 3 linear-attention layers, expected 48" in server.log.read_text()
 
 
-def test_launcher_refuses_wrong_layer_count(tiny_checkpoint, tmp_path):
-    path = _fake_server(tmp_path)
-    done = _py("from openjev_repro.upstream.hf_raw import main; raise SystemExit(main())", tmp_path,
-               "--expect-linear-layers", "48", "--checkpoint", str(tiny_checkpoint), "--max-length", "16",
-               extra_path=str(path))
-    assert done.returncode == 3
-    assert "found 3 linear-attention layers, expected 48" in done.stderr and "SERVING" not in done.stdout
+def _events(server) -> list[str]:
+    return [e["event"] for e in server.events()]
+
+
+def test_launcher_exits_3_before_the_wrapped_program_goes_on(fixture_checkpoint, tmp_path):
+    """A wrapped program that does not catch the refusal: the launcher says so and exits 3."""
+    done = subprocess.run([sys.executable, "-m", "openjev_repro.upstream.hf_raw", "--server-module", "load_pretrained",
+                           "--expect-linear-layers", "48", str(fixture_checkpoint / "base")],
+                          cwd=tmp_path, env={"PYTHONPATH": f"{ROOT}:{SERVERS}", "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"},
+                          capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 3, done.stderr
+    assert "refusing to serve: found 3 linear-attention layers, expected 48" in done.stderr
+    assert "loaded" not in done.stdout
 
 
 def _stand_in_kernels(tmp: Path) -> Path:
@@ -123,7 +131,7 @@ def test_blocking_after_model_import_is_refused(tmp_path):
 
 def test_adapters_package_is_light():
     """The upstream environment needs only this directory: importing the launcher pulls in no pydantic."""
-    done = subprocess.run([sys.executable, "-c", "import sys, openjev_repro.upstream.hf_raw; "
-                           "print(any(m.startswith('pydantic') for m in sys.modules))"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", ("import sys, openjev_repro.upstream.hf_raw; "
+                           "print(any(m.startswith('pydantic') for m in sys.modules))")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert done.stdout.strip() == "False", done.stderr

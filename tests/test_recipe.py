@@ -1,9 +1,8 @@
 import pytest
+from studykit import scripted_backend, write_study
 
 from openjev_repro.errors import RecipeError
 from openjev_repro.study.recipe import load_recipe, parse_duration, parse_recipe
-
-from studykit import scripted_backend, write_study
 
 
 def test_valid_recipe_loads(tmp_path):
@@ -25,7 +24,7 @@ def test_unknown_field_names_line_and_path(tmp_path):
     path.write_text(text)
     with pytest.raises(RecipeError) as err:
         load_recipe(path)
-    line = next(i for i, l in enumerate(text.splitlines(), 1) if "colour" in l)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if "colour" in ln)
     assert f"recipe.yaml:{line}: backends[0].colour: Extra inputs are not permitted" in str(err.value)
 
 

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from openjev_repro.errors import EvidenceError
-from openjev_repro.study.recipe import parse_recipe
+from openjev_repro.results.row_table import RowTable
 from openjev_repro.results.statistics import (
     bootstrap_mean_diff_ci,
     latency_stats,
@@ -17,6 +17,7 @@ from openjev_repro.results.statistics import (
     summarize,
     token_bucket,
 )
+from openjev_repro.study.recipe import parse_recipe
 from openjev_repro.study.rows import Row
 
 RECIPE = """\
@@ -62,7 +63,8 @@ def make_pass(backend, workload, phase, pass_index, latencies_ms, probs, *, ids=
               labels=LABELS, errors=(), decisions=None, t0=0):
     """Rows of one pass; latency given in ms, stored as integer ns like the client does."""
     rows, clock = [], t0
-    for seq, (cid, ms, p, tok, lab) in enumerate(zip(ids, latencies_ms, probs, tokens, labels)):
+    # tokens and labels default to the four mixed cases' values; a shorter pass takes the first ones
+    for seq, (cid, ms, p, tok, lab) in enumerate(zip(ids, latencies_ms, probs, tokens, labels, strict=False)):
         start = clock + 1_000_000
         end = start + round(ms * 1_000_000)
         clock = end
@@ -98,7 +100,7 @@ def study_rows():
     rows += make_pass("fast", "mixed", "measured", 1, [3, 5, 7, 9], FAST_P)
     rows += make_pass("fast", "mixed", "measured", 2, [2, 4, 6, 8], FAST_P, errors=(3,))
     # fixed workload: one case id repeated three times; pairs by (id, seq)
-    fixed = dict(ids=["f1"] * 3, tokens=[107] * 3, labels=["yes"] * 3)
+    fixed = {"ids": ["f1"] * 3, "tokens": [107] * 3, "labels": ["yes"] * 3}
     rows += make_pass("hf", "fixed", "measured", 1, [20, 20, 21], [0.7, 0.7, 0.7], **fixed)
     rows += make_pass("native", "fixed", "measured", 1, [19, 19, 19], [0.7, 0.75, 0.7], **fixed)
     rows += make_pass("fast", "fixed", "measured", 1, [18, 18, 18], [0.7, 0.7, 0.4], **fixed)
@@ -332,3 +334,26 @@ def test_no_rows_pass_no_gate():
         g: (None if g == "traces" else False) for g in [g["name"] for g in s["gates"]]}
     assert s["workloads"]["mixed"]["backends"]["hf"]["probabilities_stable"] is None
     assert all(c["speedup"] is None for c in s["workloads"]["mixed"]["comparisons"])
+
+
+
+def _row(backend, workload, phase, pass_index, seq, ms, failed=False):
+    return Row(id=f"c{seq}", backend=backend, workload=workload, phase=phase, pass_index=pass_index, seq=seq,
+               start_ns=0, end_ns=round(ms * 1e6), status=None if failed else 200, body_sha256=None,
+               probability=None if failed else 0.5, decision=None, label=None, input_tokens=None,
+               error="reset" if failed else None)
+
+
+def test_rows_grouped_by_pass_once():
+    """RowTable.by_pass: (workload, backend) -> pass -> indices in seq order, first-seen order at each level."""
+    rows = [_row("b2", "w", "measured", 2, 1, 5.0), _row("b2", "w", "measured", 2, 0, 6.0),
+            _row("b1", "w", "measured", 1, 0, 7.0), _row("b2", "w", "measured", 1, 0, 8.0, failed=True),
+            _row("b2", "w", "feasibility", 1, 0, 9.0)]
+    t = RowTable.from_rows(rows)
+    grouped = t.by_pass("measured")
+    assert list(grouped) == [("w", "b2"), ("w", "b1")]
+    assert list(grouped[("w", "b2")]) == [2, 1]
+    assert grouped[("w", "b2")][2].tolist() == [1, 0]  # seq 0 (row 1) before seq 1 (row 0)
+    assert grouped[("w", "b1")][1].tolist() == [2]
+    assert list(t.by_pass("measured", ok_only=True)[("w", "b2")]) == [2]  # pass 1's only row failed
+    assert {k: {i: v.tolist() for i, v in p.items()} for k, p in t.by_pass("feasibility").items()} == {("w", "b2"): {1: [4]}}

@@ -8,14 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
+from studykit import scripted_backend, write_study
 
 from openjev_repro.errors import InputMismatch, RunIncomplete
-from openjev_repro.study.rundir import RunDir
 from openjev_repro.study.passes import PassBudget
 from openjev_repro.study.rows import read_rows
+from openjev_repro.study.rundir import RunDir
 from openjev_repro.study.runner import StudyOptions, run_study
-
-from studykit import scripted_backend, write_study
 
 
 def _run(recipe: Path, tmp_path: Path) -> RunDir:
@@ -88,7 +87,7 @@ def test_bad_answers_become_failure_rows(tmp_path, fault, message):
     run = _only_run(tmp_path)
     failed = [r for r in read_rows(run.rows_path) if r.error]
     assert failed and message in failed[0].error
-    kept = [json.loads(l) for l in run.responses_path("one").read_text().splitlines()]
+    kept = [json.loads(ln) for ln in run.responses_path("one").read_text().splitlines()]
     if fault == "non_json":  # the raw body is kept beside the failure row
         assert any(e.get("body") == "<html>oops</html>" for e in kept)
 
@@ -125,7 +124,7 @@ def test_ctrl_c_during_a_pass(tmp_path):
         time.sleep(0.1)
     time.sleep(0.5)  # inside the slow request now
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    _out, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert "Interrupted" in err and "marked incomplete" in err
     run = _only_run(tmp_path)

@@ -5,12 +5,11 @@ import json
 import shutil
 
 import pytest
+from fake_gpus import FakeGpus
+from studykit import scripted_backend, write_study
 
 from openjev_repro.errors import RunIncomplete
-from fake_gpus import FakeGpus
 from openjev_repro.study.runner import StudyOptions, run_study
-
-from studykit import scripted_backend, write_study
 
 
 def _controls(gpu, numa=False):

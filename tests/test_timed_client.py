@@ -8,7 +8,7 @@ import json
 import socket
 import threading
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -121,7 +121,7 @@ def chunked(body_parts: list[bytes], trailers: bytes = b"", ext: bytes = b"") ->
 class EchoHandler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         out = json.dumps({"got": body.decode(), "path": self.path}).encode()
         self.send_response(200)
@@ -132,7 +132,7 @@ class EchoHandler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         self.send_response(200)
         self.send_header("Content-Length", "1234")
         self.end_headers()
@@ -240,9 +240,8 @@ def test_large_bodies_grow_the_buffer(scripted) -> None:
 
 def test_bad_chunk_size_is_a_protocol_error(scripted) -> None:
     server = scripted(fixed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"))
-    with TimedClient("127.0.0.1", server.port, timeout_s=5) as client:
-        with pytest.raises(MalformedResponse, match="not hexadecimal"):
-            client.request("GET", "/")
+    with TimedClient("127.0.0.1", server.port, timeout_s=5) as client, pytest.raises(MalformedResponse, match="not hexadecimal"):
+        client.request("GET", "/")
     assert issubclass(MalformedResponse, ProtocolError)
 
 
@@ -310,9 +309,8 @@ def test_stale_keep_alive_connection_is_replaced_before_sending(scripted) -> Non
 
 def test_close_in_the_middle_of_a_body_raises_and_is_not_retried(scripted) -> None:
     server = scripted(fixed(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part", keep=False))
-    with TimedClient("127.0.0.1", server.port, timeout_s=5) as client:
-        with pytest.raises(ClientError, match="9 of 100 body bytes"):
-            client.request("POST", "/v1/systemone", b"{}")
+    with TimedClient("127.0.0.1", server.port, timeout_s=5) as client, pytest.raises(ClientError, match="9 of 100 body bytes"):
+        client.request("POST", "/v1/systemone", b"{}")
     assert len(server.requests) == 1
 
 
@@ -363,9 +361,8 @@ def test_slow_server_times_out_clearly(scripted) -> None:
         return False
 
     server = scripted(stall)
-    with TimedClient("127.0.0.1", server.port, timeout_s=0.2) as client:
-        with pytest.raises(ClientTimeout, match="sent nothing for 0.2 s"):
-            client.request("GET", "/")
+    with TimedClient("127.0.0.1", server.port, timeout_s=0.2) as client, pytest.raises(ClientTimeout, match="sent nothing for 0.2 s"):
+        client.request("GET", "/")
     assert issubclass(ClientTimeout, ClientError) and issubclass(ClientError, BackendError)
     assert len(server.requests) == 1
 
@@ -375,7 +372,7 @@ def test_connection_refused_is_a_client_error() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound but not listening: connecting is refused
         with TimedClient("127.0.0.1", port, timeout_s=2) as client:
-            with pytest.raises(ClientError, match="could not connect to 127.0.0.1:%d" % port):
+            with pytest.raises(ClientError, match=f"could not connect to 127.0.0.1:{port}"):
                 client.request("GET", "/health")
             assert client.connections_opened == 0
 
@@ -399,9 +396,8 @@ def test_connection_refused_is_a_client_error() -> None:
 @pytest.mark.parametrize("send", [fixed, trickle], ids=["one-send", "byte-by-byte"])
 def test_malformed_responses_are_protocol_errors(scripted, send, wire, message) -> None:
     server = scripted(send(wire, keep=False))
-    with TimedClient("127.0.0.1", server.port, timeout_s=5) as client:
-        with pytest.raises(MalformedResponse, match=message):
-            client.request("GET", "/")
+    with TimedClient("127.0.0.1", server.port, timeout_s=5) as client, pytest.raises(MalformedResponse, match=message):
+        client.request("GET", "/")
 
 
 # -- what h11 changed: the stamp over many recvs, errors kept apart, limits -----------------

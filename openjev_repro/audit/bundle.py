@@ -16,13 +16,13 @@ import os
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import Iterator
 
 from ..errors import EvidenceError
 from ..limits import MAX_BUNDLE_BYTES, MAX_BUNDLE_MEMBERS
 
-__all__ = ["opened", "extract_bundle"]
+__all__ = ["extract_bundle", "opened"]
 
 _CHUNK = 1 << 20
 

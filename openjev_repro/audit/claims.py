@@ -38,16 +38,27 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal, localcontext
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import RecipeError
 from ..study.recipe import read_yaml
 
-__all__ = ["CLAIMS_FORMAT_VERSION", "CLAIMS_FORMAT_VERSIONS", "DERIVATIONS", "BOOLEAN_DERIVATIONS", "Figure",
-           "ClaimResult", "load_claims", "parse_claims", "check_claims", "format_results"]
+__all__ = [
+    "BOOLEAN_DERIVATIONS",
+    "CLAIMS_FORMAT_VERSION",
+    "CLAIMS_FORMAT_VERSIONS",
+    "DERIVATIONS",
+    "ClaimResult",
+    "Figure",
+    "check_claims",
+    "format_results",
+    "load_claims",
+    "parse_claims",
+]
 
 CLAIMS_FORMAT_VERSION = 2  # written by this version; every version in CLAIMS_FORMAT_VERSIONS is read
 CLAIMS_FORMAT_VERSIONS = (1, 2)
@@ -162,7 +173,7 @@ def _figure(name: str, spec: Any, where: str) -> Figure:
         value = Decimal(text)
         if not value.is_finite():
             raise ValueError(text)
-    except Exception:
+    except (InvalidOperation, ValueError):
         raise RecipeError(f"{where}: figure {name!r} has value {raw!r}, which is not a number; quote it as printed.") from None
     exponent = value.as_tuple().exponent
     assert isinstance(exponent, int)
@@ -214,7 +225,7 @@ def _check_percentile(claim: dict, n: int, where: str) -> None:
         raise RecipeError(f"{where}: percentile needs rule: {' or '.join(PERCENTILE_RULES)}, got {rule!r}.")
     try:
         q_value = Decimal(str(q))
-    except Exception:
+    except InvalidOperation:
         q_value = Decimal("NaN")
     if isinstance(q, bool) or not q_value.is_finite() or not 0 < q_value <= 100:
         raise RecipeError(f"{where}: percentile needs q in (0, 100], got {q!r}.")
@@ -291,23 +302,23 @@ def _boolean(kind: str, groups: list[list[Decimal]]) -> bool:
 def _bounds(kind: str, function: Callable[[Values, dict], Decimal], inputs: list[Figure],
             claim: dict) -> tuple[Decimal, Decimal]:
     """The least and greatest value the derivation takes when each input lies in its rounding interval."""
-    lo_in = [f.value - _half(f) for f in inputs]  # type: ignore[operator]
-    hi_in = [f.value + _half(f) for f in inputs]  # type: ignore[operator]
+    lo_in = [f.value - _half(f) for f in inputs]
+    hi_in = [f.value + _half(f) for f in inputs]
     if kind in ("spread", "range"):
         return max(Decimal(0), max(lo_in) - min(hi_in)), max(hi_in) - min(lo_in)
     if kind in _INCREASING or (kind == "product" and min(lo_in) >= 0):
         return function(lo_in, claim), function(hi_in, claim)
     if kind == "difference" and len(inputs) > _CORNER_LIMIT:
         return function(lo_in[:1] + hi_in[1:], claim), function(hi_in[:1] + lo_in[1:], claim)
-    corners = [function([hi if s > 0 else lo for lo, hi, s in zip(lo_in, hi_in, signs)], claim)
+    corners = [function([hi if s > 0 else lo for lo, hi, s in zip(lo_in, hi_in, signs, strict=True)], claim)
                for signs in itertools.product((-1, 1), repeat=len(inputs))]
     return min(corners), max(corners)
 
 
 def _check(claim: dict, figures: dict[str, Figure]) -> ClaimResult:
     kind, stated = claim["derive"], figures[claim["name"]]
-    common = dict(name=claim["name"], derive=kind, expected_mismatch=claim.get("expect") == "mismatch",
-                  finding=str(claim.get("finding", "")), where=str(claim.get("where", "")))
+    common = {"name": claim["name"], "derive": kind, "expected_mismatch": claim.get("expect") == "mismatch",
+              "finding": str(claim.get("finding", "")), "where": str(claim.get("where", ""))}
     if kind in BOOLEAN_DERIVATIONS:
         groups = [[figures[n].value for n in (g if isinstance(g, list) else [g])] for g in claim["from"]]
         got = _boolean(kind, groups)  # type: ignore[arg-type]
@@ -321,7 +332,7 @@ def _check(claim: dict, figures: dict[str, Figure]) -> ClaimResult:
         exact = function([f.value for f in inputs], claim)  # type: ignore[misc]
         lo, hi = _bounds(kind, function, inputs, claim)
     recomputed = _round(exact, stated.decimals)
-    reachable = not (hi < stated.value - _half(stated) or lo > stated.value + _half(stated))  # type: ignore[operator]
+    reachable = not (hi < stated.value - _half(stated) or lo > stated.value + _half(stated))
     status = "exact" if recomputed == stated.value else "mismatch"
     detail = ""
     supported = max(f.decimals for f in inputs) + (1 if kind == "median" and len(inputs) % 2 == 0 else 0)

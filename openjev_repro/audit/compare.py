@@ -27,29 +27,48 @@ Each pair also shows both runs' `weights_fingerprint` (backends.json, absent in 
 from __future__ import annotations
 
 import contextlib
-import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
+from ..decision import YES_THRESHOLD
 from ..errors import EvidenceError, RecipeError, RunIncomplete
-from ..study.rundir import RunDir, read_json
-from ..study.recipe import parse_recipe, read_yaml
-from ..results.statistics import BOOTSTRAP_METHOD, bootstrap_mean_diff_ci, latency_stats, pair_by_id_and_seq, ranges_disjoint
 from ..results.row_table import RowTable, as_table, read_table
+from ..results.statistics import (
+    BOOTSTRAP_METHOD,
+    bootstrap_mean_diff_ci,
+    latency_stats,
+    pair_by_id_and_seq,
+    ranges_disjoint,
+)
+from ..results.summary import LatencyKey
+from ..study.recipe import parse_recipe, read_yaml
 from ..study.rows import Row
+from ..study.rundir import RunDir
 from .bundle import opened
 
-__all__ = ["COMPARE_FORMAT_VERSION", "TOLERANCE_KEYS", "LIMIT_KEYS", "limits_for", "load_tolerances", "compare_runs", "compare_rows",
-           "to_markdown", "check_tolerances", "run_status", "COMPARABLE_STATUSES"]
+__all__ = [
+    "COMPARABLE_STATUSES",
+    "COMPARE_FORMAT_VERSION",
+    "LIMIT_KEYS",
+    "TOLERANCE_KEYS",
+    "check_tolerances",
+    "compare_rows",
+    "compare_runs",
+    "limits_for",
+    "load_tolerances",
+    "run_status",
+    "to_markdown",
+]
 
 COMPARE_FORMAT_VERSION = 1
 LIMIT_KEYS = {"max_mean_ratio", "max_p95_ratio", "max_probability_delta", "decisions_must_match",
               "weights_must_match"}
 TOLERANCE_KEYS = {"format_version", "backends", "per_backend", *LIMIT_KEYS}
 N_BOOT = 2000
-_STATS = ("mean_ms", "p50_ms", "p95_jevbench_ms", "p95_nearest_rank_ms")
+_STATS: tuple[LatencyKey, ...] = ("mean_ms", "p50_ms", "p95_jevbench_ms", "p95_nearest_rank_ms")
 
 
 def load_tolerances(path: Path) -> dict[str, Any]:
@@ -107,10 +126,7 @@ def _fingerprints(path: Path) -> dict[str, str | None]:
     """backend -> weights_fingerprint from a run's backends.json ({} when the run has none)."""
     if not path.is_file():
         return {}
-    try:
-        backends = json.loads(path.read_text(encoding="utf-8")).get("backends") or {}
-    except (json.JSONDecodeError, AttributeError) as exc:
-        raise EvidenceError(f"{path} is not a backends.json object ({exc}).") from None
+    backends = RunDir(path.parent).read(path.name).get("backends") or {}
     return {name: info.get("weights_fingerprint") if isinstance(info.get("weights_fingerprint"), str) else None
             for name, info in backends.items() if isinstance(info, dict)}
 
@@ -144,7 +160,7 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
         base, cand = loaded
         record = Path(baseline) / "import.json"
         same_import = Path(baseline).resolve() == Path(candidate).resolve() and record.is_file()
-        published = read_json(record).get("figures", []) if same_import else []
+        published = RunDir(Path(baseline)).read("import.json").get("figures", []) if same_import else []
     result = compare_rows(base[0], cand[0], tolerances=tolerances, seed=seed, fingerprints=(base[2], cand[2]))
     result.update(baseline=str(baseline), candidate=str(candidate),
                   baseline_study=base[1].study.id, candidate_study=cand[1].study.id)
@@ -162,15 +178,6 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
 
 
 _Passes = dict[int, np.ndarray]  # pass index -> row indices in seq order
-
-
-def _measured(t: RowTable) -> dict[tuple[str, str], _Passes]:
-    """Measured rows grouped by (workload, backend) and pass, each pass in seq order."""
-    groups: dict[tuple[str, str], _Passes] = {}
-    for (workload, backend, index), rows in t.groups(np.flatnonzero(t.phase.equals("measured")),
-                                                     ("workload", "backend", "pass_index")).items():
-        groups.setdefault((workload, backend), {})[index] = rows
-    return groups
 
 
 def _metric(b: float | None, c: float | None) -> dict[str, float | None]:
@@ -234,8 +241,8 @@ def _answers(tb: RowTable, base: np.ndarray, tc: RowTable, cand: np.ndarray) -> 
     delta = pc - pb
     ids, seqs = tb.ids.strings(b), tb.seq[b].tolist()
     cases = [{"id": i, "seq": q, "baseline": x, "candidate": y, "delta": d}
-             for i, q, x, y, d in zip(ids, seqs, pb.tolist(), pc.tolist(), delta.tolist())]
-    yes_b, yes_c = pb >= 0.5, pc >= 0.5
+             for i, q, x, y, d in zip(ids, seqs, pb.tolist(), pc.tolist(), delta.tolist(), strict=True)]
+    yes_b, yes_c = pb >= YES_THRESHOLD, pc >= YES_THRESHOLD
     flips = [{"id": ids[k], "seq": seqs[k], "baseline": "yes" if yes_b[k] else "no",
               "candidate": "yes" if yes_c[k] else "no"} for k in np.flatnonzero(yes_b != yes_c).tolist()]
     return {"answers": {"paired": len(cases), "unpaired": unpaired, "decision_flips": flips,
@@ -273,7 +280,7 @@ def compare_rows(base_rows: RowTable | Iterable[Row], cand_rows: RowTable | Iter
                  fingerprints: tuple[dict[str, str | None], dict[str, str | None]] = ({}, {})) -> dict[str, Any]:
     """Compare two runs' rows (RowTables, or iterables of Row) backend by backend."""
     tb, tc = as_table(base_rows), as_table(cand_rows)
-    base, cand = _measured(tb), _measured(tc)
+    base, cand = tb.by_pass("measured"), tc.by_pass("measured")
     mapping = dict((tolerances or {}).get("backends") or {})
     pairs, unmatched = [], []
     for (workload, name) in sorted(base):
@@ -321,9 +328,9 @@ def to_markdown(result: dict[str, Any]) -> str:
         r = p["pass_mean_ranges_ms"]
         a = p["answers"]
         lines += ["", f"- pass mean ranges overlap: {r['overlap']}",
-                  f"- bootstrap 95% interval of the mean difference: "
+                  (f"- bootstrap 95% interval of the mean difference: "
                   f"{'—' if ci is None else f'[{ci[0]:.3f}, {ci[1]:.3f}] ms'} (seed {p['bootstrap']['seed']}, "
-                  f"bootstrap method v{p['bootstrap'].get('method_version', 1)})",
+                  f"bootstrap method v{p['bootstrap'].get('method_version', 1)})"),
                   f"- decision flips: {len(a['decision_flips'])} of {a['paired']} paired cases"
                   + _flip_ids(a["decision_flips"]),
                   f"- max |probability delta|: {a['max_abs_probability_delta']!r}"]

@@ -42,28 +42,41 @@ import re
 import secrets
 import shutil
 import sys
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import msgspec
 import yaml
 
 from ..errors import EvidenceError, InputMismatch
-from ..study.rundir import RunDir, read_json, write_json_atomic
 from ..hashing import hash_file
-from ..study.recipe import parse_recipe
 from ..results.imported import cleanup_line, figure_counts, figure_lines
 from ..results.statistics import latency_stats, mean, summarize
+from ..study.recipe import parse_recipe
 from ..study.rows import Row
+from ..study.rundir import RunDir, read_json, write_json_atomic
 
-__all__ = ["IMPORT_FORMAT_VERSION", "SIGNIFICANT_DIGITS", "SourceManifest", "locate_source", "read_source_manifest",
-           "verify_source", "import_system1", "published_figures", "classify", "format_import_report",
-           "converted_files", "baseline_and_candidates",
-           "summary_from_figures", "REPORT_FILES"]
+__all__ = [
+    "IMPORT_FORMAT_VERSION",
+    "REPORT_FILES",
+    "SIGNIFICANT_DIGITS",
+    "SourceManifest",
+    "baseline_and_candidates",
+    "classify",
+    "converted_files",
+    "format_import_report",
+    "import_system1",
+    "locate_source",
+    "published_figures",
+    "read_source_manifest",
+    "summary_from_figures",
+    "verify_source",
+]
 
 # Format history of import.json:
 #   1  (2026-11) first version: flat source_manifest {path: sha256}, figures with `matches`.
@@ -136,7 +149,7 @@ def read_source_manifest(root: Path) -> SourceManifest:
     data = _read_finite_json(Path(root) / MANIFEST_NAME, where)
     if not isinstance(data, dict):
         raise InputMismatch(f"{where}: not a JSON object.")
-    listing = data["files"] if "files" in data else data
+    listing = data.get("files", data)
     meta = {k: v for k, v in data.items() if k != "files"} if "files" in data else {}
     entries: dict[str, dict[str, Any]] = {}
     if isinstance(listing, dict):
@@ -359,7 +372,7 @@ def _row(their: _TheirRow, arm: str, workload: str, pass_index: int, seq: int, w
               body_sha256=hashlib.sha256(body.encode("utf-8")).hexdigest(), probability=float(their.probability_yes),
               decision=predicted, label=label, input_tokens=usage.get("input_tokens"),
               error=f"checks failed: {', '.join(failed)}" if failed else None)
-    return row, _ROW_JSON(dict(zip(_ROW_FIELDS, _row_values(row)))), body
+    return row, _ROW_JSON(dict(zip(_ROW_FIELDS, _row_values(row), strict=True))), body
 
 
 @dataclass
@@ -401,13 +414,12 @@ def _read_arm_files(root: Path, files: list[tuple[str, int, str]], workload: str
                     lat, delta = out.latencies.setdefault(key, []), 0.0
                     out.arms.setdefault(arm, []).append(index)
                     try:
-                        fh = open(root / name, encoding="utf-8")
+                        fh = open(root / name, encoding="utf-8")  # noqa: SIM115 - closed by `with fh` below
                     except OSError as exc:
                         raise EvidenceError(f"{name}: cannot be read ({exc.strerror or exc}).") from None
                     with fh:
-                        seq = 0
-                        for number, line in enumerate(_lines(fh, name), start=1):
-                            where = f"{name}:{number}"
+                        for seq, line in enumerate(_lines(fh, name)):
+                            where = f"{name}:{seq + 1}"
                             if not line.strip():
                                 raise EvidenceError(f"{where}: empty line; a row file holds one JSON object per line.")
                             their = _their_row(line, where)
@@ -428,7 +440,6 @@ def _read_arm_files(root: Path, files: list[tuple[str, int, str]], workload: str
                             out.rows.append(row)
                             lat.append(row.latency_ms)
                             delta = max(delta, abs(their.probability_delta))
-                            seq += 1
                     if not ids:
                         raise EvidenceError(f"{name}: holds no rows.")
                     out.max_delta[key] = delta
@@ -453,7 +464,7 @@ def _lines(fh: Any, name: str) -> Iterable[str]:
 # --- figures ------------------------------------------------------------------------------
 
 
-def half_unit(published: float | int) -> float:
+def half_unit(published: float) -> float:
     """Half a unit of the last decimal `published` prints, counting at most 15 significant digits."""
     if isinstance(published, int):
         return 0.5
@@ -465,7 +476,7 @@ def half_unit(published: float | int) -> float:
     return 0.5 * 10.0 ** -decimals
 
 
-def classify(ours: float | int | None, published: Any, propagated: float = 0.0) -> dict[str, Any]:
+def classify(ours: float | None, published: Any, propagated: float = 0.0) -> dict[str, Any]:
     """exact (bit for bit), within_rounding (|ours - published| <= half a unit) or mismatch.
 
     `propagated` widens the tolerance of a figure derived from other published figures by
@@ -626,8 +637,8 @@ def _recipe(source: Path, folder: str, arms: dict[str, list[int]], workload: str
         "workloads": [{"name": workload, "requests": first, "feasibility_passes": 0, "measured_passes": passes}],
         "backends": [{"name": a, "command": ["imported"], "description": "imported arm"} for a in sorted(arms)],
         "protocol": {"feasibility_passes": 0, "measured_passes": passes},
-        "notes": ["Imported evidence: rows come from the source's client nanoseconds; bodies are their `raw`"
-                  " as canonical JSON, not the original bytes; labels are inferred from checks.correct when present."],
+        "notes": [("Imported evidence: rows come from the source's client nanoseconds; bodies are their `raw`"
+                  " as canonical JSON, not the original bytes; labels are inferred from checks.correct when present.")],
     }
 
 
@@ -747,8 +758,8 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
 def format_import_report(report: dict) -> str:
     folder = report.get("evidence_folder") or ""
     where = f"{report['source']}/{folder}" if folder else report["source"]
-    lines = [f"imported {report.get('rows', '?')} rows from {where}: {report['files_verified']} files verified "
-             f"(bytes and sha256) against {report['source']}/manifest.json; UNSIGNED, not measured by us"]
+    lines = [(f"imported {report.get('rows', '?')} rows from {where}: {report['files_verified']} files verified "
+             f"(bytes and sha256) against {report['source']}/manifest.json; UNSIGNED, not measured by us")]
     lines += [f"{name}: not present, not verified" for name in report.get("absent", [])]
     for n in report.get("normalization", []):
         lines.append(f"normalization note, {n['path']} ({'verified' if n['present'] else 'not present'}): {n['note']}")

@@ -14,29 +14,47 @@ import base64
 import hashlib
 import json
 import operator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import msgspec
 import numpy as np
 import yaml
 
-from ..errors import EvidenceError, ReproError
-from ..study.rundir import ENVELOPE_NAME, RunDir, read_json, scan_tree
-from ..hashing import hash_files
+from ..errors import EvidenceError, ReproError, UnsupportedFormat
+from ..hashing import hash_file, hash_files
 from ..manifest.dsse import verify_envelope
 from ..manifest.keys import load_public_key
-from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json, sha256_file
-from ..study.recipe import Recipe, parse_recipe
+from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json
 from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
+from ..results.summary import Summary
+from ..study.recipe import Recipe, parse_recipe
 from ..study.rows import Row
+from ..study.rundir import (
+    ENVELOPE_NAME,
+    READABLE_VERSIONS,
+    RESPONSE_VERSIONS,
+    RunDir,
+    check_response_entry,
+    read_json,
+    scan_tree,
+)
 from .bundle import opened
 
-__all__ = ["Check", "Evidence", "verify_path", "verify_dir", "verify_imported", "format_checks",
-           "first_difference", "check_case_ids"]
+__all__ = [
+    "Check",
+    "Evidence",
+    "check_case_ids",
+    "first_difference",
+    "format_checks",
+    "verify_dir",
+    "verify_imported",
+    "verify_path",
+]
 
 
 # What damaged files raise while being read (JSON and UTF-8 errors are ValueErrors).
@@ -63,10 +81,14 @@ def format_checks(checks: list[Check]) -> str:
 
 
 def verify_path(path: Path, *, pubkey: Path | None = None, allow_unsigned: bool = False) -> list[Check]:
-    """Verify a run directory or a bundle file; returns every check (never raises on bad evidence)."""
+    """Verify a run directory or a bundle file; returns every check (never raises on bad evidence).
+
+    A file in a format this tool does not read is no verdict: UnsupportedFormat is raised."""
     try:
         with opened(path) as directory:
             return verify_dir(directory, pubkey=pubkey, allow_unsigned=allow_unsigned)
+    except UnsupportedFormat:
+        raise
     except ReproError as exc:
         return [Check("bundle", False, str(exc))]
 
@@ -127,6 +149,12 @@ def verify_dir(directory: Path, *, pubkey: Path | None = None, allow_unsigned: b
     for step in (_complete, _copied_files, _case_ids, _responses, _recomputed):
         try:
             checks.extend(step(ev, predicate, aggregate_only))
+        except UnsupportedFormat as exc:
+            # A file as signed in a newer format: this tool cannot judge the run at all. A file
+            # changed after signing (a failed check above) is tampering, reported as such.
+            if not any(c.passed is False for c in checks):
+                raise
+            checks.append(Check(step.__name__.strip("_").replace("_", " "), False, str(exc)))
         except (*_BAD_EVIDENCE, RecursionError, MemoryError) as exc:  # damaged evidence is a failed check
             checks.append(Check(step.__name__.strip("_").replace("_", " "), False, f"{type(exc).__name__}: {exc}"))
     if aggregate_only:
@@ -172,10 +200,10 @@ def verify_imported(run: RunDir, *, pubkey: Path | None = None, evidence: Eviden
     """
     ev = evidence if evidence is not None else Evidence(run)
     try:
-        record = read_json(run.file("import.json"))
+        record = run.read("import.json")
         status = run.state().get("status")
-        if not isinstance(record, dict) or record.get("format_version") not in (1, 2):
-            raise ValueError("import.json is not an import record of format_version 1 or 2")
+    except UnsupportedFormat:
+        raise
     except _BAD_EVIDENCE as exc:
         return [Check("import record", False, f"{type(exc).__name__}: {exc}")]
     signature = (Check("signature", False, f"a signature by {pubkey} was asked for, but this is an imported run, "
@@ -190,6 +218,8 @@ def verify_imported(run: RunDir, *, pubkey: Path | None = None, evidence: Eviden
     for step in (_converted_files, _imported_source, _case_ids, _responses, _imported_statistics):
         try:
             checks.extend(step(ev, record, False))
+        except UnsupportedFormat:
+            raise
         except (*_BAD_EVIDENCE, RecursionError, MemoryError) as exc:
             checks.append(Check(step.__name__.strip("_").replace("_", " "), False, f"{type(exc).__name__}: {exc}"))
     return checks
@@ -208,7 +238,7 @@ def _converted_files(ev: Evidence, record: dict, _: bool) -> list[Check]:
         path = run.path / name
         if not _safe_name(name) or not path.is_file():
             bad.append(f"{name} is recorded but absent")
-        elif sha256_file(path) != want:
+        elif hash_file(path) != want:
             bad.append(f"{name} has a different sha256 than recorded at import")
     present = {p.relative_to(run.path).as_posix() for p in run.evidence_files()}
     unlisted = sorted(present - set(recorded) - {"state.json", "import.json"} - REPORT_FILES)
@@ -231,7 +261,7 @@ def _imported_source(ev: Evidence, record: dict, _: bool) -> list[Check]:
         path = root / name
         if not _safe_name(name) or not path.is_file():
             bad.append(f"{name} was verified at import but is absent now")
-        elif sha256_file(path) != want:
+        elif hash_file(path) != want:
             bad.append(f"{name} differs from the sha256 their manifest.json lists")
     return [Check("source files", not bad, "; ".join(bad[:6]) if bad else
                   f"{len(verified)} source files at {root} still match their manifest.json digests")]
@@ -243,7 +273,7 @@ def _imported_statistics(ev: Evidence, record: dict, _: bool) -> list[Check]:
 
     run, t = ev.run, ev.table
     ours = json.loads(json.dumps(summarize(t, ev.recipe), allow_nan=False))
-    diff = first_difference(ours, read_json(run.file("summary.json")))
+    diff = first_difference(ours, run.read("summary.json"))
     checks = [Check("statistics recomputed", diff is None,
                     f"recomputed from rows differs from summary.json at {diff}" if diff
                     else "every statistic recomputed from rows.jsonl equals summary.json exactly")]
@@ -255,8 +285,8 @@ def _imported_statistics(ev: Evidence, record: dict, _: bool) -> list[Check]:
                  t.groups(np.flatnonzero(t.phase.equals("measured")), ("backend", "pass_index")).items()}
     deltas: dict[tuple[str, int], float] = {}
     for path in sorted(run.path.glob("responses/*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            entry = json.loads(line)
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            entry = check_response_entry(json.loads(line), f"{path.name}:{number}")
             if "probability_delta" in entry:
                 key = (entry["backend"], entry["pass_index"])
                 deltas[key] = max(deltas.get(key, 0.0), abs(entry["probability_delta"]))
@@ -319,7 +349,7 @@ def _subject_digests(statement: dict, present: set[str], checks: list[Check], ha
     for s in subjects:
         name = s.get("name") if isinstance(s, dict) else None
         want = (s.get("digest") or {}).get("sha256") if isinstance(s, dict) else None
-        if not _safe_name(name) or not isinstance(want, str):
+        if not isinstance(name, str) or not _safe_name(name) or not isinstance(want, str):
             bad.append(f"malformed subject {str(s)[:80]!r}")
             continue
         if name not in present or name not in digests:  # only files the walk found: never through a link
@@ -357,10 +387,11 @@ def _copied_files(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[C
         problems.append("recipe.yaml sha256")
     if recipe_json(recipe_bytes) != predicate.get("recipe"):
         problems.append("recipe.yaml content")
-    if read_json(run.file("summary.json")) != predicate.get("summary"):
+    if run.read("summary.json") != predicate.get("summary"):
         problems.append("summary.json")
     for key, name in OPTIONAL_FILES.items():
-        on_disk = read_json(run.file(name)) if run.file(name).is_file() else None
+        read = run.read if name in READABLE_VERSIONS else lambda n: read_json(run.file(n))
+        on_disk = read(name) if run.file(name).is_file() else None
         signed = predicate.get(key)
         absent_signed = isinstance(signed, dict) and signed.get("available") is False and on_disk is None
         if not absent_signed and on_disk != signed:
@@ -376,7 +407,7 @@ def _timed_passes(t: RowTable) -> dict[tuple, np.ndarray]:
 
 def _first(codes: Iterable[int], t: RowTable, n: int = 5) -> str:
     """The first n ids (sorted) of some id codes, comma separated."""
-    return ", ".join(sorted(t.ids.values[c] for c in codes)[:n])  # type: ignore[type-var]
+    return ", ".join(sorted(str(t.ids.values[c]) for c in codes)[:n])
 
 
 def check_case_ids(rows: RowTable | Iterable[Row], repeats: dict[str, int]) -> list[str]:
@@ -428,7 +459,7 @@ def check_planned_order(rows: RowTable | Iterable[Row], planned: dict[str, list[
 def _case_ids(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check]:
     run, rows = ev.run, ev.table
     problems = check_case_ids(rows, {w.name: w.repeat for w in ev.recipe.workloads})
-    plan = read_json(run.file("plan.json")) if run.file("plan.json").is_file() else {}
+    plan = run.read("plan.json") if run.file("plan.json").is_file() else {}
     problems += check_planned_order(rows, plan.get("case_ids"))
     return [Check("case ids", not problems, "; ".join(problems[:6]) if problems
                   else f"{len(rows)} rows; every timed pass holds the same case ids")]
@@ -444,6 +475,7 @@ class _ResponseEntry(msgspec.Struct):
     seq: Any = msgspec.UNSET
     body: Any = msgspec.UNSET
     body_base64: Any = msgspec.UNSET
+    v: Any = msgspec.UNSET  # absent in format 1
 
 
 _RESPONSE = msgspec.json.Decoder(_ResponseEntry)
@@ -455,23 +487,26 @@ def _responses(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Chec
         return [Check("response bodies", None, "aggregate-only bundle: bodies are omitted (JevBench terms), "
                       "so row body_sha256 values cannot be checked against them")]
     t = ev.table
-    keys = zip(t.backend.strings(), t.workload.strings(), t.phase.strings(), t.pass_index.tolist(), t.seq.tolist())
-    hashes = dict(zip(keys, t.body_sha256))
+    keys = zip(t.backend.strings(), t.workload.strings(), t.phase.strings(), t.pass_index.tolist(), t.seq.tolist(), strict=True)
+    hashes = dict(zip(keys, t.body_sha256, strict=True))
     wrong, seen = [], 0
     for path in sorted(ev.run.path.glob("responses/*.jsonl")):
         for before, entries in _response_chunks(path):
+            newer = next((i for i, e in enumerate(entries) if e.v is not msgspec.UNSET and e.v not in RESPONSE_VERSIONS), None)
+            if newer is not None:
+                check_response_entry({"v": entries[newer].v}, f"{path.name}:{before + newer + 1}")
             at = [i for i, e in enumerate(entries) if e.body is not msgspec.UNSET or e.body_base64 is not msgspec.UNSET]
             have = [entries[i] for i in at]
             seen += len(have)
-            for i, e in zip(at, have):
+            for i, e in zip(at, have, strict=True):
                 if msgspec.UNSET in (e.backend, e.workload, e.phase, e.pass_index, e.seq):
                     raise EvidenceError(f"{path.name}:{before + i + 1} lacks one of {', '.join(_KEY_FIELDS)}")
             # C loops throughout: encode, hash, look up, compare.
             bodies = [e.body.encode("utf-8") if e.body is not msgspec.UNSET else base64.b64decode(e.body_base64)
                       for e in have]
             digests = map(operator.methodcaller("hexdigest"), map(hashlib.sha256, bodies))
-            expected = map(hashes.get, zip(*(map(operator.attrgetter(name), have) for name in _KEY_FIELDS)))
-            wrong += [f"{path.name}:{before + i + 1}" for i, got, want in zip(at, digests, expected) if got != want]
+            expected = map(hashes.get, zip(*(map(operator.attrgetter(name), have) for name in _KEY_FIELDS), strict=True))
+            wrong += [f"{path.name}:{before + i + 1}" for i, got, want in zip(at, digests, expected, strict=True) if got != want]
     return [Check("response bodies", not wrong, f"bodies whose sha256 differs from their row: {', '.join(wrong[:5])}"
                   if wrong else f"{seen} bodies match their rows' body_sha256")]
 
@@ -512,7 +547,7 @@ def first_difference(a: Any, b: Any, path: str = "") -> str | None:
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return f"{path}: {len(a)} vs {len(b)} items"
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             diff = first_difference(x, y, f"{path}[{i}]")
             if diff:
                 return diff
@@ -521,9 +556,11 @@ def first_difference(a: Any, b: Any, path: str = "") -> str | None:
 
 
 def _recomputed(ev: Evidence, predicate: dict, aggregate_only: bool,
-                summarize: Callable[..., dict] | None = None) -> list[Check]:
+                summarize: Callable[..., Summary] | None = None) -> list[Check]:
     if summarize is None:
-        from ..results.statistics import summarize
+        from ..results.statistics import summarize as recompute
+
+        summarize = recompute
     # Round-trip through JSON so recomputed and stored values are compared as written.
     ours = json.loads(json.dumps(summarize(ev.table, ev.recipe), allow_nan=False))
     stats_ours = {k: v for k, v in ours.items() if k != "gates"}

@@ -11,5 +11,13 @@ from __future__ import annotations
 from .package import Package, package_sha256, read_package
 from .prompts import MODEL_ALIASES, Question, RequestInvalid, parse_request, render_text
 
-__all__ = ["Package", "read_package", "package_sha256", "Question", "RequestInvalid", "parse_request",
-           "render_text", "MODEL_ALIASES"]
+__all__ = [
+           "MODEL_ALIASES",
+           "Package",
+           "Question",
+           "RequestInvalid",
+           "package_sha256",
+           "parse_request",
+           "read_package",
+           "render_text",
+]

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,15 @@ from .model import METHOD, DecisionModel, Settings
 from .package import package_sha256, read_package
 from .server import HEADER_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_CONNECTIONS, ReferenceServer
 
-__all__ = ["main", "build_parser", "LOAD_DELAY_ENV"]
+__all__ = [
+    "Loader",
+    "build_parser",
+    "load_model",
+    "main",
+]
 
-LOAD_DELAY_ENV = "OPENJEV_REFERENCE_LOAD_DELAY_S"  # test hook: stay "loading" this long after binding
+# How main loads the model once the port is bound: the one test seam (docs/backend.md, "Fault injection").
+Loader = Callable[[argparse.Namespace, Any], Any]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,7 +79,7 @@ def _code_commit() -> str:
         return os.environ["OPENJEV_CODE_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                             text=True, timeout=5)
+                             text=True, timeout=5, check=False)
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -82,7 +89,7 @@ def _static_meta(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     """Check the checkpoint (cheap, before binding) and collect the metadata that never changes."""
     if args.checkpoint is not None:
         package = read_package(args.checkpoint)
-        meta = {"base_model_id": package.base_model_id, "base_revision": package.base_revision,
+        meta: dict[str, str | None] = {"base_model_id": package.base_model_id, "base_revision": package.base_revision,
                 "checkpoint_sha256": package_sha256(package.root)}
         return meta, package
     if args.tokenizer is None:
@@ -94,7 +101,7 @@ def _static_meta(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     return meta, None
 
 
-def _load(args: argparse.Namespace, package: Any) -> DecisionModel:
+def load_model(args: argparse.Namespace, package: Any) -> DecisionModel:
     max_length = args.max_length or (package.max_length if package else 4096)
     settings = Settings(mode=args.mode, device=args.device, dtype=args.dtype, max_length=max_length,
                         cuda_graphs=args.cuda_graphs, compile=args.compile)
@@ -103,7 +110,9 @@ def _load(args: argparse.Namespace, package: Any) -> DecisionModel:
     return DecisionModel.from_random(args.random_init, args.tokenizer, args.seed, settings)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
+    """Serve until SIGTERM/SIGINT. `load` is a test seam: tests/servers/faulty_backend.py passes a loader
+    that wraps the model to inject faults; a study never passes one, so nothing is checked per request."""
     args = build_parser().parse_args(argv)
     if not (0 < args.idle_timeout <= 86400 and 0 < args.header_timeout <= 86400 and args.max_connections >= 1):
         print("error: --idle-timeout and --header-timeout must be in (0, 86400] s, --max-connections >= 1.",
@@ -140,9 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        time.sleep(float(os.environ.get(LOAD_DELAY_ENV, "0")))
         started = time.perf_counter()
-        model = _load(args, package)
+        model = load(args, package)
         if args.measure_hardware:
             from .hardware import measure_hardware
             model.info["hardware"] = measure_hardware(model.device)
@@ -151,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         server.shutdown()
         return 2
-    except Exception as exc:  # loading failed in a way we did not foresee: say so, exit non-zero
+    except Exception as exc:  # noqa: BLE001 - loading failed in a way we did not foresee: say so, exit non-zero
         print(f"error: loading the model failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         server.shutdown()
         return 1

@@ -106,7 +106,7 @@ def weights_fingerprint(tensors: Iterable[tuple[str, Any]]) -> dict[str, Any]:
         host = [s.cpu() for s in sums]   # one small transfer per tensor: 16 bytes per chunk
     digest = hashlib.sha256(VERSION.encode() + b"\0")
     total = 0
-    for (name, tensor), chunk_sums in zip(items, host):
+    for (name, tensor), chunk_sums in zip(items, host, strict=True):
         dtype = str(tensor.dtype).removeprefix("torch.")
         header = f"{name}\0{dtype}\0{list(tensor.shape)}\0{tensor.numel()}\0"
         digest.update(header.encode())

@@ -25,16 +25,29 @@ import random
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_fixture", "fixture_config", "build_tokenizer", "random_backbone", "random_adapter",
-           "random_head", "write_json", "file_table", "FIXTURE_SEED", "LORA_TARGETS", "TEMPERATURE_27B",
-           "CHAT_TEMPLATE", "SPECIAL_TOKENS"]
+from ..decision import TEMPERATURE_27B
+
+__all__ = [
+    "CHAT_TEMPLATE",
+    "FIXTURE_SEED",
+    "LORA_TARGETS",
+    "SPECIAL_TOKENS",
+    "TEMPERATURE_27B",
+    "build_fixture",
+    "build_tokenizer",
+    "file_table",
+    "fixture_config",
+    "random_adapter",
+    "random_backbone",
+    "random_head",
+    "write_json",
+]
 
 FIXTURE_SEED = 20261003
 FIXTURE_ID = "openjev-repro/qwen3_5-fixture-tiny"
 FIXTURE_REVISION = "fixture-v1"
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "out_proj"]
 LORA_RANK = 8
-TEMPERATURE_27B = 2.5343690298472983
 VOCAB_SIZE = 1024
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 CHAT_TEMPLATE = (
@@ -140,7 +153,8 @@ def random_backbone(config_dict: dict[str, Any], seed: int, device: str = "cpu",
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
             param.copy_(_fill(name, param, rng))
-    return model.to(device=device, dtype=dtype or torch.float32).eval()
+    # transformers wraps Module.to with functools.wraps, whose typeshed signature loses the bound self
+    return model.to(device=device, dtype=dtype or torch.float32).eval()  # type: ignore[call-arg]
 
 
 def _lora_config(base_id: str) -> dict[str, Any]:

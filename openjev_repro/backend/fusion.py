@@ -19,7 +19,8 @@ the identity to check the arithmetic against the library's modules without a com
 from __future__ import annotations
 
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["fuse_elementwise", "rms_norm", "silu_mul"]
 
@@ -60,9 +61,10 @@ def fuse_elementwise(model: Any, compiler: Callable[[Callable[..., Any]], Callab
     norms = mlps = 0
     for module in model.modules():
         if type(module) is qwen.Qwen3_5RMSNorm:
-            module.forward = types.MethodType(norm_forward, module)
+            # patching this instance's forward is the point (the class and other models keep theirs)
+            module.forward = types.MethodType(norm_forward, module)  # type: ignore[method-assign]
             norms += 1
         elif type(module) is qwen.Qwen3_5MLP and getattr(module.config, "hidden_act", None) == "silu":
-            module.forward = types.MethodType(mlp_forward, module)
+            module.forward = types.MethodType(mlp_forward, module)  # type: ignore[method-assign]
             mlps += 1
     return f"fused RMSNorm ({norms} modules) and SiLU gate ({mlps} MLPs), torch.compile (inductor, dynamic lengths)"

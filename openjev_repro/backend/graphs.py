@@ -10,8 +10,9 @@ workload with more distinct lengths than the capacity keeps recapturing.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["GraphCache"]
 

@@ -14,10 +14,11 @@ study that asks for them records them for the GPU and the moment of that run.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from typing import Any
 
-__all__ = ["measure_hardware", "MATMUL_N", "COPY_BYTES"]
+__all__ = ["COPY_BYTES", "MATMUL_N", "measure_hardware"]
 
 MATMUL_N = 8192
 COPY_BYTES = 2 << 30
@@ -44,11 +45,11 @@ def measure_hardware(device: Any) -> dict[str, Any]:
     with torch.cuda.device(device):
         a = torch.randn(MATMUL_N, MATMUL_N, dtype=torch.bfloat16, device=device)
         b = torch.randn(MATMUL_N, MATMUL_N, dtype=torch.bfloat16, device=device)
-        matmul_ms = _median_ms(torch, lambda: a @ b, 3, 20)
+        matmul_ms = _median_ms(torch, functools.partial(torch.matmul, a, b), 3, 20)
         del a, b
         src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
         dst = torch.empty_like(src)
-        copy_ms = _median_ms(torch, lambda: dst.copy_(src), 2, 10)
+        copy_ms = _median_ms(torch, functools.partial(dst.copy_, src), 2, 10)
         del src, dst
         torch.cuda.empty_cache()
         name = torch.cuda.get_device_name(device)

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import BackendError
 
-__all__ = ["block_optional_kernels", "bound_implementations", "assert_reference", "REFERENCE"]
+__all__ = ["REFERENCE", "assert_reference", "block_optional_kernels", "bound_implementations"]
 
 _CHECKS = ("is_flash_linear_attention_available", "is_causal_conv1d_available")
 _KERNEL_GLOBALS = ("causal_conv1d_fn", "causal_conv1d_update", "chunk_gated_delta_rule",
@@ -37,7 +37,7 @@ def _false(*_args: Any, **_kwargs: Any) -> bool:
 
 def block_optional_kernels() -> list[str]:
     """Make every availability check for FLA and causal-conv1d answer False; return what was patched."""
-    import transformers.utils.import_utils as import_utils
+    from transformers.utils import import_utils
 
     patched: list[str] = []
     for package in _PACKAGES:  # `import fla` now raises ImportError in this process
@@ -64,7 +64,7 @@ def block_optional_kernels() -> list[str]:
                 setattr(modeling, name, None)
                 patched.append(f"{_MODELING}.{name}")
         if hasattr(modeling, "is_fast_path_available"):
-            modeling.is_fast_path_available = False
+            modeling.__dict__["is_fast_path_available"] = False
     return patched
 
 
@@ -85,7 +85,7 @@ def _implementation(fn: Any) -> tuple[Any, bool]:
     """
     code, closure = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
     if code is not None and closure and "implementation" in code.co_freevars:
-        cells = dict(zip(code.co_freevars, (c.cell_contents for c in closure)))
+        cells = dict(zip(code.co_freevars, (c.cell_contents for c in closure), strict=True))
         impl = cells["implementation"]
         return impl, impl is cells.get("torch_function", impl)
     return fn, getattr(fn, "__name__", "").startswith("torch_")

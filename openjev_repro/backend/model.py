@@ -16,25 +16,25 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..decision import TEMPERATURE_27B as RANDOM_TEMPERATURE  # the published 27B model's spread
 from ..errors import BackendError, CheckpointError
 from .fingerprint import named_tensors, weights_fingerprint
 from .kernels import assert_reference, block_optional_kernels, bound_implementations
 from .package import Package, load_head
 from .prompts import Question, RequestInvalid, chat_prompt, render_text
 
-__all__ = ["Settings", "DecisionModel", "Candidate", "resolve_device", "FAIL_ENV", "SLOW_ENV"]
+__all__ = [
+    "Candidate",
+    "DecisionModel",
+    "Settings",
+    "resolve_device",
+]
 
-FAIL_ENV = "OPENJEV_REFERENCE_FAIL_ON"      # test hook: raise inside inference if the state contains it
-SLOW_ENV = "OPENJEV_REFERENCE_SLOW_ON"      # test hook: sleep inside inference if the state contains it
-SLOW_SECONDS_ENV = "OPENJEV_REFERENCE_SLOW_SECONDS"
 METHOD = "scalar_head"
-YES_THRESHOLD = 0.5
-RANDOM_TEMPERATURE = 2.5343690298472983
 RANDOM_INIT_SCHEME = "openjev-repro/random-init/v2"   # change it whenever the drawn values change
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "out_proj"]
 
@@ -117,7 +117,7 @@ class DecisionModel:
     # ------------------------------------------------------------ construction
 
     @classmethod
-    def from_package(cls, package: Package, settings: Settings) -> "DecisionModel":
+    def from_package(cls, package: Package, settings: Settings) -> DecisionModel:
         device, dtype = resolve_device(settings)
         _check_settings(settings, device)
         patched = _prepare_imports(settings.mode)
@@ -143,7 +143,7 @@ class DecisionModel:
         return cls._finish(model, tokenizer, head.to(device), package.temperature, settings, device, dtype, info)
 
     @classmethod
-    def from_random(cls, config_path: Path, tokenizer_dir: Path, seed: int, settings: Settings) -> "DecisionModel":
+    def from_random(cls, config_path: Path, tokenizer_dir: Path, seed: int, settings: Settings) -> DecisionModel:
         """Random weights built directly on the device (for latency studies without weights).
 
         Every random tensor (backbone, LoRA A and B, head) is drawn from a generator on the device
@@ -202,7 +202,7 @@ class DecisionModel:
 
     @classmethod
     def _finish(cls, model: Any, tokenizer: Any, head: Any, temperature: float, settings: Settings, device: Any,
-                dtype: Any, info: dict[str, Any]) -> "DecisionModel":
+                dtype: Any, info: dict[str, Any]) -> DecisionModel:
         unmerged = _fingerprint(model, head, temperature)
         info = {**info, "weights_fingerprint": unmerged["fingerprint"], "weights_fingerprint_scope": "unmerged",
                 "weights_fingerprint_seconds": unmerged["seconds"], "weights_bytes": unmerged["bytes"]}
@@ -277,11 +277,10 @@ class DecisionModel:
 
     def answer(self, state: Any, questions: list[Question], candidates: list[Candidate]) -> dict[str, Any]:
         """Score every candidate and build the answers (probabilities as the facts file defines)."""
-        _test_hooks(state)
         scores = [self.score(c.ids) for c in candidates]
         answers: dict[str, Any] = {}
         for question in questions:
-            mine = [s for c, s in zip(candidates, scores) if c.question is question]
+            mine = [s for c, s in zip(candidates, scores, strict=True) if c.question is question]
             answers[question.qid] = _answer(question, mine, self.temperature)
         return answers
 
@@ -338,17 +337,6 @@ def _count_lora(model: Any) -> int:
     return sum(1 for name, _ in model.named_modules() if name.endswith("lora_A"))
 
 
-def _test_hooks(state: Any) -> None:
-    """Documented test hooks (docs/backend.md): they never fire unless their variable is set."""
-    text = state if isinstance(state, str) else repr(state)
-    fail_on = os.environ.get(FAIL_ENV)
-    if fail_on and fail_on in text:
-        raise RuntimeError(f"test hook {FAIL_ENV} matched the state")
-    slow_on = os.environ.get(SLOW_ENV)
-    if slow_on and slow_on in text:
-        time.sleep(float(os.environ.get(SLOW_SECONDS_ENV, "2")))
-
-
 def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
@@ -367,8 +355,8 @@ def _answer(question: Question, scores: list[float], temperature: float) -> dict
     best = max(range(len(probs)), key=probs.__getitem__)
     if question.type == "choice":
         return {"type": "choice", "choice": question.options[best],
-                "probabilities": dict(zip(question.options, probs)), "confidence": probs[best]}
+                "probabilities": dict(zip(question.options, probs, strict=True)), "confidence": probs[best]}
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in question.levels)
     values = question.levels if numeric else list(range(len(question.levels)))
-    return {"type": "score", "score": sum(p * v for p, v in zip(probs, values)), "probabilities": probs,
+    return {"type": "score", "score": sum(p * v for p, v in zip(probs, values, strict=True)), "probabilities": probs,
             "confidence": probs[best], "legend": {str(i): level for i, level in enumerate(question.levels)}}

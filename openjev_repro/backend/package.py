@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import CheckpointError
 
-__all__ = ["Package", "read_package", "load_head", "package_sha256", "MODEL_JSON_FORMAT"]
+__all__ = ["MODEL_JSON_FORMAT", "Package", "load_head", "package_sha256", "read_package"]
 
 MODEL_JSON_FORMAT = 1
 PACKAGE_FILES = ("model.json", "adapter/adapter_config.json", "adapter/adapter_model.safetensors",

@@ -17,8 +17,16 @@ from typing import Any
 
 from ..errors import ProtocolError
 
-__all__ = ["RequestInvalid", "Question", "parse_request", "render_text", "chat_prompt",
-           "MODEL_ALIASES", "MAX_CHOICES", "MAX_QUESTIONS"]
+__all__ = [
+    "MAX_CHOICES",
+    "MAX_QUESTIONS",
+    "MODEL_ALIASES",
+    "Question",
+    "RequestInvalid",
+    "chat_prompt",
+    "parse_request",
+    "render_text",
+]
 
 MODEL_ALIASES = ("open-jev", "jev-latest")
 MAX_CHOICES = 255

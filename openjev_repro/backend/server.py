@@ -34,8 +34,14 @@ from typing import Any
 from ..limits import JsonLimitError, has_lone_surrogate, loads_bounded
 from .prompts import MODEL_ALIASES, RequestInvalid, parse_request
 
-__all__ = ["ReferenceServer", "MAX_BODY_BYTES", "INFERENCE_PATHS", "IDLE_TIMEOUT_S", "HEADER_TIMEOUT_S",
-           "MAX_CONNECTIONS"]
+__all__ = [
+    "HEADER_TIMEOUT_S",
+    "IDLE_TIMEOUT_S",
+    "INFERENCE_PATHS",
+    "MAX_BODY_BYTES",
+    "MAX_CONNECTIONS",
+    "ReferenceServer",
+]
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 IDLE_TIMEOUT_S = 300.0  # between requests on one keep-alive connection
@@ -109,7 +115,7 @@ class ReferenceServer(ThreadingHTTPServer):
 
     # ------------------------------------------------------------ connections
 
-    def process_request(self, request, client_address):  # type: ignore[no-untyped-def]
+    def process_request(self, request, client_address):
         if not self._slots.acquire(blocking=False):
             _refuse_busy(request, self.max_connections)
             self.shutdown_request(request)
@@ -120,7 +126,7 @@ class ReferenceServer(ThreadingHTTPServer):
             self._slots.release()
             raise
 
-    def process_request_thread(self, request, client_address):  # type: ignore[no-untyped-def]
+    def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
         finally:
@@ -166,7 +172,7 @@ class ReferenceServer(ThreadingHTTPServer):
             started = time.perf_counter()
             try:
                 answers = self.model_thread.submit(self.model.answer, state, questions, candidates).result()
-            except Exception as exc:  # any failure inside the model becomes a 500; the server keeps serving
+            except Exception as exc:  # noqa: BLE001 - any failure inside the model becomes a 500; the server keeps serving
                 traceback.print_exc(file=sys.stderr)
                 return 500, _error("inference_error", f"inference failed: {type(exc).__name__}: {exc}")
             seconds = time.perf_counter() - started
@@ -212,11 +218,12 @@ class _Handler(BaseHTTPRequestHandler):
     wbufsize = 1 << 16  # head and body leave in one send (handle_one_request flushes after each response)
     server: ReferenceServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # one line per request would dominate the log of a 74 x 3 pass study
 
     def setup(self) -> None:
-        self.timeout = self.server.idle_timeout_s  # every socket read and write; the idle limit
+        # every socket read and write; the idle limit (per server, so set on the instance; typeshed says ClassVar)
+        self.timeout = self.server.idle_timeout_s  # type: ignore[misc]
         # No Nagle: a response must leave as soon as it is written. With Nagle on, a response
         # written in two parts waited for the client's delayed ACK of the first: about 40 ms per
         # request on Linux loopback, inside every latency the runner measured (found 2026-12-01).
@@ -263,7 +270,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+    def do_GET(self) -> None:
         self._received()
         path = self.path.split("?", 1)[0]
         if path == "/health":
@@ -274,7 +281,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, _error("not_found", f"no endpoint {path}; use /v1/systemone, /health or /v1/models."))
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+    def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
         if path not in INFERENCE_PATHS:
             self._drain_or_close()

@@ -20,12 +20,15 @@ from pathlib import Path
 
 import httpx
 
+from ..decision import YES_THRESHOLD
+
 __all__ = ["main"]
 
 
 def _start(args: list[str], log: Path) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "openjev_repro.backend", "--port", "0", *args],
-                            stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    with open(log, "wb") as err:  # the child keeps its own descriptor of the log
+        proc = subprocess.Popen([sys.executable, "-m", "openjev_repro.backend", "--port", "0", *args],
+                                stdout=subprocess.DEVNULL, stderr=err)
     deadline = time.monotonic() + 600
     url = None
     while time.monotonic() < deadline:
@@ -76,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             with httpx.Client(timeout=300) as client:
                 _pass(client, url, bodies)  # warm-up / feasibility, excluded
                 print(f"{name}: warm-up pass done", flush=True)
-                means, probs = [], []
+                means: list[float] = []
+                probs: list[float] = []
                 for _ in range(a.passes):
                     lat, pr = _pass(client, url, bodies)
                     means.append(1000 * statistics.mean(lat))
@@ -94,10 +98,10 @@ def main(argv: list[str] | None = None) -> int:
                 proc.kill()
                 proc.wait()
         reference = reference or probs
-        delta = max(abs(x - y) for x, y in zip(probs, reference))
-        differ = sum((x >= 0.5) != (y >= 0.5) for x, y in zip(probs, reference))
+        delta = max(abs(x - y) for x, y in zip(probs, reference, strict=True))
+        differ = sum((x >= YES_THRESHOLD) != (y >= YES_THRESHOLD) for x, y in zip(probs, reference, strict=True))
         print(f"{name:15s} n={len(bodies)} pass means ms={[round(m, 2) for m in means]} "
-              f"max|dp| vs raw={delta:.2e} differing decisions={differ} yes={sum(x >= 0.5 for x in probs)}")
+              f"max|dp| vs raw={delta:.2e} differing decisions={differ} yes={sum(x >= YES_THRESHOLD for x in probs)}")
         print(f"{'':15s} device={health['device']} dtype={health['dtype']} lora={health['lora']} "
               f"impl={json.dumps(health['implementations'])} graphs={health['cuda_graphs']}")
     return 0

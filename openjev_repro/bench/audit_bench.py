@@ -31,13 +31,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import ReproError
-from ..study.rundir import ENVELOPE_NAME, read_json, write_json_atomic
+from ..hashing import hash_file
 from ..manifest.keys import generate_keypair
 from ..manifest.statement import write_manifest
-from ..study.recipe import load_recipe
 from ..results.report import write_report
-from ..results.statistics import summarize
 from ..results.row_table import read_table
+from ..results.statistics import summarize
+from ..study.recipe import load_recipe
+from ..study.rundir import ENVELOPE_NAME, RunDir, check_response_entry, write_json_atomic
 from .machine import result_header
 
 __all__ = [
@@ -114,7 +115,7 @@ def synthesize_run(source: Path, out: Path, k: int, key: Path) -> Path:
     source, out = Path(source), Path(out)
     if out.exists():
         raise AuditBenchError(f"{out} already exists.")
-    if read_json(source / "state.json").get("status") != "complete":
+    if RunDir(source).state().get("status") != "complete":
         raise AuditBenchError(f"{source} is not a complete run.")
     skip = {ENVELOPE_NAME, "summary.json", "report.md", "latency_vs_tokens.png", "latency_cdf.png", "rows.jsonl"}
     for path in sorted(source.rglob("*")):
@@ -130,7 +131,7 @@ def synthesize_run(source: Path, out: Path, k: int, key: Path) -> Path:
         _replicate(path, out / "responses" / path.name, k, lengths, sort_keys=True)
     plan_path = out / "plan.json"
     if plan_path.is_file():
-        plan = read_json(plan_path)
+        plan = RunDir(out).read("plan.json")
         if isinstance(plan.get("case_ids"), dict):
             plan["case_ids"] = {w: [_copy_id(i, j) for j in range(k) for i in ids] for w, ids in plan["case_ids"].items()}
             write_json_atomic(plan_path, plan)
@@ -147,8 +148,8 @@ def synthesize_system1(run: Path, out: Path) -> int:
     out.mkdir(parents=True)
     bodies: dict[tuple, str] = {}
     for path in sorted((run / "responses").glob("*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            e = json.loads(line)
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            e = check_response_entry(json.loads(line), f"{path}:{number}")
             if e["phase"] == "measured" and "body" in e:
                 bodies[(e["backend"], e["pass_index"], e["seq"])] = e["body"]
     table = read_table(run / "rows.jsonl")
@@ -179,15 +180,9 @@ def synthesize_system1(run: Path, out: Path) -> int:
                      "readiness": {"health": "ready"}, "cleanup": {"exit_code": 0}}
     (out / "summary.json").write_text(json.dumps({"arms": arms}, indent=2, sort_keys=True) + "\n")
     listed = sorted(p.name for p in out.iterdir())
-    manifest = {"files": [{"path": n, "sha256": _sha256(out / n)} for n in listed]}
+    manifest = {"files": [{"path": n, "sha256": hash_file(out / n)} for n in listed]}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return sum(len(v) for v in files.values())
-
-
-def _sha256(path: Path) -> str:
-    from ..hashing import hash_file
-
-    return hash_file(path)
 
 
 # --- timing ------------------------------------------------------------------------------

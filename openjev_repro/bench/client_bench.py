@@ -25,18 +25,19 @@ import hashlib
 import itertools
 import socket
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
 from ..errors import BackendError
 from ..study.timed_client import TimedClient, build_request
-from .machine import result_header
 from .handwritten_client import HandwrittenFramingClient
+from .machine import result_header
 from .server import SYSTEMONE_REQUEST, LoopbackServer
 from .stats import summarize_ns
 
-__all__ = ["run_client_bench", "format_client_table"]
+__all__ = ["format_client_table", "run_client_bench"]
 
 _ns = time.monotonic_ns
 _SERIES = ("raw-socket", "timed-client", "timed-client-wall", "handwritten-framing", "handwritten-framing-wall", "httpx")

@@ -20,8 +20,9 @@ import ssl
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
@@ -29,7 +30,7 @@ from ..errors import ReproError
 from ..hashing import hash_file, hash_files
 from .machine import result_header
 
-__all__ = ["BenchUsageError", "default_dir", "ensure_files", "parse_sizes", "run_hash_bench", "format_hash_table"]
+__all__ = ["BenchUsageError", "default_dir", "ensure_files", "format_hash_table", "parse_sizes", "run_hash_bench"]
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _GEN_BLOCK = 8 << 20
@@ -80,19 +81,18 @@ def _generate(path: Path, size: int, key: bytes) -> None:
     zeros = bytes(_GEN_BLOCK)
     tmp = path.with_suffix(".partial")
     with open(tmp, "wb") as f:
-        for offset in range(0, size, _GEN_BLOCK):
-            f.write(stream.update(zeros[: min(_GEN_BLOCK, size - offset)]))
+        f.writelines(stream.update(zeros[: min(_GEN_BLOCK, size - offset)]) for offset in range(0, size, _GEN_BLOCK))
     tmp.replace(path)
 
 
 def _sha256sum(paths: list[Path]) -> dict[Path, str]:
     out = subprocess.run(["sha256sum", *map(str, paths)], capture_output=True, text=True, check=True).stdout
-    return {p: line.split()[0] for p, line in zip(paths, out.splitlines())}
+    return {p: line.split()[0] for p, line in zip(paths, out.splitlines(), strict=True)}
 
 
 def _implementations() -> dict[str, Any]:
     """What each side runs on: the likely cause of any difference in throughput."""
-    version = subprocess.run(["sha256sum", "--version"], capture_output=True, text=True).stdout.splitlines()
+    version = subprocess.run(["sha256sum", "--version"], capture_output=True, text=True, check=False).stdout.splitlines()
     try:
         sha_ni = " sha_ni" in Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -149,7 +149,7 @@ def run_hash_bench(
 
 
 def _case_result(total: int, n_files: int, seconds: dict[str, list[float]]) -> dict[str, Any]:
-    sides = {}
+    sides: dict[str, dict[str, Any]] = {}
     for side, times in seconds.items():
         sides[side] = {
             "seconds": [round(t, 4) for t in times],

@@ -11,7 +11,7 @@ import os
 import platform
 import shlex
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ def result_header(benchmark: str, argv: list[str] | None = None) -> dict[str, An
     return {
         "format_version": RESULT_FORMAT_VERSION,
         "benchmark": benchmark,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine_info(),
         "command": " ".join(shlex.quote(a) for a in [Path(argv[0]).name, *argv[1:]]),
     }

@@ -20,7 +20,9 @@ import subprocess
 import sys
 import threading
 from types import TracebackType
+from typing import Self
 
+from ..decision import TEMPERATURE_27B
 from ..errors import BackendError
 
 __all__ = ["SYSTEMONE_REQUEST", "SYSTEMONE_RESPONSE", "LoopbackServer", "fixed_response", "main", "serve"]
@@ -35,7 +37,7 @@ SYSTEMONE_RESPONSE: bytes = json.dumps(
         "usage": {"input_tokens": 1234, "output_tokens": 0},
         "metadata": {
             "method": "hf-transformers",
-            "temperature": 2.5343690298472983,
+            "temperature": TEMPERATURE_27B,
             "candidate_sequences": 1,
             "inference_seconds": 0.041275,
             "prefix_cache": False,
@@ -116,7 +118,7 @@ def serve(port: int = 0, body: bytes = SYSTEMONE_RESPONSE) -> None:
                 selector.register(conn, selectors.EVENT_READ, _Connection(conn))
             elif not key.data.on_readable(response):
                 selector.unregister(key.fileobj)
-                key.fileobj.close()
+                key.data.sock.close()
 
 
 def _exit_with_parent() -> None:
@@ -134,7 +136,7 @@ class LoopbackServer:
         self.port = 0
         self._proc: subprocess.Popen[str] | None = None
 
-    def __enter__(self) -> LoopbackServer:
+    def __enter__(self) -> Self:
         self._proc = subprocess.Popen(
             [sys.executable, "-c", "from openjev_repro.bench.server import main; main()", "--body-hex", self.body.hex()],
             stdin=subprocess.PIPE,  # closed when we exit, however we exit: the server follows
@@ -160,7 +162,8 @@ class LoopbackServer:
             self._proc.terminate()
             self._proc.wait(timeout=10)
             for pipe in (self._proc.stdin, self._proc.stdout):
-                pipe.close()  # type: ignore[union-attr]
+                if pipe is not None:
+                    pipe.close()
 
 
 def main(argv: list[str] | None = None) -> None:

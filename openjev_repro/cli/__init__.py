@@ -31,7 +31,7 @@ from invoke import Exit, Task
 
 from ..errors import ReproError
 
-__all__ = ["collect_tasks", "user_errors", "option_name", "required_parameters", "BROKEN_PIPE_EXIT"]
+__all__ = ["BROKEN_PIPE_EXIT", "collect_tasks", "option_name", "required_parameters", "user_errors"]
 
 BROKEN_PIPE_EXIT = 141  # what a shell reports for a tool ended by SIGPIPE (128 + 13)
 

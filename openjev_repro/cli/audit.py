@@ -7,10 +7,10 @@ from pathlib import Path
 
 from invoke import Exit, task
 
-from . import user_errors
 from ..errors import EvidenceError
+from . import user_errors
 
-__all__ = ["verify", "compare", "claims", "import_evidence", "publish"]
+__all__ = ["claims", "compare", "import_evidence", "publish", "verify"]
 
 
 @task(help={"run": "run directory, or a bundle file written by `invoke publish`",

@@ -9,7 +9,7 @@ from invoke import task
 
 from . import user_errors
 
-__all__ = ["bench_client", "bench_hash", "bench_calibrate", "bench_audit"]
+__all__ = ["bench_audit", "bench_calibrate", "bench_client", "bench_hash"]
 
 
 @task(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from invoke import task
 
-from . import user_errors
 from ..errors import RecipeError
+from . import user_errors
 
 __all__ = ["demo"]
 
@@ -69,8 +69,8 @@ def recipe_with_image(image: str, dest_dir: Path = Path(".cache/demo-recipes")) 
 def demo(c, out="runs", runtime=None, image=None):
     """Run the embedded demo study end to end, sign it, print the report; the last line is the run directory."""
     from ..manifest.keys import PUBLIC_KEY_NAME
-    from ..study.runner import StudyOptions, run_study
     from ..study.preflight import RUNTIMES, check_out_dir
+    from ..study.runner import StudyOptions, run_study
     from .output import console, print_markdown
 
     if runtime is not None and runtime not in RUNTIMES:

@@ -15,7 +15,7 @@ from invoke import Exit, task
 from ..errors import HostError
 from . import user_errors
 
-__all__ = ["gpus", "reserve", "command_after_dashes"]
+__all__ = ["command_after_dashes", "gpus", "reserve"]
 
 TIMEOUT_EXIT = 124  # like GNU timeout(1)
 
@@ -117,8 +117,8 @@ def gpus(ctx, json_=False):
 @user_errors
 def reserve(ctx, gpu_ids, wait="0s", timeout="45m", grace="10s", note="", record=None):
     """Reserve GPUs exclusively, run the command after `--` in its own process group, release."""
-    from ..study.rundir import write_json_atomic
     from ..host import reserve_gpus, run_with_timeout
+    from ..study.rundir import write_json_atomic
 
     cmd = command_after_dashes(ctx.remainder, sys.argv)
     if not cmd:

@@ -6,7 +6,7 @@ from invoke import Exit, task
 
 from . import user_errors
 
-__all__ = ["lock", "build"]
+__all__ = ["build", "lock"]
 
 
 @task(help={

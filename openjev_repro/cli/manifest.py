@@ -9,7 +9,7 @@ from invoke import task
 
 from . import user_errors
 
-__all__ = ["keygen", "sign", "environment"]
+__all__ = ["environment", "keygen", "sign"]
 
 
 @task(help={"out": "directory for openjev-repro.key (mode 0600) and openjev-repro.pub; never overwritten"})

@@ -7,12 +7,12 @@ rich is imported only when something is printed through it, to keep `invoke --li
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["console", "print_markdown", "UNWRAPPED_WIDTH"]
+__all__ = ["UNWRAPPED_WIDTH", "console", "print_markdown"]
 
 UNWRAPPED_WIDTH = 100_000  # wide enough that rich never folds a line of a report or a table
 
@@ -41,17 +41,19 @@ def _markdown_class():
     """rich's Markdown, except that a table cell never loses text to an ellipsis: a word too long
     for its column folds onto the next line, and a first column of short names is never split."""
     from rich.markdown import Markdown, TableElement
+    from rich.table import Table
 
     class FoldingTable(TableElement):
         def __rich_console__(self, console, options):
             for table in super().__rich_console__(console, options):
-                for column in table.columns:
-                    column.overflow = "fold"
-                if table.columns and max((len(str(c)) for c in table.columns[0].cells), default=0) <= 24:
-                    table.columns[0].no_wrap = True  # short names (the backends) stay whole
+                if isinstance(table, Table):  # what TableElement renders to
+                    for column in table.columns:
+                        column.overflow = "fold"
+                    if table.columns and max((len(str(c)) for c in table.columns[0].cells), default=0) <= 24:
+                        table.columns[0].no_wrap = True  # short names (the backends) stay whole
                 yield table
 
     class FoldingMarkdown(Markdown):
-        elements = {**Markdown.elements, "table_open": FoldingTable}
+        elements: ClassVar[dict[str, type]] = {**Markdown.elements, "table_open": FoldingTable}
 
     return FoldingMarkdown

@@ -51,10 +51,10 @@ def _print_plan(p: dict) -> None:
 def plan(c, recipe, json_=False, inputs=None, runtime=None):
     """Print the fully resolved plan of a recipe, and validate every pin, without network or GPU."""
     from ..study.plan import resolve_plan
-    from ..study.recipe import load_recipe
+    from ..study.resolved import resolve_recipe
 
-    path = Path(recipe)
-    resolved = resolve_plan(load_recipe(path), path, inputs_root=Path(inputs) if inputs else None, runtime=runtime)
+    study = resolve_recipe(Path(recipe), inputs_root_override=Path(inputs) if inputs else None, apply_lock=False)
+    resolved = resolve_plan(study, runtime=runtime)
     if json_:
         print(json.dumps(resolved, indent=1))
     else:

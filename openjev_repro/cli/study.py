@@ -9,7 +9,7 @@ from invoke import Exit, task
 
 from . import user_errors
 
-__all__ = ["verify_inputs_task", "study"]
+__all__ = ["study", "verify_inputs_task"]
 
 
 @task(name="verify-inputs", help={
@@ -20,13 +20,13 @@ __all__ = ["verify_inputs_task", "study"]
 def verify_inputs_task(c, recipe, inputs_root=None):
     """SHA256 of every declared input; missing, changed and undeclared files as a table. Exit 1 on any mismatch."""
     from ..study.inputs import checks_table, verify_inputs
-    from ..study.recipe import inputs_root as resolve_root, load_recipe
+    from ..study.resolved import resolve_recipe
     from .output import console as make_console
 
     console = make_console()
-    parsed = load_recipe(recipe)
-    root = resolve_root(recipe, parsed, inputs_root)
-    checks = verify_inputs(parsed, root, console=console)
+    study = resolve_recipe(recipe, inputs_root_override=inputs_root, apply_lock=False)
+    root = study.root
+    checks = verify_inputs(study.recipe, root, console=console)
     console.print(checks_table(checks, root))
     bad = [ch for ch in checks if ch.status != "ok"]
     if bad:

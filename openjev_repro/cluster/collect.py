@@ -16,7 +16,7 @@ from ..audit.bundle import opened
 from ..audit.compare import COMPARABLE_STATUSES, compare_runs, run_status
 from ..audit.verify import verify_path
 from ..errors import EvidenceError, RunIncomplete, VerificationError
-from ..study.rundir import ENVELOPE_NAME, read_json
+from ..hashing import hash_file
 from ..manifest.dsse import (
     envelope_bytes,
     make_envelope,
@@ -27,6 +27,7 @@ from ..manifest.dsse import (
 from ..manifest.keys import load_private_key, load_public_key
 from ..study.recipe import parse_recipe
 from ..study.rows import read_rows
+from ..study.rundir import ENVELOPE_NAME, RunDir
 from .crosshost import HostRun, backend_report, host_means, load_cross_host_tolerances
 from .submission import Submission
 
@@ -56,11 +57,11 @@ class Collected:
 
 
 def _host_of(run: Path) -> str:
-    host = read_json(run / "host.json") if (run / "host.json").is_file() else {}
+    host = RunDir(run).read("host.json") if (run / "host.json").is_file() else {}
     slurm = host.get("slurm") or {}
     if slurm.get("node"):
         return str(slurm["node"])
-    env = read_json(run / "environment.json") if (run / "environment.json").is_file() else {}
+    env = RunDir(run).read("environment.json") if (run / "environment.json").is_file() else {}
     return str((env.get("host") or {}).get("hostname") or env.get("hostname") or "unknown")
 
 
@@ -124,7 +125,7 @@ def collect(submission: Path, *, tolerances: Path | None = None, baseline: Path 
         "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "baseline": {"label": base_label, "path": str(base.path), "host": base.host},
         "replicates": [{"label": h.label, "host": h.host, "run": str(h.path),
-                        "manifest_sha256": hashlib.sha256((h.path / ENVELOPE_NAME).read_bytes()).hexdigest(),
+                        "manifest_sha256": hash_file(h.path / ENVELOPE_NAME),
                         "verified": True} for h in hosts],
         "tolerances": {"file": str(tolerances) if tolerances else None, "compare": compare_tol, "cross_host": cross_tol},
         "backends": backends,
@@ -166,7 +167,7 @@ def verify_summary(directory: Path, pubkey: Path) -> str:
     if statement.get("predicateType") != SUMMARY_PREDICATE_TYPE:
         raise VerificationError(f"{directory}: not a cross-host summary envelope.")
     for subject in statement["subject"]:
-        digest = hashlib.sha256((Path(directory) / subject["name"]).read_bytes()).hexdigest()
+        digest = hash_file(Path(directory) / subject["name"])
         if digest != subject["digest"]["sha256"]:
             raise VerificationError(f"{directory}/{subject['name']} changed after it was signed.")
     return keyid

@@ -23,8 +23,9 @@ import numpy as np
 
 from ..audit.compare import TOLERANCE_KEYS, check_tolerances
 from ..errors import RecipeError
-from ..study.recipe import read_yaml
+from ..results.row_table import as_table
 from ..results.statistics import latency_stats
+from ..study.recipe import read_yaml
 from ..study.rows import Row
 
 __all__ = ["CROSS_HOST_KEYS", "HostRun", "backend_report", "host_means", "load_cross_host_tolerances", "spread"]
@@ -60,16 +61,21 @@ class HostRun:
     rows: list[Row]
 
 
+def _mean_ms(latencies: list[float]) -> float:
+    mean = latency_stats(latencies)["mean_ms"]
+    assert mean is not None  # host_means groups only successful requests, so no list is empty
+    return mean
+
+
 def host_means(rows: list[Row]) -> dict[tuple[str, str], dict[str, Any]]:
     """(workload, backend) -> overall mean of the measured latencies and each measured pass's mean."""
-    passes: dict[tuple[str, str], dict[int, list[float]]] = {}
-    for r in rows:
-        if r.phase == "measured" and r.ok:
-            passes.setdefault((r.workload, r.backend), {}).setdefault(r.pass_index, []).append(r.latency_ms)
+    t = as_table(rows)
+    passes = {key: {index: t.latency_ms[idx].tolist() for index, idx in by_pass.items()}
+              for key, by_pass in t.by_pass("measured", ok_only=True).items()}
     out = {}
     for key, by_pass in passes.items():
-        pass_means = {p: latency_stats(v)["mean_ms"] for p, v in sorted(by_pass.items())}
-        out[key] = {"mean_ms": latency_stats([x for v in by_pass.values() for x in v])["mean_ms"],
+        pass_means = {p: _mean_ms(v) for p, v in sorted(by_pass.items())}
+        out[key] = {"mean_ms": _mean_ms([x for v in by_pass.values() for x in v]),
                     "pass_means_ms": pass_means,
                     "pass_range_ms": [min(pass_means.values()), max(pass_means.values())]}
     return out

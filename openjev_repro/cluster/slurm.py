@@ -14,12 +14,11 @@ from typing import Any
 
 from ..errors import ReproError
 
-__all__ = ["FAILED_STATES", "TERMINAL", "JobState", "SlurmError", "job_state", "job_states", "parse_reply", "sbatch", "task_ids"]
+__all__ = ["TERMINAL", "JobState", "SlurmError", "job_state", "job_states", "parse_reply", "sbatch", "task_ids"]
 
 # Slurm job states after which a task runs no more.
 TERMINAL = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
-FAILED_STATES = TERMINAL - {"COMPLETED"}
 _TIMEOUT_S = 60
 
 

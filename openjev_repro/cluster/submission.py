@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EvidenceError
-from ..study.rundir import ENVELOPE_NAME, RunDir, read_json, write_json_atomic
+from ..study.rundir import ENVELOPE_NAME, RunDir, read_versioned, write_json_atomic
 
 __all__ = [
+    "ATTEMPT_FORMAT_VERSION",
     "SLURM_CAUSE",
     "SUBMISSION_FORMAT_VERSION",
     "RunAttempt",
@@ -33,6 +34,7 @@ __all__ = [
 ]
 
 SUBMISSION_FORMAT_VERSION = 1
+ATTEMPT_FORMAT_VERSION = 1  # attempt-<job id>.json, written by cluster/task.py
 SUBMISSION_FILE = "submission.json"
 
 
@@ -90,10 +92,7 @@ class Submission:
         if not file.is_file():
             raise EvidenceError(f"{path} is not a submission directory (no {SUBMISSION_FILE}); "
                                 "pass the directory `invoke submit` printed.")
-        data = read_json(file)
-        if not isinstance(data, dict) or data.get("format_version") != SUBMISSION_FORMAT_VERSION:
-            raise EvidenceError(f"{file}: not a submission record of format_version {SUBMISSION_FORMAT_VERSION}.")
-        return cls(path, data)
+        return cls(path, read_versioned(file, (SUBMISSION_FORMAT_VERSION,)))
 
     def save(self) -> None:
         write_json_atomic(self.path / SUBMISSION_FILE, self.data)
@@ -160,7 +159,7 @@ class Submission:
 
         for path in sorted(directory.glob("attempt-*.json"), key=job_order):
             try:
-                records.append(read_json(path))
+                records.append(read_versioned(path, (ATTEMPT_FORMAT_VERSION,)))
             except EvidenceError as exc:
                 records.append({"file": path.name, "error": str(exc)})
         return records

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 from ..errors import RecipeError, ReproError
-from ..study.rundir import guard_output
+from ..hashing import hash_file
 from ..manifest.keys import PUBLIC_KEY_NAME, load_private_key
 from ..study.plan import REPRO_ROOT
-from ..study.recipe import load_recipe, parse_duration, recipe_sha256
+from ..study.recipe import load_recipe, parse_duration
+from ..study.rundir import guard_output
 from .jobscript import SbatchOptions, render_script, sbatch_argv
 from .slurm import TERMINAL, job_states, sbatch
 from .status import settle
@@ -51,7 +52,7 @@ def submit(*, recipe: Path, replicates: int, key: Path, out: Path, options: Sbat
     if options.time is None and reservation is not None:
         options = dataclasses.replace(options, time=reservation.timeout)
     sub = Submission.create(out, parsed.study.id, {
-        "recipe": str(recipe), "recipe_sha256": recipe_sha256(recipe), "replicates": replicates,
+        "recipe": str(recipe), "recipe_sha256": hash_file(recipe), "replicates": replicates,
         "key": str(key.resolve()), "pubkey": PUBLIC_KEY_NAME, "sbatch_options": options.to_dict(),
         "job_name": (note or parsed.study.id)[:120], "comment": f"openjev-repro {parsed.study.id}" + (f": {note}" if note else ""),
         "repo": str(REPRO_ROOT), "python": sys.executable, "gpu_controls": parsed.controls.gpu is not None})
@@ -81,7 +82,7 @@ def _sbatch_round(sub: Submission, replicates: list[int]) -> int:
 def resume(path: Path) -> tuple[Submission, list[int], dict[int, str]]:
     """Resubmit replicates without complete evidence; returns (submission, resubmitted, skipped with why)."""
     sub = Submission.open(path)
-    if recipe_sha256(sub.data["recipe"]) != sub.data["recipe_sha256"]:
+    if hash_file(sub.data["recipe"]) != sub.data["recipe_sha256"]:
         raise RecipeError(f"{sub.data['recipe']} changed since it was submitted; a resumed replicate must run "
                           "the same recipe. Submit a new study instead.")
     states = job_states([r["array_job_id"] for r in sub.rounds], output_under=f"{sub.path}/")

@@ -22,12 +22,13 @@ from types import FrameType
 from typing import Any
 
 from ..errors import ReproError
-from ..study.rundir import RunDir, read_json, write_json_atomic
+from ..hashing import hash_file
 from ..host.allocation import allocated_gpu, slurm_record
 from ..manifest.keys import load_private_key
-from ..study.recipe import load_recipe, recipe_sha256
+from ..study.recipe import load_recipe
+from ..study.rundir import RunDir, write_json_atomic
 from .slurm import TERMINAL, job_state
-from .submission import SLURM_CAUSE, Submission, utc_now, with_slurm_cause
+from .submission import ATTEMPT_FORMAT_VERSION, SLURM_CAUSE, Submission, utc_now, with_slurm_cause
 
 __all__ = ["GPU_SOURCE", "TaskFailed", "main", "study_argv"]
 
@@ -62,7 +63,7 @@ class _Attempt:
 
     def __init__(self, replicate_dir: Path, job_id: str) -> None:
         self.path = replicate_dir / f"attempt-{job_id}.json"
-        self.record: dict[str, Any] = {"format_version": 1, "job_id": job_id, "started_utc": utc_now(),
+        self.record: dict[str, Any] = {"format_version": ATTEMPT_FORMAT_VERSION, "job_id": job_id, "started_utc": utc_now(),
                                        "slurm": slurm_record(), "outcome": "running", "run": None,
                                        "ended_utc": None, "slurm_end": None, "exit_code": None, "error": None}
 
@@ -117,7 +118,7 @@ def run_task(sub: Submission, k: int) -> int:
         return 0
     gpu = allocated_gpu()
     try:
-        if recipe_sha256(sub.data["recipe"]) != sub.data["recipe_sha256"]:
+        if hash_file(sub.data["recipe"]) != sub.data["recipe_sha256"]:
             raise TaskFailed(f"{sub.data['recipe']} changed since submission")
         if bool(load_recipe(sub.data["recipe"]).controls.gpu) != bool(sub.data.get("gpu_controls")):
             raise TaskFailed("the recipe's GPU controls differ from the submission's")
@@ -160,7 +161,7 @@ def run_task(sub: Submission, k: int) -> int:
         attempt.write(outcome="terminated", run=run.name if run else None, ended_utc=utc_now(), exit_code=code,
                       error=why)
         return 128 + signal.SIGTERM
-    status = read_json(run / "state.json").get("status") if run is not None else None
+    status = RunDir(run).state().get("status") if run is not None else None
     if code == 0 and status == "complete":
         attempt.write(outcome="complete", run=run.name if run else None, ended_utc=utc_now(), exit_code=0)
         return 0

@@ -11,8 +11,8 @@
     allocation.py   slurm_record(): a Slurm task's job, array index, node and allocated GPU (host.json "slurm")
 """
 
-from .driver import GpuDriver, GpuInfo, GpuProcess, NoDriver, detect_driver
 from .device import check_cleanup, check_device
+from .driver import GpuDriver, GpuInfo, GpuProcess, NoDriver, detect_driver
 from .inventory import HOST_FORMAT_VERSION, format_inventory, host_record, inventory
 from .memory import MemorySampler
 from .numa import docker_cpuset, effective_binding, numa_prefix, numa_summary, parse_cpulist, pci_numa_node
@@ -20,11 +20,29 @@ from .process import group_alive, run_with_timeout, stop_group
 from .reservation import Reservation, holder_of, lock_dir, reserve_gpus
 
 __all__ = [
-    "GpuDriver", "GpuInfo", "GpuProcess", "NoDriver", "detect_driver",
-    "check_device", "check_cleanup",
-    "inventory", "format_inventory", "host_record", "HOST_FORMAT_VERSION",
+    "HOST_FORMAT_VERSION",
+    "GpuDriver",
+    "GpuInfo",
+    "GpuProcess",
     "MemorySampler",
-    "numa_prefix", "docker_cpuset", "effective_binding", "numa_summary", "parse_cpulist", "pci_numa_node",
-    "run_with_timeout", "stop_group", "group_alive",
-    "reserve_gpus", "Reservation", "holder_of", "lock_dir",
+    "NoDriver",
+    "Reservation",
+    "check_cleanup",
+    "check_device",
+    "detect_driver",
+    "docker_cpuset",
+    "effective_binding",
+    "format_inventory",
+    "group_alive",
+    "holder_of",
+    "host_record",
+    "inventory",
+    "lock_dir",
+    "numa_prefix",
+    "numa_summary",
+    "parse_cpulist",
+    "pci_numa_node",
+    "reserve_gpus",
+    "run_with_timeout",
+    "stop_group",
 ]

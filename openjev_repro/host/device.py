@@ -8,18 +8,19 @@ After: every process we started has exited and the memory is back to its startin
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from ..errors import HostError
 from .driver import GpuDriver, GpuProcess
 from .numa import pci_numa_node
 from .process import group_alive, pid_exited
 
-__all__ = ["check_device", "check_cleanup"]
+__all__ = ["check_cleanup", "check_device"]
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _list_processes(procs: list[GpuProcess]) -> str:
@@ -95,8 +96,8 @@ def check_cleanup(
     driver: GpuDriver,
     uuid: str,
     start_mib: int,
-    pids: list[int] = (),
-    pgids: list[int] = (),
+    pids: Sequence[int] = (),
+    pgids: Sequence[int] = (),
     wait_s: float = 10.0,
     poll_s: float = 0.2,
     tolerance_mib: int = 0,

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from ..errors import HostError
 
-__all__ = ["GpuInfo", "GpuProcess", "GpuDriver", "NoDriver", "detect_driver"]
+__all__ = ["GpuDriver", "GpuInfo", "GpuProcess", "NoDriver", "detect_driver"]
 
 
 class NoDriver(HostError):
@@ -68,7 +68,7 @@ class GpuDriver(ABC):
                 return info
         raise HostError(f"No GPU with UUID {uuid} on this host; `invoke gpus` lists the GPUs there are.")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: a driver without handles keeps this no-op
         """Release driver handles (NVML shutdown); idempotent."""
 
 

@@ -12,7 +12,7 @@ from .driver import GpuDriver
 from .numa import numa_summary, pci_numa_node
 from .reservation import holder_of
 
-__all__ = ["inventory", "format_inventory", "host_record", "HOST_FORMAT_VERSION"]
+__all__ = ["HOST_FORMAT_VERSION", "format_inventory", "host_record", "inventory"]
 
 HOST_FORMAT_VERSION = 1
 

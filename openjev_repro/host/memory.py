@@ -17,11 +17,12 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Self
 
 from ..errors import EvidenceError, HostError
 from .driver import GpuDriver
 
-__all__ = ["MemorySampler", "MEMORY_FORMAT_VERSION", "NOTE"]
+__all__ = ["MEMORY_FORMAT_VERSION", "NOTE", "MemorySampler"]
 
 MEMORY_FORMAT_VERSION = 1
 NOTE = "samples, not peaks"
@@ -39,7 +40,7 @@ class MemorySampler:
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    def start(self) -> "MemorySampler":
+    def start(self) -> Self:
         if self._thread is not None:
             raise HostError("This memory sampler was already started; make a new one per study.")
         self._thread = threading.Thread(target=self._run, name=f"memory-sampler-{self.uuid}", daemon=True)
@@ -51,7 +52,7 @@ class MemorySampler:
         if self._thread is not None:
             self._thread.join()
 
-    def __enter__(self) -> "MemorySampler":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -75,7 +76,7 @@ class MemorySampler:
         """Take one sample now (the thread calls this; begin/end call it too)."""
         try:
             used = self.driver.memory_used_mib(self.uuid)
-        except Exception as exc:  # keep sampling: one failed read must not end the record
+        except Exception as exc:  # noqa: BLE001 - keep sampling: one failed read must not end the record
             self._add({"kind": "error", "error": str(exc)})
             return None
         self._add({"kind": "sample", "used_mib": used})
@@ -131,7 +132,6 @@ class MemorySampler:
                   "period_s": self.period_s, "note": NOTE}
         try:
             with open(path, "x", encoding="utf-8") as fh:
-                for event in [header, *self.events()]:
-                    fh.write(json.dumps(event, sort_keys=True) + "\n")
+                fh.writelines(json.dumps(event, sort_keys=True) + "\n" for event in [header, *self.events()])
         except FileExistsError as exc:
             raise EvidenceError(f"{path} already exists; memory samples are never overwritten.") from exc

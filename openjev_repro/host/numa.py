@@ -6,6 +6,7 @@ copy when they need a host shape this machine does not have.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -13,16 +14,16 @@ from pathlib import Path
 from ..errors import HostError
 
 __all__ = [
-    "parse_cpulist",
-    "format_cpulist",
-    "numa_nodes",
-    "node_cpus",
-    "numa_summary",
-    "numa_prefix",
+    "NUMACTL_HINT",
     "docker_cpuset",
     "effective_binding",
+    "format_cpulist",
+    "node_cpus",
+    "numa_nodes",
+    "numa_prefix",
+    "numa_summary",
+    "parse_cpulist",
     "pci_numa_node",
-    "NUMACTL_HINT",
 ]
 
 NUMACTL_HINT = "Install it with `apt-get install numactl` (Debian/Ubuntu) or `dnf install numactl` (RHEL/Fedora)."
@@ -44,15 +45,11 @@ def parse_cpulist(text: str) -> list[int]:
 
 def format_cpulist(cpus: list[int]) -> str:
     """[0, 1, 2, 3, 8] -> '0-3,8'."""
-    parts, ordered = [], sorted(set(cpus))
-    start = prev = None
-    for cpu in ordered + [None]:
-        if start is not None and cpu == prev + 1:
-            prev = cpu
-            continue
-        if start is not None:
-            parts.append(f"{start}-{prev}" if prev != start else str(start))
-        start = prev = cpu
+    parts = []
+    # consecutive CPUs share cpu - position, so each group is one run
+    for _, run in itertools.groupby(enumerate(sorted(set(cpus))), key=lambda item: item[1] - item[0]):
+        values = [cpu for _, cpu in run]
+        parts.append(str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}")
     return ",".join(parts)
 
 

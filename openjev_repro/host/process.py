@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import HostError
 
-__all__ = ["group_alive", "stop_group", "run_with_timeout", "pid_exited"]
+__all__ = ["group_alive", "pid_exited", "run_with_timeout", "stop_group"]
 
 
 def pid_exited(pid: int) -> bool:

@@ -17,16 +17,21 @@ in `preexec`, so it dies with the study even if the reaper itself was killed fir
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import subprocess
 import sys
-from typing import IO
+from collections.abc import Callable
+from typing import IO, Self
+
+from ..errors import DockerError
 
 __all__ = ["Reaper", "die_with_parent"]
 
 _PR_SET_PDEATHSIG = 1
+_PRCTL: Callable[..., int] | None
 try:  # looked up once here: a preexec function must not load libraries (other threads may hold locks)
     _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):
@@ -46,7 +51,7 @@ class Reaper:
         self.proc: subprocess.Popen | None = None
         self._pipe: IO[str] | None = None
 
-    def start(self) -> "Reaper":
+    def start(self) -> Self:
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "openjev_repro.host.reaper"], stdin=subprocess.PIPE,
                                          stdout=subprocess.DEVNULL, start_new_session=True, text=True)
@@ -92,7 +97,7 @@ class Reaper:
                 self.proc.kill()
                 self.proc.wait()
 
-    def __enter__(self) -> "Reaper":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -108,16 +113,17 @@ def _reap(groups: set[int], containers: set[str]) -> None:
     if not containers:
         return
     try:
+        import docker
+
         from ..images.daemon import connect
 
         client = connect()
-    except Exception:  # no daemon or no SDK: nothing the reaper can remove
+    except (ImportError, DockerError):  # no SDK or no daemon: nothing the reaper can remove
         return
     for ident in sorted(containers):
-        try:
+        # already gone, or the daemon refused or went away (requests' errors are OSErrors): nothing more to do
+        with contextlib.suppress(docker.errors.DockerException, OSError):
             client.containers.get(ident).remove(force=True)
-        except Exception:  # already gone, or the daemon refused: nothing more to do here
-            pass
 
 
 def main() -> None:

@@ -21,15 +21,15 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterator
 
 from ..errors import HostError, ReservationTimeout
 
-__all__ = ["lock_dir", "holder_of", "reserve_gpus", "Reservation", "LOCK_FORMAT_VERSION"]
+__all__ = ["LOCK_FORMAT_VERSION", "Reservation", "holder_of", "lock_dir", "reserve_gpus"]
 
 # Format history of the lock file content: 1 (2026-11) first version.
 LOCK_FORMAT_VERSION = 1
@@ -104,7 +104,7 @@ def _ancestors(pid: int) -> set[int]:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             break
-        pid = int(next(l.split()[1] for l in status.splitlines() if l.startswith("PPid:")))
+        pid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
         found.add(pid)
     return found
 
@@ -159,7 +159,7 @@ def _user() -> str:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _try_lock(fd: int) -> bool:

@@ -7,17 +7,18 @@ from __future__ import annotations
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Self
 
-from .allocation import slurm_record
 from ..errors import RunIncomplete
 from ..study.recipe import Controls, parse_duration
-from .driver import GpuDriver, detect_driver
+from .allocation import slurm_record
 from .device import check_cleanup, check_device
+from .driver import GpuDriver, detect_driver
 from .inventory import host_record
 from .memory import MemorySampler
 from .numa import effective_binding, numa_prefix
 from .override import GpuOverride
-from .reservation import reserve_gpus
+from .reservation import Reservation, reserve_gpus
 
 __all__ = ["HostSession"]
 
@@ -38,13 +39,13 @@ class HostSession:
         self.allow_busy = allow_busy or controls.allow_busy
         self._gpu_driver = driver
         self._stack = ExitStack()
-        self.reservation = None
+        self.reservation: Reservation | None = None
         self.device: dict | None = None
         self.sampler: MemorySampler | None = None
         self.bindings: dict[str, dict] = {}
         self.deadline: float | None = None
 
-    def __enter__(self) -> "HostSession":
+    def __enter__(self) -> Self:
         if self.gpu_override is not None:  # the run-time GPU replaces the recipe's for this run only
             self._gpu_driver = self._gpu_driver or detect_driver()
             effective = self.gpu_override.resolve(self._gpu_driver)
@@ -92,8 +93,9 @@ class HostSession:
             self.sampler.end(label)
 
     def _check_deadline(self, label: str) -> None:
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise RunIncomplete(f"The reservation timeout ({self.controls.reservation.timeout}) passed before "
+        reservation = self.controls.reservation  # the deadline comes from it
+        if self.deadline is not None and reservation is not None and time.monotonic() > self.deadline:
+            raise RunIncomplete(f"The reservation timeout ({reservation.timeout}) passed before "
                                 f"{label}; the study stops here.")
 
     def close(self, pids: list[int]) -> dict:
@@ -105,6 +107,7 @@ class HostSession:
                 self.sampler.stop()
                 self.sampler.write(self.run_path / "memory.jsonl")
             if self.device is not None:
+                assert self._gpu_driver is not None and self.controls.gpu is not None  # set with self.device
                 cleanup = check_cleanup(self._gpu_driver, self.controls.gpu.uuid,
                                         self.device["memory_used_at_start_mib"], pids=pids, pgids=pids)
         finally:

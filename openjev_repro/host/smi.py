@@ -13,7 +13,7 @@ import subprocess
 from ..errors import HostError
 from .driver import GpuDriver, GpuInfo, GpuProcess
 
-__all__ = ["SmiDriver", "GPU_FIELDS", "APP_FIELDS", "parse_gpus", "parse_apps"]
+__all__ = ["APP_FIELDS", "GPU_FIELDS", "SmiDriver", "parse_apps", "parse_gpus"]
 
 GPU_FIELDS = ("index", "uuid", "name", "memory.used", "memory.total", "pci.bus_id")
 APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
@@ -32,7 +32,7 @@ def _rows(text: str, fields: tuple[str, ...]) -> list[dict[str, str | None]]:
                 f"nvidia-smi printed a line with {len(values)} fields where {len(fields)} were asked for "
                 f"(line {number}: {','.join(values)!r}); the driver's output format is not understood."
             )
-        rows.append({f: (None if v.strip() in _MISSING else v.strip()) for f, v in zip(fields, values)})
+        rows.append({f: (None if v.strip() in _MISSING else v.strip()) for f, v in zip(fields, values, strict=True)})
     return rows
 
 
@@ -40,11 +40,18 @@ def _int(value: str | None) -> int | None:
     return None if value is None else int(float(value))
 
 
+def _required(row: dict[str, str | None], field: str) -> str:
+    value = row[field]
+    if value is None:
+        raise HostError(f"nvidia-smi printed no {field} ({row}); the driver's output format is not understood.")
+    return value
+
+
 def parse_gpus(text: str) -> list[GpuInfo]:
     """Parse `nvidia-smi --query-gpu=<GPU_FIELDS> --format=csv,noheader,nounits`."""
     return [
         GpuInfo(
-            index=int(row["index"]),
+            index=int(_required(row, "index")),
             uuid=row["uuid"] or "",
             name=row["name"] or "",
             memory_used_mib=_int(row["memory.used"]) or 0,
@@ -59,7 +66,7 @@ def parse_apps(text: str) -> dict[str, list[GpuProcess]]:
     """Parse `nvidia-smi --query-compute-apps=<APP_FIELDS> --format=csv,noheader,nounits` by GPU UUID."""
     by_gpu: dict[str, list[GpuProcess]] = {}
     for row in _rows(text, APP_FIELDS):
-        proc = GpuProcess(pid=int(row["pid"]), name=row["process_name"], used_memory_mib=_int(row["used_memory"]))
+        proc = GpuProcess(pid=int(_required(row, "pid")), name=row["process_name"], used_memory_mib=_int(row["used_memory"]))
         by_gpu.setdefault(row["gpu_uuid"] or "", []).append(proc)
     return by_gpu
 

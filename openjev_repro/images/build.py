@@ -10,25 +10,37 @@ Two paths:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import subprocess
 import tarfile
 import tempfile
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 from ..errors import DockerError, VerificationError
+from ..hashing import hash_file
 from .daemon import connect
 from .debian import make_base_tar, read_packages_lock
-from .lockfile import STATUS_COMPLETE, read_lock, sha256_file, fill_wheelhouse, verify_wheelhouse
-from .rootfs import diff_members, read_members, normalize_tar
+from .lockfile import STATUS_COMPLETE, fill_wheelhouse, read_lock, verify_wheelhouse
+from .rootfs import diff_members, normalize_tar, read_members
 from .spec import CACHE_DIR, PLACEHOLDER_DIGEST, REPO_ROOT, ImageSpec
 
-__all__ = ["build", "build_dockerfile", "add_source_layer", "source_layer_dockerfile", "source_tag", "build_offline",
-           "check_reproducible", "read_record", "labels_for", "record_path"]
+__all__ = [
+    "add_source_layer",
+    "build",
+    "build_dockerfile",
+    "build_offline",
+    "check_reproducible",
+    "labels_for",
+    "read_record",
+    "record_path",
+    "source_layer_dockerfile",
+    "source_tag",
+]
 
 RECORD_FORMAT_VERSION = 1
 Progress = Callable[[str], None]
@@ -52,9 +64,9 @@ def read_record(name: str) -> dict:
 
 
 def _git_revision() -> str:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "openjev_repro", "images"], cwd=REPO_ROOT,
-                           capture_output=True, text=True).stdout.strip()
+                           capture_output=True, text=True, check=False).stdout.strip()
     return (done.stdout.strip() or "unknown") + ("-dirty" if dirty else "")
 
 
@@ -69,7 +81,7 @@ def _version() -> str:
 
 def labels_for(spec: ImageSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
     """OCI labels plus ours: every pin the image was built from."""
-    created = datetime.fromtimestamp(spec.source_date_epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    created = datetime.fromtimestamp(spec.source_date_epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     labels = {
         "org.opencontainers.image.title": f"openjev-repro {spec.name}",
         "org.opencontainers.image.description": spec.description,
@@ -80,7 +92,7 @@ def labels_for(spec: ImageSpec, extra: dict[str, str] | None = None) -> dict[str
         "io.openjev-repro.image": spec.name,
         "io.openjev-repro.backend": spec.backend,
         "io.openjev-repro.source-date-epoch": str(spec.source_date_epoch),
-        "io.openjev-repro.lock.sha256": sha256_file(spec.lock_path) if spec.lock_path.exists() else "none",
+        "io.openjev-repro.lock.sha256": hash_file(spec.lock_path) if spec.lock_path.exists() else "none",
     }
     if spec.base:
         name, _, digest = spec.base.partition("@")
@@ -107,7 +119,7 @@ def _write_record(spec: ImageSpec, image, started: float, extra: dict) -> dict:
         "repo_digests": image.attrs.get("RepoDigests", []),
         "diff_ids": image.attrs["RootFS"].get("Layers", []),
         "labels": image.attrs["Config"].get("Labels") or {},
-        "built_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "built_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "duration_s": round(time.monotonic() - started, 1),
         **extra,
     }
@@ -170,8 +182,12 @@ def _context(spec: ImageSpec, wheels: Path | None = None, source: Path | None = 
     (`git archive` of each pinned commit of the checkout)."""
     paths = [p for p in (REPO_ROOT / "images" / "common").rglob("*") if p.is_file()]
     paths += [p for p in spec.directory.rglob("*") if p.is_file()]
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "openjev_repro", "pyproject.toml"],
-                            cwd=REPO_ROOT, capture_output=True, text=True).stdout.split()
+    done = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "openjev_repro", "pyproject.toml"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    if done.returncode != 0:  # an empty listing would build an image without the package
+        raise DockerError(f"git ls-files in {REPO_ROOT} failed (the build context needs a git checkout): "
+                          f"{done.stderr.strip()}")
+    listed = done.stdout.split()
     paths += [REPO_ROOT / p for p in listed if (REPO_ROOT / p).is_file()]
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -202,14 +218,16 @@ def build_args(spec: ImageSpec) -> dict[str, str]:
 def _debian_base(spec: ImageSpec, progress: Progress, fresh: bool = False) -> tuple[str, str]:
     """Import the debootstrap base (cached tar) into docker; returns (repository:tag, diff ID sha256)."""
     base_tar, base_sha = _ensure_base(spec, progress, fresh)
-    base_repo, base_tag = "openjev-repro/debian-base", f"{spec.debian.suite}-{base_sha[:12]}"
+    base_repo, base_tag = "openjev-repro/debian-base", f"{spec.debian_pin.suite}-{base_sha[:12]}"
     client = connect()
-    try:  # already imported with exactly this layer: keep it (its image id, hence docker's build cache)
+    import docker
+
+    # already imported with exactly this layer: keep it (its image id, hence docker's build cache);
+    # absent (docker.errors.ImageNotFound) or unreadable: import it
+    with contextlib.suppress(docker.errors.DockerException, KeyError):
         if not fresh and client.images.get(f"{base_repo}:{base_tag}").attrs["RootFS"]["Layers"] == [f"sha256:{base_sha}"]:
             progress(f"base {base_repo}:{base_tag} already imported (diff ID sha256:{base_sha})")
             return f"{base_repo}:{base_tag}", base_sha
-    except Exception:  # absent (docker.errors.ImageNotFound) or unreadable: import it
-        pass
     _import(client, base_tar, base_repo, base_tag, [], base_sha)
     progress(f"imported base {base_repo}:{base_tag} (diff ID sha256:{base_sha})")
     return f"{base_repo}:{base_tag}", base_sha
@@ -278,10 +296,10 @@ def _stage_source(dest: Path) -> None:
 
 
 def _ensure_base(spec: ImageSpec, progress: Progress, fresh: bool) -> tuple[Path, str]:
-    pin = spec.debian
+    pin = spec.debian_pin
     lock = spec.directory / pin.packages_lock
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    tar = CACHE_DIR / f"debian-{pin.suite}-{sha256_file(lock)[:12]}.tar"
+    tar = CACHE_DIR / f"debian-{pin.suite}-{hash_file(lock)[:12]}.tar"
     meta = tar.with_suffix(".sha256")
     if not fresh and tar.exists() and meta.exists():
         progress(f"base root filesystem from cache: {tar}")
@@ -321,8 +339,7 @@ def _run_install(client, base_ref: str, wheels: Path, lock: Path, src: Path, epo
             raise DockerError(f"Installing the locked wheels failed (exit {status}):\n{logs[-2000:]}")
         progress(logs.splitlines()[-1] if logs else "installed")
         with open(out_tar, "wb") as fh:
-            for chunk in container.export():
-                fh.write(chunk)
+            fh.writelines(container.export())
     finally:
         container.remove(force=True)
 
@@ -352,8 +369,8 @@ def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool 
         sha = normalize_tar(raw, final, spec.source_date_epoch, members)
         progress(f"deterministic root filesystem: sha256 {sha}")
         repository, _, image_tag = (tag or spec.tag).rpartition(":")
-        extra = {"io.openjev-repro.debian.release-date": spec.debian.release_date,
-                 "io.openjev-repro.debian.packages.sha256": sha256_file(spec.directory / spec.debian.packages_lock),
+        extra = {"io.openjev-repro.debian.release-date": spec.debian_pin.release_date,
+                 "io.openjev-repro.debian.packages.sha256": hash_file(spec.directory / spec.debian_pin.packages_lock),
                  "io.openjev-repro.base.diff-id": f"sha256:{base_sha}",
                  **{f"io.openjev-repro.source.{s.name}.included": "no" for s in spec.sources}}
         env = {**spec.env, **({UPSTREAM_ENV: "none"} if spec.sources else {})}
@@ -362,7 +379,7 @@ def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool 
         image = _import(client, final, repository, image_tag, changes, sha)
     spec_view = spec.model_copy(update={"tag": tag or spec.tag})
     return _write_record(spec_view, image, started, {"offline": True, "rootfs_sha256": sha, "base_diff_id": f"sha256:{base_sha}",
-                                                   "members": str(members), "debian_release_date": spec.debian.release_date})
+                                                   "members": str(members), "debian_release_date": spec.debian_pin.release_date})
 
 
 def source_tag(spec: ImageSpec) -> str:
@@ -377,9 +394,9 @@ def source_layer_dockerfile(spec: ImageSpec, base_ref: str) -> str:
     for src in spec.sources:
         lines += [f"COPY {src.name}/ /opt/src/{src.name}/",
                   # built from a scratch copy, so /opt/src/<name> stays exactly the commit's tree
-                  f"RUN cp -r /opt/src/{src.name} /tmp/build-{src.name} && pip_whl=$(ls /usr/share/python-wheels/pip-*.whl) "
+                  (f"RUN cp -r /opt/src/{src.name} /tmp/build-{src.name} && pip_whl=$(ls /usr/share/python-wheels/pip-*.whl) "
                   '&& /opt/venv/bin/python "$pip_whl/pip" install --no-index --no-deps --no-build-isolation --no-compile '
-                  f"--disable-pip-version-check /tmp/build-{src.name} && rm -rf /tmp/build-{src.name}",
+                  f"--disable-pip-version-check /tmp/build-{src.name} && rm -rf /tmp/build-{src.name}"),
                   f'LABEL "io.openjev-repro.source.{src.name}.included"="yes"']
     upstream = " ".join(f"{s.name}@{s.commit}" for s in spec.sources)
     return "\n".join(lines + [f'ENV {UPSTREAM_ENV}="{upstream}"']) + "\n"

@@ -11,16 +11,24 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..errors import DockerError, VerificationError
 from .rootfs import normalize_tar
 from .spec import DebianPin
 
-__all__ = ["DebianBase", "debootstrap", "installed_packages", "release_date", "read_packages_lock",
-           "write_packages_lock", "check_packages", "make_base_tar"]
+__all__ = [
+    "DebianBase",
+    "check_packages",
+    "debootstrap",
+    "installed_packages",
+    "make_base_tar",
+    "read_packages_lock",
+    "release_date",
+    "write_packages_lock",
+]
 
 Progress = Callable[[str], None]
 
@@ -39,7 +47,7 @@ def debootstrap(pin: DebianPin, root: Path, progress: Progress = print) -> None:
     cmd = ["debootstrap", f"--variant={pin.variant}", f"--include={','.join(pin.include)}", "--arch=amd64",
            "--keyring=/usr/share/keyrings/debian-archive-keyring.gpg", pin.suite, str(root), pin.mirror]
     progress(f"debootstrap {pin.suite} from {pin.mirror} (about a minute)")
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
         raise DockerError(f"debootstrap failed (exit {done.returncode}); it needs root and the Debian mirror:\n{tail}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..errors import DockerError, ReproError
 from .lockfile import STATUS_PARTIAL, Lock, LockFailed, resolve, write_lock
@@ -52,13 +52,21 @@ def lock_requirements(spec: ImageSpec, command: str, progress: Progress = print)
 
 def resolve_base_digest(spec: ImageSpec, progress: Progress = print) -> str | None:
     """Ask the registry for the base tag's digest and write it into image.yaml; None when unreachable."""
+    import docker
+
     from .daemon import connect
 
+    if not spec.base:  # images on our Debian base name no registry image
+        return None
     name = spec.base.split("@", 1)[0]
     try:
         digest = connect().images.get_registry_data(name).id
-    except (ReproError, Exception) as exc:  # registry or daemon unreachable: keep the placeholder
+    # registry or daemon unreachable (requests' connection errors are OSErrors): keep the placeholder
+    except (ReproError, docker.errors.DockerException, OSError) as exc:
         progress(f"base digest NOT resolved ({str(exc).splitlines()[0][:200]}); {spec.base_digest} stays in image.yaml")
+        return None
+    if digest is None:
+        progress(f"base digest NOT resolved (the registry gave no digest for {name}); {spec.base_digest} stays in image.yaml")
         return None
     path = spec.directory / "image.yaml"
     path.write_text(path.read_text().replace(spec.base, f"{name}@{digest}"))
@@ -72,13 +80,13 @@ def _lock_debian(spec: ImageSpec, progress: Progress) -> None:
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=CACHE_DIR) as tmp:
         root = Path(tmp) / "root"
-        debootstrap(spec.debian, root, progress)
-        packages, date = installed_packages(root), release_date(root, spec.debian.suite)
-    lock_file = (spec.directory / spec.debian.packages_lock).resolve()
-    write_packages_lock(lock_file, packages, spec.debian, date)
+        debootstrap(spec.debian_pin, root, progress)
+        packages, date = installed_packages(root), release_date(root, spec.debian_pin.suite)
+    lock_file = (spec.directory / spec.debian_pin.packages_lock).resolve()
+    write_packages_lock(lock_file, packages, spec.debian_pin, date)
     for path in sharing_recipes(lock_file):  # every image on this base records the same Release date
         path.write_text(re.sub(r"(?m)^(\s*release_date:).*$", rf'\1 "{date}"', path.read_text()))
-    progress(f"wrote {spec.debian.packages_lock}: {len(packages)} packages, Release {date}")
+    progress(f"wrote {spec.debian_pin.packages_lock}: {len(packages)} packages, Release {date}")
 
 
 def sharing_recipes(packages_lock: Path) -> list[Path]:

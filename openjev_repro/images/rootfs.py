@@ -15,11 +15,11 @@ import io
 import json
 import re
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
-__all__ = ["normalize_tar", "read_members", "diff_members", "MemberDiff"]
+__all__ = ["MemberDiff", "diff_members", "normalize_tar", "read_members"]
 
 # Dropped entirely (their content depends on when or where the build ran).
 _DROP = [
@@ -71,6 +71,15 @@ def _shadow(data: bytes, epoch: int) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+def _member_bytes(tin: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    """The bytes of a regular file or a hard link to one (tarfile gives None for anything else)."""
+    fh = tin.extractfile(member)
+    if fh is None:
+        raise ValueError(f"{member.name}: not a regular file in the tar")
+    with fh:
+        return fh.read()
+
+
 def _entries(src: tarfile.TarFile) -> Iterator[tuple[str, tarfile.TarInfo]]:
     seen: dict[str, tarfile.TarInfo] = {}
     for member in src.getmembers():
@@ -94,7 +103,7 @@ def normalize_tar(src: Path, dest: Path, epoch: int, members_out: Path | None = 
                 info.mtime = min(int(member.mtime), epoch)
                 data = None
                 if member.isfile() or member.islnk():
-                    data = tin.extractfile(member).read()
+                    data = _member_bytes(tin, member)
                     if name in _EMPTY:
                         data = b""
                     elif name in _SHADOW:
@@ -132,7 +141,7 @@ def read_members(path: Path) -> dict[str, dict]:
     out = {}
     with tarfile.open(path, "r:") as tin:
         for name, member in _entries(tin):
-            data = tin.extractfile(member).read() if (member.isfile() or member.islnk()) else None
+            data = _member_bytes(tin, member) if (member.isfile() or member.islnk()) else None
             info = tarfile.TarInfo(name)
             info.type = tarfile.REGTYPE if data is not None else member.type
             info.mode, info.uid, info.gid, info.mtime, info.linkname = member.mode, member.uid, member.gid, int(member.mtime), member.linkname

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from ..errors import VerificationError
 
-__all__ = ["fetch_source", "check_commit", "check_has_commit"]
+__all__ = ["check_commit", "check_has_commit", "fetch_source"]
 
 
 def _git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise VerificationError(f"git {' '.join(args)} failed in {cwd}: {done.stderr.strip() or done.stdout.strip()}.")
     return done.stdout.strip()
@@ -36,7 +36,8 @@ def check_has_commit(checkout: Path, commit: str, name: str = "source") -> None:
     """Raise VerificationError unless the git checkout holds `commit` (as a commit object)."""
     if not (Path(checkout) / ".git").exists() and not (Path(checkout) / "HEAD").exists():
         raise VerificationError(f"{checkout} is not a git checkout; {name} needs a clone holding commit {commit}.")
-    done = subprocess.run(["git", "-C", str(checkout), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True)
+    done = subprocess.run(["git", "-C", str(checkout), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True,
+                          check=False)
     if done.returncode != 0:
         raise VerificationError(f"The checkout {checkout} does not hold commit {commit} ({name}); "
                                 f"fetch it (git -C {checkout} fetch origin {commit}) and build again.")

@@ -15,22 +15,23 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from ..errors import RecipeError
+from ..schema import StrictModel
 
 __all__ = [
-    "IMAGES_DIR",
     "CACHE_DIR",
+    "IMAGES_DIR",
     "PLACEHOLDER_DIGEST",
-    "ImageSpec",
-    "Source",
     "Artifact",
     "DebianPin",
-    "load_spec",
-    "spec_path",
+    "ImageSpec",
+    "Source",
     "backend_names",
+    "load_spec",
     "offline_backends",
+    "spec_path",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -42,11 +43,7 @@ _COMMIT = r"^[0-9a-f]{40}$"
 _SHA256 = r"^[0-9a-f]{64}$"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Source(_Strict):
+class Source(StrictModel):
     """A git repository fetched at exactly this commit inside the build."""
 
     name: Annotated[str, Field(pattern=r"^[a-z0-9_-]+$")]
@@ -54,7 +51,7 @@ class Source(_Strict):
     commit: Annotated[str, Field(pattern=_COMMIT)]
 
 
-class Artifact(_Strict):
+class Artifact(StrictModel):
     """A file the build produces whose SHA256 is fixed in advance (the build fails on mismatch)."""
 
     name: Annotated[str, Field(pattern=r"^[a-z0-9_-]+$")]
@@ -62,7 +59,7 @@ class Artifact(_Strict):
     sha256: Annotated[str, Field(pattern=_SHA256)]
 
 
-class DebianPin(_Strict):
+class DebianPin(StrictModel):
     """The offline flavour's base: debootstrap of one suite from one mirror, pinned by package list."""
 
     suite: str = "bookworm"
@@ -74,7 +71,7 @@ class DebianPin(_Strict):
     packages_lock: str = "debian-packages.lock"  # "name version" per line, from dpkg-query
 
 
-class ImageSpec(_Strict):
+class ImageSpec(StrictModel):
     format_version: Literal[1]
     name: Annotated[str, Field(pattern=r"^[a-z0-9-]+$")]
     backend: str  # the backend this image serves (hf, fast, native, reference)
@@ -109,6 +106,14 @@ class ImageSpec(_Strict):
     directory: Path = Path(".")
 
     @property
+    def debian_pin(self) -> DebianPin:
+        """The Debian base pin, for the steps that build on our Debian base; a RecipeError without one."""
+        if self.debian is None:
+            raise RecipeError(f"The {self.name} image recipe has no `debian:` pin; only images on our Debian base "
+                              "(kind rootfs, or a Dockerfile with `debian:`) are built or locked from it.")
+        return self.debian
+
+    @property
     def base_digest(self) -> str | None:
         if not self.base or "@" not in self.base:
             return None
@@ -117,7 +122,7 @@ class ImageSpec(_Strict):
     @property
     def base_resolved(self) -> bool:
         digest = self.base_digest
-        return bool(digest) and digest != PLACEHOLDER_DIGEST and re.fullmatch(r"sha256:[0-9a-f]{64}", digest) is not None
+        return digest is not None and digest != PLACEHOLDER_DIGEST and re.fullmatch(r"sha256:[0-9a-f]{64}", digest) is not None
 
     @property
     def lock_path(self) -> Path:

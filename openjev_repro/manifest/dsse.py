@@ -28,9 +28,9 @@ from .keys import keyid
 
 __all__ = [
     "PAYLOAD_TYPE",
-    "pae",
-    "make_envelope",
     "envelope_bytes",
+    "make_envelope",
+    "pae",
     "parse_envelope",
     "payload_of",
     "verify_envelope",

@@ -12,30 +12,32 @@ Format history (`format_version` of environment.json):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+from ..hashing import hash_file
 
 __all__ = [
     "ENVIRONMENT_FORMAT_VERSION",
     "PACKAGES",
     "Collector",
     "absent",
-    "collect_environment",
-    "default_collectors",
-    "collect_host",
     "collect_cpu",
-    "collect_gpus",
-    "gpus_from_nvml",
-    "gpus_from_nvidia_smi",
-    "collect_python",
+    "collect_environment",
     "collect_git",
+    "collect_gpus",
+    "collect_host",
+    "collect_python",
+    "default_collectors",
+    "gpus_from_nvidia_smi",
+    "gpus_from_nvml",
 ]
 
 ENVIRONMENT_FORMAT_VERSION = 2
@@ -141,6 +143,7 @@ def gpus_from_nvml() -> list[dict[str, Any]]:
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             memory = _nvml_memory(pynvml, handle)
+            reserved = getattr(memory, "reserved", None)
             gpus.append({
                 "index": index,
                 "name": _text(pynvml.nvmlDeviceGetName(handle)),
@@ -150,18 +153,9 @@ def gpus_from_nvml() -> list[dict[str, Any]]:
                 "memory_total_mib": memory.total // (1 << 20),
                 "memory_used_mib": memory.used // (1 << 20),
                 # v2 separates driver-reserved memory, which v1 counts as used (nvidia-smi does not)
-                "memory_reserved_mib": getattr(memory, "reserved", None) // (1 << 20)
-                if getattr(memory, "reserved", None) is not None else absent("NVML memory info v1 has no reserved"),
-                "cuda_cores": _nvml_optional(lambda: pynvml.nvmlDeviceGetNumGpuCores(handle)),
-                "sm_count": absent("NVML does not report the SM count"),
-                "compute_capability": _nvml_optional(lambda: "%d.%d" % pynvml.nvmlDeviceGetCudaComputeCapability(handle)),
-                "clocks_mhz": {
-                    "sm": _nvml_optional(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
-                    "memory": _nvml_optional(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
-                    "sm_max": _nvml_optional(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)),
-                },
-                "persistence_mode": _nvml_optional(lambda: bool(pynvml.nvmlDeviceGetPersistenceMode(handle))),
-                "ecc_enabled": _nvml_optional(lambda: bool(pynvml.nvmlDeviceGetCurrentEccMode(handle))),
+                "memory_reserved_mib": reserved // (1 << 20)
+                if reserved is not None else absent("NVML memory info v1 has no reserved"),
+                **_nvml_optional_fields(pynvml, handle),
                 "source": "nvml",
             })
         return gpus
@@ -172,7 +166,7 @@ def gpus_from_nvml() -> list[dict[str, Any]]:
 def _nvml_memory(pynvml: Any, handle: Any) -> Any:
     try:
         return pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
-    except Exception:  # older drivers or bindings: v1 only
+    except (pynvml.NVMLError, TypeError, AttributeError):  # older drivers or bindings: v1 only
         return pynvml.nvmlDeviceGetMemoryInfo(handle)
 
 
@@ -180,11 +174,30 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _nvml_optional(read: Callable[[], Any]) -> Any:
-    try:
-        return read()
-    except Exception as exc:  # NVML raises one class per code; any of them means "not readable"
-        return absent(f"NVML: {exc}")
+def _nvml_optional_fields(pynvml: Any, handle: Any) -> dict[str, Any]:
+    """What some drivers, GPUs or bindings do not report; each unreadable one is absent, with NVML's reason."""
+
+    def optional(read: Callable[[], Any]) -> Any:
+        try:
+            return read()
+        # NVML raises one NVMLError subclass per code, and older bindings lack some calls:
+        # any of them means "not readable"
+        except (pynvml.NVMLError, AttributeError) as exc:
+            return absent(f"NVML: {exc}")
+
+    return {
+        "cuda_cores": optional(lambda: pynvml.nvmlDeviceGetNumGpuCores(handle)),
+        "sm_count": absent("NVML does not report the SM count"),
+        "compute_capability": optional(
+            lambda: ".".join(str(v) for v in pynvml.nvmlDeviceGetCudaComputeCapability(handle))),
+        "clocks_mhz": {
+            "sm": optional(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+            "memory": optional(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
+            "sm_max": optional(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+        },
+        "persistence_mode": optional(lambda: bool(pynvml.nvmlDeviceGetPersistenceMode(handle))),
+        "ecc_enabled": optional(lambda: bool(pynvml.nvmlDeviceGetCurrentEccMode(handle))),
+    }
 
 
 _SMI_FIELDS = ("index", "name", "uuid", "driver_version", "memory.total", "memory.used",
@@ -199,11 +212,11 @@ def gpus_from_nvidia_smi(executable: str = "nvidia-smi") -> list[dict[str, Any]]
         [executable, f"--query-gpu={','.join(_SMI_FIELDS)}", "--format=csv,noheader,nounits"],
         capture_output=True, text=True, timeout=30, check=True,
     ).stdout
-    header = subprocess.run([executable], capture_output=True, text=True, timeout=30).stdout
+    header = subprocess.run([executable], capture_output=True, text=True, timeout=30, check=False).stdout
     cuda = next((part.split(":", 1)[1].split("|")[0].strip() for part in header.split("CUDA Version")[1:2]), None)
     gpus = []
     for line in out.strip().splitlines():
-        values = dict(zip(_SMI_FIELDS, (v.strip() for v in line.split(","))))
+        values = dict(zip(_SMI_FIELDS, (v.strip() for v in line.split(",")), strict=True))
         gpus.append({
             "index": int(values["index"]),
             "name": values["name"],
@@ -224,9 +237,11 @@ def gpus_from_nvidia_smi(executable: str = "nvidia-smi") -> list[dict[str, Any]]
 
 def _smi_number(text: str | None) -> Any:
     try:
-        return int(float(text))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return absent(f"nvidia-smi reported {text!r}")
+        if text is not None:
+            return int(float(text))
+    except (ValueError, OverflowError):  # not a number, or inf
+        pass
+    return absent(f"nvidia-smi reported {text!r}")
 
 
 def _smi_flag(text: str | None) -> Any:
@@ -247,7 +262,7 @@ def collect_gpus(sources: tuple[Callable[[], list[dict]], ...] | None = None) ->
     for source in sources:
         try:
             return {"available": True, "devices": source(), "source": source.__name__}
-        except Exception as exc:  # each source fails its own way; all of them mean "not here"
+        except Exception as exc:  # noqa: BLE001 - each source fails its own way; all of them mean "not here"
             reasons.append(f"{source.__name__}: {type(exc).__name__}: {exc}")
     return absent("no GPU source answered (" + "; ".join(reasons) + ")")
 
@@ -257,8 +272,8 @@ def _host_inventory() -> list[dict[str, Any]]:
 
     driver = detect_driver()
     try:
-        driver = driver.driver_version()
-        return [{**gpu.to_dict(), "driver_version": driver, "source": driver.name} for gpu in driver.gpus()]
+        version = driver.driver_version()
+        return [{**gpu.to_dict(), "driver_version": version, "source": driver.name} for gpu in driver.gpus()]
     finally:
         driver.close()
 
@@ -281,7 +296,7 @@ def collect_python(python: str, packages: tuple[str, ...] = PACKAGES) -> dict[st
     """Python and package versions of one environment, asked of its own interpreter."""
     try:
         result = subprocess.run([python, "-c", _PROBE, json.dumps(list(packages))],
-                                capture_output=True, text=True, timeout=60)
+                                capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return absent(f"could not run {python}: {exc}")
     if result.returncode != 0:
@@ -319,7 +334,7 @@ def default_collectors(*, backends_python: dict[str, str] | None = None,
         "project_git": collect_git,
     }
     if recipe_path is not None:
-        collectors["recipe_sha256"] = lambda: hashlib.sha256(Path(recipe_path).read_bytes()).hexdigest()
+        collectors["recipe_sha256"] = lambda: hash_file(recipe_path)
     else:
         collectors["recipe_sha256"] = lambda: absent("no recipe given")
     return collectors
@@ -336,6 +351,6 @@ def collect_environment(*, backends_python: dict[str, str] | None = None,
     for name, collector in collectors.items():
         try:
             env[name] = collector()
-        except Exception as exc:  # capture never stops a study; it says what it could not see
+        except Exception as exc:  # noqa: BLE001 - capture never stops a study; it says what it could not see
             env[name] = absent(f"{type(exc).__name__}: {exc}")
     return env

@@ -21,9 +21,9 @@ __all__ = [
     "PRIVATE_KEY_NAME",
     "PUBLIC_KEY_NAME",
     "generate_keypair",
+    "keyid",
     "load_private_key",
     "load_public_key",
-    "keyid",
 ]
 
 PRIVATE_KEY_NAME = "openjev-repro.key"

@@ -17,29 +17,29 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ..errors import EvidenceError, RunIncomplete, VerificationError
-from ..study.rundir import ENVELOPE_NAME, RunDir, read_json, write_bytes_atomic
 from ..hashing import hash_file
 from ..limits import MAX_JSON_DEPTH, loads_bounded
+from ..results.summary import read_summary
 from ..study.recipe import safe_yaml
+from ..study.rundir import ENVELOPE_NAME, READABLE_VERSIONS, RunDir, read_json, write_bytes_atomic
 from .dsse import envelope_bytes, make_envelope, parse_envelope, payload_of
 from .keys import load_private_key
 
 __all__ = [
-    "STATEMENT_TYPE",
-    "PREDICATE_TYPE",
-    "PREDICATE_FORMAT_VERSION",
-    "TIMING_BOUNDARY",
     "OPTIONAL_FILES",
-    "sha256_file",
-    "subjects_of",
+    "PREDICATE_FORMAT_VERSION",
+    "PREDICATE_TYPE",
+    "STATEMENT_TYPE",
+    "TIMING_BOUNDARY",
     "build_statement",
-    "write_manifest",
     "read_statement",
+    "subjects_of",
+    "write_manifest",
 ]
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -76,13 +76,9 @@ OPTIONAL_FILES = {
 }
 
 
-def sha256_file(path: Path) -> str:
-    return hash_file(path)
-
-
 def subjects_of(run: RunDir) -> list[dict[str, Any]]:
     return [
-        {"name": p.relative_to(run.path).as_posix(), "digest": {"sha256": sha256_file(p)}}
+        {"name": p.relative_to(run.path).as_posix(), "digest": {"sha256": hash_file(p)}}
         for p in run.evidence_files()
     ]
 
@@ -91,7 +87,7 @@ def _optional_json(run: RunDir, name: str) -> Any:
     path = run.file(name)
     if not path.is_file():
         return {"available": False, "reason": f"the run has no {name}"}
-    return read_json(path)
+    return run.read(name) if name in READABLE_VERSIONS else read_json(path)
 
 
 def _recipe(run: RunDir) -> tuple[dict[str, Any], str]:
@@ -132,7 +128,7 @@ def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
     recipe, recipe_sha = _recipe(run)
     if not run.file("summary.json").is_file():
         raise EvidenceError(f"{run.path} has no summary.json; the study did not finish its results step.")
-    summary = read_json(run.file("summary.json"))
+    summary = read_summary(run.file("summary.json"))  # a summary of an unknown format is never signed
     copied = {key: _optional_json(run, name) for key, name in OPTIONAL_FILES.items()}
     plan = copied["plan"]
     predicate: dict[str, Any] = {
@@ -148,7 +144,7 @@ def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
         "summary": summary,
         "gates": summary.get("gates", []),
         "state": run.state(),
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     predicate.update(extra or {})
     return {

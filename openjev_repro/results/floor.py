@@ -27,7 +27,7 @@ import numpy as np
 from .row_table import RowTable
 from .statistics import mean, median, p95_jevbench
 
-__all__ = ["floor_ms", "hardware_of", "floor_lines", "SHORT_TOKENS"]
+__all__ = ["SHORT_TOKENS", "floor_lines", "floor_ms", "hardware_of"]
 
 SHORT_TOKENS = (80, 110)  # the "80-110-token requests", inclusive
 BYTES_PER_PARAMETER = 2   # BF16
@@ -88,18 +88,16 @@ def floor_lines(backends: dict[str, Any], table: RowTable) -> list[str]:
         return []
     source, hardware, parameters = found
     copy, rate = float(hardware["copy_tbps"]), float(hardware["matmul_bf16_tflops"])
-    lines = [f"Measured by {source} on {hardware.get('gpu', 'its GPU')} before serving: dense BF16 matmul "
+    lines = [(f"Measured by {source} on {hardware.get('gpu', 'its GPU')} before serving: dense BF16 matmul "
              f"{rate:.1f} TFLOP/s, device copy {copy:.3f} TB/s (read + written); {parameters:,} non-embedding "
              f"parameters, so reading the weights once takes {2 * parameters / (copy * 1e12) * 1e3:.2f} ms. "
-             "floor(T) = max(2·P / copy bandwidth, 2·P·T / matmul rate); ratios are measured / floor.", "",
-             "| backend | requests | mean ms | floor | ratio | P50 ms | floor | ratio | P95 ms | floor | ratio "
-             f"| {SHORT_TOKENS[0]}–{SHORT_TOKENS[1]}-token mean ms | floor | ratio |",
+             "floor(T) = max(2·P / copy bandwidth, 2·P·T / matmul rate); ratios are measured / floor."), "",
+             ("| backend | requests | mean ms | floor | ratio | P50 ms | floor | ratio | P95 ms | floor | ratio "
+             f"| {SHORT_TOKENS[0]}–{SHORT_TOKENS[1]}-token mean ms | floor | ratio |"),
              "| --- |" + " ---: |" * 13]
     ok_measured = table.phase.equals("measured") & table.ok & table.has_input_tokens
     captures = []
-    for name in sorted(set(table.backend.strings())):
-        if name is None:
-            continue
+    for name in sorted({b for b in table.backend.strings() if b is not None}):
         mine = table.backend.equals(name)
         idx = np.flatnonzero(mine & ok_measured)
         if not len(idx):

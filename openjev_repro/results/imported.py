@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["figure_counts", "figure_lines", "cleanup_line"]
+__all__ = ["cleanup_line", "figure_counts", "figure_lines"]
 
 
 def figure_counts(figures: list[dict]) -> dict[str, Any]:

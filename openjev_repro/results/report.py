@@ -10,23 +10,37 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..errors import EvidenceError
-from ..study.rundir import ENVELOPE_NAME, RunDir, guard_output, read_json, write_bytes_atomic
+from ..decision import YES_THRESHOLD
+from ..errors import EvidenceError, UnsupportedFormat
 from ..study.recipe import Recipe, load_recipe
-from .statistics import latency_stats, summarize
+from ..study.rows import Row
+from ..study.rundir import ENVELOPE_NAME, RunDir, guard_output, write_bytes_atomic
 from .floor import floor_lines
 from .row_table import RowTable, as_table, read_table
-from ..study.rows import Row
+from .statistics import latency_stats, summarize
+from .summary import GateResult, LatencyKey, PassStats, Summary, WorkloadSummary
 
-__all__ = ["DIGITS", "PLOT_NAMES", "RunInfo", "plot_figures", "render_report", "run_info", "write_plots", "write_report",
-           "incomplete_banner", "imported_note", "run_facts_of"]
+__all__ = [
+    "DIGITS",
+    "PLOT_NAMES",
+    "RunInfo",
+    "imported_note",
+    "incomplete_banner",
+    "plot_figures",
+    "render_report",
+    "run_facts_of",
+    "run_info",
+    "write_plots",
+    "write_report",
+]
 
 # Printed precision: milliseconds, speedup factor, percentages, probabilities.
 DIGITS = {"ms": 3, "speedup": 2, "percent": 2, "probability": 6}
@@ -45,7 +59,7 @@ def _yes(v: bool | None) -> str:
     return {True: "yes", False: "no", None: "n/a"}[v]
 
 
-def _per_pass(passes: list[dict], key: str) -> str:
+def _per_pass(passes: list[PassStats], key: LatencyKey) -> str:
     return " / ".join(_ms(p[key]) for p in passes) or "n/a"
 
 
@@ -61,14 +75,14 @@ def incomplete_banner(state: dict) -> str:
 # --- the Markdown ----------------------------------------------------------------------
 
 
-def _descriptions(recipe: Recipe, wl: dict) -> list[str]:
+def _descriptions(recipe: Recipe, wl: WorkloadSummary) -> list[str]:
     """Each configuration's description under the table, so the table itself stays narrow."""
     lines = [f"- {name}: {recipe.backend(name).description}" for name in wl["backends"]
              if recipe.backend(name).description]
     return ["Configurations:", "", *lines, ""] if lines else []
 
 
-def _table(recipe: Recipe, wl: dict) -> list[str]:
+def _table(recipe: Recipe, wl: WorkloadSummary) -> list[str]:
     head = ["Configuration", "Successful measured requests", "Overall mean (ms)", "Mean, per pass (ms)", "P50, per pass (ms)",
             "P95 JevBench rank, per pass (ms)", "P95 nearest rank, per pass (ms)", "Correct / N"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
@@ -81,7 +95,7 @@ def _table(recipe: Recipe, wl: dict) -> list[str]:
     return lines
 
 
-def _latency_notes(wl: dict) -> list[str]:
+def _latency_notes(wl: WorkloadSummary) -> list[str]:
     out = []
     feas = [f"{n} {_per_pass(b['feasibility'], 'mean_ms')} ms" for n, b in wl["backends"].items() if b["feasibility"]]
     if feas:
@@ -93,14 +107,14 @@ def _latency_notes(wl: dict) -> list[str]:
         if b["decision_mismatches"]:
             ids = ", ".join(sorted({m["id"] for m in b["decision_mismatches"]}))
             out.append(f"**{name}: {len(b['decision_mismatches'])} rows record a decision that differs from "
-                       f"p >= 0.5 of their probability** ({ids}); correctness uses the recomputed decision.")
+                       f"p >= {YES_THRESHOLD} of their probability** ({ids}); correctness uses the recomputed decision.")
     return out
 
 
-def _comparison_lines(wl: dict) -> list[str]:
+def _comparison_lines(wl: WorkloadSummary) -> list[str]:
     out = []
     for c in wl["comparisons"]:
-        if c["speedup"] is None:
+        if c["speedup"] is None or c["percent_lower"] is None:  # percent_lower: None for a zero baseline mean
             out.append(f"- {c['candidate']} vs {c['baseline']}: no comparable measured means.")
             continue
         out.append(
@@ -121,7 +135,7 @@ def _percent_change(percent_lower: float) -> str:
     return f"{abs(rounded):.{DIGITS['percent']}f}% {'lower' if rounded > 0 else 'higher'}"
 
 
-def _agreement_lines(wl: dict) -> list[str]:
+def _agreement_lines(wl: WorkloadSummary) -> list[str]:
     out = []
     for c in wl["comparisons"]:
         buckets = "; ".join(f"{k}: {_prob(v)}" for k, v in c["max_probability_delta_by_tokens"].items())
@@ -136,7 +150,7 @@ def _agreement_lines(wl: dict) -> list[str]:
     return out
 
 
-def _stability_lines(wl: dict) -> list[str]:
+def _stability_lines(wl: WorkloadSummary) -> list[str]:
     out = []
     for name, b in wl["backends"].items():
         if b["probabilities_stable"] is None:
@@ -152,7 +166,7 @@ def _stability_lines(wl: dict) -> list[str]:
     return out
 
 
-def _gate_lines(gates: list[dict]) -> list[str]:
+def _gate_lines(gates: list[GateResult]) -> list[str]:
     if not gates:
         return ["No gates were declared."]
     lines = ["| Gate | Kind | Outcome | Detail |", "| --- | --- | --- | --- |"]
@@ -167,8 +181,8 @@ def _imported_lines(imported: dict) -> list[str]:
     from .imported import cleanup_line, figure_lines
 
     out = ["## Published figures (imported evidence)", "",
-           "Each figure their summary.json publishes, recomputed from the imported rows: EXACT bit for bit, "
-           "WITHIN half a unit of its last printed decimal (at most 15 significant digits), DIFF otherwise.", "",
+           ("Each figure their summary.json publishes, recomputed from the imported rows: EXACT bit for bit, "
+           "WITHIN half a unit of its last printed decimal (at most 15 significant digits), DIFF otherwise."), "",
            "```", *figure_lines(imported), "```", ""]
     absent = imported.get("absent") or []
     if absent:
@@ -189,7 +203,7 @@ def imported_note(imported: dict) -> str:
             f"{imported.get('files_verified', '?')} files verified against their manifest.json; unsigned.")
 
 
-def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: dict | None = None,
+def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: dict | None = None,
                   notes: Iterable[str] = (), run: RunInfo | None = None, imported: dict | None = None,
                   run_facts: Iterable[str] = (), floor: Iterable[str] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
@@ -218,10 +232,10 @@ def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe,
     t = as_table(rows)
     excluded = int(sum(t.phase.equals(ph).sum() for ph in ("first", "warmup", "feasibility")))
     out += [
-        "P50 is the median. P95 JevBench rank is `sorted[int(0.95*N)-1]`; P95 nearest rank is "
+        ("P50 is the median. P95 JevBench rank is `sorted[int(0.95*N)-1]`; P95 nearest rank is "
         "`sorted[ceil(0.95*N)-1]`. Means are `fsum / N` over successful measured requests; the first "
         f"inference, warm-up and feasibility passes ({excluded} requests) are excluded. Correct / N counts the "
-        "first measured pass, decision yes when p >= 0.5. Pass ranges are observed, not confidence intervals.",
+        f"first measured pass, decision yes when p >= {YES_THRESHOLD}. Pass ranges are observed, not confidence intervals."),
         "",
     ]
     for name, wl in summary["workloads"].items():
@@ -239,8 +253,8 @@ def render_report(summary: dict, rows: RowTable | Iterable[Row], recipe: Recipe,
     floor_section = list(floor)
     if floor_section:
         out += ["## Hardware floor", "", *floor_section, ""]
-    out += ["Plots: latency_vs_tokens.png (measured latency against input tokens), latency_cdf.png "
-            "(CDF of measured latency).", ""]
+    out += [("Plots: latency_vs_tokens.png (measured latency against input tokens), latency_cdf.png "
+            "(CDF of measured latency)."), ""]
     if banner:
         out += [banner[0], ""]
     return "\n".join(out)
@@ -268,7 +282,7 @@ _RUN_STAMP = re.compile(r"-(\d{8}T\d{6}Z)-[0-9a-f]+$")
 
 
 def _utc(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
@@ -281,10 +295,10 @@ def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
             return RunInfo(run.path.name, _utc(datetime.fromisoformat(str(state["started_utc"]))), hardware)
         stamp = _RUN_STAMP.search(run.path.name)
         if stamp:
-            moment = datetime.strptime(stamp.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
+            moment = datetime.strptime(stamp.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
             return RunInfo(run.path.name, _utc(moment), hardware)
         if isinstance(state.get("updated_unix"), (int, float)):
-            moment = datetime.fromtimestamp(state["updated_unix"], timezone.utc)
+            moment = datetime.fromtimestamp(state["updated_unix"], UTC)
             return RunInfo(run.path.name, _utc(moment), hardware, when="state last updated")
     except (ValueError, OverflowError, OSError):
         pass
@@ -293,12 +307,16 @@ def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
 
 def _hardware(run: RunDir, recipe: Recipe) -> str:
     try:
-        env = read_json(run.file("environment.json")) if run.file("environment.json").is_file() else {}
+        env = run.read("environment.json") if run.file("environment.json").is_file() else {}
+    except UnsupportedFormat:
+        raise
     except (OSError, ValueError, EvidenceError):
         env = {}
     devices = (env.get("gpus") or {}).get("devices") or []
-    override = env.get("gpu_override") if isinstance(env.get("gpu_override"), dict) else {}
-    run_time = override.get("run_time") if isinstance(override.get("run_time"), dict) else {}
+    override = env.get("gpu_override")
+    override = override if isinstance(override, dict) else {}
+    run_time = override.get("run_time")
+    run_time = run_time if isinstance(run_time, dict) else {}
     pinned = run_time.get("uuid") or (recipe.controls.gpu.uuid if recipe.controls and recipe.controls.gpu else None)
     names = [d.get("name") for d in devices if d.get("name") and (pinned is None or d.get("uuid") == pinned)]
     if names:
@@ -317,12 +335,10 @@ PASS_LINES = ("-", "--", ":", "-.")
 
 
 def _measured(t: RowTable) -> dict[str, dict[str, dict[int, np.ndarray]]]:
-    """workload -> backend -> measured pass -> row indices of successful rows (file order), in first-seen order."""
-    idx = np.flatnonzero(t.phase.equals("measured") & t.ok)
-    groups = sorted(t.groups(idx, ("workload", "backend", "pass_index")).items(), key=lambda kv: int(kv[1].min()))
+    """workload -> backend -> measured pass -> row indices of successful rows (seq order), in first-seen order."""
     out: dict[str, dict[str, dict[int, np.ndarray]]] = {}
-    for (workload, backend, pass_index), rows in groups:  # inserted by first row: first-seen order
-        out.setdefault(str(workload), {}).setdefault(str(backend), {})[int(pass_index)] = np.sort(rows)
+    for (workload, backend), passes in t.by_pass("measured", ok_only=True).items():  # first-seen order
+        out.setdefault(workload, {})[backend] = passes
     return out
 
 
@@ -356,8 +372,8 @@ def plot_figures(rows: RowTable | Iterable[Row], study_id: str = "", run: RunInf
     def legend(ax, kind: str, labels: dict[str, str] | None = None) -> None:
         handles = [Line2D([], [], color=colours[b], lw=2, label=(labels or {}).get(b, b)) for b in backends]
         for n, p in enumerate(passes):
-            style = ({"marker": PASS_MARKERS[n % len(PASS_MARKERS)], "ls": "none"} if kind == "scatter"
-                     else {"ls": PASS_LINES[n % len(PASS_LINES)]})
+            style: dict[str, Any] = ({"marker": PASS_MARKERS[n % len(PASS_MARKERS)], "ls": "none"} if kind == "scatter"
+                                     else {"ls": PASS_LINES[n % len(PASS_LINES)]})
             handles.append(Line2D([], [], color="0.3", label=f"measured pass {p}", **style))
         if kind == "cdf" and backends:
             handles += [Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", ms=8, mew=2, label="P50"),
@@ -395,10 +411,10 @@ def plot_figures(rows: RowTable | Iterable[Row], study_id: str = "", run: RunInf
             stats = latency_stats(t.latency_ms[np.concatenate(list(by_pass.values()))])
             p50, p95 = stats["p50_ms"], stats["p95_jevbench_ms"]
             if p50 is not None and p95 is not None:
-                ax.plot([p50], [0.5], marker="o", mfc="white", ms=8, mew=2, color=colours[b], ls="none", zorder=5)
+                ax.plot([p50], [YES_THRESHOLD], marker="o", mfc="white", ms=8, mew=2, color=colours[b], ls="none", zorder=5)
                 ax.plot([p95], [0.95], marker="X", ms=10, mew=1, mec="white", color=colours[b], ls="none", zorder=5)
                 marks[b] = f"{b}: P50 {p50:.1f}, P95 {p95:.1f} ms"
-        ax.axhline(0.5, color="0.6", lw=0.6, ls=":")
+        ax.axhline(YES_THRESHOLD, color="0.6", lw=0.6, ls=":")
         ax.axhline(0.95, color="0.6", lw=0.6, ls=":")
         ax.set(xlabel="latency (ms)", ylabel="fraction of measured requests", ylim=(0, 1.02),
                title=f"workload {name}" if name else "no measured requests")
@@ -455,14 +471,14 @@ def run_facts_of(run: RunDir) -> list[str]:
     Runs from before these files had them give no lines, so their signed reports render unchanged.
     """
     lines = []
-    host = read_json(run.file("host.json")) if run.file("host.json").is_file() else {}
+    host = run.read("host.json") if run.file("host.json").is_file() else {}
     override = host.get("gpu_override") if isinstance(host, dict) else None
     if isinstance(override, dict):
         recipe_gpu, run_gpu = override.get("recipe") or {}, override.get("run_time") or {}
         lines.append(f"- GPU override ({override.get('source')}): ran on index {run_gpu.get('index')} "
                      f"`{run_gpu.get('uuid')}`; the recipe pins index {recipe_gpu.get('index')} "
                      f"`{recipe_gpu.get('uuid')}` (recipe unchanged).")
-    backends = read_json(run.file("backends.json")) if run.file("backends.json").is_file() else {}
+    backends = run.read("backends.json") if run.file("backends.json").is_file() else {}
     for name, info in sorted((backends.get("backends") or {}).items()):
         fingerprint = info.get("weights_fingerprint")
         if not isinstance(fingerprint, str):
@@ -475,14 +491,14 @@ def run_facts_of(run: RunDir) -> list[str]:
     return lines
 
 
-def _summary_notes(run: RunDir, summary: dict) -> list[str]:
+def _summary_notes(run: RunDir, summary: Summary) -> list[str]:
     path = run.file("summary.json")
     if not path.exists():
         return ["summary.json is absent; every figure below was computed from rows.jsonl."]
-    stored = read_json(path)
+    stored = run.read("summary.json")
     if stored != json.loads(json.dumps(summary, allow_nan=False)):
-        return ["SUMMARY MISMATCH: summary.json differs from the summary recomputed from rows.jsonl and "
-                "recipe.yaml; this report shows the recomputation. Run `invoke verify` on this run."]
+        return [("SUMMARY MISMATCH: summary.json differs from the summary recomputed from rows.jsonl and "
+                "recipe.yaml; this report shows the recomputation. Run `invoke verify` on this run.")]
     return []
 
 
@@ -501,8 +517,8 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
         state = dict(state, status=as_status)
     summary = summarize(rows, recipe)
     info = run_info(run, recipe)
-    imported = read_json(run.file("import.json")) if run.file("import.json").is_file() else None
-    backends = read_json(run.file("backends.json")) if run.file("backends.json").is_file() else {}
+    imported = run.read("import.json") if run.file("import.json").is_file() else None
+    backends = run.read("backends.json") if run.file("backends.json").is_file() else {}
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
                          imported=imported, run_facts=run_facts_of(run),
                          floor=floor_lines(backends.get("backends") or {}, rows))

@@ -25,12 +25,13 @@ import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
 
 from ..errors import EvidenceError
-from ..study.rows import ROW_FORMAT_VERSION, Row, read_rows
+from ..study.rows import ROW_FORMAT_VERSION, Phase, Row, read_rows
 
 __all__ = ["CHUNK_BYTES", "Interned", "RowTable", "as_table", "chunks", "read_table"]
 
@@ -45,7 +46,7 @@ class _RowStruct(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     id: str
     backend: str
     workload: str
-    phase: str
+    phase: Phase
     pass_index: int
     seq: int
     start_ns: int
@@ -181,12 +182,12 @@ class RowTable:
             return tables[0]
         if not tables:
             return cls.from_rows([])
-        arrays = {name: np.concatenate([getattr(t, name) for t in tables])
+        arrays: dict[str, Any] = {name: np.concatenate([getattr(t, name) for t in tables])
                   for name in ("pass_index", "seq", "start_ns", "end_ns", "probability", "has_probability",
                                "input_tokens", "has_input_tokens", "ok")}
-        strings = {name: _concat([getattr(t, name) for t in tables])
+        strings: dict[str, Any] = {name: _concat([getattr(t, name) for t in tables])
                    for name in ("ids", "backend", "workload", "phase", "decision", "label")}
-        lists = {name: [x for t in tables for x in getattr(t, name)] for name in ("status", "body_sha256", "error")}
+        lists: dict[str, Any] = {name: [x for t in tables for x in getattr(t, name)] for name in ("status", "body_sha256", "error")}
         return cls(**arrays, **strings, **lists)
 
     # --- reading back ------------------------------------------------------------------
@@ -225,6 +226,21 @@ class RowTable:
             i = int(order[a])
             out[tuple(int(self.pass_index[i]) if name == "pass_index" else getattr(self, name).values[
                 getattr(self, name).codes[i]] for name in by)] = order[a:b]
+        return out
+
+    def by_pass(self, phase: str = "measured", *, ok_only: bool = False) -> dict[tuple[str, str], dict[int, np.ndarray]]:
+        """(workload, backend) -> pass index -> row indices of that pass in `seq` order, for one phase.
+
+        Every level is in first-seen (file) order. `ok_only` keeps only rows without an error. The
+        one grouping of rows by pass (compare, the report's plots and the cross-host means read it)."""
+        mask = self.phase.equals(phase)
+        if ok_only:
+            mask &= self.ok
+        found = sorted(self.groups(np.flatnonzero(mask), ("workload", "backend", "pass_index")).items(),
+                       key=lambda kv: int(kv[1].min()))
+        out: dict[tuple[str, str], dict[int, np.ndarray]] = {}
+        for (workload, backend, index), rows in found:
+            out.setdefault((str(workload), str(backend)), {})[int(index)] = rows
         return out
 
 

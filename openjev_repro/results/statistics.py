@@ -16,42 +16,59 @@ median of an even count is `(a + b) / 2`. Nothing is rounded; absent values are 
 (never NaN), so the result is strict JSON.
 
 summary.json format history:
-    1  (2026-11) first version (see docs/results.md).
+    1  (2026-11) first version (see docs/results.md; its types are in results/summary.py).
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
+from ..decision import YES_THRESHOLD, decision_of
 from ..errors import EvidenceError
 from ..study.recipe import Recipe
-from .row_table import RowTable, as_table
 from ..study.rows import Row
+from .row_table import RowTable, as_table
+from .summary import (
+    SUMMARY_FORMAT_VERSION,
+    Agreement,
+    BackendSummary,
+    Comparison,
+    Correctness,
+    DecisionMismatch,
+    GateResult,
+    LatencyStats,
+    OverallStats,
+    PassStats,
+    Speed,
+    Stability,
+    Summary,
+    WorkloadSummary,
+)
 
 __all__ = [
-    "SUMMARY_FORMAT_VERSION",
+    "BOOTSTRAP_METHOD",
     "P95_RULES",
+    "SUMMARY_FORMAT_VERSION",
     "TOKEN_BUCKETS",
-    "summarize",
+    "bootstrap_mean_diff_ci",
+    "decision_of",
     "latency_stats",
     "mean",
     "median",
     "p95_jevbench",
     "p95_nearest_rank",
-    "decision_of",
-    "token_bucket",
-    "ranges_disjoint",
-    "bootstrap_mean_diff_ci",
-    "BOOTSTRAP_METHOD",
     "pair_by_id_and_seq",
+    "ranges_disjoint",
+    "summarize",
+    "token_bucket",
 ]
 
-SUMMARY_FORMAT_VERSION = 1
 P95_RULES = {
     "p95_jevbench_ms": "sorted(latencies)[int(0.95 * N) - 1] (JevBench; N = 74 -> 70th value)",
     "p95_nearest_rank_ms": "sorted(latencies)[ceil(0.95 * N) - 1] (nearest rank; N = 74 -> 71st value)",
@@ -90,7 +107,7 @@ def p95_nearest_rank(values: Sequence[float]) -> float | None:
     return sorted(values)[math.ceil(0.95 * len(values)) - 1]
 
 
-def latency_stats(latencies_ms: Sequence[float] | np.ndarray) -> dict:
+def latency_stats(latencies_ms: Sequence[float] | np.ndarray) -> LatencyStats:
     """n, mean, median, both P95 rules, min and max of a list of latencies (None when empty).
 
     The values are sorted once (numpy for an array) and every figure is read from the sorted
@@ -110,11 +127,6 @@ def latency_stats(latencies_ms: Sequence[float] | np.ndarray) -> dict:
         "min_ms": s[0],
         "max_ms": s[-1],
     }
-
-
-def decision_of(probability: float) -> str:
-    """A noul decision is "yes" when p_yes >= 0.5."""
-    return "yes" if probability >= 0.5 else "no"
 
 
 def token_bucket(input_tokens: int | None) -> str | None:
@@ -177,13 +189,13 @@ def bootstrap_mean_diff_ci(
     seeds = np.random.SeedSequence(seed).spawn(len(sizes))
     workers = max(1, min(threads or _usable_cpus(), len(sizes)))
     if workers == 1:
-        parts = [_bootstrap_chunk(xa, xb, s, k) for s, k in zip(seeds, sizes)]
+        parts = [_bootstrap_chunk(xa, xb, s, k) for s, k in zip(seeds, sizes, strict=True)]
     else:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bootstrap") as pool:
-            parts = list(pool.map(lambda sk: _bootstrap_chunk(xa, xb, *sk), zip(seeds, sizes)))
+            parts = list(pool.map(lambda sk: _bootstrap_chunk(xa, xb, *sk), zip(seeds, sizes, strict=True)))
     diffs = np.sort(np.concatenate(parts))
     alpha = (1 - confidence) / 2
-    lo = diffs[min(int(math.floor(alpha * n_boot)), n_boot - 1)]
+    lo = diffs[min(math.floor(alpha * n_boot), n_boot - 1)]
     hi = diffs[max(math.ceil((1 - alpha) * n_boot) - 1, 0)]
     return float(lo), float(hi)
 
@@ -200,7 +212,7 @@ class _Index:
 
     def __init__(self, table: RowTable, recipe: Recipe) -> None:
         self.table = table
-        self.agreements: dict[tuple[str, str, str], dict] = {}
+        self.agreements: dict[tuple[str, str, str], Agreement] = {}
         self._check(table, recipe)
         t = table
         timed = t.phase.equals(_MEASURED) | t.phase.equals(_FEASIBILITY)
@@ -247,20 +259,23 @@ class _Index:
 _NONE = np.zeros(0, dtype=np.int64)
 
 
-def _pass_stats(t: RowTable, pass_index: int, idx: np.ndarray) -> dict:
+def _overall_stats(t: RowTable, idx: np.ndarray) -> OverallStats:
     ok = t.latency_ms[idx[t.ok[idx]]]
-    stats = latency_stats(ok)
-    return {"pass": pass_index, "requests": len(idx), "errors": len(idx) - len(ok), **stats}
+    return {"requests": len(idx), "errors": len(idx) - len(ok), **latency_stats(ok)}
+
+
+def _pass_stats(t: RowTable, pass_index: int, idx: np.ndarray) -> PassStats:
+    return {"pass": pass_index, **_overall_stats(t, idx)}
 
 
 # --- per backend -----------------------------------------------------------------------
 
 
 def _decides_yes(t: RowTable, idx: np.ndarray) -> np.ndarray:
-    return t.probability[idx] >= 0.5  # decision_of, vectorised
+    return t.probability[idx] >= YES_THRESHOLD  # decision_of, vectorised
 
 
-def _correctness(t: RowTable, idx: np.ndarray) -> dict:
+def _correctness(t: RowTable, idx: np.ndarray) -> Correctness:
     labelled = ~t.label.equals(None)[idx]
     answered = labelled & t.ok[idx] & t.has_probability[idx]
     yes = _decides_yes(t, idx)
@@ -270,21 +285,21 @@ def _correctness(t: RowTable, idx: np.ndarray) -> dict:
             "unanswered": int(labelled.sum() - answered.sum())}
 
 
-def _decision_mismatches(t: RowTable, idx: np.ndarray) -> list[dict]:
+def _decision_mismatches(t: RowTable, idx: np.ndarray) -> list[DecisionMismatch]:
     """Rows whose recorded decision differs from the one recomputed from their probability."""
     has = t.has_probability[idx]
     yes = _decides_yes(t, idx)
     recorded_yes, recorded_no = t.decision.equals("yes")[idx], t.decision.equals("no")[idx]
     wrong = np.flatnonzero(has & ~((yes & recorded_yes) | (~yes & recorded_no)))
-    out = []
+    out: list[DecisionMismatch] = []
     for i in idx[wrong].tolist():
         r = t.row(i)
         out.append({"id": r.id, "seq": r.seq, "phase": r.phase, "pass": r.pass_index,
-                    "recorded": r.decision, "recomputed": "yes" if r.probability >= 0.5 else "no"})
+                    "recorded": r.decision, "recomputed": "no" if r.probability is None else decision_of(r.probability)})
     return out
 
 
-def _stability(t: RowTable, groups: list[np.ndarray]) -> dict:
+def _stability(t: RowTable, groups: list[np.ndarray]) -> Stability:
     """Whether every (id, seq) has one bit-identical probability across all given passes."""
     idx = np.concatenate(groups) if groups else _NONE
     answered = t.ok[idx] & t.has_probability[idx]
@@ -300,29 +315,28 @@ def _stability(t: RowTable, groups: list[np.ndarray]) -> dict:
     v = values[order]
     same_key = (t.ids.codes[v][1:] == t.ids.codes[v][:-1]) & (t.seq[v][1:] == t.seq[v][:-1])
     differs = same_key & (t.probability[v][1:] != t.probability[v][:-1])
-    changed = sorted(set(t.ids.strings(v[1:][differs])))
+    changed = sorted({str(case) for case in t.ids.strings(v[1:][differs])})
     comparable = len(groups) >= 2 and len(counts) > 0
     stable = None if not comparable else (not changed and errors == 0 and incomplete == 0)
     return {"probabilities_stable": stable, "stability_passes": len(groups), "stability_changed_ids": changed,
             "stability_errors": errors, "stability_incomplete": incomplete}
 
 
-def _backend_summary(index: _Index, recipe: Recipe, workload: str, backend: str) -> dict:
+def _backend_summary(index: _Index, recipe: Recipe, workload: str, backend: str) -> BackendSummary:
     t = index.table
     n_feas, n_meas = recipe.passes_for(next(w for w in recipe.workloads if w.name == workload))
     meas_idx = index.passes(workload, backend, _MEASURED, n_meas)
     feas_idx = index.passes(workload, backend, _FEASIBILITY, n_feas)
     meas_rows = [index.rows(workload, backend, _MEASURED, p) for p in meas_idx]
     feas_rows = [index.rows(workload, backend, _FEASIBILITY, p) for p in feas_idx]
-    measured = [_pass_stats(t, p, rows) for p, rows in zip(meas_idx, meas_rows)]
-    overall = _pass_stats(t, 0, np.concatenate(meas_rows) if meas_rows else _NONE)
-    del overall["pass"]
+    measured = [_pass_stats(t, p, rows) for p, rows in zip(meas_idx, meas_rows, strict=True)]
+    overall = _overall_stats(t, np.concatenate(meas_rows) if meas_rows else _NONE)
     means = [p["mean_ms"] for p in measured if p["mean_ms"] is not None]
     first = meas_rows[0] if meas_rows else _NONE
     timed = feas_rows + meas_rows
     return {
         "measured": measured,
-        "feasibility": [_pass_stats(t, p, rows) for p, rows in zip(feas_idx, feas_rows)],
+        "feasibility": [_pass_stats(t, p, rows) for p, rows in zip(feas_idx, feas_rows, strict=True)],
         "overall": overall,
         "pass_mean_range_ms": [min(means), max(means)] if means else None,
         **_correctness(t, first),
@@ -368,7 +382,7 @@ def _max(values: np.ndarray) -> float | None:
     return max(values.tolist()) if len(values) else None
 
 
-def _agreement(t: RowTable, a_rows: np.ndarray, b_rows: np.ndarray) -> dict:
+def _agreement(t: RowTable, a_rows: np.ndarray, b_rows: np.ndarray) -> Agreement:
     """Pair the first measured pass of two backends by (id, seq) and compare their answers."""
     match, unpaired = pair_by_id_and_seq(t.ids.codes[a_rows], t.seq[a_rows], t.ids.codes[b_rows], t.seq[b_rows])
     paired = match >= 0
@@ -376,8 +390,8 @@ def _agreement(t: RowTable, a_rows: np.ndarray, b_rows: np.ndarray) -> dict:
     valid = t.ok[a] & t.ok[b] & t.has_probability[a] & t.has_probability[b]
     errors = int((~valid).sum())
     a, b = a[valid], b[valid]
-    same = (t.probability[a] >= 0.5) == (t.probability[b] >= 0.5)
-    differing = list(dict.fromkeys(t.ids.strings(a[~same])))
+    same = (t.probability[a] >= YES_THRESHOLD) == (t.probability[b] >= YES_THRESHOLD)
+    differing = list(dict.fromkeys(str(case) for case in t.ids.strings(a[~same])))
     deltas = np.abs(t.probability[a] - t.probability[b])
     has_a, has_b = t.has_input_tokens[a], t.has_input_tokens[b]
     tokens = np.where(has_a, t.input_tokens[a], t.input_tokens[b])
@@ -390,7 +404,7 @@ def _agreement(t: RowTable, a_rows: np.ndarray, b_rows: np.ndarray) -> dict:
     }
 
 
-def _speed(base: dict, cand: dict) -> dict:
+def _speed(base: BackendSummary, cand: BackendSummary) -> Speed:
     b, c = base["overall"]["mean_ms"], cand["overall"]["mean_ms"]
     rb, rc = base["pass_mean_range_ms"], cand["pass_mean_range_ms"]
     return {
@@ -405,7 +419,7 @@ def _speed(base: dict, cand: dict) -> dict:
     }
 
 
-def _agreement_of(index: _Index, workload: str, a: str, b: str) -> dict:
+def _agreement_of(index: _Index, workload: str, a: str, b: str) -> Agreement:
     """_agreement of two backends' first measured passes, computed once per summary."""
     key = (workload, a, b)
     if key not in index.agreements:
@@ -414,12 +428,12 @@ def _agreement_of(index: _Index, workload: str, a: str, b: str) -> dict:
     return index.agreements[key]
 
 
-def _comparison(index: _Index, workload: str, backends: dict, base: str, cand: str) -> dict:
+def _comparison(index: _Index, workload: str, backends: dict[str, BackendSummary], base: str, cand: str) -> Comparison:
     agreement = _agreement_of(index, workload, base, cand)
     return {"baseline": base, "candidate": cand, **_speed(backends[base], backends[cand]), **agreement}
 
 
-def _workload_summary(index: _Index, recipe: Recipe, workload: str) -> dict:
+def _workload_summary(index: _Index, recipe: Recipe, workload: str) -> WorkloadSummary:
     names = [b.name for b in recipe.backends]
     backends = {b: _backend_summary(index, recipe, workload, b) for b in names}
     pairs = [(names[i], names[j]) for i in range(len(names)) for j in range(i + 1, len(names))]
@@ -429,7 +443,7 @@ def _workload_summary(index: _Index, recipe: Recipe, workload: str) -> dict:
 # --- gates -----------------------------------------------------------------------------
 
 
-def _gate(gate, evaluated: bool, passed: bool | None, errors: int, detail: str) -> dict:
+def _gate(gate, evaluated: bool, passed: bool | None, errors: int, detail: str) -> GateResult:
     if evaluated and errors:
         # A gate never passes over incomplete data: say what the data shows and why it fails.
         detail = f"{errors} failed or missing requests in the gated data, so the gate cannot pass; {detail}"
@@ -442,8 +456,8 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def _mean_reduction(gate, index: _Index, summary: dict) -> dict:
-    wl = summary["workloads"][gate.workload]
+def _mean_reduction(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
+    wl = workloads[gate.workload]
     s = _speed(wl["backends"][gate.baseline], wl["backends"][gate.candidate])
     if s["percent_lower"] is None:
         return _gate(gate, True, False, s["measured_errors"], "no measured latencies for one of the backends")
@@ -459,12 +473,12 @@ def _mean_reduction(gate, index: _Index, summary: dict) -> dict:
     return _gate(gate, True, all(checks), s["measured_errors"], detail)
 
 
-def _pair_gate(gate, index: _Index) -> tuple[dict, int]:
+def _pair_gate(gate, index: _Index) -> tuple[Agreement, int]:
     ag = _agreement_of(index, gate.workload, gate.a, gate.b)
     return ag, ag["pair_errors"] + ag["unpaired"]
 
 
-def _max_delta(gate, index: _Index, summary: dict) -> dict:
+def _max_delta(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
     ag, errors = _pair_gate(gate, index)
     delta = ag["max_probability_delta"]
     if delta is None:
@@ -473,7 +487,7 @@ def _max_delta(gate, index: _Index, summary: dict) -> dict:
                  f"max |p({gate.a}) - p({gate.b})| = {delta!r} over {ag['n']} pairs (allowed <= {gate.max})")
 
 
-def _decisions(gate, index: _Index, summary: dict) -> dict:
+def _decisions(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
     ag, errors = _pair_gate(gate, index)
     if ag["n"] == 0:
         return _gate(gate, True, False, errors, f"no paired decisions of {gate.a} and {gate.b}")
@@ -483,8 +497,8 @@ def _decisions(gate, index: _Index, summary: dict) -> dict:
     return _gate(gate, True, ag["agreement"] == ag["n"], errors, detail)
 
 
-def _stable(gate, index: _Index, summary: dict) -> dict:
-    b = summary["workloads"][gate.workload]["backends"][gate.backend]
+def _stable(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
+    b = workloads[gate.workload]["backends"][gate.backend]
     errors = b["stability_errors"] + b["stability_incomplete"]
     if b["probabilities_stable"] is None:  # fewer than two passes, or no rows at all
         return _gate(gate, True, False, errors,
@@ -495,11 +509,11 @@ def _stable(gate, index: _Index, summary: dict) -> dict:
     return _gate(gate, True, not changed, errors, detail)
 
 
-def _external(gate, index: _Index, summary: dict) -> dict:
+def _external(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
     return _gate(gate, False, None, 0, f"recorded, not evaluated by the runner; evidence: {gate.evidence}")
 
 
-_GATES = {
+_GATES: dict[str, Callable[[Any, _Index, dict[str, WorkloadSummary]], GateResult]] = {
     "mean_reduction": _mean_reduction,
     "max_probability_delta": _max_delta,
     "decisions_unchanged": _decisions,
@@ -511,18 +525,18 @@ _GATES = {
 # --- the summary -----------------------------------------------------------------------
 
 
-def summarize(rows: RowTable | Iterable[Row], recipe: Recipe) -> dict:
+def summarize(rows: RowTable | Iterable[Row], recipe: Recipe) -> Summary:
     """The content of summary.json: a pure, deterministic function of the rows and the recipe.
 
     `rows` is a RowTable (`row_table.read_table`) or any iterable of Row objects."""
     index = _Index(as_table(rows), recipe)
-    summary = {
+    workloads = {w.name: _workload_summary(index, recipe, w.name) for w in recipe.workloads}
+    return {
         "format_version": SUMMARY_FORMAT_VERSION,
         "study_id": recipe.study.id,
         "p95_rules": dict(P95_RULES),
         "mean_rule": MEAN_RULE,
         "backends": [b.name for b in recipe.backends],
-        "workloads": {w.name: _workload_summary(index, recipe, w.name) for w in recipe.workloads},
+        "workloads": workloads,
+        "gates": [_GATES[g.kind](g, index, workloads) for g in recipe.gates],
     }
-    summary["gates"] = [_GATES[g.kind](g, index, summary) for g in recipe.gates]
-    return summary

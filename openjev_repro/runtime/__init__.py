@@ -1,8 +1,8 @@
 """Runtimes start a backend, wait for it to be ready and stop it: local process, docker."""
 
-from .base import ExitRecord, LaunchSpec, Runtime, RunningBackend
+from .base import ExitRecord, LaunchSpec, RunningBackend, Runtime
 
-__all__ = ["ExitRecord", "LaunchSpec", "Runtime", "RunningBackend", "get_runtime"]
+__all__ = ["ExitRecord", "LaunchSpec", "RunningBackend", "Runtime", "get_runtime"]
 
 
 def get_runtime(name: str) -> Runtime:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import BackendCrashed, BackendNotReady
 
-__all__ = ["LaunchSpec", "ExitRecord", "RunningBackend", "Runtime", "poll_health"]
+__all__ = ["ExitRecord", "LaunchSpec", "RunningBackend", "Runtime", "poll_health"]
 
 
 @dataclass(frozen=True)

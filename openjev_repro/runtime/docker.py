@@ -29,7 +29,7 @@ from ..errors import DockerError
 from ..images.daemon import connect, get_image
 from .base import ExitRecord, LaunchSpec, RunningBackend, Runtime
 
-__all__ = ["DockerRuntime", "DockerBackend", "container_argv", "container_env"]
+__all__ = ["DockerBackend", "DockerRuntime", "container_argv", "container_env"]
 
 _LOOPBACK = ("127.0.0.1", "localhost")
 _INSIDE = "0.0.0.0"
@@ -62,19 +62,19 @@ def container_env(env: dict[str, str]) -> dict[str, str]:
 def _create_kwargs(spec: LaunchSpec) -> dict:
     import docker
 
-    kwargs: dict = dict(
-        command=container_argv(spec.argv),
-        environment=container_env(spec.env),
-        ports={f"{spec.port}/tcp": ("127.0.0.1", spec.port)},
-        volumes={str(p): {"bind": str(p), "mode": "ro"} for p in spec.read_only_mounts},
-        cap_drop=["ALL"],
-        privileged=False,
-        security_opt=["no-new-privileges"],
-        init=True,  # docker-init as PID 1 forwards SIGTERM; a bare PID 1 would ignore it
-        user=f"{os.getuid()}:{os.getgid()}",
-        labels={"io.openjev-repro.backend": spec.name},
-        detach=True,
-    )
+    kwargs: dict = {
+        "command": container_argv(spec.argv),
+        "environment": container_env(spec.env),
+        "ports": {f"{spec.port}/tcp": ("127.0.0.1", spec.port)},
+        "volumes": {str(p): {"bind": str(p), "mode": "ro"} for p in spec.read_only_mounts},
+        "cap_drop": ["ALL"],
+        "privileged": False,
+        "security_opt": ["no-new-privileges"],
+        "init": True,  # docker-init as PID 1 forwards SIGTERM; a bare PID 1 would ignore it
+        "user": f"{os.getuid()}:{os.getgid()}",
+        "labels": {"io.openjev-repro.backend": spec.name},
+        "detach": True,
+    }
     if spec.workdir is not None and any(Path(spec.workdir).is_relative_to(p) for p in spec.read_only_mounts):
         kwargs["working_dir"] = str(spec.workdir)
     if spec.gpu_uuid:
@@ -102,6 +102,8 @@ class DockerBackend(RunningBackend):
 
         self.spec, self.client, self.reaper = spec, client, reaper
         self._record: ExitRecord | None = None
+        if spec.image is None:
+            raise DockerError(f"Backend {spec.name} runs in docker but names no image.")
         image = get_image(client, spec.image)
         try:
             self.container = client.containers.create(image.id, **_create_kwargs(spec))
@@ -124,13 +126,15 @@ class DockerBackend(RunningBackend):
                 for chunk in self.container.logs(stream=True, follow=True):
                     fh.write(chunk)
                     fh.flush()
-            except Exception as exc:  # the container vanished under us; say so in the log
+            except Exception as exc:  # noqa: BLE001 - the container vanished under us (docker, requests or urllib3 errors); say so in the log
                 fh.write(f"\n[openjev-repro] log stream ended: {exc}\n".encode())
 
     def _state(self) -> dict:
+        import docker
+
         try:
             self.container.reload()
-        except Exception:
+        except (docker.errors.DockerException, OSError):  # removed, or the daemon is gone
             return {"Status": "removed"}
         return self.container.attrs.get("State", {})
 

@@ -11,7 +11,7 @@ from ..host.process import stop_group
 from ..host.reaper import Reaper, die_with_parent
 from .base import ExitRecord, LaunchSpec, RunningBackend, Runtime
 
-__all__ = ["LocalRuntime", "LocalBackend", "tail"]
+__all__ = ["LocalBackend", "LocalRuntime", "tail"]
 
 # Variables a backend may need from our environment; everything else comes from the recipe,
 # so two hosts run the same configuration.
@@ -35,13 +35,15 @@ class LocalBackend(RunningBackend):
         if spec.gpu_uuid:  # the checked, reserved GPU (the recipe's or the run-time override) is the only one seen
             env["CUDA_VISIBLE_DEVICES"] = spec.gpu_uuid
         env.setdefault("PYTHONUNBUFFERED", "1")
-        self._log = open(spec.log_path, "ab")
         self.argv = prefix + spec.argv
-        self.proc = subprocess.Popen(
-            self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, cwd=spec.workdir, start_new_session=True,  # own process group: we stop all of it
-            preexec_fn=die_with_parent,  # and it dies with the study, even on kill -9 (reaper: the whole group)
-        )
+        with open(spec.log_path, "ab") as log:  # the child keeps its own descriptor of the log
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, cwd=spec.workdir, start_new_session=True,  # own process group: we stop all of it
+                # and it dies with the study, even on kill -9 (reaper: the whole group); die_with_parent
+                # only calls prctl, so the threads of the study cannot deadlock the child before exec
+                preexec_fn=die_with_parent,  # noqa: PLW1509
+            )
         self.pgid = self.proc.pid
         self.reaper = reaper
         if reaper is not None:
@@ -69,7 +71,6 @@ class LocalBackend(RunningBackend):
             self.reaper.forget_group(self.pgid)
         code = self.proc.returncode
         sig = signal.Signals(-code).name if code < 0 else None
-        self._log.close()
         self._record = ExitRecord(
             name=self.spec.name, runtime="local", ident=str(self.proc.pid), exit_status=code, signal=sig,
             stopped_by_us=stopped_by_us, killed=group["sigkill"],

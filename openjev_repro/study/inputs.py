@@ -13,7 +13,7 @@ from ..errors import InputMismatch
 from ..hashing import hash_files
 from .recipe import Recipe
 
-__all__ = ["InputCheck", "verify_inputs", "require_all_ok", "checks_table", "PROGRESS_THRESHOLD_BYTES"]
+__all__ = ["PROGRESS_THRESHOLD_BYTES", "InputCheck", "checks_table", "require_all_ok", "verify_inputs"]
 
 # Below this many bytes a progress bar only flickers.
 PROGRESS_THRESHOLD_BYTES = 256 * 1024 * 1024

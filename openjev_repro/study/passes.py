@@ -11,15 +11,16 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
+from ..decision import decision_of
 from ..errors import BackendCrashed, ProtocolError, RunIncomplete
-from .rows import Row, RowWriter
-from .timed_client import TimedClient, TimedResponse
+from .rows import Phase, Row, RowWriter
+from .timed_client import ClientError, TimedClient, TimedResponse
 from .workload import QUESTION_ID, Request
 
-__all__ = ["ParsedAnswer", "parse_noul_response", "PassRunner", "PassBudget", "Outcome"]
+__all__ = ["Outcome", "ParsedAnswer", "PassBudget", "PassRunner", "parse_noul_response"]
 
 Outcome = tuple[Row, bytes | None]
 
@@ -51,7 +52,7 @@ def parse_noul_response(body: bytes) -> ParsedAnswer:
         tokens = sum(tokens)
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
         raise ProtocolError(f"usage.input_tokens {tokens!r} is not a positive integer")
-    return ParsedAnswer(float(p), "yes" if p >= 0.5 else "no", tokens)
+    return ParsedAnswer(float(p), decision_of(p), tokens)
 
 
 class PassBudget:
@@ -80,16 +81,16 @@ class PassRunner:
     client: TimedClient
     endpoint: str
     rows: RowWriter
-    responses: "ResponseLog"
+    responses: ResponseLog
     alive: Callable[[], bool]
     on_row: Callable[[Row], None] = lambda row: None
     failures: list[Row] = field(default_factory=list)
 
-    def request(self, req: Request, *, workload: str, phase: str, pass_index: int, seq: int) -> Row:
+    def request(self, req: Request, *, workload: str, phase: Phase, pass_index: int, seq: int) -> Row:
         headers = {"Content-Type": "application/json"}
         try:
             resp: TimedResponse = self.client.request("POST", self.endpoint, req.body, headers)
-        except Exception as exc:  # a timeout, reset or refused connection: record, then decide
+        except (ClientError, ProtocolError) as exc:  # a timeout, reset, refused connection or bad bytes: record, then decide
             row = self._row(req, workload, phase, pass_index, seq, 0, 0, None, None, None,
                             f"{exc.__class__.__name__}: {exc}")
             self.client.close()  # the connection state is unknown; the next request reconnects
@@ -124,11 +125,7 @@ class PassRunner:
             time.sleep(0.05)
         return self.alive()
 
-    def run_pass(self, requests: list[Request], *, workload: str, phase: str, pass_index: int) -> list[Row]:
-        return [self.request(r, workload=workload, phase=phase, pass_index=pass_index, seq=i)
-                for i, r in enumerate(requests)]
-
-    def _row(self, req: Request, workload: str, phase: str, pass_index: int, seq: int, start: int, end: int,
+    def _row(self, req: Request, workload: str, phase: Phase, pass_index: int, seq: int, start: int, end: int,
              status: int | None, digest: str | None, parsed: ParsedAnswer | None, error: str | None) -> Row:
         return Row(id=req.id, backend=self.backend, workload=workload, phase=phase, pass_index=pass_index,
                    seq=seq, start_ns=start, end_ns=end, status=status, body_sha256=digest,
@@ -148,7 +145,7 @@ class ResponseLog:
     """Response bodies beside the rows (never published: JevBench terms allow aggregates only)."""
 
     def __init__(self, path) -> None:
-        self._file = open(path, "a", encoding="utf-8")
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held for the run; close() closes it
 
     def write(self, row: Row, body: bytes | None) -> None:
         entry = {"backend": row.backend, "workload": row.workload, "phase": row.phase,

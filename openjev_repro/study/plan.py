@@ -13,15 +13,19 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from ..errors import RecipeError
+from ..hashing import hash_file
+from .placeholders import LAUNCH_NAMES, fill
 from .preparation import plan_prepare
-from .recipe import UNPINNED, NoAliasLoader, Recipe, _line_map, inputs_root as recipe_inputs_root, lock_path, recipe_sha256
+from .recipe import UNPINNED, NoAliasLoader, Recipe, _line_map
+from .resolved import ResolvedRecipe
 from .traces import plan_traces
 
-__all__ = ["PLAN_FORMAT_VERSION", "resolve_plan", "check_pins", "runner_placeholders", "REPRO_ROOT"]
+__all__ = ["PLAN_FORMAT_VERSION", "REPRO_ROOT", "check_pins", "resolve_plan", "runner_placeholders"]
 
 PLAN_FORMAT_VERSION = 1
 REPRO_ROOT = Path(__file__).resolve().parents[2]  # the directory holding openjev_repro ({repro})
@@ -61,7 +65,8 @@ def _pin_ok(value: str, kind: str) -> bool:
 def check_pins(recipe: Recipe, recipe_path: Path) -> list[dict]:
     """Every pin with its kind and status; RecipeError naming file:line if any is malformed."""
     text = Path(recipe_path).read_text(encoding="utf-8")
-    lines = _line_map(yaml.compose(text, Loader=NoAliasLoader))
+    node = yaml.compose(text, Loader=NoAliasLoader)
+    lines = _line_map(node) if node is not None else {}  # an empty file has no node
     checked, bad = [], []
     for path, value, kind in _pins(recipe):
         ok = _pin_ok(value, kind)
@@ -75,38 +80,39 @@ def check_pins(recipe: Recipe, recipe_path: Path) -> list[dict]:
 
 
 def runner_placeholders(root: Path) -> dict[str, str]:
-    """Placeholders known before launch; {python} {host} {port} {port.<aux>} {run} {backend} stay for the runner."""
+    """Placeholders known before launch; the other LAUNCH_NAMES and {port.<aux>} stay for the runner."""
     return {"inputs": str(root), "repro": str(REPRO_ROOT)}
 
 
-def _partial(text: str, values: dict[str, str]) -> str:
-    for key, value in values.items():
-        text = text.replace("{" + key + "}", value)
-    return text
-
-
-def _process(name: str, argv: list[str], env: dict[str, str], values: dict[str, str], **extra) -> dict:
-    return {"name": name, "argv": [_partial(a, values) for a in argv],
-            "env": {k: _partial(v, values) for k, v in sorted(env.items())}, **extra}
+def _process(name: str, argv: list[str], env: dict[str, str], values: dict[str, str], where: str,
+             aux_before: list[str], **extra) -> dict:
+    # Left for the runner on purpose: what only launch knows, and the ports of the earlier aux processes
+    # (an aux process's own too).
+    deferred = (LAUNCH_NAMES - values.keys()) | {f"port.{a}" for a in aux_before}
+    return {"name": name, "argv": [fill(a, values, f"{where} command", deferred=deferred) for a in argv],
+            "env": {k: fill(v, values, f"{where} env {k}", deferred=deferred) for k, v in sorted(env.items())}, **extra}
 
 
 def _backends(recipe: Recipe, values: dict[str, str], runtime: str | None) -> list[dict]:
     out = []
     for b in recipe.backends:
-        aux = [_process(a.name, a.command, a.env, values, health=a.health, port=a.port or f"free ({{port.{a.name}}})",
-                        ready_timeout_s=a.ready_timeout_s or recipe.protocol.ready_timeout_s) for a in b.aux]
+        names = [a.name for a in b.aux]
+        aux = [_process(a.name, a.command, a.env, values, f"backend {b.name}.{a.name}", names[:i + 1], health=a.health,
+                        port=a.port or f"free ({{port.{a.name}}})",
+                        ready_timeout_s=a.ready_timeout_s or recipe.protocol.ready_timeout_s) for i, a in enumerate(b.aux)]
         out.append({"name": b.name, "runtime": runtime or b.runtime, "image": b.image, "description": b.description,
-                    "start_order": [a.name for a in b.aux] + ["command"],
-                    "stop_order": ["command"] + [a.name for a in reversed(b.aux)],
-                    "aux": aux, "command": _process("command", b.command, b.env, values, health=b.health),
+                    "start_order": names + ["command"],
+                    "stop_order": ["command"] + names[::-1],
+                    "aux": aux, "command": _process("command", b.command, b.env, values, f"backend {b.name}", names,
+                                                    health=b.health),
                     "endpoint": b.endpoint, "model": b.model})
     return out
 
 
 def _passes(recipe: Recipe) -> list[dict]:
-    seq = []
+    seq: list[dict[str, Any]] = []
     for b in recipe.backends:
-        steps = []
+        steps: list[dict[str, str | int | bool | None]] = []
         if recipe.protocol.first_inference:
             steps.append({"phase": "first", "detail": "first inference after readiness (excluded)"})
         warm = recipe.protocol.warmup
@@ -141,16 +147,14 @@ def _token_counts(recipe: Recipe, root: Path) -> list[int] | None:
     return list(json.loads(path.read_text(encoding="utf-8"))["input_tokens"])
 
 
-def resolve_plan(recipe: Recipe, recipe_path: Path, *, inputs_root: Path | None = None,
-                 runtime: str | None = None) -> dict:
-    """The fully resolved plan as a JSON-serialisable dict (no network, no GPU, no writes)."""
-    recipe_path = Path(recipe_path)
-    root = recipe_inputs_root(recipe_path, recipe, inputs_root)
+def resolve_plan(study: ResolvedRecipe, *, runtime: str | None = None) -> dict:
+    """The fully resolved plan of a resolved recipe as a JSON-serialisable dict (no network, no GPU, no writes)."""
+    recipe, recipe_path, root = study.recipe, study.path, study.root
     values = runner_placeholders(root)
     prep = recipe.preparation
     preparation = None
     if prep is not None:
-        preparation = {"lock": str(lock_path(recipe, recipe_path)),
+        preparation = {"lock": str(study.lock_path),
                        "downloads": [d.model_dump(mode="json") for d in prep.downloads],
                        "sources": [s.model_dump(mode="json") for s in prep.sources],
                        "provided": list(prep.provided),
@@ -158,14 +162,14 @@ def resolve_plan(recipe: Recipe, recipe_path: Path, *, inputs_root: Path | None 
                                                                      python="{python}", probe=False)]}
     counts = _token_counts(recipe, root)
     traces: dict = {"enabled": bool(recipe.traces and recipe.traces.enabled)}
-    if traces["enabled"]:
+    if recipe.traces is not None and recipe.traces.enabled:
         traces["items"] = [i.to_dict() for i in plan_traces(recipe, counts)] if counts else []
         if not counts:
             traces["note"] = f"token counts {recipe.traces.token_counts} not present yet; items resolved at run time"
     return {
         "format_version": PLAN_FORMAT_VERSION,
         "study": recipe.study.model_dump(mode="json"),
-        "recipe": {"path": str(recipe_path), "sha256": recipe_sha256(recipe_path)},
+        "recipe": {"path": str(recipe_path), "sha256": hash_file(recipe_path)},
         "inputs_root": str(root),
         "runtime": runtime,
         "images": sorted({b.image for b in recipe.backends if b.image}),

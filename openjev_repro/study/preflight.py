@@ -14,9 +14,18 @@ from pathlib import Path
 
 from ..errors import DockerError, InputMismatch, RecipeError, ReproError
 from .recipe import Recipe
+from .resolved import ResolvedRecipe
 
-__all__ = ["preflight", "check_key", "check_out_dir", "check_ports", "check_docker", "missing_inputs", "input_fix",
-           "port_in_use"]
+__all__ = [
+    "check_docker",
+    "check_key",
+    "check_out_dir",
+    "check_ports",
+    "input_fix",
+    "missing_inputs",
+    "port_in_use",
+    "preflight",
+]
 
 RUNTIMES = ("local", "docker")
 
@@ -54,10 +63,11 @@ def check_out_dir(out_dir: Path) -> None:
         raise ReproError(f"--out {out_dir}: {probe} is not writable by you; choose another --out or fix its permissions.")
 
 
-def input_fix(recipe: Recipe, recipe_path: Path, root: Path) -> str:
+def input_fix(study: ResolvedRecipe) -> str:
     """The command that (re)creates a recipe's inputs."""
+    recipe, root = study.recipe, study.root
     if recipe.preparation is not None:
-        return f"`invoke prepare --recipe {recipe_path}` fetches and builds them"
+        return f"`invoke prepare --recipe {study.path}` fetches and builds them"
     paths = [f.path for f in recipe.inputs.files]
     if "checkpoint/model.json" in paths and all(p.split("/", 1)[0] in ("checkpoint", "requests") for p in paths):
         # the layout `invoke fixture` writes (the demo's inputs)
@@ -72,13 +82,13 @@ def missing_inputs(recipe: Recipe, root: Path) -> list[str]:
     return [f.path for f in recipe.inputs.files if not (root / f.path).is_file()]
 
 
-def check_inputs_present(recipe: Recipe, recipe_path: Path, root: Path) -> None:
-    missing = missing_inputs(recipe, root)
+def check_inputs_present(study: ResolvedRecipe) -> None:
+    missing = missing_inputs(study.recipe, study.root)
     if missing:
-        total = len(recipe.inputs.files)
+        total = len(study.recipe.inputs.files)
         which = f"all {total} inputs are" if len(missing) == total else (
             f"{len(missing)} of {total} inputs ({', '.join(missing[:2])}{' …' if len(missing) > 2 else ''}) are")
-        raise InputMismatch(f"{which} missing under {root}; {input_fix(recipe, recipe_path, root)}.")
+        raise InputMismatch(f"{which} missing under {study.root}; {input_fix(study)}.")
 
 
 def check_ports(recipe: Recipe, host: str = "127.0.0.1") -> None:
@@ -94,29 +104,30 @@ def check_docker(recipe: Recipe, runtime: str | None) -> None:
     docker_backends = [b for b in recipe.backends if (runtime or b.runtime) == "docker"]
     if not docker_backends:
         return
+    images = []
     for backend in docker_backends:
         if backend.image is None:
             raise RecipeError(f"Backend {backend.name} runs in docker but names no image in the recipe.")
+        images.append(backend.image)
     from ..images.daemon import connect, get_image
 
     client = connect()
     try:
-        for backend in docker_backends:
-            get_image(client, backend.image)
+        for image in images:
+            get_image(client, image)
     finally:
         client.close()
 
 
-def preflight(recipe: Recipe, recipe_path: Path, root: Path, *, out_dir: Path, key_path: Path | None,
-              runtime: str | None) -> None:
+def preflight(study: ResolvedRecipe, *, out_dir: Path, key_path: Path | None, runtime: str | None) -> None:
     """Every check that needs no run directory; raises a ReproError whose message says how to fix it."""
     if runtime is not None and runtime not in RUNTIMES:
         raise RecipeError(f"--runtime {runtime!r} is not one of {', '.join(RUNTIMES)}.")
     check_key(key_path)
     check_out_dir(out_dir)
-    check_inputs_present(recipe, recipe_path, root)
-    check_ports(recipe)
+    check_inputs_present(study)
+    check_ports(study.recipe)
     try:
-        check_docker(recipe, runtime)
+        check_docker(study.recipe, runtime)
     except DockerError as exc:
         raise DockerError(f"--runtime docker: {exc}") from None

@@ -14,32 +14,32 @@ Inputs lock (JSON, `recipes/locks/<study id>.inputs.lock`), format history:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 from ..errors import CheckpointError, InputMismatch, RecipeError
+from ..hashing import hash_file
+from .placeholders import fill
 from .recipe import UNPINNED, InputFile, Recipe, RequestSelection, inputs_root, lock_path
 
 __all__ = [
     "LOCK_FORMAT_VERSION",
     "PrepareAction",
+    "lock_fingerprint",
+    "locked_recipe",
+    "placeholders",
     "plan_prepare",
+    "read_lock",
     "run_prepare",
     "select_requests",
     "write_request_file",
-    "expand",
-    "placeholders",
-    "read_lock",
-    "locked_recipe",
-    "lock_fingerprint",
 ]
 
 LOCK_FORMAT_VERSION = 1
@@ -63,7 +63,7 @@ class PrepareAction:
         return asdict(self)
 
 
-# --- placeholders ------------------------------------------------------------------------
+# --- placeholders (filled by placeholders.fill) ----------------------------------------
 
 
 def placeholders(recipe: Recipe, root: Path, python: str = sys.executable) -> dict[str, str]:
@@ -74,25 +74,6 @@ def placeholders(recipe: Recipe, root: Path, python: str = sys.executable) -> di
         values.update({f"source.{s.name}": str(root / s.dest) for s in prep.sources})
         values.update({f"download.{d.name}": str(root / d.dest) for d in prep.downloads})
     return values
-
-
-def expand(text: str, values: dict[str, str]) -> str:
-    """Replace {key} placeholders; an unknown one is a recipe error, not a silent literal."""
-    out, i = [], 0
-    while i < len(text):
-        start = text.find("{", i)
-        if start < 0:
-            out.append(text[i:])
-            break
-        end = text.find("}", start)
-        if end < 0:
-            raise RecipeError(f"Unclosed placeholder in {text!r}.")
-        key = text[start + 1:end]
-        if key not in values:
-            raise RecipeError(f"Unknown placeholder {{{key}}} in {text!r}; known: {', '.join(sorted(values))}.")
-        out += [text[i:start], values[key]]
-        i = end + 1
-    return "".join(out)
 
 
 # --- our request selection ---------------------------------------------------------------
@@ -164,11 +145,13 @@ def plan_prepare(recipe: Recipe, recipe_path: Path, *, root: Path | None = None,
                                      target=str(target), done=probe and target.is_file()))
     for step in prep.steps:
         target = root / step.produces
+        where = f"preparation step {step.name}"
         actions.append(PrepareAction(
             "command", step.name, step.description or f"Run step {step.name}.",
-            argv=[expand(a, values) for a in step.command],
-            env={k: expand(v, values) for k, v in step.env.items()},
-            cwd=expand(step.cwd, values) if step.cwd else str(root), target=str(target), done=probe and target.exists()))
+            argv=[fill(a, values, f"{where} command") for a in step.command],
+            env={k: fill(v, values, f"{where} env {k}") for k, v in step.env.items()},
+            cwd=fill(step.cwd, values, f"{where} cwd") if step.cwd else str(root), target=str(target),
+            done=probe and target.exists()))
     for path in prep.provided:
         target = root / path
         actions.append(PrepareAction("provided", path, f"Operator places {target} (not reproducible from public "
@@ -184,7 +167,8 @@ def plan_prepare(recipe: Recipe, recipe_path: Path, *, root: Path | None = None,
 def _head(checkout: Path) -> str | None:
     if not (checkout / ".git").exists():
         return None
-    done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=False)
     return done.stdout.strip() if done.returncode == 0 else None
 
 
@@ -240,7 +224,7 @@ def _checkout(source, root: Path) -> None:
     if not (target / ".git").exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         _git(["clone", "--no-checkout", source.url, str(target)])
-    if subprocess.run(["git", "-C", str(target), "cat-file", "-e", f"{source.commit}^{{commit}}"]).returncode != 0:
+    if subprocess.run(["git", "-C", str(target), "cat-file", "-e", f"{source.commit}^{{commit}}"], check=False).returncode != 0:
         _git(["-C", str(target), "fetch", "origin", source.commit])
     _git(["-C", str(target), "checkout", "--detach", source.commit])
     if _head(target) != source.commit:
@@ -248,7 +232,7 @@ def _checkout(source, root: Path) -> None:
 
 
 def _git(args: list[str]) -> None:
-    done = subprocess.run(["git", *args])
+    done = subprocess.run(["git", *args], check=False)
     if done.returncode != 0:
         raise InputMismatch(f"git {' '.join(args)} failed with status {done.returncode}; check the network and URL.")
 
@@ -257,7 +241,7 @@ def _run_step(action: PrepareAction) -> None:
     env = dict(os.environ, **action.env)
     if shutil.which(action.argv[0], path=env.get("PATH")) is None and not Path(action.argv[0]).exists():
         raise RecipeError(f"Step {action.name} needs {action.argv[0]!r}, which is not installed here.")
-    done = subprocess.run(action.argv, env=env, cwd=action.cwd)
+    done = subprocess.run(action.argv, env=env, cwd=action.cwd, check=False)
     if done.returncode != 0:
         raise CheckpointError(f"Step {action.name} failed with status {done.returncode}; its output is above. "
                               f"Remove any partial {action.target} before running prepare again.")
@@ -266,14 +250,6 @@ def _run_step(action: PrepareAction) -> None:
 
 
 # --- the lock ------------------------------------------------------------------------------
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def lock_fingerprint(recipe: Recipe) -> dict:
@@ -288,8 +264,10 @@ def lock_fingerprint(recipe: Recipe) -> dict:
 def _declared(recipe: Recipe) -> list[tuple[str, str, str | None]]:
     files = [(f.path, f.sha256, f.published_sha256) for f in recipe.inputs.files]
     files += [(a.path, a.sha256, None) for b in recipe.backends for a in b.artifacts]
-    seen: set[str] = set()
-    return [f for f in files if not (f[0] in seen or seen.add(f[0]))]
+    first: dict[str, tuple[str, str, str | None]] = {}  # the first declaration of each path, in order
+    for f in files:
+        first.setdefault(f[0], f)
+    return list(first.values())
 
 
 def _build_lock(recipe: Recipe, recipe_path: Path, root: Path, say: Callable[[str], None]) -> dict:
@@ -302,7 +280,7 @@ def _build_lock(recipe: Recipe, recipe_path: Path, root: Path, say: Callable[[st
         if not full.is_file():
             problems.append(f"{path} is missing")
             continue
-        actual = _sha256(full)
+        actual = hash_file(full)
         if pinned != UNPINNED and actual != pinned:
             problems.append(f"{path} has sha256 {actual}, the recipe pins {pinned}")
         files[path] = {"sha256": actual, "size": full.stat().st_size, "origin": "pinned" if pinned != UNPINNED else "locked"}
@@ -314,11 +292,11 @@ def _build_lock(recipe: Recipe, recipe_path: Path, root: Path, say: Callable[[st
         for full in sorted((root / tree).rglob("*")):
             rel = full.relative_to(root).as_posix()
             if full.is_file() and rel not in files and "/.cache/" not in f"/{rel}":
-                files[rel] = {"sha256": _sha256(full), "size": full.stat().st_size, "origin": f"tree {tree}"}
+                files[rel] = {"sha256": hash_file(full), "size": full.stat().st_size, "origin": f"tree {tree}"}
     if problems:
         raise InputMismatch("Prepared inputs do not match the recipe: " + "; ".join(problems) + ".")
     return {"format_version": LOCK_FORMAT_VERSION, "study_id": recipe.study.id, "pins": lock_fingerprint(recipe),
-            "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "files": files, "published": published}
 
 

@@ -13,46 +13,46 @@ Format history:
 
 from __future__ import annotations
 
-import hashlib
 import re
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..errors import RecipeError
 from ..limits import MAX_PASSES, MAX_REPEAT, MAX_TIMEOUT_S
+from ..schema import StrictModel
 
 __all__ = [
+    "COMMIT_RE",
     "RECIPE_FORMAT_VERSION",
-    "Recipe",
-    "Study",
+    "SHA256_RE",
+    "UNPINNED",
+    "AuxProcess",
+    "Backend",
+    "Controls",
+    "Download",
+    "Gate",
     "InputFile",
     "Inputs",
-    "Workload",
-    "Backend",
-    "Protocol",
-    "Controls",
-    "Gate",
-    "load_recipe",
-    "parse_recipe",
-    "parse_duration",
-    "read_yaml",
-    "AuxProcess",
-    "Download",
-    "Source",
-    "PrepareStep",
-    "RequestSelection",
-    "Preparation",
-    "Pins",
-    "Traces",
-    "UNPINNED",
-    "COMMIT_RE",
-    "SHA256_RE",
-    "lock_path",
     "NoAliasLoader",
+    "Pins",
+    "Preparation",
+    "PrepareStep",
+    "Protocol",
+    "Recipe",
+    "RequestSelection",
+    "Source",
+    "Study",
+    "Traces",
+    "Workload",
+    "load_recipe",
+    "lock_path",
+    "parse_duration",
+    "parse_recipe",
+    "read_yaml",
     "safe_yaml",
 ]
 
@@ -76,7 +76,7 @@ Finite = Annotated[float, Field(allow_inf_nan=False)]
 class NoAliasLoader(yaml.SafeLoader):
     """SafeLoader that refuses YAML aliases (*name): an alias bomb cannot expand, and no recipe needs one."""
 
-    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+    def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not allowed in this file",
@@ -86,14 +86,10 @@ class NoAliasLoader(yaml.SafeLoader):
 
 def safe_yaml(text: str) -> Any:
     """yaml.safe_load without aliases (raises yaml.YAMLError on one)."""
-    return yaml.load(text, Loader=NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=NoAliasLoader)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Study(_Strict):
+class Study(StrictModel):
     id: Annotated[str, Field(pattern=NAME_RE)]
     date: date
     purpose: str
@@ -106,7 +102,7 @@ def _relative_path(value: str) -> str:
     return value
 
 
-class InputFile(_Strict):
+class InputFile(StrictModel):
     path: str  # relative to inputs.root, POSIX separators
     sha256: Annotated[str, Field(pattern=PIN_RE)]  # or "unpinned" (see UNPINNED)
     role: str = "input"
@@ -120,7 +116,7 @@ class InputFile(_Strict):
         return _relative_path(value)
 
 
-class Inputs(_Strict):
+class Inputs(StrictModel):
     root: str  # relative to the recipe file, or absolute
     scan: list[str] = []  # directories under root whose undeclared files are reported
     files: list[InputFile]
@@ -131,7 +127,7 @@ class Inputs(_Strict):
         return [_relative_path(v) for v in value]
 
     @model_validator(mode="after")
-    def _unique(self) -> "Inputs":
+    def _unique(self) -> Inputs:
         seen: set[str] = set()
         for f in self.files:
             if f.path in seen:
@@ -140,13 +136,13 @@ class Inputs(_Strict):
         return self
 
 
-class Selection(_Strict):
+class Selection(StrictModel):
     types: list[Literal["noul", "choice", "score"]] = ["noul"]
     ids: list[str] | None = None  # exactly these case ids, in this order
     first: Annotated[int, Field(ge=1)] | None = None  # the first N after filtering
 
 
-class Workload(_Strict):
+class Workload(StrictModel):
     name: Annotated[str, Field(pattern=NAME_RE)]
     requests: str  # path under inputs.root; must be a declared input
     selection: Selection = Selection()
@@ -156,12 +152,12 @@ class Workload(_Strict):
     measured_passes: Annotated[int, Field(ge=1, le=MAX_PASSES)] | None = None
 
 
-class Artifact(_Strict):
+class Artifact(StrictModel):
     path: str
     sha256: Annotated[str, Field(pattern=PIN_RE)]  # or "unpinned" (see UNPINNED)
 
 
-class AuxProcess(_Strict):
+class AuxProcess(StrictModel):
     """A helper process of one backend (a worker behind a frontend), started before `command`.
 
     The runner starts aux processes in list order, each on its own port (`port`, or a free one),
@@ -177,7 +173,7 @@ class AuxProcess(_Strict):
     ready_timeout_s: Seconds | None = None  # None: protocol.ready_timeout_s
 
 
-class Backend(_Strict):
+class Backend(StrictModel):
     name: Annotated[str, Field(pattern=NAME_RE)]
     runtime: Literal["local", "docker"] = "local"
     # argv; placeholders: {python} {host} {port} {inputs} {run} {backend}
@@ -193,12 +189,12 @@ class Backend(_Strict):
     aux: list[AuxProcess] = []  # started before command, stopped after it
 
     @model_validator(mode="after")
-    def _aux_names(self) -> "Backend":
+    def _aux_names(self) -> Backend:
         _unique([a.name for a in self.aux], "aux process")
         return self
 
 
-class Warmup(_Strict):
+class Warmup(StrictModel):
     longest_first: bool = True  # the longest selected request first, to size scratch buffers
     requests: Annotated[int, Field(ge=0, le=MAX_REPEAT)] = 2  # then the first N requests of the workload
     # The workload whose longest request goes first, so one scratch size serves every later
@@ -206,7 +202,7 @@ class Warmup(_Strict):
     longest_of: str | None = None
 
 
-class Protocol(_Strict):
+class Protocol(StrictModel):
     first_inference: bool = True
     warmup: Warmup = Warmup()
     feasibility_passes: Passes = 1
@@ -217,12 +213,12 @@ class Protocol(_Strict):
     stop_grace_s: Seconds = 10.0
 
 
-class Gpu(_Strict):
+class Gpu(StrictModel):
     index: Annotated[int, Field(ge=0)]
     uuid: Annotated[str, Field(pattern=r"^GPU-[0-9a-fA-F-]{36}$")]
 
 
-class Reservation(_Strict):
+class Reservation(StrictModel):
     wait: str = "0s"
     timeout: str = "45m"
     note: str = ""
@@ -234,7 +230,7 @@ class Reservation(_Strict):
         return value
 
 
-class Controls(_Strict):
+class Controls(StrictModel):
     gpu: Gpu | None = None
     numa_node: Annotated[int, Field(ge=0)] | None = None
     cpus: Annotated[str, Field(pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*$")] | None = None
@@ -243,7 +239,7 @@ class Controls(_Strict):
     allow_busy: bool = False
 
 
-class _Gate(_Strict):
+class _Gate(StrictModel):
     name: Annotated[str, Field(pattern=NAME_RE)]
     description: str = ""
 
@@ -291,12 +287,12 @@ class ExternalGate(_Gate):
 
 
 Gate = Annotated[
-    Union[MeanReductionGate, MaxProbabilityDeltaGate, DecisionsUnchangedGate, ProbabilitiesStableGate, ExternalGate],
+    MeanReductionGate | MaxProbabilityDeltaGate | DecisionsUnchangedGate | ProbabilitiesStableGate | ExternalGate,
     Field(discriminator="kind"),
 ]
 
 
-class Download(_Strict):
+class Download(StrictModel):
     """A Hugging Face repository snapshot at a pinned revision, fetched by `invoke prepare`."""
 
     name: Annotated[str, Field(pattern=NAME_RE)]
@@ -312,7 +308,7 @@ class Download(_Strict):
         return _relative_path(value)
 
 
-class Source(_Strict):
+class Source(StrictModel):
     """A git checkout at a pinned commit (upstream code we run, never copy)."""
 
     name: Annotated[str, Field(pattern=NAME_RE)]
@@ -326,7 +322,7 @@ class Source(_Strict):
         return _relative_path(value)
 
 
-class PrepareStep(_Strict):
+class PrepareStep(StrictModel):
     """A command prepare runs once (an upstream script at its pinned commit), unless `produces` exists.
 
     Placeholders: {python} {inputs} {source.<name>} {download.<name>}.
@@ -348,7 +344,7 @@ class PrepareStep(_Strict):
 JEVBENCH_PUBLIC_FILES = ["datasets/public/original.jsonl", "datasets/public/easy.jsonl", "datasets/public/hard.jsonl"]
 
 
-class RequestSelection(_Strict):
+class RequestSelection(StrictModel):
     """Our selection: tasks of `types` from a JevBench checkout's `files`, in file order, lines kept byte-exact."""
 
     source: str  # a Source name
@@ -359,7 +355,7 @@ class RequestSelection(_Strict):
     positions: list[Annotated[int, Field(ge=1)]] | None = None  # keep only these (1-based) selected tasks
 
 
-class Preparation(_Strict):
+class Preparation(StrictModel):
     """What `invoke prepare` fetches and builds; its hashes land in the inputs lock."""
 
     lock: str | None = None  # relative to the recipe file; default locks/<study.id>.inputs.lock
@@ -375,7 +371,7 @@ class Preparation(_Strict):
     lock_trees: list[str] = []
 
     @model_validator(mode="after")
-    def _names(self) -> "Preparation":
+    def _names(self) -> Preparation:
         _unique([d.name for d in self.downloads] + [s.name for s in self.sources], "download/source")
         _unique([s.name for s in self.steps], "prepare step")
         known = {s.name for s in self.sources}
@@ -385,7 +381,7 @@ class Preparation(_Strict):
         return self
 
 
-class Pins(_Strict):
+class Pins(StrictModel):
     """Published facts a rerun must match but no file carries: toolchain, extra commits, constants."""
 
     toolchain: dict[str, str] = {}  # name -> version, e.g. torch: 2.13.0+cu130
@@ -396,7 +392,7 @@ class Pins(_Strict):
     dtype: str | None = None
 
 
-class Traces(_Strict):
+class Traces(StrictModel):
     """Opt-in Nsight Systems traces, separate from the timed passes (never during them)."""
 
     enabled: bool = False
@@ -409,7 +405,7 @@ class Traces(_Strict):
     aux: str | None = None  # wrap this aux process (the GPU worker) instead of the command
 
 
-class Recipe(_Strict):
+class Recipe(StrictModel):
     format_version: Literal[1]
     study: Study
     inputs: Inputs
@@ -424,7 +420,7 @@ class Recipe(_Strict):
     traces: Traces | None = None
 
     @model_validator(mode="after")
-    def _references(self) -> "Recipe":
+    def _references(self) -> Recipe:
         declared = {f.path for f in self.inputs.files}
         self._check_preparation(declared)
         for w in self.workloads:
@@ -615,10 +611,6 @@ def load_recipe(path: str | Path) -> Recipe:
     return parse_recipe(text, source=str(path))
 
 
-def recipe_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def inputs_root(recipe_path: str | Path, recipe: Recipe, override: str | Path | None = None) -> Path:
     """The absolute directory every input path is relative to."""
     if override is not None:
@@ -633,6 +625,3 @@ def lock_path(recipe: Recipe, recipe_path: str | Path) -> Path:
     rel = recipe.preparation.lock if recipe.preparation and recipe.preparation.lock else None
     return base / (rel or f"locks/{recipe.study.id}.inputs.lock")
 
-
-def as_dict(recipe: Recipe) -> dict[str, Any]:
-    return recipe.model_dump(mode="json")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Literal, Self, get_args
 
 from ..errors import EvidenceError
 
@@ -24,7 +24,6 @@ ROW_FORMAT_VERSION = 1
 # first: first inference after readiness; warmup: warm-up requests;
 # feasibility: excluded full passes; measured: the passes every statistic uses.
 Phase = Literal["first", "warmup", "feasibility", "measured"]
-PHASES: tuple[str, ...] = ("first", "warmup", "feasibility", "measured")
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class Row:
     id: str  # JevBench case id
     backend: str  # backend name from the recipe
     workload: str  # workload name from the recipe
-    phase: str  # one of PHASES
+    phase: Phase
     pass_index: int  # 1-based within (backend, workload, phase)
     seq: int  # 0-based position of the request within its pass
     start_ns: int  # just before the first byte of the request was sent
@@ -42,7 +41,7 @@ class Row:
     status: int | None  # HTTP status; None when no response arrived
     body_sha256: str | None  # sha256 of the exact response body bytes
     probability: float | None  # p_yes of the noul answer
-    decision: str | None  # "yes" when probability >= 0.5, else "no"
+    decision: str | None  # decision.decision_of(probability): "yes" when >= YES_THRESHOLD
     label: str | None  # the case's expected answer, "yes" or "no"
     input_tokens: int | None  # usage.input_tokens of the response
     error: str | None  # why this request failed; None when it succeeded
@@ -65,7 +64,7 @@ class Row:
         return json.dumps({name: getattr(self, name) for name in _FIELD_NAMES}, sort_keys=True, allow_nan=False)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Row":
+    def from_dict(cls, data: dict) -> Row:
         version = data.get("v")
         if version != ROW_FORMAT_VERSION:
             raise EvidenceError(
@@ -76,10 +75,13 @@ class Row:
         missing = names - set(data)
         if unknown or missing:
             raise EvidenceError(f"Row has unknown fields {sorted(unknown)} or lacks {sorted(missing)}.")
+        if data["phase"] not in _PHASES:
+            raise EvidenceError(f"Row phase {data['phase']!r} is not one of {', '.join(_PHASES)}.")
         return cls(**data)
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(Row))
+_PHASES = get_args(Phase)
 
 
 class RowWriter:
@@ -87,7 +89,7 @@ class RowWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file = open(path, "a", encoding="utf-8")
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held for the run; close() or `with` closes it
 
     def write(self, row: Row) -> None:
         self._file.write(row.to_json() + "\n")
@@ -96,7 +98,7 @@ class RowWriter:
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> "RowWriter":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -121,7 +123,3 @@ def read_rows(path: Path) -> list[Row]:
             raise EvidenceError(f"{path}:{number}: {exc}") from exc
     return rows
 
-
-def rows_where(rows: Iterable[Row], **criteria: object) -> list[Row]:
-    """Rows whose attributes equal every given criterion, in their original order."""
-    return [r for r in rows if all(getattr(r, k) == v for k, v in criteria.items())]

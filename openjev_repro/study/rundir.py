@@ -37,17 +37,59 @@ import shutil
 import socket
 import stat
 import time
-from datetime import datetime, timezone
+from collections.abc import Collection
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import EvidenceError
+from ..errors import EvidenceError, UnsupportedFormat
 
-__all__ = ["RunDir", "STATE_FORMAT_VERSION", "write_json_atomic", "write_bytes_atomic", "read_json", "ENVELOPE_NAME", "scan_tree",
-           "fsync_tree", "boot_id", "process_start_ticks", "stale_reason", "guard_output", "enclosing_run"]
+__all__ = [
+    "BACKENDS_FORMAT_VERSION",
+    "ENVELOPE_NAME",
+    "INPUTS_FORMAT_VERSION",
+    "PROCESSES_FORMAT_VERSION",
+    "READABLE_VERSIONS",
+    "RESPONSE_VERSIONS",
+    "STATE_FORMAT_VERSION",
+    "RunDir",
+    "boot_id",
+    "check_format",
+    "check_response_entry",
+    "enclosing_run",
+    "fsync_tree",
+    "guard_output",
+    "process_start_ticks",
+    "read_json",
+    "read_versioned",
+    "scan_tree",
+    "stale_reason",
+    "write_bytes_atomic",
+    "write_json_atomic",
+]
 
 STATE_FORMAT_VERSION = 1
 ENVELOPE_NAME = "manifest.dsse.json"
+# Written by the runner with these versions (the other files' writers hold their own constants).
+INPUTS_FORMAT_VERSION = 1
+PROCESSES_FORMAT_VERSION = 1
+BACKENDS_FORMAT_VERSION = 1
+
+# The format_version of each JSON file of a run that this tool reads; `RunDir.read` refuses any
+# other (UnsupportedFormat). tests/test_format_versions.py holds each writer's version in here.
+READABLE_VERSIONS: dict[str, tuple[int, ...]] = {
+    "state.json": (STATE_FORMAT_VERSION,),
+    "plan.json": (1,),
+    "inputs.json": (INPUTS_FORMAT_VERSION,),
+    "environment.json": (1, 2),
+    "host.json": (1,),
+    "processes.json": (PROCESSES_FORMAT_VERSION,),
+    "backends.json": (BACKENDS_FORMAT_VERSION,),
+    "summary.json": (1,),
+    "import.json": (1, 2),
+}
+# responses/<backend>.jsonl lines: format 1 lines carry no version; a later format adds "v".
+RESPONSE_VERSIONS = (1,)
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -80,6 +122,34 @@ def read_json(path: Path) -> Any:
         raise EvidenceError(f"Missing evidence file {path}.") from exc
     except ValueError as exc:  # syntax, depth, huge integers, bad UTF-8
         raise EvidenceError(f"{path} is not valid JSON ({exc}).") from exc
+
+
+def check_format(data: Any, supported: Collection[int], where: str, *, key: str = "format_version",
+                 absent: int | None = None) -> Any:
+    """`data` unchanged when its `key` is one of `supported`; else UnsupportedFormat naming `where`.
+
+    Every reader of a file we write calls this before it trusts a field. `absent` is the version
+    a record without `key` has (formats that gained the key later); None: the key is required.
+    """
+    version = data.get(key, absent) if isinstance(data, dict) else None
+    if isinstance(version, bool) or version not in supported:
+        reads = " or ".join(str(v) for v in sorted(supported))
+        if isinstance(data, dict) and key in data:
+            raise UnsupportedFormat(f"{where}: {key} {version!r} is not a format this tool reads ({key} {reads}); "
+                                    "a newer openjev-repro wrote it, or it is not our file.")
+        raise UnsupportedFormat(f"{where}: has no {key}, so it is not a file this tool reads ({key} {reads}); "
+                                "every file openjev-repro writes carries one.")
+    return data
+
+
+def read_versioned(path: Path, supported: Collection[int], *, absent: int | None = None) -> Any:
+    """A JSON file we wrote, refused (UnsupportedFormat) unless its format_version is one of `supported`."""
+    return check_format(read_json(path), supported, str(path), absent=absent)
+
+
+def check_response_entry(entry: Any, where: str) -> Any:
+    """One responses/*.jsonl line (a dict), refused when its "v" names a format this tool does not read."""
+    return check_format(entry, RESPONSE_VERSIONS, where, key="v", absent=1)
 
 
 def scan_tree(root: Path) -> tuple[list[Path], list[str]]:
@@ -216,9 +286,9 @@ class RunDir:
         self.path = Path(path)
 
     @classmethod
-    def create(cls, parent: Path, study_id: str) -> "RunDir":
+    def create(cls, parent: Path, study_id: str) -> RunDir:
         """A new directory `<study_id>-<UTC time>-<random>` under parent; never reuses one."""
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         stamp = now.strftime("%Y%m%dT%H%M%SZ")
         path = Path(parent) / f"{study_id}-{stamp}-{secrets.token_hex(3)}"
         path.mkdir(parents=True, exist_ok=False)
@@ -234,7 +304,7 @@ class RunDir:
         return run
 
     @classmethod
-    def open(cls, path: Path) -> "RunDir":
+    def open(cls, path: Path) -> RunDir:
         run = cls(Path(path))
         if not (run.path / "state.json").is_file():
             raise EvidenceError(f"{path} is not a run directory (no state.json).")
@@ -254,8 +324,12 @@ class RunDir:
         return self.path / "responses" / f"{backend}.jsonl"
 
     # --- state -------------------------------------------------------------------
+    def read(self, name: str) -> Any:
+        """A JSON file of the run (a key of READABLE_VERSIONS), refused unless its format_version is readable."""
+        return read_versioned(self.path / name, READABLE_VERSIONS[name])
+
     def state(self) -> dict:
-        return read_json(self.path / "state.json")
+        return self.read("state.json")
 
     def write_state(self, state: dict) -> None:
         state = dict(state, format_version=STATE_FORMAT_VERSION, updated_unix=round(time.time(), 3))
@@ -285,10 +359,6 @@ class RunDir:
             state = dict(state, status="incomplete", stale=True,
                          error=f"stale run: state.json says running, but {reason}")
         return state
-
-    @property
-    def complete(self) -> bool:
-        return self.state().get("status") == "complete"
 
     def evidence_files(self) -> list[Path]:
         """Every file of the run except the top-level envelope, hidden names included, sorted by relative path.

@@ -10,34 +10,49 @@ import contextlib
 import errno
 import json
 import os
-import re
 import shutil
 import signal
 import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
-from .rundir import RunDir, fsync_tree, read_json, write_json_atomic
+from ..host.driver import GpuDriver
 from ..host.override import GpuOverride
 from ..host.reaper import Reaper
 from ..host.session import HostSession
-from .inputs import checks_table, require_all_ok, verify_inputs
-from .passes import PassBudget, PassRunner, ResponseLog
-from .plan import REPRO_ROOT
-from .preflight import port_in_use, preflight
-from .recipe import AuxProcess, Backend, Recipe, Workload, inputs_root, load_recipe
-from .rows import RowWriter, read_rows
 from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
 from ..runtime.local import LocalRuntime
+from .inputs import checks_table, require_all_ok, verify_inputs
+from .passes import PassBudget, PassRunner, ResponseLog
+from .placeholders import LAUNCH_NAMES, fill
+from .plan import REPRO_ROOT
+from .preflight import port_in_use, preflight
+from .recipe import AuxProcess, Backend, Recipe, Workload
+from .resolved import ResolvedRecipe, resolve_recipe
+from .rows import Phase, RowWriter, read_rows
+from .rundir import (
+    BACKENDS_FORMAT_VERSION,
+    INPUTS_FORMAT_VERSION,
+    PROCESSES_FORMAT_VERSION,
+    RunDir,
+    fsync_tree,
+    write_json_atomic,
+)
 from .timed_client import TimedClient
 from .workload import Request, build_requests, load_tasks, select
 
-__all__ = ["StudyOptions", "run_study", "substitute", "free_port", "TIMING_BOUNDARY"]
+__all__ = [
+    "TIMING_BOUNDARY",
+    "StudyOptions",
+    "free_port",
+    "run_study",
+]
 
 TIMING_BOUNDARY = (
     "Client monotonic clock (ns) from just before the request's first byte is sent to just after the "
@@ -56,7 +71,7 @@ class StudyOptions:
     inputs_root: Path | None = None
     key_path: Path | None = None  # Ed25519 private key; None: unsigned
     allow_busy: bool = False
-    gpu_driver: object | None = None  # a host.GpuDriver; None: NVML or nvidia-smi (tests pass their double, tests/fake_gpus.py)
+    gpu_driver: GpuDriver | None = None  # None: NVML or nvidia-smi (tests pass their double, tests/fake_gpus.py)
     gpu_override: GpuOverride | None = None  # run on this GPU instead of the recipe's (recorded as gpu_override)
     console: Console = field(default_factory=lambda: Console(stderr=True))
 
@@ -65,25 +80,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
-
-
-_AUX_PORT = re.compile(r"\{port\.([a-z0-9][a-z0-9_.-]*)\}")
-
-
-def substitute(template: str, values: dict[str, str], where: str, aux_ports: dict[str, int] | None = None) -> str:
-    """Fill {python} {host} {port} {inputs} {run} {backend} {repro} and {port.<aux>} in a recipe string."""
-    ports = aux_ports or {}
-
-    def aux_port(match: re.Match) -> str:
-        if match.group(1) not in ports:
-            raise RecipeError(f"{where}: {match.group(0)} names no earlier aux process of this backend.")
-        return str(ports[match.group(1)])
-
-    try:
-        return _AUX_PORT.sub(aux_port, template).format_map(values)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise RecipeError(f"{where}: unknown placeholder in {template!r} ({exc}); "
-                          f"known: {', '.join('{' + k + '}' for k in sorted(values))}.") from None
 
 
 class Stopped(KeyboardInterrupt):
@@ -128,11 +124,9 @@ def mark_incomplete(run: RunDir, error: str) -> bool:
     Falls back to rewriting state.json in place when the atomic write cannot (a full disk:
     the temporary file needs space, the existing file's blocks do not).
     """
-    try:
+    with contextlib.suppress(OSError, ValueError, ReproError):  # e.g. a full disk: rewrite in place below
         run.update_state(status="incomplete", error=error)
         return True
-    except Exception:
-        pass
     try:
         state = dict(run.state(), status="incomplete", error=error[:500])
         data = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
@@ -142,7 +136,7 @@ def mark_incomplete(run: RunDir, error: str) -> bool:
             fh.flush()
             os.fsync(fh.fileno())
         return True
-    except Exception:
+    except (OSError, ValueError, ReproError):
         return False  # readers still see a stale "running" run once this process is gone
 
 
@@ -154,20 +148,17 @@ def _rerender_report(run: RunDir) -> None:
         from ..results.report import write_report
 
         write_report(run.path, plots=False)  # the plots do not change; the banner is in report.md
-    except Exception:
+    except Exception:  # noqa: BLE001 - best effort: a failing report must not hide the study's own error
         with contextlib.suppress(OSError):
             run.file("report.md").unlink()  # no report rather than one that looks complete
 
 
 def run_study(opts: StudyOptions) -> RunDir:
-    recipe = load_recipe(opts.recipe_path)
-    if recipe.preparation is not None:  # hashes left to `invoke prepare` come from its inputs lock
-        from .preparation import locked_recipe
-
-        recipe = locked_recipe(recipe, opts.recipe_path)
-    root = inputs_root(opts.recipe_path, recipe, opts.inputs_root)
+    # Once: the recipe read, its inputs lock applied (hashes left to `invoke prepare`), its inputs root fixed.
+    study = resolve_recipe(opts.recipe_path, inputs_root_override=opts.inputs_root)
+    recipe = study.recipe
     # Everything that can fail before any work is checked first: a study that never started leaves no run directory.
-    preflight(recipe, opts.recipe_path, root, out_dir=opts.out_dir, key_path=opts.key_path, runtime=opts.runtime)
+    preflight(study, out_dir=opts.out_dir, key_path=opts.key_path, runtime=opts.runtime)
     try:
         run = RunDir.create(opts.out_dir, recipe.study.id)
     except OSError as exc:
@@ -176,7 +167,7 @@ def run_study(opts: StudyOptions) -> RunDir:
         try:
             shutil.copyfile(opts.recipe_path, run.file("recipe.yaml"))
             opts.console.print(f"[bold]Study {recipe.study.id}[/] → run directory {run.path}")
-            _execute(run, recipe, root, opts, reaper)
+            _execute(run, study, opts, reaper)
         except BaseException as exc:  # every failure, OSError and MemoryError included, is an incomplete run
             if isinstance(exc, (SystemExit, GeneratorExit)):
                 raise
@@ -197,7 +188,7 @@ def _remove_temporaries(run: RunDir) -> None:
             path.unlink()
 
 
-def _step(run: RunDir, name: str) -> "_Step":
+def _step(run: RunDir, name: str) -> _Step:
     return _Step(run, name)
 
 
@@ -215,22 +206,23 @@ class _Step:
             self.run.finish(self.name)
 
 
-def _execute(run: RunDir, recipe: Recipe, root: Path, opts: StudyOptions, reaper: Reaper | None = None) -> None:
+def _execute(run: RunDir, study: ResolvedRecipe, opts: StudyOptions, reaper: Reaper | None = None) -> None:
     console = opts.console
+    recipe, root = study.recipe, study.root
     with _step(run, "verify-inputs"):
         checks = verify_inputs(recipe, root, console=console)
         write_json_atomic(run.file("inputs.json"), {
-            "format_version": 1, "root": str(root), "files": [c.to_dict() for c in checks]})
+            "format_version": INPUTS_FORMAT_VERSION, "root": str(root), "files": [c.to_dict() for c in checks]})
         if any(c.status != "ok" for c in checks):
             console.print(checks_table(checks, root))
         from .preflight import input_fix
 
-        require_all_ok(checks, root, input_fix(recipe, opts.recipe_path, root))
+        require_all_ok(checks, root, input_fix(study))
         console.print(f"inputs: {len(checks)} files verified by sha256")
     workloads = {w.name: select(load_tasks(root / w.requests), w.selection.types, w.selection.ids,
                                 w.selection.first, w.repeat) for w in recipe.workloads}
     with _step(run, "plan"):
-        plan = _plan(recipe, opts, root)
+        plan = _plan(study, opts)
         # The exact request order of every pass, so `verify` can tell a case missing from every pass.
         plan["case_ids"] = {name: [t.id for t in tasks] for name, tasks in workloads.items()}
         if opts.gpu_override is not None:
@@ -311,7 +303,7 @@ def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, work
         stopped = [process.stop(recipe.protocol.stop_grace_s) for process in reversed(started)]  # command first
         records.extend(stopped)  # every process is stopped before anything is written (a full disk stops nothing)
         write_json_atomic(run.file("processes.json"),
-                          {"format_version": 1, "processes": [r.to_dict() for r in records]})
+                          {"format_version": PROCESSES_FORMAT_VERSION, "processes": [r.to_dict() for r in records]})
         for record in stopped:
             state = "stopped by us" if record.intentional else f"exited on its own (status {record.exit_status})"
             console.print(f"{record.name}: {state}; all processes gone: {record.exited}")
@@ -328,8 +320,8 @@ IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_wei
 def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
     """backends.json: per backend, its weights fingerprint and thread settings from /health, after ready."""
     path = run.file("backends.json")
-    data = read_json(path) if path.is_file() else {"format_version": 1, "source": "/health after ready",
-                                                   "backends": {}}
+    data: dict[str, Any] = run.read("backends.json") if path.is_file() else {
+        "format_version": BACKENDS_FORMAT_VERSION, "source": "/health after ready", "backends": {}}
     absent = {"available": False, "reason": "not in the backend's /health"}
     data["backends"][name] = {key: health.get(key, absent) for key in IDENTITY_KEYS}
     write_json_atomic(path, data)
@@ -347,11 +339,14 @@ def _launch_spec(run: RunDir, recipe: Recipe, root: Path, backend: Backend, opts
     # In a container the backend runs under the image's interpreter, not ours.
     python = "python3" if (opts.runtime or backend.runtime) == "docker" else sys.executable
     values = {"python": python, "host": host, "port": str(port), "inputs": str(root),
-              "run": str(run.path), "backend": backend.name, "repro": str(REPRO_ROOT)}
+              "run": str(run.path), "backend": backend.name, "repro": str(REPRO_ROOT),
+              **{f"port.{aux_name}": str(p) for aux_name, p in aux_ports.items()}}
+    if aux is not None:  # an aux process may name its own port as {port.<its name>} too
+        values[f"port.{aux.name}"] = str(port)
     where = f"backend {name}"
     command, env_template = (backend.command, backend.env) if aux is None else (aux.command, aux.env)
-    argv = [substitute(a, values, where, aux_ports) for a in command]
-    env = {k: substitute(v, values, where, aux_ports) for k, v in env_template.items()}
+    argv = [fill(a, values, f"{where} command") for a in command]
+    env = {k: fill(v, values, f"{where} env {k}") for k, v in env_template.items()}
     controls = recipe.controls
     health = backend.health if aux is None else (aux.health or "/health")
     return LaunchSpec(name=name, argv=argv, env=env, host=host, port=port, log_path=run.log_path(name),
@@ -374,7 +369,8 @@ def _protocol(run: RunDir, recipe: Recipe, backend: Backend, handle: RunningBack
             longest_pool = prepared[recipe.protocol.warmup.longest_of or workload.name]
             _warmup(runner, recipe, workload, requests, longest_pool)
             feasibility, measured = recipe.passes_for(workload)
-            plan = [("feasibility", i) for i in range(1, feasibility + 1)] + [("measured", i) for i in range(1, measured + 1)]
+            plan: list[tuple[Phase, int]] = ([("feasibility", i) for i in range(1, feasibility + 1)]
+                                             + [("measured", i) for i in range(1, measured + 1)])
             for phase, index in plan:
                 if phase == "measured":
                     budget.claim(backend.name, workload.name, index)
@@ -413,7 +409,7 @@ def _warmup(runner: PassRunner, recipe: Recipe, workload: Workload, requests: li
             raise BackendError(f"Backend {runner.backend}: warm-up request {req.id} failed: {row.error}.")
 
 
-def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phase: str, index: int,
+def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phase: Phase, index: int,
                 console: Console) -> None:
     columns = (TextColumn(f"{runner.backend} {workload} {phase} {index}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("last request {task.fields[last]}"), TextColumn("elapsed"), TimeElapsedColumn())
@@ -422,17 +418,17 @@ def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phas
         task = bar.add_task("pass", total=len(requests), last="       - ms")
         for seq, req in enumerate(requests):
             row = runner.request(req, workload=workload, phase=phase, pass_index=index, seq=seq)
-            last = f"{row.latency_ms:8.2f} ms" if row.ok else f"[red]failed: {row.error[:40]}[/]"
+            last = f"{row.latency_ms:8.2f} ms" if row.ok else f"[red]failed: {(row.error or '')[:40]}[/]"
             bar.update(task, advance=1, last=last, refresh=True)
 
 
 # --- integration points with the other concerns -------------------------------------------
 
 
-def _plan(recipe: Recipe, opts: StudyOptions, root: Path) -> dict:
+def _plan(study: ResolvedRecipe, opts: StudyOptions) -> dict:
     from .plan import resolve_plan
 
-    return resolve_plan(recipe, opts.recipe_path, inputs_root=root, runtime=opts.runtime)
+    return resolve_plan(study, runtime=opts.runtime)
 
 
 def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = None) -> dict:
@@ -442,7 +438,8 @@ def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = Non
     # are recorded by its digest).
     pythons = {}
     for backend in recipe.backends:
-        argv0 = backend.command[0].replace("{python}", sys.executable)
+        deferred = LAUNCH_NAMES | {f"port.{a.name}" for a in backend.aux}
+        argv0 = fill(backend.command[0], {"python": sys.executable}, f"backend {backend.name} command", deferred=deferred)
         if (opts.runtime or backend.runtime) == "local" and Path(argv0).name.startswith("python"):
             pythons[backend.name] = argv0
     return collect_environment(recipe_path=opts.recipe_path, backends_python=pythons,

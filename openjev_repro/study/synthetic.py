@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import RecipeError
 
-__all__ = ["write_demo_requests", "write_lengths_requests", "corpus_lines", "calibration_texts", "WORDS",
-           "DEMO_SEED", "H200_NOUL_INPUT_TOKENS"]
+__all__ = [
+    "DEMO_SEED",
+    "H200_NOUL_INPUT_TOKENS",
+    "WORDS",
+    "calibration_texts",
+    "corpus_lines",
+    "write_demo_requests",
+    "write_lengths_requests",
+]
 
 DEMO_SEED = 7
 # Published per-request input token counts of the study's 74 JevBench noul requests, in request
@@ -29,22 +37,7 @@ H200_NOUL_INPUT_TOKENS = [
     1213, 790, 601, 3312, 3399, 936, 241, 218, 292, 198, 206, 308, 288, 212, 231,
     214, 233, 250, 206, 173, 395, 357, 321, 315, 346, 375, 346, 336, 290,
 ]
-WORDS = (
-    "the a an of to in on at for with from by and or but not is was are were be been has have had "
-    "this that these those it its they them their we our you your he she his her who which what when "
-    "where why how all any some each every no yes more less most least first last next before after "
-    "order invoice payment customer account balance report meeting schedule deadline project task "
-    "server request response latency error warning status ready model token length window browser "
-    "page button form field value number date time hour minute second day week month year price "
-    "total amount tax discount shipping delivery address city country street weather rain snow sun "
-    "temperature forecast train station ticket flight gate seat passenger luggage hotel room booking "
-    "email message reply subject draft folder file document table column row chart figure result "
-    "test pass fail check score level option answer question context state note log event user admin "
-    "open close start stop move click type scroll select submit cancel confirm approve reject wait "
-    "red green blue black white large small high low fast slow early late new old true false one two "
-    "three four five six seven eight nine ten twenty hundred thousand percent doctor patient dose "
-    "library book author chapter page shelf museum ticket garden tree river mountain lake bridge road"
-).split()
+WORDS = ["the", "a", "an", "of", "to", "in", "on", "at", "for", "with", "from", "by", "and", "or", "but", "not", "is", "was", "are", "were", "be", "been", "has", "have", "had", "this", "that", "these", "those", "it", "its", "they", "them", "their", "we", "our", "you", "your", "he", "she", "his", "her", "who", "which", "what", "when", "where", "why", "how", "all", "any", "some", "each", "every", "no", "yes", "more", "less", "most", "least", "first", "last", "next", "before", "after", "order", "invoice", "payment", "customer", "account", "balance", "report", "meeting", "schedule", "deadline", "project", "task", "server", "request", "response", "latency", "error", "warning", "status", "ready", "model", "token", "length", "window", "browser", "page", "button", "form", "field", "value", "number", "date", "time", "hour", "minute", "second", "day", "week", "month", "year", "price", "total", "amount", "tax", "discount", "shipping", "delivery", "address", "city", "country", "street", "weather", "rain", "snow", "sun", "temperature", "forecast", "train", "station", "ticket", "flight", "gate", "seat", "passenger", "luggage", "hotel", "room", "booking", "email", "message", "reply", "subject", "draft", "folder", "file", "document", "table", "column", "row", "chart", "figure", "result", "test", "pass", "fail", "check", "score", "level", "option", "answer", "question", "context", "state", "note", "log", "event", "user", "admin", "open", "close", "start", "stop", "move", "click", "type", "scroll", "select", "submit", "cancel", "confirm", "approve", "reject", "wait", "red", "green", "blue", "black", "white", "large", "small", "high", "low", "fast", "slow", "early", "late", "new", "old", "true", "false", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "twenty", "hundred", "thousand", "percent", "doctor", "patient", "dose", "library", "book", "author", "chapter", "page", "shelf", "museum", "ticket", "garden", "tree", "river", "mountain", "lake", "bridge", "road"]
 _TEMPLATE_TEXT = [
     "Context:\n", "\n\nQuestion: ", "Is the answer to this question yes? Answer Yes or No.",
     "Proposed answer: ", "Is this proposed answer correct? Answer Yes or No.", "Yes", "No",

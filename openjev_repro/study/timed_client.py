@@ -33,20 +33,21 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Iterable, Mapping, cast
+from typing import Self, cast
 
 import h11
 
 from ..errors import BackendError, ProtocolError
 
 __all__ = [
-    "TimedClient",
-    "TimedResponse",
     "ClientError",
     "ClientTimeout",
     "MalformedResponse",
+    "TimedClient",
+    "TimedResponse",
     "build_request",
 ]
 
@@ -187,7 +188,7 @@ class TimedClient:
     def close(self) -> None:
         self._discard()
 
-    def __enter__(self) -> TimedClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

@@ -15,15 +15,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from ..errors import RecipeError
 from .recipe import Recipe
 
-__all__ = ["TRACES_FORMAT_VERSION", "TraceItem", "TraceLauncher", "plan_traces", "run_traces", "nsys_prefix"]
+__all__ = ["TRACES_FORMAT_VERSION", "TraceItem", "TraceLauncher", "nsys_prefix", "plan_traces", "run_traces"]
 
 TRACES_FORMAT_VERSION = 1
 

@@ -8,13 +8,14 @@ group, provenance, topic` (only id, question, state and expected are required he
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import RecipeError
 
-__all__ = ["Task", "Request", "load_tasks", "select", "request_body", "build_requests", "QUESTION_ID"]
+__all__ = ["QUESTION_ID", "Request", "Task", "build_requests", "load_tasks", "request_body", "select"]
 
 QUESTION_ID = "q"  # never shown to the model, so any fixed id will do
 
@@ -60,7 +61,7 @@ def load_tasks(path: Path) -> list[Task]:
     return tasks
 
 
-def select(tasks: list[Task], types: list[str], ids: list[str] | None = None, first: int | None = None,
+def select(tasks: list[Task], types: Sequence[str], ids: Sequence[str] | None = None, first: int | None = None,
            repeat: int = 1) -> list[Task]:
     """Tasks of the given types in file order (or exactly `ids` in that order), first N, each repeated."""
     chosen = [t for t in tasks if t.type in types]

@@ -19,7 +19,7 @@ import json
 import runpy
 import sys
 
-__all__ = ["block_optional_kernels", "linear_attention_report", "assert_pytorch_fallback", "install_load_check", "main"]
+__all__ = ["assert_pytorch_fallback", "block_optional_kernels", "install_load_check", "linear_attention_report", "main"]
 
 _BLOCKED = ("is_flash_linear_attention_available", "is_causal_conv1d_available")
 
@@ -33,8 +33,8 @@ def block_optional_kernels() -> None:
     already = [m for m in sys.modules if m.startswith("transformers.models.") and ".modeling_" in m]
     if already:
         raise FallbackError(f"model modules were imported before kernels were blocked: {', '.join(sorted(already)[:3])}")
-    import transformers.utils as utils
-    import transformers.utils.import_utils as import_utils
+    from transformers import utils
+    from transformers.utils import import_utils
 
     def unavailable() -> bool:
         return False
@@ -82,7 +82,7 @@ def install_load_check(expected: int, log=sys.stderr) -> None:
     """Check every model with linear-attention layers right after `from_pretrained` returns it."""
     from transformers.modeling_utils import PreTrainedModel
 
-    original = PreTrainedModel.from_pretrained.__func__
+    original = PreTrainedModel.from_pretrained.__func__  # type: ignore[attr-defined]  # the classmethod's function
 
     def from_pretrained(cls, *args, **kwargs):
         model = original(cls, *args, **kwargs)
@@ -93,13 +93,14 @@ def install_load_check(expected: int, log=sys.stderr) -> None:
                   file=log, flush=True)
         return model
 
-    PreTrainedModel.from_pretrained = classmethod(from_pretrained)
+    PreTrainedModel.from_pretrained = classmethod(from_pretrained)  # type: ignore[method-assign,assignment]  # the check
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run jev.server with Transformers' PyTorch fallback enforced.")
     parser.add_argument("--expect-linear-layers", type=int, default=48)
-    parser.add_argument("--server-module", default="jev.server", help=argparse.SUPPRESS)
+    parser.add_argument("--server-module", default="jev.server",
+                        help="module to run as __main__ (default: upstream's jev.server; the tests wrap ours)")
     ours, rest = parser.parse_known_args(argv)
     try:
         block_optional_kernels()

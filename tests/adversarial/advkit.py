@@ -15,7 +15,7 @@ INVOKE = [sys.executable, "-m", "invoke"]
 def invoke(*args: str, timeout: float = 60, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run `invoke ARGS` as a real subprocess; returns the completed process (text)."""
     return subprocess.run([*INVOKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, **(env or {})}, check=False)
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:

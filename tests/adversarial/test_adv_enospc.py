@@ -17,7 +17,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from advkit import INVOKE
 from studykit import scripted_backend, write_study
 from test_adv_kill_study import marked
@@ -35,7 +34,7 @@ def tmpfs(tmp_path_factory):
         point = base / f"m{len(mounted)}-{size_kib}k"
         point.mkdir()
         proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(point)],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {proc.stderr.strip()}")
         mounted.append(point)
@@ -59,7 +58,7 @@ def study(tmp_path_factory):
 
 def run_on(mount_point: Path, recipe: Path) -> tuple[subprocess.CompletedProcess, Path | None]:
     proc = subprocess.run([*INVOKE, "study", "--recipe", str(recipe), "--out", str(mount_point / "runs")],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     runs = sorted((mount_point / "runs").glob("*")) if (mount_point / "runs").exists() else []
     return proc, runs[0] if runs else None
 

@@ -7,11 +7,12 @@ import os
 import tarfile
 
 import pytest
+from test_audit_kit import signed_run
 
 from openjev_repro.audit.bundle import extract_bundle
 from openjev_repro.audit.publish import publish
 from openjev_repro.audit.verify import verify_path
-from test_audit_kit import signed_run
+from openjev_repro.errors import EvidenceError
 
 
 def failed(checks) -> list[tuple[str, str]]:
@@ -91,10 +92,10 @@ def test_bundle_members_other_than_regular_files_are_refused(signed, tmp_path, k
 def test_size_and_member_limits_are_checked_before_extraction(signed, tmp_path):
     run, private, _ = signed
     bundle = publish(run.path, tmp_path / "b.tar.gz", aggregate_only=True, key_path=private)
-    with pytest.raises(Exception, match="more than 3 members"):
+    with pytest.raises(EvidenceError, match="more than 3 members"):
         extract_bundle(bundle, tmp_path / "few", max_members=3)
     (tmp_path / "small").mkdir()
-    with pytest.raises(Exception, match="more than 1000 bytes once extracted"):
+    with pytest.raises(EvidenceError, match="more than 1000 bytes once extracted"):
         extract_bundle(bundle, tmp_path / "small", max_bytes=1000)
     # A 2 MB-style bomb: a header declaring 2 GiB is refused from the header alone (nothing is written).
     info = tarfile.TarInfo("summary-huge.json")
@@ -107,7 +108,7 @@ def test_size_and_member_limits_are_checked_before_extraction(signed, tmp_path):
     bomb = tmp_path / "bomb.tar.gz"
     bomb.write_bytes(gzip.compress(raw.getvalue()))
     (tmp_path / "bomb").mkdir()
-    with pytest.raises(Exception, match="more than 1073741824 bytes once extracted"):
+    with pytest.raises(EvidenceError, match="more than 1073741824 bytes once extracted"):
         extract_bundle(bomb, tmp_path / "bomb")
     assert list((tmp_path / "bomb").iterdir()) == []
 

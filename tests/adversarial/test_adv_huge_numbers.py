@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from advkit import invoke, one_error_line
 from studykit import scripted_backend, write_study
 

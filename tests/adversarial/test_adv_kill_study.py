@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from openjev_repro.study.rundir import RunDir
 from advkit import INVOKE, invoke, one_error_line
 from studykit import SCRIPTED, write_study
+
+from openjev_repro.study.rundir import RunDir
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +97,7 @@ def test_sigterm_and_sighup_are_handled_like_ctrl_c(tmp_path, sig):
     marker = secrets.token_hex(8)
     proc, run_path = start_study(tmp_path, marker)
     os.kill(proc.pid, sig)
-    out, err = proc.communicate(timeout=60)
+    _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "Traceback" not in err
     errors = [line for line in err.splitlines() if line.startswith("error:")]  # the console log is stderr too
     assert len(errors) == 1 and errors[0].startswith(f"error: Interrupted: stopped by {sig.name} (handled like Ctrl-C)")

@@ -4,7 +4,6 @@ file; keygen refuses files and dangling links; compare refuses incomplete runs u
 from __future__ import annotations
 
 import pytest
-
 from advkit import invoke, one_error_line
 from studykit import scripted_backend, write_study
 from test_audit_kit import build_run, signed_run
@@ -12,7 +11,7 @@ from test_audit_kit import build_run, signed_run
 
 @pytest.fixture()
 def runs(tmp_path):
-    signed, private, public = signed_run(tmp_path)
+    signed, private, _public = signed_run(tmp_path)
     other = build_run(tmp_path / "more")
     return signed, other, private
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from advkit import invoke, one_error_line
 from studykit import scripted_backend, write_study
 

@@ -1,0 +1,166 @@
+"""summary.json's shape as types, so that a key typo in a reader is a type error (mypy).
+
+`results.statistics.summarize` builds a `Summary`; the report, the manifest statement and
+`verify` read one. At run time these are plain dicts (TypedDict), so the JSON written and
+read is unchanged: docs/results.md has the format with the rules behind each figure.
+
+Keys that are Python keywords (`pass`) need TypedDict's functional form.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, TypedDict, cast
+
+from ..errors import EvidenceError
+from ..study.rundir import READABLE_VERSIONS, check_format, read_json
+
+__all__ = [
+    "SUMMARY_FORMAT_VERSION",
+    "Agreement",
+    "BackendSummary",
+    "Comparison",
+    "Correctness",
+    "DecisionMismatch",
+    "GateResult",
+    "LatencyKey",
+    "LatencyStats",
+    "OverallStats",
+    "PassStats",
+    "Speed",
+    "Stability",
+    "Summary",
+    "WorkloadSummary",
+    "read_summary",
+]
+
+SUMMARY_FORMAT_VERSION = 1
+
+# The latency figures a pass or a backend's measured rows have, by key.
+LatencyKey = Literal["mean_ms", "p50_ms", "p95_jevbench_ms", "p95_nearest_rank_ms", "min_ms", "max_ms"]
+
+
+class LatencyStats(TypedDict):
+    """Latency statistics of successful requests (n of them); None when there are none."""
+
+    n: int
+    mean_ms: float | None
+    p50_ms: float | None
+    p95_jevbench_ms: float | None
+    p95_nearest_rank_ms: float | None
+    min_ms: float | None
+    max_ms: float | None
+
+
+class OverallStats(LatencyStats):
+    """All measured rows of one backend: requests sent, failed, and the latencies of the rest."""
+
+    requests: int
+    errors: int
+
+
+_PassIndex = TypedDict("_PassIndex", {"pass": int})
+
+
+class PassStats(OverallStats, _PassIndex):
+    """One feasibility or measured pass (`pass`: its 1-based index)."""
+
+
+DecisionMismatch = TypedDict("DecisionMismatch", {
+    "id": str, "seq": int, "phase": str, "pass": int,
+    "recorded": str | None,  # the row's decision
+    "recomputed": str,       # "yes" when probability >= 0.5
+})
+
+
+class Correctness(TypedDict):
+    """Thresholded decisions against labels (the first measured pass)."""
+
+    correct: int
+    labelled: int
+    unanswered: int
+
+
+class Stability(TypedDict):
+    """Whether every (id, seq) has one bit-identical probability across the timed passes."""
+
+    probabilities_stable: bool | None  # None: fewer than two passes, or no rows
+    stability_passes: int
+    stability_changed_ids: list[str]
+    stability_errors: int
+    stability_incomplete: int
+
+
+class BackendSummary(Correctness, Stability):
+    measured: list[PassStats]
+    feasibility: list[PassStats]
+    overall: OverallStats
+    pass_mean_range_ms: list[float] | None  # [lowest, highest] pass mean
+    correct_by_pass: list[int]
+    decision_mismatches: list[DecisionMismatch]
+    excluded_requests: dict[str, int]  # "first", "warmup": requests outside every pass
+
+
+class Speed(TypedDict):
+    """A candidate's measured means against a baseline's."""
+
+    baseline_mean_ms: float | None
+    candidate_mean_ms: float | None
+    speedup: float | None  # baseline mean / candidate mean
+    percent_lower: float | None  # (baseline - candidate) / baseline * 100
+    disjoint_ranges: bool | None  # pass mean ranges do not overlap
+    every_pass_lower: bool | None  # every candidate pass mean below every baseline pass mean
+    measured_errors: int
+
+
+class Agreement(TypedDict):
+    """Two backends' first measured passes, paired by (id, seq)."""
+
+    agreement: int
+    n: int
+    pair_errors: int
+    unpaired: int
+    differing_ids: list[str]
+    max_probability_delta: float | None
+    max_probability_delta_by_tokens: dict[str, float | None]  # "<500", "500-2000", ">2000"
+
+
+class Comparison(Speed, Agreement):
+    """One pair of backends, in recipe order: the earlier one is the baseline."""
+
+    baseline: str
+    candidate: str
+
+
+class WorkloadSummary(TypedDict):
+    backends: dict[str, BackendSummary]
+    comparisons: list[Comparison]
+
+
+class GateResult(TypedDict):
+    name: str
+    kind: str
+    evaluated: bool
+    passed: bool | None  # None: not evaluated (an external gate)
+    errors: int
+    detail: str
+
+
+class Summary(TypedDict):
+    format_version: int
+    study_id: str
+    p95_rules: dict[str, str]
+    mean_rule: str
+    backends: list[str]
+    workloads: dict[str, WorkloadSummary]
+    gates: list[GateResult]
+
+
+def read_summary(path: Path) -> Summary:
+    """A run's summary.json; EvidenceError unless it is a JSON object of a format this tool reads.
+
+    The keys inside are not checked here: `verify` recomputes the whole summary from the rows."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise EvidenceError(f"{path} is not a JSON object.")
+    return cast(Summary, check_format(data, READABLE_VERSIONS["summary.json"], str(path)))

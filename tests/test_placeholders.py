@@ -1,0 +1,89 @@
+"""The one placeholder filler (study/placeholders.py) and its three users: preparation steps, the
+plan and the runner's launch command. An unknown placeholder is refused everywhere, naming it and
+where it was; only names declared deferred are left for a later step."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from studykit import write_study
+
+from openjev_repro.errors import RecipeError
+from openjev_repro.study.placeholders import LAUNCH_NAMES, fill
+from openjev_repro.study.plan import resolve_plan
+from openjev_repro.study.preparation import plan_prepare
+from openjev_repro.study.recipe import load_recipe
+from openjev_repro.study.resolved import resolve_recipe
+from openjev_repro.study.rundir import RunDir
+from openjev_repro.study.runner import StudyOptions, _launch_spec
+
+
+def test_fill_replaces_in_one_pass_and_keeps_deferred_names():
+    values = {"inputs": "/in", "python": "{port}"}  # a value is never scanned again
+    assert fill("{python} {inputs}/x {port}", values, "here", deferred={"port"}) == "{port} /in/x {port}"
+    assert fill("no placeholders } at all", {}, "here") == "no placeholders } at all"
+
+
+@pytest.mark.parametrize("template, message", [
+    ("{python} {bogus}", r"step s: unknown placeholder \{bogus\} in '\{python\} \{bogus\}'; known: \{inputs\}, \{port\}, \{python\}"),
+    ("{}", r"step s: unknown placeholder \{\}"),
+    ("{python", r"step s: unclosed placeholder in '\{python'"),
+    ("{inputs{python}", r"step s: unclosed placeholder"),
+])
+def test_fill_refuses_unknown_and_unclosed(template, message):
+    with pytest.raises(RecipeError, match=message):
+        fill(template, {"python": "py", "inputs": "/in"}, "step s", deferred={"port"})
+
+
+def _recipe(tmp_path: Path, command: list[str], aux: list[dict] | None = None) -> Path:
+    backend = {"name": "b", "command": command, **({"aux": aux} if aux else {})}
+    return write_study(tmp_path, [backend])
+
+
+def test_plan_refuses_an_unknown_placeholder_naming_backend(tmp_path):
+    path = _recipe(tmp_path, ["{python}", "serve", "--model", "{modle}"])
+    with pytest.raises(RecipeError, match=r"backend b command: unknown placeholder \{modle\}"):
+        resolve_plan(resolve_recipe(path, apply_lock=False))
+
+
+def test_plan_leaves_launch_names_and_earlier_aux_ports_for_the_runner(tmp_path):
+    aux = [{"name": "worker", "command": ["{python}", "w", "--port", "{port}"]}]
+    path = _recipe(tmp_path, ["{python}", "s", "--port", "{port}", "--worker", "{port.worker}", "--in", "{inputs}",
+                              "--run", "{run}", "--host", "{host}", "--name", "{backend}"], aux)
+    plan = resolve_plan(resolve_recipe(path, apply_lock=False))
+    argv = plan["backends"][0]["command"]["argv"]
+    assert argv[:6] == ["{python}", "s", "--port", "{port}", "--worker", "{port.worker}"]
+    assert argv[7] == str(tmp_path / "inputs") and argv[8:] == ["--run", "{run}", "--host", "{host}", "--name", "{backend}"]
+    assert {"python", "port", "host", "run", "backend"} <= LAUNCH_NAMES
+
+
+def test_plan_refuses_a_port_of_a_later_or_unknown_aux(tmp_path):
+    aux = [{"name": "first", "command": ["{python}", "--to", "{port.second}"]}, {"name": "second", "command": ["{python}"]}]
+    path = _recipe(tmp_path, ["{python}"], aux)
+    with pytest.raises(RecipeError, match=r"backend b.first command: unknown placeholder \{port.second\} .*earlier aux"):
+        resolve_plan(resolve_recipe(path, apply_lock=False))
+
+
+def test_preparation_step_refuses_an_unknown_placeholder(tmp_path):
+    path = write_study(tmp_path, [{"name": "b", "command": ["{python}"]}], extra={"preparation": {"steps": [
+        {"name": "build", "command": ["{python}", "{source.missing}/x"], "produces": "out.txt"}]}})
+    with pytest.raises(RecipeError, match=r"preparation step build command: unknown placeholder \{source.missing\}"):
+        plan_prepare(load_recipe(path), path, probe=False)
+
+
+def test_runner_launch_refuses_an_unknown_placeholder(tmp_path):
+    path = _recipe(tmp_path, ["{python}", "serve", "--gpu", "{gpu}"])
+    recipe = load_recipe(path)
+    run = RunDir.create(tmp_path / "runs", recipe.study.id)
+    opts = StudyOptions(recipe_path=path)
+    with pytest.raises(RecipeError, match=r"backend b command: unknown placeholder \{gpu\}"):
+        _launch_spec(run, recipe, tmp_path / "inputs", recipe.backends[0], opts, {}, None)
+    ok = load_recipe(_recipe(tmp_path / "ok", ["{python}", "--w", "{port.worker}"],
+                             [{"name": "worker", "command": ["x", "{port}", "{port.worker}"]}]))
+    spec = _launch_spec(run, ok, tmp_path / "inputs", ok.backends[0], opts, {"worker": 4321}, None)
+    assert spec.argv == [sys.executable, "--w", "4321"]
+    # An aux process's own {port.<name>} is its {port} (the published cuda-graph recipe's worker uses it).
+    worker = _launch_spec(run, ok, tmp_path / "inputs", ok.backends[0], opts, {}, None, aux=ok.backends[0].aux[0])
+    assert worker.argv == ["x", str(worker.port), str(worker.port)]
