@@ -2,7 +2,7 @@
 
 Real `invoke` subprocesses in a scratch directory (a copy of tasks.py and the bad inputs):
 a directory where a file is expected, a FIFO (which would block a reader forever), a
-non-UTF-8 file, a missing path, an unreadable file (when not running as root), bad numbers
+non-UTF-8 file, a missing path, an unreadable file (/proc/self/mem when running as root), bad numbers
 and names. Then a closed pipe: the task stops quietly, as `| head -1` expects.
 """
 
@@ -33,10 +33,12 @@ def bad_inputs(tmp: Path) -> dict[str, str]:
     (tmp / "not-utf8").write_bytes(b"\xff\xfe\x00format_version: [\x80\x81")
     paths = {"directory": tmp / "a-directory", "fifo": tmp / "a-fifo", "binary": tmp / "not-utf8",
              "missing": tmp / "no-such-file"}
-    if os.geteuid() != 0:  # root reads everything
+    if os.geteuid() != 0:
         (tmp / "unreadable").write_text("format_version: 1\n")
         (tmp / "unreadable").chmod(0)
         paths["unreadable"] = tmp / "unreadable"
+    else:  # root reads a chmod-0 file; /proc/self/mem is a regular file whose first read fails for root too
+        paths["unreadable"] = Path("/proc/self/mem")
     return {k: str(v) for k, v in paths.items()}
 
 
