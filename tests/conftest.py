@@ -15,6 +15,26 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# `make test` runs the suite on two pytest-xdist workers with `--dist loadfile`: each module runs on one
+# worker, so its module-scoped fixtures (a backend subprocess, a demo study) start once. The modules
+# that drive the one shared dockerd form one unit, so they never overlap. (A scheduler rather than
+# xdist_group marks: --dist loadgroup ignores the marks on pytest 9.2, pytest-xdist issue #1386.)
+SHARED_UNITS = {"test_docker_runtime.py": "dockerd", "test_gpu_images.py": "dockerd"}
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED_UNITS.get(Path(module).name, module)
+
+    return ModuleScheduling(config, log)
+
 
 @pytest.fixture(scope="session")
 def fixture_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
