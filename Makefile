@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(BIN)/invoke demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra -n 3 --dist loadfile
 
 clean-runs:
 	rm -rf runs/

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -15,18 +17,65 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# `make test` runs the suite on pytest-xdist workers with `--dist loadfile`: each module runs on one
+# worker, so its module-scoped fixtures (a backend subprocess, a demo study) start once. The modules
+# that drive the one shared dockerd form one unit, so they never overlap. (A scheduler rather than
+# xdist_group marks: --dist loadgroup ignores the marks on pytest 9.2, pytest-xdist issue #1386.)
+SHARED_UNITS = {"test_docker_runtime.py": "dockerd", "test_gpu_images.py": "dockerd"}
+# Handed out first, so that the long ones do not start last: Slurm's time limit alone takes 60-90 s.
+LONG_FIRST = ("test_cluster.py", "test_backend_seeding.py", "test_backend_server.py", "test_docker_runtime.py",
+              "test_gpu_images.py", "test_demo.py", "test_prepare_adapters.py", "test_cli_bad_input.py")
 
-@pytest.fixture(scope="session")
-def fixture_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """DIR with checkpoint/ (the fixture package) and requests/{demo-noul,h200-74-lengths}.jsonl."""
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED_UNITS.get(Path(module).name, module)
+
+    config.option.loadscopereorder = False  # units in collection order: LONG_FIRST first
+    return ModuleScheduling(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # only the distributed run; a plain run keeps the file order
+        rank = {name: i for i, name in enumerate(LONG_FIRST)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+def _write_fixture(root: Path) -> None:
     from openjev_repro.backend.fixture import build_fixture
     from openjev_repro.study.synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
 
-    root = tmp_path_factory.mktemp("fixture")
     build_fixture(root / "checkpoint")
     write_demo_requests(root / "checkpoint" / "base", root / "requests" / "demo-noul.jsonl")
     write_lengths_requests(root / "checkpoint" / "base", H200_NOUL_INPUT_TOKENS,
                            root / "requests" / "h200-74-lengths.jsonl")
+
+
+@pytest.fixture(scope="session")
+def fixture_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """DIR with checkpoint/ (the fixture package) and requests/{demo-noul,h200-74-lengths}.jsonl.
+
+    Built once per run: under xdist the first worker builds it in the run's shared temporary
+    directory while the others wait on a lock; tests only read it (those that damage it copy it first)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        root = tmp_path_factory.mktemp("fixture")
+        _write_fixture(root)
+        return root
+    shared = tmp_path_factory.getbasetemp().parent  # pytest-N/, the parent of every worker's popen-gwK/
+    root = shared / "fixture"
+    with open(shared / "fixture.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (shared / "fixture.done").exists():
+            shutil.rmtree(root, ignore_errors=True)  # a worker that died half-way
+            _write_fixture(root)
+            (shared / "fixture.done").touch()
     return root
 
 

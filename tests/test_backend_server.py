@@ -7,6 +7,7 @@ import shutil
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -204,10 +205,14 @@ def test_raw_and_fast_agree(raw, fast, fixture_root: Path) -> None:
     health = httpx.get(f"{fast.url}/health").json()
     assert health["lora"] == "merged" and health["mode"] == "fast"
     cases = tasks(fixture_root / "requests" / "demo-noul.jsonl") + tasks(fixture_root / "requests" / "h200-74-lengths.jsonl")
-    probs = {}
-    for task in cases:
-        body = {"model": "open-jev", "state": task["state"], "questions": {"q": task["question"]}}
-        probs[task["id"]] = [post(s, body).json()["answers"]["q"]["noul"] for s in (raw, fast)]
+
+    def answers(server) -> list[float]:
+        return [post(server, {"model": "open-jev", "state": task["state"], "questions": {"q": task["question"]}}
+                     ).json()["answers"]["q"]["noul"] for task in cases]
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two server processes: ask both at once
+        by_server = list(pool.map(answers, (raw, fast)))
+    probs = {task["id"]: pair for task, pair in zip(cases, zip(*by_server, strict=True), strict=True)}
     decisions = {i: [p >= 0.5 for p in pair] for i, pair in probs.items()}
     assert all(a == b for a, b in decisions.values())
     assert max(abs(a - b) for a, b in probs.values()) <= 1e-3
