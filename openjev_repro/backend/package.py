@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError
+from ..hashing import hash_file
 
 __all__ = ["MODEL_JSON_FORMAT", "Package", "load_head", "package_sha256", "read_package"]
 
@@ -130,6 +131,6 @@ def package_sha256(root: Path) -> str:
     """
     lines = []
     for name in sorted(PACKAGE_FILES):
-        digest = hashlib.sha256((Path(root) / name).read_bytes()).hexdigest()
+        digest = hash_file(Path(root) / name)
         lines.append(f"{digest}  {name}\n")
     return hashlib.sha256("".join(lines).encode()).hexdigest()
