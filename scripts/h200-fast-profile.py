@@ -42,48 +42,21 @@ def _stats(ms: list[float]) -> dict[str, float]:
             "max_ms": round(s[-1], 3)}
 
 
-def _events_ms(torch, fn, reps: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def hardware(torch) -> dict:
-    out: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
-    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
-    b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
-    for _ in range(3):
-        a @ b
-    ms = _events_ms(torch, functools.partial(torch.matmul, a, b), 20)
-    out["matmul_8192_tflops"] = round(2 * 8192**3 / (ms / 1e3) / 1e12, 1)
+    """The backend's own ceilings (backend/hardware.py) plus the model's GEMM shapes at five lengths."""
+    from openjev_repro.backend.hardware import measure_hardware, median_event_ms
+
+    out: dict = {**measure_hardware(torch.device("cuda")), "torch": torch.__version__}
     gemms = {}
+    f = torch.nn.functional.linear
     for m in (96, 300, 936, 2312, 3399):
         for k, n in ((5120, 17408 * 2), (17408, 5120), (5120, 10240 + 2 * 2048)):
             x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
             w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
-            f = torch.nn.functional.linear
-            for _ in range(3):
-                f(x, w)
-            ms = _events_ms(torch, functools.partial(f, x, w), 20)
+            ms = median_event_ms(torch, functools.partial(f, x, w), 3, 20)
             gemms[f"{m}x{k}x{n}"] = {"ms": round(ms, 4), "tflops": round(2 * m * k * n / (ms / 1e3) / 1e12, 1),
                                      "weight_tbps": round(n * k * 2 / (ms / 1e3) / 1e12, 2)}
     out["linear_gemms"] = gemms
-    del a, b
-    src = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    for _ in range(2):
-        dst.copy_(src)
-    ms = _events_ms(torch, functools.partial(dst.copy_, src), 10)
-    out["copy_bytes"] = src.numel()
-    out["copy_tbps_read_plus_write"] = round(2 * src.numel() / (ms / 1e3) / 1e12, 3)
-    del src, dst
-    torch.cuda.empty_cache()
     return out
 
 

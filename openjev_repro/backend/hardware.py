@@ -18,13 +18,16 @@ import functools
 import statistics
 from typing import Any
 
-__all__ = ["COPY_BYTES", "MATMUL_N", "measure_hardware"]
+from ..errors import BackendError
+
+__all__ = ["COPY_BYTES", "MATMUL_N", "measure_hardware", "median_event_ms"]
 
 MATMUL_N = 8192
 COPY_BYTES = 2 << 30
 
 
-def _median_ms(torch: Any, fn: Any, warmups: int, reps: int) -> float:
+def median_event_ms(torch: Any, fn: Any, warmups: int, reps: int) -> float:
+    """Median CUDA-event time of `fn()` in ms over `reps` runs, after `warmups` untimed ones."""
     for _ in range(warmups):
         fn()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -42,14 +45,17 @@ def measure_hardware(device: Any) -> dict[str, Any]:
     """Matmul rate and copy bandwidth of a CUDA device (frees what it allocated before returning)."""
     import torch
 
+    if torch.device(device).type != "cuda":
+        raise BackendError(f"--measure-hardware measures a CUDA device; the model is on {device}. "
+                           "Drop the flag or use --device cuda.")
     with torch.cuda.device(device):
         a = torch.randn(MATMUL_N, MATMUL_N, dtype=torch.bfloat16, device=device)
         b = torch.randn(MATMUL_N, MATMUL_N, dtype=torch.bfloat16, device=device)
-        matmul_ms = _median_ms(torch, functools.partial(torch.matmul, a, b), 3, 20)
+        matmul_ms = median_event_ms(torch, functools.partial(torch.matmul, a, b), 3, 20)
         del a, b
         src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
         dst = torch.empty_like(src)
-        copy_ms = _median_ms(torch, functools.partial(dst.copy_, src), 2, 10)
+        copy_ms = median_event_ms(torch, functools.partial(dst.copy_, src), 2, 10)
         del src, dst
         torch.cuda.empty_cache()
         name = torch.cuda.get_device_name(device)

@@ -465,8 +465,9 @@ def _load_run(run: RunDir) -> tuple[dict, Recipe, RowTable]:
     return state, recipe, rows
 
 
-def run_facts_of(run: RunDir) -> list[str]:
-    """Report lines from backends.json (weights fingerprints, threads) and host.json's gpu_override.
+def run_facts_of(run: RunDir, backends: dict) -> list[str]:
+    """Report lines from backends.json's content `backends` (weights fingerprints, threads; {} when the run
+    has none) and host.json's gpu_override.
 
     Runs from before these files had them give no lines, so their signed reports render unchanged.
     """
@@ -478,7 +479,6 @@ def run_facts_of(run: RunDir) -> list[str]:
         lines.append(f"- GPU override ({override.get('source')}): ran on index {run_gpu.get('index')} "
                      f"`{run_gpu.get('uuid')}`; the recipe pins index {recipe_gpu.get('index')} "
                      f"`{recipe_gpu.get('uuid')}` (recipe unchanged).")
-    backends = run.read("backends.json") if run.file("backends.json").is_file() else {}
     for name, info in sorted((backends.get("backends") or {}).items()):
         fingerprint = info.get("weights_fingerprint")
         if not isinstance(fingerprint, str):
@@ -520,7 +520,7 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     imported = run.read("import.json") if run.file("import.json").is_file() else None
     backends = run.read("backends.json") if run.file("backends.json").is_file() else {}
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
-                         imported=imported, run_facts=run_facts_of(run),
+                         imported=imported, run_facts=run_facts_of(run, backends),
                          floor=floor_lines(backends.get("backends") or {}, rows))
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
