@@ -23,26 +23,26 @@ LAYERS: list[tuple[str, list[str]]] = [
                      "openjev_repro.decision", "openjev_repro.schema"]),
     ("images", ["openjev_repro.images"]),
     ("prompts", ["openjev_repro.backend.prompts"]),
-    ("recipe", ["openjev_repro.study.recipe", "openjev_repro.study.placeholders"]),
+    ("recipe", ["openjev_repro.evidence.recipe", "openjev_repro.study.placeholders"]),
     ("preparation", ["openjev_repro.study.preparation", "openjev_repro.study.traces"]),
     ("resolved", ["openjev_repro.study.resolved"]),
     ("plan", ["openjev_repro.study.plan"]),
     ("inputs", ["openjev_repro.study.inputs"]),
-    ("workload", ["openjev_repro.study.workload", "openjev_repro.study.synthetic"]),
+    ("workload", ["openjev_repro.study.workload", "openjev_repro.backend.synthetic"]),
     ("host", ["openjev_repro.host"]),
     ("runtime", ["openjev_repro.runtime"]),
-    ("client", ["openjev_repro.study.timed_client", "openjev_repro.study.rows"]),
+    ("client", ["openjev_repro.study.timed_client", "openjev_repro.evidence.rows"]),
     ("passes", ["openjev_repro.study.passes"]),
-    ("rundir", ["openjev_repro.study.rundir"]),
+    ("rundir", ["openjev_repro.evidence.rundir"]),
     ("row_table", ["openjev_repro.results", "openjev_repro.results.row_table"]),
-    ("statistics", ["openjev_repro.results.summary", "openjev_repro.results.statistics"]),
+    ("statistics", ["openjev_repro.evidence.summary", "openjev_repro.results.statistics"]),
     ("report", ["openjev_repro.results.floor", "openjev_repro.results.imported", "openjev_repro.results.report"]),
     ("manifest", ["openjev_repro.manifest"]),
     ("audit", ["openjev_repro.audit"]),
     ("cluster", ["openjev_repro.cluster"]),
     ("bench", ["openjev_repro.bench"]),
-    ("preflight", ["openjev_repro.study.preflight"]),
-    ("runner", ["openjev_repro.study", "openjev_repro.study.runner"]),
+    ("preflight", ["openjev_repro.orchestrator.preflight"]),
+    ("runner", ["openjev_repro.study", "openjev_repro.orchestrator.runner"]),
     ("backend", ["openjev_repro.backend"]),
     ("upstream", ["openjev_repro.upstream"]),
     ("cli", ["openjev_repro.cli"]),
@@ -118,7 +118,7 @@ def test_the_resolver_sees_every_kind_of_import(tmp_path):
     source.write_text("from ..results.statistics import summarize\nimport openjev_repro.cli\n"
                       "from . import rows\n\ndef later():\n    from ..audit import verify\n")
     found = imports_of("openjev_repro.study.probe", source)
-    assert found == {"openjev_repro.results.statistics", "openjev_repro.cli", "openjev_repro.study.rows",
+    assert found == {"openjev_repro.results.statistics", "openjev_repro.cli", "openjev_repro.evidence.rows",
                      "openjev_repro.audit.verify"}
 
 

@@ -35,6 +35,10 @@ import numpy as np
 
 from ..decision import YES_THRESHOLD
 from ..errors import EvidenceError, RecipeError, RunIncomplete
+from ..evidence.recipe import parse_recipe, read_yaml
+from ..evidence.rows import Row
+from ..evidence.rundir import RunDir
+from ..evidence.summary import LatencyKey
 from ..results.row_table import RowTable, as_table, read_table
 from ..results.statistics import (
     BOOTSTRAP_METHOD,
@@ -43,10 +47,6 @@ from ..results.statistics import (
     pair_by_id_and_seq,
     ranges_disjoint,
 )
-from ..results.summary import LatencyKey
-from ..study.recipe import parse_recipe, read_yaml
-from ..study.rows import Row
-from ..study.rundir import RunDir
 from .bundle import opened
 
 __all__ = [

@@ -31,14 +31,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import ReproError
+from ..evidence.recipe import load_recipe
+from ..evidence.rundir import ENVELOPE_NAME, RunDir, check_response_entry, write_json_atomic
 from ..hashing import hash_file
 from ..manifest.keys import generate_keypair
 from ..manifest.statement import write_manifest
 from ..results.report import write_report
 from ..results.row_table import read_table
 from ..results.statistics import summarize
-from ..study.recipe import load_recipe
-from ..study.rundir import ENVELOPE_NAME, RunDir, check_response_entry, write_json_atomic
 from .machine import result_header
 
 __all__ = [

@@ -16,6 +16,9 @@ from ..audit.bundle import opened
 from ..audit.compare import COMPARABLE_STATUSES, compare_runs, run_status
 from ..audit.verify import verify_path
 from ..errors import EvidenceError, RunIncomplete, VerificationError
+from ..evidence.recipe import parse_recipe
+from ..evidence.rows import read_rows
+from ..evidence.rundir import ENVELOPE_NAME, RunDir
 from ..hashing import hash_file
 from ..manifest.dsse import (
     envelope_bytes,
@@ -25,9 +28,6 @@ from ..manifest.dsse import (
     verify_envelope,
 )
 from ..manifest.keys import load_private_key, load_public_key
-from ..study.recipe import parse_recipe
-from ..study.rows import read_rows
-from ..study.rundir import ENVELOPE_NAME, RunDir
 from .crosshost import HostRun, backend_report, host_means, load_cross_host_tolerances
 from .submission import Submission
 

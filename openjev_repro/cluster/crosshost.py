@@ -23,10 +23,10 @@ import numpy as np
 
 from ..audit.compare import TOLERANCE_KEYS, check_tolerances
 from ..errors import RecipeError
+from ..evidence.recipe import read_yaml
+from ..evidence.rows import Row
 from ..results.row_table import as_table
 from ..results.statistics import latency_stats
-from ..study.recipe import read_yaml
-from ..study.rows import Row
 
 __all__ = ["CROSS_HOST_KEYS", "HostRun", "backend_report", "host_means", "load_cross_host_tolerances", "spread"]
 

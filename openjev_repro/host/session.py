@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Self
 
 from ..errors import RunIncomplete
-from ..study.recipe import Controls, parse_duration
+from ..evidence.recipe import Controls, parse_duration
 from .allocation import slurm_record
 from .device import check_cleanup, check_device
 from .driver import GpuDriver, detect_driver

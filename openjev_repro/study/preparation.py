@@ -25,9 +25,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import CheckpointError, InputMismatch, RecipeError
+from ..evidence.recipe import UNPINNED, InputFile, Recipe, RequestSelection, inputs_root, lock_path
 from ..hashing import hash_file
 from .placeholders import fill
-from .recipe import UNPINNED, InputFile, Recipe, RequestSelection, inputs_root, lock_path
 
 __all__ = [
     "LOCK_FORMAT_VERSION",

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import RecipeError
-from .recipe import Recipe
+from ..evidence.recipe import Recipe
 
 __all__ = ["TRACES_FORMAT_VERSION", "TraceItem", "TraceLauncher", "nsys_prefix", "plan_traces", "run_traces"]
 

@@ -6,7 +6,7 @@ Layout of a run directory (every file except the envelope is a manifest subject)
     plan.json              the resolved plan: backends, commands, passes, pins
     inputs.json            every declared input with its verified sha256
     state.json             status running|complete|incomplete, steps attempted and finished
-    rows.jsonl             one Row per request (openjev_repro.study.rows), flushed after each
+    rows.jsonl             one Row per request (openjev_repro.evidence.rows), flushed after each
     responses/<backend>.jsonl  response bodies: {"backend","workload","phase","pass_index","seq","id","body"}
     logs/<backend>.log     the backend's stdout and stderr
     processes.json         exit record of every process or container we started
