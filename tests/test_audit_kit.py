@@ -13,9 +13,10 @@ from pathlib import Path
 
 import yaml
 
+from openjev_repro.evidence.files import write_json_atomic
 from openjev_repro.evidence.recipe import parse_recipe
 from openjev_repro.evidence.rows import Row, RowWriter, read_rows
-from openjev_repro.evidence.rundir import RunDir, write_json_atomic
+from openjev_repro.evidence.rundir import RunDir
 from openjev_repro.manifest import generate_keypair, write_manifest
 from openjev_repro.results.statistics import summarize
 

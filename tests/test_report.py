@@ -15,8 +15,9 @@ import pytest
 from test_results import RECIPE, recipe, study_rows
 
 from openjev_repro.errors import EvidenceError
+from openjev_repro.evidence.files import write_json_atomic
 from openjev_repro.evidence.rows import RowWriter
-from openjev_repro.evidence.rundir import ENVELOPE_NAME, RunDir, write_json_atomic
+from openjev_repro.evidence.rundir import ENVELOPE_NAME, RunDir
 from openjev_repro.results.report import PLOT_NAMES, RunInfo, plot_figures, render_report, write_plots, write_report
 from openjev_repro.results.statistics import median, p95_jevbench, summarize
 

@@ -26,6 +26,7 @@ import numpy as np
 import yaml
 
 from ..errors import EvidenceError, ReproError, UnsupportedFormat
+from ..evidence.files import read_json
 from ..evidence.recipe import Recipe, parse_recipe
 from ..evidence.rows import Row
 from ..evidence.rundir import (
@@ -34,7 +35,6 @@ from ..evidence.rundir import (
     RESPONSE_VERSIONS,
     RunDir,
     check_response_entry,
-    read_json,
     scan_tree,
 )
 from ..evidence.summary import Summary

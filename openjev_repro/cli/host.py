@@ -117,7 +117,7 @@ def gpus(ctx, json_=False):
 @user_errors
 def reserve(ctx, gpu_ids, wait="0s", timeout="45m", grace="10s", note="", record=None):
     """Reserve GPUs exclusively, run the command after `--` in its own process group, release."""
-    from ..evidence.rundir import write_json_atomic
+    from ..evidence.files import write_json_atomic
     from ..host import reserve_gpus, run_with_timeout
 
     cmd = command_after_dashes(ctx.remainder, sys.argv)

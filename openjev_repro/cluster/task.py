@@ -22,8 +22,9 @@ from types import FrameType
 from typing import Any
 
 from ..errors import ReproError
+from ..evidence.files import write_json_atomic
 from ..evidence.recipe import load_recipe
-from ..evidence.rundir import RunDir, write_json_atomic
+from ..evidence.rundir import RunDir
 from ..hashing import hash_file
 from ..host.allocation import allocated_gpu, slurm_record
 from ..manifest.keys import load_private_key

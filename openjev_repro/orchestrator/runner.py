@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
+from ..evidence.files import write_json_atomic
 from ..evidence.recipe import AuxProcess, Backend, Recipe, Workload
 from ..evidence.rows import Phase, RowWriter, read_rows
 from ..evidence.rundir import (
@@ -30,7 +31,6 @@ from ..evidence.rundir import (
     PROCESSES_FORMAT_VERSION,
     RunDir,
     fsync_tree,
-    write_json_atomic,
 )
 from ..host.driver import GpuDriver
 from ..host.override import GpuOverride

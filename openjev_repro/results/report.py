@@ -20,9 +20,10 @@ import numpy as np
 
 from ..decision import YES_THRESHOLD
 from ..errors import EvidenceError, UnsupportedFormat
+from ..evidence.files import write_bytes_atomic
 from ..evidence.recipe import Recipe, load_recipe
 from ..evidence.rows import Row
-from ..evidence.rundir import ENVELOPE_NAME, RunDir, guard_output, write_bytes_atomic
+from ..evidence.rundir import ENVELOPE_NAME, RunDir, guard_output
 from ..evidence.summary import GateResult, LatencyKey, PassStats, Summary, WorkloadSummary
 from .floor import floor_lines
 from .row_table import RowTable, as_table, read_table
