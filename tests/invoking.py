@@ -23,9 +23,13 @@ REPO = Path(__file__).resolve().parents[1]
 INVOKE = [sys.executable, "-m", "invoke"]
 
 
-def invoke(*args: str, cwd: Path = REPO, timeout: float = 120, env: Mapping[str, str] | None = None,
+def invoke(*args: str, cwd: Path = REPO, timeout: float = 120, env: Mapping[str, str | None] | None = None,
            ) -> subprocess.CompletedProcess[str]:
-    """`invoke ARGS...` as a subprocess; returns the finished process (returncode, stdout, stderr)."""
-    full_env = {**os.environ, "COLUMNS": "100", "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
+    """`invoke ARGS...` as a subprocess; returns the finished process (returncode, stdout, stderr).
+
+    `env` adds variables to this process's environment; a value of None removes that variable.
+    """
+    merged = {**os.environ, "COLUMNS": "100", "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
+    full_env = {k: v for k, v in merged.items() if v is not None}
     return subprocess.run([*INVOKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env=full_env, stdin=subprocess.DEVNULL, check=False)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_audit_kit import build_run, recipe_dict
+from audit_kit import build_run, recipe_dict
 
 from openjev_repro.audit.compare import compare_rows, compare_runs, load_tolerances
 from openjev_repro.errors import EvidenceError, RecipeError

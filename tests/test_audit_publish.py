@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from test_audit_kit import signed_run
+from audit_kit import signed_run
 
 from openjev_repro.audit.publish import publish
 from openjev_repro.audit.verify import verify_path

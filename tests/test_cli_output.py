@@ -15,6 +15,7 @@ import termios
 from pathlib import Path
 
 import pytest
+from invoking import invoke
 from rich.cells import cell_len
 from studykit import scripted_backend, write_study
 
@@ -48,8 +49,7 @@ def on_terminal(args: list[str], columns: int = COLUMNS) -> tuple[int, list[str]
 
 
 def piped(args: list[str]) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}
-    return subprocess.run(INVOKE + args, cwd=REPO, capture_output=True, text=True, timeout=120, env=env, check=False)
+    return invoke(*args, cwd=REPO, env={"COLUMNS": None, "FORCE_COLOR": None, "TTY_COMPATIBLE": None})
 
 
 @pytest.fixture(scope="module")

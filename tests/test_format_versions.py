@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_audit_kit import build_run, keypair
+from audit_kit import build_run, keypair
 
 from openjev_repro.audit.importer import IMPORT_FORMAT_VERSION
 from openjev_repro.audit.verify import verify_path
