@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import ReproError
 from ..evidence.files import write_json_atomic
 from ..evidence.recipe import load_recipe
-from ..evidence.rundir import RunDir
+from ..evidence.rundir import RunDir, Status
 from ..hashing import hash_file
 from ..host.allocation import allocated_gpu, slurm_record
 from ..manifest.keys import load_private_key
@@ -96,10 +96,10 @@ def _mark_incomplete(run_path: Path, slurm_end: dict[str, Any] | None, why: str)
         return
     run = RunDir(run_path)
     state = run.state()
-    if state.get("status") == "complete":
+    if state.get("status") == Status.COMPLETE:
         return
-    error = state.get("error") if state.get("status") != "running" else None
-    changes: dict[str, Any] = {"status": "incomplete",
+    error = state.get("error") if state.get("status") != Status.RUNNING else None
+    changes: dict[str, Any] = {"status": Status.INCOMPLETE,
                                "error": with_slurm_cause(error, why) if slurm_end is not None else (error or why)}
     if slurm_end is not None:
         changes["slurm_end"] = slurm_end
@@ -138,7 +138,7 @@ def _after_termination(attempt: _Attempt, run: Path | None, terminated: dict[str
 def _after_exit(attempt: _Attempt, run: Path | None, code: int) -> int:
     """The study exited: complete only with status 0 and a run whose state says complete."""
     status = RunDir(run).state().get("status") if run is not None else None
-    if code == 0 and status == "complete":
+    if code == 0 and status == Status.COMPLETE:
         attempt.write(outcome="complete", run=run.name if run else None, ended_utc=utc_now(), exit_code=0)
         return 0
     if run is not None:

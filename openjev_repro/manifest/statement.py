@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import EvidenceError, RunIncomplete, VerificationError
 from ..evidence.files import check_format, read_json, write_bytes_atomic
 from ..evidence.recipe import safe_yaml
-from ..evidence.rundir import ENVELOPE_NAME, READABLE_VERSIONS, RunDir
+from ..evidence.rundir import ENVELOPE_NAME, READABLE_VERSIONS, RunDir, Status
 from ..evidence.summary import read_summary
 from ..hashing import hash_file
 from ..limits import MAX_JSON_DEPTH, loads_bounded
@@ -161,7 +161,7 @@ def write_manifest(run_dir: Path, *, key_path: Path | None) -> Path:
     run = RunDir.open(run_dir)
     state = run.effective_state()  # a "running" run whose study died reads incomplete (stale)
     status = state.get("status")
-    if status != "complete":
+    if status != Status.COMPLETE:
         stale = f" ({state['error']})" if state.get("stale") else ""
         raise RunIncomplete(
             f"{run.path} has status {status!r}{stale}; only a complete study gets a manifest. "

@@ -23,7 +23,7 @@ from ..errors import EvidenceError, UnsupportedFormat
 from ..evidence.files import write_bytes_atomic
 from ..evidence.recipe import Recipe, load_recipe
 from ..evidence.rows import Row
-from ..evidence.rundir import ENVELOPE_NAME, RunDir, guard_output
+from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status, guard_output
 from ..evidence.summary import GateResult, LatencyKey, PassStats, Summary, WorkloadSummary
 from .floor import floor_lines
 from .row_table import RowTable, as_table, read_table
@@ -218,7 +218,7 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     shown in their own section when present. `floor` is the hardware-floor section (`floor.floor_lines`),
     present when a backend measured the GPU.
     """
-    done = ("complete", "imported") if imported is not None else ("complete",)
+    done = (Status.COMPLETE, Status.IMPORTED) if imported is not None else (Status.COMPLETE,)
     banner = [incomplete_banner(state), ""] if state is not None and state.get("status") not in done else []
     out = [f"# Study {summary['study_id']}", "", *banner]
     if imported is not None:
@@ -497,7 +497,7 @@ def write_plots(rows: RowTable | Iterable[Row], out_dir: Path, study_id: str = "
 def _load_run(run: RunDir) -> tuple[dict, Recipe, RowTable]:
     state = run.effective_state()  # a "running" run whose study died is reported incomplete
     recipe = load_recipe(run.file("recipe.yaml"))
-    if run.rows_path.exists() or state.get("status") == "complete":
+    if run.rows_path.exists() or state.get("status") == Status.COMPLETE:
         rows = read_table(run.rows_path)
     else:
         rows = RowTable.from_rows([])  # a run that stopped before its first request
