@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "openjev_repro"
 
 TARGET_PER_10K = 25.0  # C or worse per 10,000 physical lines (docs/design.md)
 TARGET_D_OR_WORSE = 0
-CEILING_PER_10K = 46.0  # the tree holds 45.4 (84 in 18,522 lines); lower it as functions are split
+CEILING_PER_10K = 46.0  # the tree holds 44.8 (83 in 18,536 lines); lower it as functions are split
 CEILING_D_OR_WORSE = 6  # audit/importer.py 4, audit/claims.py 1, backend/cli.py 1
 
 _GRADED = re.compile(r"^\s+[FMC] \d+:\d+ (?P<name>\S+) - (?P<grade>[A-F]) \((?P<score>\d+)\)$")
