@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,6 @@ from openjev_repro.evidence.rundir import ENVELOPE_NAME
 from openjev_repro.manifest import write_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
-INVOKE = [sys.executable, "-m", "invoke"]
 
 
 def failed(checks) -> list[str]:

@@ -31,7 +31,6 @@ from openjev_repro.study.passes import parse_noul_response
 from openjev_repro.study.timed_client import TimedClient, build_request
 
 ROOT = Path(__file__).resolve().parents[1]
-INVOKE = [sys.executable, "-m", "invoke"]
 
 
 def _recv(sock: socket.socket, n: int) -> bytes:

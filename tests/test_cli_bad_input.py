@@ -12,15 +12,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from invoking import invoke
+from invoking import INVOKE, invoke
 
 REPO = Path(__file__).resolve().parents[1]
-INVOKE = [sys.executable, "-m", "invoke"]
 DEMO_RECIPE = str(REPO / "recipes" / "demo.yaml")
 BROKEN_PIPE_EXIT = 141
 
@@ -92,7 +90,7 @@ def cases(bad: dict[str, str]) -> list[tuple[str, list[str]]]:
 
 
 def run_invoke(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return invoke(*args, cwd=cwd, timeout=60, env={"DOCKER_HOST": f"unix://{cwd}/no.sock"})
+    return invoke(*args, cwd=cwd, timeout=60, env={"COLUMNS": "100", "DOCKER_HOST": f"unix://{cwd}/no.sock"})
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ import pytest
 from invoking import invoke
 
 REPO = Path(__file__).resolve().parents[1]
-INVOKE = [sys.executable, "-m", "invoke"]
 
 
 def scratch_copy(tmp: Path) -> Path:
@@ -26,7 +25,7 @@ def scratch_copy(tmp: Path) -> Path:
 
 
 def run_invoke(args: list[str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
-    return invoke(*args, cwd=cwd, timeout=timeout)
+    return invoke(*args, cwd=cwd, timeout=timeout, env={"COLUMNS": "100"})
 
 
 def tree(root: Path) -> set[str]:

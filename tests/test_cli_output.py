@@ -10,17 +10,15 @@ import pty
 import re
 import struct
 import subprocess
-import sys
 import termios
 from pathlib import Path
 
 import pytest
-from invoking import invoke
+from invoking import INVOKE, invoke
 from rich.cells import cell_len
 from studykit import scripted_backend, write_study
 
 REPO = Path(__file__).resolve().parents[1]
-INVOKE = [sys.executable, "-m", "invoke"]
 COLUMNS = 100
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from advkit import INVOKE, invoke, one_error_line
+from advkit import invoke, one_error_line
+from invoking import INVOKE
 from studykit import SCRIPTED, SLOW_STARTED, wait_for_line, write_study
 
 from openjev_repro.evidence.rundir import RunDir
