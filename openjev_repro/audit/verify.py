@@ -256,6 +256,7 @@ def _imported_source(ev: Evidence, record: dict, _: bool) -> list[Check]:
         return [Check("source files", None, f"the source {root} is not present here; its files were checked "
                       f"against their manifest.json at import ({len(verified)} files)")]
     bad = []
+    digests = record.get("digests_file") or "manifest.json"
     for name in verified:
         entry = entries.get(name)
         want = entry.get("sha256") if isinstance(entry, dict) else entry
@@ -263,9 +264,21 @@ def _imported_source(ev: Evidence, record: dict, _: bool) -> list[Check]:
         if not _safe_name(name) or not path.is_file():
             bad.append(f"{name} was verified at import but is absent now")
         elif hash_file(path) != want:
-            bad.append(f"{name} differs from the sha256 their manifest.json lists")
-    return [Check("source files", not bad, "; ".join(bad[:6]) if bad else
-                  f"{len(verified)} source files at {root} still match their manifest.json digests")]
+            bad.append(f"{name} differs from the sha256 their {digests} lists")
+    imported = record.get("imported_files") if isinstance(record.get("imported_files"), dict) else {}
+    for name, want in sorted(imported.items()):
+        path = root / name
+        if not _safe_name(name) or not path.is_file():
+            bad.append(f"{name} was imported but is absent now")
+        elif hash_file(path) != want:
+            bad.append(f"{name} differs from the sha256 recorded at import")
+    if bad:
+        return [Check("source files", False, "; ".join(bad[:6]))]
+    detail = f"{len(verified)} source files at {root} still match their {digests} digests"
+    if record.get("provenance", "verified") != "verified":
+        detail = (f"{record.get('provenance')}; the {len(imported)} files imported from {root} still match "
+                  "the sha256 recorded at import")
+    return [Check("source files", True, detail)]
 
 
 def _imported_statistics(ev: Evidence, record: dict, _: bool) -> list[Check]:

@@ -180,7 +180,7 @@ def _gate_lines(gates: list[GateResult]) -> list[str]:
 def _imported_lines(imported: dict) -> list[str]:
     from .imported import cleanup_line, figure_lines
 
-    out = ["## Published figures (imported evidence)", "",
+    out = [*_published_study_lines(imported), "## Published figures (imported evidence)", "",
            ("Each figure their summary.json publishes, recomputed from the imported rows: EXACT bit for bit, "
            "WITHIN half a unit of its last printed decimal (at most 15 significant digits), DIFF otherwise."), "",
            "```", *figure_lines(imported), "```", ""]
@@ -196,11 +196,41 @@ def _imported_lines(imported: dict) -> list[str]:
     return out
 
 
+def _published_study_lines(imported: dict) -> list[str]:
+    """What the published study says about itself: date, hardware, arms, hypothesis, every gate and its outcome."""
+    study = imported.get("study") if isinstance(imported.get("study"), dict) else {}
+    out = ["## Published study (imported, not measured by us)", "",
+           f"- Date (published): {study.get('date') or 'not published'}"]
+    out += [f"- Hardware (published): {h}" for h in study.get("hardware") or []] or ["- Hardware: not published"]
+    for arm, description in (study.get("arms") or {}).items():
+        out.append(f"- Arm {arm}: {description or 'no description published'}")
+    for key, label in (("hypothesis", "Hypothesis"), ("independent_variable", "Independent variable")):
+        if study.get(key):
+            out.append(f"- {label} (quoted): \"{study[key]}\"")
+    out += [f"- Provenance: {imported.get('provenance', 'verified')}", ""]
+    gates = imported.get("published_gates") or []
+    if gates:
+        out += ["| published gate or criterion | published outcome | criterion |", "| --- | --- | --- |"]
+        for g in gates:
+            outcome = {True: "passed", False: "**FAILED**", None: "not published"}.get(g.get("outcome"), "?")
+            criterion = str(g.get("criterion") or "").replace("|", "\\|")
+            out.append(f"| {g.get('name')} | {outcome} | {criterion} |")
+        out.append("")
+    else:
+        out += ["The published evidence declares no gate or acceptance criterion.", ""]
+    return out
+
+
 def imported_note(imported: dict) -> str:
     folder = imported.get("evidence_folder") or ""
     where = f"{imported.get('source')}/{folder}" if folder else str(imported.get("source"))
+    provenance = imported.get("provenance", "verified")
+    if provenance != "verified":
+        checked = f"{provenance}; the sha256 of every imported file is recorded"
+    else:
+        checked = f"{imported.get('files_verified', '?')} files verified against their {imported.get('digests_file') or 'manifest.json'}"
     return (f"Imported from {where} ({imported.get('format', 'unknown')} format), not measured by us: "
-            f"{imported.get('files_verified', '?')} files verified against their manifest.json; unsigned.")
+            f"{checked}; unsigned.")
 
 
 def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: dict | None = None,
@@ -269,6 +299,7 @@ class RunInfo:
     started: str | None  # "YYYY-MM-DD HH:MM:SS UTC"; None when not recorded
     hardware: str  # the GPU the run used (the run-time override, else the pinned one), or the CPU without a GPU
     when: str = "started"  # what `started` is: the start, or (older runs) the last state update
+    imported: bool = False  # evidence imported from another project: its date and hardware are the published ones
 
     @property
     def date(self) -> str:
@@ -303,6 +334,17 @@ def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
     except (ValueError, OverflowError, OSError):
         pass
     return RunInfo(run.path.name, None, hardware)
+
+
+def imported_run_info(run_id: str, imported: dict) -> RunInfo:
+    """An imported run's facts are the published study's: its own date and hardware, never the import's."""
+    study = imported.get("study") if isinstance(imported.get("study"), dict) else {}
+    lines = [str(h) for h in study.get("hardware") or []]
+    named = [h.split(": ", 1)[1] for h in lines if h.split(": ", 1)[0] in ("hardware_name", "gpu")]
+    uuid = [h.split(": ", 1)[1] for h in lines if h.startswith("gpu_uuid: ")]
+    hardware = ", ".join(named[:1] + uuid[:1]) or "hardware not published"
+    date = study.get("date")
+    return RunInfo(run_id, str(date) if date else None, hardware, when="published", imported=True)
 
 
 def _hardware(run: RunDir, recipe: Recipe) -> str:
@@ -345,7 +387,9 @@ def _measured(t: RowTable) -> dict[str, dict[str, dict[int, np.ndarray]]]:
 def _title(fig, study_id: str, run: RunInfo | None, workloads: Sequence[str], what: str) -> None:
     """Three short lines that keep a plot's context when it is shared on its own."""
     facts = [f"workload {', '.join(workloads) or 'none'}"]
-    if run:
+    if run and run.imported:
+        facts += [run.hardware, f"published {run.date}", "IMPORTED, not measured by us"]
+    elif run:
         facts += [run.hardware, f"run date {run.date}"]
     where = f"study {study_id} · run {run.run_id}" if run else f"study {study_id}"
     fig.suptitle(f"{what}\n{where}\n{' · '.join(facts)}", fontsize=10)
@@ -516,8 +560,8 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     if as_status is not None:  # the runner renders the report of a run it is about to call complete
         state = dict(state, status=as_status)
     summary = summarize(rows, recipe)
-    info = run_info(run, recipe)
     imported = run.read("import.json") if run.file("import.json").is_file() else None
+    info = imported_run_info(run.path.name, imported) if imported is not None else run_info(run, recipe)
     backends = run.read("backends.json") if run.file("backends.json").is_file() else {}
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
                          imported=imported, run_facts=run_facts_of(run, backends),

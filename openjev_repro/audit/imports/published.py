@@ -81,7 +81,7 @@ def _criteria(*docs: Any) -> dict[str, str]:
             if isinstance(acceptance, dict):
                 for key, value in acceptance.items():
                     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-                        out[str(key)] = str(value)[:_TEXT_LIMIT]
+                        out[str(key)] = f"{key}: {value}"[:_TEXT_LIMIT]
     return out
 
 
