@@ -56,7 +56,7 @@ def timings_csv(out: Path, seed: int = 1) -> Path:
                     cells.append(repr(s))
             lines.append(",".join([workload, f"syn-{workload}-{case:02d}", str(decisions), *cells]))
     results: dict = {arm: {} for arm in ARMS}
-    for (arm, workload, p), rows in seconds.items():
+    for (arm, workload, _), rows in seconds.items():
         ms = [s * 1000 for s, _ in rows]
         results[arm].setdefault(workload, []).append({
             "requests": len(ms), "mean_ms": sum(ms) / len(ms), "p50_ms": _median(ms), "p95_ms": _nearest_rank(ms, 95),

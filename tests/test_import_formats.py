@@ -14,9 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import published_layouts as layouts
 import pytest
 
-import published_layouts as layouts
 from openjev_repro.audit.importer import detect_format, import_evidence
 from openjev_repro.errors import EvidenceError, InputMismatch
 

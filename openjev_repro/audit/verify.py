@@ -265,7 +265,7 @@ def _imported_source(ev: Evidence, record: dict, _: bool) -> list[Check]:
             bad.append(f"{name} was verified at import but is absent now")
         elif hash_file(path) != want:
             bad.append(f"{name} differs from the sha256 their {digests} lists")
-    imported = record.get("imported_files") if isinstance(record.get("imported_files"), dict) else {}
+    imported: dict = record["imported_files"] if isinstance(record.get("imported_files"), dict) else {}
     for name, want in sorted(imported.items()):
         path = root / name
         if not _safe_name(name) or not path.is_file():

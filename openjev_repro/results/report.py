@@ -198,7 +198,7 @@ def _imported_lines(imported: dict) -> list[str]:
 
 def _published_study_lines(imported: dict) -> list[str]:
     """What the published study says about itself: date, hardware, arms, hypothesis, every gate and its outcome."""
-    study = imported.get("study") if isinstance(imported.get("study"), dict) else {}
+    study: dict = imported["study"] if isinstance(imported.get("study"), dict) else {}
     out = ["## Published study (imported, not measured by us)", "",
            f"- Date (published): {study.get('date') or 'not published'}"]
     out += [f"- Hardware (published): {h}" for h in study.get("hardware") or []] or ["- Hardware: not published"]
@@ -338,7 +338,7 @@ def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
 
 def imported_run_info(run_id: str, imported: dict) -> RunInfo:
     """An imported run's facts are the published study's: its own date and hardware, never the import's."""
-    study = imported.get("study") if isinstance(imported.get("study"), dict) else {}
+    study: dict = imported["study"] if isinstance(imported.get("study"), dict) else {}
     lines = [str(h) for h in study.get("hardware") or []]
     named = [h.split(": ", 1)[1] for h in lines if h.split(": ", 1)[0] in ("hardware_name", "gpu")]
     uuid = [h.split(": ", 1)[1] for h in lines if h.startswith("gpu_uuid: ")]
