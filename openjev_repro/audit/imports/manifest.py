@@ -19,8 +19,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ...errors import EvidenceError, InputMismatch
+from ...evidence.files import read_json
 from ...hashing import hash_file
-from ...study.rundir import read_json
 from .rows import FILE_RE
 
 __all__ = ["MANIFEST_NAME", "SourceManifest", "evidence_folder", "locate_source", "read_finite_json",

@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 from ...errors import EvidenceError, InputMismatch
-from ...study.rows import Row
+from ...evidence.rows import Row
 
 __all__ = ["FILE_RE", "ArmRead", "arm_files", "collector_paused", "read_arm_files"]
 

@@ -8,10 +8,7 @@ behind. Imported runs are never signed: we did not measure them.
 
 from __future__ import annotations
 
-import os
 import re
-import secrets
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date
@@ -21,11 +18,12 @@ from typing import Any
 import yaml
 
 from ...errors import EvidenceError
+from ...evidence.files import atomic_directory, write_json_atomic
+from ...evidence.recipe import parse_recipe
+from ...evidence.rows import Row
+from ...evidence.rundir import RunDir, enclosing_run
 from ...hashing import hash_file
 from ...results.statistics import summarize
-from ...study.recipe import parse_recipe
-from ...study.rows import Row
-from ...study.rundir import RunDir, enclosing_run, write_json_atomic
 
 __all__ = ["IMPORT_FORMAT_VERSION", "REPORT_FILES", "converted_files", "imported_recipe", "new_run",
            "write_record", "write_summary"]
@@ -56,29 +54,23 @@ def _check_out(out: Path, root: Path) -> None:
 
 @contextmanager
 def new_run(out: Path, root: Path) -> Iterator[Path]:
-    """A temporary directory beside `out`, renamed to `out` when the body finishes; removed on any failure."""
+    """A temporary directory beside `out` (evidence/files.atomic_directory), renamed to `out` when the body
+    finishes, every file fsynced; removed on any failure."""
     out = Path(out)
     _check_out(out, Path(root).resolve())
-    tmp = out.parent / f".{out.name}.importing-{os.getpid()}-{secrets.token_hex(3)}"
+    started = False
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.mkdir()
+        with atomic_directory(out) as tmp:
+            started = True
+            (tmp / "responses").mkdir()
+            yield tmp
     except OSError as exc:
-        raise EvidenceError(f"cannot create {tmp} for the import ({exc.strerror or exc}); "
-                            "choose another --out.") from None
-    try:
-        (tmp / "responses").mkdir()
-        yield tmp
-        if out.exists() or out.is_symlink():
-            raise EvidenceError(f"{out} appeared during the import; nothing was written there.")
-        os.rename(tmp, out)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not started:
+            raise EvidenceError(f"cannot create {out} for the import ({exc.strerror or exc}); "
+                                "choose another --out.") from None
         raise EvidenceError(f"writing the import to {out} failed ({exc.strerror or exc}); "
                             "nothing was written.") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def imported_recipe(source: Path, folder: str, workloads: dict[str, tuple[str, int]], arms: list[str],

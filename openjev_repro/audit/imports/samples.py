@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import EvidenceError
-from ...study.rows import Row
+from ...evidence.rows import Row
 from ..figures import Samples
 
 __all__ = ["MAX_INT", "MAX_TOKENS", "Sample", "check_id", "check_int", "check_seconds", "samples_of", "write_samples"]
