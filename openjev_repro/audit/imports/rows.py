@@ -27,6 +27,10 @@ import msgspec
 from ...errors import EvidenceError, InputMismatch
 from ...evidence.rows import Row
 
+MAX_INT = 2**63 - 1  # what a signed 64-bit nanosecond clock holds
+MAX_TOKENS = 2**31 - 1
+MAX_ID = 512
+
 __all__ = ["FILE_RE", "ArmRead", "arm_files", "collector_paused", "read_arm_files"]
 
 FILE_RE = re.compile(r"^(?P<arm>[A-Za-z0-9][A-Za-z0-9_.-]*)-measured-(?P<pass>[1-9][0-9]{0,5})\.jsonl$")
@@ -105,8 +109,11 @@ def _validated(obj: Any, where: str) -> _TheirRow:
 def _checked(row: _TheirRow, where: str) -> _TheirRow:
     """Every field of one of their rows, checked (types too: `_validated` passes them unchecked)."""
     problems = []
-    if not isinstance(row.id, str) or not row.id.strip():
-        problems.append(f"id {row.id!r} is not a non-empty string")
+    if not isinstance(row.id, str) or not row.id.strip() or len(row.id) > MAX_ID:
+        problems.append(f"id {str(row.id)[:40]!r} is not a non-empty string of at most {MAX_ID} characters")
+    elif any(0xD800 <= ord(c) <= 0xDFFF or ord(c) < 0x20 for c in row.id):
+        problems.append(f"id {row.id[:40]!r} is not a string of Unicode scalar values without control characters "
+                        "(a lone surrogate or a newline)")
     if not _number(row.latency_s) or row.latency_s < 0:
         problems.append(f"latency_s {row.latency_s!r} is not a finite number >= 0")
     if not _number(row.probability_yes) or not 0 <= row.probability_yes <= 1:
@@ -122,15 +129,17 @@ def _checked(row: _TheirRow, where: str) -> _TheirRow:
     if not isinstance(checks, dict) or not all(isinstance(v, bool) for v in checks.values()):
         problems.append("checks is not an object of booleans")
     start, end = row.client_start_monotonic_ns, row.client_end_monotonic_ns
-    if not _count(start) or not _count(end):
-        problems.append(f"client_*_monotonic_ns ({start!r}, {end!r}) are not non-negative integers")
+    if not _count(start) or not _count(end) or start > MAX_INT or end > MAX_INT:
+        problems.append(f"client_*_monotonic_ns ({str(start)[:30]}, {str(end)[:30]}) are not integers in [0, 2**63)")
     elif end < start:
         problems.append(f"client_end_monotonic_ns {end} is before client_start_monotonic_ns {start}")
     usage = raw.get("usage") if isinstance(raw, dict) else None
     if usage is not None and not isinstance(usage, dict):
         problems.append("raw.usage is not a JSON object")
-    elif usage and usage.get("input_tokens") is not None and not _count(usage["input_tokens"]):
-        problems.append(f"raw.usage.input_tokens {usage['input_tokens']!r} is not a non-negative integer")
+    elif usage and usage.get("input_tokens") is not None and (
+            not _count(usage["input_tokens"]) or usage["input_tokens"] > MAX_TOKENS):
+        problems.append(f"raw.usage.input_tokens {str(usage['input_tokens'])[:30]} is not an integer in "
+                        f"[0, {MAX_TOKENS}]")
     if problems:
         raise EvidenceError(f"{where}: {'; '.join(problems)}.")
     return row
