@@ -155,3 +155,13 @@ def sha256sums(out: Path, seed: int = 3) -> Path:
 def write_sums(out: Path) -> None:
     names = sorted(p.name for p in out.iterdir() if p.is_file() and p.name != "SHA256SUMS")
     (out / "SHA256SUMS").write_text("".join(f"{_sha((out / n).read_bytes())}  {n}\n" for n in names), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Write SYNTHETIC folders in the three other system1-omni layouts.")
+    parser.add_argument("out", type=Path, help="new folder; gets timings-csv/, provenance-json/, sha256sums/")
+    target = parser.parse_args().out
+    for name, make in (("timings-csv", timings_csv), ("provenance-json", provenance_json), ("sha256sums", sha256sums)):
+        print(make(target / name))

@@ -82,7 +82,8 @@ def test_plots_of_an_imported_run_say_imported_and_the_published_date(tmp_path):
     fig = Fig()
     info = imported_run_info("run", {"study": {"date": "2026-10-03", "hardware": ["hardware_name: H200"]}})
     _title(fig, "imported-x", info, ["mixed"], "Latency")
-    assert "IMPORTED, not measured by us" in fig.text and "published 2026-10-03" in fig.text and "H200" in fig.text
+    assert fig.text.startswith("Latency: IMPORTED evidence, not measured by us\n")
+    assert "published 2026-10-03" in fig.text and "H200" in fig.text
 
 
 def test_provenance_json_digest_mismatch_is_one_error_and_nothing_is_written(tmp_path):

@@ -389,7 +389,8 @@ def _title(fig, study_id: str, run: RunInfo | None, workloads: Sequence[str], wh
     """Three short lines that keep a plot's context when it is shared on its own."""
     facts = [f"workload {', '.join(workloads) or 'none'}"]
     if run and run.imported:
-        facts += [run.hardware, f"published {run.date}", "IMPORTED, not measured by us"]
+        what = f"{what}: IMPORTED evidence, not measured by us"
+        facts += [run.hardware, f"published {run.date}"]
     elif run:
         facts += [run.hardware, f"run date {run.date}"]
     where = f"study {study_id} · run {run.run_id}" if run else f"study {study_id}"
@@ -431,13 +432,17 @@ def plot_figures(rows: RowTable | Iterable[Row], study_id: str = "", run: RunInf
     FigureCanvasAgg(fig)
     for k, name in enumerate(workloads):
         ax = fig.add_subplot(1, len(workloads), k + 1)
+        plotted = 0
         for b, by_pass in data.get(name, {}).items():
             for n, p in enumerate(passes):
                 rs = by_pass.get(p, np.zeros(0, dtype=np.int64))
                 rs = rs[t.has_input_tokens[rs]]
+                plotted += len(rs)
                 ax.scatter(t.input_tokens[rs], t.latency_ms[rs], s=22, alpha=0.75, color=colours[b],
                            marker=PASS_MARKERS[n % len(PASS_MARKERS)], linewidths=0)
         ax.set(xlabel="input tokens", ylabel="latency (ms)", title=f"workload {name}" if name else "no measured requests")
+        if name and not plotted:  # e.g. imported timings that publish no token counts
+            ax.text(0.5, 0.5, "no input token counts in these rows", transform=ax.transAxes, ha="center", va="center")
         legend(ax, "scatter")
     _title(fig, study_id, run, [w for w in workloads if w], "Measured latency against input tokens")
     figs[PLOT_NAMES[0]] = fig
