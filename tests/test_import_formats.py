@@ -156,3 +156,38 @@ def test_real_published_layout_imports_with_auto(tmp_path, name):
     assert record["study"]["date"] and record["study"]["hardware"]
     report = cli("report", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "out"))
     assert report.returncode == 0 and "## Published study" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_system1_omni_report_states_the_published_date_hardware_arms_and_failed_gate(tmp_path):
+    import hashlib
+    import shutil
+
+    src = Path(shutil.copytree(ROOT / "tests" / "fixtures" / "system1" / "artifacts", tmp_path / "src"))
+    plan = {"hypothesis": "SYNTHETIC: packing lowers latency", "independent_variable": "SYNTHETIC packing",
+            "host": {"driver": "NVRM version: SYNTHETIC 0.0"},
+            "fixed_controls": {"gpu_uuid": "GPU-00000000-1111-2222-3333-444444444444",
+                               "hardware_name": "SYNTHETIC H200"},
+            "libraries": {"baseline": "/srv/synthetic/base.so", "candidate": "/srv/synthetic/cand.so"},
+            "acceptance": {"latency": "At least 2% reduction in aggregate mean latency.",
+                           "fidelity": "Unchanged decisions."}}
+    (src / "e2e" / "plan.json").write_text(json.dumps(plan, indent=2))
+    manifest = json.loads((src / "manifest.json").read_text())
+    data = (src / "e2e" / "plan.json").read_bytes()
+    manifest["files"]["e2e/plan.json"].update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+    (src / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    record = import_evidence(src, tmp_path / "run")
+    assert record["format"] == "system1-omni" and record["study"]["date"] == "2026-01-02"  # their date_utc
+    assert "hardware_name: SYNTHETIC H200" in record["study"]["hardware"]
+    gates = {g["name"]: g for g in record["published_gates"]}
+    assert gates["accepted_e2e_latency_gate"]["outcome"] is False
+    assert gates["accepted_e2e_latency_gate"]["criterion"] == "latency: At least 2% reduction in aggregate mean latency."
+    assert gates["fidelity"]["outcome"] is None
+    proc = cli("report", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "- Study date (recipe): 2026-01-02" in text and "- Run: run, published 2026-01-02" in text
+    assert "- Hardware: SYNTHETIC H200, GPU-00000000-1111-2222-3333-444444444444" in text
+    assert ("| accepted_e2e_latency_gate | **FAILED** | latency: At least 2% reduction in aggregate mean latency. |"
+            in text)
+    assert "- Arm candidate: candidate arm of the published study (library /srv/synthetic/cand.so)" in text
+    assert 'Hypothesis (quoted): "SYNTHETIC: packing lowers latency"' in text
