@@ -285,26 +285,38 @@ def _groups(inputs: Any, where: str, kind: str, version: int = 2) -> list[list[s
 
 
 def _check_arity(kind: str, claim: dict, groups: list[list[str]], version: int, where: str) -> None:
-    inputs = claim["from"]
     if kind in DERIVATIONS:
-        _, least, most, introduced, _ = DERIVATIONS[kind]
-        if introduced > version:
-            raise RecipeError(f"{where}: {kind} needs format_version {introduced}.")
-        if version == 1 and kind in _VERSION_1_ARITY:
-            most = _VERSION_1_ARITY[kind]
-            if len(inputs) > most:
-                raise RecipeError(f"{where}: {kind} takes {most} figures in format_version 1, got {len(inputs)}; "
-                                  "n-ary needs format_version 2.")
-        if len(inputs) < least or (most is not None and len(inputs) > most):
-            count = f"{least}" if least == most else f"at least {least}" if most is None else f"{least} to {most}"
-            raise RecipeError(f"{where}: {kind} takes {count} figures, got {len(inputs)}.")
-        if kind == "percentile":
-            _check_percentile(claim, len(inputs), where)
-        elif "q" in claim or "rule" in claim:
-            raise RecipeError(f"{where}: q and rule belong to percentile, not {kind}.")
-        if kind == "rank" and claim.get("order", "ascending") not in ("ascending", "descending"):
-            raise RecipeError(f"{where}: rank order is ascending or descending, got {str(claim.get('order'))[:40]!r}.")
-        return
+        _check_numeric_shape(kind, claim, version, where)
+    else:
+        _check_boolean_shape(kind, claim, groups, version, where)
+
+
+def _count_text(least: int, most: int | None) -> str:
+    return f"{least}" if least == most else f"at least {least}" if most is None else f"{least} to {most}"
+
+
+def _check_numeric_shape(kind: str, claim: dict, version: int, where: str) -> None:
+    inputs = claim["from"]
+    _, least, most, introduced, _ = DERIVATIONS[kind]
+    if introduced > version:
+        raise RecipeError(f"{where}: {kind} needs format_version {introduced}.")
+    if version == 1 and kind in _VERSION_1_ARITY:
+        most = _VERSION_1_ARITY[kind]
+        if len(inputs) > most:
+            raise RecipeError(f"{where}: {kind} takes {most} figures in format_version 1, got {len(inputs)}; "
+                              "n-ary needs format_version 2.")
+    if len(inputs) < least or (most is not None and len(inputs) > most):
+        raise RecipeError(f"{where}: {kind} takes {_count_text(least, most)} figures, got {len(inputs)}.")
+    if kind == "percentile":
+        _check_percentile(claim, len(inputs), where)
+    elif "q" in claim or "rule" in claim:
+        raise RecipeError(f"{where}: q and rule belong to percentile, not {kind}.")
+    if kind == "rank" and claim.get("order", "ascending") not in ("ascending", "descending"):
+        raise RecipeError(f"{where}: rank order is ascending or descending, got {str(claim.get('order'))[:40]!r}.")
+
+
+def _check_boolean_shape(kind: str, claim: dict, groups: list[list[str]], version: int, where: str) -> None:
+    inputs = claim["from"]
     if _BOOLEAN_VERSION.get(kind, 1) > version:
         raise RecipeError(f"{where}: {kind} needs format_version {_BOOLEAN_VERSION[kind]}.")
     if kind == "and":
@@ -317,11 +329,14 @@ def _check_arity(kind: str, claim: dict, groups: list[list[str]], version: int, 
     if kind in ("all", "any") and (claim.get("op") not in _OPS or len(groups[1]) != 1):
         raise RecipeError(f"{where}: {kind} needs op: one of {' '.join(_OPS)} and `from: [[members...], bound]`.")
     if kind == "within":
-        if len(groups[0]) != 1 or len(groups[1]) != 1:
-            raise RecipeError(f"{where}: within compares two figures: `from: [a, b]`.")
-        tolerance = _decimal(claim.get("tolerance"), "tolerance", where)
-        if tolerance < 0:
-            raise RecipeError(f"{where}: within needs a tolerance >= 0, got {claim.get('tolerance')!r}.")
+        _check_within(claim, groups, where)
+
+
+def _check_within(claim: dict, groups: list[list[str]], where: str) -> None:
+    if len(groups[0]) != 1 or len(groups[1]) != 1:
+        raise RecipeError(f"{where}: within compares two figures: `from: [a, b]`.")
+    if _decimal(claim.get("tolerance"), "tolerance", where) < 0:
+        raise RecipeError(f"{where}: within needs a tolerance >= 0, got {claim.get('tolerance')!r}.")
 
 
 def _check_percentile(claim: dict, n: int, where: str) -> None:
@@ -394,8 +409,7 @@ def _check_units(kind: str, stated: Figure, inputs: list[Figure], claim: dict, w
                           f"{' or '.join(repr(u) for u in sorted(expected))}.")
 
 
-def _claim_figure(claim: Any, i: int, figures: dict[str, Figure], version: int, source: str) -> tuple[str, Figure]:
-    where = f"{source}: claims[{i}]"
+def _claim_kind(claim: Any, where: str) -> tuple[str, str]:
     if not isinstance(claim, dict) or "name" not in claim or "derive" not in claim:
         raise RecipeError(f"{where}: each claim needs name, value, derive and from.")
     name, kind = claim["name"], claim["derive"]
@@ -404,6 +418,23 @@ def _claim_figure(claim: Any, i: int, figures: dict[str, Figure], version: int, 
     if kind not in DERIVATIONS and kind not in BOOLEAN_DERIVATIONS:
         raise RecipeError(f"{where}: unknown derivation {kind[:40]!r}; known: "
                           f"{', '.join(sorted([*DERIVATIONS, *BOOLEAN_DERIVATIONS]))}.")
+    return name, kind
+
+
+def _check_input_kinds(kind: str, stated: Figure, inputs: list[Figure], where: str) -> None:
+    if (kind in BOOLEAN_DERIVATIONS) != isinstance(stated.value, bool):
+        expected = "true or false" if kind in BOOLEAN_DERIVATIONS else "a number"
+        raise RecipeError(f"{where}: {kind} states {expected}.")
+    booleans = [isinstance(f.value, bool) for f in inputs]
+    if kind == "and" and not all(booleans):
+        raise RecipeError(f"{where}: and combines true/false figures or claims only.")
+    if kind != "and" and any(booleans):
+        raise RecipeError(f"{where}: {kind} derives from a true/false figure.")
+
+
+def _claim_figure(claim: Any, i: int, figures: dict[str, Figure], version: int, source: str) -> tuple[str, Figure]:
+    where = f"{source}: claims[{i}]"
+    name, kind = _claim_kind(claim, where)
     groups = _groups(claim.get("from"), where, kind, version)
     flat = [n for g in groups for n in g]
     missing = [n for n in flat if n not in figures]
@@ -414,20 +445,15 @@ def _claim_figure(claim: Any, i: int, figures: dict[str, Figure], version: int, 
     if name in figures:
         raise RecipeError(f"{where}: {name!r} is declared twice.")
     stated = _figure(name, claim, where, version)
-    if (kind in BOOLEAN_DERIVATIONS) != isinstance(stated.value, bool):
-        expected = "true or false" if kind in BOOLEAN_DERIVATIONS else "a number"
-        raise RecipeError(f"{where}: {kind} states {expected}.")
-    booleans = [isinstance(figures[n].value, bool) for n in flat]
-    if kind == "and" and not all(booleans):
-        raise RecipeError(f"{where}: and combines true/false figures or claims only.")
-    if kind != "and" and any(booleans):
-        raise RecipeError(f"{where}: {kind} derives from a true/false figure.")
+    inputs = [figures[n] for n in flat]
+    _check_input_kinds(kind, stated, inputs, where)
     if version >= 3:
-        _check_units(kind, stated, [figures[n] for n in flat], claim, where)
+        _check_units(kind, stated, inputs, claim, where)
     return where, stated
 
 
-def parse_claims(data: Any, source: str = "<claims>") -> dict[str, Any]:
+def _sections(data: Any, source: str) -> tuple[int, dict, list]:
+    """format_version, figures and claims of a claims file, each of the right type and size."""
     if not isinstance(data, dict) or data.get("format_version") not in CLAIMS_FORMAT_VERSIONS \
             or isinstance(data.get("format_version"), bool):
         raise RecipeError(f"{source}: not a claims file with format_version "
@@ -435,19 +461,23 @@ def parse_claims(data: Any, source: str = "<claims>") -> dict[str, Any]:
     version = int(data["format_version"])
     if version >= 3 and set(map(str, data)) - _TOP_KEYS:
         raise RecipeError(f"{source}: unknown keys {sorted(set(map(str, data)) - _TOP_KEYS)}.")
-    raw_figures = data.get("figures") or {}
-    raw_claims = data.get("claims") or []
+    raw_figures, raw_claims = data.get("figures") or {}, data.get("claims") or []
     if not isinstance(raw_figures, dict):
         raise RecipeError(f"{source}: figures is a mapping of name to value.")
     if not isinstance(raw_claims, list):
         raise RecipeError(f"{source}: claims is a list.")
     if len(raw_figures) + len(raw_claims) > MAX_ITEMS:
         raise RecipeError(f"{source}: more than {MAX_ITEMS} figures and claims.")
-    figures = {str(name): _figure(str(name), spec, source, version) for name, spec in raw_figures.items()}
     if version >= 3:
         undeclared = [n for n, spec in raw_figures.items() if not isinstance(spec, dict) or "unit" not in spec]
         if undeclared:
             raise RecipeError(f"{source}: figures {undeclared[:5]} declare no unit (format 3 needs `unit`).")
+    return version, raw_figures, raw_claims
+
+
+def parse_claims(data: Any, source: str = "<claims>") -> dict[str, Any]:
+    version, raw_figures, raw_claims = _sections(data, source)
+    figures = {str(name): _figure(str(name), spec, source, version) for name, spec in raw_figures.items()}
     claims: list[dict] = []
     printed: dict[str, str] = {}
     for i, claim in enumerate(raw_claims):
@@ -549,41 +579,61 @@ def _exact(kind: str, function: Callable[[Values, dict], Decimal], values: Value
         raise RecipeError(f"{where}: {kind} of {values[:4]} divides by zero; the claim has no value.") from None
 
 
+def _common(claim: dict) -> dict[str, Any]:
+    return {"name": claim["name"], "derive": claim["derive"], "expected_mismatch": claim.get("expect") == "mismatch",
+            "finding": str(claim.get("finding", "")), "where": str(claim.get("where", ""))}
+
+
+def _check_boolean(claim: dict, figures: dict[str, Figure]) -> ClaimResult:
+    stated = figures[claim["name"]]
+    groups = [[figures[n].value for n in (g if isinstance(g, list) else [g])] for g in claim["from"]]
+    got = _boolean(claim["derive"], groups, claim)
+    ok = got == stated.value
+    return ClaimResult(stated=str(stated.value).lower(), recomputed=str(got).lower(),
+                       status="exact" if ok else "mismatch", within_rounding=ok, **_common(claim))
+
+
+def _selecting_detail(kind: str, stated: Figure, inputs: list[Figure]) -> str:
+    """Why a claim that selects or restates an input prints more decimals than its inputs support ("" if it does not)."""
+    supported = max(f.decimals for f in inputs) + (1 if kind == "median" and len(inputs) % 2 == 0 else 0)
+    if kind in _SELECTING and stated.decimals > supported:
+        return (f"states {stated.decimals} decimals; {kind} of inputs printed with at most "
+                f"{max(f.decimals for f in inputs)} supports {supported}")
+    return ""
+
+
+def _status(recomputed: Decimal, stated: Decimal, version: int) -> str:
+    if recomputed != stated:
+        return "mismatch"
+    if version >= 3 and recomputed.is_zero() and recomputed.is_signed() != stated.is_signed():
+        return "mismatch"  # -0.00 says the value was negative; 0.00 that it was not
+    return "exact"
+
+
 def _check(claim: dict, figures: dict[str, Figure], intervals: dict[str, tuple[Decimal, Decimal]],
            version: int = 2) -> ClaimResult:
     kind, stated = claim["derive"], figures[claim["name"]]
-    where = f"claim {claim['name']}"
-    common = {"name": claim["name"], "derive": kind, "expected_mismatch": claim.get("expect") == "mismatch",
-              "finding": str(claim.get("finding", "")), "where": str(claim.get("where", ""))}
     if kind in BOOLEAN_DERIVATIONS:
-        groups = [[figures[n].value for n in (g if isinstance(g, list) else [g])] for g in claim["from"]]
-        got = _boolean(kind, groups, claim)
-        ok = got == stated.value
-        return ClaimResult(stated=str(stated.value).lower(), recomputed=str(got).lower(),
-                           status="exact" if ok else "mismatch", within_rounding=ok, **common)
+        return _check_boolean(claim, figures)
     function = DERIVATIONS[kind][0]
     sides = [g if isinstance(g, list) else [g] for g in claim["from"]]  # a group (format 3) is its mean
     inputs = [figures[n] for side in sides for n in side]
     values = [_side([figures[n].value for n in side]) for side in sides]  # type: ignore[misc]
-    exact = _exact(kind, function, values, claim, where)
+    exact = _exact(kind, function, values, claim, f"claim {claim['name']}")
     lo, hi = _bounds(kind, function, [_side([intervals[n][0] for n in side]) for side in sides],
                      [_side([intervals[n][1] for n in side]) for side in sides], claim)
+    assert isinstance(stated.value, Decimal)
     recomputed = _round(exact, stated.decimals)
     s_lo, s_hi = stated.value - _half(stated), stated.value + _half(stated)
     reachable = not (hi < s_lo or lo > s_hi)
-    status = "exact" if recomputed == stated.value else "mismatch"
-    if version >= 3 and status == "exact" and recomputed.is_zero() and recomputed.is_signed() != stated.value.is_signed():  # type: ignore[union-attr]
-        status = "mismatch"  # -0.00 says the value was negative; 0.00 that it was not
-    detail = ""
-    supported = max(f.decimals for f in inputs) + (1 if kind == "median" and len(inputs) % 2 == 0 else 0)
-    if kind in _SELECTING and stated.decimals > supported:
+    status = _status(recomputed, stated.value, version)
+    detail = _selecting_detail(kind, stated, inputs)
+    if detail:
         status, reachable = "mismatch", False
-        detail = (f"states {stated.decimals} decimals; {kind} of inputs printed with at most "
-                  f"{max(f.decimals for f in inputs)} supports {supported}")
     if version >= 3 and reachable:  # carried into the claims that use this one
         intervals[claim["name"]] = (max(lo, s_lo), min(hi, s_hi))
     return ClaimResult(stated=str(stated.value), recomputed=str(recomputed), status=status,
-                       within_rounding=reachable, detail=detail, **common)
+                       within_rounding=reachable, detail=detail, **_common(claim))
 
 
 def check_claims(parsed: dict[str, Any]) -> list[ClaimResult]:
