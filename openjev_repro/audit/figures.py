@@ -145,6 +145,13 @@ def published_figures(summary: dict, latencies: dict[tuple[str, int], list[float
         if "aggregate_mean_ms" in entry:
             published_aggregates[arm] = entry["aggregate_mean_ms"]
             figures.append(figure(arm, None, "aggregate_mean_ms", entry["aggregate_mean_ms"], aggregates[arm]))
+    return figures + _reduction_figures(summary, aggregates, published_aggregates)
+
+
+def _reduction_figures(summary: dict, aggregates: dict[str, float | None],
+                       published_aggregates: dict[str, Any]) -> list[dict[str, Any]]:
+    """Their `*_reduction_percent` figures: the aggregate one recomputed when there is one baseline/candidate pair."""
+    figures: list[dict[str, Any]] = []
     base, candidates = baseline_and_candidates(aggregates) if aggregates else ("", [])
     for key in sorted(k for k in summary if isinstance(k, str) and k.endswith("_reduction_percent")):
         if key == "aggregate_reduction_percent" and len(candidates) == 1 and aggregates.get(base):
@@ -290,30 +297,41 @@ def _timings_totals(summary: dict, samples: Samples) -> list[dict[str, Any]]:
     return [figure("all", None, k, summary[k], v) for k, v in ours.items() if k in summary]
 
 
+def _seconds_of(samples: Samples, mode: str, their_pass: int | None = None) -> list[float]:
+    """Every published latency of one mode, or of one of its passes (theirs count from 0, ours from 1)."""
+    return [s for (a, _, index), xs in sorted(samples.items())
+            if a == mode and (their_pass is None or index == their_pass + 1) for s, _ in xs]
+
+
+def _mode_figures(key: str, published: dict, seconds: list[float], pass_index: int | None) -> list[dict[str, Any]]:
+    ours = {"n": len(seconds), "median_s": _median(seconds), "mean_s": _fmean(seconds)}
+    return [figure(key, pass_index, k, published[k], v) for k, v in ours.items() if k in published]
+
+
+def _mode_passes(key: str, published: dict, samples: Samples, mode: str) -> list[dict[str, Any]]:
+    figures: list[dict[str, Any]] = []
+    for p in published.get("passes") or []:
+        if not isinstance(p, dict) or not _count(p.get("pass")):
+            raise EvidenceError(f"summary.json: {key}.passes holds {str(p)[:80]}, not an object with a pass.")
+        seconds = _seconds_of(samples, mode, p["pass"])
+        if seconds:
+            figures += _mode_figures(key, p, seconds, p["pass"])
+    return figures
+
+
 def provenance_figures(summary: dict, samples: Samples) -> list[dict[str, Any]]:
     """jev_vl review layout: per mode (cache_<mode>) n, median_s, mean_s over all passes and per pass,
     and `<a>_div_<b>_median` ratios of the modes' medians."""
     figures: list[dict[str, Any]] = []
-    modes = sorted({arm for arm, _, _ in samples})
     medians: dict[str, float] = {}
-    for mode in modes:
+    for mode in sorted({arm for arm, _, _ in samples}):
         key = f"cache_{mode}" if f"cache_{mode}" in summary else mode
         published = summary.get(key)
         if not isinstance(published, dict):
             continue
-        every = [s for (a, _, _), rows in sorted(samples.items()) if a == mode for s, _ in rows]
+        every = _seconds_of(samples, mode)
         medians[mode] = _median(every)
-        ours = {"n": len(every), "median_s": medians[mode], "mean_s": _fmean(every)}
-        figures += [figure(key, None, k, published[k], v) for k, v in ours.items() if k in published]
-        for p in published.get("passes") or []:
-            if not isinstance(p, dict) or not _count(p.get("pass")):
-                raise EvidenceError(f"summary.json: {key}.passes holds {str(p)[:80]}, not an object with a pass.")
-            # Their passes count from 0 (raw-<mode>-c1-p0.jsonl); ours from 1.
-            rows = [s for (a, _, index), xs in samples.items() if a == mode and index == p["pass"] + 1 for s, _ in xs]
-            if not rows:
-                continue
-            ours = {"n": len(rows), "median_s": _median(rows), "mean_s": _fmean(rows)}
-            figures += [figure(key, p["pass"], k, p[k], v) for k, v in ours.items() if k in p]
+        figures += _mode_figures(key, published, every, None) + _mode_passes(key, published, samples, mode)
     for key in sorted(k for k in summary if isinstance(k, str) and k.endswith("_median") and "_div_" in k):
         a, b = key[: -len("_median")].split("_div_", 1)
         if a in medians and b in medians and medians[b]:

@@ -397,6 +397,12 @@ def _title(fig, study_id: str, run: RunInfo | None, workloads: Sequence[str], wh
     fig.suptitle(f"{what}\n{where}\n{' · '.join(facts)}", fontsize=10)
 
 
+def _say_when_empty(ax: Any, workload: str) -> None:
+    """A scatter panel with no point says why (e.g. imported timings that publish no token counts)."""
+    if workload and not any(len(c.get_offsets()) for c in ax.collections):
+        ax.text(0.5, 0.5, "no input token counts in these rows", transform=ax.transAxes, ha="center", va="center")
+
+
 def plot_figures(rows: RowTable | Iterable[Row], study_id: str = "", run: RunInfo | None = None) -> dict:
     """Both plots as matplotlib Figures (Agg canvas, no pyplot state), by file name.
 
@@ -432,17 +438,14 @@ def plot_figures(rows: RowTable | Iterable[Row], study_id: str = "", run: RunInf
     FigureCanvasAgg(fig)
     for k, name in enumerate(workloads):
         ax = fig.add_subplot(1, len(workloads), k + 1)
-        plotted = 0
         for b, by_pass in data.get(name, {}).items():
             for n, p in enumerate(passes):
                 rs = by_pass.get(p, np.zeros(0, dtype=np.int64))
                 rs = rs[t.has_input_tokens[rs]]
-                plotted += len(rs)
                 ax.scatter(t.input_tokens[rs], t.latency_ms[rs], s=22, alpha=0.75, color=colours[b],
                            marker=PASS_MARKERS[n % len(PASS_MARKERS)], linewidths=0)
         ax.set(xlabel="input tokens", ylabel="latency (ms)", title=f"workload {name}" if name else "no measured requests")
-        if name and not plotted:  # e.g. imported timings that publish no token counts
-            ax.text(0.5, 0.5, "no input token counts in these rows", transform=ax.transAxes, ha="center", va="center")
+        _say_when_empty(ax, name)
         legend(ax, "scatter")
     _title(fig, study_id, run, [w for w in workloads if w], "Measured latency against input tokens")
     figs[PLOT_NAMES[0]] = fig

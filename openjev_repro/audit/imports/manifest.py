@@ -51,16 +51,21 @@ def _entry(path: Any, spec: Any, where: str) -> tuple[str, dict[str, Any]]:
     if not isinstance(digest, str) or not _HEX64.match(digest):
         raise InputMismatch(f"{where}: {path}: sha256 {digest!r} is not 64 hex digits.")
     entry["sha256"] = digest.lower()
+    _check_optional(entry, path, where)
+    return path, entry
+
+
+def _check_optional(entry: dict[str, Any], path: str, where: str) -> None:
+    """The optional fields of one manifest entry: bytes, source_sha256, source, normalization."""
     size = entry.get("bytes")
-    if "bytes" in entry and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
-        raise InputMismatch(f"{where}: {path}: bytes {size!r} is not a non-negative integer.")
-    for key in ("source_sha256",):
-        if key in entry and (not isinstance(entry[key], str) or not _HEX64.match(entry[key])):
-            raise InputMismatch(f"{where}: {path}: {key} {entry[key]!r} is not 64 hex digits.")
+    if "bytes" in entry and (not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= 2**63 - 1):
+        raise InputMismatch(f"{where}: {path}: bytes {str(size)[:30]} is not a non-negative integer.")
+    if "source_sha256" in entry and (not isinstance(entry["source_sha256"], str)
+                                     or not _HEX64.match(entry["source_sha256"])):
+        raise InputMismatch(f"{where}: {path}: source_sha256 {str(entry['source_sha256'])[:70]!r} is not 64 hex digits.")
     for key in ("source", "normalization"):
         if key in entry and not isinstance(entry[key], str):
             raise InputMismatch(f"{where}: {path}: {key} is not a string.")
-    return path, entry
 
 
 def read_finite_json(path: Path, name: str) -> Any:

@@ -85,27 +85,24 @@ def _criteria(*docs: Any) -> dict[str, str]:
     return out
 
 
+def _declared_gates(doc: dict) -> list[dict[str, Any]]:
+    """Gates a document publishes: `*gate*`/`accepted*` booleans, a `gates` object, `parity.<mode>.pass`."""
+    gates = [{"name": str(k), "criterion": None, "outcome": v} for k, v in doc.items()
+             if isinstance(v, bool) and ("gate" in str(k) or str(k).startswith("accepted"))]
+    gates += [{"name": str(k), "criterion": None, "outcome": v} for k, v in _obj(doc, "gates").items()
+              if isinstance(v, bool)]
+    for mode, entry in _obj(doc, "parity").items():
+        if isinstance(entry, dict) and isinstance(entry.get("pass"), bool):
+            criterion = f"max_abs_dp {entry.get('max_abs_dp')} <= tol {entry.get('tol')}"
+            gates.append({"name": f"parity {mode}", "criterion": criterion, "outcome": entry["pass"]})
+    return gates
+
+
 def published_gates(*docs: Any) -> list[dict[str, Any]]:
     """Every gate or acceptance criterion with its published outcome (True, False or None: not published)."""
-    gates: list[dict[str, Any]] = []
-    for doc in docs:
-        if not isinstance(doc, dict):
-            continue
-        for key, value in doc.items():
-            if isinstance(value, bool) and ("gate" in str(key) or str(key).startswith("accepted")):
-                gates.append({"name": str(key), "criterion": None, "outcome": value})
-        if isinstance(doc.get("gates"), dict):
-            gates += [{"name": str(k), "criterion": None, "outcome": v}
-                      for k, v in doc["gates"].items() if isinstance(v, bool)]
-        parity = doc.get("parity")
-        if isinstance(parity, dict):
-            for mode, entry in parity.items():
-                if isinstance(entry, dict) and isinstance(entry.get("pass"), bool):
-                    criterion = f"max_abs_dp {entry.get('max_abs_dp')} <= tol {entry.get('tol')}"
-                    gates.append({"name": f"parity {mode}", "criterion": criterion, "outcome": entry["pass"]})
-    criteria = _criteria(*docs)
+    gates = [g for doc in docs if isinstance(doc, dict) for g in _declared_gates(doc)]
     named = {g["name"] for g in gates}
-    for name, criterion in criteria.items():
+    for name, criterion in _criteria(*docs).items():
         match = next((g for g in gates if g["criterion"] is None and (name in g["name"] or g["name"] in name)), None)
         if match is not None:
             match["criterion"] = criterion

@@ -106,14 +106,17 @@ def _validated(obj: Any, where: str) -> _TheirRow:
     return _checked(_TheirRow(**{k: obj[k] for k in _FIELDS}), where)  # Struct() does not check types
 
 
-def _checked(row: _TheirRow, where: str) -> _TheirRow:
-    """Every field of one of their rows, checked (types too: `_validated` passes them unchecked)."""
+def _id_problems(case: Any) -> list[str]:
+    if not isinstance(case, str) or not case.strip() or len(case) > MAX_ID:
+        return [f"id {str(case)[:40]!r} is not a non-empty string of at most {MAX_ID} characters"]
+    if any(0xD800 <= ord(c) <= 0xDFFF or ord(c) < 0x20 for c in case):
+        return [(f"id {case[:40]!r} is not a string of Unicode scalar values without control characters "
+                "(a lone surrogate or a newline)")]
+    return []
+
+
+def _value_problems(row: _TheirRow) -> list[str]:
     problems = []
-    if not isinstance(row.id, str) or not row.id.strip() or len(row.id) > MAX_ID:
-        problems.append(f"id {str(row.id)[:40]!r} is not a non-empty string of at most {MAX_ID} characters")
-    elif any(0xD800 <= ord(c) <= 0xDFFF or ord(c) < 0x20 for c in row.id):
-        problems.append(f"id {row.id[:40]!r} is not a string of Unicode scalar values without control characters "
-                        "(a lone surrogate or a newline)")
     if not _number(row.latency_s) or row.latency_s < 0:
         problems.append(f"latency_s {row.latency_s!r} is not a finite number >= 0")
     if not _number(row.probability_yes) or not 0 <= row.probability_yes <= 1:
@@ -122,24 +125,35 @@ def _checked(row: _TheirRow, where: str) -> _TheirRow:
         problems.append(f"probability_delta {row.probability_delta!r} is not a finite number")
     if row.predicted not in ("yes", "no"):
         problems.append(f"predicted {row.predicted!r} is not 'yes' or 'no'")
-    raw = row.raw
-    if not isinstance(raw, dict):
+    if not isinstance(row.raw, dict):
         problems.append("raw is not a JSON object")
-    checks = row.checks
-    if not isinstance(checks, dict) or not all(isinstance(v, bool) for v in checks.values()):
+    if not isinstance(row.checks, dict) or not all(isinstance(v, bool) for v in row.checks.values()):
         problems.append("checks is not an object of booleans")
-    start, end = row.client_start_monotonic_ns, row.client_end_monotonic_ns
+    return problems
+
+
+def _clock_problems(start: Any, end: Any) -> list[str]:
     if not _count(start) or not _count(end) or start > MAX_INT or end > MAX_INT:
-        problems.append(f"client_*_monotonic_ns ({str(start)[:30]}, {str(end)[:30]}) are not integers in [0, 2**63)")
-    elif end < start:
-        problems.append(f"client_end_monotonic_ns {end} is before client_start_monotonic_ns {start}")
+        return [f"client_*_monotonic_ns ({str(start)[:30]}, {str(end)[:30]}) are not integers in [0, 2**63)"]
+    if end < start:
+        return [f"client_end_monotonic_ns {end} is before client_start_monotonic_ns {start}"]
+    return []
+
+
+def _usage_problems(raw: Any) -> list[str]:
     usage = raw.get("usage") if isinstance(raw, dict) else None
     if usage is not None and not isinstance(usage, dict):
-        problems.append("raw.usage is not a JSON object")
-    elif usage and usage.get("input_tokens") is not None and (
-            not _count(usage["input_tokens"]) or usage["input_tokens"] > MAX_TOKENS):
-        problems.append(f"raw.usage.input_tokens {str(usage['input_tokens'])[:30]} is not an integer in "
-                        f"[0, {MAX_TOKENS}]")
+        return ["raw.usage is not a JSON object"]
+    tokens = usage.get("input_tokens") if usage else None
+    if tokens is not None and (not _count(tokens) or tokens > MAX_TOKENS):
+        return [f"raw.usage.input_tokens {str(tokens)[:30]} is not an integer in [0, {MAX_TOKENS}]"]
+    return []
+
+
+def _checked(row: _TheirRow, where: str) -> _TheirRow:
+    """Every field of one of their rows, checked (types too: `_validated` passes them unchecked)."""
+    problems = (_id_problems(row.id) + _value_problems(row)
+                + _clock_problems(row.client_start_monotonic_ns, row.client_end_monotonic_ns) + _usage_problems(row.raw))
     if problems:
         raise EvidenceError(f"{where}: {'; '.join(problems)}.")
     return row
