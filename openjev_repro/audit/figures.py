@@ -360,12 +360,17 @@ def sums_figures(summaries: dict, samples: Samples) -> list[dict[str, Any]]:
         if not isinstance(variants, dict):
             continue
         for variant, cells in sorted(variants.items()):
-            for cell, published in sorted(cells.items()) if isinstance(cells, dict) else []:
-                rows = [s * 1000 for (a, w, _), xs in samples.items() if a == f"{stem}.{variant}" and w == cell
-                        for s, _ in xs]
-                if not isinstance(published, dict) or not rows:
-                    continue
-                ours = {"n": len(rows), "p50_ms": _median(rows), "p95_ms": _nearest_rank(rows, 95)}
-                figures += [figure(f"{stem} {variant} {cell}", None, k, published[k], v)
-                            for k, v in ours.items() if k in published]
+            if isinstance(cells, dict):
+                figures += _cell_figures(stem, str(variant), cells, samples)
+    return figures
+
+
+def _cell_figures(stem: str, variant: str, cells: dict, samples: Samples) -> list[dict[str, Any]]:
+    figures: list[dict[str, Any]] = []
+    for cell, published in sorted(cells.items()):
+        ms = [s * 1000 for (a, w, _), xs in samples.items() if a == f"{stem}.{variant}" and w == cell for s, _ in xs]
+        if isinstance(published, dict) and ms:
+            ours = {"n": len(ms), "p50_ms": _median(ms), "p95_ms": _nearest_rank(ms, 95)}
+            figures += [figure(f"{stem} {variant} {cell}", None, k, published[k], v)
+                        for k, v in ours.items() if k in published]
     return figures

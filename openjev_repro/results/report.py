@@ -209,17 +209,18 @@ def _published_study_lines(imported: dict) -> list[str]:
         if study.get(key):
             out.append(f"- {label} (quoted): \"{study[key]}\"")
     out += [f"- Provenance: {imported.get('provenance', 'verified')}", ""]
-    gates = imported.get("published_gates") or []
-    if gates:
-        out += ["| published gate or criterion | published outcome | criterion |", "| --- | --- | --- |"]
-        for g in gates:
-            outcome = {True: "passed", False: "**FAILED**", None: "not published"}.get(g.get("outcome"), "?")
-            criterion = str(g.get("criterion") or "").replace("|", "\\|")
-            out.append(f"| {g.get('name')} | {outcome} | {criterion} |")
-        out.append("")
-    else:
-        out += ["The published evidence declares no gate or acceptance criterion.", ""]
-    return out
+    return out + _published_gate_rows(imported.get("published_gates") or [])
+
+
+def _published_gate_rows(gates: list[dict]) -> list[str]:
+    if not gates:
+        return ["The published evidence declares no gate or acceptance criterion.", ""]
+    out = ["| published gate or criterion | published outcome | criterion |", "| --- | --- | --- |"]
+    for g in gates:
+        outcome = {True: "passed", False: "**FAILED**", None: "not published"}.get(g.get("outcome"), "?")
+        criterion = str(g.get("criterion") or "").replace("|", "\\|")
+        out.append(f"| {g.get('name')} | {outcome} | {criterion} |")
+    return out + [""]
 
 
 def imported_note(imported: dict) -> str:

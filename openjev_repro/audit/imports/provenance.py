@@ -80,6 +80,16 @@ def _verify(root: Path, entries: dict[str, dict[str, Any]]) -> tuple[list[str], 
     return verified, absent, unlisted
 
 
+def _start_ns(start: Any, where: str) -> int | None:
+    """Their t_start (epoch seconds) as whole nanoseconds; None when not published."""
+    if start is None:
+        return None
+    if not isinstance(start, (int, float)) or isinstance(start, bool) or not math.isfinite(start) \
+            or not 0 <= start * 1e9 <= MAX_INT:
+        raise EvidenceError(f"{where}: t_start {str(start)[:40]} is not a finite clock reading in seconds.")
+    return round(start * 1e9)
+
+
 def _row(obj: Any, mode: str, their_pass: int, where: str) -> Sample:
     if not isinstance(obj, dict):
         raise EvidenceError(f"{where}: a row is {type(obj).__name__}, not a JSON object.")
@@ -94,13 +104,7 @@ def _row(obj: Any, mode: str, their_pass: int, where: str) -> Sample:
     tokens = None
     if isinstance(usage, dict) and "prompt_tokens" in usage:
         tokens = check_int(usage["prompt_tokens"], where, "usage.prompt_tokens", MAX_TOKENS)
-    start = obj.get("t_start")
-    start_ns = None
-    if start is not None:
-        if not isinstance(start, (int, float)) or isinstance(start, bool) or not math.isfinite(start) \
-                or not 0 <= start * 1e9 <= MAX_INT:
-            raise EvidenceError(f"{where}: t_start {str(start)[:40]} is not a finite clock reading in seconds.")
-        start_ns = round(start * 1e9)
+    start_ns = _start_ns(obj.get("t_start"), where)
     return Sample(id=check_id(obj["id"], where), arm=mode, workload="replay", pass_index=their_pass + 1,
                   seconds=check_seconds(obj["client_s"], where, "client_s"), input_tokens=tokens,
                   start_ns=start_ns, body=obj)

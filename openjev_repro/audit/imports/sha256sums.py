@@ -78,27 +78,39 @@ def _verify(root: Path, sums: dict[str, str], originals: dict[str, str]) -> tupl
     """(verified, absent, originals verified); InputMismatch naming every digest that differs."""
     problems, verified, absent, inner = [], [], [], []
     for name, digest in sorted(sums.items()):
-        path = root / name
-        if path.is_symlink() or (path.exists() and not path.is_file()):
-            problems.append(f"{name}: not a regular file")
-        elif not path.exists():
+        state = _member_state(root / name, digest)
+        if state == "absent":
             absent.append(name)
-        elif hash_file(path) != digest:
-            problems.append(f"{name}: sha256 differs from {SUMS_NAME}'s")
+        elif state:
+            problems.append(f"{name}: {state}")
         else:
             verified.append(name)
-            original = name[: -len(".gz")] if name.endswith(".gz") else None
-            if original in originals:
-                if hashlib.sha256(_inflate(path)).hexdigest() != originals[original]:
-                    problems.append(f"{name}: its uncompressed {original} differs from {PROVENANCE_NAME}'s sha256")
-                else:
-                    inner.append(original)
+            original = name[: -len(".gz")] if name.endswith(".gz") else ""
+            problem = _original_problem(root / name, original, originals)
+            problems += [problem] if problem else []
+            inner += [original] if original in originals and not problem else []
     present = sorted(p.name for p in root.iterdir() if p.is_file())
     problems += [f"{n}: present but not in {SUMS_NAME}" for n in present if n not in sums and n != SUMS_NAME]
     if problems:
         raise InputMismatch(f"{root} does not match its {SUMS_NAME}: " + "; ".join(problems)
                             + ". Nothing was imported; fetch the evidence again.")
     return verified, absent, inner
+
+
+def _member_state(path: Path, digest: str) -> str:
+    """"" when the file is present and matches, "absent", or what is wrong with it."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        return "not a regular file"
+    if not path.exists():
+        return "absent"
+    return "" if hash_file(path) == digest else f"sha256 differs from {SUMS_NAME}'s"
+
+
+def _original_problem(path: Path, original: str, originals: dict[str, str]) -> str:
+    """The second digest level: a gzip member's uncompressed content against provenance.json's sha256."""
+    if original not in originals or hashlib.sha256(_inflate(path)).hexdigest() == originals[original]:
+        return ""
+    return f"{path.name}: its uncompressed {original} differs from {PROVENANCE_NAME}'s sha256"
 
 
 def _originals(root: Path, sums: dict[str, str]) -> tuple[Any, dict[str, str]]:
