@@ -11,13 +11,21 @@ acceptance criteria). Every published figure is recomputed (`audit/figures.py`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ...errors import EvidenceError, InputMismatch
 from ...results.imported import figure_counts
 from ..figures import arms_of, published_figures
-from .manifest import evidence_folder, locate_source, read_finite_json, read_source_manifest, verify_source
+from .manifest import (
+    SourceManifest,
+    evidence_folder,
+    locate_source,
+    read_finite_json,
+    read_source_manifest,
+    verify_source,
+)
 from .published import published_gates, study_facts
 from .rows import arm_files, collector_paused, read_arm_files
 from .run import IMPORT_FORMAT_VERSION, converted_files, imported_recipe, new_run, write_record, write_summary
@@ -66,9 +74,20 @@ def _descriptions(plan: Any, arms: list[str]) -> dict[str, str]:
     return out
 
 
-def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None) -> dict:
-    """Verify and convert their evidence into a new run directory `out`; returns import.json's content."""
-    src, out = Path(src), Path(out)
+@dataclass
+class _Source:
+    root: Path
+    manifest: SourceManifest
+    checked: dict[str, list[str]]
+    folder: str
+    files: list[tuple[str, int, str]]
+    summary: dict
+    cleanup_json: Any
+    plan: Any
+
+
+def _read_source(src: Path, out: Path, subdir: str | None) -> _Source:
+    """Their manifest checked, the evidence folder found, its summary (and cleanup, plan) read; nothing written."""
     if out.exists() or out.is_symlink():
         raise EvidenceError(f"{out} already exists; imports go into a new directory.")
     root = locate_source(src)
@@ -84,12 +103,21 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
     if summary_name not in checked["verified"]:
         state = "not present" if summary_name in checked["absent"] else "not listed in manifest.json"
         raise InputMismatch(f"{summary_name}: {state}; the published figures come from it.")
-    their_summary = read_finite_json(root / summary_name, summary_name)
-    if not isinstance(their_summary, dict):
+    summary = read_finite_json(root / summary_name, summary_name)
+    if not isinstance(summary, dict):
         raise EvidenceError(f"{summary_name}: not a JSON object.")
-    arms_of(their_summary)
-    cleanup_json = _optional_json(root, f"{prefix}cleanup.json", checked["verified"])
-    plan = _optional_json(root, f"{prefix}plan.json", checked["verified"])
+    arms_of(summary)
+    return _Source(root, manifest, checked, folder, files, summary,
+                   _optional_json(root, f"{prefix}cleanup.json", checked["verified"]),
+                   _optional_json(root, f"{prefix}plan.json", checked["verified"]))
+
+
+def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None) -> dict:
+    """Verify and convert their evidence into a new run directory `out`; returns import.json's content."""
+    src, out = Path(src), Path(out)
+    source = _read_source(src, out, subdir)
+    root, manifest, checked, folder, files = source.root, source.manifest, source.checked, source.folder, source.files
+    their_summary, cleanup_json, plan = source.summary, source.cleanup_json, source.plan
     with new_run(out, root) as tmp:
         with collector_paused():
             read = read_arm_files(root, files, workload, tmp)
