@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -191,3 +192,21 @@ def test_system1_omni_report_states_the_published_date_hardware_arms_and_failed_
             in text)
     assert "- Arm candidate: candidate arm of the published study (library /srv/synthetic/cand.so)" in text
     assert 'Hypothesis (quoted): "SYNTHETIC: packing lowers latency"' in text
+
+
+@pytest.mark.parametrize("fmt, edit, message", [
+    ("timings-csv", lambda src: (src / "timings.csv").write_text(
+        (src / "timings.csv").read_text().replace(",1,", f",{2**70},", 1)), "decisions '1180591620717411303424' is not a non-negative integer"),
+    ("timings-csv", lambda src: (src / "timings.csv").write_text(re.sub(
+        r"^(single,[^,]*,1,)[^,]*", r"\1nan", (src / "timings.csv").read_text(), count=1, flags=re.M)),
+     "baseline_pass_1_s nan is not a finite number of seconds"),
+    ("provenance-json", lambda src: (src / "summary.json").write_text('{"cache_off": NaN}'),
+     "summary.json: holds NaN or Infinity"),
+])
+def test_hostile_values_in_the_other_layouts_are_one_error_line(tmp_path, fmt, edit, message):
+    src = MAKERS[fmt](tmp_path / "src")
+    edit(src)
+    proc = cli("import-evidence", "--src", str(src), "--out", str(tmp_path / "run"))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
+    assert not (tmp_path / "run").exists()
