@@ -198,7 +198,7 @@ def test_system1_omni_report_states_the_published_date_hardware_arms_and_failed_
     ("timings-csv", lambda src: (src / "timings.csv").write_text(
         (src / "timings.csv").read_text().replace(",1,", f",{2**70},", 1)), "decisions '1180591620717411303424' is not a non-negative integer"),
     ("timings-csv", lambda src: (src / "timings.csv").write_text(re.sub(
-        r"^(single,[^,]*,1,)[^,]*", r"\1nan", (src / "timings.csv").read_text(), count=1, flags=re.M)),
+        r"^(single,[^,]*,1,)[^,]*", r"\1nan", (src / "timings.csv").read_text(), count=1, flags=re.MULTILINE)),
      "baseline_pass_1_s nan is not a finite number of seconds"),
     ("provenance-json", lambda src: (src / "summary.json").write_text('{"cache_off": NaN}'),
      "summary.json: holds NaN or Infinity"),
