@@ -23,7 +23,7 @@ from ...evidence.files import read_json
 from ...hashing import hash_file
 from .rows import FILE_RE
 
-__all__ = ["MANIFEST_NAME", "SourceManifest", "evidence_folder", "locate_source", "read_finite_json",
+__all__ = ["MANIFEST_NAME", "SourceManifest", "evidence_folder", "file_state", "locate_source", "read_finite_json",
            "read_source_manifest", "verify_source"]
 
 MANIFEST_NAME = "manifest.json"
@@ -108,6 +108,15 @@ def read_source_manifest(root: Path) -> SourceManifest:
     if not entries:
         raise InputMismatch(f"{where}: lists no files.")
     return SourceManifest(Path(root), entries, meta)
+
+
+def file_state(path: Path, digest: str, listing: str) -> str:
+    """"" when the listed file is present and has `digest`, "absent", or what is wrong with it."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        return "not a regular file"
+    if not path.exists():
+        return "absent"
+    return "" if hash_file(path) == digest else f"sha256 differs from {listing}'s"
 
 
 def locate_source(src: Path) -> Path:

@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import EvidenceError, InputMismatch
-from ...hashing import hash_file
 from .layout import Layout, finish
-from .manifest import read_finite_json
+from .manifest import file_state, read_finite_json
 from .samples import MAX_INT, MAX_TOKENS, Sample, check_id, check_int, check_seconds
 
 __all__ = ["detect", "import_provenance", "read_listing"]
@@ -38,6 +37,17 @@ def detect(src: Path) -> bool:
     return (src / PROVENANCE_NAME).is_file() and any(_RAW.match(p.name) for p in src.iterdir())
 
 
+def _listing_entry(item: Any) -> tuple[str, dict[str, Any]]:
+    """One `files` entry, {file, sha256, ...}: a plain file name in this folder and 64 hex digits."""
+    name = item.get("file") if isinstance(item, dict) else None
+    digest = item.get("sha256") if isinstance(item, dict) else None
+    if not isinstance(name, str) or "/" in name or "\\" in name or name in ("", ".", "..", PROVENANCE_NAME):
+        raise InputMismatch(f"{PROVENANCE_NAME}: file entry {str(item)[:80]} does not name a file in this folder.")
+    if not isinstance(digest, str) or not _HEX64.match(digest.lower()):
+        raise InputMismatch(f"{PROVENANCE_NAME}: {name}: sha256 {str(digest)[:70]!r} is not 64 hex digits.")
+    return name, {**item, "sha256": digest.lower()}
+
+
 def read_listing(root: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """provenance.json and its `files` as {name: {sha256, ...}}."""
     data = read_finite_json(root / PROVENANCE_NAME, PROVENANCE_NAME)
@@ -45,15 +55,10 @@ def read_listing(root: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]
         raise InputMismatch(f"{PROVENANCE_NAME}: not an object with a files list.")
     entries: dict[str, dict[str, Any]] = {}
     for item in data["files"]:
-        name = item.get("file") if isinstance(item, dict) else None
-        digest = item.get("sha256") if isinstance(item, dict) else None
-        if not isinstance(name, str) or "/" in name or "\\" in name or name in ("", ".", "..", PROVENANCE_NAME):
-            raise InputMismatch(f"{PROVENANCE_NAME}: file entry {str(item)[:80]} does not name a file in this folder.")
-        if not isinstance(digest, str) or not _HEX64.match(digest.lower()):
-            raise InputMismatch(f"{PROVENANCE_NAME}: {name}: sha256 {str(digest)[:70]!r} is not 64 hex digits.")
+        name, entry = _listing_entry(item)
         if name in entries:
             raise InputMismatch(f"{PROVENANCE_NAME}: {name} is listed twice.")
-        entries[name] = {**item, "sha256": digest.lower()}
+        entries[name] = entry
     if not entries:
         raise InputMismatch(f"{PROVENANCE_NAME}: lists no files.")
     return data, entries
@@ -61,17 +66,10 @@ def read_listing(root: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]
 
 def _verify(root: Path, entries: dict[str, dict[str, Any]]) -> tuple[list[str], list[str], list[str]]:
     """(verified, absent, unlisted); InputMismatch naming every listed file whose sha256 differs."""
-    problems, verified, absent = [], [], []
-    for name, entry in sorted(entries.items()):
-        path = root / name
-        if path.is_symlink() or (path.exists() and not path.is_file()):
-            problems.append(f"{name}: not a regular file")
-        elif not path.exists():
-            absent.append(name)
-        elif hash_file(path) != entry["sha256"]:
-            problems.append(f"{name}: sha256 differs from {PROVENANCE_NAME}'s")
-        else:
-            verified.append(name)
+    states = {name: file_state(root / name, entry["sha256"], PROVENANCE_NAME) for name, entry in sorted(entries.items())}
+    verified = [n for n, state in states.items() if not state]
+    absent = [n for n, state in states.items() if state == "absent"]
+    problems = [f"{n}: {state}" for n, state in states.items() if state not in ("", "absent")]
     if problems:
         raise InputMismatch(f"{root} does not match its {PROVENANCE_NAME}: " + "; ".join(problems)
                             + ". Nothing was imported; fetch the evidence again.")

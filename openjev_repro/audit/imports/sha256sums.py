@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import EvidenceError, InputMismatch
-from ...hashing import hash_file
 from .layout import Layout, finish
-from .manifest import read_finite_json
+from .manifest import file_state, read_finite_json
 from .samples import Sample, check_id, check_seconds
 
 __all__ = ["detect", "import_sha256sums", "read_sums"]
@@ -78,7 +77,7 @@ def _verify(root: Path, sums: dict[str, str], originals: dict[str, str]) -> tupl
     """(verified, absent, originals verified); InputMismatch naming every digest that differs."""
     problems, verified, absent, inner = [], [], [], []
     for name, digest in sorted(sums.items()):
-        state = _member_state(root / name, digest)
+        state = file_state(root / name, digest, SUMS_NAME)
         if state == "absent":
             absent.append(name)
         elif state:
@@ -95,15 +94,6 @@ def _verify(root: Path, sums: dict[str, str], originals: dict[str, str]) -> tupl
         raise InputMismatch(f"{root} does not match its {SUMS_NAME}: " + "; ".join(problems)
                             + ". Nothing was imported; fetch the evidence again.")
     return verified, absent, inner
-
-
-def _member_state(path: Path, digest: str) -> str:
-    """"" when the file is present and matches, "absent", or what is wrong with it."""
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        return "not a regular file"
-    if not path.exists():
-        return "absent"
-    return "" if hash_file(path) == digest else f"sha256 differs from {SUMS_NAME}'s"
 
 
 def _original_problem(path: Path, original: str, originals: dict[str, str]) -> str:
