@@ -25,6 +25,7 @@ def test_published_experiments_are_shipped():
         "open-jev-h200-hf-comparison-2026-10-03.yaml",
         "open-jev-h200-packed-silu-2026-10-02.yaml",
         "system1-omni-decider-2b-rtx4090-2026-10-07.yaml",
+        "system1-omni-prefill-packing-h200-2026-10-06.yaml",
     ]
 
 
@@ -75,7 +76,7 @@ def test_stale_finding_fails():
 
 
 @pytest.mark.parametrize("data, message", [
-    ({"format_version": 3}, "format_version 1 or 2"),
+    ({"format_version": 4}, "format_version 1, 2 or 3"),
     (claims({"a": "1"}, [{"name": "m", "value": "1", "derive": "median_of", "from": ["a"]}]), "unknown derivation"),
     (claims({"a": "1"}, [{"name": "m", "value": "1", "derive": "ratio", "from": ["a", "zz"]}]), "unknown figures"),
     (claims({"a": "1"}, [{"name": "m", "value": "1", "derive": "ratio", "from": ["a"]}]), "takes 2 figures"),

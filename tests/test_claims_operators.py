@@ -127,9 +127,14 @@ def test_every_documented_example_reproduces():
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "manifest.md").read_text()
     examples = re.findall(r"\| `(\w+)`[^|]*\|[^|]*\| `(\{.*?\})` \| [12]", text)
-    documented = {name for name, _ in examples} | {"range"}  # documented in one row with spread
+    examples3 = re.findall(r"\| `(\w+)`[^|]*\|[^|]*\| `(\{.*?\})` \| 3 \|", text)
+    documented = {name for name, _ in examples + examples3} | {"range"}  # documented in one row with spread
     from openjev_repro.audit.claims import BOOLEAN_DERIVATIONS, DERIVATIONS
     assert documented == set(DERIVATIONS) | set(BOOLEAN_DERIVATIONS)
     claims = [{**yaml.safe_load(example), "name": f"example{i}"} for i, (_, example) in enumerate(examples)]
     parsed = parse_claims({"format_version": 2, "figures": FIG, "claims": claims})
     assert [r.name for r in check_claims(parsed) if r.status != "exact"] == []
+    figures3 = {**{k: {"value": v, "unit": "ms"} for k, v in FIG.items()}, "t": {"value": True, "unit": ""}}
+    claims3 = [{**yaml.safe_load(example), "name": f"example{i}"} for i, (_, example) in enumerate(examples3)]
+    parsed3 = parse_claims({"format_version": 3, "figures": figures3, "claims": claims3})
+    assert len(claims3) == 7 and [r.name for r in check_claims(parsed3) if r.status != "exact"] == []

@@ -32,12 +32,28 @@ Format history:
        n-ary `product` and `difference` (first minus the rest). In both versions
        `at_least`/`at_most` hold for every member of a group, and `rounded` refuses a
        stated value with more decimals than its input.
+    3  (2026-12) adds `percent_change` ((b - a) / a * 100, signed), `relative_range`
+       ((max - min) / mean * 100), `rank` (1 + how many of the others are lower, or higher
+       with `order: descending`), and the true/false `within` (|a - b| <= `tolerance`),
+       `all`/`any` (every / some member of a group `op` a bound) and `and` (of earlier
+       true/false claims or figures). Every key is checked (an unknown one is an error);
+       every figure and numeric claim declares its `unit`, and units are checked; each claim
+       names the `printed` text it checks, which must show the stated value, and no two claims
+       state the same printed text; a signed zero (-0.00) keeps its sign; rounding
+       reachability carries through chains (a claim used as an input lies in its own
+       reachable interval, not only in its printed one).
+
+Every version: values are bounded (at most 24 significant digits, 20 decimals, magnitude
+below 10**24; at most 10,000 figures per claim and claims per file), every operator checks
+its domain (a division by zero is one error naming the claim), and evaluation is bounded:
+rounding bounds of many inputs come from interval arithmetic, not from every corner.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
@@ -60,8 +76,19 @@ __all__ = [
     "parse_claims",
 ]
 
-CLAIMS_FORMAT_VERSION = 2  # written by this version; every version in CLAIMS_FORMAT_VERSIONS is read
-CLAIMS_FORMAT_VERSIONS = (1, 2)
+CLAIMS_FORMAT_VERSION = 3  # written by this version; every version in CLAIMS_FORMAT_VERSIONS is read
+CLAIMS_FORMAT_VERSIONS = (1, 2, 3)
+MAX_DIGITS = 24  # significant digits of one value
+MAX_DECIMALS = 20
+MAX_EXPONENT = 24  # |value| < 10**24
+MAX_ITEMS = 10_000  # figures per claim; claims and figures per file
+_PRECISION = 80  # decimal digits of every intermediate (the limits above keep every result exact well within it)
+_TOP_KEYS = {"format_version", "report", "experiment", "figures", "claims", "source", "notes"}
+_FIGURE_KEYS = {"value", "unit", "where", "decimals", "printed"}
+_CLAIM_KEYS = {"name", "value", "derive", "from", "where", "expect", "finding", "q", "rule", "unit", "printed",
+               "tolerance", "op", "order", "decimals"}
+_PERCENT_UNITS = {"%", "percent"}
+_RATIO_UNITS = {"x", "×", "", "1"}
 PERCENTILE_RULES = ("nearest_rank", "jevbench")
 _CORNER_LIMIT = 10  # up to this many inputs, rounding bounds come from every corner of the input box
 
@@ -108,6 +135,17 @@ def _max(xs: Values, _: dict) -> Decimal: return max(xs)
 def _min(xs: Values, _: dict) -> Decimal: return min(xs)
 
 
+def _percent_change(xs: Values, _: dict) -> Decimal: return (xs[1] - xs[0]) / xs[0] * 100
+def _relative_range(xs: Values, _: dict) -> Decimal: return (max(xs) - min(xs)) / _mean(xs, _) * 100
+
+
+def _rank(xs: Values, claim: dict) -> Decimal:
+    target, others = xs[0], xs[1:]
+    if claim.get("order", "ascending") == "descending":
+        return Decimal(1 + sum(1 for x in others if x > target))
+    return Decimal(1 + sum(1 for x in others if x < target))
+
+
 def _product(xs: Values, _: dict) -> Decimal:
     out = Decimal(1)
     for x in xs:
@@ -150,127 +188,303 @@ DERIVATIONS: dict[str, tuple[Callable[[Values, dict], Decimal], int, int | None,
     "range": (_spread, 1, None, 2, "max - min of the listed values"),
     "median": (_median, 1, None, 2, "the middle value (mean of the two middle values for an even count)"),
     "percentile": (_percentile, 1, None, 2, "sorted[rank] with `q` and `rule`: nearest_rank or jevbench"),
+    "percent_change": (_percent_change, 2, 2, 3, "(b - a) / a * 100, signed: negative when b is below a"),
+    "relative_range": (_relative_range, 2, None, 3, "(max - min) / mean * 100 of the listed values"),
+    "rank": (_rank, 2, None, 3, "1 + how many of the others are lower (order: descending: higher) than the first"),
 }
 BOOLEAN_DERIVATIONS = {
     "disjoint_ranges": "the [min, max] ranges of the two groups do not overlap",
     "all_below": "every figure of the first group is below every figure of the second",
     "at_least": "a >= b for every member of whichever side is a group (one side at most)",
     "at_most": "a <= b for every member of whichever side is a group (one side at most)",
+    "within": "|a - b| <= tolerance (format 3; `tolerance` in the figures' unit)",
+    "all": "every member of the group `op` the bound (format 3; op one of < <= > >=)",
+    "any": "at least one member of the group `op` the bound (format 3)",
+    "and": "every listed true/false figure or claim is true (format 3)",
 }
+_BOOLEAN_VERSION = {"within": 3, "all": 3, "any": 3, "and": 3}
+_OPS = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
 _VERSION_1_ARITY = {"difference": 2, "product": 2}
 _SELECTING = {"rounded", "max", "min", "percentile", "median"}  # may not print more decimals than their inputs
 _INCREASING = {"mean_of", "sum", "max", "min", "median", "percentile", "rounded"}  # in every input
 
 
-def _figure(name: str, spec: Any, where: str) -> Figure:
+def _number_text(raw: Any) -> str:
+    """The value as printed: a string (commas, a leading + and the minus sign U+2212 allowed) or a YAML number."""
+    if isinstance(raw, str):
+        return raw.strip().replace(",", "").replace("\u2212", "-").lstrip("+")
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return str(raw)
+    return repr(raw)
+
+
+def _decimal(raw: Any, what: str, where: str) -> Decimal:
+    """A finite decimal within the digit, decimal and magnitude limits; RecipeError otherwise."""
+    text = _number_text(raw)
+    try:
+        value = Decimal(text) if len(text) <= 4 * MAX_DIGITS else Decimal("NaN")
+    except InvalidOperation:
+        value = Decimal("NaN")
+    if not value.is_finite():
+        raise RecipeError(f"{where}: {what} has value {str(raw)[:60]!r}, which is not a number; quote it as printed.")
+    digits, exponent = value.as_tuple().digits, value.as_tuple().exponent
+    assert isinstance(exponent, int)
+    if len(digits) > MAX_DIGITS or -exponent > MAX_DECIMALS or value.adjusted() >= MAX_EXPONENT:
+        raise RecipeError(f"{where}: {what} has value {str(raw)[:60]!r}: at most {MAX_DIGITS} significant digits, "
+                          f"{MAX_DECIMALS} decimals and a magnitude below 1e{MAX_EXPONENT}.")
+    return value
+
+
+def _text_field(spec: dict, key: str, where: str) -> str:
+    value = spec.get(key, "")
+    if not isinstance(value, str):
+        raise RecipeError(f"{where}: {key} is {type(value).__name__}, not text.")
+    return value
+
+
+def _figure(name: str, spec: Any, where: str, version: int = 2) -> Figure:
     if not isinstance(spec, dict):
         spec = {"value": spec}
+    if version >= 3:
+        unknown = sorted(set(map(str, spec)) - (_CLAIM_KEYS if "derive" in spec else _FIGURE_KEYS))
+        if unknown:
+            raise RecipeError(f"{where}: {name!r} has unknown keys {unknown}.")
     raw = spec.get("value")
+    unit, place = _text_field(spec, "unit", where), _text_field(spec, "where", where)
     if isinstance(raw, bool):
-        return Figure(name, raw, 0, spec.get("unit", ""), spec.get("where", ""))
-    text = str(raw).replace(",", "")
-    try:
-        value = Decimal(text)
-        if not value.is_finite():
-            raise ValueError(text)
-    except (InvalidOperation, ValueError):
-        raise RecipeError(f"{where}: figure {name!r} has value {raw!r}, which is not a number; quote it as printed.") from None
+        return Figure(name, raw, 0, unit, place)
+    value = _decimal(raw, f"figure {name!r}", where)
     exponent = value.as_tuple().exponent
     assert isinstance(exponent, int)
-    decimals = max(-exponent, 0) if isinstance(raw, str) else int(spec.get("decimals", 0) or max(-exponent, 0))
-    return Figure(name, value, decimals, spec.get("unit", ""), spec.get("where", ""))
+    decimals = max(-exponent, 0)
+    if not isinstance(raw, str) and "decimals" in spec:
+        declared = spec["decimals"]
+        if not isinstance(declared, int) or isinstance(declared, bool) or not 0 <= declared <= MAX_DECIMALS:
+            raise RecipeError(f"{where}: {name!r} decimals {str(declared)[:40]!r} is not an integer in "
+                              f"[0, {MAX_DECIMALS}].")
+        decimals = declared or decimals
+    return Figure(name, value, decimals, unit, place)
 
 
-def _groups(inputs: Any, where: str, kind: str) -> list[list[str]]:
+_GROUPED = {"ratio", "percent_lower", "percent_change"}  # format 3: a side may be a group, taken as its mean
+
+
+def _groups(inputs: Any, where: str, kind: str, version: int = 2) -> list[list[str]]:
     if not isinstance(inputs, list) or not inputs:
         raise RecipeError(f"{where}: `from` is a list of figure names (or, for booleans, of groups).")
     groups = [g if isinstance(g, list) else [g] for g in inputs]
     if any(not isinstance(n, str) for g in groups for n in g):
         raise RecipeError(f"{where}: `from` holds something other than figure names.")
-    if kind in DERIVATIONS and any(isinstance(g, list) for g in inputs):
+    if sum(len(g) for g in groups) > MAX_ITEMS:
+        raise RecipeError(f"{where}: `from` names more than {MAX_ITEMS} figures.")
+    grouped = version >= 3 and kind in _GROUPED
+    if (kind in DERIVATIONS or kind == "and") and not grouped and any(isinstance(g, list) for g in inputs):
         raise RecipeError(f"{where}: {kind} takes a flat list of figures; groups are for "
-                          f"{', '.join(sorted(BOOLEAN_DERIVATIONS))}.")
+                          f"{', '.join(sorted(set(BOOLEAN_DERIVATIONS) - {'and'}))}.")
     return groups
 
 
 def _check_arity(kind: str, claim: dict, groups: list[list[str]], version: int, where: str) -> None:
-    inputs = claim["from"]
     if kind in DERIVATIONS:
-        _, least, most, introduced, _ = DERIVATIONS[kind]
-        if introduced > version:
-            raise RecipeError(f"{where}: {kind} needs format_version {introduced}.")
-        if version == 1 and kind in _VERSION_1_ARITY:
-            most = _VERSION_1_ARITY[kind]
-            if len(inputs) > most:
-                raise RecipeError(f"{where}: {kind} takes {most} figures in format_version 1, got {len(inputs)}; "
-                                  "n-ary needs format_version 2.")
-        if len(inputs) < least or (most is not None and len(inputs) > most):
-            count = f"{least}" if least == most else f"at least {least}" if most is None else f"{least} to {most}"
-            raise RecipeError(f"{where}: {kind} takes {count} figures, got {len(inputs)}.")
-        if kind == "percentile":
-            _check_percentile(claim, len(inputs), where)
-        elif "q" in claim or "rule" in claim:
-            raise RecipeError(f"{where}: q and rule belong to percentile, not {kind}.")
+        _check_numeric_shape(kind, claim, version, where)
+    else:
+        _check_boolean_shape(kind, claim, groups, version, where)
+
+
+def _count_text(least: int, most: int | None) -> str:
+    return f"{least}" if least == most else f"at least {least}" if most is None else f"{least} to {most}"
+
+
+def _check_numeric_shape(kind: str, claim: dict, version: int, where: str) -> None:
+    inputs = claim["from"]
+    _, least, most, introduced, _ = DERIVATIONS[kind]
+    if introduced > version:
+        raise RecipeError(f"{where}: {kind} needs format_version {introduced}.")
+    if version == 1 and kind in _VERSION_1_ARITY:
+        most = _VERSION_1_ARITY[kind]
+        if len(inputs) > most:
+            raise RecipeError(f"{where}: {kind} takes {most} figures in format_version 1, got {len(inputs)}; "
+                              "n-ary needs format_version 2.")
+    if len(inputs) < least or (most is not None and len(inputs) > most):
+        raise RecipeError(f"{where}: {kind} takes {_count_text(least, most)} figures, got {len(inputs)}.")
+    if kind == "percentile":
+        _check_percentile(claim, len(inputs), where)
+    elif "q" in claim or "rule" in claim:
+        raise RecipeError(f"{where}: q and rule belong to percentile, not {kind}.")
+    if kind == "rank" and claim.get("order", "ascending") not in ("ascending", "descending"):
+        raise RecipeError(f"{where}: rank order is ascending or descending, got {str(claim.get('order'))[:40]!r}.")
+
+
+def _check_boolean_shape(kind: str, claim: dict, groups: list[list[str]], version: int, where: str) -> None:
+    inputs = claim["from"]
+    if _BOOLEAN_VERSION.get(kind, 1) > version:
+        raise RecipeError(f"{where}: {kind} needs format_version {_BOOLEAN_VERSION[kind]}.")
+    if kind == "and":
         return
     if len(groups) != 2:
         raise RecipeError(f"{where}: {kind} compares two sides, got {len(groups)}; write [a, b] or [[a, c], b].")
     if kind in ("at_least", "at_most") and all(isinstance(g, list) and len(g) > 1 for g in inputs):
         raise RecipeError(f"{where}: {kind} between two groups is ambiguous (pairwise or every pair?); "
                           "make one side a single figure, or use all_below.")
+    if kind in ("all", "any") and (claim.get("op") not in _OPS or len(groups[1]) != 1):
+        raise RecipeError(f"{where}: {kind} needs op: one of {' '.join(_OPS)} and `from: [[members...], bound]`.")
+    if kind == "within":
+        _check_within(claim, groups, where)
+
+
+def _check_within(claim: dict, groups: list[list[str]], where: str) -> None:
+    if len(groups[0]) != 1 or len(groups[1]) != 1:
+        raise RecipeError(f"{where}: within compares two figures: `from: [a, b]`.")
+    if _decimal(claim.get("tolerance"), "tolerance", where) < 0:
+        raise RecipeError(f"{where}: within needs a tolerance >= 0, got {claim.get('tolerance')!r}.")
 
 
 def _check_percentile(claim: dict, n: int, where: str) -> None:
     rule, q = claim.get("rule"), claim.get("q")
     if rule not in PERCENTILE_RULES:
-        raise RecipeError(f"{where}: percentile needs rule: {' or '.join(PERCENTILE_RULES)}, got {rule!r}.")
+        raise RecipeError(f"{where}: percentile needs rule: {' or '.join(PERCENTILE_RULES)}, got {str(rule)[:40]!r}.")
     try:
-        q_value = Decimal(str(q))
+        q_value = Decimal(str(q)) if len(str(q)) <= MAX_DIGITS else Decimal("NaN")
     except InvalidOperation:
         q_value = Decimal("NaN")
     if isinstance(q, bool) or not q_value.is_finite() or not 0 < q_value <= 100:
-        raise RecipeError(f"{where}: percentile needs q in (0, 100], got {q!r}.")
+        raise RecipeError(f"{where}: percentile needs q in (0, 100], got {str(q)[:40]!r}.")
     index = percentile_index(n, q_value, rule)
     if not (0 <= index < n or (index == -1 and n == 1)):
         raise RecipeError(f"{where}: the {rule} rank of q={q} over {n} values is index {index}, outside the list.")
 
 
-def parse_claims(data: Any, source: str = "<claims>") -> dict[str, Any]:
-    if not isinstance(data, dict) or data.get("format_version") not in CLAIMS_FORMAT_VERSIONS:
+_RANK_WORDS = {1: ("fastest", "first", "highest", "largest", "lowest", "smallest", "slowest", "best", "most", "least",
+                   "top"), 2: ("second",), 3: ("third",)}
+_NUMBER_IN_TEXT = re.compile(r"[-+]?\d+(?:\.\d+)?")
+
+
+def _check_printed(claim: dict, stated: Figure, seen: dict[str, str], where: str) -> None:
+    """Format 3: the claim's printed text shows its stated value, and no other claim states that text."""
+    printed = claim.get("printed")
+    if not isinstance(printed, str) or not printed.strip():
+        raise RecipeError(f"{where}: {stated.name} needs `printed`: the text of the report it checks, e.g. \"−3.81%\".")
+    key = printed.strip()
+    if key in seen:
+        raise RecipeError(f"{where}: {stated.name} states the printed text {key!r} that {seen[key]} already states; "
+                          "one printed figure is one claim.")
+    seen[key] = stated.name
+    if isinstance(stated.value, bool):
+        return
+    if claim.get("derive") == "rank" and any(w in key.lower() for w in _RANK_WORDS.get(int(stated.value), ())):
+        return  # a rank may be printed as a word: "fastest", "second", ...
+    normal = key.replace("\u2212", "-").replace(",", "").replace("\u2009", "").replace("\u202f", "")
+    shown = [Decimal(m) for m in _NUMBER_IN_TEXT.findall(normal)]
+    if not any(v == stated.value and v.as_tuple() == stated.value.as_tuple() for v in shown):
+        raise RecipeError(f"{where}: {stated.name} states {stated.value} but its printed text {key!r} does not show "
+                          "that value with that sign and those decimals.")
+
+
+def _same_unit(units: list[str], kind: str, where: str) -> str:
+    if len(set(units)) > 1:
+        raise RecipeError(f"{where}: {kind} mixes units {sorted(set(units))}; its inputs must share one unit.")
+    return units[0] if units else ""
+
+
+def _check_units(kind: str, stated: Figure, inputs: list[Figure], claim: dict, where: str) -> None:
+    """Format 3: units are declared on every figure and numeric claim, and the derivation's unit must match."""
+    if "unit" not in claim and kind in DERIVATIONS:
+        raise RecipeError(f"{where}: {stated.name} declares no unit (format 3 needs `unit`; \"\" is dimensionless).")
+    units = [f.unit for f in inputs]
+    if kind in ("and", "product"):
+        return  # true/false, or a unit the file declares (products multiply units)
+    unit = _same_unit(units, kind, where)
+    if kind in BOOLEAN_DERIVATIONS:
+        return
+    if kind in ("percent_lower", "percent_change", "percent_gap_closed", "relative_range"):
+        expected: set[str] = _PERCENT_UNITS
+    elif kind == "ratio":
+        expected = _RATIO_UNITS
+    elif kind == "rank":
+        expected = {"", "rank"}
+    else:
+        expected = {unit}
+    if stated.unit not in expected:
+        raise RecipeError(f"{where}: {stated.name} is in {stated.unit!r}, but {kind} of figures in {unit!r} is in "
+                          f"{' or '.join(repr(u) for u in sorted(expected))}.")
+
+
+def _claim_kind(claim: Any, where: str) -> tuple[str, str]:
+    if not isinstance(claim, dict) or "name" not in claim or "derive" not in claim:
+        raise RecipeError(f"{where}: each claim needs name, value, derive and from.")
+    name, kind = claim["name"], claim["derive"]
+    if not isinstance(name, str) or not name or not isinstance(kind, str):
+        raise RecipeError(f"{where}: name and derive are text, got {type(name).__name__} and {type(kind).__name__}.")
+    if kind not in DERIVATIONS and kind not in BOOLEAN_DERIVATIONS:
+        raise RecipeError(f"{where}: unknown derivation {kind[:40]!r}; known: "
+                          f"{', '.join(sorted([*DERIVATIONS, *BOOLEAN_DERIVATIONS]))}.")
+    return name, kind
+
+
+def _check_input_kinds(kind: str, stated: Figure, inputs: list[Figure], where: str) -> None:
+    if (kind in BOOLEAN_DERIVATIONS) != isinstance(stated.value, bool):
+        expected = "true or false" if kind in BOOLEAN_DERIVATIONS else "a number"
+        raise RecipeError(f"{where}: {kind} states {expected}.")
+    booleans = [isinstance(f.value, bool) for f in inputs]
+    if kind == "and" and not all(booleans):
+        raise RecipeError(f"{where}: and combines true/false figures or claims only.")
+    if kind != "and" and any(booleans):
+        raise RecipeError(f"{where}: {kind} derives from a true/false figure.")
+
+
+def _claim_figure(claim: Any, i: int, figures: dict[str, Figure], version: int, source: str) -> tuple[str, Figure]:
+    where = f"{source}: claims[{i}]"
+    name, kind = _claim_kind(claim, where)
+    groups = _groups(claim.get("from"), where, kind, version)
+    flat = [n for g in groups for n in g]
+    missing = [n for n in flat if n not in figures]
+    if missing:
+        raise RecipeError(f"{where}: {name} derives from unknown figures {missing[:10]}; "
+                          "declare them under figures or as an earlier claim.")
+    _check_arity(kind, claim, groups, version, where)
+    if name in figures:
+        raise RecipeError(f"{where}: {name!r} is declared twice.")
+    stated = _figure(name, claim, where, version)
+    inputs = [figures[n] for n in flat]
+    _check_input_kinds(kind, stated, inputs, where)
+    if version >= 3:
+        _check_units(kind, stated, inputs, claim, where)
+    return where, stated
+
+
+def _sections(data: Any, source: str) -> tuple[int, dict, list]:
+    """format_version, figures and claims of a claims file, each of the right type and size."""
+    if not isinstance(data, dict) or data.get("format_version") not in CLAIMS_FORMAT_VERSIONS \
+            or isinstance(data.get("format_version"), bool):
         raise RecipeError(f"{source}: not a claims file with format_version "
-                          f"{' or '.join(map(str, CLAIMS_FORMAT_VERSIONS))}.")
+                          f"{', '.join(map(str, CLAIMS_FORMAT_VERSIONS[:-1]))} or {CLAIMS_FORMAT_VERSIONS[-1]}.")
     version = int(data["format_version"])
-    raw_figures = data.get("figures") or {}
+    if version >= 3 and set(map(str, data)) - _TOP_KEYS:
+        raise RecipeError(f"{source}: unknown keys {sorted(set(map(str, data)) - _TOP_KEYS)}.")
+    raw_figures, raw_claims = data.get("figures") or {}, data.get("claims") or []
     if not isinstance(raw_figures, dict):
         raise RecipeError(f"{source}: figures is a mapping of name to value.")
-    figures = {str(name): _figure(str(name), spec, source) for name, spec in raw_figures.items()}
-    claims = []
-    raw_claims = data.get("claims") or []
     if not isinstance(raw_claims, list):
         raise RecipeError(f"{source}: claims is a list.")
+    if len(raw_figures) + len(raw_claims) > MAX_ITEMS:
+        raise RecipeError(f"{source}: more than {MAX_ITEMS} figures and claims.")
+    if version >= 3:
+        undeclared = [n for n, spec in raw_figures.items() if not isinstance(spec, dict) or "unit" not in spec]
+        if undeclared:
+            raise RecipeError(f"{source}: figures {undeclared[:5]} declare no unit (format 3 needs `unit`).")
+    return version, raw_figures, raw_claims
+
+
+def parse_claims(data: Any, source: str = "<claims>") -> dict[str, Any]:
+    version, raw_figures, raw_claims = _sections(data, source)
+    figures = {str(name): _figure(str(name), spec, source, version) for name, spec in raw_figures.items()}
+    claims: list[dict] = []
+    printed: dict[str, str] = {}
     for i, claim in enumerate(raw_claims):
-        where = f"{source}: claims[{i}]"
-        if not isinstance(claim, dict) or "name" not in claim or "derive" not in claim:
-            raise RecipeError(f"{where}: each claim needs name, value, derive and from.")
-        kind = claim["derive"]
-        if kind not in DERIVATIONS and kind not in BOOLEAN_DERIVATIONS:
-            raise RecipeError(f"{where}: unknown derivation {kind!r}; known: "
-                              f"{', '.join(sorted([*DERIVATIONS, *BOOLEAN_DERIVATIONS]))}.")
-        groups = _groups(claim.get("from"), where, kind)
-        flat = [n for g in groups for n in g]
-        missing = [n for n in flat if n not in figures]
-        if missing:
-            raise RecipeError(f"{where}: {claim['name']} derives from unknown figures {missing}; "
-                              "declare them under figures or as an earlier claim.")
-        _check_arity(kind, claim, groups, version, where)
-        if claim["name"] in figures:
-            raise RecipeError(f"{where}: {claim['name']!r} is declared twice.")
-        stated = _figure(claim["name"], claim, where)
-        if (kind in BOOLEAN_DERIVATIONS) != isinstance(stated.value, bool):
-            expected = "true or false" if kind in BOOLEAN_DERIVATIONS else "a number"
-            raise RecipeError(f"{where}: {kind} states {expected}.")
-        if kind not in BOOLEAN_DERIVATIONS and any(isinstance(figures[n].value, bool) for n in flat):
-            raise RecipeError(f"{where}: {kind} derives from a true/false figure.")
-        figures[claim["name"]] = stated
+        where, stated = _claim_figure(claim, i, figures, version, source)
+        if version >= 3:
+            _check_printed(claim, stated, printed, where)
+        figures[stated.name] = stated
         claims.append(claim)
     return {"meta": {k: data.get(k) for k in ("report", "experiment")}, "figures": figures, "claims": claims,
             "format_version": version}
@@ -289,63 +503,149 @@ def _half(f: Figure) -> Decimal:
     return Decimal(5).scaleb(-f.decimals - 1)
 
 
-def _boolean(kind: str, groups: list[list[Decimal]]) -> bool:
+def _boolean(kind: str, groups: list[list[Any]], claim: dict) -> bool:
+    if kind == "and":
+        return all(x is True for g in groups for x in g)
     if kind == "disjoint_ranges":
         a, b = groups
         return max(a) < min(b) or max(b) < min(a)
     if kind == "all_below":
         return max(groups[0]) < min(groups[1])
+    if kind == "within":
+        return abs(groups[0][0] - groups[1][0]) <= _decimal(claim["tolerance"], "tolerance", "")
+    if kind in ("all", "any"):
+        test = _OPS[claim["op"]]
+        held = [test(x, groups[1][0]) for x in groups[0]]
+        return all(held) if kind == "all" else any(held)
     a, b = groups  # one side is one figure: it must hold against every member of the other
     return all(x >= y if kind == "at_least" else x <= y for x in a for y in b)
 
 
-def _bounds(kind: str, function: Callable[[Values, dict], Decimal], inputs: list[Figure],
+_INFINITE = (Decimal("-Infinity"), Decimal("Infinity"))
+
+
+def _product_bounds(lo_in: Values, hi_in: Values) -> tuple[Decimal, Decimal]:
+    """Interval arithmetic: the product of independent intervals, one input at a time (linear in the inputs)."""
+    lo, hi = Decimal(1), Decimal(1)
+    for a, b in zip(lo_in, hi_in, strict=True):
+        corners = (lo * a, lo * b, hi * a, hi * b)
+        lo, hi = min(corners), max(corners)
+    return lo, hi
+
+
+def _rank_bounds(lo_in: Values, hi_in: Values, claim: dict) -> tuple[Decimal, Decimal]:
+    (tlo, thi), others = (lo_in[0], hi_in[0]), list(zip(lo_in[1:], hi_in[1:], strict=True))
+    if claim.get("order", "ascending") == "descending":
+        return Decimal(1 + sum(1 for lo, _ in others if lo > thi)), Decimal(1 + sum(1 for _, hi in others if hi > tlo))
+    return Decimal(1 + sum(1 for _, hi in others if hi < tlo)), Decimal(1 + sum(1 for lo, _ in others if lo < thi))
+
+
+def _bounds(kind: str, function: Callable[[Values, dict], Decimal], lo_in: Values, hi_in: Values,
             claim: dict) -> tuple[Decimal, Decimal]:
-    """The least and greatest value the derivation takes when each input lies in its rounding interval."""
-    lo_in = [f.value - _half(f) for f in inputs]
-    hi_in = [f.value + _half(f) for f in inputs]
+    """The least and greatest value the derivation takes when each input lies in its interval."""
     if kind in ("spread", "range"):
         return max(Decimal(0), max(lo_in) - min(hi_in)), max(hi_in) - min(lo_in)
     if kind in _INCREASING or (kind == "product" and min(lo_in) >= 0):
         return function(lo_in, claim), function(hi_in, claim)
-    if kind == "difference" and len(inputs) > _CORNER_LIMIT:
+    if kind == "product":
+        return _product_bounds(lo_in, hi_in)
+    if kind == "rank":
+        return _rank_bounds(lo_in, hi_in, claim)
+    if kind == "relative_range":
+        spread_lo, spread_hi = max(Decimal(0), max(lo_in) - min(hi_in)), max(hi_in) - min(lo_in)
+        mean_lo, mean_hi = _mean(lo_in, claim), _mean(hi_in, claim)
+        if mean_lo <= 0:
+            return _INFINITE
+        return spread_lo / mean_hi * 100, spread_hi / mean_lo * 100
+    if kind == "difference" and len(lo_in) > _CORNER_LIMIT:
         return function(lo_in[:1] + hi_in[1:], claim), function(hi_in[:1] + lo_in[1:], claim)
+    divisors = {"ratio": [1], "percent_lower": [0], "percent_change": [0], "percent_gap_closed": []}.get(kind, [])
+    if any(lo_in[i] <= 0 <= hi_in[i] for i in divisors) or (
+            kind == "percent_gap_closed" and lo_in[0] - hi_in[2] <= 0 <= hi_in[0] - lo_in[2]):
+        return _INFINITE  # a divisor's interval holds zero: every value is reachable
     corners = [function([hi if s > 0 else lo for lo, hi, s in zip(lo_in, hi_in, signs, strict=True)], claim)
-               for signs in itertools.product((-1, 1), repeat=len(inputs))]
+               for signs in itertools.product((-1, 1), repeat=len(lo_in))]
     return min(corners), max(corners)
 
 
-def _check(claim: dict, figures: dict[str, Figure]) -> ClaimResult:
-    kind, stated = claim["derive"], figures[claim["name"]]
-    common = {"name": claim["name"], "derive": kind, "expected_mismatch": claim.get("expect") == "mismatch",
-              "finding": str(claim.get("finding", "")), "where": str(claim.get("where", ""))}
-    if kind in BOOLEAN_DERIVATIONS:
-        groups = [[figures[n].value for n in (g if isinstance(g, list) else [g])] for g in claim["from"]]
-        got = _boolean(kind, groups)  # type: ignore[arg-type]
-        ok = got == stated.value
-        return ClaimResult(stated=str(stated.value).lower(), recomputed=str(got).lower(),
-                           status="exact" if ok else "mismatch", within_rounding=ok, **common)
-    function = DERIVATIONS[kind][0]
-    inputs = [figures[n] for n in claim["from"]]
-    with localcontext() as ctx:
-        ctx.prec = 50
-        exact = function([f.value for f in inputs], claim)  # type: ignore[misc]
-        lo, hi = _bounds(kind, function, inputs, claim)
-    recomputed = _round(exact, stated.decimals)
-    reachable = not (hi < stated.value - _half(stated) or lo > stated.value + _half(stated))
-    status = "exact" if recomputed == stated.value else "mismatch"
-    detail = ""
+def _side(values: Values) -> Decimal:
+    return values[0] if len(values) == 1 else sum(values, Decimal(0)) / len(values)
+
+
+def _exact(kind: str, function: Callable[[Values, dict], Decimal], values: Values, claim: dict, where: str) -> Decimal:
+    try:
+        return function(values, claim)
+    except (ZeroDivisionError, ArithmeticError):
+        raise RecipeError(f"{where}: {kind} of {values[:4]} divides by zero; the claim has no value.") from None
+
+
+def _common(claim: dict) -> dict[str, Any]:
+    return {"name": claim["name"], "derive": claim["derive"], "expected_mismatch": claim.get("expect") == "mismatch",
+            "finding": str(claim.get("finding", "")), "where": str(claim.get("where", ""))}
+
+
+def _check_boolean(claim: dict, figures: dict[str, Figure]) -> ClaimResult:
+    stated = figures[claim["name"]]
+    groups = [[figures[n].value for n in (g if isinstance(g, list) else [g])] for g in claim["from"]]
+    got = _boolean(claim["derive"], groups, claim)
+    ok = got == stated.value
+    return ClaimResult(stated=str(stated.value).lower(), recomputed=str(got).lower(),
+                       status="exact" if ok else "mismatch", within_rounding=ok, **_common(claim))
+
+
+def _selecting_detail(kind: str, stated: Figure, inputs: list[Figure]) -> str:
+    """Why a claim that selects or restates an input prints more decimals than its inputs support ("" if it does not)."""
     supported = max(f.decimals for f in inputs) + (1 if kind == "median" and len(inputs) % 2 == 0 else 0)
     if kind in _SELECTING and stated.decimals > supported:
+        return (f"states {stated.decimals} decimals; {kind} of inputs printed with at most "
+                f"{max(f.decimals for f in inputs)} supports {supported}")
+    return ""
+
+
+def _status(recomputed: Decimal, stated: Decimal, version: int) -> str:
+    if recomputed != stated:
+        return "mismatch"
+    if version >= 3 and recomputed.is_zero() and recomputed.is_signed() != stated.is_signed():
+        return "mismatch"  # -0.00 says the value was negative; 0.00 that it was not
+    return "exact"
+
+
+def _check(claim: dict, figures: dict[str, Figure], intervals: dict[str, tuple[Decimal, Decimal]],
+           version: int = 2) -> ClaimResult:
+    kind, stated = claim["derive"], figures[claim["name"]]
+    if kind in BOOLEAN_DERIVATIONS:
+        return _check_boolean(claim, figures)
+    function = DERIVATIONS[kind][0]
+    sides = [g if isinstance(g, list) else [g] for g in claim["from"]]  # a group (format 3) is its mean
+    inputs = [figures[n] for side in sides for n in side]
+    values = [_side([figures[n].value for n in side]) for side in sides]  # type: ignore[misc]
+    exact = _exact(kind, function, values, claim, f"claim {claim['name']}")
+    lo, hi = _bounds(kind, function, [_side([intervals[n][0] for n in side]) for side in sides],
+                     [_side([intervals[n][1] for n in side]) for side in sides], claim)
+    assert isinstance(stated.value, Decimal)
+    recomputed = _round(exact, stated.decimals)
+    s_lo, s_hi = stated.value - _half(stated), stated.value + _half(stated)
+    reachable = not (hi < s_lo or lo > s_hi)
+    status = _status(recomputed, stated.value, version)
+    detail = _selecting_detail(kind, stated, inputs)
+    if detail:
         status, reachable = "mismatch", False
-        detail = (f"states {stated.decimals} decimals; {kind} of inputs printed with at most "
-                  f"{max(f.decimals for f in inputs)} supports {supported}")
+    if version >= 3 and reachable:  # carried into the claims that use this one
+        intervals[claim["name"]] = (max(lo, s_lo), min(hi, s_hi))
     return ClaimResult(stated=str(stated.value), recomputed=str(recomputed), status=status,
-                       within_rounding=reachable, detail=detail, **common)
+                       within_rounding=reachable, detail=detail, **_common(claim))
 
 
 def check_claims(parsed: dict[str, Any]) -> list[ClaimResult]:
-    return [_check(claim, parsed["figures"]) for claim in parsed["claims"]]
+    figures: dict[str, Figure] = parsed["figures"]
+    version = int(parsed.get("format_version", 2))
+    intervals = {n: (f.value - _half(f), f.value + _half(f)) for n, f in figures.items()
+                 if not isinstance(f.value, bool)}
+    with localcontext() as ctx:
+        ctx.prec = _PRECISION
+        ctx.Emax, ctx.Emin = 10**6, -(10**6)
+        return [_check(claim, figures, intervals, version) for claim in parsed["claims"]]
+
 
 
 def format_results(results: list[ClaimResult]) -> str:

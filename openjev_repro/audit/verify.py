@@ -44,6 +44,7 @@ from ..manifest.keys import load_public_key
 from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json
 from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
 from .bundle import opened
+from .figures import Samples, layout_figures, published_figures, summary_from_figures
 
 __all__ = [
     "Check",
@@ -226,7 +227,7 @@ def verify_imported(run: RunDir, *, pubkey: Path | None = None, evidence: Eviden
 
 
 def _converted_files(ev: Evidence, record: dict, _: bool) -> list[Check]:
-    from .importer import REPORT_FILES
+    from .imports.run import REPORT_FILES
 
     run = ev.run
     recorded = record.get("converted")
@@ -255,6 +256,7 @@ def _imported_source(ev: Evidence, record: dict, _: bool) -> list[Check]:
         return [Check("source files", None, f"the source {root} is not present here; its files were checked "
                       f"against their manifest.json at import ({len(verified)} files)")]
     bad = []
+    digests = record.get("digests_file") or "manifest.json"
     for name in verified:
         entry = entries.get(name)
         want = entry.get("sha256") if isinstance(entry, dict) else entry
@@ -262,14 +264,25 @@ def _imported_source(ev: Evidence, record: dict, _: bool) -> list[Check]:
         if not _safe_name(name) or not path.is_file():
             bad.append(f"{name} was verified at import but is absent now")
         elif hash_file(path) != want:
-            bad.append(f"{name} differs from the sha256 their manifest.json lists")
-    return [Check("source files", not bad, "; ".join(bad[:6]) if bad else
-                  f"{len(verified)} source files at {root} still match their manifest.json digests")]
+            bad.append(f"{name} differs from the sha256 their {digests} lists")
+    imported: dict = record["imported_files"] if isinstance(record.get("imported_files"), dict) else {}
+    for name, want in sorted(imported.items()):
+        path = root / name
+        if not _safe_name(name) or not path.is_file():
+            bad.append(f"{name} was imported but is absent now")
+        elif hash_file(path) != want:
+            bad.append(f"{name} differs from the sha256 recorded at import")
+    if bad:
+        return [Check("source files", False, "; ".join(bad[:6]))]
+    detail = f"{len(verified)} source files at {root} still match their {digests} digests"
+    if record.get("provenance", "verified") != "verified":
+        detail = (f"{record.get('provenance')}; the {len(imported)} files imported from {root} still match "
+                  "the sha256 recorded at import")
+    return [Check("source files", True, detail)]
 
 
 def _imported_statistics(ev: Evidence, record: dict, _: bool) -> list[Check]:
     from ..results.statistics import summarize
-    from .importer import published_figures, summary_from_figures
 
     run, t = ev.run, ev.table
     ours = json.loads(json.dumps(summarize(t, ev.recipe), allow_nan=False))
@@ -280,6 +293,10 @@ def _imported_statistics(ev: Evidence, record: dict, _: bool) -> list[Check]:
     figures = record.get("figures") or []
     if record.get("format_version") == 1:
         return checks + [Check("published figures", None, "import.json format 1: re-import to record figure status")]
+    if record.get("format", "system1-omni") != "system1-omni":
+        recomputed = json.loads(json.dumps(layout_figures(str(record.get("format")), record.get("published_summary")
+                                                          or {}, _imported_samples(run))))
+        return checks + [_figures_check(recomputed, figures, record)]
     # Rows in file order within each (arm, pass), as the import appended them.
     latencies = {(backend, index): t.latency_ms[idx].tolist() for (backend, index), idx in
                  t.groups(np.flatnonzero(t.phase.equals("measured")), ("backend", "pass_index")).items()}
@@ -291,13 +308,28 @@ def _imported_statistics(ev: Evidence, record: dict, _: bool) -> list[Check]:
                 key = (entry["backend"], entry["pass_index"])
                 deltas[key] = max(deltas.get(key, 0.0), abs(entry["probability_delta"]))
     recomputed = json.loads(json.dumps(published_figures(summary_from_figures(figures), latencies, deltas)))
+    checks.append(_figures_check(recomputed, figures, record))
+    return checks
+
+
+def _figures_check(recomputed: list, figures: list, record: dict) -> Check:
     diff = first_difference(recomputed, figures)
     counts = record.get("figure_counts") or {}
-    checks.append(Check("published figures", diff is None,
-                        f"recomputed figures differ from import.json at {diff}" if diff else
-                        f"{len(figures)} published figures recomputed from the rows: {counts.get('exact')} exact, "
-                        f"{counts.get('within_rounding')} within rounding, {counts.get('mismatch')} mismatch"))
-    return checks
+    return Check("published figures", diff is None,
+                 f"recomputed figures differ from import.json at {diff}" if diff else
+                 f"{len(figures)} published figures recomputed from the rows: {counts.get('exact')} exact, "
+                 f"{counts.get('within_rounding')} within rounding, {counts.get('mismatch')} mismatch")
+
+
+def _imported_samples(run: RunDir) -> Samples:
+    """The published seconds and decisions the import kept in responses/, per (arm, workload, pass)."""
+    samples: Samples = {}
+    for path in sorted(run.path.glob("responses/*.jsonl")):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            entry = check_response_entry(json.loads(line), f"{path.name}:{number}")
+            key = (entry["backend"], entry["workload"], entry["pass_index"])
+            samples.setdefault(key, []).append((float(entry["seconds"]), int(entry["decisions"])))
+    return samples
 
 
 # --- signature and digests -------------------------------------------------------------

@@ -70,19 +70,19 @@ def claims(c, file):
 
 
 @task(name="import-evidence",
-      help={"format": "source format; only system1-omni", "src": "folder of the published evidence: the one holding "
+      help={"format": "source layout: auto (detected), system1-omni, provenance-json, timings-csv or sha256sums", "src": "folder of the published evidence: the one holding "
             "their manifest.json, or a subfolder of it (manifest.json is looked for up to three folders above)",
             "subdir": "evidence subfolder under the manifest's folder, e.g. e2e (default: --src when it is a "
             "subfolder, else the one folder holding <arm>-measured-<pass>.jsonl files)",
             "out": "new run directory to create", "workload": "workload name for the imported rows (default mixed)"})
 @user_errors
-def import_evidence(c, src, out, format="system1-omni", workload="mixed", subdir=None):
+def import_evidence(c, src, out, format="auto", workload="mixed", subdir=None):
     """Verify another harness's published per-request evidence and convert it into an (unsigned, imported) run."""
-    from ..audit.importer import format_import_report, import_system1
+    from ..audit.importer import FORMATS, format_import_report, import_evidence
 
-    if format != "system1-omni":
-        raise Exit(f"error: unknown --format {format!r}; supported: system1-omni", code=1)
-    report = import_system1(Path(src), Path(out), workload=workload, subdir=subdir)
+    if format != "auto" and format not in FORMATS:
+        raise Exit(f"error: unknown --format {format!r}; supported: auto, {', '.join(FORMATS)}", code=1)
+    report = import_evidence(Path(src), Path(out), fmt=format, workload=workload, subdir=subdir)
     print(format_import_report(report))
 
 

@@ -181,7 +181,7 @@ def _gate_lines(gates: list[GateResult]) -> list[str]:
 def _imported_lines(imported: dict) -> list[str]:
     from .imported import cleanup_line, figure_lines
 
-    out = ["## Published figures (imported evidence)", "",
+    out = [*_published_study_lines(imported), "## Published figures (imported evidence)", "",
            ("Each figure their summary.json publishes, recomputed from the imported rows: EXACT bit for bit, "
            "WITHIN half a unit of its last printed decimal (at most 15 significant digits), DIFF otherwise."), "",
            "```", *figure_lines(imported), "```", ""]
@@ -197,11 +197,42 @@ def _imported_lines(imported: dict) -> list[str]:
     return out
 
 
+def _published_study_lines(imported: dict) -> list[str]:
+    """What the published study says about itself: date, hardware, arms, hypothesis, every gate and its outcome."""
+    study: dict = imported["study"] if isinstance(imported.get("study"), dict) else {}
+    out = ["## Published study (imported, not measured by us)", "",
+           f"- Date (published): {study.get('date') or 'not published'}"]
+    out += [f"- Hardware (published): {h}" for h in study.get("hardware") or []] or ["- Hardware: not published"]
+    for arm, description in (study.get("arms") or {}).items():
+        out.append(f"- Arm {arm}: {description or 'no description published'}")
+    for key, label in (("hypothesis", "Hypothesis"), ("independent_variable", "Independent variable")):
+        if study.get(key):
+            out.append(f"- {label} (quoted): \"{study[key]}\"")
+    out += [f"- Provenance: {imported.get('provenance', 'verified')}", ""]
+    return out + _published_gate_rows(imported.get("published_gates") or [])
+
+
+def _published_gate_rows(gates: list[dict]) -> list[str]:
+    if not gates:
+        return ["The published evidence declares no gate or acceptance criterion.", ""]
+    out = ["| published gate or criterion | published outcome | criterion |", "| --- | --- | --- |"]
+    for g in gates:
+        outcome = {True: "passed", False: "**FAILED**", None: "not published"}.get(g.get("outcome"), "?")
+        criterion = str(g.get("criterion") or "").replace("|", "\\|")
+        out.append(f"| {g.get('name')} | {outcome} | {criterion} |")
+    return out + [""]
+
+
 def imported_note(imported: dict) -> str:
     folder = imported.get("evidence_folder") or ""
     where = f"{imported.get('source')}/{folder}" if folder else str(imported.get("source"))
+    provenance = imported.get("provenance", "verified")
+    if provenance != "verified":
+        checked = f"{provenance}; the sha256 of every imported file is recorded"
+    else:
+        checked = f"{imported.get('files_verified', '?')} files verified against their {imported.get('digests_file') or 'manifest.json'}"
     return (f"Imported from {where} ({imported.get('format', 'unknown')} format), not measured by us: "
-            f"{imported.get('files_verified', '?')} files verified against their manifest.json; unsigned.")
+            f"{checked}; unsigned.")
 
 
 def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: dict | None = None,
@@ -270,6 +301,7 @@ class RunInfo:
     started: str | None  # "YYYY-MM-DD HH:MM:SS UTC"; None when not recorded
     hardware: str  # the GPU the run used (the run-time override, else the pinned one), or the CPU without a GPU
     when: str = "started"  # what `started` is: the start, or (older runs) the last state update
+    imported: bool = False  # evidence imported from another project: its date and hardware are the published ones
 
     @property
     def date(self) -> str:
@@ -304,6 +336,17 @@ def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
     except (ValueError, OverflowError, OSError):
         pass
     return RunInfo(run.path.name, None, hardware)
+
+
+def imported_run_info(run_id: str, imported: dict) -> RunInfo:
+    """An imported run's facts are the published study's: its own date and hardware, never the import's."""
+    study: dict = imported["study"] if isinstance(imported.get("study"), dict) else {}
+    lines = [str(h) for h in study.get("hardware") or []]
+    named = [h.split(": ", 1)[1] for h in lines if h.split(": ", 1)[0] in ("hardware_name", "gpu")]
+    uuid = [h.split(": ", 1)[1] for h in lines if h.startswith("gpu_uuid: ")]
+    hardware = ", ".join(named[:1] + uuid[:1]) or "hardware not published"
+    date = study.get("date")
+    return RunInfo(run_id, str(date) if date else None, hardware, when="published", imported=True)
 
 
 def _environment_of(run: RunDir) -> dict:
@@ -353,10 +396,19 @@ def _measured(t: RowTable) -> dict[str, dict[str, dict[int, np.ndarray]]]:
 def _title(fig, study_id: str, run: RunInfo | None, workloads: Sequence[str], what: str) -> None:
     """Three short lines that keep a plot's context when it is shared on its own."""
     facts = [f"workload {', '.join(workloads) or 'none'}"]
-    if run:
+    if run and run.imported:
+        what = f"{what}: IMPORTED evidence, not measured by us"
+        facts += [run.hardware, f"published {run.date}"]
+    elif run:
         facts += [run.hardware, f"run date {run.date}"]
     where = f"study {study_id} · run {run.run_id}" if run else f"study {study_id}"
     fig.suptitle(f"{what}\n{where}\n{' · '.join(facts)}", fontsize=10)
+
+
+def _say_when_empty(ax: Any, workload: str) -> None:
+    """A scatter panel with no point says why (e.g. imported timings that publish no token counts)."""
+    if workload and not any(len(c.get_offsets()) for c in ax.collections):
+        ax.text(0.5, 0.5, "no input token counts in these rows", transform=ax.transAxes, ha="center", va="center")
 
 
 @dataclass(frozen=True)
@@ -412,6 +464,7 @@ def _scatter_figure(panels: _Panels, study_id: str, run: RunInfo | None):
                 ax.scatter(t.input_tokens[rs], t.latency_ms[rs], s=22, alpha=0.75, color=panels.colours[b],
                            marker=PASS_MARKERS[n % len(PASS_MARKERS)], linewidths=0)
         ax.set(xlabel="input tokens", ylabel="latency (ms)", title=f"workload {name}" if name else "no measured requests")
+        _say_when_empty(ax, name)
         panels.legend(ax, "scatter")
     _title(fig, study_id, run, [w for w in panels.workloads if w], "Measured latency against input tokens")
     return fig
@@ -555,8 +608,8 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     if as_status is not None:  # the runner renders the report of a run it is about to call complete
         state = dict(state, status=as_status)
     summary = summarize(rows, recipe)
-    info = run_info(run, recipe)
     imported = run.read("import.json") if run.file("import.json").is_file() else None
+    info = imported_run_info(run.path.name, imported) if imported is not None else run_info(run, recipe)
     backends = run.read("backends.json") if run.file("backends.json").is_file() else {}
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
                          imported=imported, run_facts=run_facts_of(run, backends),

@@ -1,0 +1,88 @@
+"""The import steps every sample-based format shares: rows written, figures recomputed, record kept.
+
+A format module reads its digests and rows into `Sample`s and the published summary; `finish`
+writes the run through `imports/run.py` and records, in import.json, what was verified (or
+why provenance is not verifiable), the digests of every source file imported, the published
+study's own facts and gates, and every published figure labelled by `audit/figures.py`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...hashing import hash_file
+from ...results.imported import figure_counts
+from ..figures import layout_figures
+from .published import published_gates, study_facts
+from .run import IMPORT_FORMAT_VERSION, converted_files, imported_recipe, new_run, write_record, write_summary
+from .samples import Sample, samples_of, write_samples
+
+__all__ = ["Layout", "finish"]
+
+
+@dataclass
+class Layout:
+    """What a format read from the source, before anything is written."""
+
+    fmt: str
+    root: Path
+    samples: list[Sample]
+    summary: dict[str, Any]  # the published summary the figures come from (sha256sums: stem -> summary)
+    files: list[str]  # every source file read, relative to root
+    provenance: str  # "verified" or "not verifiable: ..."
+    digests_file: str | None  # the file holding their digests, when there is one
+    verified: list[str] = field(default_factory=list)
+    absent: list[str] = field(default_factory=list)  # listed with a digest, not present
+    source_digests: dict[str, dict[str, Any]] = field(default_factory=dict)  # their digests, as published
+    documents: list[Any] = field(default_factory=list)  # published JSON documents describing the study
+    meta: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+def folder_date(name: str) -> str | None:
+    """The date a folder is named for (review-20261006, 20261003), as YYYY-MM-DD; None if none."""
+    match = re.search(r"(?<![0-9])(20[0-9]{2})(0[1-9]|1[0-2])(0[1-9]|[12][0-9]|3[01])(?![0-9])", name)
+    return f"{match[1]}-{match[2]}-{match[3]}" if match else None
+
+
+def _workloads(samples: list[Sample]) -> dict[str, tuple[str, int]]:
+    out: dict[str, tuple[str, int]] = {}
+    for s in samples:
+        first, passes = out.get(s.workload, ("imported", 0))
+        out[s.workload] = (first, max(passes, s.pass_index))
+    return out
+
+
+def finish(layout: Layout, out: Path) -> dict:
+    """Write the imported run at `out`; returns import.json's content."""
+    imported = {name: hash_file(layout.root / name) for name in layout.files}
+    arms = sorted({s.arm for s in layout.samples})
+    study = study_facts(*layout.documents, arms=arms,
+                        descriptions={a: f"arm {a} of the published study" for a in arms})
+    if study["date"] is None:
+        study["date"] = folder_date(layout.root.name)
+    with new_run(out, layout.root) as tmp:
+        rows = write_samples(tmp, layout.samples)
+        workloads = {w: (layout.files[0], p) for w, (_, p) in _workloads(layout.samples).items()}
+        recipe = imported_recipe(layout.root, "", workloads, arms, sorted(imported.items()), fmt=layout.fmt,
+                                 study=study, note=layout.note or f"Imported evidence ({layout.fmt}); not measured here.")
+        write_summary(tmp, recipe, rows)
+        figures = layout_figures(layout.fmt, layout.summary, samples_of(layout.samples))
+        record = {
+            "format_version": IMPORT_FORMAT_VERSION, "format": layout.fmt, "source": str(layout.root),
+            "evidence_folder": "", "signed": False, "measured_by_us": False,
+            "provenance": layout.provenance, "digests_file": layout.digests_file,
+            "files_verified": len(layout.verified), "verified": layout.verified, "absent": layout.absent,
+            "source_manifest": layout.source_digests, "source_manifest_meta": layout.meta,
+            "imported_files": imported, "rows": len(rows), "converted": converted_files(tmp),
+            "figures": figures, "figure_counts": figure_counts(figures),
+            "published_summary": layout.summary,
+            "study": study, "published_gates": published_gates(*layout.documents),
+            "notes": layout.notes,
+        }
+        write_record(tmp, record)
+    return record

@@ -1,0 +1,192 @@
+"""Reading the other project's manifest: which files it lists, with which digests, and checking them.
+
+The system1-omni layout (e.g. `benchmarks/gdn/artifacts/20261003/`): a `manifest.json` at the
+root whose `files` maps each path (possibly in a subfolder: `e2e/`, `kernel/`, `flashinfer/`)
+to a digest string or to an object `{sha256, bytes, source, source_sha256?, normalization?}`.
+Every listed file that is present is checked (bytes, then sha256); any mismatch, or a present
+file the manifest does not list, is an error and nothing is written. Listed files that are
+absent (a partial download) are recorded as "not present, not verified".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ...errors import EvidenceError, InputMismatch
+from ...evidence.files import read_json
+from ...hashing import hash_file
+from .rows import FILE_RE
+
+__all__ = ["MANIFEST_NAME", "SourceManifest", "evidence_folder", "file_state", "locate_source", "read_finite_json",
+           "read_source_manifest", "verify_source"]
+
+MANIFEST_NAME = "manifest.json"
+_UPWARD = 3  # how many folders above --src may hold manifest.json
+_HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+@dataclass(frozen=True)
+class SourceManifest:
+    root: Path  # the folder holding manifest.json
+    entries: dict[str, dict[str, Any]]  # path -> {sha256, bytes?, source?, source_sha256?, normalization?, ...}
+    meta: dict[str, Any] = field(default_factory=dict)  # every other top-level field
+
+
+def _entry(path: Any, spec: Any, where: str) -> tuple[str, dict[str, Any]]:
+    if not isinstance(path, str) or not path or "\\" in path:
+        raise InputMismatch(f"{where}: file name {path!r} is not a relative POSIX path.")
+    pure = PurePosixPath(path)
+    if pure.is_absolute() or ".." in pure.parts or str(pure) != path or path == MANIFEST_NAME:
+        raise InputMismatch(f"{where}: file name {path!r} leaves the directory or is not normalised.")
+    entry = {"sha256": spec} if isinstance(spec, str) else dict(spec) if isinstance(spec, dict) else None
+    if entry is None:
+        raise InputMismatch(f"{where}: {path}: entry is {type(spec).__name__}, not a sha256 string or an object.")
+    digest = entry.get("sha256")
+    if not isinstance(digest, str) or not _HEX64.match(digest):
+        raise InputMismatch(f"{where}: {path}: sha256 {digest!r} is not 64 hex digits.")
+    entry["sha256"] = digest.lower()
+    _check_optional(entry, path, where)
+    return path, entry
+
+
+def _check_optional(entry: dict[str, Any], path: str, where: str) -> None:
+    """The optional fields of one manifest entry: bytes, source_sha256, source, normalization."""
+    size = entry.get("bytes")
+    if "bytes" in entry and (not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= 2**63 - 1):
+        raise InputMismatch(f"{where}: {path}: bytes {str(size)[:30]} is not a non-negative integer.")
+    if "source_sha256" in entry and (not isinstance(entry["source_sha256"], str)
+                                     or not _HEX64.match(entry["source_sha256"])):
+        raise InputMismatch(f"{where}: {path}: source_sha256 {str(entry['source_sha256'])[:70]!r} is not 64 hex digits.")
+    for key in ("source", "normalization"):
+        if key in entry and not isinstance(entry[key], str):
+            raise InputMismatch(f"{where}: {path}: {key} is not a string.")
+
+
+def read_finite_json(path: Path, name: str) -> Any:
+    """read_json, refusing NaN and Infinity (which import.json could not carry)."""
+    data = read_json(path)
+    try:
+        json.dumps(data, allow_nan=False)
+    except ValueError:
+        raise EvidenceError(f"{name}: holds NaN or Infinity, which JSON does not allow.") from None
+    except RecursionError:
+        raise EvidenceError(f"{name}: nested too deeply.") from None
+    return data
+
+
+def read_source_manifest(root: Path) -> SourceManifest:
+    """Their manifest.json: `files` as a {path: digest | object} mapping or a [{path, sha256, ...}] list."""
+    where = str(Path(root) / MANIFEST_NAME)
+    data = read_finite_json(Path(root) / MANIFEST_NAME, where)
+    if not isinstance(data, dict):
+        raise InputMismatch(f"{where}: not a JSON object.")
+    listing = data.get("files", data)
+    meta = {k: v for k, v in data.items() if k != "files"} if "files" in data else {}
+    entries: dict[str, dict[str, Any]] = {}
+    if isinstance(listing, dict):
+        items: Iterable[tuple[Any, Any]] = listing.items()
+    elif isinstance(listing, list):
+        items = []
+        for item in listing:
+            if not isinstance(item, dict):
+                raise InputMismatch(f"{where}: a files entry is {type(item).__name__}, not an object.")
+            rest = {k: v for k, v in item.items() if k not in ("path", "name")}
+            items.append((item.get("path", item.get("name")), rest))
+    else:
+        raise InputMismatch(f"{where}: files is {type(listing).__name__}, not an object or a list.")
+    for raw_path, spec in items:
+        path, entry = _entry(raw_path, spec, where)
+        if path in entries:
+            raise InputMismatch(f"{where}: {path} is listed twice.")
+        entries[path] = entry
+    if not entries:
+        raise InputMismatch(f"{where}: lists no files.")
+    return SourceManifest(Path(root), entries, meta)
+
+
+def file_state(path: Path, digest: str, listing: str) -> str:
+    """"" when the listed file is present and has `digest`, "absent", or what is wrong with it."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        return "not a regular file"
+    if not path.exists():
+        return "absent"
+    return "" if hash_file(path) == digest else f"sha256 differs from {listing}'s"
+
+
+def locate_source(src: Path) -> Path:
+    """The folder holding manifest.json: --src itself or one of the three folders above it."""
+    src = Path(src).resolve()
+    if not src.is_dir():
+        raise InputMismatch(f"{src}: not a directory; --src names the published evidence folder.")
+    for candidate in [src, *list(src.parents)[:_UPWARD]]:
+        if (candidate / MANIFEST_NAME).is_file():
+            return candidate
+    raise InputMismatch(f"{src}: no {MANIFEST_NAME} here or in the {_UPWARD} folders above; "
+                        "point --src at the folder that holds their manifest.json.")
+
+
+def verify_source(manifest: SourceManifest) -> dict[str, list[str]]:
+    """Every listed file that is present has its bytes and sha256; no present file is unlisted.
+
+    Returns {"verified": [...], "absent": [...]}; raises InputMismatch naming every problem.
+    """
+    root = manifest.root
+    problems, verified, absent = [], [], []
+    for name, entry in sorted(manifest.entries.items()):
+        path = root / name
+        if path.is_symlink():
+            problems.append(f"{name}: is a symbolic link, not a file")
+        elif not path.exists():
+            absent.append(name)
+        elif not path.is_file():
+            problems.append(f"{name}: is not a regular file")
+        elif "bytes" in entry and path.stat().st_size != entry["bytes"]:
+            problems.append(f"{name}: {path.stat().st_size} bytes, the manifest says {entry['bytes']}")
+        else:
+            got = hash_file(path)
+            if got != entry["sha256"]:
+                problems.append(f"{name}: sha256 {got[:12]}… differs from the manifest's {entry['sha256'][:12]}…")
+            else:
+                verified.append(name)
+    def unreadable(exc: OSError) -> None:
+        raise InputMismatch(f"{exc.filename}: cannot be listed ({exc.strerror}); nothing was imported.")
+
+    for folder, dirs, files in os.walk(root, onerror=unreadable):
+        dirs.sort()
+        for item in sorted(files) + [d for d in dirs if Path(folder, d).is_symlink()]:
+            rel = Path(folder, item).relative_to(root).as_posix()
+            if rel != MANIFEST_NAME and rel not in manifest.entries:
+                problems.append(f"{rel}: present but not in {MANIFEST_NAME}")
+    if problems:
+        raise InputMismatch(f"{root} does not match its {MANIFEST_NAME}: " + "; ".join(problems)
+                            + ". Nothing was imported; fetch the evidence again.")
+    if not verified:
+        raise InputMismatch(f"{root}: none of the files {MANIFEST_NAME} lists is present.")
+    return {"verified": verified, "absent": absent}
+
+
+def evidence_folder(root: Path, src: Path, subdir: str | None, verified: list[str]) -> str:
+    """The evidence folder, relative to root ('' for root itself)."""
+    if subdir is not None:
+        pure = PurePosixPath(subdir.strip("/") or ".")
+        if pure.is_absolute() or ".." in pure.parts:
+            raise InputMismatch(f"--subdir {subdir!r} must be a folder inside {root}.")
+        folder = "" if str(pure) == "." else str(pure)
+        if not (root / folder).is_dir():
+            raise InputMismatch(f"--subdir {subdir!r}: {root / folder} is not a folder.")
+        return folder
+    if src != root:
+        return src.relative_to(root).as_posix()
+    folders = sorted({str(PurePosixPath(n).parent) for n in verified if FILE_RE.match(PurePosixPath(n).name)})
+    if not folders:
+        raise InputMismatch(f"{root}: no <arm>-measured-<pass>.jsonl file is present; nothing to import.")
+    if len(folders) > 1:
+        raise InputMismatch(f"{root}: arm files in several folders ({', '.join(folders)}); name one with --subdir.")
+    return "" if folders[0] == "." else folders[0]
+

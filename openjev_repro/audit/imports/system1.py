@@ -1,0 +1,153 @@
+"""`--format system1-omni`: a root `manifest.json` and `<arm>-measured-<pass>.jsonl` arm files.
+
+Their layout (see ../shared/facts/upstream.md and docs/manifest.md), e.g.
+`benchmarks/gdn/artifacts/20261003/`: `manifest.json` lists every file with its sha256
+(`imports/manifest.py`); the evidence folder holds the arm files (`imports/rows.py`),
+`summary.json` (per arm `passes` with `mean_ms, p50_ms, p95_ms, requests,
+max_probability_delta`, `aggregate_mean_ms`, `readiness`; at the top `cleanup` and
+`*_reduction_percent`), optionally `cleanup.json` and `plan.json` (hypothesis, hardware,
+acceptance criteria). Every published figure is recomputed (`audit/figures.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...errors import EvidenceError, InputMismatch
+from ...results.imported import figure_counts
+from ..figures import arms_of, published_figures
+from .manifest import (
+    SourceManifest,
+    evidence_folder,
+    locate_source,
+    read_finite_json,
+    read_source_manifest,
+    verify_source,
+)
+from .published import published_gates, study_facts
+from .rows import arm_files, collector_paused, read_arm_files
+from .run import IMPORT_FORMAT_VERSION, converted_files, imported_recipe, new_run, write_record, write_summary
+
+__all__ = ["detect", "import_system1"]
+
+def _obj(doc: Any, key: str) -> dict[str, Any]:
+    """doc[key] when doc is an object and that value is an object too; {} otherwise."""
+    value = doc.get(key) if isinstance(doc, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+_NOTE = ("Imported evidence: rows come from the source's client nanoseconds; bodies are their `raw`"
+         " as canonical JSON, not the original bytes; labels are inferred from checks.correct when present.")
+
+
+def detect(src: Path) -> bool:
+    try:
+        locate_source(src)
+    except InputMismatch:
+        return False
+    return True
+
+
+def _cleanup(summary: dict, cleanup_json: Any) -> dict[str, Any]:
+    published = summary.get("cleanup")
+    per_arm = {a: e.get("cleanup") for a, e in arms_of(summary).items() if isinstance(e, dict) and "cleanup" in e}
+    record: dict[str, Any] = {"summary": published, "per_arm": per_arm or None, "cleanup_json": cleanup_json}
+    if published is not None and cleanup_json is not None:
+        record["consistent"] = published == cleanup_json
+    return record
+
+
+def _optional_json(root: Path, name: str, verified: list[str]) -> Any:
+    return read_finite_json(root / name, name) if name in verified else None
+
+
+def _descriptions(plan: Any, arms: list[str]) -> dict[str, str]:
+    if not isinstance(plan, dict):
+        return {}
+    libraries = _obj(plan, "libraries")
+    out = {}
+    for arm in arms:
+        where = libraries.get(arm)
+        out[arm] = f"{arm} arm of the published study" + (f" (library {where})" if isinstance(where, str) else "")
+    return out
+
+
+@dataclass
+class _Source:
+    root: Path
+    manifest: SourceManifest
+    checked: dict[str, list[str]]
+    folder: str
+    files: list[tuple[str, int, str]]
+    summary: dict
+    cleanup_json: Any
+    plan: Any
+
+
+def _read_source(src: Path, out: Path, subdir: str | None) -> _Source:
+    """Their manifest checked, the evidence folder found, its summary (and cleanup, plan) read; nothing written."""
+    if out.exists() or out.is_symlink():
+        raise EvidenceError(f"{out} already exists; imports go into a new directory.")
+    root = locate_source(src)
+    resolved_out = out.resolve()
+    if resolved_out == root or root in resolved_out.parents:
+        raise EvidenceError(f"--out {out} is inside the source {root}; write the import elsewhere.")
+    manifest = read_source_manifest(root)
+    checked = verify_source(manifest)
+    folder = evidence_folder(root, src.resolve(), subdir, checked["verified"])
+    files = arm_files(folder, checked["verified"])
+    prefix = f"{folder}/" if folder else ""
+    summary_name = f"{prefix}summary.json"
+    if summary_name not in checked["verified"]:
+        state = "not present" if summary_name in checked["absent"] else "not listed in manifest.json"
+        raise InputMismatch(f"{summary_name}: {state}; the published figures come from it.")
+    summary = read_finite_json(root / summary_name, summary_name)
+    if not isinstance(summary, dict):
+        raise EvidenceError(f"{summary_name}: not a JSON object.")
+    arms_of(summary)
+    return _Source(root, manifest, checked, folder, files, summary,
+                   _optional_json(root, f"{prefix}cleanup.json", checked["verified"]),
+                   _optional_json(root, f"{prefix}plan.json", checked["verified"]))
+
+
+def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None) -> dict:
+    """Verify and convert their evidence into a new run directory `out`; returns import.json's content."""
+    src, out = Path(src), Path(out)
+    source = _read_source(src, out, subdir)
+    root, manifest, checked, folder, files = source.root, source.manifest, source.checked, source.folder, source.files
+    their_summary, cleanup_json, plan = source.summary, source.cleanup_json, source.plan
+    with new_run(out, root) as tmp:
+        with collector_paused():
+            read = read_arm_files(root, files, workload, tmp)
+            verified_digests = [(n, manifest.entries[n]["sha256"]) for n in checked["verified"]]
+            arm_names = sorted(read.arms)
+            study = study_facts(manifest.meta, plan, their_summary, arms=arm_names,
+                                descriptions=_descriptions(plan, arm_names))
+            recipe = imported_recipe(root, folder, {workload: (files[0][2], max(max(p) for p in read.arms.values()))},
+                                     arm_names, verified_digests, fmt="system1-omni", study=study, note=_NOTE)
+            write_summary(tmp, recipe, read.rows)
+        figures = published_figures(their_summary, read.latencies, read.max_delta)
+        arms = arms_of(their_summary)
+        report = {
+            "format_version": IMPORT_FORMAT_VERSION, "format": "system1-omni", "source": str(root),
+            "evidence_folder": folder, "signed": False, "measured_by_us": False,
+            "provenance": "verified", "digests_file": "manifest.json",
+            "files_verified": len(checked["verified"]), "verified": checked["verified"], "absent": checked["absent"],
+            "source_manifest": manifest.entries, "source_manifest_meta": manifest.meta,
+            "normalization": [{"path": n, "note": e["normalization"], "present": n in checked["verified"]}
+                              for n, e in sorted(manifest.entries.items()) if "normalization" in e],
+            "rows": len(read.rows), "converted": converted_files(tmp),
+            "figures": figures, "figure_counts": figure_counts(figures),
+            "readiness": {a: e.get("readiness") for a, e in arms.items() if isinstance(e, dict)},
+            "first_inference": {a: e.get("first_inference") for a, e in arms.items()
+                                if isinstance(e, dict) and "first_inference" in e},
+            "cleanup": _cleanup(their_summary, cleanup_json),
+            "published": {k: their_summary[k] for k in ("completed", "accepted_e2e_latency_gate", "conclusion")
+                          if k in their_summary},
+            "study": study, "published_gates": published_gates(their_summary, plan),
+            "notes": read.notes,
+        }
+        write_record(tmp, report)
+    return report
