@@ -129,7 +129,7 @@ def collect(submission: Path, *, tolerances: Path | None = None, baseline: Path 
                         "verified": True} for h in hosts],
         "tolerances": {"file": str(tolerances) if tolerances else None, "compare": compare_tol, "cross_host": cross_tol},
         "backends": backends,
-        "verdict": {"passed": (not failures) if declared else None, "failures": failures,
+        "verdict": {"passed": False if failures else (True if declared else None), "failures": failures,
                     "note": None if declared else "no tolerances declared"},
     }
     return Collected(_write(sub, summary, signing_key), summary)
