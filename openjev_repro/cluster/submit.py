@@ -48,7 +48,7 @@ def submit(*, recipe: Path, replicates: int, key: Path, out: Path, options: Sbat
         raise RecipeError(f"{recipe} pins a GPU (controls.gpu): submit with --gres gpu:1 so Slurm allocates one "
                           "to each task (the task then measures on the allocated GPU).")
     reservation = parsed.controls.reservation
-    note = reservation.note if reservation is not None and reservation.note else ""
+    note = " ".join((reservation.note if reservation is not None else "").split())  # Slurm metadata: one line
     if options.time is None and reservation is not None:
         options = dataclasses.replace(options, time=reservation.timeout)
     sub = Submission.create(out, parsed.study.id, {
