@@ -64,5 +64,6 @@ def test_a_newline_in_the_note_runs_nothing_on_the_real_slurm(tmp_path, request)
     assert status["evidence"] == "complete", status  # the job ran its study to the end
     assert not marker.exists()  # and the note's second line never ran as a command
     script = (sub / "job-1.sh").read_text()
-    assert [ln for ln in script.splitlines() if ln and not ln.startswith("#")][0].startswith("exec ")
+    commands = [ln for ln in script.splitlines() if ln and not ln.startswith("#")]
+    assert len(commands) == 1 and commands[0].startswith("exec ")
     assert f"--job-name=lab run touch {marker} #" in script  # Slurm's job name and comment: one line
