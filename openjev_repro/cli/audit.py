@@ -20,9 +20,12 @@ __all__ = ["claims", "compare", "import_evidence", "publish", "verify"]
 def verify(c, run, pubkey=None, allow_unsigned=False):
     """Check signature, digests, completeness and every recomputed statistic; non-zero exit on any failure."""
     from ..audit.verify import format_checks, verify_path
+    from ..manifest.keys import trusted_public_key
 
     if not Path(run).exists():
         raise EvidenceError(f"No run directory or bundle at {run}.")
+    if pubkey:
+        trusted_public_key(Path(pubkey), Path(run))
     checks = verify_path(Path(run), pubkey=Path(pubkey) if pubkey else None, allow_unsigned=allow_unsigned)
     print(format_checks(checks))
     failed = [c for c in checks if c.passed is False]

@@ -24,7 +24,7 @@ from ..manifest.dsse import (
     payload_of,
     verify_envelope,
 )
-from ..manifest.keys import load_private_key, load_public_key
+from ..manifest.keys import keyid, load_private_key, load_public_key, trusted_public_key
 from ..study.recipe import parse_recipe
 from ..study.rows import read_rows
 from ..study.rundir import ENVELOPE_NAME, RunDir
@@ -79,11 +79,19 @@ def _load(label: str, path: Path, host: str | None = None) -> tuple[HostRun, Any
         return HostRun(label, host or _host_of(directory), Path(path), read_rows(directory / "rows.jsonl")), recipe
 
 
-def collect(submission: Path, *, tolerances: Path | None = None, baseline: Path | None = None,
-            baseline_pubkey: Path | None = None, key: Path | None = None) -> Collected:
-    sub = Submission.open(submission)
-    compare_tol, cross_tol = load_cross_host_tolerances(tolerances) if tolerances else ({}, {})
-    signing_key = load_private_key(key or Path(sub.data["key"]))
+def _signing_key(sub: Submission, key: Path | None, pubkey: Path) -> Any:
+    """--key, or the key submit was given, but only when it is the private half of the trusted --pubkey
+    (the path in submission.json is the submission's word, not the user's)."""
+    if key is not None:
+        return load_private_key(key)
+    private = load_private_key(Path(str(sub.data.get("key"))))
+    if keyid(private.public_key()) != keyid(load_public_key(pubkey)):
+        raise VerificationError(f"the key named in {sub.path / 'submission.json'} is not the private half of "
+                                f"--pubkey {pubkey}; give the key that signs the summary with --key.")
+    return private
+
+
+def _complete_replicates(sub: Submission) -> list[tuple[str, Path]]:
     runs: list[tuple[str, Path]] = []
     for k in sub.replicates:
         complete = sub.complete_run(k)
@@ -92,8 +100,22 @@ def collect(submission: Path, *, tolerances: Path | None = None, baseline: Path 
             raise EvidenceError(f"replicate {k} has no complete run ({states}); resubmit it with "
                                 f"`invoke submit --resume {sub.path}` and collect when it is complete.")
         runs.append((f"replicate-{k}", complete.path))
+    return runs
+
+
+def collect(submission: Path, *, pubkey: Path | None = None, tolerances: Path | None = None,
+            baseline: Path | None = None, baseline_pubkey: Path | None = None, key: Path | None = None) -> Collected:
+    """Every replicate is verified against `pubkey`, the user's trust anchor (required; never a key
+    inside the submission); a baseline against `baseline_pubkey` (default `pubkey`)."""
+    sub = Submission.open(submission)
+    pubkey = trusted_public_key(pubkey, sub.path)
+    baseline_pubkey = trusted_public_key(baseline_pubkey or pubkey, sub.path, *([baseline] if baseline else []),
+                                         option="--baseline-pubkey")
+    compare_tol, cross_tol = load_cross_host_tolerances(tolerances) if tolerances else ({}, {})
+    signing_key = _signing_key(sub, key, pubkey)
+    runs = _complete_replicates(sub)
     for label, path in runs:
-        _verified(label, path, sub.pubkey)
+        _verified(label, path, pubkey)
     loaded = [_load(label, path) for label, path in runs]
     hosts = [host for host, _ in loaded]
     recipes = [recipe for _, recipe in loaded]
@@ -103,7 +125,7 @@ def collect(submission: Path, *, tolerances: Path | None = None, baseline: Path 
         if status not in COMPARABLE_STATUSES:
             raise RunIncomplete(f"the baseline {baseline} is not a complete run (status {status!r}); "
                                 "compare every replicate with a complete one.")
-        _verified("the baseline", baseline, baseline_pubkey or sub.pubkey)
+        _verified("the baseline", baseline, baseline_pubkey)
         base, _ = _load("baseline", baseline)
         base_label = "baseline"
         others = hosts
@@ -161,8 +183,9 @@ def _write(sub: Submission, summary: dict[str, Any], key: Any) -> Path:
 
 def verify_summary(directory: Path, pubkey: Path) -> str:
     """Check a collection's signature and the digest of each of its files; returns the key id."""
+    trusted_public_key(pubkey, Path(directory).parent)  # never a key inside the submission it belongs to
     envelope = parse_envelope((Path(directory) / SUMMARY_ENVELOPE).read_bytes(), SUMMARY_ENVELOPE)
-    keyid = verify_envelope(envelope, load_public_key(pubkey))
+    signer = verify_envelope(envelope, load_public_key(pubkey))
     statement = json.loads(payload_of(envelope))
     if statement.get("predicateType") != SUMMARY_PREDICATE_TYPE:
         raise VerificationError(f"{directory}: not a cross-host summary envelope.")
@@ -170,7 +193,7 @@ def verify_summary(directory: Path, pubkey: Path) -> str:
         digest = hash_file(Path(directory) / subject["name"])
         if digest != subject["digest"]["sha256"]:
             raise VerificationError(f"{directory}/{subject['name']} changed after it was signed.")
-    return keyid
+    return signer
 
 
 def _fmt(value: Any, digits: int = 3) -> str:

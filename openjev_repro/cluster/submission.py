@@ -3,7 +3,7 @@
     <study-id>-<UTC time>-<hex>/        on storage every node mounts at the same path
       submission.json                  recipe (path and SHA256), replicates, key, sbatch options,
                                        every sbatch round: job id, replicates, script, argv
-      openjev-repro.pub                the public key of --key, to verify every replicate
+      openjev-repro.pub                the public key of --key (informational: collect trusts only --pubkey)
       job-<round>.sh                   the batch script of each round (kept, never rewritten)
       replicate-<k>/
         <study-id>-<time>-<hex>/       one run directory per attempt (written by `invoke study`)
