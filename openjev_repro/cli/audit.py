@@ -61,7 +61,7 @@ def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003, al
 
 def _guard_outputs(out: Path) -> None:
     """compare writes the JSON to --out and the Markdown beside it: neither may overwrite the other, or evidence."""
-    from ..study.rundir import guard_output
+    from ..evidence.rundir import guard_output
 
     if out.suffix == ".md":
         raise EvidenceError(f"--out {out} would be overwritten by the Markdown written beside it; "
