@@ -55,6 +55,10 @@ class LocalBackend(RunningBackend):
         """Running and not stopped: a SIGSTOPped backend answers nothing, so it counts as dead."""
         return self.proc.poll() is None and not process_stopped(self.proc.pid)
 
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid
+
     def describe_exit(self) -> str:
         code = self.proc.poll()
         how = "is stopped (SIGSTOP or a debugger: it answers nothing)" if code is None and process_stopped(
