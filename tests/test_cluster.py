@@ -145,7 +145,7 @@ def test_cross_host_tolerances_file(tmp_path: Path):
         load_cross_host_tolerances(bad)
     # compare's own checks apply to its part: per_backend limits (issue 11) included
     bad.write_text("format_version: 1\nper_backend: {scripted: {max_mean_ratio: fast}}\ncross_host: {max_cv: 0.1}\n")
-    with pytest.raises(RecipeError, match="per_backend.scripted.max_mean_ratio must be a number"):
+    with pytest.raises(RecipeError, match="per_backend.scripted.max_mean_ratio must be a finite number"):
         load_cross_host_tolerances(bad)
     good.write_text("format_version: 1\nmax_mean_ratio: 1.2\nper_backend: {scripted: {max_mean_ratio: 2.0}}\n")
     assert load_cross_host_tolerances(good)[0]["per_backend"] == {"scripted": {"max_mean_ratio": 2.0}}

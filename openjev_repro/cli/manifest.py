@@ -16,9 +16,10 @@ __all__ = ["environment", "keygen", "sign"]
 @user_errors
 def keygen(c, out):
     """Create an Ed25519 signing key pair; prints the keyid (sha256 of the raw public key)."""
+    from ..evidence.rundir import guard_output
     from ..manifest.keys import generate_keypair
 
-    private, public, kid = generate_keypair(Path(out))
+    private, public, kid = generate_keypair(guard_output(Path(out), directory=True))
     print(f"private key: {private} (keep it secret; mode 0600)\npublic key:  {public}\nkeyid:       {kid}")
 
 

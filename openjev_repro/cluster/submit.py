@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..errors import RecipeError, ReproError
+from ..errors import EvidenceError, RecipeError, ReproError
 from ..evidence.recipe import load_recipe, parse_duration
 from ..evidence.rundir import guard_output
 from ..hashing import hash_file
@@ -82,6 +82,11 @@ def _sbatch_round(sub: Submission, replicates: list[int]) -> int:
 def resume(path: Path) -> tuple[Submission, list[int], dict[int, str]]:
     """Resubmit replicates without complete evidence; returns (submission, resubmitted, skipped with why)."""
     sub = Submission.open(path)
+    missing = [k for k in ("recipe", "recipe_sha256", "job_name", "comment", "repo", "python", "sbatch_options")
+               if k not in sub.data]
+    if missing:
+        raise EvidenceError(f"{sub.path / 'submission.json'} is damaged (no {', '.join(missing)}); "
+                            "only `invoke submit` writes it, so it cannot be resumed.")
     if hash_file(sub.data["recipe"]) != sub.data["recipe_sha256"]:
         raise RecipeError(f"{sub.data['recipe']} changed since it was submitted; a resumed replicate must run "
                           "the same recipe. Submit a new study instead.")
