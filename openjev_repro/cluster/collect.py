@@ -153,7 +153,7 @@ def collect(submission: Path, *, pubkey: Path | None = None, tolerances: Path | 
         "tolerances": {"file": str(tolerances) if tolerances else None, "compare": compare_tol, "cross_host": cross_tol},
         "backends": backends,
         "verdict": {"passed": False if failures else (True if declared else None), "failures": failures,
-                    "note": None if declared else "no tolerances declared"},
+                    "note": None if declared else "no limits declared"},
     }
     return Collected(_write(sub, summary, signing_key), summary)
 
@@ -201,7 +201,7 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 def to_markdown(summary: dict[str, Any]) -> str:
     verdict = summary["verdict"]
-    state = {True: "PASS", False: "FAIL", None: "no tolerances declared"}[verdict["passed"]]
+    state = {True: "PASS", False: "FAIL", None: "no limits declared"}[verdict["passed"]]
     lines = [f"# Cross-host report: {summary['study']}", "",
              (f"Submission `{summary['submission']}`, {len(summary['replicates'])} replicates, every one verified "
              f"(signature, digests, statistics recomputed). Baseline: {summary['baseline']['label']} "
