@@ -122,12 +122,20 @@ def load_model(args: argparse.Namespace, package: Any) -> DecisionModel:
     return DecisionModel.from_random(args.random_init, args.tokenizer, args.seed, settings)
 
 
-def _argument_error(args: argparse.Namespace) -> str | None:
-    """What is wrong with the options, in one sentence; None when they fit together."""
+def _limits_error(args: argparse.Namespace) -> str | None:
+    """The HTTP and compute limits out of range, in one sentence; None when they are fine."""
     if not (0 < args.idle_timeout <= 86400 and 0 < args.header_timeout <= 86400 and args.max_connections >= 1):
         return "--idle-timeout and --header-timeout must be in (0, 86400] s, --max-connections >= 1."
     if not (1 <= args.max_candidates <= MAX_CANDIDATES and 0 <= args.compute_timeout <= 86400):
         return f"--max-candidates must be in [1, {MAX_CANDIDATES}] and --compute-timeout in [0, 86400] s."
+    return None
+
+
+def _argument_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options, in one sentence; None when they fit together."""
+    limits = _limits_error(args)
+    if limits:
+        return limits
     if args.cuda_graphs < 0 or args.threads < 0 or (args.max_length is not None and args.max_length <= 0):
         return "--cuda-graphs and --torch-threads must be >= 0 and --max-length > 0."
     if (args.cuda_graphs or args.compile) and args.mode != "fast":

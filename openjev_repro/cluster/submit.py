@@ -79,14 +79,19 @@ def _sbatch_round(sub: Submission, replicates: list[int]) -> int:
     return array_job_id
 
 
-def resume(path: Path) -> tuple[Submission, list[int], dict[int, str]]:
-    """Resubmit replicates without complete evidence; returns (submission, resubmitted, skipped with why)."""
-    sub = Submission.open(path)
+def _resumable(sub: Submission) -> Submission:
+    """The submission, once it holds every field a new sbatch round needs."""
     missing = [k for k in ("recipe", "recipe_sha256", "job_name", "comment", "repo", "python", "sbatch_options")
                if k not in sub.data]
     if missing:
         raise EvidenceError(f"{sub.path / 'submission.json'} is damaged (no {', '.join(missing)}); "
                             "only `invoke submit` writes it, so it cannot be resumed.")
+    return sub
+
+
+def resume(path: Path) -> tuple[Submission, list[int], dict[int, str]]:
+    """Resubmit replicates without complete evidence; returns (submission, resubmitted, skipped with why)."""
+    sub = _resumable(Submission.open(path))
     if hash_file(sub.data["recipe"]) != sub.data["recipe_sha256"]:
         raise RecipeError(f"{sub.data['recipe']} changed since it was submitted; a resumed replicate must run "
                           "the same recipe. Submit a new study instead.")
