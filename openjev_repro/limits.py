@@ -8,6 +8,7 @@ docs/security.md lists them (YAML aliases are refused outright: `study.recipe.No
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "MAX_REPEAT",
     "MAX_TIMEOUT_S",
     "JsonLimitError",
+    "NonFiniteNumber",
     "has_lone_surrogate",
     "json_depth",
     "loads_bounded",
@@ -49,10 +51,28 @@ def json_depth(value: Any) -> int:
     return deepest
 
 
-def loads_bounded(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """json.loads with a depth bound; every failure (depth, huge ints, syntax) is a ValueError."""
+class NonFiniteNumber(ValueError):
+    """A NaN or Infinity literal, or a number that overflows to infinity (not standard JSON)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise NonFiniteNumber(f"the literal {name} (not standard JSON)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise NonFiniteNumber(f"the number {text[:40]} (overflows to infinity)")
+    return value
+
+
+def loads_bounded(text: str | bytes, max_depth: int = MAX_JSON_DEPTH, *, finite: bool = False) -> Any:
+    """json.loads with a depth bound; every failure (depth, huge ints, syntax) is a ValueError.
+
+    finite=True also refuses NaN/Infinity literals and numbers overflowing to infinity (NonFiniteNumber)."""
+    strict: dict[str, Any] = {"parse_constant": _refuse_constant, "parse_float": _finite_float} if finite else {}
     try:
-        value = json.loads(text)
+        value = json.loads(text, **strict)
     except RecursionError:
         raise JsonLimitError(f"JSON nested deeper than {max_depth} levels") from None
     if json_depth(value) > max_depth:

@@ -19,4 +19,4 @@ import json, sys
 rows = json.load(sys.stdin)["replicates"]
 bad = [r["replicate"] for r in rows if r["evidence"] != "complete"]
 sys.exit(f"error: replicates {bad} are not complete" if bad else 0)'
-$INVOKE collect --submission "$sub" --tolerances manifests/tolerances/demo-cross-host.yaml | tail -n 25
+$INVOKE collect --submission "$sub" --pubkey .cache/demo-key/openjev-repro.pub --tolerances manifests/tolerances/demo-cross-host.yaml | tail -n 25

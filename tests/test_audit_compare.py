@@ -115,8 +115,8 @@ def test_per_backend_limits_replace_the_top_level_ones(runs):
 @pytest.mark.parametrize("text, message", [
     ("per_backend: {hf: {max_mean_ration: 1.1}}\n", "per_backend.hf: unknown keys max_mean_ration"),
     ("per_backend: {hf: 1.1}\n", "per_backend.hf is a mapping of limits"),
-    ("per_backend: {hf: {max_probability_delta: -1}}\n", "per_backend.hf.max_probability_delta must be a number >= 0"),
-    ("max_mean_ratio: fast\n", "max_mean_ratio must be a number >= 0"),
+    ("per_backend: {hf: {max_probability_delta: -1}}\n", "per_backend.hf.max_probability_delta must be a finite number >= 0"),
+    ("max_mean_ratio: fast\n", "max_mean_ratio must be a finite number >= 0"),
 ])
 def test_bad_per_backend_limits(tmp_path, text, message):
     path = tmp_path / "tol.yaml"

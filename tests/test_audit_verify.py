@@ -126,7 +126,7 @@ def test_cli_verify_prints_a_checklist_and_exits_by_outcome(tmp_path):
     run, _, public = signed_run(tmp_path)
     ok = invoke("verify", "--run", str(run.path), "--pubkey", str(public))
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "PASS  signature" in ok.stdout and ok.stdout.strip().endswith("VERIFIED: 0 of 10 checks failed.")
+    assert "PASS  signature" in ok.stdout and ok.stdout.strip().endswith("VERIFIED: 0 of 11 checks failed.")
     run.file("summary.json").write_bytes(run.file("summary.json").read_bytes().replace(b"1", b"2", 1))
     bad = invoke("verify", "--run", str(run.path), "--pubkey", str(public))
     assert bad.returncode == 1 and "FAIL  subject digests" in bad.stdout and "summary.json" in bad.stdout

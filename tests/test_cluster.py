@@ -145,7 +145,7 @@ def test_cross_host_tolerances_file(tmp_path: Path):
         load_cross_host_tolerances(bad)
     # compare's own checks apply to its part: per_backend limits (issue 11) included
     bad.write_text("format_version: 1\nper_backend: {scripted: {max_mean_ratio: fast}}\ncross_host: {max_cv: 0.1}\n")
-    with pytest.raises(RecipeError, match="per_backend.scripted.max_mean_ratio must be a number"):
+    with pytest.raises(RecipeError, match="per_backend.scripted.max_mean_ratio must be a finite number"):
         load_cross_host_tolerances(bad)
     good.write_text("format_version: 1\nmax_mean_ratio: 1.2\nper_backend: {scripted: {max_mean_ratio: 2.0}}\n")
     assert load_cross_host_tolerances(good)[0]["per_backend"] == {"scripted": {"max_mean_ratio": 2.0}}
@@ -264,7 +264,7 @@ def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slu
     assert attempt["run"] == cancelled.name and attempt["slurm"]["array_task_id"] == 2
 
     # Nothing complete is ever collected from an incomplete replicate.
-    proc = invoke("collect", "--submission", str(sub))
+    proc = invoke("collect", "--submission", str(sub), "--pubkey", str(public))
     assert proc.returncode == 1 and "replicate 2 has no complete run" in proc.stderr
     assert not list(sub.glob("collect-*"))
 
@@ -292,7 +292,7 @@ def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slu
     tolerances = tmp_path / "tolerances.yaml"
     tolerances.write_text(yaml.safe_dump({"format_version": 1, "max_mean_ratio": 3.0, "max_probability_delta": 0.0,
                                           "decisions_must_match": True, "cross_host": {"max_relative_range": 2.0}}))
-    proc = invoke("collect", "--submission", str(sub), "--tolerances", str(tolerances), check=True)
+    proc = invoke("collect", "--submission", str(sub), "--pubkey", str(public), "--tolerances", str(tolerances), check=True)
     out = Path(proc.stdout.strip().splitlines()[-1])
     assert sorted(p.name for p in out.iterdir()) == ["means.png", "summary.dsse.json", "summary.json", "summary.md"]
     summary = json.loads((out / "summary.json").read_text())
@@ -306,11 +306,11 @@ def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slu
     from openjev_repro.cluster.collect import verify_summary
     from openjev_repro.errors import VerificationError
 
-    verify_summary(out, sub / "openjev-repro.pub")
+    verify_summary(out, public)
 
     # A given baseline run (here replicate 1's, verified with the submission's key): every
     # replicate is compared with it, itself included.
-    proc = invoke("collect", "--submission", str(sub), "--baseline", str(first_run), check=True)
+    proc = invoke("collect", "--submission", str(sub), "--pubkey", str(public), "--baseline", str(first_run), check=True)
     given = json.loads((Path(proc.stdout.strip().splitlines()[-1]) / "summary.json").read_text())
     assert given["baseline"]["label"] == "baseline" and given["verdict"]["passed"] is None
     hosts = given["backends"][0]["hosts"]
@@ -319,13 +319,13 @@ def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slu
 
     # An incomplete baseline (the cancelled run) is refused, and nothing is written.
     collections = sorted(sub.glob("collect-*"))
-    proc = invoke("collect", "--submission", str(sub), "--baseline", str(cancelled))
+    proc = invoke("collect", "--submission", str(sub), "--pubkey", str(public), "--baseline", str(cancelled))
     assert proc.returncode == 1 and proc.stderr.startswith("error: the baseline") and "incomplete" in proc.stderr
     assert "Traceback" not in proc.stderr and sorted(sub.glob("collect-*")) == collections
 
     # A declared tolerance that fails: the report is still written, the exit status is 1.
     tolerances.write_text(yaml.safe_dump({"format_version": 1, "max_mean_ratio": 0.001}))
-    proc = invoke("collect", "--submission", str(sub), "--tolerances", str(tolerances))
+    proc = invoke("collect", "--submission", str(sub), "--pubkey", str(public), "--tolerances", str(tolerances))
     assert proc.returncode == 1 and proc.stderr.startswith("error: 1 tolerance failure")
     failed = Path(proc.stdout.strip().splitlines()[-1])
     assert failed != out and json.loads((failed / "summary.json").read_text())["verdict"]["passed"] is False
@@ -333,7 +333,7 @@ def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slu
     assert json.loads((failed / "summary.json").read_text())["backends"][0]["hosts_outside_tolerances"] == ["replicate-2"]
     (failed / "summary.md").write_text("edited")
     with pytest.raises(VerificationError, match="changed after it was signed"):
-        verify_summary(failed, sub / "openjev-repro.pub")
+        verify_summary(failed, public)
 
 
 @pytest.mark.slurm

@@ -27,6 +27,7 @@ Each pair also shows both runs' `weights_fingerprint` (backends.json, absent in 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ __all__ = [
     "COMPARABLE_STATUSES",
     "COMPARE_FORMAT_VERSION",
     "LIMIT_KEYS",
+    "NO_LIMITS",
     "TOLERANCE_KEYS",
     "check_tolerances",
     "compare_rows",
@@ -79,22 +81,32 @@ def load_tolerances(path: Path) -> dict[str, Any]:
 def check_tolerances(data: Any, path: Path) -> dict[str, Any]:
     """A parsed tolerances mapping, checked (keys, per_backend, limit types); raises RecipeError naming path."""
     check_format(data, (1,), f"{path} (a tolerances file)")
-    unknown = sorted(set(data) - TOLERANCE_KEYS)
+    unknown = sorted(str(k) for k in set(data) - TOLERANCE_KEYS)
     if unknown:
         raise RecipeError(f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(TOLERANCE_KEYS))}.")
     _check_limits(path, "", data)
-    per_backend = data.get("per_backend", {})
-    if not isinstance(per_backend, dict):
+    _check_mapping(path, data.get("backends", {}))
+    _check_per_backend(path, data.get("per_backend", {}))
+    return data
+
+
+def _check_per_backend(path: Path, per_backend: Any) -> None:
+    if not isinstance(per_backend, dict) or not all(isinstance(n, str) for n in per_backend):
         raise RecipeError(f"{path}: per_backend maps a baseline backend name to its limits.")
     for name, limits in per_backend.items():
         if not isinstance(limits, dict) or not limits:
             raise RecipeError(f"{path}: per_backend.{name} is a mapping of limits ({', '.join(sorted(LIMIT_KEYS))}).")
-        unknown = sorted(set(limits) - LIMIT_KEYS)
+        unknown = sorted(str(k) for k in set(limits) - LIMIT_KEYS)
         if unknown:
             raise RecipeError(f"{path}: per_backend.{name}: unknown keys {', '.join(unknown)}; "
                               f"known: {', '.join(sorted(LIMIT_KEYS))}.")
         _check_limits(path, f"per_backend.{name}.", limits)
-    return data
+
+
+def _check_mapping(path: Path, mapping: Any) -> None:
+    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
+        raise RecipeError(f"{path}: backends maps a baseline backend name to a candidate backend name "
+                          "(e.g. backends: {hf: hf-new}).")
 
 
 def _check_limits(path: Path, where: str, limits: dict) -> None:
@@ -103,8 +115,8 @@ def _check_limits(path: Path, where: str, limits: dict) -> None:
         if key in ("decisions_must_match", "weights_must_match"):
             if not isinstance(value, bool):
                 raise RecipeError(f"{path}: {where}{key} must be true or false, not {value!r}.")
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise RecipeError(f"{path}: {where}{key} must be a number >= 0, not {value!r}.")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise RecipeError(f"{path}: {where}{key} must be a finite number >= 0, not {value!r}.")
 
 
 def limits_for(tolerances: dict, baseline_backend: str) -> dict[str, Any]:
@@ -158,9 +170,8 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
                 incomplete.append(f"{role} {path} (status {status!r})")
             loaded.append(_load(directory))
         base, cand = loaded
-        record = Path(baseline) / "import.json"
-        same_import = Path(baseline).resolve() == Path(candidate).resolve() and record.is_file()
-        published = RunDir(Path(baseline)).read("import.json").get("figures", []) if same_import else []
+        same_run = Path(baseline).resolve() == Path(candidate).resolve()
+        published = _published_figures(Path(baseline)) if same_run else []
     result = compare_rows(base[0], cand[0], tolerances=tolerances, seed=seed, fingerprints=(base[2], cand[2]))
     result.update(baseline=str(baseline), candidate=str(candidate),
                   baseline_study=base[1].study.id, candidate_study=cand[1].study.id)
@@ -170,11 +181,28 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
         name = f"{pair['candidate_backend']} vs {pair['baseline_backend']}"
         ratio = pair["metrics"]["overall.mean_ms"]["ratio"]
         for f in published:
-            if f.get("arm") == name and f.get("figure", "").endswith("_reduction_percent"):
+            if f["arm"] == name and f["figure"].endswith("_reduction_percent"):
                 pair.setdefault("published", {})[f["figure"]] = {
                     "published": f["published"], "status": f.get("status"),
                     "ours": None if ratio is None else (1 - ratio) * 100}
     return result
+
+
+def _published_figures(directory: Path) -> list[dict[str, Any]]:
+    """An imported run's published figures ({arm, figure, published, status}); entries of another shape are skipped."""
+    if not (directory / "import.json").is_file():
+        return []
+    record = RunDir(directory).read("import.json")
+    figures = record.get("figures") if isinstance(record, dict) else None
+    return [f for f in figures if _is_figure(f)] if isinstance(figures, list) else []
+
+
+def _is_figure(f: Any) -> bool:
+    if not isinstance(f, dict) or not isinstance(f.get("arm"), str) or not isinstance(f.get("figure"), str):
+        return False
+    published = f.get("published")
+    return isinstance(published, (int, float)) and not isinstance(published, bool) and \
+        isinstance(f.get("status"), (str, type(None)))
 
 
 _Passes = dict[int, np.ndarray]  # pass index -> row indices in seq order
@@ -250,29 +278,73 @@ def _answers(tb: RowTable, base: np.ndarray, tc: RowTable, cand: np.ndarray) -> 
                         "by_case": cases}}
 
 
-def _verdict(pairs: list[dict], tolerances: dict | None, unmatched: list[str]) -> dict[str, Any]:
-    if not tolerances:
-        return {"passed": None, "failures": [], "note": "no tolerances declared"}
-    failures = [f"backend {name} has no counterpart in the other run" for name in unmatched]
-    for p in pairs:
-        where = f"{p['workload']}/{p['baseline_backend']}→{p['candidate_backend']}"
-        limits = limits_for(tolerances, p["baseline_backend"])
-        checks = [("max_mean_ratio", p["metrics"]["overall.mean_ms"]["ratio"], "mean ratio"),
-                  ("max_p95_ratio", p["metrics"]["overall.p95_jevbench_ms"]["ratio"], "P95 (JevBench) ratio"),
-                  ("max_probability_delta", p["answers"]["max_abs_probability_delta"], "max probability delta")]
-        for key, value, label in checks:
-            if key in limits and (value is None or value > limits[key]):
-                failures.append(f"{where}: {label} {value!r} exceeds {limits[key]}")
-        if limits.get("decisions_must_match") and (p["answers"]["decision_flips"] or p["answers"]["unpaired"]):
+_LIMIT_LABELS = {"max_mean_ratio": "mean ratio", "max_p95_ratio": "P95 (JevBench) ratio",
+                 "max_probability_delta": "max probability delta"}
+NO_LIMITS = "no limits declared"
+TOLERANCES_HINT = ("declare limits with --tolerances FILE (format in docs/manifest.md#compare; "
+                   "example: manifests/tolerances/h200-reference-rerun.yaml)")
+
+
+def _pair_values(p: dict) -> dict[str, Any]:
+    return {"max_mean_ratio": p["metrics"]["overall.mean_ms"]["ratio"],
+            "max_p95_ratio": p["metrics"]["overall.p95_jevbench_ms"]["ratio"],
+            "max_probability_delta": p["answers"]["max_abs_probability_delta"]}
+
+
+def _check_pair(p: dict, limits: dict, where: str) -> tuple[list[str], list[str]]:
+    """(failures, limits checked) of one pair against its limits."""
+    failures, checked = [], []
+    for key, value in _pair_values(p).items():
+        if key in limits:
+            shown = "—" if value is None else f"{value:.4g}"
+            checked.append(f"{where}: {_LIMIT_LABELS[key]} {shown} <= {limits[key]}")
+            if value is None or value > limits[key]:
+                failures.append(f"{where}: {_LIMIT_LABELS[key]} {value!r} exceeds {limits[key]}")
+    for check in (_decisions_match, _weights_match):
+        check(p, limits, where, failures, checked)
+    return failures, checked
+
+
+def _decisions_match(p: dict, limits: dict, where: str, failures: list[str], checked: list[str]) -> None:
+    if limits.get("decisions_must_match"):
+        checked.append(f"{where}: decisions match ({len(p['answers']['decision_flips'])} flips)")
+        if p["answers"]["decision_flips"] or p["answers"]["unpaired"]:
             ids = ", ".join(f["id"] for f in p["answers"]["decision_flips"]) or "unpaired cases"
             failures.append(f"{where}: decisions differ ({ids})")
-        if limits.get("weights_must_match") and p.get("weights_fingerprint", {}).get("same") is not True:
-            w = p.get("weights_fingerprint", {})
+
+
+def _weights_match(p: dict, limits: dict, where: str, failures: list[str], checked: list[str]) -> None:
+    if limits.get("weights_must_match"):
+        w = p.get("weights_fingerprint", {})
+        checked.append(f"{where}: weights fingerprints match")
+        if w.get("same") is not True:
             failures.append(f"{where}: weights fingerprints differ or are missing "
                             f"(baseline {w.get('baseline')}, candidate {w.get('candidate')})")
+
+
+def _verdict(pairs: list[dict], tolerances: dict | None, unmatched: list[str]) -> dict[str, Any]:
+    """PASS/FAIL against the declared limits; a missing counterpart or a failed measured request fails
+    whether limits are declared or not; with no limit declared and nothing failed, passed is None."""
+    failures = [f"backend {name} has no counterpart in the other run" for name in unmatched]
+    checked: list[str] = []
+    for p in pairs:
+        where = f"{p['workload']}/{p['baseline_backend']}→{p['candidate_backend']}"
+        pair_failures, pair_checked = _check_pair(p, limits_for(tolerances or {}, p["baseline_backend"]), where)
+        failures += pair_failures
+        checked += pair_checked
         if p["errors"]["candidate"] or p["errors"]["baseline"]:
             failures.append(f"{where}: failed requests in the measured passes ({p['errors']})")
-    return {"passed": not failures, "failures": failures, "tolerances": tolerances}
+    return _verdict_record(failures, checked, tolerances)
+
+
+def _verdict_record(failures: list[str], checked: list[str], tolerances: dict | None) -> dict[str, Any]:
+    passed = False if failures else (True if checked else None)
+    verdict: dict[str, Any] = {"passed": passed, "failures": failures, "checked": checked}
+    if not checked:
+        verdict["note"] = NO_LIMITS if tolerances else f"{NO_LIMITS}: {TOLERANCES_HINT}"
+    if tolerances:
+        verdict["tolerances"] = tolerances
+    return verdict
 
 
 def compare_rows(base_rows: RowTable | Iterable[Row], cand_rows: RowTable | Iterable[Row], *,
@@ -342,10 +414,18 @@ def to_markdown(result: dict[str, Any]) -> str:
             same = {True: "same", False: "DIFFERENT", None: "not comparable"}[w.get("same")]
             lines.append(f"- weights fingerprint: {same} (baseline {w.get('baseline')}, candidate {w.get('candidate')})")
         lines.append("")
-    v = result["verdict"]
-    verdict = "no tolerances declared" if v["passed"] is None else ("PASS" if v["passed"] else "FAIL")
+    return "\n".join(lines + _verdict_lines(result["verdict"])) + "\n"
+
+
+def _verdict_lines(v: dict[str, Any]) -> list[str]:
+    """The verdict, its failures, and on PASS every limit checked; with no limit, where limits come from."""
+    verdict = NO_LIMITS if v["passed"] is None else ("PASS" if v["passed"] else "FAIL")
     if v.get("incomplete_runs"):
         verdict += " over INCOMPLETE runs (--allow-incomplete): " + "; ".join(v["incomplete_runs"])
-    lines.append(f"**Verdict: {verdict}**")
+    lines = [f"**Verdict: {verdict}**"]
     lines += [f"- {f}" for f in v["failures"]]
-    return "\n".join(lines) + "\n"
+    if v["passed"] and v.get("checked"):
+        lines += ["", "Limits checked:", *(f"- {c}" for c in v["checked"])]
+    if not v.get("checked"):
+        lines.append(f"- {v.get('note', NO_LIMITS)}")
+    return lines

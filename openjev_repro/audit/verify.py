@@ -73,9 +73,15 @@ class Check:
         return {True: "PASS", False: "FAIL", None: "N/A "}[self.passed]
 
 
+def _printable(text: str) -> str:
+    """One line: newlines and other unprintable characters (from file names, say) escaped."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def format_checks(checks: list[Check]) -> str:
+    """One line per check (details escaped, so no name can forge a verdict line), then the verdict."""
     width = max((len(c.name) for c in checks), default=0)
-    lines = [f"{c.mark}  {c.name.ljust(width)}  {c.detail}" for c in checks]
+    lines = [f"{c.mark}  {c.name.ljust(width)}  {_printable(c.detail)}" for c in checks]
     failed = sum(1 for c in checks if c.passed is False)
     lines.append(f"{'FAILED' if failed else 'VERIFIED'}: {failed} of {len(checks)} checks failed.")
     return "\n".join(lines)
@@ -147,7 +153,7 @@ def verify_dir(directory: Path, *, pubkey: Path | None = None, allow_unsigned: b
         ev.preload()  # the rows parse here, while the files hash
         subjects = _subject_digests(statement, present, checks, hashing)
     aggregate_only = bool(predicate.get("aggregate_only"))
-    for step in (_complete, _copied_files, _case_ids, _responses, _recomputed):
+    for step in (_complete, _copied_files, _case_ids, _protocol_passes, _responses, _recomputed):
         try:
             checks.extend(step(ev, predicate, aggregate_only))
         except UnsupportedFormat as exc:
@@ -346,6 +352,9 @@ def _signature(envelope: dict, predicate: dict, pubkey: Path | None, allow_unsig
         return Check("signature", False, "the run is UNSIGNED; pass --allow-unsigned to check the rest anyway")
     if pubkey is None:
         return Check("signature", False, "the run is signed; pass --pubkey FILE to check the signature")
+    if len(envelope["signatures"]) != 1:
+        return Check("signature", False, f"the envelope holds {len(envelope['signatures'])} signatures; "
+                                         "openjev-repro signs with exactly one, so the others are not ours")
     try:
         keyid = verify_envelope(envelope, load_public_key(pubkey))
     except ReproError as exc:
@@ -495,6 +504,26 @@ def _case_ids(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check
     problems += check_planned_order(rows, plan.get("case_ids"))
     return [Check("case ids", not problems, "; ".join(problems[:6]) if problems
                   else f"{len(rows)} rows; every timed pass holds the same case ids")]
+
+
+def _protocol_passes(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check]:
+    """Every (workload, backend) of the recipe ran exactly its declared passes, numbered 1..N, and nothing else:
+    a key holder who drops or adds a measured pass and re-signs is caught here."""
+    recipe, rows = ev.recipe, ev.table
+    problems = []
+    for phase, index in (("feasibility", 0), ("measured", 1)):
+        found = {key: sorted(passes) for key, passes in rows.by_pass(phase).items()}
+        for workload in recipe.workloads:
+            want = list(range(1, recipe.passes_for(workload)[index] + 1))
+            for backend in recipe.backends:
+                have = found.pop((workload.name, backend.name), [])
+                if have != want:
+                    problems.append(f"{workload.name}/{backend.name}: {phase} passes {have or 'none'}, "
+                                    f"the recipe declares {len(want)}")
+        problems += [f"{w}/{b}: {phase} passes {p} of a workload or backend the recipe does not declare"
+                     for (w, b), p in found.items()]
+    return [Check("protocol passes", not problems, "; ".join(problems[:6]) if problems
+                  else "every workload and backend ran the passes its recipe declares")]
 
 
 class _ResponseEntry(msgspec.Struct):

@@ -22,7 +22,14 @@ from typing import Any
 from ..errors import ReproError
 from .model import METHOD, DecisionModel, Settings
 from .package import package_sha256, read_package
-from .server import HEADER_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_CONNECTIONS, ReferenceServer
+from .server import (
+    COMPUTE_TIMEOUT_S,
+    HEADER_TIMEOUT_S,
+    IDLE_TIMEOUT_S,
+    MAX_CANDIDATES,
+    MAX_CONNECTIONS,
+    ReferenceServer,
+)
 
 __all__ = [
     "Loader",
@@ -67,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {HEADER_TIMEOUT_S:.0f})")
     p.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS, metavar="N",
                    help=f"connections served at once; more get 503 (default {MAX_CONNECTIONS})")
+    p.add_argument("--max-candidates", type=int, default=MAX_CANDIDATES, metavar="N",
+                   help=f"candidate sequences per request; more get 400 (default and most: upstream's {MAX_CANDIDATES})")
+    p.add_argument("--compute-timeout", type=float, default=COMPUTE_TIMEOUT_S, metavar="S",
+                   help=f"end an inference that holds the model longer than this with 503 "
+                        f"(default {COMPUTE_TIMEOUT_S:.0f}; 0: no limit)")
     return p
 
 
@@ -110,23 +122,36 @@ def load_model(args: argparse.Namespace, package: Any) -> DecisionModel:
     return DecisionModel.from_random(args.random_init, args.tokenizer, args.seed, settings)
 
 
+def _limits_error(args: argparse.Namespace) -> str | None:
+    """The HTTP and compute limits out of range, in one sentence; None when they are fine."""
+    if not (0 < args.idle_timeout <= 86400 and 0 < args.header_timeout <= 86400 and args.max_connections >= 1):
+        return "--idle-timeout and --header-timeout must be in (0, 86400] s, --max-connections >= 1."
+    if not (1 <= args.max_candidates <= MAX_CANDIDATES and 0 <= args.compute_timeout <= 86400):
+        return f"--max-candidates must be in [1, {MAX_CANDIDATES}] and --compute-timeout in [0, 86400] s."
+    return None
+
+
+def _argument_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options, in one sentence; None when they fit together."""
+    limits = _limits_error(args)
+    if limits:
+        return limits
+    if args.cuda_graphs < 0 or args.threads < 0 or (args.max_length is not None and args.max_length <= 0):
+        return "--cuda-graphs and --torch-threads must be >= 0 and --max-length > 0."
+    if (args.cuda_graphs or args.compile) and args.mode != "fast":
+        return "--cuda-graphs and --compile are part of fast mode only; use --mode fast or drop the flag."
+    if args.measure_hardware and args.device == "cpu":
+        return "--measure-hardware measures a CUDA device; drop it or use --device cuda."
+    return None
+
+
 def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
     """Serve until SIGTERM/SIGINT. `load` is a test seam: tests/servers/faulty_backend.py passes a loader
     that wraps the model to inject faults; a study never passes one, so nothing is checked per request."""
     args = build_parser().parse_args(argv)
-    if not (0 < args.idle_timeout <= 86400 and 0 < args.header_timeout <= 86400 and args.max_connections >= 1):
-        print("error: --idle-timeout and --header-timeout must be in (0, 86400] s, --max-connections >= 1.",
-              file=sys.stderr)
-        return 2
-    if args.cuda_graphs < 0 or args.threads < 0 or (args.max_length is not None and args.max_length <= 0):
-        print("error: --cuda-graphs and --torch-threads must be >= 0 and --max-length > 0.", file=sys.stderr)
-        return 2
-    if (args.cuda_graphs or args.compile) and args.mode != "fast":
-        print("error: --cuda-graphs and --compile are part of fast mode only; use --mode fast or drop the flag.",
-              file=sys.stderr)
-        return 2
-    if args.measure_hardware and args.device == "cpu":
-        print("error: --measure-hardware measures a CUDA device; drop it or use --device cuda.", file=sys.stderr)
+    problem = _argument_error(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
         meta, package = _static_meta(args)
@@ -139,7 +164,8 @@ def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
         torch.set_num_threads(args.threads)
     try:
         server = ReferenceServer((args.host, args.port), meta, idle_timeout_s=args.idle_timeout,
-                                 header_timeout_s=args.header_timeout, max_connections=args.max_connections)
+                                 header_timeout_s=args.header_timeout, max_connections=args.max_connections,
+                                 max_candidates=args.max_candidates, compute_timeout_s=args.compute_timeout)
     except OSError as exc:
         print(f"error: cannot bind {args.host}:{args.port} ({exc}).", file=sys.stderr)
         return 2

@@ -16,12 +16,25 @@ are answered 503 and closed); a connection idle for `idle_timeout_s` between req
 closed; a request whose headers and body have not all arrived `header_timeout_s` after its
 first byte is cut off. A body that is not JSON is 415; JSON nested deeper than
 `limits.MAX_JSON_DEPTH`, an integer of more digits than Python converts, or a string with a
-lone surrogate is 400.
+lone surrogate is 400, and so is a NaN or Infinity literal or a number that overflows to
+infinity; no response ever holds NaN or Infinity (an answer that would is a 500). Ambiguous
+framing (two Content-Length headers, Transfer-Encoding with Content-Length, a Transfer-Encoding
+other than chunked, a Content-Length that is not plain digits) is 400 and closes the connection;
+chunked alone is 411.
+
+One request holds the model at most `compute_timeout_s` (default 120 s, `--compute-timeout`):
+past it, the inference stops before its next candidate and the request gets 503
+`compute_deadline`. A request with more candidate sequences than `max_candidates` (upstream's
+65536 by default, `--max-candidates` lowers it) is 400 before any inference. /health and
+/v1/models never wait for the model. Inferences queue on one lock in arrival order, so a small
+request behind a huge one waits until the huge one ends: at most the compute deadline per
+request ahead of it (docs/backend.md).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import sys
 import threading
@@ -31,15 +44,18 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ..limits import JsonLimitError, has_lone_surrogate, loads_bounded
+from ..limits import JsonLimitError, NonFiniteNumber, has_lone_surrogate, loads_bounded
 from .prompts import MODEL_ALIASES, RequestInvalid, parse_request
 
 __all__ = [
+    "COMPUTE_TIMEOUT_S",
     "HEADER_TIMEOUT_S",
     "IDLE_TIMEOUT_S",
     "INFERENCE_PATHS",
     "MAX_BODY_BYTES",
+    "MAX_CANDIDATES",
     "MAX_CONNECTIONS",
+    "ComputeDeadline",
     "ReferenceServer",
 ]
 
@@ -47,6 +63,8 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 IDLE_TIMEOUT_S = 300.0  # between requests on one keep-alive connection
 HEADER_TIMEOUT_S = 60.0  # from a request's first byte to its last body byte
 MAX_CONNECTIONS = 64
+MAX_CANDIDATES = 65536  # upstream's limit of candidate sequences per request; --max-candidates lowers it
+COMPUTE_TIMEOUT_S = 120.0  # one request's inference; --compute-timeout (0: none)
 INFERENCE_PATHS = ("/v1/systemone", "/v1/inference", "/api/jev")
 WARMUP_BODY = {"model": MODEL_ALIASES[0], "state": "The server is warming up.",
                "questions": {"warmup": {"type": "noul", "instructions": "Is the server warming up?"}}}
@@ -86,16 +104,38 @@ class Deadlines:
                 callback()
 
 
+class ComputeDeadline(Exception):
+    """An inference ran past the server's per-request compute deadline."""
+
+
+class _DeadlineCandidates(list):
+    """The candidates of one request, handed to model.answer: iterating them past the deadline raises
+    ComputeDeadline, so the model stops between two candidates (the one being scored finishes)."""
+
+    def __init__(self, candidates: list, deadline: float) -> None:
+        super().__init__(candidates)
+        self.deadline, self.scored = deadline, 0
+
+    def __iter__(self):
+        for number, item in enumerate(super().__iter__()):
+            if time.monotonic() > self.deadline:
+                raise ComputeDeadline
+            self.scored = max(self.scored, number)
+            yield item
+
+
 class ReferenceServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], static_meta: dict[str, Any], *,
                  idle_timeout_s: float = IDLE_TIMEOUT_S, header_timeout_s: float = HEADER_TIMEOUT_S,
-                 max_connections: int = MAX_CONNECTIONS):
+                 max_connections: int = MAX_CONNECTIONS, max_candidates: int = MAX_CANDIDATES,
+                 compute_timeout_s: float = COMPUTE_TIMEOUT_S):
         super().__init__(address, _Handler)
         self.idle_timeout_s, self.header_timeout_s = idle_timeout_s, header_timeout_s
         self.max_connections = max_connections
+        self.max_candidates, self.compute_timeout_s = min(max_candidates, MAX_CANDIDATES), compute_timeout_s
         self._slots = threading.BoundedSemaphore(max_connections)
         self.model: Any = None
         self.status = "loading"
@@ -152,26 +192,23 @@ class ReferenceServer(ThreadingHTTPServer):
     # ------------------------------------------------------------ inference
 
     def infer(self, raw: bytes) -> tuple[int, dict[str, Any]]:
-        try:
-            body = loads_bounded(raw.decode("utf-8"))
-        except JsonLimitError as exc:
-            return 400, _error("bad_request", f"the request body is {exc}.")
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            return 415, _error("unsupported_media_type", f"the request body is not JSON ({exc}).")
-        except ValueError as exc:  # e.g. an integer longer than Python converts (int_max_str_digits)
-            return 400, _error("bad_request", f"the request body holds a value out of range ({exc}).")
-        if has_lone_surrogate(body):
-            return 400, _error("bad_request", "the request body holds a string with a lone UTF-16 surrogate "
-                                              "(not valid Unicode text).")
+        refused, body = _parse_body(raw)
+        if refused:
+            return refused
         try:
             name, state, questions = parse_request(body, self.model_names)
             candidates = self.model.candidates(state, questions)
         except RequestInvalid as exc:
             return exc.status, _error("validation_error", str(exc), exc.field)
+        if len(candidates) > self.max_candidates:
+            return 400, _error("validation_error", f"the request has {len(candidates)} candidate sequences, over "
+                               f"this server's limit of {self.max_candidates} (--max-candidates).", "questions")
         with self.lock:
             started = time.perf_counter()
             try:
-                answers = self.model_thread.submit(self.model.answer, state, questions, candidates).result()
+                answers = self._answer(state, questions, candidates)
+            except ComputeDeadline as exc:
+                return 503, _error("compute_deadline", str(exc))
             except Exception as exc:  # noqa: BLE001 - any failure inside the model becomes a 500; the server keeps serving
                 traceback.print_exc(file=sys.stderr)
                 return 500, _error("inference_error", f"inference failed: {type(exc).__name__}: {exc}")
@@ -181,6 +218,18 @@ class ReferenceServer(ThreadingHTTPServer):
         return 200, {"model": name, "answers": answers,
                      "usage": {"input_tokens": sum(tokens), "output_tokens": 0},
                      "metadata": self._metadata(seconds, tokens)}
+
+    def _answer(self, state: Any, questions: Any, candidates: list) -> Any:
+        """model.answer on the model thread, ended between two candidates once compute_timeout_s has passed."""
+        if not self.compute_timeout_s:
+            return self.model_thread.submit(self.model.answer, state, questions, candidates).result()
+        bounded = _DeadlineCandidates(candidates, time.monotonic() + self.compute_timeout_s)
+        try:
+            return self.model_thread.submit(self.model.answer, state, questions, bounded).result()
+        except ComputeDeadline:
+            raise ComputeDeadline(f"the inference ran past this server's compute deadline of "
+                                  f"{self.compute_timeout_s:g} s (--compute-timeout) after {bounded.scored} of "
+                                  f"{len(candidates)} candidate sequences; send fewer candidates per request.") from None
 
     def _metadata(self, seconds: float, tokens: list[int]) -> dict[str, Any]:
         model = self.model
@@ -193,6 +242,24 @@ class ReferenceServer(ThreadingHTTPServer):
                 "code_commit": self.static_meta["code_commit"], "mode": model.settings.mode,
                 "device": str(model.device), "implementations": model.info["implementations"],
                 "cuda_graphs": model.graphs.stats() if model.graphs else None}
+
+
+def _parse_body(raw: bytes) -> tuple[tuple[int, dict[str, Any]] | None, Any]:
+    """(None, body) for standard JSON within the limits, else (the refusal, None)."""
+    try:
+        body = loads_bounded(raw.decode("utf-8"), finite=True)
+    except NonFiniteNumber as exc:
+        return (400, _error("bad_request", f"the request body holds {exc}; JSON numbers are finite.")), None
+    except JsonLimitError as exc:
+        return (400, _error("bad_request", f"the request body is {exc}.")), None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return (415, _error("unsupported_media_type", f"the request body is not JSON ({exc}).")), None
+    except ValueError as exc:  # e.g. an integer longer than Python converts (int_max_str_digits)
+        return (400, _error("bad_request", f"the request body holds a value out of range ({exc}).")), None
+    if has_lone_surrogate(body):
+        return (400, _error("bad_request", "the request body holds a string with a lone UTF-16 surrogate "
+                                           "(not valid Unicode text).")), None
+    return None, body
 
 
 def _refuse_busy(request: socket.socket, limit: int) -> None:
@@ -261,7 +328,11 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
     def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        try:
+            data = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except ValueError:  # a NaN or infinity in an answer: never sent as non-standard JSON
+            status, payload = 500, _error("inference_error", "the answer holds a non-finite number.")
+            data = json.dumps(payload).encode("utf-8")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -270,8 +341,29 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _framing(self) -> tuple[int, str] | None:
+        """An ambiguous or unsupported body framing (RFC 9112 section 6): (status, message), else None."""
+        lengths = self.headers.get_all("Content-Length") or []
+        codings = self.headers.get_all("Transfer-Encoding") or []
+        if codings and lengths:
+            return 400, "a request with both Transfer-Encoding and Content-Length is ambiguous."
+        if len(lengths) > 1:
+            return 400, "a request with more than one Content-Length header is ambiguous."
+        if codings:
+            if ",".join(codings).strip().lower() == "chunked":
+                return 411, "send the body with a Content-Length, not chunked."
+            return 400, f"Transfer-Encoding {','.join(codings)[:40]!r} is not supported; send a Content-Length."
+        if lengths and not re.fullmatch(r"[0-9]{1,18}", lengths[0].strip()):
+            return 400, "Content-Length is not a non-negative integer."
+        return None
+
+    def _content_length(self) -> int:
+        return int((self.headers.get("Content-Length") or "0").strip())
+
     def do_GET(self) -> None:
         self._received()
+        if self._framing() or self.headers.get("Content-Length", "0").strip() not in ("", "0"):
+            self.close_connection = True  # a body on a GET is never read: it must not become the next request
         path = self.path.split("?", 1)[0]
         if path == "/health":
             self._send(*self.server.health())
@@ -283,22 +375,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
+        problem = self._framing()
+        if problem:
+            self.close_connection = True  # the body's end is unknown: nothing more is read from this connection
+            self._send(problem[0], _error("length_required" if problem[0] == 411 else "bad_request", problem[1]))
+            return
         if path not in INFERENCE_PATHS:
             self._drain_or_close()
             self._send(404, _error("not_found", f"no endpoint {path}; POST to /v1/systemone."))
             return
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            self.close_connection = True
-            self._send(411, _error("length_required", "send the body with a Content-Length, not chunked."))
-            return
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            length = -1
-        if length < 0:
-            self.close_connection = True
-            self._send(400, _error("bad_request", "Content-Length is not a non-negative integer."))
-            return
+        length = self._content_length()
         if length > MAX_BODY_BYTES:
             self.close_connection = True  # the unread body must not be parsed as the next request
             self._send(413, _error("payload_too_large", f"the body has {length} bytes, over the "
@@ -316,11 +402,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(*self.server.infer(raw))
 
     def _drain_or_close(self) -> None:
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            length = -1
-        if 0 <= length <= MAX_BODY_BYTES:
+        length = self._content_length()  # framing checked first
+        if length <= MAX_BODY_BYTES:
             self.rfile.read(length)
         else:
             self.close_connection = True

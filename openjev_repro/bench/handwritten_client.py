@@ -37,7 +37,7 @@ class HandwrittenFramingClient(TimedClient):
     def _announce(self, wire: bytes) -> None:
         self._head = wire.startswith(b"HEAD ")
 
-    def _receive(self, sock: socket.socket) -> int:
+    def _receive(self, sock: socket.socket, deadline_ns: int) -> int:  # the baseline keeps per-recv limits only
         self._frame = self._receive_frame(sock, self._head)
         return self._received_ns
 

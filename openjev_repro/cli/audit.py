@@ -20,9 +20,12 @@ __all__ = ["claims", "compare", "import_evidence", "publish", "verify"]
 def verify(c, run, pubkey=None, allow_unsigned=False):
     """Check signature, digests, completeness and every recomputed statistic; non-zero exit on any failure."""
     from ..audit.verify import format_checks, verify_path
+    from ..manifest.keys import trusted_public_key
 
     if not Path(run).exists():
         raise EvidenceError(f"No run directory or bundle at {run}.")
+    if pubkey:
+        trusted_public_key(Path(pubkey), Path(run))
     checks = verify_path(Path(run), pubkey=Path(pubkey) if pubkey else None, allow_unsigned=allow_unsigned)
     print(format_checks(checks))
     failed = [c for c in checks if c.passed is False]
@@ -33,18 +36,17 @@ def verify(c, run, pubkey=None, allow_unsigned=False):
 
 @task(help={"baseline": "baseline run directory (or bundle)", "candidate": "candidate run directory (or bundle)",
             "tolerances": "YAML of declared tolerances and an optional backend mapping",
-            "out": "write the JSON result here (a .md beside it gets the Markdown table)",
+            "out": "write the JSON result here, e.g. cmp.json (cmp.md beside it gets the Markdown)",
             "seed": "bootstrap seed (default 20261003)",
             "allow_incomplete": "compare a run that is not complete (the verdict then says so)"})
 @user_errors
 def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003, allow_incomplete=False):
-    """Compare two runs backend by backend; non-zero exit when a declared tolerance is exceeded."""
+    """Compare two runs backend by backend; exit 1 when a declared limit is exceeded, a backend has no
+    counterpart, or a measured request failed (with or without --tolerances)."""
     from ..audit.compare import compare_runs, load_tolerances, to_markdown
-    from ..evidence.rundir import guard_output
 
     if out:
-        guard_output(Path(out))
-        guard_output(Path(out).with_suffix(".md"))
+        _guard_outputs(Path(out))
     tol = load_tolerances(Path(tolerances)) if tolerances else None
     result = compare_runs(Path(baseline), Path(candidate), tolerances=tol, seed=int(seed),
                           allow_incomplete=allow_incomplete)
@@ -55,6 +57,17 @@ def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003, al
     print(markdown)
     if result["verdict"]["passed"] is False:
         raise Exit(code=1)
+
+
+def _guard_outputs(out: Path) -> None:
+    """compare writes the JSON to --out and the Markdown beside it: neither may overwrite the other, or evidence."""
+    from ..evidence.rundir import guard_output
+
+    if out.suffix == ".md":
+        raise EvidenceError(f"--out {out} would be overwritten by the Markdown written beside it; "
+                            "--out names the JSON result (e.g. cmp.json, with cmp.md beside it).")
+    guard_output(out)
+    guard_output(out.with_suffix(".md"))
 
 
 @task(help={"file": "claims file, e.g. manifests/published/open-jev-h200-hf-comparison-2026-10-03.yaml"})

@@ -116,18 +116,19 @@ def status_task(c, submission=None, json_=False, wait=False):
     "submission": "the submission directory `invoke submit` printed",
     "tolerances": "tolerances YAML: compare's keys per host plus cross_host: {max_relative_range, max_cv}",
     "baseline": "a run directory or bundle to compare every replicate with (default: the first replicate)",
-    "baseline_pubkey": "public key of --baseline (default: the submission's)",
-    "key": "private key that signs the summary (default: the submission's --key)",
+    "pubkey": "public key every replicate must be signed by (required; yours, never one inside the submission)",
+    "baseline_pubkey": "public key of --baseline (default: --pubkey)",
+    "key": "private key that signs the summary (default: the submission's --key, if it matches --pubkey)",
 })
 @user_errors
-def collect_task(c, submission=None, tolerances=None, baseline=None, baseline_pubkey=None, key=None):
+def collect_task(c, submission=None, pubkey=None, tolerances=None, baseline=None, baseline_pubkey=None, key=None):
     """Verify every replicate, compare each with the baseline, write the signed cross-host report.
 
     The last line is the new collect directory; exit 1 when a declared tolerance fails."""
     from ..cluster.collect import collect
 
     _required(submission, "submission")
-    result = collect(Path(submission), tolerances=Path(tolerances) if tolerances else None,
+    result = collect(Path(submission), pubkey=Path(pubkey) if pubkey else None, tolerances=Path(tolerances) if tolerances else None,
                      baseline=Path(baseline) if baseline else None,
                      baseline_pubkey=Path(baseline_pubkey) if baseline_pubkey else None,
                      key=Path(key) if key else None)

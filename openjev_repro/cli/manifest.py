@@ -16,8 +16,11 @@ __all__ = ["environment", "keygen", "sign"]
 @user_errors
 def keygen(c, out):
     """Create an Ed25519 signing key pair; prints the keyid (sha256 of the raw public key)."""
+    from ..evidence.rundir import enclosing_run, guard_output
     from ..manifest.keys import generate_keypair
 
+    if enclosing_run(Path(out)) is not None:
+        guard_output(Path(out), directory=True)  # refuses it: keys never go into a run (its files are evidence)
     private, public, kid = generate_keypair(Path(out))
     print(f"private key: {private} (keep it secret; mode 0600)\npublic key:  {public}\nkeyid:       {kid}")
 

@@ -28,7 +28,7 @@ from ..manifest.dsse import (
     payload_of,
     verify_envelope,
 )
-from ..manifest.keys import load_private_key, load_public_key
+from ..manifest.keys import keyid, load_private_key, load_public_key, trusted_public_key
 from .crosshost import HostRun, backend_report, host_means, load_cross_host_tolerances
 from .submission import Submission
 
@@ -80,6 +80,18 @@ def _load(label: str, path: Path, host: str | None = None) -> tuple[HostRun, Any
         return HostRun(label, host or _host_of(directory), Path(path), read_rows(directory / "rows.jsonl")), recipe
 
 
+def _signing_key(sub: Submission, key: Path | None, pubkey: Path) -> Any:
+    """--key, or the key submit was given, but only when it is the private half of the trusted --pubkey
+    (the path in submission.json is the submission's word, not the user's)."""
+    if key is not None:
+        return load_private_key(key)
+    private = load_private_key(Path(str(sub.data.get("key"))))
+    if keyid(private.public_key()) != keyid(load_public_key(pubkey)):
+        raise VerificationError(f"the key named in {sub.path / 'submission.json'} is not the private half of "
+                                f"--pubkey {pubkey}; give the key that signs the summary with --key.")
+    return private
+
+
 def _complete_runs(sub: Submission) -> list[tuple[str, Path]]:
     """(label, run directory) of every replicate's complete run; EvidenceError naming one that has none."""
     runs: list[tuple[str, Path]] = []
@@ -104,19 +116,24 @@ def _baseline_run(baseline: Path, pubkey: Path) -> HostRun:
     return _load("baseline", baseline)[0]
 
 
-def collect(submission: Path, *, tolerances: Path | None = None, baseline: Path | None = None,
-            baseline_pubkey: Path | None = None, key: Path | None = None) -> Collected:
+def collect(submission: Path, *, pubkey: Path | None = None, tolerances: Path | None = None,
+            baseline: Path | None = None, baseline_pubkey: Path | None = None, key: Path | None = None) -> Collected:
+    """Every replicate is verified against `pubkey`, the user's trust anchor (required; never a key
+    inside the submission); a baseline against `baseline_pubkey` (default `pubkey`)."""
     sub = Submission.open(submission)
+    pubkey = trusted_public_key(pubkey, sub.path)
+    baseline_pubkey = trusted_public_key(baseline_pubkey or pubkey, sub.path, *([baseline] if baseline else []),
+                                         option="--baseline-pubkey")
     compare_tol, cross_tol = load_cross_host_tolerances(tolerances) if tolerances else ({}, {})
-    signing_key = load_private_key(key or Path(sub.data["key"]))
+    signing_key = _signing_key(sub, key, pubkey)
     runs = _complete_runs(sub)
     for label, path in runs:
-        _verified(label, path, sub.pubkey)
+        _verified(label, path, pubkey)
     loaded = [_load(label, path) for label, path in runs]
     hosts = [host for host, _ in loaded]
     recipes = [recipe for _, recipe in loaded]
     if baseline is not None:
-        base = _baseline_run(baseline, baseline_pubkey or sub.pubkey)
+        base = _baseline_run(baseline, baseline_pubkey)
         base_label, others, everyone = "baseline", hosts, [base, *hosts]
     else:
         base, base_label, others, everyone = hosts[0], hosts[0].label, hosts[1:], hosts
@@ -146,8 +163,8 @@ def _verdict(comparisons: dict[str, Any], backends: list[dict[str, Any]], *, dec
     """Every limit crossed (compare's, per replicate, then the cross-host ones); no verdict without limits."""
     failures = [f"{label}: {f}" for label in comparisons for f in comparisons[label]["verdict"].get("failures", [])]
     failures += [f for b in backends for f in b["cross_host_failures"]]
-    return {"passed": (not failures) if declared else None, "failures": failures,
-            "note": None if declared else "no tolerances declared"}
+    return {"passed": False if failures else (True if declared else None), "failures": failures,
+            "note": None if declared else "no limits declared"}
 
 
 def _write(sub: Submission, summary: dict[str, Any], key: Any) -> Path:
@@ -174,8 +191,9 @@ def _write(sub: Submission, summary: dict[str, Any], key: Any) -> Path:
 
 def verify_summary(directory: Path, pubkey: Path) -> str:
     """Check a collection's signature and the digest of each of its files; returns the key id."""
+    trusted_public_key(pubkey, Path(directory).parent)  # never a key inside the submission it belongs to
     envelope = parse_envelope((Path(directory) / SUMMARY_ENVELOPE).read_bytes(), SUMMARY_ENVELOPE)
-    keyid = verify_envelope(envelope, load_public_key(pubkey))
+    signer = verify_envelope(envelope, load_public_key(pubkey))
     statement = json.loads(payload_of(envelope))
     if statement.get("predicateType") != SUMMARY_PREDICATE_TYPE:
         raise VerificationError(f"{directory}: not a cross-host summary envelope.")
@@ -183,7 +201,7 @@ def verify_summary(directory: Path, pubkey: Path) -> str:
         digest = hash_file(Path(directory) / subject["name"])
         if digest != subject["digest"]["sha256"]:
             raise VerificationError(f"{directory}/{subject['name']} changed after it was signed.")
-    return keyid
+    return signer
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -192,7 +210,7 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 def to_markdown(summary: dict[str, Any]) -> str:
     verdict = summary["verdict"]
-    state = {True: "PASS", False: "FAIL", None: "no tolerances declared"}[verdict["passed"]]
+    state = {True: "PASS", False: "FAIL", None: "no limits declared"}[verdict["passed"]]
     lines = [f"# Cross-host report: {summary['study']}", "",
              (f"Submission `{summary['submission']}`, {len(summary['replicates'])} replicates, every one verified "
              f"(signature, digests, statistics recomputed). Baseline: {summary['baseline']['label']} "

@@ -1,7 +1,8 @@
 """The batch script of one sbatch round and the sbatch options that go with it.
 
 Options travel on sbatch's command line (no shell quoting in #SBATCH lines to get wrong); the
-script repeats them in a comment so the file alone says what was submitted.
+script repeats them in a comment, escaped to one line, so the file alone says what was submitted
+and no recipe text (a note holding a newline) can reach the shell.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from ..evidence.recipe import parse_duration
 
-__all__ = ["SbatchOptions", "render_script", "sbatch_argv", "slurm_time"]
+__all__ = ["SbatchOptions", "one_line", "render_script", "sbatch_argv", "slurm_time"]
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,20 @@ def sbatch_argv(opts: SbatchOptions, *, replicates: list[int], submission: Path,
     return argv
 
 
+def one_line(text: str) -> str:
+    """text with every unprintable character (newline, CR, other controls) escaped: it cannot end a line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def render_script(*, submission: Path, python: str, argv: list[str], round_number: int) -> str:
-    """`exec` makes the task's Python the batch step's main process: Slurm's SIGTERM reaches it."""
+    """`exec` makes the task's Python the batch step's main process: Slurm's SIGTERM reaches it.
+
+    The comment lines are escaped to one line each (a newline in a recipe's note would otherwise
+    start a shell command); the only command is the `exec` line, every word of it shell-quoted."""
+    script = submission / f"job-{round_number}.sh"
     lines = ["#!/bin/bash",
-             f"# openjev-repro submission {submission.name}, round {round_number}; submitted as:",
-             f"#   sbatch --parsable {shlex.join(argv)} {submission / f'job-{round_number}.sh'}",
+             one_line(f"# openjev-repro submission {submission.name}, round {round_number}; submitted as:"),
+             one_line(f"#   sbatch --parsable {shlex.join(argv)} {shlex.quote(str(script))}"),
              "# Each array task runs the whole study (`invoke study`) for replicate-$SLURM_ARRAY_TASK_ID.",
              f"exec {shlex.quote(python)} -m openjev_repro.cluster.task --submission {shlex.quote(str(submission))}",
              ""]

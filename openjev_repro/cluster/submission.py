@@ -3,7 +3,7 @@
     <study-id>-<UTC time>-<hex>/        on storage every node mounts at the same path
       submission.json                  recipe (path and SHA256), replicates, key, sbatch options,
                                        every sbatch round: job id, replicates, script, argv
-      openjev-repro.pub                the public key of --key, to verify every replicate
+      openjev-repro.pub                the public key of --key (informational: collect trusts only --pubkey)
       job-<round>.sh                   the batch script of each round (kept, never rewritten)
       replicate-<k>/
         <study-id>-<time>-<hex>/       one run directory per attempt (written by `invoke study`)
@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -68,6 +69,55 @@ class RunAttempt:
         return self.status == Status.COMPLETE and self.signed
 
 
+MAX_REPLICATES = 10_000
+_TEXT_FIELDS = ("id", "study_id", "recipe", "recipe_sha256", "key", "pubkey", "python", "repo", "job_name", "comment")
+_OPTION_TYPES: dict[str, tuple[type, ...]] = {"partition": (str,), "gres": (str,), "time": (str,), "account": (str,),
+                                              "exclusive": (bool,), "cpus_per_task": (int,)}
+
+
+def _is_int(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _round_problem(number: int, entry: Any, replicates: int) -> str | None:
+    if not isinstance(entry, dict) or not _is_int(entry.get("array_job_id"), 0, 2**63 - 1):
+        return f"round {number} is not an object with an integer array_job_id"
+    ks = entry.get("replicates")
+    if not isinstance(ks, list) or not all(_is_int(k, 1, replicates) for k in ks):
+        return f"round {number}: replicates must be a list of replicate numbers 1..{replicates}"
+    if not isinstance(entry.get("script", ""), str):
+        return f"round {number}: script must be a file name"
+    return None
+
+
+def _options_ok(options: Any) -> bool:
+    if not isinstance(options, dict):
+        return False
+    for key, value in options.items():
+        kind = _OPTION_TYPES.get(key)
+        if kind is None or not (value is None or isinstance(value, kind)):
+            return False
+        if isinstance(value, bool) and key != "exclusive":
+            return False
+    return True
+
+
+def _shape_problem(data: dict[str, Any]) -> str | None:
+    """What is wrong with a submission.json's fields, or None (fields `submit` may not have written are optional)."""
+    replicates: Any = data.get("replicates")
+    if not _is_int(replicates, 1, MAX_REPLICATES):
+        return f"replicates must be an integer 1..{MAX_REPLICATES}, not {json.dumps(replicates)[:40]}"
+    bad = [k for k in _TEXT_FIELDS if k in data and not isinstance(data[k], str)]
+    if bad:
+        return f"{bad[0]} must be text"
+    rounds = data.get("rounds", [])
+    if not isinstance(rounds, list):
+        return "rounds must be a list"
+    if not _options_ok(data.get("sbatch_options", {})):
+        return "sbatch_options must map partition, gres, time, account, exclusive, cpus_per_task to their types"
+    return next((p for n, r in enumerate(rounds, 1) if (p := _round_problem(n, r, replicates))), None)
+
+
 class Submission:
     def __init__(self, path: Path, data: dict[str, Any]) -> None:
         self.path = Path(path)
@@ -93,7 +143,11 @@ class Submission:
         if not file.is_file():
             raise EvidenceError(f"{path} is not a submission directory (no {SUBMISSION_FILE}); "
                                 "pass the directory `invoke submit` printed.")
-        return cls(path, read_versioned(file, (SUBMISSION_FORMAT_VERSION,)))
+        data = read_versioned(file, (SUBMISSION_FORMAT_VERSION,))
+        problem = _shape_problem(data)
+        if problem:
+            raise EvidenceError(f"{file} is damaged ({problem}); only `invoke submit` writes it.")
+        return cls(path, data)
 
     def save(self) -> None:
         write_json_atomic(self.path / SUBMISSION_FILE, self.data)

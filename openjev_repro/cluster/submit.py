@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..errors import RecipeError, ReproError
+from ..errors import EvidenceError, RecipeError, ReproError
 from ..evidence.recipe import load_recipe, parse_duration
 from ..evidence.rundir import guard_output
 from ..hashing import hash_file
@@ -48,7 +48,7 @@ def submit(*, recipe: Path, replicates: int, key: Path, out: Path, options: Sbat
         raise RecipeError(f"{recipe} pins a GPU (controls.gpu): submit with --gres gpu:1 so Slurm allocates one "
                           "to each task (the task then measures on the allocated GPU).")
     reservation = parsed.controls.reservation
-    note = reservation.note if reservation is not None and reservation.note else ""
+    note = " ".join((reservation.note if reservation is not None else "").split())  # Slurm metadata: one line
     if options.time is None and reservation is not None:
         options = dataclasses.replace(options, time=reservation.timeout)
     sub = Submission.create(out, parsed.study.id, {
@@ -79,9 +79,19 @@ def _sbatch_round(sub: Submission, replicates: list[int]) -> int:
     return array_job_id
 
 
+def _resumable(sub: Submission) -> Submission:
+    """The submission, once it holds every field a new sbatch round needs."""
+    missing = [k for k in ("recipe", "recipe_sha256", "job_name", "comment", "repo", "python", "sbatch_options")
+               if k not in sub.data]
+    if missing:
+        raise EvidenceError(f"{sub.path / 'submission.json'} is damaged (no {', '.join(missing)}); "
+                            "only `invoke submit` writes it, so it cannot be resumed.")
+    return sub
+
+
 def resume(path: Path) -> tuple[Submission, list[int], dict[int, str]]:
     """Resubmit replicates without complete evidence; returns (submission, resubmitted, skipped with why)."""
-    sub = Submission.open(path)
+    sub = _resumable(Submission.open(path))
     if hash_file(sub.data["recipe"]) != sub.data["recipe_sha256"]:
         raise RecipeError(f"{sub.data['recipe']} changed since it was submitted; a resumed replicate must run "
                           "the same recipe. Submit a new study instead.")

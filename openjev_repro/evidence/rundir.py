@@ -62,6 +62,7 @@ __all__ = [
     "process_start_ticks",
     "scan_tree",
     "stale_reason",
+    "unsigned_reason",
 ]
 
 STATE_FORMAT_VERSION = 1
@@ -225,6 +226,18 @@ def stale_reason(state: dict) -> str | None:
     return None
 
 
+def unsigned_reason(state: dict, has_manifest: bool) -> str | None:
+    """Why a "complete" run of a study started with --key is not complete: its manifest was never
+    written (the study died between the two). None while the study itself is writing it."""
+    if state.get("status") != "complete" or not state.get("signing_requested") or has_manifest:
+        return None
+    owner = state.get("owner")
+    if isinstance(owner, dict) and owner.get("pid") == os.getpid():
+        return None  # this process is the study, between "complete" and its manifest
+    return ("state.json says complete, but the study was started with --key and its manifest was never "
+            "written (it ended before signing)")
+
+
 class RunDir:
     """A study's run directory and its state file."""
 
@@ -304,6 +317,8 @@ class RunDir:
         if reason:
             state = dict(state, status=Status.INCOMPLETE.value, stale=True,
                          error=f"stale run: state.json says running, but {reason}")
+        elif unsigned_reason(state, (self.path / ENVELOPE_NAME).exists()):
+            state = dict(state, status="incomplete", error=unsigned_reason(state, False))
         return state
 
     def evidence_files(self) -> list[Path]:

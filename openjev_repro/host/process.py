@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import HostError
 
-__all__ = ["group_alive", "pid_exited", "run_with_timeout", "stop_group"]
+__all__ = ["group_alive", "pid_exited", "process_stopped", "run_with_timeout", "stop_group"]
 
 
 def pid_exited(pid: int) -> bool:
@@ -63,6 +63,15 @@ def _wait_group(pgid: int, timeout_s: float, leader: subprocess.Popen | None) ->
         time.sleep(0.05)
 
 
+def process_stopped(pid: int) -> bool:
+    """True when the process is stopped (state T or t: SIGSTOP, SIGTSTP or a tracer)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] in ("T", "t")
+
+
 def stop_group(pgid: int, grace_s: float, leader: subprocess.Popen | None = None) -> dict:
     """SIGTERM to the group, `grace_s` to exit, then SIGKILL. Returns what was needed."""
     record = {"pgid": pgid, "sigterm": False, "sigkill": False, "group_exited": True}
@@ -71,6 +80,7 @@ def stop_group(pgid: int, grace_s: float, leader: subprocess.Popen | None = None
     try:
         os.killpg(pgid, signal.SIGTERM)
         record["sigterm"] = True
+        os.killpg(pgid, signal.SIGCONT)  # a stopped member handles its SIGTERM only once continued
     except ProcessLookupError:
         return record
     if _wait_group(pgid, grace_s, leader):

@@ -20,6 +20,7 @@ import getpass
 import json
 import os
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -57,24 +58,67 @@ def _lock_path(directory: Path, uuid: str) -> Path:
     return directory / f"{uuid}.lock"
 
 
+_OPEN = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
 def _open_lock_file(path: Path) -> int:
+    """Create the lock file (then open it to every user), or open the existing one without following a link;
+    an existing file is never chmod-ed, and must be a regular file with one link, ours or opened to everyone."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN, 0o666)
+    except FileExistsError:
+        return _open_existing(path, os.O_RDWR)
     except OSError as exc:
         raise HostError(f"Cannot open the GPU lock file {path} ({exc.strerror}); set OPENJEV_LOCK_DIR to a shared writable directory.") from exc
-    try:
-        os.fchmod(fd, 0o666)  # let other users lock it too (umask narrowed the create mode)
-    except PermissionError:
-        pass  # created by another user, who already opened it up
+    os.fchmod(fd, 0o666)  # ours, just created: let other users lock it too (umask narrowed the create mode)
     return fd
 
 
-def _read_info(fd: int) -> dict:
-    raw = os.pread(fd, 65536, 0)
+def _open_existing(path: Path, mode: int) -> int:
     try:
-        return json.loads(raw) if raw.strip() else {}
-    except ValueError:
+        fd = os.open(path, mode | _OPEN)
+    except OSError as exc:
+        what = "is a symbolic link" if exc.errno == errno.ELOOP else f"cannot be opened ({exc.strerror})"
+        raise HostError(f"The GPU lock file {path} {what}; refused. Remove it, or set OPENJEV_LOCK_DIR "
+                        "to a directory only lock files live in.") from exc
+    problem = _lock_file_problem(os.fstat(fd))
+    if problem:
+        os.close(fd)
+        raise HostError(f"The GPU lock file {path} {problem}; refused. Remove it, or set OPENJEV_LOCK_DIR "
+                        "to a directory only lock files live in.")
+    return fd
+
+
+def _lock_file_problem(st: os.stat_result) -> str | None:
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_nlink != 1:
+        return f"has {st.st_nlink} hard links"
+    if st.st_uid != os.geteuid() and st.st_mode & 0o666 != 0o666:
+        return f"belongs to uid {st.st_uid} and is not open to every user (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+_INFO_TYPES = {"pid": int, "user": str, "host": str, "note": str, "started_at": str, "uuid": str,
+               "format_version": int}
+
+
+def _read_info(fd: int) -> dict:
+    """The holder's details as written; a file of another shape reads {"malformed": reason}."""
+    raw = os.pread(fd, 65536, 0)
+    if not raw.strip():
         return {}
+    try:
+        info = json.loads(raw)
+    except (ValueError, RecursionError):
+        return {"malformed": "not JSON"}
+    if not isinstance(info, dict):
+        return {"malformed": "not a JSON object"}
+    for key, kind in _INFO_TYPES.items():
+        value = info.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            return {"malformed": f"{key} is {json.dumps(value)[:40]}, not {'a number' if kind is int else 'text'}"}
+    return info
 
 
 def holder_of(uuid: str, directory: Path | None = None) -> dict | None:
@@ -82,10 +126,9 @@ def holder_of(uuid: str, directory: Path | None = None) -> dict | None:
 
     Probes with a shared non-blocking lock, so it never holds anyone up for more than an instant."""
     path = _lock_path(directory or lock_dir(), uuid)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
+    fd = _open_existing(path, os.O_RDONLY)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -110,6 +153,8 @@ def _ancestors(pid: int) -> set[int]:
 
 
 def _describe(uuid: str, info: dict) -> str:
+    if info.get("malformed"):
+        return f"GPU {uuid} is reserved by a holder whose lock file is malformed ({info['malformed']})"
     if not info.get("pid"):
         return f"GPU {uuid} is reserved (holder details not yet written)"
     note = f", note {info['note']!r}" if info.get("note") else ""

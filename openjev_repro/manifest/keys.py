@@ -24,6 +24,7 @@ __all__ = [
     "keyid",
     "load_private_key",
     "load_public_key",
+    "trusted_public_key",
 ]
 
 PRIVATE_KEY_NAME = "openjev-repro.key"
@@ -97,3 +98,18 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     if not isinstance(key, Ed25519PublicKey):
         raise VerificationError(f"{path} is not an Ed25519 public key.")
     return key
+
+
+def trusted_public_key(pubkey: Path | None, *material: Path, option: str = "--pubkey") -> Path:
+    """The user's trust anchor: a public key given explicitly, never one found inside the material
+    being verified (a key beside the evidence is the attacker's to swap)."""
+    if pubkey is None:
+        raise VerificationError(f"{option} FILE is required: the public key the evidence must be signed by "
+                                "comes from you (e.g. the .pub `invoke keygen` wrote), never from the evidence.")
+    resolved = Path(pubkey).resolve()
+    for folder in material:
+        root = Path(folder).resolve()
+        if resolved == root or root in resolved.parents:
+            raise VerificationError(f"{option} {pubkey} lies inside {folder}, the material being verified; "
+                                    "a key found there is never trusted. Give the key you hold yourself.")
+    return Path(pubkey)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..errors import DockerError, InputMismatch, RecipeError, ReproError
 from ..evidence.recipe import Recipe
+from ..evidence.rundir import guard_output
 from ..study.resolved import ResolvedRecipe
 
 __all__ = [
@@ -61,6 +62,7 @@ def check_out_dir(out_dir: Path) -> None:
         raise ReproError(f"--out {out_dir}: {probe} is not a directory; choose a folder for run directories.")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise ReproError(f"--out {out_dir}: {probe} is not writable by you; choose another --out or fix its permissions.")
+    guard_output(out_dir, directory=True)  # never inside a run: its files are evidence
 
 
 def input_fix(study: ResolvedRecipe) -> str:

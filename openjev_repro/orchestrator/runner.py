@@ -128,13 +128,24 @@ class Stopped(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def _signals_interrupt():
-    """SIGTERM and SIGHUP raise Stopped (a KeyboardInterrupt) in the main thread, like Ctrl-C."""
+    """SIGTERM and SIGHUP raise Stopped (a KeyboardInterrupt) in the main thread, like Ctrl-C.
+
+    Only the first signal (SIGINT included) interrupts: once the study is ending, later ones
+    (a burst of SIGTERMs, a second Ctrl-C) are ignored, so the terminating path runs to its end
+    (backends stopped, run marked incomplete, one error line), and stay ignored afterwards."""
+    fired: list[str] = []
+
     def stop(signum: int, frame: object) -> None:
+        if fired:
+            return  # already ending: the terminating path is not interrupted again
+        fired.append(signal.Signals(signum).name)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise Stopped(signal.Signals(signum).name)
 
     previous = {}
     try:
-        for sig in (signal.SIGTERM, signal.SIGHUP):
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             previous[sig] = signal.signal(sig, stop)
     except ValueError:  # not the main thread: signals cannot be handled here
         pass
@@ -142,7 +153,7 @@ def _signals_interrupt():
         yield
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if fired else handler)  # a late signal must not kill the error path
 
 
 def _describe(exc: BaseException) -> str:
@@ -237,6 +248,8 @@ def run_study(opts: StudyOptions, plan: StudyPlan | None = None) -> RunDir:
         raise RunIncomplete(f"Cannot create a run directory under {opts.out_dir}: {_describe(exc)}.") from None
     with _signals_interrupt(), Reaper() as reaper:
         try:
+            if opts.key_path:  # readers take "complete" without a manifest for incomplete (rundir.unsigned_reason)
+                run.update_state(signing_requested=True)
             shutil.copyfile(opts.recipe_path, run.file("recipe.yaml"))
             opts.progress.message(f"[bold]Study {recipe.study.id}[/] → run directory {run.path}")
             _execute(StudyRun(run, plan, opts, reaper))

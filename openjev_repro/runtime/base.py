@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import h11
+
 from ..errors import BackendCrashed, BackendNotReady
+from .bounded_http import get_within
 
 __all__ = ["ExitRecord", "LaunchSpec", "RunningBackend", "Runtime", "poll_health"]
 
@@ -98,17 +99,15 @@ def poll_health(backend: RunningBackend, timeout_s: float, poll_s: float = 0.2) 
     while time.monotonic() < deadline:
         if not backend.alive():
             raise BackendCrashed(f"Backend {spec.name} exited before it was ready. {backend.describe_exit()}")
-        try:
-            with urllib.request.urlopen(url, timeout=2.0) as resp:
-                body = json.loads(resp.read() or b"{}")
-                if resp.status == 200 and body.get("status") == "ready":
-                    return body
-                last = f"HTTP {resp.status} {body}"
-        except urllib.error.HTTPError as exc:
-            last = f"HTTP {exc.code}"
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            last = str(getattr(exc, "reason", exc))
-        time.sleep(poll_s)
+        try:  # each poll ends by the overall deadline, however slowly /health trickles its answer
+            status, raw = get_within(spec.host, spec.port, spec.health_path, min(2.0, deadline - time.monotonic()))
+            body = json.loads(raw or b"{}")
+            if status == 200 and isinstance(body, dict) and body.get("status") == "ready":
+                return body
+            last = f"HTTP {status} {str(body)[:200]}"
+        except (OSError, ValueError, h11.ProtocolError) as exc:
+            last = str(exc)
+        time.sleep(max(0.0, min(poll_s, deadline - time.monotonic())))
     raise BackendNotReady(
         f"Backend {spec.name} was not ready within {timeout_s:.0f} s at {url} (last answer: {last}). "
         f"Its log is {spec.log_path}."

@@ -7,7 +7,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from ..host.process import stop_group
+from ..host.process import process_stopped, stop_group
 from ..host.reaper import Reaper, die_with_parent
 from .base import ExitRecord, LaunchSpec, RunningBackend, Runtime
 
@@ -52,7 +52,8 @@ class LocalBackend(RunningBackend):
         self.binding: dict = {}
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        """Running and not stopped: a SIGSTOPped backend answers nothing, so it counts as dead."""
+        return self.proc.poll() is None and not process_stopped(self.proc.pid)
 
     @property
     def pid(self) -> int | None:
@@ -60,7 +61,8 @@ class LocalBackend(RunningBackend):
 
     def describe_exit(self) -> str:
         code = self.proc.poll()
-        how = "is still running" if code is None else (
+        how = "is stopped (SIGSTOP or a debugger: it answers nothing)" if code is None and process_stopped(
+            self.proc.pid) else "is still running" if code is None else (
             f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}")
         return f"The process {how}. Last lines of {self.spec.log_path}:\n{tail(self.spec.log_path)}"
 

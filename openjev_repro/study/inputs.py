@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -47,12 +48,16 @@ def _declared(recipe: Recipe) -> list[tuple[str, str, str]]:
 
 
 def _undeclared(recipe: Recipe, root: Path, declared: set[str]) -> list[str]:
+    """Every entry of a scanned folder that is not a directory (regular file, FIFO, socket, device,
+    link: never followed) and not declared."""
     found: list[str] = []
     for folder in recipe.inputs.scan:
         base = root / folder
         if base.is_dir():
-            found += [p.relative_to(root).as_posix() for p in sorted(base.rglob("*")) if p.is_file()]
-    return [p for p in found if p not in declared]
+            for parent, dirs, files in os.walk(base, followlinks=False):
+                links = [d for d in dirs if (Path(parent) / d).is_symlink()]  # walked as entries, not entered
+                found += [(Path(parent) / n).relative_to(root).as_posix() for n in files + links]
+    return [p for p in sorted(found) if p not in declared]
 
 
 def verify_inputs(recipe: Recipe, root: Path, *, console: Console | None = None) -> list[InputCheck]:
@@ -75,7 +80,7 @@ def verify_inputs(recipe: Recipe, root: Path, *, console: Console | None = None)
         checks.append(InputCheck(path, role, sha, actual, sizes.get(path)))
     names = {p for p, _, _ in declared}
     for extra in _undeclared(recipe, root, names):
-        checks.append(InputCheck(extra, "undeclared", None, None, (root / extra).stat().st_size))
+        checks.append(InputCheck(extra, "undeclared", None, None, (root / extra).lstat().st_size))
     return checks
 
 

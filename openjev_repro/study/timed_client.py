@@ -18,7 +18,7 @@ Errors (all `ReproError`s, so a runner can record them as failure rows):
 
     BackendError
     └── ClientError       could not connect, connection reset or closed mid-response
-        └── ClientTimeout no byte arrived for `timeout_s`
+        └── ClientTimeout the response was not complete `timeout_s` after the request was sent
     ProtocolError
     └── MalformedResponse the bytes are not a valid HTTP/1.1 response (h11 refused them)
 
@@ -75,7 +75,7 @@ class ClientError(BackendError):
 
 
 class ClientTimeout(ClientError):
-    """The backend sent nothing for the client's timeout."""
+    """The backend did not answer a request completely within the client's timeout."""
 
 
 class MalformedResponse(ProtocolError):
@@ -129,8 +129,9 @@ def build_request(
 class TimedClient:
     """One keep-alive HTTP/1.1 connection to `host:port`, timing each request.
 
-    `timeout_s` bounds connecting, sending, and each wait for more response bytes (a
-    kernel limit per socket call, SO_RCVTIMEO/SO_SNDTIMEO).
+    `timeout_s` bounds connecting, and each request as a whole (first byte sent to last byte
+    received, wall clock): a kernel limit per socket call (SO_RCVTIMEO/SO_SNDTIMEO), narrowed to
+    the time left when a response takes more than one recv.
     """
 
     def __init__(self, host: str, port: int, timeout_s: float = 60.0) -> None:
@@ -147,6 +148,7 @@ class TimedClient:
         self._response: h11.Response | h11.InformationalResponse | None = None
         self._pieces: list[bytes | bytearray] = []
         self._trailers: Iterable[tuple[bytes, bytes]] = ()
+        self._limit_changed = False  # SO_RCVTIMEO narrowed to the request's deadline
 
     # -- public -----------------------------------------------------------------------------
 
@@ -161,18 +163,21 @@ class TimedClient:
         return self.send_prepared(build_request(method, path, self._host_header, body, headers))
 
     def send_prepared(self, wire: bytes) -> TimedResponse:
-        """Send request bytes made by `build_request` and return the timed response."""
+        """Send request bytes made by `build_request` and return the timed response.
+
+        `timeout_s` is a wall-clock deadline for the whole request, from the first byte sent to
+        the last byte received: a response trickled byte by byte is cut off at the deadline."""
         sock = self._ready_socket()
         self._announce(wire)
         try:
             start = _monotonic_ns()
             sock.sendall(wire)
-            end = self._receive(sock)
+            end = self._receive(sock, start + int(self.timeout_s * 1e9))
         except (TimeoutError, BlockingIOError) as exc:
             self._discard()
             raise ClientTimeout(
-                f"{self._host_header} sent nothing for {self.timeout_s:g} s during a request; "
-                "the backend is stuck or overloaded (the request was not retried)."
+                f"{self._host_header} did not answer a request completely within {self.timeout_s:g} s; "
+                "the backend is stuck, overloaded or trickling (the request was not retried)."
             ) from exc
         except OSError as exc:
             self._discard()
@@ -239,6 +244,7 @@ class TimedClient:
         if self._sock is not None:
             self._sock.close()
         self._sock = self._poll = self._h11 = None
+        self._limit_changed = False
 
     def _announce(self, wire: bytes) -> None:
         """Tell h11 which request the wire bytes carry (before the clock), so that it frames the
@@ -266,8 +272,11 @@ class TimedClient:
 
     # -- the timed path: receive and let h11 frame, no decoding -----------------------------
 
-    def _receive(self, sock: socket.socket) -> int:
-        """Receive one response into h11; return the time right after its last bytes arrived."""
+    def _receive(self, sock: socket.socket, deadline_ns: int) -> int:
+        """Receive one response into h11; return the time right after its last bytes arrived.
+
+        A response that needs more than one recv gets the time left before `deadline_ns` as the
+        kernel limit of the next one (a setsockopt only on that path, never for a one-recv answer)."""
         parser = self._h11
         assert parser is not None
         view = self._view
@@ -283,6 +292,13 @@ class TimedClient:
                     return received
             except h11.RemoteProtocolError as exc:
                 raise _malformed(exc) from None
+            self._limit_next_recv(sock, deadline_ns - received)
+
+    def _limit_next_recv(self, sock: socket.socket, left_ns: int) -> None:
+        if left_ns <= 0:
+            raise TimeoutError
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(max(left_ns / 1e9, 1e-6)))
+        self._limit_changed = True
 
     def _complete(self, parser: h11.Connection) -> bool:
         """Take every event h11 can parse so far; True once the final response has ended."""
@@ -324,6 +340,9 @@ class TimedClient:
     def _finish(self, start: int, end: int) -> TimedResponse:
         parser, response = self._h11, self._response
         assert parser is not None and response is not None
+        if self._limit_changed and self._sock is not None:  # after the clock: the full limit again
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(self.timeout_s))
+        self._limit_changed = False
         pieces = self._pieces
         body = bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
         if parser.our_state is h11.DONE and parser.their_state is h11.DONE and not parser.trailing_data[0]:

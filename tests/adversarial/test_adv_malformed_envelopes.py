@@ -94,4 +94,4 @@ def test_hostile_rows_are_one_error_line_in_compare_and_a_fail_in_verify(tmp_pat
     run_signed, _, public = signed_run(tmp_path / "s")
     run_signed.rows_path.write_bytes(run_signed.rows_path.read_bytes() + line + b"\n")
     bad = {c.name for c in verify_path(run_signed.path, pubkey=public) if c.passed is False}
-    assert bad == {"subject digests", "case ids", "responses", "recomputed"}
+    assert bad == {"subject digests", "case ids", "protocol passes", "responses", "recomputed"}

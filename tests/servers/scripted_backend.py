@@ -5,6 +5,7 @@ NaN probability, slow answers, never ready, ignoring SIGTERM) without loading a 
 Behaviour comes from the environment:
 
     SCRIPTED_FAULT   none | crash | non_json | nan | slow | never_ready | exit_now | ignore_sigterm
+                     | trickle (the answer's bytes one per SCRIPTED_TRICKLE_S) | trickle_health (/health so)
     SCRIPTED_AFTER   number of /v1/systemone requests answered normally before the fault (default 0)
     SCRIPTED_DELAY_S seconds every /v1/systemone answer waits (default 0), to make passes last
 
@@ -23,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 FAULT = os.environ.get("SCRIPTED_FAULT", "none")
 AFTER = int(os.environ.get("SCRIPTED_AFTER", "0"))
 DELAY_S = float(os.environ.get("SCRIPTED_DELAY_S", "0"))
+TRICKLE_S = float(os.environ.get("SCRIPTED_TRICKLE_S", "0.5"))
 served = 0
 SLOW_STARTED = "scripted backend: slow answer started"  # printed (to the backend log) as a slow answer begins
 
@@ -33,18 +35,26 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):  # keep the backend log readable
         pass
 
-    def _send(self, status, body: bytes, ctype="application/json"):
+    def _send(self, status, body: bytes, ctype="application/json", trickle=False):
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if not trickle:
+            self.wfile.write(body)
+            return
+        self.wfile.flush()
+        for k in range(len(body)):  # one byte at a time: every recv of the client gets something
+            self.wfile.write(body[k:k + 1])
+            self.wfile.flush()
+            time.sleep(TRICKLE_S)
 
     def do_GET(self):
         if self.path == "/health":
             if FAULT == "never_ready":
                 return self._send(503, b'{"status":"loading"}')
-            return self._send(200, json.dumps({"status": "ready", "model": "scripted", "method": "scripted"}).encode())
+            return self._send(200, json.dumps({"status": "ready", "model": "scripted", "method": "scripted"}).encode(),
+                              trickle=FAULT == "trickle_health")
         self._send(404, b'{"error":"not found"}')
 
     def do_POST(self):
@@ -65,7 +75,7 @@ class Handler(BaseHTTPRequestHandler):
         prob = float("nan") if faulty and FAULT == "nan" else p
         answer = {"model": "open-jev", "answers": {"q": {"type": "noul", "noul": prob}},
                   "usage": {"input_tokens": 10 + len(state) // 4, "output_tokens": 0}, "metadata": {"method": "scripted"}}
-        self._send(200, json.dumps(answer).encode())
+        self._send(200, json.dumps(answer).encode(), trickle=faulty and FAULT == "trickle")
 
 
 def main():

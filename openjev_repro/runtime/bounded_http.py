@@ -1,0 +1,53 @@
+"""One HTTP GET with a wall-clock deadline over the whole exchange (connect, send, every byte back).
+
+urllib's `timeout` bounds each socket call, so a server trickling one byte per second keeps
+a GET alive for ever; readiness polls use this instead: the deadline ends the exchange, however
+the bytes arrive. The response is parsed by h11 and capped at `max_bytes`.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import h11
+
+__all__ = ["HttpDeadline", "get_within"]
+
+
+class HttpDeadline(OSError):
+    """The exchange did not finish before its deadline (an OSError, like a socket timeout)."""
+
+
+def get_within(host: str, port: int, path: str, seconds: float, max_bytes: int = 1 << 20) -> tuple[int, bytes]:
+    """(status, body) of `GET path`, or HttpDeadline once `seconds` have passed since the call."""
+    deadline = time.monotonic() + seconds
+    with socket.create_connection((host, port), timeout=max(seconds, 1e-3)) as sock:
+        parser = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_bytes)
+        hostname = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        request = h11.Request(method="GET", target=path, headers=[("Host", hostname), ("Connection", "close")])
+        sock.sendall(parser.send(request) + parser.send(h11.EndOfMessage()))
+        return _read(sock, parser, deadline, max_bytes)
+
+
+def _read(sock: socket.socket, parser: h11.Connection, deadline: float, max_bytes: int) -> tuple[int, bytes]:
+    status, body = 0, bytearray()
+    while True:
+        event = parser.next_event()
+        if event is h11.NEED_DATA:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise HttpDeadline("no complete answer before the deadline")
+            sock.settimeout(left)
+            try:
+                parser.receive_data(sock.recv(65536))
+            except TimeoutError:
+                raise HttpDeadline("no complete answer before the deadline") from None
+        elif isinstance(event, h11.Response):
+            status = event.status_code
+        elif isinstance(event, h11.Data):
+            body += event.data
+            if len(body) > max_bytes:
+                raise HttpDeadline(f"the answer is longer than {max_bytes} bytes")
+        elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+            return status, bytes(body)

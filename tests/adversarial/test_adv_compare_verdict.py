@@ -1,0 +1,128 @@
+"""Cause 5 of issue 25 (and issue 26/27's verdict items): compare never passes what it should fail.
+
+Non-finite limits are refused, a missing counterpart or a failed measured request fails with or
+without tolerances, `--out` never lets one output overwrite another, hostile tolerance and
+import.json shapes give one error line (or are ignored), "no limits declared" is never PASS,
+and a PASS lists the limits it checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from advkit import invoke, one_error_line
+from test_audit_kit import build_run
+
+from openjev_repro.evidence.rows import RowWriter, read_rows
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("verdict")
+    a = build_run(tmp / "a", seed=1)
+    slow = build_run(tmp / "slow", backends={"hf": 3000.0, "native": 400.0}, seed=2)  # 10x slower
+    extra = build_run(tmp / "extra", backends={"hf": 300.0, "native": 40.0, "other": 50.0}, seed=2)
+    failing = build_run(tmp / "failing", seed=2)
+    rows = read_rows(failing.rows_path)
+    first = next(i for i, r in enumerate(rows) if r.phase == "measured" and r.backend == "native")
+    rows[first] = dataclasses.replace(rows[first], status=500, probability=None, decision=None, error="HTTP 500")
+    failing.rows_path.unlink()
+    with RowWriter(failing.rows_path) as writer:
+        for row in rows:
+            writer.write(row)
+    return a, slow, extra, failing
+
+
+def _compare(base, cand, *extra):
+    return invoke("compare", "--baseline", str(base.path), "--candidate", str(cand.path), *extra)
+
+
+@pytest.mark.parametrize("text", ["max_mean_ratio: .nan\n", "max_mean_ratio: .inf\n",
+                                  "per_backend: {native: {max_mean_ratio: .nan}}\n",
+                                  "max_p95_ratio: -.inf\n"])
+def test_non_finite_limits_are_refused(runs, tmp_path, text):
+    a, slow, _, _ = runs
+    tol = tmp_path / "tol.yaml"
+    tol.write_text("format_version: 1\n" + text)
+    line = one_error_line(_compare(a, slow, "--tolerances", str(tol)))
+    assert "must be a finite number >= 0, not" in line
+
+
+@pytest.mark.parametrize("text, message", [
+    ("backends: [1]\n", "backends maps a baseline backend name to a candidate backend name"),
+    ("backends: {hf: [1]}\n", "backends maps a baseline backend name to a candidate backend name"),
+    ("per_backend: {1: {max_mean_ratio: 1}}\n", "per_backend maps a baseline backend name to its limits"),
+    ("per_backend: [1]\n", "per_backend maps a baseline backend name to its limits"),
+])
+def test_hostile_tolerance_shapes_give_one_error_line(runs, tmp_path, text, message):
+    a, slow, _, _ = runs
+    tol = tmp_path / "tol.yaml"
+    tol.write_text("format_version: 1\n" + text)
+    assert message in one_error_line(_compare(a, slow, "--tolerances", str(tol)))
+    tol.write_text("format_version: true\nmax_mean_ratio: 1.1\n")
+    assert "format_version True is not a format this tool reads" in one_error_line(
+        _compare(a, slow, "--tolerances", str(tol)))
+
+
+def test_a_backend_without_counterpart_fails_without_tolerances(runs):
+    a, _, extra, _ = runs
+    proc = _compare(extra, a)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "**Verdict: FAIL**" in proc.stdout
+    assert "- backend mixed/other has no counterpart in the other run" in proc.stdout
+
+
+def test_failed_measured_requests_fail_without_tolerances(runs):
+    a, _, _, failing = runs
+    proc = _compare(a, failing)
+    assert proc.returncode == 1 and "**Verdict: FAIL**" in proc.stdout
+    assert "mixed/native→native: failed requests in the measured passes" in proc.stdout
+
+
+def test_no_limits_is_never_pass_and_says_where_limits_come_from(runs, tmp_path):
+    a, slow, _, _ = runs
+    proc = _compare(a, slow)
+    assert proc.returncode == 0 and "PASS" not in proc.stdout
+    assert "**Verdict: no limits declared**" in proc.stdout
+    assert "declare limits with --tolerances FILE" in proc.stdout
+    mapping_only = tmp_path / "map.yaml"  # a mapping alone declares no limit (issue 26)
+    mapping_only.write_text("format_version: 1\nbackends: {hf: hf, native: native}\n")
+    proc = _compare(a, slow, "--tolerances", str(mapping_only))
+    assert proc.returncode == 0 and "PASS" not in proc.stdout and "**Verdict: no limits declared**" in proc.stdout
+
+
+def test_a_pass_lists_the_limits_checked(runs, tmp_path):
+    a, _, _, _ = runs
+    tol = tmp_path / "tol.yaml"
+    tol.write_text("format_version: 1\nmax_mean_ratio: 1.5\ndecisions_must_match: true\n")
+    proc = _compare(a, a, "--tolerances", str(tol))
+    assert proc.returncode == 0 and "**Verdict: PASS**" in proc.stdout
+    checked = proc.stdout.split("Limits checked:\n", 1)[1].splitlines()
+    assert checked[:4] == ["- mixed/hf→hf: mean ratio 1 <= 1.5", "- mixed/hf→hf: decisions match (0 flips)",
+                           "- mixed/native→native: mean ratio 1 <= 1.5",
+                           "- mixed/native→native: decisions match (0 flips)"]
+
+
+def test_out_never_lets_one_output_overwrite_another(runs, tmp_path):
+    a, slow, _, _ = runs
+    out = tmp_path / "x.md"
+    line = one_error_line(_compare(a, slow, "--out", str(out)))
+    assert "would be overwritten by the Markdown written beside it" in line and not out.exists()
+    proc = _compare(a, slow, "--out", str(tmp_path / "x.json"))
+    assert json.loads((tmp_path / "x.json").read_text())["verdict"]["passed"] is None
+    assert (tmp_path / "x.md").read_text().startswith("### mixed") and proc.returncode == 0
+
+
+@pytest.mark.parametrize("figures", ['"x"', '["x", 1]', '{"a": 1}',
+                                     '[{"arm": "hf vs hf", "figure": 5, "published": "1"}]',
+                                     '[{"arm": "hf vs hf", "figure": "mean_reduction_percent"}]'])
+def test_hostile_import_records_are_ignored(tmp_path, figures):
+    run = build_run(tmp_path / "r", seed=1)
+    (run.path / "import.json").write_text('{"format_version": 1, "figures": ' + figures + "}")
+    proc = invoke("compare", "--baseline", str(run.path), "--candidate", str(run.path))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and "**Verdict: no limits declared**" in proc.stdout
+    assert "published" not in proc.stdout
+    (run.path / "import.json").write_text("[1, 2]")
+    assert "import.json" in one_error_line(invoke("compare", "--baseline", str(run.path), "--candidate", str(run.path)))
