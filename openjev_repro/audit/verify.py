@@ -31,6 +31,7 @@ from ..manifest.dsse import verify_envelope
 from ..manifest.keys import load_public_key
 from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json
 from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
+from ..results.energy import GPU_FILE, read_gpu_events
 from ..results.summary import Summary
 from ..study.recipe import Recipe, parse_recipe
 from ..study.rows import Row
@@ -562,7 +563,10 @@ def _recomputed(ev: Evidence, predicate: dict, aggregate_only: bool,
 
         summarize = recompute
     # Round-trip through JSON so recomputed and stored values are compared as written.
-    ours = json.loads(json.dumps(summarize(ev.table, ev.recipe), allow_nan=False))
+    # Energy and GPU state come from gpu.jsonl (runs from 2026-12 on); older runs have neither.
+    gpu_path = ev.run.file(GPU_FILE)
+    extra = {"gpu": read_gpu_events(gpu_path)} if gpu_path.is_file() else {}
+    ours = json.loads(json.dumps(summarize(ev.table, ev.recipe, **extra), allow_nan=False))
     stats_ours = {k: v for k, v in ours.items() if k != "gates"}
     stats_signed = {k: v for k, v in (predicate.get("summary") or {}).items() if k != "gates"}
     checks = []

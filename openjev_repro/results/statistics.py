@@ -34,6 +34,7 @@ from ..errors import EvidenceError
 from ..study.recipe import Recipe
 from ..study.rows import Row
 from .row_table import RowTable, as_table
+from .energy import energy_and_state
 from .summary import (
     SUMMARY_FORMAT_VERSION,
     Agreement,
@@ -213,6 +214,7 @@ class _Index:
     def __init__(self, table: RowTable, recipe: Recipe) -> None:
         self.table = table
         self.agreements: dict[tuple[str, str, str], Agreement] = {}
+        self.gpu_state: dict[str, Any] | None = None  # summary.json's gpu_state, when the run recorded one
         self._check(table, recipe)
         t = table
         timed = t.phase.equals(_MEASURED) | t.phase.equals(_FEASIBILITY)
@@ -509,6 +511,21 @@ def _stable(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateR
     return _gate(gate, True, not changed, errors, detail)
 
 
+def _not_throttled(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
+    state = index.gpu_state
+    if not state or not state.get("available"):
+        reason = (state or {}).get("reason", "this run recorded no GPU state (no gpu.jsonl)")
+        return _gate(gate, True, False, 0, f"no GPU state to judge: {reason}")
+    passes = [p for p in state["passes"] if "/measured-" in p["label"]
+              and (gate.backend is None or p["label"].split("/", 1)[0] == gate.backend)]
+    if not passes:
+        return _gate(gate, True, False, 0, "no measured pass has GPU state readings")
+    slowed = [f"{p['label']} ({', '.join(p['clock_event_reasons'])})" for p in passes if p["slowdown"]]
+    detail = (f"thermal or hardware slowdown in {len(slowed)} of {len(passes)} measured passes: {'; '.join(slowed)}"
+              if slowed else f"no thermal or hardware slowdown reason in {len(passes)} measured passes")
+    return _gate(gate, True, not slowed, 0, detail)
+
+
 def _external(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
     return _gate(gate, False, None, 0, f"recorded, not evaluated by the runner; evidence: {gate.evidence}")
 
@@ -518,6 +535,7 @@ _GATES: dict[str, Callable[[Any, _Index, dict[str, WorkloadSummary]], GateResult
     "max_probability_delta": _max_delta,
     "decisions_unchanged": _decisions,
     "probabilities_stable": _stable,
+    "gpu_not_throttled": _not_throttled,
     "external": _external,
 }
 
@@ -525,12 +543,28 @@ _GATES: dict[str, Callable[[Any, _Index, dict[str, WorkloadSummary]], GateResult
 # --- the summary -----------------------------------------------------------------------
 
 
-def summarize(rows: RowTable | Iterable[Row], recipe: Recipe) -> Summary:
-    """The content of summary.json: a pure, deterministic function of the rows and the recipe.
+def _measured_requests(index: _Index, recipe: Recipe) -> dict[str, int]:
+    """Rows of each measured pass, by the label the runner gives the pass's boundaries."""
+    found = {}
+    for w in recipe.workloads:
+        for b in recipe.backends:
+            for i in index.passes(w.name, b.name, _MEASURED, recipe.passes_for(w)[1]):
+                found[f"{b.name}/{w.name}/measured-{i}"] = len(index.rows(w.name, b.name, _MEASURED, i))
+    return found
+
+
+def summarize(rows: RowTable | Iterable[Row], recipe: Recipe, gpu: list[dict] | None = None) -> Summary:
+    """The content of summary.json: a pure, deterministic function of the rows and the recipe
+    (and of gpu.jsonl's events where the run has one: `energy` and `gpu_state`).
 
     `rows` is a RowTable (`row_table.read_table`) or any iterable of Row objects."""
     index = _Index(as_table(rows), recipe)
     workloads = {w.name: _workload_summary(index, recipe, w.name) for w in recipe.workloads}
+    extra: dict[str, Any] = {}
+    if gpu is not None:  # runs from 2026-12 on; older runs' summaries have neither key
+        energy, state = energy_and_state(gpu, _measured_requests(index, recipe), [b.name for b in recipe.backends])
+        extra = {"energy": energy, "gpu_state": state}
+        index.gpu_state = state
     return {
         "format_version": SUMMARY_FORMAT_VERSION,
         "study_id": recipe.study.id,
@@ -539,4 +573,5 @@ def summarize(rows: RowTable | Iterable[Row], recipe: Recipe) -> Summary:
         "backends": [b.name for b in recipe.backends],
         "workloads": workloads,
         "gates": [_GATES[g.kind](g, index, workloads) for g in recipe.gates],
+        **extra,
     }

@@ -28,6 +28,7 @@ from ..host.reaper import Reaper
 from ..host.session import HostSession
 from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
 from ..runtime.local import LocalRuntime
+from .environment_check import EnvironmentCheck
 from .inputs import checks_table, require_all_ok, verify_inputs
 from .passes import PassBudget, PassRunner, ResponseLog
 from .placeholders import LAUNCH_NAMES, fill
@@ -73,6 +74,7 @@ class StudyOptions:
     allow_busy: bool = False
     gpu_driver: GpuDriver | None = None  # None: NVML or nvidia-smi (tests pass their double, tests/fake_gpus.py)
     gpu_override: GpuOverride | None = None  # run on this GPU instead of the recipe's (recorded as gpu_override)
+    allow_environment_drift: bool = False  # measure even when a backend reports another environment (recorded)
     console: Console = field(default_factory=lambda: Console(stderr=True))
 
 
@@ -233,6 +235,7 @@ def _execute(run: RunDir, study: ResolvedRecipe, opts: StudyOptions, reaper: Rea
         if opts.gpu_override is not None:
             environment["gpu_override"] = opts.gpu_override.declared(recipe.controls.gpu)
         write_json_atomic(run.file("environment.json"), environment)
+    envcheck = EnvironmentCheck(run, opts.allow_environment_drift, _project(environment), environment)
     with _step(run, "calibration"):
         calibration = _calibrate()
         write_json_atomic(run.file("calibration.json"), calibration)
@@ -250,7 +253,7 @@ def _execute(run: RunDir, study: ResolvedRecipe, opts: StudyOptions, reaper: Rea
             for backend in recipe.backends:
                 with _step(run, f"backend:{backend.name}"):
                     failures += _run_backend(run, recipe, root, backend, workloads, rows, budget, records, host, opts,
-                                             reaper)
+                                             reaper, envcheck)
     finally:
         host_json = host.close([int(r.ident) for r in records if r.runtime == "local"])
         write_json_atomic(run.file("host.json"), host_json)
@@ -269,7 +272,7 @@ def _execute(run: RunDir, study: ResolvedRecipe, opts: StudyOptions, reaper: Rea
 
 def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, workloads: dict, rows: RowWriter,
                  budget: PassBudget, records: list[ExitRecord], host: HostSession, opts: StudyOptions,
-                 reaper: Reaper | None = None) -> int:
+                 reaper: Reaper | None = None, envcheck: EnvironmentCheck | None = None) -> int:
     console = opts.console
     runtime = get_runtime(opts.runtime or backend.runtime)
     if isinstance(runtime, LocalRuntime):
@@ -295,6 +298,10 @@ def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, work
         console.print(f"{backend.name}: ready ({health.get('method', health.get('model', ''))})")
         write_json_atomic(run.file(f"logs/{backend.name}.health.json"), health)
         _record_backend_identity(run, backend.name, health)
+        if envcheck is not None:  # before the first inference: a drifted backend measures nothing
+            for difference in envcheck.check(backend.name, recipe.environment_of(backend), health):
+                console.print(f"[yellow]environment drift (allowed)[/]: {backend.name}: {difference}")
+        host.idle_window(backend.name, recipe.controls.idle_window_s)
         for process in started:  # read once ready: numactl binds, then execs under the same pid
             host.record_binding(process.spec.name, getattr(getattr(process, "proc", None), "pid", None))
         alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
@@ -446,6 +453,14 @@ def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = Non
                                images=_image_digests(recipe, opts, reaper))
 
 
+def _project(environment: dict) -> dict:
+    """The project code this study runs: git commit and dirty flag (as the tree's metadata says) and
+    the digest of the package's source files as they are on disk."""
+    git = environment.get("project_git") if isinstance(environment.get("project_git"), dict) else {}
+    source = environment.get("project_source") if isinstance(environment.get("project_source"), dict) else {}
+    return {"commit": git.get("commit"), "dirty": git.get("dirty"), "source_sha256": source.get("sha256")}
+
+
 def _image_digests(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = None) -> dict[str, dict]:
     """Image id, repo digests, layer diff IDs and every package inside each docker backend's image
     (a missing image fails here)."""
@@ -474,9 +489,11 @@ def _calibrate() -> dict:
 
 
 def _summarise(run: RunDir, recipe: Recipe) -> None:
+    from ..results.energy import GPU_FILE, read_gpu_events
     from ..results.statistics import summarize
 
-    write_json_atomic(run.file("summary.json"), summarize(read_rows(run.rows_path), recipe))
+    gpu = read_gpu_events(run.file(GPU_FILE))  # the host session always writes it (a header when GPU-less)
+    write_json_atomic(run.file("summary.json"), summarize(read_rows(run.rows_path), recipe, gpu=gpu))
 
 
 def _finish_outputs(run: RunDir, opts: StudyOptions) -> None:

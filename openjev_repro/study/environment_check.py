@@ -1,0 +1,120 @@
+"""The study's environment check: after each backend is ready and before its first inference,
+what it reports is compared with what the recipe declares (`environment`, `Backend.environment`).
+
+Observed values come from the backend's /health (`packages`, `kernels`, `dtype`,
+`weights_fingerprint`, `source_sha256`), packages falling back to environment.json (the
+backend's interpreter, local runtime). Each difference is one phrase; without
+--allow-environment-drift any difference stops the study (EnvironmentDrift, one `error:` line
+naming every difference); with it the study goes on and every difference is recorded in
+environment_check.json (copied into the manifest) and shown as a banner at the top of the report.
+
+environment_check.json:
+    {"format_version": 1, "allow_drift": bool, "project": {commit, dirty, source_sha256},
+     "backends": {name: {"declared": {...}, "observed": {...}, "differences": [str, ...]}},
+     "differences": [str, ...]}   # every backend's, prefixed "<backend>: "
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from ..errors import ReproError
+from .recipe import EnvironmentSpec
+from .rundir import RunDir, write_json_atomic
+
+__all__ = ["CHECK_FILE", "CHECK_FORMAT_VERSION", "EnvironmentDrift", "EnvironmentCheck", "differences", "observed"]
+
+CHECK_FILE = "environment_check.json"
+CHECK_FORMAT_VERSION = 1
+ABSENT = "absent"
+
+
+class EnvironmentDrift(ReproError):
+    """A backend reports an environment other than the recipe declares."""
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def _version_of(value: Any) -> str | None:
+    return value if isinstance(value, str) else None  # absent: None or {"available": false, ...}
+
+
+def observed(health: dict, environment: dict | None, name: str) -> dict[str, Any]:
+    """What one backend reports about itself (None where it says nothing)."""
+    packages = health.get("packages")
+    if not isinstance(packages, dict):
+        backends = (environment or {}).get("backends")
+        entry = backends.get(name) if isinstance(backends, dict) else None
+        packages = entry.get("packages") if isinstance(entry, dict) else None
+    kernels = health.get("kernels")
+    return {
+        "packages": {_norm(str(k)): _version_of(v) for k, v in packages.items()} if isinstance(packages, dict) else None,
+        "implementations": dict(kernels) if isinstance(kernels, dict) else None,
+        "dtype": health.get("dtype") if isinstance(health.get("dtype"), str) else None,
+        "weights_fingerprint": health.get("weights_fingerprint")
+        if isinstance(health.get("weights_fingerprint"), str) else None,
+        "source_sha256": health.get("source_sha256") if isinstance(health.get("source_sha256"), str) else None,
+    }
+
+
+def _package_difference(package: str, requirement: str, packages: dict[str, str | None] | None) -> str | None:
+    if packages is None:
+        return f"package {package}: recipe {requirement}, the backend reports no package versions"
+    version = packages.get(_norm(package))
+    if requirement == ABSENT:
+        return None if version is None else f"package {package}: recipe absent, backend has {version}"
+    if version is None:
+        return f"package {package}: recipe {requirement}, not installed"
+    text = requirement if requirement[:1] in "<>=!~" else f"=={requirement}"
+    try:
+        wanted = SpecifierSet(text)
+        ok = Version(version) in wanted or version == requirement
+    except (InvalidSpecifier, InvalidVersion):
+        ok = version == requirement
+    return None if ok else f"package {package}: recipe {requirement}, backend has {version}"
+
+
+def differences(spec: EnvironmentSpec, seen: dict[str, Any], source_sha256: str | None = None) -> list[str]:
+    """Every difference between a backend's declared and observed environment, one phrase each."""
+    found = [d for package, req in sorted(spec.packages.items())
+             if (d := _package_difference(package, req, seen["packages"])) is not None]
+    impls = seen["implementations"] or {}
+    for key, want in sorted(spec.implementations.items()):
+        got = impls.get(key)
+        if got != want:
+            found.append(f"implementations.{key}: recipe {want}, backend reports {got or 'nothing'}")
+    for key in ("dtype", "weights_fingerprint"):
+        want = getattr(spec, key)
+        if want is not None and seen[key] != want:
+            found.append(f"{key}: recipe {want}, backend reports {seen[key] or 'nothing'}")
+    if source_sha256 and seen["source_sha256"] and seen["source_sha256"] != source_sha256:
+        found.append(f"source_sha256: the study runs {source_sha256[:12]}, the backend runs "
+                     f"{seen['source_sha256'][:12]} (different project code)")
+    return found
+
+
+class EnvironmentCheck:
+    """Collects each backend's check into environment_check.json; raises on drift unless allowed."""
+
+    def __init__(self, run: RunDir, allow_drift: bool, project: dict[str, Any], environment: dict | None) -> None:
+        self.run, self.allow_drift, self.environment = run, allow_drift, environment
+        self.data: dict[str, Any] = {"format_version": CHECK_FORMAT_VERSION, "allow_drift": allow_drift,
+                                     "project": project, "backends": {}, "differences": []}
+
+    def check(self, name: str, spec: EnvironmentSpec, health: dict) -> list[str]:
+        seen = observed(health, self.environment, name)
+        found = differences(spec, seen, self.data["project"].get("source_sha256"))
+        self.data["backends"][name] = {"declared": spec.model_dump(mode="json", exclude_defaults=True),
+                                       "observed": seen, "differences": found}
+        self.data["differences"] += [f"{name}: {d}" for d in found]
+        write_json_atomic(self.run.file(CHECK_FILE), self.data)
+        if found and not self.allow_drift:
+            raise EnvironmentDrift(f"Environment drift: backend {name} does not report what the recipe declares: "
+                                   + "; ".join(found) + ". Fix the environment or the recipe, or pass "
+                                   "--allow-environment-drift to measure anyway (every difference is recorded).")
+        return found
