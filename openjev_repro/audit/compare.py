@@ -16,12 +16,16 @@ Tolerances file (YAML, format_version 1), every key optional:
     per_backend:                  # limits for one baseline backend, replacing the top-level ones
       hf: {max_mean_ratio: 1.08, max_probability_delta: 0.0}
     weights_must_match: true      # both runs' backends.json report the same weights_fingerprint
+    min_mean_ratio: 0.90          # candidate mean / baseline mean at least this (two-sided with max_mean_ratio)
 
 Backends pair by name, or as `backends` maps them; a backend that is a mapping target pairs only
 with what is mapped to it (e.g. `{baseline: candidate}` compares an imported run's two arms
 without an unrequested candidate-versus-candidate section).
 
-Each pair also shows both runs' `weights_fingerprint` (backends.json, absent in older runs).
+Each pair also shows both runs' `weights_fingerprint` (backends.json, absent in older runs), and
+its "Environment differences" (audit/environment_diff.py); the verdict names the recorded
+differences that can explain differing decisions or probabilities, and says when the two runs ran
+different project code.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from ..study.recipe import parse_recipe, read_yaml
 from ..study.rows import Row
 from ..study.rundir import RunDir
 from .bundle import opened
+from .environment_diff import RunEnvironment, environment_differences, explanations, project_note
 
 __all__ = [
     "COMPARABLE_STATUSES",
@@ -64,7 +69,7 @@ __all__ = [
 ]
 
 COMPARE_FORMAT_VERSION = 1
-LIMIT_KEYS = {"max_mean_ratio", "max_p95_ratio", "max_probability_delta", "decisions_must_match",
+LIMIT_KEYS = {"max_mean_ratio", "min_mean_ratio", "max_p95_ratio", "max_probability_delta", "decisions_must_match",
               "weights_must_match"}
 TOLERANCE_KEYS = {"format_version", "backends", "per_backend", *LIMIT_KEYS}
 N_BOOT = 2000
@@ -146,6 +151,7 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
                  allow_incomplete: bool = False) -> dict:
     """Compare two runs; an incomplete one is refused unless allow_incomplete, and then named in the verdict."""
     incomplete = []
+    environments: list[RunEnvironment] = []
     with contextlib.ExitStack() as stack:
         loaded = []
         for role, path in (("baseline", baseline), ("candidate", candidate)):
@@ -157,6 +163,7 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
                                         "may be partial. Pass --allow-incomplete to compare it anyway.")
                 incomplete.append(f"{role} {path} (status {status!r})")
             loaded.append(_load(directory))
+            environments.append(RunEnvironment(directory))
         base, cand = loaded
         record = Path(baseline) / "import.json"
         same_import = Path(baseline).resolve() == Path(candidate).resolve() and record.is_file()
@@ -166,6 +173,7 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
                   baseline_study=base[1].study.id, candidate_study=cand[1].study.id)
     if incomplete:
         result["verdict"]["incomplete_runs"] = incomplete
+    _explain(result, *environments)
     for pair in result["pairs"]:  # an imported run's arms against each other: their published reduction too
         name = f"{pair['candidate_backend']} vs {pair['baseline_backend']}"
         ratio = pair["metrics"]["overall.mean_ms"]["ratio"]
@@ -175,6 +183,17 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
                     "published": f["published"], "status": f.get("status"),
                     "ours": None if ratio is None else (1 - ratio) * 100}
     return result
+
+
+def _explain(result: dict, base: RunEnvironment, cand: RunEnvironment) -> None:
+    """Environment differences per pair; the verdict's explanation and project-code lines."""
+    for pair in result["pairs"]:
+        pair["environment"] = environment_differences(base, cand, pair["baseline_backend"], pair["candidate_backend"])
+    verdict = result["verdict"]
+    verdict["explanations"] = [line for pair in result["pairs"] for line in explanations(pair)]
+    verdict["project_code"] = project_note(base, cand)
+    drift = sorted({d["text"] for p in result["pairs"] for d in p["environment"]["differences"] if d["item"] == "drift"})
+    verdict["environment_drift"] = drift
 
 
 _Passes = dict[int, np.ndarray]  # pass index -> row indices in seq order
@@ -263,6 +282,10 @@ def _verdict(pairs: list[dict], tolerances: dict | None, unmatched: list[str]) -
         for key, value, label in checks:
             if key in limits and (value is None or value > limits[key]):
                 failures.append(f"{where}: {label} {value!r} exceeds {limits[key]}")
+        ratio = p["metrics"]["overall.mean_ms"]["ratio"]
+        if "min_mean_ratio" in limits and (ratio is None or ratio < limits["min_mean_ratio"]):
+            failures.append(f"{where}: mean ratio {ratio!r} is below {limits['min_mean_ratio']} (much faster "
+                            "than the baseline is a finding too)")
         if limits.get("decisions_must_match") and (p["answers"]["decision_flips"] or p["answers"]["unpaired"]):
             ids = ", ".join(f["id"] for f in p["answers"]["decision_flips"]) or "unpaired cases"
             failures.append(f"{where}: decisions differ ({ids})")
@@ -317,6 +340,16 @@ def _flip_ids(flips: list[dict[str, Any]]) -> str:
     return f" ({shown}{f', … and {more} more (all in the --out JSON)' if more > 0 else ''})"
 
 
+def _environment_lines(env: dict[str, Any] | None) -> list[str]:
+    if env is None:
+        return []
+    lines = ["Environment differences (baseline vs candidate):", ""]
+    lines += [f"- {d['text']}" for d in env["differences"]] or ["- none recorded"]
+    if env["not_recorded"]:
+        lines.append(f"- not recorded by either run: {', '.join(env['not_recorded'])}")
+    return lines
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     lines = []
     for p in result["pairs"]:
@@ -341,11 +374,15 @@ def to_markdown(result: dict[str, Any]) -> str:
         if w.get("baseline") or w.get("candidate"):
             same = {True: "same", False: "DIFFERENT", None: "not comparable"}[w.get("same")]
             lines.append(f"- weights fingerprint: {same} (baseline {w.get('baseline')}, candidate {w.get('candidate')})")
-        lines.append("")
+        lines += ["", *_environment_lines(p.get("environment")), ""]
     v = result["verdict"]
     verdict = "no tolerances declared" if v["passed"] is None else ("PASS" if v["passed"] else "FAIL")
     if v.get("incomplete_runs"):
         verdict += " over INCOMPLETE runs (--allow-incomplete): " + "; ".join(v["incomplete_runs"])
     lines.append(f"**Verdict: {verdict}**")
     lines += [f"- {f}" for f in v["failures"]]
+    lines += [f"- explained by the environment: {e}" for e in v.get("explanations") or []]
+    lines += [f"- {d}" for d in v.get("environment_drift") or []]
+    if v.get("project_code"):
+        lines.append(f"- {v['project_code']}")
     return "\n".join(lines) + "\n"

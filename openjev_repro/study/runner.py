@@ -321,7 +321,8 @@ def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, work
 IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_weights_fingerprint",
                  "weights_fingerprint_seconds", "weights_bytes", "mode", "device", "dtype", "lora",
                  "implementations", "torch_threads", "torch_interop_threads", "thread_env", "base_model",
-                 "cuda_graphs", "compiled", "hardware", "non_embedding_parameters")
+                 "cuda_graphs", "compiled", "hardware", "non_embedding_parameters",
+                 "kernels", "packages", "source_sha256")  # the last three: runs from 2026-12 on
 
 
 def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
