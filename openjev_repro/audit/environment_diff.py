@@ -21,7 +21,7 @@ __all__ = ["RunEnvironment", "environment_differences", "explanations", "project
 
 # Differences that can change probabilities (kernels, numerics, weights, code); the others
 # (CPU model, threads, GPU driver) mostly move latency.
-NUMERIC_ITEMS = ("implementations", "packages", "dtype", "weights fingerprint", "project source", "gpu", "drift")
+NUMERIC_ITEMS = ("implementations", "packages", "dtype", "weights_fingerprint", "project_source", "gpu", "drift")
 
 
 def _read(run: RunDir, name: str) -> dict:
@@ -78,14 +78,14 @@ class RunEnvironment:
             "implementations": b.get("kernels") if isinstance(b.get("kernels"), dict) else (
                 b.get("implementations") if isinstance(b.get("implementations"), dict) else None),
             "dtype": b.get("dtype") if isinstance(b.get("dtype"), str) else None,
-            "weights fingerprint": b.get("weights_fingerprint") if isinstance(b.get("weights_fingerprint"), str) else None,
-            "project commit": _project_text(self.project()),
-            "project source": self.project()["source_sha256"],
+            "weights_fingerprint": b.get("weights_fingerprint") if isinstance(b.get("weights_fingerprint"), str) else None,
+            "project_commit": _project_text(self.project()),
+            "project_source": self.project()["source_sha256"],
             "gpu": self.gpu(),
-            "torch threads": None if b.get("torch_threads") is None or isinstance(b.get("torch_threads"), dict)
+            "torch_threads": None if b.get("torch_threads") is None or isinstance(b.get("torch_threads"), dict)
             else f"{b.get('torch_threads')}/{b.get('torch_interop_threads')}",
-            "cpu model": _get(self.env, "cpu", "model") or _get(self.env, "host", "cpu_model"),
-            "container image": (_get(image, "id") or json.dumps(image, sort_keys=True)[:80])
+            "cpu_model": _get(self.env, "cpu", "model") or _get(self.env, "host", "cpu_model"),
+            "container_image": (_get(image, "id") or json.dumps(image, sort_keys=True)[:80])
             if isinstance(image, dict) else None,
         }
 
