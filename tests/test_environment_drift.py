@@ -15,7 +15,7 @@ import yaml
 from openjev_repro.audit.compare import compare_runs, to_markdown
 from openjev_repro.audit.verify import verify_dir
 from openjev_repro.manifest.statement import read_statement
-from openjev_repro.study.runner import StudyOptions, run_study
+from openjev_repro.orchestrator.runner import StudyOptions, run_study
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "recipes" / "demo.yaml"

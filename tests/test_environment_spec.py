@@ -14,8 +14,8 @@ from openjev_repro.errors import RecipeError, ReproError
 from openjev_repro.hashing import source_digest, tree_digest
 from openjev_repro.host.driver import reason_names
 from openjev_repro.host.smi import parse_state
-from openjev_repro.study.environment_check import differences, observed
-from openjev_repro.study.recipe import EnvironmentSpec, load_recipe
+from openjev_repro.orchestrator.environment_check import differences, observed
+from openjev_repro.evidence.recipe import EnvironmentSpec, load_recipe
 
 REFERENCE = {"chunk_gated_delta_rule": ["torch_chunk_gated_delta_rule"], "causal_conv1d_fn": ["torch (F.conv1d)"],
              "norm": ["Qwen3_5RMSNormGated"], "full_attention": "sdpa"}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EvidenceError
-from ..study.rundir import RunDir
+from ..evidence.rundir import RunDir
 
 __all__ = ["RunEnvironment", "environment_differences", "explanations", "project_note"]
 

@@ -31,11 +31,9 @@ import numpy as np
 
 from ..decision import YES_THRESHOLD, decision_of
 from ..errors import EvidenceError
-from ..study.recipe import Recipe
-from ..study.rows import Row
-from .row_table import RowTable, as_table
-from .energy import energy_and_state
-from .summary import (
+from ..evidence.recipe import Recipe
+from ..evidence.rows import Row
+from ..evidence.summary import (
     SUMMARY_FORMAT_VERSION,
     Agreement,
     BackendSummary,
@@ -51,6 +49,8 @@ from .summary import (
     Summary,
     WorkloadSummary,
 )
+from .energy import energy_and_state
+from .row_table import RowTable, as_table
 
 __all__ = [
     "BOOTSTRAP_METHOD",

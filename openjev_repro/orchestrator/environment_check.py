@@ -22,8 +22,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ..errors import ReproError
-from .recipe import EnvironmentSpec
-from .rundir import RunDir, write_json_atomic
+from ..evidence.files import write_json_atomic
+from ..evidence.recipe import EnvironmentSpec
+from ..evidence.rundir import RunDir
 
 __all__ = ["CHECK_FILE", "CHECK_FORMAT_VERSION", "EnvironmentDrift", "EnvironmentCheck", "differences", "observed"]
 
