@@ -74,7 +74,7 @@ def test_verify_fails_when_the_energy_readings_were_changed(tmp_path, monkeypatc
     path = run.file("gpu.jsonl")
     lines = path.read_text().splitlines()
     changed = [json.loads(line) for line in lines]
-    end = next(e for e in changed if e["kind"] == "end")
+    end = next(e for e in changed if e["kind"] == "end" and e["label"].endswith("measured-1"))
     end["energy_mj"] += 5000
     path.write_text("".join(json.dumps(e) + "\n" for e in changed))
     checks = {c.name: c for c in verify_dir(run.path, allow_unsigned=True)}
