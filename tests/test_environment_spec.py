@@ -136,3 +136,41 @@ def test_backend_refuses_kernels_fla_without_fla_in_one_line_before_binding(fixt
     assert done.stderr.startswith("error: --kernels fla: FLA (flash-linear-attention) is not importable")
     raw = _backend("--mode", "raw", "--kernels", "fla", fixture_checkpoint=fixture_checkpoint)
     assert raw.returncode == 2 and raw.stderr.startswith("error: --kernels fla: raw mode always runs")
+
+
+def _cache_study(tmp_path, digest):
+    cache = tmp_path / "inputs" / "triton-cache" / "abc123"
+    cache.mkdir(parents=True)
+    (cache / "chunk_kernel.autotune.json").write_text('{"configs_timings": [], "BV": 64}\n')
+    seen = tmp_path / "seen"
+    wrapper = ('cp -r "$TRITON_CACHE_DIR" "$SEEN" && echo "$FLA_CACHE_RESULTS" > "$SEEN/flag" '
+               '&& touch "$TRITON_CACHE_DIR/new-entry" && exec "$0" "$@"')
+    backend = {**scripted_backend("one"), "env": {"SEEN": str(seen), "SCRIPTED_FAULT": "none", "SCRIPTED_AFTER": "0"}}
+    backend["command"] = ["sh", "-c", wrapper, *backend["command"]]
+    backend["environment"] = {"triton_cache": {"dir": "triton-cache", "sha256": digest(tmp_path / "inputs" / "triton-cache")}}
+    return write_study(tmp_path, [backend], n=2), seen, cache
+
+
+def test_a_pinned_triton_cache_is_checked_copied_for_the_backend_and_its_changes_recorded(tmp_path):
+    import json
+
+    from openjev_repro.orchestrator.runner import StudyOptions, run_study
+
+    recipe, seen, cache = _cache_study(tmp_path, lambda d: tree_digest(d)["sha256"])
+    run = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs"))
+    assert (seen / "abc123" / "chunk_kernel.autotune.json").is_file()  # the backend's TRITON_CACHE_DIR held the pin
+    assert (seen / "flag").read_text().strip() == "1"  # FLA_CACHE_RESULTS=1
+    assert not (cache.parent / "new-entry").exists()  # the declared input is never written
+    record = json.loads(run.file("environment_check.json").read_text())["triton_cache"]["one"]
+    assert record["unchanged"] is False and record["after_sha256"] != record["sha256"]
+
+
+def test_a_triton_cache_with_another_digest_stops_the_study_before_the_backend_starts(tmp_path):
+    from openjev_repro.errors import RunIncomplete
+    from openjev_repro.orchestrator.runner import StudyOptions, run_study
+
+    recipe, seen, _ = _cache_study(tmp_path, lambda d: "0" * 64)
+    with pytest.raises(RunIncomplete, match=r"the Triton cache triton-cache has tree digest [0-9a-f]{64}, the recipe "
+                                            "declares 0{64}; it is not the pinned cache"):
+        run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs"))
+    assert not seen.exists()

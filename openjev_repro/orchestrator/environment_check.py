@@ -16,12 +16,16 @@ environment_check.json:
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from ..errors import ReproError
+from ..errors import InputMismatch, ReproError
+from ..hashing import tree_digest
 from ..evidence.files import write_json_atomic
 from ..evidence.recipe import EnvironmentSpec
 from ..evidence.rundir import RunDir
@@ -104,8 +108,41 @@ class EnvironmentCheck:
 
     def __init__(self, run: RunDir, allow_drift: bool, project: dict[str, Any], environment: dict | None) -> None:
         self.run, self.allow_drift, self.environment = run, allow_drift, environment
+        self.caches: dict[str, tuple[Path, str, str]] = {}
         self.data: dict[str, Any] = {"format_version": CHECK_FORMAT_VERSION, "allow_drift": allow_drift,
                                      "project": project, "backends": {}, "differences": []}
+
+    def triton_cache(self, name: str, spec: EnvironmentSpec, root: Path) -> dict[str, str]:
+        """The backend's environment variables for a pinned Triton cache: its tree digest checked, a
+        private copy made (Triton writes into its cache; the declared input is never changed)."""
+        cache = spec.triton_cache
+        if cache is None:
+            return {}
+        source = root / cache.dir
+        if not source.is_dir() or source.is_symlink():
+            raise InputMismatch(f"Backend {name}: the Triton cache {cache.dir} the recipe declares is not a "
+                                f"directory under {root}.")
+        found = tree_digest(source)["sha256"]
+        if found != cache.sha256:
+            raise InputMismatch(f"Backend {name}: the Triton cache {cache.dir} has tree digest {found}, the recipe "
+                                f"declares {cache.sha256}; it is not the pinned cache.")
+        copy = Path(tempfile.mkdtemp(prefix=f"openjev-triton-{name}-"))
+        shutil.copytree(source, copy, dirs_exist_ok=True, symlinks=True)
+        self.caches[name] = (copy, cache.dir, cache.sha256)
+        return {"TRITON_CACHE_DIR": str(copy), "FLA_CACHE_RESULTS": "1"}
+
+    def close_cache(self, name: str) -> None:
+        """After the backend stopped: record whether its Triton cache stayed as pinned, remove the copy."""
+        if name not in self.caches:
+            return
+        copy, rel, declared = self.caches.pop(name)
+        after = tree_digest(copy)["sha256"]
+        shutil.rmtree(copy, ignore_errors=True)
+        self.data.setdefault("triton_cache", {})[name] = {
+            "dir": rel, "sha256": declared, "after_sha256": after, "unchanged": after == declared,
+            "note": "unchanged: every autotuned kernel found its choice in the pinned cache; changed: some "
+                    "kernel autotuned or compiled anew on this host"}
+        write_json_atomic(self.run.file(CHECK_FILE), self.data)
 
     def check(self, name: str, spec: EnvironmentSpec, health: dict) -> list[str]:
         seen = observed(health, self.environment, name)

@@ -291,6 +291,8 @@ def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, work
             if aux.health is not None:
                 started[-1].wait_ready(aux.ready_timeout_s or recipe.protocol.ready_timeout_s)
         spec = _launch_spec(run, recipe, root, backend, opts, aux_ports, host.gpu_uuid)
+        if envcheck is not None:  # a pinned Triton cache (FLA's autotuned choices): checked, copied, pointed at
+            spec.env.update(envcheck.triton_cache(backend.name, recipe.environment_of(backend), root))
         console.print(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
         handle = runtime.launch(spec)
         started.append(handle)
@@ -309,6 +311,8 @@ def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, work
     finally:
         stopped = [process.stop(recipe.protocol.stop_grace_s) for process in reversed(started)]  # command first
         records.extend(stopped)  # every process is stopped before anything is written (a full disk stops nothing)
+        if envcheck is not None:
+            envcheck.close_cache(backend.name)
         write_json_atomic(run.file("processes.json"),
                           {"format_version": PROCESSES_FORMAT_VERSION, "processes": [r.to_dict() for r in records]})
         for record in stopped:
