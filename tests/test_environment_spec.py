@@ -11,11 +11,11 @@ from studykit import scripted_backend, write_study
 
 from openjev_repro.backend.kernel_choice import autotune_choices, check_bound, kernel_summary
 from openjev_repro.errors import RecipeError, ReproError
+from openjev_repro.evidence.recipe import EnvironmentSpec, load_recipe
 from openjev_repro.hashing import source_digest, tree_digest
 from openjev_repro.host.driver import reason_names
 from openjev_repro.host.smi import parse_state
 from openjev_repro.orchestrator.environment_check import differences, observed
-from openjev_repro.evidence.recipe import EnvironmentSpec, load_recipe
 
 REFERENCE = {"chunk_gated_delta_rule": ["torch_chunk_gated_delta_rule"], "causal_conv1d_fn": ["torch (F.conv1d)"],
              "norm": ["Qwen3_5RMSNormGated"], "full_attention": "sdpa"}
@@ -36,9 +36,8 @@ def test_kernel_summary_names_reference_and_fla_as_a_recipe_declares_them():
 
 def test_autotune_choices_reads_each_autotuners_cache_of_loaded_fla_modules(monkeypatch):
     class Autotuner:  # the shape of triton.runtime.autotuner.Autotuner: configs, and cache key -> Config
-        configs = ["BV: 32, num_warps: 4", "BV: 64, num_warps: 8"]
-
         def __init__(self, cache):
+            self.configs = ["BV: 32, num_warps: 4", "BV: 64, num_warps: 8"]
             self.cache = cache
 
     module = types.ModuleType("fla.ops.fake_chunk")

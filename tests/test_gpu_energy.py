@@ -10,8 +10,8 @@ from studykit import scripted_backend, write_study
 
 from openjev_repro.audit.verify import verify_dir
 from openjev_repro.errors import EvidenceError
-from openjev_repro.results.energy import energy_and_state, read_gpu_events
 from openjev_repro.orchestrator.runner import StudyOptions, run_study
+from openjev_repro.results.energy import energy_and_state, read_gpu_events
 
 
 def _controls(gpu, idle_s=0.2, gates=None):

@@ -269,6 +269,14 @@ def _answers(tb: RowTable, base: np.ndarray, tc: RowTable, cand: np.ndarray) -> 
                         "by_case": cases}}
 
 
+def _mean_floor(where: str, limits: dict, ratio: float | None) -> list[str]:
+    """min_mean_ratio: the lower of the two-sided mean limits (much faster than the baseline is a finding too)."""
+    if "min_mean_ratio" not in limits or (ratio is not None and ratio >= limits["min_mean_ratio"]):
+        return []
+    return [(f"{where}: mean ratio {ratio!r} is below {limits['min_mean_ratio']} (much faster than the baseline "
+             "is a finding too)")]
+
+
 def _verdict(pairs: list[dict], tolerances: dict | None, unmatched: list[str]) -> dict[str, Any]:
     if not tolerances:
         return {"passed": None, "failures": [], "note": "no tolerances declared"}
@@ -282,10 +290,7 @@ def _verdict(pairs: list[dict], tolerances: dict | None, unmatched: list[str]) -
         for key, value, label in checks:
             if key in limits and (value is None or value > limits[key]):
                 failures.append(f"{where}: {label} {value!r} exceeds {limits[key]}")
-        ratio = p["metrics"]["overall.mean_ms"]["ratio"]
-        if "min_mean_ratio" in limits and (ratio is None or ratio < limits["min_mean_ratio"]):
-            failures.append(f"{where}: mean ratio {ratio!r} is below {limits['min_mean_ratio']} (much faster "
-                            "than the baseline is a finding too)")
+        failures += _mean_floor(where, limits, p["metrics"]["overall.mean_ms"]["ratio"])
         if limits.get("decisions_must_match") and (p["answers"]["decision_flips"] or p["answers"]["unpaired"]):
             ids = ", ".join(f["id"] for f in p["answers"]["decision_flips"]) or "unpaired cases"
             failures.append(f"{where}: decisions differ ({ids})")
@@ -340,6 +345,13 @@ def _flip_ids(flips: list[dict[str, Any]]) -> str:
     return f" ({shown}{f', … and {more} more (all in the --out JSON)' if more > 0 else ''})"
 
 
+def _environment_verdict(v: dict[str, Any]) -> list[str]:
+    """The verdict's lines on the environment: explanations, recorded drift, different project code."""
+    lines = [f"- explained by the environment: {e}" for e in v.get("explanations") or []]
+    lines += [f"- {d}" for d in v.get("environment_drift") or []]
+    return lines + ([f"- {v['project_code']}"] if v.get("project_code") else [])
+
+
 def _environment_lines(env: dict[str, Any] | None) -> list[str]:
     if env is None:
         return []
@@ -381,8 +393,5 @@ def to_markdown(result: dict[str, Any]) -> str:
         verdict += " over INCOMPLETE runs (--allow-incomplete): " + "; ".join(v["incomplete_runs"])
     lines.append(f"**Verdict: {verdict}**")
     lines += [f"- {f}" for f in v["failures"]]
-    lines += [f"- explained by the environment: {e}" for e in v.get("explanations") or []]
-    lines += [f"- {d}" for d in v.get("environment_drift") or []]
-    if v.get("project_code"):
-        lines.append(f"- {v['project_code']}")
+    lines += _environment_verdict(v)
     return "\n".join(lines) + "\n"

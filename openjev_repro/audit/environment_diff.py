@@ -69,29 +69,43 @@ class RunEnvironment:
 
     def items(self, backend: str) -> dict[str, Any]:
         """item -> recorded value (None: not recorded) for one backend of this run."""
-        b = self.backends.get(backend) if isinstance(self.backends.get(backend), dict) else {}
-        packages = b.get("packages") if isinstance(b.get("packages"), dict) else _get(
-            self.env, "backends", backend, "packages")
-        image = _get(self.env, "container_images", backend)
-        return {
-            "packages": {k: _version(v) for k, v in packages.items()} if isinstance(packages, dict) else None,
-            "implementations": b.get("kernels") if isinstance(b.get("kernels"), dict) else (
-                b.get("implementations") if isinstance(b.get("implementations"), dict) else None),
-            "dtype": b.get("dtype") if isinstance(b.get("dtype"), str) else None,
-            "weights_fingerprint": b.get("weights_fingerprint") if isinstance(b.get("weights_fingerprint"), str) else None,
-            "project_commit": _project_text(self.project()),
-            "project_source": self.project()["source_sha256"],
-            "gpu": self.gpu(),
-            "torch_threads": None if b.get("torch_threads") is None or isinstance(b.get("torch_threads"), dict)
-            else f"{b.get('torch_threads')}/{b.get('torch_interop_threads')}",
-            "cpu_model": _get(self.env, "cpu", "model") or _get(self.env, "host", "cpu_model"),
-            "container_image": (_get(image, "id") or json.dumps(image, sort_keys=True)[:80])
-            if isinstance(image, dict) else None,
-        }
+        found = self.backends.get(backend)
+        b: dict[str, Any] = found if isinstance(found, dict) else {}
+        return {"packages": self._packages(b, backend), "implementations": _first_dict(b, "kernels", "implementations"),
+                "dtype": _str(b.get("dtype")), "weights_fingerprint": _str(b.get("weights_fingerprint")),
+                "project_commit": _project_text(self.project()), "project_source": self.project()["source_sha256"],
+                "gpu": self.gpu(), "torch_threads": _threads(b),
+                "cpu_model": _get(self.env, "cpu", "model") or _get(self.env, "host", "cpu_model"),
+                "container_image": _image(_get(self.env, "container_images", backend))}
+
+    def _packages(self, b: dict[str, Any], backend: str) -> dict[str, str | None] | None:
+        packages = b.get("packages")
+        if not isinstance(packages, dict):
+            packages = _get(self.env, "backends", backend, "packages")
+        return {k: _version(v) for k, v in packages.items()} if isinstance(packages, dict) else None
 
     def drift(self, backend: str) -> list[str]:
         found = _get(self.check, "backends", backend, "differences")
         return [str(d) for d in found] if isinstance(found, list) else []
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _first_dict(b: dict[str, Any], *keys: str) -> dict | None:
+    return next((b[k] for k in keys if isinstance(b.get(k), dict)), None)
+
+
+def _threads(b: dict[str, Any]) -> str | None:
+    threads = b.get("torch_threads")
+    return None if threads is None or isinstance(threads, dict) else f"{threads}/{b.get('torch_interop_threads')}"
+
+
+def _image(image: Any) -> str | None:
+    if not isinstance(image, dict):
+        return None
+    return _get(image, "id") or json.dumps(image, sort_keys=True)[:80]
 
 
 def _project_text(project: dict[str, Any]) -> str | None:
@@ -100,52 +114,54 @@ def _project_text(project: dict[str, Any]) -> str | None:
     return f"{str(project['commit'])[:12]}{' (dirty)' if project.get('dirty') else ''}"
 
 
-def _dict_differences(item: str, a: dict | None, b: dict | None) -> list[str]:
-    if a is None or b is None:
-        return []
-    keys = sorted(set(a) | set(b))
-    return [f"{item}.{k}: {a.get(k, 'not recorded')} vs {b.get(k, 'not recorded')}" for k in keys
-            if a.get(k) != b.get(k) and k in a and k in b] + [
-        f"{item}.{k}: {a.get(k, 'not recorded')} vs {b.get(k, 'not recorded')}" for k in keys
-        if (k in a) != (k in b) and (a.get(k) or b.get(k))]
+def _dict_differences(item: str, a: dict, b: dict) -> list[str]:
+    """Keys whose values differ, or that one run recorded with a value and the other did not."""
+    missing = "not recorded"
+    return [f"{item}.{k}: {a.get(k, missing)} vs {b.get(k, missing)}" for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k) and (a.get(k) or b.get(k))]
+
+
+def _item_differences(item: str, a: Any, b: Any) -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return _dict_differences(item, a, b)
+    if isinstance(a, dict) or isinstance(b, dict):
+        return [f"{item}: recorded by one run only"]
+    return [] if a == b else [f"{item}: {a or 'not recorded'} vs {b or 'not recorded'}"]
 
 
 def environment_differences(base: RunEnvironment, cand: RunEnvironment, base_name: str,
                             cand_name: str) -> dict[str, Any]:
     """Per item: the difference (baseline vs candidate), and which items neither run recorded."""
     ia, ib = base.items(base_name), cand.items(cand_name)
-    differences: list[dict[str, str]] = []
-    unrecorded = []
-    for item in ia:
-        a, b = ia[item], ib[item]
-        if a is None and b is None:
-            unrecorded.append(item)
-        elif isinstance(a, dict) or isinstance(b, dict):
-            differences += [{"item": item, "text": t} for t in _dict_differences(item, a, b)]
-            if (a is None) != (b is None):
-                differences.append({"item": item, "text": f"{item}: recorded by one run only"})
-        elif a != b:
-            differences.append({"item": item, "text": f"{item}: {a or 'not recorded'} vs {b or 'not recorded'}"})
+    differences = [{"item": item, "text": text} for item in ia if ia[item] is not None or ib[item] is not None
+                   for text in _item_differences(item, ia[item], ib[item])]
     for role, env, name in (("baseline", base, base_name), ("candidate", cand, cand_name)):
         differences += [{"item": "drift", "text": f"{role} measured with allowed environment drift: {d}"}
                         for d in env.drift(name)]
-    return {"differences": differences, "not_recorded": unrecorded}
+    return {"differences": differences, "not_recorded": [i for i in ia if ia[i] is None and ib[i] is None]}
+
+
+def _numeric_differences(pair: dict[str, Any]) -> list[str]:
+    return [d["text"] for d in (pair.get("environment") or {}).get("differences", []) if d["item"] in NUMERIC_ITEMS]
 
 
 def explanations(pair: dict[str, Any]) -> list[str]:
     """The recorded differences that can explain differing decisions or probabilities of a pair."""
     answers = pair.get("answers") or {}
-    delta = answers.get("max_abs_probability_delta")
-    if not answers.get("decision_flips") and not delta:
+    flips, delta = answers.get("decision_flips") or [], answers.get("max_abs_probability_delta")
+    if not flips and not delta:
         return []
-    found = [d["text"] for d in (pair.get("environment") or {}).get("differences", []) if d["item"] in NUMERIC_ITEMS]
-    fla = [d for d in found if "fla" in d.lower()]
+    found = _numeric_differences(pair)
     where = f"{pair['workload']}/{pair['baseline_backend']}→{pair['candidate_backend']}"
-    what = f"{len(answers.get('decision_flips') or [])} decision flips, max |Δp| {delta!r}"
+    what = f"{len(flips)} decision flips, max |Δp| {delta!r}"
     if not found:
         return [f"{where}: {what}; no recorded environment difference explains it"]
-    lead = "FLA kernels in one run and not the other; " if fla else ""
+    lead = "FLA kernels in one run and not the other; " if any("fla" in d.lower() for d in found) else ""
     return [f"{where}: {what}; can be explained by {lead}" + "; ".join(found)]
+
+
+def _same_clean_commit(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return bool(a["commit"]) and a["commit"] == b["commit"] and a["dirty"] is False and b["dirty"] is False
 
 
 def project_note(base: RunEnvironment, cand: RunEnvironment) -> str | None:
@@ -156,8 +172,8 @@ def project_note(base: RunEnvironment, cand: RunEnvironment) -> str | None:
             return None
         return (f"the two runs ran different project code: source digest {a['source_sha256'][:12]} vs "
                 f"{b['source_sha256'][:12]} (commits {_project_text(a)} vs {_project_text(b)})")
-    if a["commit"] and b["commit"] and (a["commit"], a["dirty"]) == (b["commit"], b["dirty"]) and not a["dirty"]:
+    if _same_clean_commit(a, b):
         return None
+    recorded = "one run only" if a["source_sha256"] or b["source_sha256"] else "neither run"
     return (f"the two runs may have run different project code: commits {_project_text(a) or 'not recorded'} vs "
-            f"{_project_text(b) or 'not recorded'}; a source digest is recorded by "
-            f"{'neither run' if not (a['source_sha256'] or b['source_sha256']) else 'one run only'}")
+            f"{_project_text(b) or 'not recorded'}; a source digest is recorded by {recorded}")

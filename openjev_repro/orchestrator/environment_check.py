@@ -25,12 +25,12 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ..errors import InputMismatch, ReproError
-from ..hashing import tree_digest
 from ..evidence.files import write_json_atomic
 from ..evidence.recipe import EnvironmentSpec
 from ..evidence.rundir import RunDir
+from ..hashing import tree_digest
 
-__all__ = ["CHECK_FILE", "CHECK_FORMAT_VERSION", "EnvironmentDrift", "EnvironmentCheck", "differences", "observed"]
+__all__ = ["CHECK_FILE", "CHECK_FORMAT_VERSION", "EnvironmentCheck", "EnvironmentDrift", "differences", "observed"]
 
 CHECK_FILE = "environment_check.json"
 CHECK_FORMAT_VERSION = 1
@@ -49,22 +49,27 @@ def _version_of(value: Any) -> str | None:
     return value if isinstance(value, str) else None  # absent: None or {"available": false, ...}
 
 
-def observed(health: dict, environment: dict | None, name: str) -> dict[str, Any]:
-    """What one backend reports about itself (None where it says nothing)."""
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _packages(health: dict, environment: dict | None, name: str) -> dict[str, str | None] | None:
+    """/health `packages`, else environment.json's probe of the backend's interpreter."""
     packages = health.get("packages")
     if not isinstance(packages, dict):
         backends = (environment or {}).get("backends")
         entry = backends.get(name) if isinstance(backends, dict) else None
         packages = entry.get("packages") if isinstance(entry, dict) else None
+    return {_norm(str(k)): _version_of(v) for k, v in packages.items()} if isinstance(packages, dict) else None
+
+
+def observed(health: dict, environment: dict | None, name: str) -> dict[str, Any]:
+    """What one backend reports about itself (None where it says nothing)."""
     kernels = health.get("kernels")
-    return {
-        "packages": {_norm(str(k)): _version_of(v) for k, v in packages.items()} if isinstance(packages, dict) else None,
-        "implementations": dict(kernels) if isinstance(kernels, dict) else None,
-        "dtype": health.get("dtype") if isinstance(health.get("dtype"), str) else None,
-        "weights_fingerprint": health.get("weights_fingerprint")
-        if isinstance(health.get("weights_fingerprint"), str) else None,
-        "source_sha256": health.get("source_sha256") if isinstance(health.get("source_sha256"), str) else None,
-    }
+    return {"packages": _packages(health, environment, name),
+            "implementations": dict(kernels) if isinstance(kernels, dict) else None,
+            "dtype": _text(health.get("dtype")), "weights_fingerprint": _text(health.get("weights_fingerprint")),
+            "source_sha256": _text(health.get("source_sha256"))}
 
 
 def _package_difference(package: str, requirement: str, packages: dict[str, str | None] | None) -> str | None:
@@ -84,23 +89,31 @@ def _package_difference(package: str, requirement: str, packages: dict[str, str 
     return None if ok else f"package {package}: recipe {requirement}, backend has {version}"
 
 
+def _implementation_differences(spec: EnvironmentSpec, seen: dict[str, Any]) -> list[str]:
+    impls = seen["implementations"] or {}
+    return [f"implementations.{key}: recipe {want}, backend reports {impls.get(key) or 'nothing'}"
+            for key, want in sorted(spec.implementations.items()) if impls.get(key) != want]
+
+
+def _value_differences(spec: EnvironmentSpec, seen: dict[str, Any]) -> list[str]:
+    return [f"{key}: recipe {getattr(spec, key)}, backend reports {seen[key] or 'nothing'}"
+            for key in ("dtype", "weights_fingerprint") if getattr(spec, key) not in (None, seen[key])]
+
+
+def _source_difference(seen: dict[str, Any], source_sha256: str | None) -> list[str]:
+    theirs = seen["source_sha256"]
+    if not source_sha256 or not theirs or theirs == source_sha256:
+        return []
+    return [(f"source_sha256: the study runs {source_sha256[:12]}, the backend runs {theirs[:12]} "
+             "(different project code)")]
+
+
 def differences(spec: EnvironmentSpec, seen: dict[str, Any], source_sha256: str | None = None) -> list[str]:
     """Every difference between a backend's declared and observed environment, one phrase each."""
     found = [d for package, req in sorted(spec.packages.items())
              if (d := _package_difference(package, req, seen["packages"])) is not None]
-    impls = seen["implementations"] or {}
-    for key, want in sorted(spec.implementations.items()):
-        got = impls.get(key)
-        if got != want:
-            found.append(f"implementations.{key}: recipe {want}, backend reports {got or 'nothing'}")
-    for key in ("dtype", "weights_fingerprint"):
-        want = getattr(spec, key)
-        if want is not None and seen[key] != want:
-            found.append(f"{key}: recipe {want}, backend reports {seen[key] or 'nothing'}")
-    if source_sha256 and seen["source_sha256"] and seen["source_sha256"] != source_sha256:
-        found.append(f"source_sha256: the study runs {source_sha256[:12]}, the backend runs "
-                     f"{seen['source_sha256'][:12]} (different project code)")
-    return found
+    return (found + _implementation_differences(spec, seen) + _value_differences(spec, seen)
+            + _source_difference(seen, source_sha256))
 
 
 class EnvironmentCheck:

@@ -272,7 +272,7 @@ def _execute(run: RunDir, study: ResolvedRecipe, opts: StudyOptions, reaper: Rea
 
 def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, workloads: dict, rows: RowWriter,
                  budget: PassBudget, records: list[ExitRecord], host: HostSession, opts: StudyOptions,
-                 reaper: Reaper | None = None, envcheck: EnvironmentCheck | None = None) -> int:
+                 reaper: Reaper | None, envcheck: EnvironmentCheck) -> int:
     console = opts.console
     runtime = get_runtime(opts.runtime or backend.runtime)
     if isinstance(runtime, LocalRuntime):
@@ -291,8 +291,8 @@ def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, work
             if aux.health is not None:
                 started[-1].wait_ready(aux.ready_timeout_s or recipe.protocol.ready_timeout_s)
         spec = _launch_spec(run, recipe, root, backend, opts, aux_ports, host.gpu_uuid)
-        if envcheck is not None:  # a pinned Triton cache (FLA's autotuned choices): checked, copied, pointed at
-            spec.env.update(envcheck.triton_cache(backend.name, recipe.environment_of(backend), root))
+        # A pinned Triton cache (FLA's autotuned choices): checked, copied, pointed at.
+        spec.env.update(envcheck.triton_cache(backend.name, recipe.environment_of(backend), root))
         console.print(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
         handle = runtime.launch(spec)
         started.append(handle)
@@ -300,10 +300,7 @@ def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, work
         console.print(f"{backend.name}: ready ({health.get('method', health.get('model', ''))})")
         write_json_atomic(run.file(f"logs/{backend.name}.health.json"), health)
         _record_backend_identity(run, backend.name, health)
-        if envcheck is not None:  # before the first inference: a drifted backend measures nothing
-            for difference in envcheck.check(backend.name, recipe.environment_of(backend), health):
-                console.print(f"[yellow]environment drift (allowed)[/]: {backend.name}: {difference}")
-        host.idle_window(backend.name, recipe.controls.idle_window_s)
+        _after_ready(recipe, backend, health, host, envcheck, console)
         for process in started:  # read once ready: numactl binds, then execs under the same pid
             host.record_binding(process.spec.name, getattr(getattr(process, "proc", None), "pid", None))
         alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
@@ -311,13 +308,21 @@ def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, work
     finally:
         stopped = [process.stop(recipe.protocol.stop_grace_s) for process in reversed(started)]  # command first
         records.extend(stopped)  # every process is stopped before anything is written (a full disk stops nothing)
-        if envcheck is not None:
-            envcheck.close_cache(backend.name)
+        envcheck.close_cache(backend.name)
         write_json_atomic(run.file("processes.json"),
                           {"format_version": PROCESSES_FORMAT_VERSION, "processes": [r.to_dict() for r in records]})
         for record in stopped:
             state = "stopped by us" if record.intentional else f"exited on its own (status {record.exit_status})"
             console.print(f"{record.name}: {state}; all processes gone: {record.exited}")
+
+
+def _after_ready(recipe: Recipe, backend: Backend, health: dict, host: HostSession, envcheck: EnvironmentCheck,
+                 console: Console) -> None:
+    """Before the first inference: the environment check (a drifted backend measures nothing), then
+    the quiet window whose power is the backend's idle power."""
+    for difference in envcheck.check(backend.name, recipe.environment_of(backend), health):
+        console.print(f"[yellow]environment drift (allowed)[/]: {backend.name}: {difference}")
+    host.idle_window(backend.name, recipe.controls.idle_window_s)
 
 
 # What each backend said about itself once ready (the reference backend reports all of these;
@@ -461,8 +466,9 @@ def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = Non
 def _project(environment: dict) -> dict:
     """The project code this study runs: git commit and dirty flag (as the tree's metadata says) and
     the digest of the package's source files as they are on disk."""
-    git = environment.get("project_git") if isinstance(environment.get("project_git"), dict) else {}
-    source = environment.get("project_source") if isinstance(environment.get("project_source"), dict) else {}
+    git, source = environment.get("project_git"), environment.get("project_source")
+    git = git if isinstance(git, dict) else {}
+    source = source if isinstance(source, dict) else {}
     return {"commit": git.get("commit"), "dirty": git.get("dirty"), "source_sha256": source.get("sha256")}
 
 

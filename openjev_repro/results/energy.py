@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import pairwise
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -31,13 +32,19 @@ INTEGRATED_METHOD = ("no energy counter: sampled power integrated over the pass 
                      "joules per decision = pass energy / pass requests")
 
 
+def _bad_number(value: Any) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return True
+    return not math.isfinite(value) or abs(value) > 1e18
+
+
 def _check_event(number: int, event: Any) -> dict:
     if not isinstance(event, dict) or event.get("kind") not in _KINDS:
         raise EvidenceError(f"{GPU_FILE} line {number}: not a GPU state event")
     for key in _NUMBERS:
-        value = event.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                  or not math.isfinite(value) or abs(value) > 1e18):
+        if _bad_number(event.get(key)):
             raise EvidenceError(f"{GPU_FILE} line {number}: {key} is not a finite number")
     if "label" in event and not isinstance(event["label"], str):
         raise EvidenceError(f"{GPU_FILE} line {number}: label is not text")
@@ -83,7 +90,7 @@ def _integrated_j(readings: list[dict]) -> float | None:
     points = [(e["t_ns"], e["power_w"]) for e in readings if e.get("power_w") is not None]
     if len(points) < 2:
         return None
-    return sum((t1 - t0) / 1e9 * (p0 + p1) / 2 for (t0, p0), (t1, p1) in zip(points, points[1:], strict=False))
+    return sum((t1 - t0) / 1e9 * (p0 + p1) / 2 for (t0, p0), (t1, p1) in pairwise(points))
 
 
 def _energy_j(readings: list[dict]) -> tuple[float | None, str]:
@@ -158,9 +165,9 @@ def _backend_energy(passes: list[dict], idle_w: float | None) -> dict[str, Any]:
 def _granularity(events: list[dict]) -> dict[str, Any] | None:
     """The counter's steps as the readings saw them (bounded below by the sample period)."""
     points = [(e["t_ns"], e["energy_mj"]) for e in events if e.get("energy_mj") is not None]
-    changes = [(t, v) for (t, v), (_, prev) in zip(points[1:], points, strict=False) if v != prev]
-    steps = [b - a for (_, a), (_, b) in zip(points, points[1:], strict=False) if b > a]
-    gaps = [(t1 - t0) / 1e6 for (t0, _), (t1, _) in zip(changes, changes[1:], strict=False)]
+    changes = [(t, v) for (_, prev), (t, v) in pairwise(points) if v != prev]
+    steps = [b - a for (_, a), (_, b) in pairwise(points) if b > a]
+    gaps = [(t1 - t0) / 1e6 for (t0, _), (t1, _) in pairwise(changes)]
     if not steps:
         return None
     return {"unit": "mJ", "smallest_step_mj": min(steps),
@@ -169,17 +176,10 @@ def _granularity(events: list[dict]) -> dict[str, Any] | None:
                     "interval hides its true granularity"}
 
 
-def energy_and_state(events: list[dict] | None, pass_requests: dict[str, int], backends: list[str],
-                     ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(summary.json's `energy`, its `gpu_state`) from gpu.jsonl's events and the requests of each
-    measured pass, keyed by its label `<backend>/<workload>/measured-<i>`."""
-    header = (events or [{}])[0]
-    if not header.get("available"):
-        reason = header.get("reason") or "no gpu.jsonl in this run"
-        absent = {"available": False, "reason": str(reason)}
-        return absent, dict(absent)
-    windows = _windows(events or [], "begin", "end")
-    idle = _windows(events or [], "idle_begin", "idle_end")
+def _per_pass(events: list[dict], pass_requests: dict[str, int]) -> tuple[dict[str, dict[str, list[dict]]], list[dict]]:
+    """workload -> backend -> each measured pass's energy; and each pass's GPU state."""
+    windows = _windows(events, "begin", "end")
+    idle = _windows(events, "idle_begin", "idle_end")
     by_workload: dict[str, dict[str, list[dict]]] = {}
     states = []
     for label, requests in pass_requests.items():
@@ -187,19 +187,39 @@ def energy_and_state(events: list[dict] | None, pass_requests: dict[str, int], b
         if not readings:
             continue
         backend, workload, _ = label.split("/", 2)
-        idle_w = _idle_w(idle.get(backend))
         by_workload.setdefault(workload, {}).setdefault(backend, []).append(
-            {"label": label, **_pass_energy(readings, requests, idle_w)})
+            {"label": label, **_pass_energy(readings, requests, _idle_w(idle.get(backend)))})
         states.append(_state(label, readings))
+    return by_workload, states
+
+
+def _workload_energy(by_workload: dict[str, dict[str, list[dict]]], idle: dict[str, list[dict]]
+                     ) -> tuple[dict[str, Any], str]:
+    """Per workload and backend: passes and overall figures; the method every pass used."""
     workloads = {wl: {b: _backend_energy(passes, _idle_w(idle.get(b))) for b, passes in sorted(found.items())}
                  for wl, found in sorted(by_workload.items())}
     methods = {p["method"] for found in by_workload.values() for passes in found.values() for p in passes}
+    return workloads, COUNTER_METHOD if methods == {"counter"} else INTEGRATED_METHOD
+
+
+IDLE_METHOD = ("idle power = energy over a quiet window after readiness (model loaded, nothing in flight, before "
+               "the first inference) / its duration; above idle = pass energy - idle power x pass duration")
+
+
+def energy_and_state(events: list[dict] | None, pass_requests: dict[str, int], backends: list[str],
+                     ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(summary.json's `energy`, its `gpu_state`) from gpu.jsonl's events and the requests of each
+    measured pass, keyed by its label `<backend>/<workload>/measured-<i>`."""
+    events = events or [{}]
+    header = events[0]
+    if not header.get("available"):
+        absent = {"available": False, "reason": str(header.get("reason") or "no gpu.jsonl in this run")}
+        return absent, dict(absent)
+    by_workload, states = _per_pass(events, pass_requests)
+    idle = _windows(events, "idle_begin", "idle_end")
+    workloads, method = _workload_energy(by_workload, idle)
     energy = {"available": True, "driver": header.get("driver"), "sample_period_s": header.get("period_s"),
-              "method": COUNTER_METHOD if methods == {"counter"} else INTEGRATED_METHOD,
-              "idle_method": "idle power = energy over a quiet window after readiness (model loaded, nothing in "
-                             "flight, before the first inference) / its duration; above idle = pass energy - "
-                             "idle power x pass duration",
-              "counter": _granularity(events or []), "workloads": workloads}
+              "method": method, "idle_method": IDLE_METHOD, "counter": _granularity(events), "workloads": workloads}
     state = {"available": True, "slowdown_reasons": reason_names(SLOWDOWN_REASONS), "passes": states,
              "idle": [_state(f"{b}/idle", r) for b, r in idle.items() if b in backends]}
     return energy, state

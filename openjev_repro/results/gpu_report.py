@@ -52,8 +52,8 @@ def energy_lines(summary: Any) -> list[str]:
     granularity = (f" Counter steps seen: smallest {counter['smallest_step_mj']} mJ, median "
                    f"{counter['median_ms_between_changes']} ms between changes ({counter['note']})."
                    if counter else " No counter steps were seen.")
-    out += [f"Energy method: {energy['method']}. {energy['idle_method']}.{granularity} "
-            f"Driver {energy.get('driver')}, sampled every {energy.get('sample_period_s')} s.", ""]
+    out += [(f"Energy method: {energy['method']}. {energy['idle_method']}.{granularity} "
+             f"Driver {energy.get('driver')}, sampled every {energy.get('sample_period_s')} s."), ""]
     out += [*_energy_table(energy), ""]
     out += [f"GPU state per pass (slowdown = {', '.join(state['slowdown_reasons'])}):", "", *_state_table(state), ""]
     return out

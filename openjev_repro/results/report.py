@@ -73,8 +73,8 @@ def drift_banner(drift: Sequence[str]) -> list[str]:
     """The banner of a run measured with --allow-environment-drift: every recorded difference."""
     if not drift:
         return []
-    return [f"> **ENVIRONMENT DRIFT** - measured with --allow-environment-drift; {len(drift)} difference(s) "
-            "between what the recipe declares and what the backends reported (environment_check.json):", ">",
+    return [(f"> **ENVIRONMENT DRIFT** - measured with --allow-environment-drift; {len(drift)} difference(s) "
+             "between what the recipe declares and what the backends reported (environment_check.json):"), ">",
             *[f"> - {d}" for d in drift], ""]
 
 

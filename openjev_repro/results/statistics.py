@@ -511,13 +511,17 @@ def _stable(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateR
     return _gate(gate, True, not changed, errors, detail)
 
 
+def _gated_passes(gate, state: dict) -> list[dict]:
+    """The measured passes' GPU state the gate judges (one backend's, or every backend's)."""
+    return [p for p in state["passes"] if "/measured-" in p["label"]
+            and gate.backend in (None, p["label"].split("/", 1)[0])]
+
+
 def _not_throttled(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
-    state = index.gpu_state
-    if not state or not state.get("available"):
-        reason = (state or {}).get("reason", "this run recorded no GPU state (no gpu.jsonl)")
-        return _gate(gate, True, False, 0, f"no GPU state to judge: {reason}")
-    passes = [p for p in state["passes"] if "/measured-" in p["label"]
-              and (gate.backend is None or p["label"].split("/", 1)[0] == gate.backend)]
+    state = index.gpu_state or {"reason": "this run recorded no GPU state (no gpu.jsonl)"}
+    if not state.get("available"):
+        return _gate(gate, True, False, 0, f"no GPU state to judge: {state.get('reason')}")
+    passes = _gated_passes(gate, state)
     if not passes:
         return _gate(gate, True, False, 0, "no measured pass has GPU state readings")
     slowed = [f"{p['label']} ({', '.join(p['clock_event_reasons'])})" for p in passes if p["slowdown"]]
@@ -560,12 +564,11 @@ def summarize(rows: RowTable | Iterable[Row], recipe: Recipe, gpu: list[dict] | 
     `rows` is a RowTable (`row_table.read_table`) or any iterable of Row objects."""
     index = _Index(as_table(rows), recipe)
     workloads = {w.name: _workload_summary(index, recipe, w.name) for w in recipe.workloads}
-    extra: dict[str, Any] = {}
+    state: dict[str, Any] | None = None
     if gpu is not None:  # runs from 2026-12 on; older runs' summaries have neither key
         energy, state = energy_and_state(gpu, _measured_requests(index, recipe), [b.name for b in recipe.backends])
-        extra = {"energy": energy, "gpu_state": state}
         index.gpu_state = state
-    return {
+    summary: Summary = {
         "format_version": SUMMARY_FORMAT_VERSION,
         "study_id": recipe.study.id,
         "p95_rules": dict(P95_RULES),
@@ -573,5 +576,7 @@ def summarize(rows: RowTable | Iterable[Row], recipe: Recipe, gpu: list[dict] | 
         "backends": [b.name for b in recipe.backends],
         "workloads": workloads,
         "gates": [_GATES[g.kind](g, index, workloads) for g in recipe.gates],
-        **extra,
     }
+    if state is not None:
+        summary["energy"], summary["gpu_state"] = energy, state
+    return summary
