@@ -55,7 +55,8 @@ def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow
           gpu_index=None, gpu_source=None, allow_environment_drift=False):
     """Run a recipe's study end to end; the last line printed is the run directory."""
     from ..host.override import GpuOverride
-    from ..orchestrator.runner import StudyOptions, run_study
+    from ..orchestrator.progress import ConsoleProgress
+    from ..orchestrator.runner import StudyOptions, plan_study, run_study
     from .output import console
 
     if gpu_index is not None and gpu_uuid is None:
@@ -71,6 +72,6 @@ def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow
     opts = StudyOptions(recipe_path=Path(recipe), out_dir=Path(out), runtime=runtime,
                         inputs_root=Path(inputs_root) if inputs_root else None,
                         key_path=Path(key) if key else None, allow_busy=allow_busy, gpu_override=override,
-                        allow_environment_drift=allow_environment_drift, console=console(stderr=True))
-    run = run_study(opts)
+                        progress=ConsoleProgress(console(stderr=True)), allow_environment_drift=allow_environment_drift)
+    run = run_study(opts, plan_study(opts))
     sys.stdout.write(f"{run.path}\n")
