@@ -173,3 +173,30 @@ def test_a_triton_cache_with_another_digest_stops_the_study_before_the_backend_s
                                             "declares 0{64}; it is not the pinned cache"):
         run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs"))
     assert not seen.exists()
+
+
+def test_nvml_gpu_state_reads_clocks_reasons_temperature_power_and_the_energy_counter(monkeypatch):
+    """nvidia-ml-py's real module with its calls answered here (no driver on this machine)."""
+    import pynvml
+
+    from openjev_repro.host.nvml import NvmlDriver
+
+    answers = {"nvmlDeviceGetClockInfo": lambda h, clock: {pynvml.NVML_CLOCK_SM: 1860, pynvml.NVML_CLOCK_MEM: 3201}[clock],
+               "nvmlDeviceGetCurrentClocksEventReasons": lambda h: 0x4,
+               "nvmlDeviceGetTemperature": lambda h, sensor: 52,
+               "nvmlDeviceGetPowerUsage": lambda h: 595_250,  # mW
+               "nvmlDeviceGetTotalEnergyConsumption": lambda h: 9_876_543,  # mJ
+               "nvmlDeviceGetHandleByUUID": lambda uuid: "handle", "nvmlInit": lambda: None,
+               "nvmlShutdown": lambda: None}
+    for name, answer in answers.items():
+        monkeypatch.setattr(pynvml, name, answer)
+    driver = NvmlDriver()
+    assert driver.gpu_state("GPU-x") == {"sm_clock_mhz": 1860, "mem_clock_mhz": 3201, "clock_event_reasons": 4,
+                                         "temperature_c": 52, "power_w": 595.25, "energy_mj": 9_876_543}
+
+    def unsupported(h):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetTotalEnergyConsumption", unsupported)
+    assert driver.gpu_state("GPU-x")["energy_mj"] is None  # an older GPU: the sampled power is integrated
+    driver.close()
