@@ -114,7 +114,8 @@ def test_compare_lists_environment_differences_and_its_verdict_names_what_can_ex
     verdict = result["verdict"]
     assert verdict["passed"] is False
     (explained,) = [e for e in verdict["explanations"] if "reference-raw" in e]
-    assert "dtype: float32 vs bfloat16" in explained
+    assert "dtype: float32 vs bfloat16" in explained and "the allowed environment drift listed below" in explained
+    assert "FLA kernels in one run" not in explained  # the recipe names FLA; neither run ran it
     assert any("implementations.linear_attention: recipe fla, backend reports reference" in d
                for d in verdict["environment_drift"])
     fast = next(p for p in result["pairs"] if p["baseline_backend"] == "reference-fast")

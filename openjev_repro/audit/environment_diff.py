@@ -141,8 +141,19 @@ def environment_differences(base: RunEnvironment, cand: RunEnvironment, base_nam
     return {"differences": differences, "not_recorded": [i for i in ia if ia[i] is None and ib[i] is None]}
 
 
-def _numeric_differences(pair: dict[str, Any]) -> list[str]:
-    return [d["text"] for d in (pair.get("environment") or {}).get("differences", []) if d["item"] in NUMERIC_ITEMS]
+def _numeric_differences(pair: dict[str, Any]) -> list[dict[str, str]]:
+    return [d for d in (pair.get("environment") or {}).get("differences", []) if d["item"] in NUMERIC_ITEMS]
+
+
+def _fla_in_one_run(found: list[dict[str, str]]) -> bool:
+    """FLA recorded (package or kernels) by one run and not the other: not a recipe's mere mention of it."""
+    return any(d["item"] in ("packages", "implementations") and "fla" in d["text"].lower() for d in found)
+
+
+def _explanation_texts(found: list[dict[str, str]]) -> list[str]:
+    texts = ["FLA kernels in one run and not the other"] if _fla_in_one_run(found) else []
+    texts += [d["text"] for d in found if d["item"] != "drift"]
+    return texts + (["the allowed environment drift listed below"] if any(d["item"] == "drift" for d in found) else [])
 
 
 def explanations(pair: dict[str, Any]) -> list[str]:
@@ -156,8 +167,7 @@ def explanations(pair: dict[str, Any]) -> list[str]:
     what = f"{len(flips)} decision flips, max |Δp| {delta!r}"
     if not found:
         return [f"{where}: {what}; no recorded environment difference explains it"]
-    lead = "FLA kernels in one run and not the other; " if any("fla" in d.lower() for d in found) else ""
-    return [f"{where}: {what}; can be explained by {lead}" + "; ".join(found)]
+    return [f"{where}: {what}; can be explained by " + "; ".join(_explanation_texts(found))]
 
 
 def _same_clean_commit(a: dict[str, Any], b: dict[str, Any]) -> bool:
