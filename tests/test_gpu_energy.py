@@ -60,6 +60,7 @@ def test_with_the_driver_double_summary_holds_joules_per_decision_that_verify_re
     assert all(p["clock_event_reasons"] == ["sw_power_cap"] and not p["slowdown"] for p in state["passes"])
     host = json.loads(run.file("host.json").read_text())
     assert host["device"]["state_at_start"]["sm_clock_mhz"] == 1980
+    assert json.loads(run.file("logs/one.health-after.json").read_text())["status"] == "ready"  # read after the passes
     report = run.file("report.md").read_text()
     assert "## GPU state and energy" in report and "J / decision" in report
     checks = verify_dir(run.path, allow_unsigned=True)

@@ -392,11 +392,27 @@ def _run_backend(ctx: StudyRun, backend: Backend, rows: RowWriter, budget: PassB
         for process in started:  # read once ready: numactl binds, then execs under the same pid
             host.record_binding(process.spec.name, process.pid)
         alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
-        return _protocol(ctx, backend, handle, alive, prepared, rows, budget, host)
+        failures = _protocol(ctx, backend, handle, alive, prepared, rows, budget, host)
+        _record_after_passes(run, backend.name, handle)
+        return failures
     finally:
         _stop_all(ctx, started, host)
         if ctx.envcheck is not None:
             ctx.envcheck.close_cache(backend.name)
+
+
+def _record_after_passes(run: RunDir, name: str, handle: RunningBackend) -> None:
+    """/health once more after the last pass, before the stop: what autotuned kernels chose (FLA's
+    Triton configurations, /health `autotune`) is known only after they ran."""
+    try:
+        health = handle.wait_ready(10.0)
+    except BackendError as exc:
+        health = {"available": False, "reason": str(exc)}
+    write_json_atomic(run.file(f"logs/{name}.health-after.json"), health)
+    if isinstance(health.get("autotune"), dict):
+        data = run.read("backends.json")
+        data["backends"][name]["autotune_after_passes"] = health["autotune"]
+        write_json_atomic(run.file("backends.json"), data)
 
 
 def _pinned_triton_cache(ctx: StudyRun, backend: Backend) -> dict[str, str]:
