@@ -18,7 +18,9 @@ from pathlib import Path
 
 from .errors import InputMismatch
 
-__all__ = ["CHUNK_BYTES", "hash_file", "hash_files"]
+__all__ = ["CHUNK_BYTES", "PACKAGE_ROOT", "hash_file", "hash_files", "source_digest", "tree_digest"]
+
+PACKAGE_ROOT = Path(__file__).resolve().parent  # the openjev_repro package as it runs
 
 CHUNK_BYTES = 1 << 20  # 1 MiB: large enough that Python overhead per chunk is negligible
 
@@ -117,3 +119,30 @@ def _usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def tree_digest(root: str | os.PathLike[str], suffixes: tuple[str, ...] | None = None) -> dict:
+    """SHA256 over a directory's regular files: one line `<sha256>  <relative posix path>\n` per
+    file, sorted by path (what `sha256sum` prints, so it can be recomputed by hand). Links and
+    other non-regular entries are skipped and counted; `suffixes` keeps only files ending so."""
+    base = Path(root)
+    lines, skipped = [], 0
+    for path in sorted(base.rglob("*")):
+        rel = path.relative_to(base).as_posix()
+        if "__pycache__" in path.parts or (suffixes is not None and not rel.endswith(suffixes)):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            continue
+        if path.is_symlink() or not path.is_file():
+            skipped += 1
+            continue
+        lines.append(f"{hash_file(path)}  {rel}\n")
+    digest = hashlib.sha256("".join(lines).encode()).hexdigest()
+    return {"sha256": digest, "files": len(lines), "skipped": skipped,
+            "method": "sha256 of sorted `sha256sum`-style lines (sha256, two spaces, relative path)"}
+
+
+def source_digest(root: Path = PACKAGE_ROOT) -> dict:
+    """The digest of the package's .py files as they are on disk now (as they run): true whatever
+    the git metadata of the tree says (a copied tree keeps a stale commit)."""
+    return {**tree_digest(root, (".py",)), "root": root.name}

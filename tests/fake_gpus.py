@@ -10,6 +10,7 @@ Everything around it (locks, process groups, NUMA, /proc) stays real.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -30,6 +31,8 @@ class FakeGpus(GpuDriver):
         self._memory_script: dict[str, Callable[[], int]] = {}
         self._driver = driver
         self._lock = threading.Lock()
+        self._state: dict[str, dict] = {}  # uuid -> clocks, reasons, temperature, power (enable_state)
+        self._energy: dict[str, tuple[float, float]] = {}  # uuid -> (counter mJ, monotonic s at that value)
 
     @classmethod
     def h200(cls, count: int = 4) -> FakeGpus:
@@ -55,6 +58,45 @@ class FakeGpus(GpuDriver):
         with self._lock:
             self._require(uuid)
             self._procs[uuid].append(GpuProcess(pid=pid, name=name, used_memory_mib=used_mib))
+
+    def enable_state(self, uuid: str, *, power_w: float = 78.0, sm_clock_mhz: int = 345, mem_clock_mhz: int = 3201,
+                     temperature_c: int = 31, reasons: int = 0x1, energy_counter: bool = True,
+                     counter_step_s: float = 0.02) -> None:
+        """Answer gpu_state for this GPU: the given readings, and (with `energy_counter`) a total-energy
+        counter that integrates `power_w` and advances in steps of `counter_step_s`, as NVML's does."""
+        with self._lock:
+            self._require(uuid)
+            self._state[uuid] = {"sm_clock_mhz": sm_clock_mhz, "mem_clock_mhz": mem_clock_mhz,
+                                 "clock_event_reasons": reasons, "temperature_c": temperature_c,
+                                 "power_w": float(power_w), "energy_counter": energy_counter,
+                                 "step_s": counter_step_s}
+            self._energy[uuid] = (1_000_000.0, time.monotonic())
+
+    def set_state(self, uuid: str, **changes) -> None:
+        """Change readings (power_w, sm_clock_mhz, reasons -> clock_event_reasons, ...) from now on."""
+        with self._lock:
+            self._advance(uuid)
+            if "reasons" in changes:
+                changes["clock_event_reasons"] = changes.pop("reasons")
+            self._state[uuid].update(changes)
+
+    def _advance(self, uuid: str) -> float:
+        """The counter now (mJ), whole steps of power x time since the last advance."""
+        counter, since = self._energy[uuid]
+        step = self._state[uuid]["step_s"]
+        steps = int((time.monotonic() - since) / step)
+        counter += steps * step * self._state[uuid]["power_w"] * 1000
+        self._energy[uuid] = (counter, since + steps * step)
+        return counter
+
+    def gpu_state(self, uuid: str) -> dict | None:
+        with self._lock:
+            self._require(uuid)
+            if uuid not in self._state:
+                return None
+            state = {k: v for k, v in self._state[uuid].items() if k not in ("energy_counter", "step_s")}
+            counter = self._advance(uuid)
+            return {**state, "energy_mj": int(counter) if self._state[uuid]["energy_counter"] else None}
 
     # --- GpuDriver --------------------------------------------------------------------
 

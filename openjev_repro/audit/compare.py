@@ -16,12 +16,16 @@ Tolerances file (YAML, format_version 1), every key optional:
     per_backend:                  # limits for one baseline backend, replacing the top-level ones
       hf: {max_mean_ratio: 1.08, max_probability_delta: 0.0}
     weights_must_match: true      # both runs' backends.json report the same weights_fingerprint
+    min_mean_ratio: 0.90          # candidate mean / baseline mean at least this (two-sided with max_mean_ratio)
 
 Backends pair by name, or as `backends` maps them; a backend that is a mapping target pairs only
 with what is mapped to it (e.g. `{baseline: candidate}` compares an imported run's two arms
 without an unrequested candidate-versus-candidate section).
 
-Each pair also shows both runs' `weights_fingerprint` (backends.json, absent in older runs).
+Each pair also shows both runs' `weights_fingerprint` (backends.json, absent in older runs), and
+its "Environment differences" (audit/environment_diff.py); the verdict names the recorded
+differences that can explain differing decisions or probabilities, and says when the two runs ran
+different project code.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from ..results.statistics import (
     ranges_disjoint,
 )
 from .bundle import opened
+from .environment_diff import RunEnvironment, environment_differences, explanations, project_note
 
 __all__ = [
     "COMPARABLE_STATUSES",
@@ -67,7 +72,7 @@ __all__ = [
 ]
 
 COMPARE_FORMAT_VERSION = 1
-LIMIT_KEYS = {"max_mean_ratio", "max_p95_ratio", "max_probability_delta", "decisions_must_match",
+LIMIT_KEYS = {"max_mean_ratio", "min_mean_ratio", "max_p95_ratio", "max_probability_delta", "decisions_must_match",
               "weights_must_match"}
 TOLERANCE_KEYS = {"format_version", "backends", "per_backend", *LIMIT_KEYS}
 N_BOOT = 2000
@@ -158,6 +163,7 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
                  allow_incomplete: bool = False) -> dict:
     """Compare two runs; an incomplete one is refused unless allow_incomplete, and then named in the verdict."""
     incomplete = []
+    environments: list[RunEnvironment] = []
     with contextlib.ExitStack() as stack:
         loaded = []
         for role, path in (("baseline", baseline), ("candidate", candidate)):
@@ -169,6 +175,7 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
                                         "may be partial. Pass --allow-incomplete to compare it anyway.")
                 incomplete.append(f"{role} {path} (status {status!r})")
             loaded.append(_load(directory))
+            environments.append(RunEnvironment(directory))
         base, cand = loaded
         same_run = Path(baseline).resolve() == Path(candidate).resolve()
         published = _published_figures(Path(baseline)) if same_run else []
@@ -177,6 +184,7 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
                   baseline_study=base[1].study.id, candidate_study=cand[1].study.id)
     if incomplete:
         result["verdict"]["incomplete_runs"] = incomplete
+    _explain(result, *environments)
     for pair in result["pairs"]:  # an imported run's arms against each other: their published reduction too
         name = f"{pair['candidate_backend']} vs {pair['baseline_backend']}"
         ratio = pair["metrics"]["overall.mean_ms"]["ratio"]
@@ -203,6 +211,17 @@ def _is_figure(f: Any) -> bool:
     published = f.get("published")
     return isinstance(published, (int, float)) and not isinstance(published, bool) and \
         isinstance(f.get("status"), (str, type(None)))
+
+
+def _explain(result: dict, base: RunEnvironment, cand: RunEnvironment) -> None:
+    """Environment differences per pair; the verdict's explanation and project-code lines."""
+    for pair in result["pairs"]:
+        pair["environment"] = environment_differences(base, cand, pair["baseline_backend"], pair["candidate_backend"])
+    verdict = result["verdict"]
+    verdict["explanations"] = [line for pair in result["pairs"] for line in explanations(pair)]
+    verdict["project_code"] = project_note(base, cand)
+    drift = sorted({d["text"] for p in result["pairs"] for d in p["environment"]["differences"] if d["item"] == "drift"})
+    verdict["environment_drift"] = drift
 
 
 _Passes = dict[int, np.ndarray]  # pass index -> row indices in seq order
@@ -278,6 +297,14 @@ def _answers(tb: RowTable, base: np.ndarray, tc: RowTable, cand: np.ndarray) -> 
                         "by_case": cases}}
 
 
+def _mean_floor(where: str, limits: dict, ratio: float | None) -> list[str]:
+    """min_mean_ratio: the lower of the two-sided mean limits (much faster than the baseline is a finding too)."""
+    if "min_mean_ratio" not in limits or (ratio is not None and ratio >= limits["min_mean_ratio"]):
+        return []
+    return [(f"{where}: mean ratio {ratio!r} is below {limits['min_mean_ratio']} (much faster than the baseline "
+             "is a finding too)")]
+
+
 _LIMIT_LABELS = {"max_mean_ratio": "mean ratio", "max_p95_ratio": "P95 (JevBench) ratio",
                  "max_probability_delta": "max probability delta"}
 NO_LIMITS = "no limits declared"
@@ -300,6 +327,9 @@ def _check_pair(p: dict, limits: dict, where: str) -> tuple[list[str], list[str]
             checked.append(f"{where}: {_LIMIT_LABELS[key]} {shown} <= {limits[key]}")
             if value is None or value > limits[key]:
                 failures.append(f"{where}: {_LIMIT_LABELS[key]} {value!r} exceeds {limits[key]}")
+    if "min_mean_ratio" in limits:
+        checked.append(f"{where}: mean ratio >= {limits['min_mean_ratio']}")
+        failures += _mean_floor(where, limits, p["metrics"]["overall.mean_ms"]["ratio"])
     for check in (_decisions_match, _weights_match):
         check(p, limits, where, failures, checked)
     return failures, checked
@@ -389,6 +419,23 @@ def _flip_ids(flips: list[dict[str, Any]]) -> str:
     return f" ({shown}{f', … and {more} more (all in the --out JSON)' if more > 0 else ''})"
 
 
+def _environment_verdict(v: dict[str, Any]) -> list[str]:
+    """The verdict's lines on the environment: explanations, recorded drift, different project code."""
+    lines = [f"- explained by the environment: {e}" for e in v.get("explanations") or []]
+    lines += [f"- {d}" for d in v.get("environment_drift") or []]
+    return lines + ([f"- {v['project_code']}"] if v.get("project_code") else [])
+
+
+def _environment_lines(env: dict[str, Any] | None) -> list[str]:
+    if env is None:
+        return []
+    lines = ["Environment differences (baseline vs candidate):", ""]
+    lines += [f"- {d['text']}" for d in env["differences"]] or ["- none recorded"]
+    if env["not_recorded"]:
+        lines.append(f"- not recorded by either run: {', '.join(env['not_recorded'])}")
+    return lines
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     lines = []
     for p in result["pairs"]:
@@ -413,7 +460,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         if w.get("baseline") or w.get("candidate"):
             same = {True: "same", False: "DIFFERENT", None: "not comparable"}[w.get("same")]
             lines.append(f"- weights fingerprint: {same} (baseline {w.get('baseline')}, candidate {w.get('candidate')})")
-        lines.append("")
+        lines += ["", *_environment_lines(p.get("environment")), ""]
     return "\n".join(lines + _verdict_lines(result["verdict"])) + "\n"
 
 
@@ -428,4 +475,5 @@ def _verdict_lines(v: dict[str, Any]) -> list[str]:
         lines += ["", "Limits checked:", *(f"- {c}" for c in v["checked"])]
     if not v.get("checked"):
         lines.append(f"- {v.get('note', NO_LIMITS)}")
+    lines += _environment_verdict(v)
     return lines

@@ -42,6 +42,7 @@ from ..hashing import hash_file, hash_files
 from ..manifest.dsse import verify_envelope
 from ..manifest.keys import load_public_key
 from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json
+from ..results.energy import GPU_FILE, read_gpu_events
 from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
 from .bundle import opened
 from .figures import Samples, layout_figures, published_figures, summary_from_figures
@@ -623,7 +624,10 @@ def _recomputed(ev: Evidence, predicate: dict, aggregate_only: bool,
 
         summarize = recompute
     # Round-trip through JSON so recomputed and stored values are compared as written.
-    ours = json.loads(json.dumps(summarize(ev.table, ev.recipe), allow_nan=False))
+    # Energy and GPU state come from gpu.jsonl (runs from 2026-12 on); older runs have neither.
+    gpu_path = ev.run.file(GPU_FILE)
+    extra = {"gpu": read_gpu_events(gpu_path)} if gpu_path.is_file() else {}
+    ours = json.loads(json.dumps(summarize(ev.table, ev.recipe, **extra), allow_nan=False))
     stats_ours = {k: v for k, v in ours.items() if k != "gates"}
     stats_signed = {k: v for k, v in (predicate.get("summary") or {}).items() if k != "gates"}
     checks = []

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReproError
+from .kernel_choice import KERNEL_CHOICES, apply_kernel_choice, check_bound, reported
 from .model import METHOD, DecisionModel, Settings
 from .package import package_sha256, read_package
 from .server import (
@@ -58,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16 (auto: FP32 on CPU, BF16 on CUDA)")
     p.add_argument("--cuda-graphs", type=int, default=0, metavar="N",
                    help="fast mode on CUDA: replay CUDA Graphs per exact length, keep N (LRU); 0 = off")
+    p.add_argument("--kernels", choices=KERNEL_CHOICES, default="auto",
+                   help="linear-attention kernels: reference (PyTorch's own, FLA blocked), fla (FLA required: "
+                        "refuse to start without it; fast mode only) or auto (FLA whenever importable); "
+                        "reported in /health as kernels")
     p.add_argument("--measure-hardware", action="store_true",
                    help="CUDA only: measure the GPU's BF16 matmul rate and copy bandwidth once after loading "
                         "(reported in /health as hardware: the inputs of a report's hardware floor)")
@@ -145,6 +150,16 @@ def _argument_error(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _report_kernels(model: Any, choice: str) -> None:
+    """Check the bound kernels against --kernels; /health reports them (model.info["reported"])."""
+    info = getattr(model, "info", None)
+    if not isinstance(info, dict) or "implementations" not in info:
+        return  # a test loader's stand-in model
+    extra = reported(choice, info["implementations"])
+    check_bound(choice, extra["kernels"])
+    info["reported"] = extra
+
+
 def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
     """Serve until SIGTERM/SIGINT. `load` is a test seam: tests/servers/faulty_backend.py passes a loader
     that wraps the model to inject faults; a study never passes one, so nothing is checked per request."""
@@ -154,6 +169,7 @@ def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
+        apply_kernel_choice(args.kernels, args.mode)
         meta, package = _static_meta(args)
     except ReproError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -177,6 +193,7 @@ def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
     try:
         started = time.perf_counter()
         model = load(args, package)
+        _report_kernels(model, args.kernels)
         if args.measure_hardware:
             from .hardware import measure_hardware
             model.info["hardware"] = measure_hardware(model.device)

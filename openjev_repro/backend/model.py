@@ -241,7 +241,7 @@ class DecisionModel:
                 "hardware": self.info.get("hardware"),
                 "non_embedding_parameters": self.info["non_embedding_parameters"],
                 **{key: self.info[key] for key in FINGERPRINT_KEYS if key in self.info},
-                **_thread_settings()}
+                **_thread_settings(), **self.info.get("reported", {}), **_autotune()}
 
     # ------------------------------------------------------------ inference
 
@@ -297,6 +297,14 @@ def _fingerprint(model: Any, head: Any, temperature: float) -> dict[str, Any]:
     temp = torch.tensor([temperature], dtype=torch.float64)
     return weights_fingerprint(named_tensors("backbone.", model) + named_tensors("head.", head)
                                + [("temperature", temp)])
+
+
+def _autotune() -> dict[str, Any]:
+    """FLA's Triton autotuner choices so far (kernel_choice.autotune_choices), when FLA is loaded."""
+    from .kernel_choice import autotune_choices
+
+    chosen = autotune_choices()
+    return {"autotune": chosen} if chosen else {}
 
 
 def _thread_settings() -> dict[str, Any]:

@@ -37,12 +37,22 @@ def sign(c, run, key=None):
 
 
 @task(help={"python": "name=/path/to/python of a backend environment to probe; repeatable",
-            "recipe": "recipe file whose sha256 to record"}, iterable=["python"])
+            "recipe": "recipe file whose sha256 to record",
+            "tree_digest": "print only the tree digest of this directory (what a recipe's "
+                           "environment.triton_cache.sha256 declares) as JSON"}, iterable=["python"])
 @user_errors
-def environment(c, python=None, recipe=None):
-    """Print the environment capture (host, GPUs, package versions, git) as JSON."""
+def environment(c, python=None, recipe=None, tree_digest=None):
+    """Print the environment capture (host, GPUs, package versions, git, source digest) as JSON."""
     from ..errors import RecipeError
     from ..manifest.environment import collect_environment
+
+    if tree_digest:
+        from ..hashing import tree_digest as digest_of
+
+        if not Path(tree_digest).is_dir():
+            raise RecipeError(f"--tree-digest {tree_digest}: not a directory.")
+        print(json.dumps(digest_of(tree_digest), indent=2, sort_keys=True))
+        return
 
     if recipe:
         from ..evidence.recipe import load_recipe

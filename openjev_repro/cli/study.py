@@ -41,6 +41,9 @@ def verify_inputs_task(c, recipe, inputs_root=None):
     "inputs_root": "directory the recipe's input paths are relative to (default: the recipe's inputs.root)",
     "key": "Ed25519 private key (from `invoke keygen`) to sign the manifest; without it the manifest is unsigned",
     "allow_busy": "start even if the pinned GPU has compute processes (recorded in the manifest)",
+    "allow_environment_drift": "measure even when a backend reports another environment than the recipe "
+                               "declares (packages, kernels, dtype, weights); every difference is recorded "
+                               "in the manifest and shown at the top of the report",
     "gpu_uuid": "run on this GPU instead of the recipe's controls.gpu, without editing the recipe "
                 "(recorded as gpu_override in host.json and the manifest; see docs/rerun-h200.md)",
     "gpu_index": "with --gpu-uuid: the GPU's index on this host (default: looked up from the UUID)",
@@ -49,7 +52,7 @@ def verify_inputs_task(c, recipe, inputs_root=None):
 })
 @user_errors
 def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow_busy=False, gpu_uuid=None,
-          gpu_index=None, gpu_source=None):
+          gpu_index=None, gpu_source=None, allow_environment_drift=False):
     """Run a recipe's study end to end; the last line printed is the run directory."""
     from ..orchestrator.progress import ConsoleProgress
     from ..orchestrator.runner import StudyOptions, plan_study, run_study
@@ -59,7 +62,7 @@ def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow
     opts = StudyOptions(recipe_path=Path(recipe), out_dir=Path(out), runtime=runtime,
                         inputs_root=Path(inputs_root) if inputs_root else None,
                         key_path=Path(key) if key else None, allow_busy=allow_busy, gpu_override=override,
-                        progress=ConsoleProgress(console(stderr=True)))
+                        progress=ConsoleProgress(console(stderr=True)), allow_environment_drift=allow_environment_drift)
     run = run_study(opts, plan_study(opts))
     sys.stdout.write(f"{run.path}\n")
 

@@ -8,7 +8,9 @@ Format history:
     1  (2026-11) first version. Later additive fields (all optional, old recipes unchanged):
        `sha256: unpinned` for inputs/artifacts of recipes with a `preparation` section (their
        hashes come from the inputs lock written by `invoke prepare`), `InputFile.published_sha256`,
-       `preparation`, `pins`, `traces`, `Backend.aux` (auxiliary processes of one backend).
+       `preparation`, `pins`, `traces`, `Backend.aux` (auxiliary processes of one backend),
+       `environment` (study level) and `Backend.environment` (what each backend must report
+       once ready, checked before measuring), `controls.idle_window_s`, gate `gpu_not_throttled`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ __all__ = [
     "Backend",
     "Controls",
     "Download",
+    "EnvironmentSpec",
     "Gate",
     "InputFile",
     "Inputs",
@@ -173,6 +176,47 @@ class AuxProcess(StrictModel):
     ready_timeout_s: Seconds | None = None  # None: protocol.ready_timeout_s
 
 
+# A package requirement: an exact version ("2.13.0") or a PEP 440 specifier (">=5.10,<6"),
+# or "absent" (the package must not be importable by the backend, e.g. FLA for a reference run).
+PackageRequirement = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\n\r]+$")]
+
+
+class TritonCache(StrictModel):
+    """A Triton cache directory (FLA's autotuned choices) pinned as an input: `dir` under inputs.root,
+    `sha256` its tree digest (`invoke environment --tree-digest DIR` prints it)."""
+
+    dir: str
+    sha256: Annotated[str, Field(pattern=SHA256_RE)]
+
+    @field_validator("dir")
+    @classmethod
+    def _inside_root(cls, value: str) -> str:
+        return _relative_path(value)
+
+
+class EnvironmentSpec(StrictModel):
+    """What a backend must report once ready (its /health, else environment.json): checked before
+    the first inference; each difference stops the study unless --allow-environment-drift."""
+
+    packages: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")], PackageRequirement] = {}
+    # /health `kernels` keys: linear_attention (reference | fla), conv (reference | causal_conv1d), norm.
+    implementations: dict[Annotated[str, Field(pattern=r"^[a-z_]+$")], Annotated[str, Field(max_length=200)]] = {}
+    dtype: str | None = None
+    weights_fingerprint: Annotated[str, Field(max_length=200)] | None = None
+    triton_cache: TritonCache | None = None
+
+    def merged(self, override: EnvironmentSpec | None) -> EnvironmentSpec:
+        """This (the study-level default) with a backend's own declarations on top."""
+        if override is None:
+            return self
+        return EnvironmentSpec(
+            packages={**self.packages, **override.packages},
+            implementations={**self.implementations, **override.implementations},
+            dtype=override.dtype or self.dtype,
+            weights_fingerprint=override.weights_fingerprint or self.weights_fingerprint,
+            triton_cache=override.triton_cache or self.triton_cache)
+
+
 class Backend(StrictModel):
     name: Annotated[str, Field(pattern=NAME_RE)]
     runtime: Literal["local", "docker"] = "local"
@@ -187,6 +231,7 @@ class Backend(StrictModel):
     artifacts: list[Artifact] = []
     description: str = ""
     aux: list[AuxProcess] = []  # started before command, stopped after it
+    environment: EnvironmentSpec | None = None  # on top of the recipe's `environment`
 
     @model_validator(mode="after")
     def _aux_names(self) -> Backend:
@@ -237,6 +282,9 @@ class Controls(StrictModel):
     reservation: Reservation | None = None
     memory_sample_period_ms: Annotated[int, Field(ge=10)] = 100
     allow_busy: bool = False
+    # Quiet window after each backend's readiness, before its first inference: idle power for
+    # "energy above idle" (only with a GPU in controls).
+    idle_window_s: Annotated[float, Field(ge=0, le=600, allow_inf_nan=False)] = 3.0
 
 
 class _Gate(StrictModel):
@@ -279,6 +327,13 @@ class ProbabilitiesStableGate(_Gate):
     backend: str
 
 
+class GpuNotThrottledGate(_Gate):
+    """No measured pass saw a thermal or hardware slowdown clock-event reason (gpu.jsonl)."""
+
+    kind: Literal["gpu_not_throttled"]
+    backend: str | None = None  # None: every backend
+
+
 class ExternalGate(_Gate):
     """Judged from evidence the runner does not produce (traces, GPU test suites): recorded, not evaluated."""
 
@@ -287,7 +342,8 @@ class ExternalGate(_Gate):
 
 
 Gate = Annotated[
-    MeanReductionGate | MaxProbabilityDeltaGate | DecisionsUnchangedGate | ProbabilitiesStableGate | ExternalGate,
+    MeanReductionGate | MaxProbabilityDeltaGate | DecisionsUnchangedGate | ProbabilitiesStableGate
+    | GpuNotThrottledGate | ExternalGate,
     Field(discriminator="kind"),
 ]
 
@@ -418,6 +474,7 @@ class Recipe(StrictModel):
     preparation: Preparation | None = None
     pins: Pins = Pins()
     traces: Traces | None = None
+    environment: EnvironmentSpec = EnvironmentSpec()
 
     @model_validator(mode="after")
     def _references(self) -> Recipe:
@@ -484,6 +541,10 @@ class Recipe(StrictModel):
             if b.name == name:
                 return b
         raise RecipeError(f"Recipe {self.study.id} has no backend named {name!r}.")
+
+    def environment_of(self, backend: Backend) -> EnvironmentSpec:
+        """The environment a backend must report: the study's defaults, then its own."""
+        return self.environment.merged(backend.environment)
 
 
 def _unique(names: list[str], what: str) -> None:
@@ -588,7 +649,8 @@ def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
         raise RecipeError("Recipe is invalid:\n  " + "\n  ".join(problems)) from None
 
 
-_GATE_KINDS = {"mean_reduction", "max_probability_delta", "decisions_unchanged", "probabilities_stable", "external"}
+_GATE_KINDS = {"mean_reduction", "max_probability_delta", "decisions_unchanged", "probabilities_stable",
+               "gpu_not_throttled", "external"}
 
 
 def read_yaml(path: str | Path, what: str) -> Any:

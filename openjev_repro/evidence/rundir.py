@@ -93,6 +93,7 @@ READABLE_VERSIONS: dict[str, tuple[int, ...]] = {
     "backends.json": (BACKENDS_FORMAT_VERSION,),
     "summary.json": (1,),
     "import.json": (1, 2),
+    "environment_check.json": (1,),
 }
 # responses/<backend>.jsonl lines: format 1 lines carry no version; a later format adds "v".
 RESPONSE_VERSIONS = (1,)

@@ -10,7 +10,7 @@ Keys that are Python keywords (`pass`) need TypedDict's functional form.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, TypedDict, cast
+from typing import Literal, NotRequired, TypedDict, cast
 
 from ..errors import EvidenceError
 from .files import check_format, read_json
@@ -155,6 +155,8 @@ class Summary(TypedDict):
     backends: list[str]
     workloads: dict[str, WorkloadSummary]
     gates: list[GateResult]
+    energy: NotRequired[dict]  # runs from 2026-12 on (results/energy.py); absent in older summaries
+    gpu_state: NotRequired[dict]
 
 
 def read_summary(path: Path) -> Summary:

@@ -14,7 +14,21 @@ from dataclasses import asdict, dataclass
 
 from ..errors import HostError
 
-__all__ = ["GpuDriver", "GpuInfo", "GpuProcess", "NoDriver"]
+__all__ = ["SLOWDOWN_REASONS", "THROTTLE_REASONS", "GpuDriver", "GpuInfo", "GpuProcess", "NoDriver", "reason_names"]
+
+# NVML clock-event (throttle) reason bits (nvmlClocksEventReason*), as nvidia-smi names them.
+THROTTLE_REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
+                    0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
+                    0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
+# The reasons that mean the GPU was slowed by heat or by the hardware (gate gpu_not_throttled).
+SLOWDOWN_REASONS = 0x8 | 0x20 | 0x40 | 0x80
+
+
+def reason_names(mask: int) -> list[str]:
+    """The names of the bits set in a clock-event reason mask (unknown bits as hex)."""
+    names = [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
+    unknown = mask & ~sum(THROTTLE_REASONS)
+    return names + ([f"0x{unknown:x}"] if unknown else [])
 
 
 class NoDriver(HostError):
@@ -67,6 +81,12 @@ class GpuDriver(ABC):
             if info.uuid == uuid:
                 return info
         raise HostError(f"No GPU with UUID {uuid} on this host; `invoke gpus` lists the GPUs there are.")
+
+    def gpu_state(self, uuid: str) -> dict | None:
+        """One reading of the GPU's state: sm_clock_mhz, mem_clock_mhz, clock_event_reasons (mask),
+        temperature_c, power_w and energy_mj (the total-energy counter; None where absent).
+        None: this driver cannot read GPU state (the sampler records it as unavailable)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook: a driver without handles keeps this no-op
         """Release driver handles (NVML shutdown); idempotent."""

@@ -95,6 +95,29 @@ class NvmlDriver(GpuDriver):
     def memory_used_mib(self, uuid: str) -> int:
         return int(self._memory(self._handle(uuid)).used) // _MIB
 
+    def gpu_state(self, uuid: str) -> dict | None:
+        nv, handle = self._nvml, self._handle(uuid)
+
+        def read(name: str, *args):  # one field missing (an older driver) leaves the others
+            func = getattr(nv, name, None)
+            if func is None:
+                return None
+            try:
+                return func(handle, *args)
+            except nv.NVMLError:
+                return None
+
+        reasons = read("nvmlDeviceGetCurrentClocksEventReasons")
+        if reasons is None:
+            reasons = read("nvmlDeviceGetCurrentClocksThrottleReasons")
+        power = read("nvmlDeviceGetPowerUsage")  # mW
+        return {"sm_clock_mhz": read("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM),
+                "mem_clock_mhz": read("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_MEM),
+                "clock_event_reasons": None if reasons is None else int(reasons),
+                "temperature_c": read("nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU),
+                "power_w": None if power is None else power / 1000,
+                "energy_mj": read("nvmlDeviceGetTotalEnergyConsumption")}
+
     def close(self) -> None:
         if self._open:
             self._open = False

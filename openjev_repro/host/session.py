@@ -16,6 +16,7 @@ from .allocation import slurm_record
 from .detect import detect_driver
 from .device import check_cleanup, check_device
 from .driver import GpuDriver
+from .gpu_state import GpuStateSampler, write_unavailable
 from .inventory import host_record
 from .memory import MemorySampler
 from .numa import effective_binding, numa_prefix
@@ -44,6 +45,7 @@ class HostSession:
         self.reservation: Reservation | None = None
         self.device: dict | None = None
         self.sampler: MemorySampler | None = None
+        self.gpu_state: GpuStateSampler | None = None
         self.bindings: dict[str, dict] = {}
         self.deadline: float | None = None
         self._pids: list[int] = []
@@ -88,8 +90,10 @@ class HostSession:
                 reserve_gpus([gpu.uuid], wait_s=parse_duration(reservation.wait), note=reservation.note))
         self.device = check_device(driver, gpu.index, gpu.uuid, allow_busy=self.allow_busy)
         self.device["allow_busy"] = self.allow_busy
+        self.device["state_at_start"] = _starting_state(driver, gpu.uuid)  # idle clocks and temperature
         period = self.controls.memory_sample_period_ms / 1000
         self.sampler = self._stack.enter_context(MemorySampler(driver, gpu.uuid, period_s=period))
+        self.gpu_state = self._stack.enter_context(GpuStateSampler(driver, gpu.uuid, period_s=period))
         return self
 
     @property
@@ -111,16 +115,34 @@ class HostSession:
         self._check_deadline(label)
         if self.sampler is not None:
             self.sampler.begin(label)
+        if self.gpu_state is not None:  # last before the pass's first request: its energy reading
+            self.gpu_state.read("begin", label)
 
     def end(self, label: str) -> None:
+        if self.gpu_state is not None:  # first after the pass's last response
+            self.gpu_state.read("end", label)
         if self.sampler is not None:
             self.sampler.end(label)
+
+    def idle_window(self, label: str, seconds: float) -> None:
+        """A quiet window after readiness (model loaded, nothing in flight): idle power for energy above idle."""
+        if self.gpu_state is not None:
+            self.gpu_state.idle(label, seconds)
 
     def _check_deadline(self, label: str) -> None:
         reservation = self.controls.reservation  # the deadline comes from it
         if self.deadline is not None and reservation is not None and time.monotonic() > self.deadline:
             raise RunIncomplete(f"The reservation timeout ({reservation.timeout}) passed before "
                                 f"{label}; the study stops here.")
+
+    def _write_gpu_state(self) -> None:
+        path = self.run_path / "gpu.jsonl"
+        if self.gpu_state is not None:
+            self.gpu_state.stop()
+            self.gpu_state.write(path)
+        elif not path.exists():
+            write_unavailable(path, "the recipe controls no GPU (controls.gpu is absent), so no GPU state "
+                                    "or energy was sampled")
 
     def close(self, pids: list[int]) -> dict:
         """Stop sampling, check cleanup, release the GPU; write memory.jsonl and return host.json's record
@@ -130,6 +152,7 @@ class HostSession:
             if self.sampler is not None:
                 self.sampler.stop()
                 self.sampler.write(self.run_path / "memory.jsonl")
+            self._write_gpu_state()
             if self.device is not None:
                 assert self._gpu_driver is not None and self.controls.gpu is not None  # set with self.device
                 cleanup = check_cleanup(self._gpu_driver, self.controls.gpu.uuid,
@@ -147,3 +170,11 @@ class HostSession:
         if slurm is not None:
             record["slurm"] = slurm
         return record
+
+
+def _starting_state(driver: GpuDriver, uuid: str) -> dict:
+    try:
+        state = driver.gpu_state(uuid)
+    except Exception as exc:  # noqa: BLE001 - the record says what it could not read
+        return {"available": False, "reason": f"{type(exc).__name__}: {exc}"[:300]}
+    return {"available": True, **state} if state else {"available": False, "reason": f"{driver.name} reads no GPU state"}

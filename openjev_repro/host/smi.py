@@ -13,10 +13,11 @@ import subprocess
 from ..errors import HostError
 from .driver import GpuDriver, GpuInfo, GpuProcess
 
-__all__ = ["APP_FIELDS", "GPU_FIELDS", "SmiDriver", "parse_apps", "parse_gpus"]
+__all__ = ["APP_FIELDS", "GPU_FIELDS", "STATE_FIELDS", "SmiDriver", "parse_apps", "parse_gpus", "parse_state"]
 
 GPU_FIELDS = ("index", "uuid", "name", "memory.used", "memory.total", "pci.bus_id")
 APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
+STATE_FIELDS = ("clocks.sm", "clocks.mem", "clocks_event_reasons.active", "temperature.gpu", "power.draw")
 _MISSING = {"", "[N/A]", "N/A", "[Not Supported]", "[Insufficient Permissions]"}
 
 
@@ -71,6 +72,21 @@ def parse_apps(text: str) -> dict[str, list[GpuProcess]]:
     return by_gpu
 
 
+def parse_state(text: str) -> dict | None:
+    """Parse `nvidia-smi --id=U --query-gpu=<STATE_FIELDS> --format=csv,noheader,nounits` (no energy
+    counter there: energy is integrated from the sampled power)."""
+    rows = _rows(text, STATE_FIELDS)
+    if not rows:
+        return None
+    row = rows[0]
+    reasons = row["clocks_event_reasons.active"]
+    power = row["power.draw"]
+    return {"sm_clock_mhz": _int(row["clocks.sm"]), "mem_clock_mhz": _int(row["clocks.mem"]),
+            "clock_event_reasons": int(reasons, 16) if reasons else None,
+            "temperature_c": _int(row["temperature.gpu"]),
+            "power_w": None if power is None else float(power), "energy_mj": None}
+
+
 class SmiDriver(GpuDriver):
     name = "nvidia-smi"
 
@@ -108,3 +124,6 @@ class SmiDriver(GpuDriver):
         if value is None:
             raise HostError(f"nvidia-smi did not report memory used for GPU {uuid}.")
         return value
+
+    def gpu_state(self, uuid: str) -> dict | None:
+        return parse_state(self._query(f"--id={uuid}", "--query-gpu=" + ",".join(STATE_FIELDS)))

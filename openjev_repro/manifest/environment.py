@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..hashing import hash_file
+from ..hashing import hash_file, source_digest
 
 __all__ = [
     "ENVIRONMENT_FORMAT_VERSION",
@@ -332,6 +332,7 @@ def default_collectors(*, backends_python: dict[str, str] | None = None,
         or absent("no backend environments given"),
         "container_images": lambda: dict(images) if images else absent("no container images given"),
         "project_git": collect_git,
+        "project_source": source_digest,  # the package's .py files as they run (true in a copied tree)
     }
     if recipe_path is not None:
         collectors["recipe_sha256"] = lambda: hash_file(recipe_path)

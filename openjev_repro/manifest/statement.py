@@ -74,6 +74,7 @@ OPTIONAL_FILES = {
     "host": "host.json",
     "processes": "processes.json",
     "backends": "backends.json",   # weights fingerprint and threads per backend (runs from 2026-12 on)
+    "environment_check": "environment_check.json",  # declared vs reported environment, drift (2026-12 on)
 }
 
 

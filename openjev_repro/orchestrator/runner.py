@@ -54,6 +54,7 @@ from ..study.plan import REPRO_ROOT
 from ..study.resolved import ResolvedRecipe, resolve_recipe
 from ..study.timed_client import TimedClient
 from ..study.workload import Request, Task, build_requests, load_tasks, select
+from .environment_check import EnvironmentCheck
 from .preflight import input_fix, port_in_use, preflight
 from .progress import ConsoleProgress, StudyProgress
 
@@ -87,6 +88,7 @@ class StudyOptions:
     gpu_driver: GpuDriver | None = None  # None: NVML or nvidia-smi (tests pass their double, tests/fake_gpus.py)
     gpu_override: GpuOverride | None = None  # run on this GPU instead of the recipe's (recorded as gpu_override)
     progress: StudyProgress = field(default_factory=ConsoleProgress)  # what the study shows while it runs
+    allow_environment_drift: bool = False  # measure even when a backend reports another environment (recorded)
 
 
 # plan.json fields that only the run can know, next to the planned ones (never one of them).
@@ -222,6 +224,7 @@ class StudyRun:
     reaper: Reaper | None = None
     workloads: dict[str, list[Task]] = field(default_factory=dict)
     records: list[ExitRecord] = field(default_factory=list)  # every process started, once stopped
+    envcheck: EnvironmentCheck | None = None  # made by step_environment, used once each backend is ready
 
     @property
     def recipe(self) -> Recipe:
@@ -335,6 +338,7 @@ def step_environment(ctx: StudyRun) -> None:
     if ctx.opts.gpu_override is not None:
         environment["gpu_override"] = ctx.opts.gpu_override.declared(ctx.recipe.controls.gpu)
     write_json_atomic(ctx.run.file("environment.json"), environment)
+    ctx.envcheck = EnvironmentCheck(ctx.run, ctx.opts.allow_environment_drift, _project(environment), environment)
 
 
 def step_calibration(ctx: StudyRun) -> None:
@@ -390,6 +394,7 @@ def _run_backend(ctx: StudyRun, backend: Backend, rows: RowWriter, budget: PassB
             if aux.health is not None:
                 started[-1].wait_ready(aux.ready_timeout_s or recipe.protocol.ready_timeout_s)
         spec = _launch_spec(ctx, backend, aux_ports, host.gpu_uuid)
+        spec.env.update(_pinned_triton_cache(ctx, backend))
         progress.message(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
         handle = runtime.launch(spec)
         started.append(handle)
@@ -397,12 +402,48 @@ def _run_backend(ctx: StudyRun, backend: Backend, rows: RowWriter, budget: PassB
         progress.message(f"{backend.name}: ready ({health.get('method', health.get('model', ''))})")
         write_json_atomic(run.file(f"logs/{backend.name}.health.json"), health)
         _record_backend_identity(run, backend.name, health)
+        step_environment_check(ctx, backend, health, host)
         for process in started:  # read once ready: numactl binds, then execs under the same pid
             host.record_binding(process.spec.name, process.pid)
         alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
-        return _protocol(ctx, backend, handle, alive, prepared, rows, budget, host)
+        failures = _protocol(ctx, backend, handle, alive, prepared, rows, budget, host)
+        _record_after_passes(run, backend.name, handle)
+        return failures
     finally:
         _stop_all(ctx, started, host)
+        if ctx.envcheck is not None:
+            ctx.envcheck.close_cache(backend.name)
+
+
+def _record_after_passes(run: RunDir, name: str, handle: RunningBackend) -> None:
+    """/health once more after the last pass, before the stop: what autotuned kernels chose (FLA's
+    Triton configurations, /health `autotune`) is known only after they ran."""
+    try:
+        health = handle.wait_ready(10.0)
+    except BackendError as exc:
+        health = {"available": False, "reason": str(exc)}
+    write_json_atomic(run.file(f"logs/{name}.health-after.json"), health)
+    if isinstance(health.get("autotune"), dict):
+        data = run.read("backends.json")
+        data["backends"][name]["autotune_after_passes"] = health["autotune"]
+        write_json_atomic(run.file("backends.json"), data)
+
+
+def _pinned_triton_cache(ctx: StudyRun, backend: Backend) -> dict[str, str]:
+    """A pinned Triton cache (FLA's autotuned choices): checked, copied, pointed at by the backend's env."""
+    if ctx.envcheck is None:
+        return {}
+    return ctx.envcheck.triton_cache(backend.name, ctx.recipe.environment_of(backend), ctx.root)
+
+
+def step_environment_check(ctx: StudyRun, backend: Backend, health: dict, host: HostSession) -> None:
+    """Once a backend is ready, before its first inference: what it reports against the recipe's
+    environment (a drifted backend measures nothing unless allowed), then the quiet window whose
+    power is the backend's idle power."""
+    if ctx.envcheck is not None:
+        for difference in ctx.envcheck.check(backend.name, ctx.recipe.environment_of(backend), health):
+            ctx.progress.message(f"[yellow]environment drift (allowed)[/]: {backend.name}: {difference}")
+    host.idle_window(backend.name, ctx.recipe.controls.idle_window_s)
 
 
 def _stop_all(ctx: StudyRun, started: list[RunningBackend], host: HostSession) -> None:
@@ -424,7 +465,8 @@ def _stop_all(ctx: StudyRun, started: list[RunningBackend], host: HostSession) -
 IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_weights_fingerprint",
                  "weights_fingerprint_seconds", "weights_bytes", "mode", "device", "dtype", "lora",
                  "implementations", "torch_threads", "torch_interop_threads", "thread_env", "base_model",
-                 "cuda_graphs", "compiled", "hardware", "non_embedding_parameters")
+                 "cuda_graphs", "compiled", "hardware", "non_embedding_parameters",
+                 "kernels", "packages", "source_sha256")  # the last three: runs from 2026-12 on
 
 
 def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
@@ -560,6 +602,15 @@ def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = Non
                                images=_image_digests(recipe, opts, reaper))
 
 
+def _project(environment: dict) -> dict:
+    """The project code this study runs: git commit and dirty flag (as the tree's metadata says) and
+    the digest of the package's source files as they are on disk."""
+    git, source = environment.get("project_git"), environment.get("project_source")
+    git = git if isinstance(git, dict) else {}
+    source = source if isinstance(source, dict) else {}
+    return {"commit": git.get("commit"), "dirty": git.get("dirty"), "source_sha256": source.get("sha256")}
+
+
 def _image_digests(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = None) -> dict[str, dict]:
     """Image id, repo digests, layer diff IDs and every package inside each docker backend's image
     (a missing image fails here)."""
@@ -588,9 +639,11 @@ def _calibrate() -> dict:
 
 
 def step_summary(ctx: StudyRun) -> None:
+    from ..results.energy import GPU_FILE, read_gpu_events
     from ..results.statistics import summarize
 
-    write_json_atomic(ctx.run.file("summary.json"), summarize(read_rows(ctx.run.rows_path), ctx.recipe))
+    gpu = read_gpu_events(ctx.run.file(GPU_FILE))  # the host session always writes it (a header when GPU-less)
+    write_json_atomic(ctx.run.file("summary.json"), summarize(read_rows(ctx.run.rows_path), ctx.recipe, gpu=gpu))
 
 
 def step_sign(ctx: StudyRun) -> None:

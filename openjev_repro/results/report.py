@@ -25,7 +25,9 @@ from ..evidence.recipe import Recipe, load_recipe
 from ..evidence.rows import Row
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status, guard_output
 from ..evidence.summary import GateResult, LatencyKey, PassStats, Summary, WorkloadSummary
+from .energy import GPU_FILE, read_gpu_events
 from .floor import floor_lines
+from .gpu_report import energy_lines
 from .row_table import RowTable, as_table, read_table
 from .statistics import latency_stats, summarize
 
@@ -62,6 +64,26 @@ def _yes(v: bool | None) -> str:
 
 def _per_pass(passes: list[PassStats], key: LatencyKey) -> str:
     return " / ".join(_ms(p[key]) for p in passes) or "n/a"
+
+
+ENVIRONMENT_CHECK = "environment_check.json"  # written by study/environment_check.py
+
+
+def drift_banner(drift: Sequence[str]) -> list[str]:
+    """The banner of a run measured with --allow-environment-drift: every recorded difference."""
+    if not drift:
+        return []
+    return [(f"> **ENVIRONMENT DRIFT** - measured with --allow-environment-drift; {len(drift)} difference(s) "
+             "between what the recipe declares and what the backends reported (environment_check.json):"), ">",
+            *[f"> - {d}" for d in drift], ""]
+
+
+def recorded_drift(run: RunDir) -> list[str]:
+    """environment_check.json's differences (none for runs from before the check)."""
+    if not run.file(ENVIRONMENT_CHECK).is_file():
+        return []
+    found = run.read(ENVIRONMENT_CHECK).get("differences")
+    return [str(d) for d in found] if isinstance(found, list) else ["environment_check.json lists no differences"]
 
 
 def incomplete_banner(state: dict) -> str:
@@ -237,7 +259,7 @@ def imported_note(imported: dict) -> str:
 
 def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: dict | None = None,
                   notes: Iterable[str] = (), run: RunInfo | None = None, imported: dict | None = None,
-                  run_facts: Iterable[str] = (), floor: Iterable[str] = ()) -> str:
+                  run_facts: Iterable[str] = (), floor: Iterable[str] = (), drift: Sequence[str] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
 
     `state` is the run's state.json: unless its status is "complete" the report opens (and
@@ -247,11 +269,12 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     is an imported run's import.json: its status "imported" is complete, and the published figures
     are listed next to ours. `run_facts` are lines about the weights and the GPU (`run_facts_of`),
     shown in their own section when present. `floor` is the hardware-floor section (`floor.floor_lines`),
-    present when a backend measured the GPU.
+    present when a backend measured the GPU. `drift` are the environment differences a study run
+    with --allow-environment-drift recorded (environment_check.json): a banner under the title.
     """
     done = (Status.COMPLETE, Status.IMPORTED) if imported is not None else (Status.COMPLETE,)
     banner = [incomplete_banner(state), ""] if state is not None and state.get("status") not in done else []
-    out = [f"# Study {summary['study_id']}", "", *banner]
+    out = [f"# Study {summary['study_id']}", "", *banner, *drift_banner(drift)]
     if imported is not None:
         out += [f"> **{imported_note(imported)}**", ""]
     out += [recipe.study.purpose.strip(), ""]
@@ -279,6 +302,7 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     if imported is not None:
         out += _imported_lines(imported)
     out += ["## Gates", "", *_gate_lines(summary["gates"]), ""]
+    out += energy_lines(summary)
     facts = list(run_facts)
     if facts:
         out += ["## Weights and GPU", "", *facts, ""]
@@ -607,13 +631,13 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     state, recipe, rows = _load_run(run)
     if as_status is not None:  # the runner renders the report of a run it is about to call complete
         state = dict(state, status=as_status)
-    summary = summarize(rows, recipe)
+    summary = summarize(rows, recipe, gpu=read_gpu_events(run.file(GPU_FILE)) if run.file(GPU_FILE).is_file() else None)
     imported = run.read("import.json") if run.file("import.json").is_file() else None
     info = imported_run_info(run.path.name, imported) if imported is not None else run_info(run, recipe)
     backends = run.read("backends.json") if run.file("backends.json").is_file() else {}
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
                          imported=imported, run_facts=run_facts_of(run, backends),
-                         floor=floor_lines(backends.get("backends") or {}, rows))
+                         floor=floor_lines(backends.get("backends") or {}, rows), drift=recorded_drift(run))
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
     files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows, summary["study_id"], info) if plots else {})}

@@ -49,6 +49,7 @@ from ..evidence.summary import (
     Summary,
     WorkloadSummary,
 )
+from .energy import energy_and_state
 from .row_table import RowTable, as_table
 
 __all__ = [
@@ -213,6 +214,7 @@ class _Index:
     def __init__(self, table: RowTable, recipe: Recipe) -> None:
         self.table = table
         self.agreements: dict[tuple[str, str, str], Agreement] = {}
+        self.gpu_state: dict[str, Any] | None = None  # summary.json's gpu_state, when the run recorded one
         self._check(table, recipe)
         t = table
         timed = t.phase.equals(_MEASURED) | t.phase.equals(_FEASIBILITY)
@@ -509,6 +511,25 @@ def _stable(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateR
     return _gate(gate, True, not changed, errors, detail)
 
 
+def _gated_passes(gate, state: dict) -> list[dict]:
+    """The measured passes' GPU state the gate judges (one backend's, or every backend's)."""
+    return [p for p in state["passes"] if "/measured-" in p["label"]
+            and gate.backend in (None, p["label"].split("/", 1)[0])]
+
+
+def _not_throttled(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
+    state = index.gpu_state or {"reason": "this run recorded no GPU state (no gpu.jsonl)"}
+    if not state.get("available"):
+        return _gate(gate, True, False, 0, f"no GPU state to judge: {state.get('reason')}")
+    passes = _gated_passes(gate, state)
+    if not passes:
+        return _gate(gate, True, False, 0, "no measured pass has GPU state readings")
+    slowed = [f"{p['label']} ({', '.join(p['clock_event_reasons'])})" for p in passes if p["slowdown"]]
+    detail = (f"thermal or hardware slowdown in {len(slowed)} of {len(passes)} measured passes: {'; '.join(slowed)}"
+              if slowed else f"no thermal or hardware slowdown reason in {len(passes)} measured passes")
+    return _gate(gate, True, not slowed, 0, detail)
+
+
 def _external(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
     return _gate(gate, False, None, 0, f"recorded, not evaluated by the runner; evidence: {gate.evidence}")
 
@@ -518,6 +539,7 @@ _GATES: dict[str, Callable[[Any, _Index, dict[str, WorkloadSummary]], GateResult
     "max_probability_delta": _max_delta,
     "decisions_unchanged": _decisions,
     "probabilities_stable": _stable,
+    "gpu_not_throttled": _not_throttled,
     "external": _external,
 }
 
@@ -525,13 +547,28 @@ _GATES: dict[str, Callable[[Any, _Index, dict[str, WorkloadSummary]], GateResult
 # --- the summary -----------------------------------------------------------------------
 
 
-def summarize(rows: RowTable | Iterable[Row], recipe: Recipe) -> Summary:
-    """The content of summary.json: a pure, deterministic function of the rows and the recipe.
+def _measured_requests(index: _Index, recipe: Recipe) -> dict[str, int]:
+    """Rows of each measured pass, by the label the runner gives the pass's boundaries."""
+    found = {}
+    for w in recipe.workloads:
+        for b in recipe.backends:
+            for i in index.passes(w.name, b.name, _MEASURED, recipe.passes_for(w)[1]):
+                found[f"{b.name}/{w.name}/measured-{i}"] = len(index.rows(w.name, b.name, _MEASURED, i))
+    return found
+
+
+def summarize(rows: RowTable | Iterable[Row], recipe: Recipe, gpu: list[dict] | None = None) -> Summary:
+    """The content of summary.json: a pure, deterministic function of the rows and the recipe
+    (and of gpu.jsonl's events where the run has one: `energy` and `gpu_state`).
 
     `rows` is a RowTable (`row_table.read_table`) or any iterable of Row objects."""
     index = _Index(as_table(rows), recipe)
     workloads = {w.name: _workload_summary(index, recipe, w.name) for w in recipe.workloads}
-    return {
+    state: dict[str, Any] | None = None
+    if gpu is not None:  # runs from 2026-12 on; older runs' summaries have neither key
+        energy, state = energy_and_state(gpu, _measured_requests(index, recipe), [b.name for b in recipe.backends])
+        index.gpu_state = state
+    summary: Summary = {
         "format_version": SUMMARY_FORMAT_VERSION,
         "study_id": recipe.study.id,
         "p95_rules": dict(P95_RULES),
@@ -540,3 +577,6 @@ def summarize(rows: RowTable | Iterable[Row], recipe: Recipe) -> Summary:
         "workloads": workloads,
         "gates": [_GATES[g.kind](g, index, workloads) for g in recipe.gates],
     }
+    if state is not None:
+        summary["energy"], summary["gpu_state"] = energy, state
+    return summary

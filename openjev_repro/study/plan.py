@@ -105,8 +105,14 @@ def _backends(recipe: Recipe, values: dict[str, str], runtime: str | None) -> li
                     "stop_order": ["command"] + names[::-1],
                     "aux": aux, "command": _process("command", b.command, b.env, values, f"backend {b.name}", names,
                                                     health=b.health),
-                    "endpoint": b.endpoint, "model": b.model})
+                    "endpoint": b.endpoint, "model": b.model, **_environment(recipe, b)})
     return out
+
+
+def _environment(recipe: Recipe, backend) -> dict:
+    """What the backend must report once ready (checked before measuring), when the recipe declares any."""
+    declared = recipe.environment_of(backend).model_dump(mode="json", exclude_defaults=True)
+    return {"environment": declared} if declared else {}
 
 
 def _passes(recipe: Recipe) -> list[dict]:
