@@ -314,7 +314,7 @@ def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, work
 IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_weights_fingerprint",
                  "weights_fingerprint_seconds", "weights_bytes", "mode", "device", "dtype", "lora",
                  "implementations", "torch_threads", "torch_interop_threads", "thread_env", "base_model",
-                 "cuda_graphs", "compiled", "hardware", "non_embedding_parameters")
+                 "cuda_graphs", "compiled", "hardware", "non_embedding_parameters", "prompt_format")
 
 
 def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
