@@ -50,17 +50,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _write_fixture(root: Path) -> None:
     from openjev_repro.backend.fixture import build_fixture
-    from openjev_repro.study.synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
+    from openjev_repro.study.synthetic import write_request_files
 
     build_fixture(root / "checkpoint")
-    write_demo_requests(root / "checkpoint" / "base", root / "requests" / "demo-noul.jsonl")
-    write_lengths_requests(root / "checkpoint" / "base", H200_NOUL_INPUT_TOKENS,
-                           root / "requests" / "h200-74-lengths.jsonl")
+    write_request_files(root / "checkpoint" / "base", root / "requests")
 
 
 @pytest.fixture(scope="session")
 def fixture_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """DIR with checkpoint/ (the fixture package) and requests/{demo-noul,h200-74-lengths}.jsonl.
+    """DIR with checkpoint/ (the fixture package) and requests/ (synthetic.REQUEST_FILES).
 
     Built once per run: under xdist the first worker builds it in the run's shared temporary
     directory while the others wait on a lock; tests only read it (those that damage it copy it first)."""
