@@ -50,7 +50,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _write_fixture(root: Path) -> None:
     from openjev_repro.backend.fixture import build_fixture
-    from openjev_repro.study.synthetic import write_request_files
+    from openjev_repro.backend.synthetic import write_request_files
 
     build_fixture(root / "checkpoint")
     write_request_files(root / "checkpoint" / "base", root / "requests")

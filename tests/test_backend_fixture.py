@@ -13,8 +13,8 @@ import pytest
 
 from openjev_repro.backend.fixture import LORA_TARGETS, fixture_config
 from openjev_repro.backend.package import package_sha256, read_package
+from openjev_repro.backend.synthetic import H200_NOUL_INPUT_TOKENS, write_lengths_requests
 from openjev_repro.errors import CheckpointError, RecipeError
-from openjev_repro.study.synthetic import H200_NOUL_INPUT_TOKENS, write_lengths_requests
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -156,8 +156,8 @@ def test_upstream_lengths_file_is_26_tokens_longer_under_the_other_format(fixtur
 
 def test_committed_recipes_name_the_prompt_format_their_requests_were_made_for() -> None:
     """A recipe of our backend runs the format under which its pinned request file has its lengths."""
-    from openjev_repro.study.recipe import load_recipe
-    from openjev_repro.study.synthetic import REQUEST_FILES
+    from openjev_repro.backend.synthetic import REQUEST_FILES
+    from openjev_repro.evidence.recipe import load_recipe
 
     checked = 0
     for path in sorted((REPO / "recipes").glob("*.yaml")):

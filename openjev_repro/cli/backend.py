@@ -20,8 +20,8 @@ def fixture(c, out, lengths=None):
     """Write the byte-stable fixture checkpoint and its demo and 74-length request files (each for both prompt
     formats); print their sha256."""
     from ..backend.fixture import build_fixture, file_table
-    from ..study.rundir import guard_output
-    from ..study.synthetic import H200_NOUL_INPUT_TOKENS, write_request_files
+    from ..backend.synthetic import H200_NOUL_INPUT_TOKENS, write_request_files
+    from ..evidence.rundir import guard_output
 
     root = guard_output(Path(out), directory=True)  # never inside a run, never over a file
     if (root / "checkpoint").exists() and any((root / "checkpoint").iterdir()):

@@ -21,7 +21,7 @@ DEMO_KEYS = Path(".cache/demo-key")
 def ensure_fixture(root: Path) -> None:
     """Build the byte-stable fixture and request files once (and any request file a fixture built by an
     older version lacks); verify-inputs checks them every run."""
-    from ..study.synthetic import write_request_files
+    from ..backend.synthetic import write_request_files
 
     if (root / "checkpoint" / "model.json").is_file():
         write_request_files(root / "checkpoint" / "base", root / "requests", only_missing=True)
@@ -48,7 +48,7 @@ def ensure_demo_key(keys: Path) -> Path:
 def recipe_with_image(image: str, dest_dir: Path = Path(".cache/demo-recipes")) -> Path:
     """A copy of the demo recipe whose backends run in `image` (e.g. openjev-repro/hf:env); the run
     records this copy, so its recipe says which image it used."""
-    from ..study.recipe import read_yaml
+    from ..evidence.recipe import read_yaml
 
     data = read_yaml(DEMO_RECIPE, "demo recipe")
     data["inputs"]["root"] = str(DEMO_INPUTS.resolve())
@@ -70,8 +70,8 @@ def recipe_with_image(image: str, dest_dir: Path = Path(".cache/demo-recipes")) 
 def demo(c, out="runs", runtime=None, image=None):
     """Run the embedded demo study end to end, sign it, print the report; the last line is the run directory."""
     from ..manifest.keys import PUBLIC_KEY_NAME
-    from ..study.preflight import RUNTIMES, check_out_dir
-    from ..study.runner import StudyOptions, run_study
+    from ..orchestrator.preflight import RUNTIMES, check_out_dir
+    from ..orchestrator.runner import StudyOptions, run_study
     from .output import console, print_markdown
 
     if runtime is not None and runtime not in RUNTIMES:

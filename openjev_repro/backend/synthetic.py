@@ -79,7 +79,7 @@ def corpus_lines(seed: int = 1, count: int = 4000) -> Iterator[str]:
 
 def calibration_texts(seed: int = 3, count: int = 16) -> list[str]:
     """Prompts the fixture head is calibrated on (rendered noul messages of 1 to 12 sentences)."""
-    from ..backend.prompts import Question, render_text
+    from .prompts import Question, render_text
 
     rng = random.Random(seed)
     texts = []
@@ -105,7 +105,7 @@ def _question(instructions: str) -> dict[str, Any]:
 
 def _length(tokenizer: Any, state: Any, instructions: str, prompt_format: str) -> int:
     """The token count the backend reports for this case (its own validation and renderer)."""
-    from ..backend.prompts import MODEL_ALIASES, candidate_texts, chat_prompt, parse_request
+    from .prompts import MODEL_ALIASES, candidate_texts, chat_prompt, parse_request
 
     _, _, (question,) = parse_request({"state": state, "questions": {"q": _question(instructions)}}, MODEL_ALIASES)
     (text,) = candidate_texts(state, question, prompt_format)
