@@ -465,7 +465,7 @@ def _stop_all(ctx: StudyRun, started: list[RunningBackend], host: HostSession) -
 IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_weights_fingerprint",
                  "weights_fingerprint_seconds", "weights_bytes", "mode", "device", "dtype", "lora",
                  "implementations", "torch_threads", "torch_interop_threads", "thread_env", "base_model",
-                 "cuda_graphs", "compiled", "hardware", "non_embedding_parameters",
+                 "cuda_graphs", "compiled", "hardware", "non_embedding_parameters", "prompt_format",
                  "kernels", "packages", "source_sha256")  # the last three: runs from 2026-12 on
 
 
