@@ -19,6 +19,7 @@ __all__ = ["fixture"]
 def fixture(c, out, lengths=None):
     """Write the byte-stable fixture checkpoint and its demo and 74-length request files; print their sha256."""
     from ..backend.fixture import build_fixture, file_table
+    from ..backend.peer_inputs import write_peer_inputs
     from ..study.rundir import guard_output
     from ..study.synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
 
@@ -35,6 +36,7 @@ def fixture(c, out, lengths=None):
     tokenizer = root / "checkpoint" / "base"
     files.append(write_demo_requests(tokenizer, root / "requests" / "demo-noul.jsonl"))
     files.append(write_lengths_requests(tokenizer, counts, root / "requests" / "h200-74-lengths.jsonl"))
+    files += write_peer_inputs(root)  # what a foreign server needs to load this checkpoint offline
     print(f"fixture written to {root} (sha256, bytes, file):")
     for name, size, digest in file_table(root, files):
         print(f"{digest}  {size:>9}  {name}")

@@ -20,7 +20,11 @@ DEMO_KEYS = Path(".cache/demo-key")
 
 def ensure_fixture(root: Path) -> None:
     """Build the byte-stable fixture and request files once; verify-inputs checks them every run."""
+    from ..backend.peer_inputs import write_peer_inputs
+
     if (root / "checkpoint" / "model.json").is_file():
+        if not (root / "peers").is_dir():  # a fixture built before the peer inputs existed
+            write_peer_inputs(root)
         return
     # transformers' notice that its CUDA fast path is absent is a 265-character line, irrelevant on a CPU
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -32,6 +36,7 @@ def ensure_fixture(root: Path) -> None:
     tokenizer = root / "checkpoint" / "base"
     write_demo_requests(tokenizer, root / "requests" / "demo-noul.jsonl")
     write_lengths_requests(tokenizer, H200_NOUL_INPUT_TOKENS, root / "requests" / "h200-74-lengths.jsonl")
+    write_peer_inputs(root)
 
 
 def ensure_demo_key(keys: Path) -> Path:

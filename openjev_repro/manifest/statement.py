@@ -73,6 +73,7 @@ OPTIONAL_FILES = {
     "host": "host.json",
     "processes": "processes.json",
     "backends": "backends.json",   # weights fingerprint and threads per backend (runs from 2026-12 on)
+    "servers": "servers.json",     # launched or reached by URL, readiness, connections (runs from 2026-12 on)
 }
 
 

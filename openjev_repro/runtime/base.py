@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import time
-import urllib.error
-import urllib.request
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..errors import BackendCrashed, BackendNotReady
+from .readiness import Readiness, poll_ready
 
 __all__ = ["ExitRecord", "LaunchSpec", "RunningBackend", "Runtime", "poll_health"]
 
@@ -26,6 +22,9 @@ class LaunchSpec:
     port: int  # port the client connects to (a free one, chosen by the runner)
     log_path: Path  # stdout+stderr of the backend go here
     health_path: str = "/health"
+    readiness: str = "status-ready"  # runtime/readiness.py: status-ready | any-2xx | first-inference
+    endpoint: str = "/v1/systemone"  # polled by first-inference readiness
+    model: str = "open-jev"  # named in the hint when a first inference is refused
     image: str | None = None  # docker only
     read_only_mounts: tuple[Path, ...] = ()  # verified inputs, mounted read-only (docker)
     gpu_uuid: str | None = None
@@ -48,6 +47,7 @@ class ExitRecord:
     intentional: bool = False  # ended by our own stop, not a failure
     exited: bool = True  # verified gone afterwards
     binding: dict = field(default_factory=dict)  # effective NUMA/CPU/GPU binding
+    launched: bool = True  # False: a server the study reached by URL and neither started nor stopped
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -68,9 +68,24 @@ class RunningBackend(ABC):
     def describe_exit(self) -> str:
         """A sentence saying how the backend died, with the tail of its log, for error messages."""
 
-    def wait_ready(self, timeout_s: float, poll_s: float = 0.2) -> dict:
-        """Poll /health until it says ready; fail fast if the backend dies meanwhile."""
-        return poll_health(self, timeout_s, poll_s)
+    readiness: Readiness | None = None  # how it became ready (set by wait_ready)
+
+    def base_url(self) -> str:
+        host = f"[{self.spec.host}]" if ":" in self.spec.host else self.spec.host
+        return f"http://{host}:{self.spec.port}"
+
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.2, probe: bytes | None = None) -> dict:
+        """Poll until ready as spec.readiness says (`probe`: the first-inference request's body); fail
+        fast if the backend dies meanwhile. Returns the health answer's JSON object ({} if none)."""
+        spec = self.spec
+        health, self.readiness = poll_ready(
+            self, name=spec.name, kind=spec.readiness, base_url=self.base_url(), health=spec.health_path,
+            endpoint=spec.endpoint, model=spec.model, probe=probe, timeout_s=timeout_s,
+            log_hint=self.log_hint(), poll_s=poll_s)
+        return health
+
+    def log_hint(self) -> str:
+        return f"Its log is {self.spec.log_path}."
 
 
 class Runtime(ABC):
@@ -81,25 +96,10 @@ class Runtime(ABC):
 
 
 def poll_health(backend: RunningBackend, timeout_s: float, poll_s: float = 0.2) -> dict:
+    """Poll the health path until it answers our contract (status "ready"); the health body."""
     spec = backend.spec
-    url = f"http://{spec.host}:{spec.port}{spec.health_path}"
-    deadline = time.monotonic() + timeout_s
-    last = "no answer yet"
-    while time.monotonic() < deadline:
-        if not backend.alive():
-            raise BackendCrashed(f"Backend {spec.name} exited before it was ready. {backend.describe_exit()}")
-        try:
-            with urllib.request.urlopen(url, timeout=2.0) as resp:
-                body = json.loads(resp.read() or b"{}")
-                if resp.status == 200 and body.get("status") == "ready":
-                    return body
-                last = f"HTTP {resp.status} {body}"
-        except urllib.error.HTTPError as exc:
-            last = f"HTTP {exc.code}"
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            last = str(getattr(exc, "reason", exc))
-        time.sleep(poll_s)
-    raise BackendNotReady(
-        f"Backend {spec.name} was not ready within {timeout_s:.0f} s at {url} (last answer: {last}). "
-        f"Its log is {spec.log_path}."
-    )
+    health, backend.readiness = poll_ready(
+        backend, name=spec.name, kind="status-ready", base_url=backend.base_url(), health=spec.health_path,
+        endpoint=spec.endpoint, model=spec.model, probe=None, timeout_s=timeout_s, log_hint=backend.log_hint(),
+        poll_s=poll_s)
+    return health

@@ -21,7 +21,7 @@ from ..errors import RecipeError
 from ..hashing import hash_file
 from .placeholders import LAUNCH_NAMES, fill
 from .preparation import plan_prepare
-from .recipe import UNPINNED, NoAliasLoader, Recipe, _line_map
+from .recipe import UNPINNED, Backend, NoAliasLoader, Recipe, _line_map
 from .resolved import ResolvedRecipe
 from .traces import plan_traces
 
@@ -105,8 +105,14 @@ def _backends(recipe: Recipe, values: dict[str, str], runtime: str | None) -> li
                     "stop_order": ["command"] + names[::-1],
                     "aux": aux, "command": _process("command", b.command, b.env, values, f"backend {b.name}", names,
                                                     health=b.health),
-                    "endpoint": b.endpoint, "model": b.model})
+                    "endpoint": b.endpoint, "model": b.model, **_reach(b)})
     return out
+
+
+def _reach(b: Backend) -> dict[str, Any]:
+    """How the study reaches a backend: launched (and owned) by it, or a running server at `url` (neither)."""
+    return {"launched": b.launched, "owned": b.launched, "url": b.url, "readiness": b.readiness,
+            "health": b.health, "cwd": b.cwd}
 
 
 def _passes(recipe: Recipe) -> list[dict]:

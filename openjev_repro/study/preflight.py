@@ -101,7 +101,7 @@ def check_ports(recipe: Recipe, host: str = "127.0.0.1") -> None:
 
 
 def check_docker(recipe: Recipe, runtime: str | None) -> None:
-    docker_backends = [b for b in recipe.backends if (runtime or b.runtime) == "docker"]
+    docker_backends = [b for b in recipe.backends if b.launched and (runtime or b.runtime) == "docker"]
     if not docker_backends:
         return
     images = []

@@ -27,19 +27,22 @@ from ..host.override import GpuOverride
 from ..host.reaper import Reaper
 from ..host.session import HostSession
 from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
+from ..runtime.external import ExternalBackend
 from ..runtime.local import LocalRuntime
+from ..runtime.readiness import first_inference_hint
 from .inputs import checks_table, require_all_ok, verify_inputs
 from .passes import PassBudget, PassRunner, ResponseLog
 from .placeholders import LAUNCH_NAMES, fill
 from .plan import REPRO_ROOT
 from .preflight import port_in_use, preflight
-from .recipe import AuxProcess, Backend, Recipe, Workload
+from .recipe import AuxProcess, Backend, Recipe, Workload, parse_server_url
 from .resolved import ResolvedRecipe, resolve_recipe
 from .rows import Phase, RowWriter, read_rows
 from .rundir import (
     BACKENDS_FORMAT_VERSION,
     INPUTS_FORMAT_VERSION,
     PROCESSES_FORMAT_VERSION,
+    SERVERS_FORMAT_VERSION,
     RunDir,
     fsync_tree,
     write_json_atomic,
@@ -56,7 +59,9 @@ __all__ = [
 
 TIMING_BOUNDARY = (
     "Client monotonic clock (ns) from just before the request's first byte is sent to just after the "
-    "response's last byte is received, over one persistent loopback HTTP/1.1 connection per backend. "
+    "response's last byte is received, over one HTTP/1.1 connection per backend kept open for as long as the "
+    "server allows (servers.json counts each backend's connections; a TCP connect, first or renewed, happens "
+    "before a request's clock starts). "
     "Includes the backend's HTTP handling, tokenization, inference and response encoding. Excludes request "
     "serialisation, response JSON parsing, process start to readiness, the first inference, warm-up and "
     "feasibility passes."
@@ -257,7 +262,7 @@ def _execute(run: RunDir, study: ResolvedRecipe, opts: StudyOptions, reaper: Rea
     cleanup = host_json.get("cleanup")
     if cleanup is not None and not cleanup.get("passed"):
         raise BackendError(f"Cleanup checks failed after the study: {cleanup}.")
-    leftovers = [r for r in records if not r.exited]
+    leftovers = [r for r in records if r.launched and not r.exited]
     if leftovers:
         raise BackendError(f"Processes still alive after stop: {', '.join(r.ident for r in leftovers)}.")
     if failures:
@@ -271,42 +276,87 @@ def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, work
                  budget: PassBudget, records: list[ExitRecord], host: HostSession, opts: StudyOptions,
                  reaper: Reaper | None = None) -> int:
     console = opts.console
-    runtime = get_runtime(opts.runtime or backend.runtime)
-    if isinstance(runtime, LocalRuntime):
-        runtime.prefix = host.command_prefix()
-    if hasattr(runtime, "reaper"):
-        runtime.reaper = reaper
     prepared = {name: build_requests(tasks, backend.model) for name, tasks in workloads.items()}
     started: list[RunningBackend] = []  # aux processes first, the client-facing command last
-    aux_ports: dict[str, int] = {}
+    server: dict[str, Any] = _server_record(backend)
     try:
-        for aux in backend.aux:
-            spec = _launch_spec(run, recipe, root, backend, opts, aux_ports, host.gpu_uuid, aux=aux)
-            aux_ports[aux.name] = spec.port
-            console.print(f"[bold]{backend.name}[/]: starting aux {aux.name} ({runtime.name}) on port {spec.port}")
-            started.append(runtime.launch(spec))
-            if aux.health is not None:
-                started[-1].wait_ready(aux.ready_timeout_s or recipe.protocol.ready_timeout_s)
-        spec = _launch_spec(run, recipe, root, backend, opts, aux_ports, host.gpu_uuid)
-        console.print(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
-        handle = runtime.launch(spec)
-        started.append(handle)
-        health = handle.wait_ready(recipe.protocol.ready_timeout_s)
-        console.print(f"{backend.name}: ready ({health.get('method', health.get('model', ''))})")
+        handle = _start(run, recipe, root, backend, opts, host, reaper, started)
+        health = handle.wait_ready(recipe.protocol.ready_timeout_s, probe=_first_request(recipe, prepared).body)
+        server["readiness"] = handle.readiness.to_dict() if handle.readiness else None
+        console.print(f"{backend.name}: ready ({health.get('method', health.get('model', backend.readiness))})")
         write_json_atomic(run.file(f"logs/{backend.name}.health.json"), health)
         _record_backend_identity(run, backend.name, health)
         for process in started:  # read once ready: numactl binds, then execs under the same pid
             host.record_binding(process.spec.name, getattr(getattr(process, "proc", None), "pid", None))
         alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
-        return _protocol(run, recipe, backend, handle, alive, prepared, rows, budget, host, opts)
+        return _protocol(run, recipe, backend, handle, alive, prepared, rows, budget, host, opts, server)
     finally:
         stopped = [process.stop(recipe.protocol.stop_grace_s) for process in reversed(started)]  # command first
         records.extend(stopped)  # every process is stopped before anything is written (a full disk stops nothing)
         write_json_atomic(run.file("processes.json"),
                           {"format_version": PROCESSES_FORMAT_VERSION, "processes": [r.to_dict() for r in records]})
+        _record_server(run, backend.name, server)
         for record in stopped:
-            state = "stopped by us" if record.intentional else f"exited on its own (status {record.exit_status})"
-            console.print(f"{record.name}: {state}; all processes gone: {record.exited}")
+            console.print(f"{record.name}: {_stop_words(record)}")
+
+
+def _stop_words(record: ExitRecord) -> str:
+    if not record.launched:
+        return f"left running at {record.ident} (not started by the study, not ours to stop)"
+    state = "stopped by us" if record.intentional else f"exited on its own (status {record.exit_status})"
+    return f"{state}; all processes gone: {record.exited}"
+
+
+def _start(run: RunDir, recipe: Recipe, root: Path, backend: Backend, opts: StudyOptions, host: HostSession,
+           reaper: Reaper | None, started: list[RunningBackend]) -> RunningBackend:
+    """Launch the backend's aux processes and command (appending each to `started`), or reach its `url`."""
+    console = opts.console
+    if not backend.launched:
+        assert backend.url is not None
+        address, port = parse_server_url(backend.url)
+        spec = _spec_of(run, recipe, backend, address, port)
+        console.print(f"[bold]{backend.name}[/]: reaching {backend.url} (running already; not launched by the study)")
+        started.append(ExternalBackend(spec, backend.url))
+        return started[-1]
+    runtime = get_runtime(opts.runtime or backend.runtime)
+    if isinstance(runtime, LocalRuntime):
+        runtime.prefix = host.command_prefix()
+    if hasattr(runtime, "reaper"):
+        runtime.reaper = reaper
+    aux_ports: dict[str, int] = {}
+    for aux in backend.aux:
+        spec = _launch_spec(run, recipe, root, backend, opts, aux_ports, host.gpu_uuid, aux=aux)
+        aux_ports[aux.name] = spec.port
+        console.print(f"[bold]{backend.name}[/]: starting aux {aux.name} ({runtime.name}) on port {spec.port}")
+        started.append(runtime.launch(spec))
+        if aux.health is not None:
+            started[-1].wait_ready(aux.ready_timeout_s or recipe.protocol.ready_timeout_s)
+    spec = _launch_spec(run, recipe, root, backend, opts, aux_ports, host.gpu_uuid)
+    console.print(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
+    started.append(runtime.launch(spec))
+    return started[-1]
+
+
+def _spec_of(run: RunDir, recipe: Recipe, backend: Backend, address: str, port: int) -> LaunchSpec:
+    """The LaunchSpec of a `url` backend: where to reach it and how to tell it is ready, nothing to launch."""
+    return LaunchSpec(name=backend.name, argv=[], env={}, host=address, port=port, log_path=run.log_path(backend.name),
+                      health_path=backend.health, readiness=backend.readiness, endpoint=backend.endpoint,
+                      model=backend.model)
+
+
+def _server_record(backend: Backend) -> dict[str, Any]:
+    """servers.json's entry of a backend: launched or reached, readiness, connections (filled as the run goes)."""
+    return {"launched": backend.launched, "owned": backend.launched, "url": backend.url,
+            "readiness_kind": backend.readiness, "health": backend.health, "endpoint": backend.endpoint,
+            "model": backend.model, "readiness": None, "connections": None}
+
+
+def _record_server(run: RunDir, name: str, record: dict[str, Any]) -> None:
+    path = run.file("servers.json")
+    data: dict[str, Any] = run.read("servers.json") if path.is_file() else {
+        "format_version": SERVERS_FORMAT_VERSION, "backends": {}}
+    data["backends"][name] = record
+    write_json_atomic(path, data)
 
 
 # What each backend said about itself once ready (the reference backend reports all of these;
@@ -349,21 +399,24 @@ def _launch_spec(run: RunDir, recipe: Recipe, root: Path, backend: Backend, opts
     env = {k: fill(v, values, f"{where} env {k}") for k, v in env_template.items()}
     controls = recipe.controls
     health = backend.health if aux is None else (aux.health or "/health")
+    workdir = Path(fill(backend.cwd, values, f"{where} cwd")) if aux is None and backend.cwd else None
+    readiness = backend.readiness if aux is None else "status-ready"
     return LaunchSpec(name=name, argv=argv, env=env, host=host, port=port, log_path=run.log_path(name),
-                      health_path=health, image=backend.image, read_only_mounts=(root,),
+                      health_path=health, readiness=readiness, endpoint=backend.endpoint, model=backend.model,
+                      image=backend.image, read_only_mounts=(root,),
                       gpu_uuid=gpu_uuid, numa_node=controls.numa_node,
-                      cpus=controls.cpus)
+                      cpus=controls.cpus, workdir=workdir)
 
 
 def _protocol(run: RunDir, recipe: Recipe, backend: Backend, handle: RunningBackend, alive, prepared: dict[str, list[Request]],
-              rows: RowWriter, budget: PassBudget, host: HostSession, opts: StudyOptions) -> int:
+              rows: RowWriter, budget: PassBudget, host: HostSession, opts: StudyOptions, server: dict[str, Any]) -> int:
     proto = recipe.protocol
     responses = ResponseLog(run.responses_path(backend.name))
     client = TimedClient(handle.spec.host, handle.spec.port, timeout_s=proto.request_timeout_s)
     runner = PassRunner(backend.name, client, backend.endpoint, rows, responses, alive)
     try:
         if proto.first_inference:
-            _first_inference(runner, recipe, prepared)
+            _first_inference(runner, recipe, prepared, backend)
         for workload in recipe.workloads:
             requests = prepared[workload.name]
             longest_pool = prepared[recipe.protocol.warmup.longest_of or workload.name]
@@ -381,6 +434,7 @@ def _protocol(run: RunDir, recipe: Recipe, backend: Backend, handle: RunningBack
     finally:
         client.close()
         responses.close()
+        server["connections"] = dict(client.connections(), requests=runner.requests)
     return sum(1 for r in runner.failures if r.phase in ("feasibility", "measured"))
 
 
@@ -389,14 +443,22 @@ def _longest(requests: list[Request]) -> Request:
     return max(requests, key=lambda r: len(r.body))
 
 
-def _first_inference(runner: PassRunner, recipe: Recipe, prepared: dict[str, list[Request]]) -> None:
+def _first_request(recipe: Recipe, prepared: dict[str, list[Request]]) -> Request:
+    """The first inference's request (also the readiness probe of `readiness: first-inference`)."""
     warm = recipe.protocol.warmup
     every = prepared[warm.longest_of] if warm.longest_of else [r for name in prepared for r in prepared[name]]
-    req = _longest(every) if warm.longest_first else every[0]
+    return _longest(every) if warm.longest_first else every[0]
+
+
+def _first_inference(runner: PassRunner, recipe: Recipe, prepared: dict[str, list[Request]],
+                     backend: Backend) -> None:
+    req = _first_request(recipe, prepared)
     row = runner.request(req, workload=recipe.workloads[0].name, phase="first", pass_index=1, seq=0)
     if not row.ok or row.probability is None or row.decision is None or row.input_tokens is None:
+        error = row.error or "incomplete answer"
+        hint = first_inference_hint(row.status, error, model=backend.model, endpoint=backend.endpoint)
         raise BackendError(f"Backend {runner.backend}: the first inference after readiness failed its check "
-                           f"(finite probability, usage, decision): {row.error or 'incomplete answer'}.")
+                           f"(finite probability, usage, decision): {error}.{' Likely fix: ' + hint + '.' if hint else ''}")
 
 
 def _warmup(runner: PassRunner, recipe: Recipe, workload: Workload, requests: list[Request],
@@ -437,7 +499,7 @@ def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = Non
     # Package versions come from each backend's own interpreter (local runtime only; an image's
     # are recorded by its digest).
     pythons = {}
-    for backend in recipe.backends:
+    for backend in (b for b in recipe.backends if b.launched):  # a url backend's packages are not ours to list
         deferred = LAUNCH_NAMES | {f"port.{a.name}" for a in backend.aux}
         argv0 = fill(backend.command[0], {"python": sys.executable}, f"backend {backend.name} command", deferred=deferred)
         if (opts.runtime or backend.runtime) == "local" and Path(argv0).name.startswith("python"):
@@ -449,7 +511,7 @@ def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = Non
 def _image_digests(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = None) -> dict[str, dict]:
     """Image id, repo digests, layer diff IDs and every package inside each docker backend's image
     (a missing image fails here)."""
-    docker_backends = [b for b in recipe.backends if (opts.runtime or b.runtime) == "docker"]
+    docker_backends = [b for b in recipe.backends if b.launched and (opts.runtime or b.runtime) == "docker"]
     if not docker_backends:
         return {}
     from ..images.daemon import connect

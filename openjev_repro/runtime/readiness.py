@@ -1,0 +1,145 @@
+"""When a backend is ready, as its recipe declares it, and what a refused first inference means.
+
+Three kinds (`Backend.readiness`), each polled until `protocol.ready_timeout_s`:
+
+    status-ready     GET the health path; 200 with a JSON object whose "status" is "ready"
+                     (our /health contract, and upstream Open-Jev's)
+    any-2xx          GET the health path; any 2xx status, whatever the body (e.g. {"status": "ok"})
+    first-inference  POST the first-inference request to the endpoint; any 2xx (a server with no
+                     health route). A 4xx answer means the server is up and refuses the request:
+                     that fails at once, naming the recipe field that likely fixes it.
+
+`Readiness` is what the runner records in servers.json: the kind, the URL polled, the answer
+that made it ready, the attempts and the seconds it took.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from ..errors import BackendCrashed, BackendNotReady
+
+__all__ = ["Readiness", "first_inference_hint", "poll_ready"]
+
+_BODY_CHARS = 300  # of an answer quoted in an error message
+
+
+class _Polled(Protocol):
+    def alive(self) -> bool: ...
+
+    def describe_exit(self) -> str: ...
+
+
+@dataclass
+class Readiness:
+    kind: str
+    url: str
+    answer: str  # e.g. "HTTP 200"
+    attempts: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def first_inference_hint(status: int | None, body: bytes | str, *, model: str, endpoint: str) -> str:
+    """The recipe field most likely to fix a first inference the server refused ('' when unclear)."""
+    text = (body.decode("utf-8", "replace") if isinstance(body, bytes) else body).lower()
+    if status in (404, 405):
+        return (f"the server has no POST {endpoint}: set the backend's `endpoint:` in the recipe to the path "
+                "it serves /v1/systemone requests on")
+    if status is not None and 400 <= status < 500 and "model" in text:
+        return (f"the server does not accept the model name {model!r}: set the backend's `model:` in the recipe "
+                "to a name it serves (its GET /v1/models lists them)")
+    if status == 415:
+        return "the server refuses the JSON content type; it is not a /v1/systemone server"
+    if status is None and "lacks answers" in text:
+        return (f"the answer is not a /v1/systemone noul answer: check the backend's `endpoint:` ({endpoint}) "
+                "and that the server implements the contract")
+    return ""
+
+
+def _fetch(url: str, data: bytes | None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET",
+                                     headers={"Content-Type": "application/json"} if data is not None else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10.0) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _status_ready(status: int, body: bytes) -> tuple[bool, dict]:
+    try:
+        parsed = json.loads(body or b"{}")
+    except ValueError:
+        return False, {}
+    ok = status == 200 and isinstance(parsed, dict) and parsed.get("status") == "ready"
+    return ok, parsed if isinstance(parsed, dict) else {}
+
+
+def _any_2xx(status: int, body: bytes) -> tuple[bool, dict]:
+    try:
+        parsed = json.loads(body or b"{}")
+    except ValueError:
+        parsed = {}
+    return 200 <= status < 300, parsed if isinstance(parsed, dict) else {}
+
+
+def _refused(kind: str, status: int, body: bytes, where: dict[str, str]) -> str | None:
+    """For first-inference: a 4xx (not 408/425/429) is a refusal to report now, not a server still loading."""
+    if kind != "first-inference" or not 400 <= status < 500 or status in (408, 425, 429):
+        return None
+    hint = first_inference_hint(status, body, model=where["model"], endpoint=where["endpoint"])
+    quoted = body[:_BODY_CHARS].decode("utf-8", "replace")
+    return f"answered HTTP {status} ({quoted}){'; ' + hint if hint else ''}"
+
+
+def poll_ready(backend: _Polled, *, name: str, kind: str, base_url: str, health: str, endpoint: str,
+               model: str, probe: bytes | None, timeout_s: float, log_hint: str,
+               poll_s: float = 0.2) -> tuple[dict, Readiness]:
+    """Poll until ready; return (the health body as a dict, {} when there is none, and the Readiness)."""
+    url = base_url + (endpoint if kind == "first-inference" else health)
+    data = (probe or b"{}") if kind == "first-inference" else None
+    judge = _status_ready if kind == "status-ready" else _any_2xx
+    started = time.monotonic()
+    deadline = started + timeout_s
+    last, attempts = "no answer yet", 0
+    while time.monotonic() < deadline:
+        if not backend.alive():
+            raise BackendCrashed(f"Backend {name} exited before it was ready. {backend.describe_exit()}")
+        attempts += 1
+        try:
+            status, body = _fetch(url, data)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            last = str(getattr(exc, "reason", exc))
+        else:
+            refused = _refused(kind, status, body, {"model": model, "endpoint": endpoint})
+            if refused:
+                raise BackendNotReady(f"Backend {name}: the first-inference request to {url} (readiness "
+                                      f"first-inference) {refused}. {log_hint}")
+            ready, parsed = judge(status, body)
+            if ready:
+                health_body = {} if kind == "first-inference" else parsed
+                return health_body, Readiness(kind, url, f"HTTP {status}", attempts,
+                                              round(time.monotonic() - started, 3))
+            last = f"HTTP {status} {body[:_BODY_CHARS].decode('utf-8', 'replace')}"
+        time.sleep(poll_s)
+    raise BackendNotReady(
+        f"Backend {name} was not ready within {timeout_s:.0f} s at {url} (readiness {kind}; last answer: {last}). "
+        f"{_kind_hint(kind, last)}{log_hint}"
+    )
+
+
+def _kind_hint(kind: str, last: str) -> str:
+    if kind == "status-ready" and last.startswith("HTTP 2"):
+        return ("It answers, but not with JSON status \"ready\": a server with another health contract takes "
+                "`readiness: any-2xx` (or `first-inference` when it has no health route). ")
+    if kind != "first-inference" and last.startswith("HTTP 404"):
+        return "It has no such health route: set `health:` to its path, or `readiness: first-inference`. "
+    return ""
