@@ -21,7 +21,9 @@ Backends pair by name, or as `backends` maps them; a backend that is a mapping t
 with what is mapped to it (e.g. `{baseline: candidate}` compares an imported run's two arms
 without an unrequested candidate-versus-candidate section).
 
-Each pair also shows both runs' `weights_fingerprint` (backends.json, absent in older runs).
+Each pair also shows both runs' `weights_fingerprint` (backends.json, absent in older runs), and
+`input_tokens`: each paired case's usage.input_tokens in both runs and the difference (candidate -
+baseline), beside the probability differences (a changed prompt shows as a token offset).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from ..results.statistics import (
     ranges_disjoint,
 )
 from ..results.summary import LatencyKey
+from ..results.tokens import token_differences, token_phrase
 from ..study.recipe import parse_recipe, read_yaml
 from ..study.rows import Row
 from ..study.rundir import RunDir
@@ -219,7 +222,16 @@ def _pair(workload: str, base_name: str, cand_name: str, tb: RowTable, base: _Pa
                       "method_version": BOOTSTRAP_METHOD["version"],
                       "of": "mean(candidate) - mean(baseline), measured latencies"},
         **_answers(tb, base[min(base)], tc, cand[min(cand)]),
+        "input_tokens": _input_tokens(tb, base[min(base)], tc, cand[min(cand)]),
     }
+
+
+def _input_tokens(tb: RowTable, base: np.ndarray, tc: RowTable, cand: np.ndarray) -> dict[str, Any]:
+    """Input-token counts of the first measured passes by case (paired by id and seq, as the answers)."""
+    match, _ = pair_by_id_and_seq(tb.ids.codes[base].astype(np.int64), tb.seq[base], _ids_in(tb, tc, cand), tc.seq[cand])
+    b, c = base[match >= 0], cand[match[match >= 0]]
+    return token_differences(tb.ids.strings(b), tb.seq[b].tolist(), tb.input_tokens[b], tb.has_input_tokens[b],
+                             tc.input_tokens[c], tc.has_input_tokens[c])
 
 
 def _ids_in(t: RowTable, other: RowTable, idx: np.ndarray) -> np.ndarray:
@@ -334,6 +346,8 @@ def to_markdown(result: dict[str, Any]) -> str:
                   f"- decision flips: {len(a['decision_flips'])} of {a['paired']} paired cases"
                   + _flip_ids(a["decision_flips"]),
                   f"- max |probability delta|: {a['max_abs_probability_delta']!r}"]
+        if "input_tokens" in p:  # absent from compare JSON written before token counts were compared
+            lines.append(f"- {token_phrase(p['input_tokens'], 'candidate', 'baseline')}")
         for figure, v in (p.get("published") or {}).items():
             lines.append(f"- published {figure} (imported run): {v['published']!r}; ours {v['ours']!r} "
                          f"({(v['status'] or 'unknown').replace('_', ' ')} at import)")

@@ -25,8 +25,10 @@ from ..study.rows import Row
 from ..study.rundir import ENVELOPE_NAME, RunDir, guard_output, write_bytes_atomic
 from .floor import floor_lines
 from .row_table import RowTable, as_table, read_table
-from .statistics import latency_stats, summarize
+from .servers import server_lines
+from .statistics import latency_stats, pair_by_id_and_seq, summarize
 from .summary import GateResult, LatencyKey, PassStats, Summary, WorkloadSummary
+from .tokens import token_differences, token_phrase
 
 __all__ = [
     "DIGITS",
@@ -135,8 +137,26 @@ def _percent_change(percent_lower: float) -> str:
     return f"{abs(rounded):.{DIGITS['percent']}f}% {'lower' if rounded > 0 else 'higher'}"
 
 
-def _agreement_lines(wl: WorkloadSummary) -> list[str]:
+def _first_passes(t: RowTable, workload: str) -> dict[str, np.ndarray]:
+    """backend -> row indices of its first measured pass in `workload` (every row, failed ones included)."""
+    return {backend: passes[min(passes)] for (w, backend), passes in t.by_pass("measured").items() if w == workload}
+
+
+def _tokens_of(t: RowTable, first: dict[str, np.ndarray], a: str, b: str) -> str:
+    """The input-token phrase of two backends' first measured passes, paired by (id, seq) like the agreement."""
+    if a not in first or b not in first:
+        return "input tokens not compared (no measured rows)"
+    a_rows, b_rows = first[a], first[b]
+    match, _ = pair_by_id_and_seq(t.ids.codes[a_rows], t.seq[a_rows], t.ids.codes[b_rows], t.seq[b_rows])
+    x, y = a_rows[match >= 0], b_rows[match[match >= 0]]
+    diff = token_differences(t.ids.strings(x), t.seq[x].tolist(), t.input_tokens[x], t.has_input_tokens[x],
+                             t.input_tokens[y], t.has_input_tokens[y])
+    return token_phrase(diff, b, a)
+
+
+def _agreement_lines(wl: WorkloadSummary, t: RowTable | None = None, workload: str = "") -> list[str]:
     out = []
+    first = _first_passes(t, workload) if t is not None else {}
     for c in wl["comparisons"]:
         buckets = "; ".join(f"{k}: {_prob(v)}" for k, v in c["max_probability_delta_by_tokens"].items())
         differing = f"; differing: {', '.join(c['differing_ids'])}" if c["differing_ids"] else ""
@@ -145,7 +165,8 @@ def _agreement_lines(wl: WorkloadSummary) -> list[str]:
         out.append(
             f"- {c['baseline']} / {c['candidate']}: {c['agreement']} / {c['n']} thresholded decisions agree"
             f"{differing}; max probability difference {_prob(c['max_probability_delta'])} "
-            f"(input tokens {buckets}){gaps}."
+            f"(input tokens {buckets}){gaps}"
+            + (f"; {_tokens_of(t, first, c['baseline'], c['candidate'])}." if t is not None else ".")
         )
     return out
 
@@ -205,7 +226,7 @@ def imported_note(imported: dict) -> str:
 
 def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: dict | None = None,
                   notes: Iterable[str] = (), run: RunInfo | None = None, imported: dict | None = None,
-                  run_facts: Iterable[str] = (), floor: Iterable[str] = ()) -> str:
+                  run_facts: Iterable[str] = (), floor: Iterable[str] = (), servers: Iterable[str] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
 
     `state` is the run's state.json: unless its status is "complete" the report opens (and
@@ -215,7 +236,8 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     is an imported run's import.json: its status "imported" is complete, and the published figures
     are listed next to ours. `run_facts` are lines about the weights and the GPU (`run_facts_of`),
     shown in their own section when present. `floor` is the hardware-floor section (`floor.floor_lines`),
-    present when a backend measured the GPU.
+    present when a backend measured the GPU. `servers` is the servers section (`servers.server_lines`:
+    launched or reached by URL, readiness, connections, whether TCP connects were timed).
     """
     done = ("complete", "imported") if imported is not None else ("complete",)
     banner = [incomplete_banner(state), ""] if state is not None and state.get("status") not in done else []
@@ -242,7 +264,7 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
         out += [f"## Workload {name}", "", *_table(recipe, wl), "", *_descriptions(recipe, wl)]
         out += [*_latency_notes(wl), ""]
         out += ["Speed:", "", *_comparison_lines(wl), ""]
-        out += ["Agreement (first measured pass, paired by case id and position):", "", *_agreement_lines(wl), ""]
+        out += ["Agreement (first measured pass, paired by case id and position):", "", *_agreement_lines(wl, t, name), ""]
         out += ["Determinism:", "", *_stability_lines(wl), ""]
     if imported is not None:
         out += _imported_lines(imported)
@@ -250,6 +272,9 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     facts = list(run_facts)
     if facts:
         out += ["## Weights and GPU", "", *facts, ""]
+    server_section = list(servers)
+    if server_section:
+        out += ["## Servers and connections", "", *server_section, ""]
     floor_section = list(floor)
     if floor_section:
         out += ["## Hardware floor", "", *floor_section, ""]
@@ -521,7 +546,9 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     backends = run.read("backends.json") if run.file("backends.json").is_file() else {}
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
                          imported=imported, run_facts=run_facts_of(run, backends),
-                         floor=floor_lines(backends.get("backends") or {}, rows))
+                         floor=floor_lines(backends.get("backends") or {}, rows),
+                         servers=server_lines(run.read("servers.json") if run.file("servers.json").is_file() else {},
+                                              backends, [b.name for b in recipe.backends]))
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
     files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows, summary["study_id"], info) if plots else {})}
