@@ -21,19 +21,19 @@ from pathlib import Path
 
 import pytest
 import yaml
+from studykit import SCRIPTED, write_study
 
 from openjev_repro.audit import verify_path
 from openjev_repro.audit.compare import compare_runs, to_markdown
 from openjev_repro.errors import BackendNotReady, RecipeError, ReproError
+from openjev_repro.evidence.recipe import parse_recipe
+from openjev_repro.evidence.rows import Row, read_rows
 from openjev_repro.manifest.keys import generate_keypair
+from openjev_repro.orchestrator.runner import StudyOptions, free_port, run_study
 from openjev_repro.results.row_table import read_table
 from openjev_repro.results.tokens import token_differences, token_phrase
 from openjev_repro.runtime.readiness import poll_ready
-from openjev_repro.study.recipe import parse_recipe
-from openjev_repro.study.rows import Row, read_rows
-from openjev_repro.study.runner import StudyOptions, free_port, run_study
 from openjev_repro.study.timed_client import TimedClient
-from studykit import SCRIPTED, write_study
 
 REPO = Path(__file__).resolve().parents[1]
 PEERS = REPO / ".cache" / "peers"
@@ -71,13 +71,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self.path == "/health":
             self._send(200, {"status": "ok"})
         else:
             self._send(404, {"detail": "Not Found"})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if self.path != "/v1/systemone":
             self._send(404, {"detail": "Not Found"})

@@ -22,6 +22,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
+from ..evidence.files import write_json_atomic
+from ..evidence.recipe import AuxProcess, Backend, Recipe, Workload, parse_server_url
+from ..evidence.rows import Phase, RowWriter, read_rows
+from ..evidence.rundir import (
+    BACKENDS_FORMAT_VERSION,
+    INPUTS_FORMAT_VERSION,
+    PROCESSES_FORMAT_VERSION,
+    SERVERS_FORMAT_VERSION,
+    RunDir,
+    fsync_tree,
+)
 from ..host.driver import GpuDriver
 from ..host.override import GpuOverride
 from ..host.reaper import Reaper
@@ -30,25 +41,14 @@ from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
 from ..runtime.external import ExternalBackend
 from ..runtime.local import LocalRuntime
 from ..runtime.readiness import first_inference_hint
-from .inputs import checks_table, require_all_ok, verify_inputs
-from .passes import PassBudget, PassRunner, ResponseLog
-from .placeholders import LAUNCH_NAMES, fill
-from .plan import REPRO_ROOT
+from ..study.inputs import checks_table, require_all_ok, verify_inputs
+from ..study.passes import PassBudget, PassRunner, ResponseLog
+from ..study.placeholders import LAUNCH_NAMES, fill
+from ..study.plan import REPRO_ROOT
+from ..study.resolved import ResolvedRecipe, resolve_recipe
+from ..study.timed_client import TimedClient
+from ..study.workload import Request, build_requests, load_tasks, select
 from .preflight import port_in_use, preflight
-from .recipe import AuxProcess, Backend, Recipe, Workload, parse_server_url
-from .resolved import ResolvedRecipe, resolve_recipe
-from .rows import Phase, RowWriter, read_rows
-from .rundir import (
-    BACKENDS_FORMAT_VERSION,
-    INPUTS_FORMAT_VERSION,
-    PROCESSES_FORMAT_VERSION,
-    SERVERS_FORMAT_VERSION,
-    RunDir,
-    fsync_tree,
-    write_json_atomic,
-)
-from .timed_client import TimedClient
-from .workload import Request, build_requests, load_tasks, select
 
 __all__ = [
     "TIMING_BOUNDARY",
@@ -488,7 +488,7 @@ def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phas
 
 
 def _plan(study: ResolvedRecipe, opts: StudyOptions) -> dict:
-    from .plan import resolve_plan
+    from ..study.plan import resolve_plan
 
     return resolve_plan(study, runtime=opts.runtime)
 
