@@ -275,6 +275,8 @@ def test_jevcompat_mock_without_a_wrapper_completes_and_verifies(tmp_path):
     assert servers["mock"]["connections"]["requests"] == 21
     assert "21 connections for 21 requests: the server closed 21 (HTTP/1.0), so 20 requests were sent" in report
     assert "did not share one persistent connection" in report
+    assert "decisions agree; max probability difference 0.000000" in report  # the mock is deterministic
+    assert "; input tokens identical in all 6 cases." in report  # the Agreement line compares token counts
 
 
 def test_an_unknown_model_name_fails_the_first_inference_with_the_fix(tmp_path):
@@ -322,3 +324,20 @@ def test_third_party_recipe_as_committed_is_valid():
                      "jev-compatible-server": "any-2xx", "jevcompat-mock": "first-inference"}
     assert yaml.safe_load((REPO / "recipes" / "demo-third-party.yaml").read_text())["inputs"]["scan"] == [
         "checkpoint", "requests", "peers"]
+
+
+def _rows(backend: str, tokens: list[int]) -> list[Row]:
+    return [Row(id=f"c{i}", backend=backend, workload="w", phase="measured", pass_index=1, seq=i, start_ns=0,
+                end_ns=1_000_000, status=200, body_sha256="0" * 64, probability=0.5, decision="yes", label=None,
+                input_tokens=n, error=None) for i, n in enumerate(tokens)]
+
+
+def test_compare_reports_input_token_differences_per_case():
+    from openjev_repro.audit.compare import compare_rows
+
+    result = compare_rows(_rows("b", [10, 20, 30]), _rows("b", [36, 20, 56]))
+    (pair,) = result["pairs"]
+    tokens = pair["input_tokens"]
+    assert [c["delta"] for c in tokens["by_case"]] == [26, 0, 26] and tokens["differing"] == 2
+    assert pair["answers"]["max_abs_probability_delta"] == 0.0  # same probabilities, different prompts
+    assert "- input tokens DIFFER in 2 of 3 cases (candidate − baseline: +26 in 2): c0, c2" in to_markdown(result)
