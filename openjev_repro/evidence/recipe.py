@@ -239,10 +239,14 @@ class Backend(StrictModel):
     @model_validator(mode="after")
     def _aux_names(self) -> Backend:
         _unique([a.name for a in self.aux], "aux process")
-        if self.url is None:
-            if not self.command:
-                raise ValueError(f"backend {self.name!r} needs a `command` to launch, or the `url` of a running server")
-            return self
+        if self.url is None and not self.command:
+            raise ValueError(f"backend {self.name!r} needs a `command` to launch, or the `url` of a running server")
+        if self.url is not None:
+            self._check_url_backend()
+        return self
+
+    def _check_url_backend(self) -> None:
+        assert self.url is not None
         parse_server_url(self.url)
         if self.command:
             raise ValueError(f"backend {self.name!r} has both `command` and `url`; give one "
@@ -252,7 +256,6 @@ class Backend(StrictModel):
         if launch_only:
             raise ValueError(f"backend {self.name!r} is reached by `url`, so {', '.join(launch_only)} "
                              "(which apply to a launched command) cannot be set")
-        return self
 
     @property
     def launched(self) -> bool:

@@ -262,7 +262,7 @@ def _execute(run: RunDir, study: ResolvedRecipe, opts: StudyOptions, reaper: Rea
     cleanup = host_json.get("cleanup")
     if cleanup is not None and not cleanup.get("passed"):
         raise BackendError(f"Cleanup checks failed after the study: {cleanup}.")
-    leftovers = [r for r in records if r.launched and not r.exited]
+    leftovers = [r for r in records if _left_alive(r)]
     if leftovers:
         raise BackendError(f"Processes still alive after stop: {', '.join(r.ident for r in leftovers)}.")
     if failures:
@@ -270,6 +270,11 @@ def _execute(run: RunDir, study: ResolvedRecipe, opts: StudyOptions, reaper: Rea
     with _step(run, "summary"):
         _summarise(run, recipe)
     _finish_outputs(run, opts)
+
+
+def _left_alive(record: ExitRecord) -> bool:
+    """A process we started that is still alive after its stop (a `url` server is not ours and stays up)."""
+    return record.launched and not record.exited
 
 
 def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, workloads: dict, rows: RowWriter,
@@ -399,13 +404,18 @@ def _launch_spec(run: RunDir, recipe: Recipe, root: Path, backend: Backend, opts
     env = {k: fill(v, values, f"{where} env {k}") for k, v in env_template.items()}
     controls = recipe.controls
     health = backend.health if aux is None else (aux.health or "/health")
-    workdir = Path(fill(backend.cwd, values, f"{where} cwd")) if aux is None and backend.cwd else None
-    readiness = backend.readiness if aux is None else "status-ready"
     return LaunchSpec(name=name, argv=argv, env=env, host=host, port=port, log_path=run.log_path(name),
-                      health_path=health, readiness=readiness, endpoint=backend.endpoint, model=backend.model,
-                      image=backend.image, read_only_mounts=(root,),
+                      health_path=health, image=backend.image, read_only_mounts=(root,),
                       gpu_uuid=gpu_uuid, numa_node=controls.numa_node,
-                      cpus=controls.cpus, workdir=workdir)
+                      cpus=controls.cpus, **_reach_of(backend, aux, values))
+
+
+def _reach_of(backend: Backend, aux: AuxProcess | None, values: dict[str, str]) -> dict[str, Any]:
+    """The LaunchSpec fields of how the command is reached and started: readiness, endpoint, model, cwd."""
+    if aux is not None:  # an aux process answers our /health contract and runs where the study runs
+        return {"readiness": "status-ready", "endpoint": backend.endpoint, "model": backend.model}
+    workdir = Path(fill(backend.cwd, values, f"backend {backend.name} cwd")) if backend.cwd else None
+    return {"readiness": backend.readiness, "endpoint": backend.endpoint, "model": backend.model, "workdir": workdir}
 
 
 def _protocol(run: RunDir, recipe: Recipe, backend: Backend, handle: RunningBackend, alive, prepared: dict[str, list[Request]],

@@ -270,15 +270,9 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     if imported is not None:
         out += _imported_lines(imported)
     out += ["## Gates", "", *_gate_lines(summary["gates"]), ""]
-    facts = list(run_facts)
-    if facts:
-        out += ["## Weights and GPU", "", *facts, ""]
-    server_section = list(servers)
-    if server_section:
-        out += ["## Servers and connections", "", *server_section, ""]
-    floor_section = list(floor)
-    if floor_section:
-        out += ["## Hardware floor", "", *floor_section, ""]
+    for title, section in (("Weights and GPU", list(run_facts)), ("Servers and connections", list(servers)),
+                           ("Hardware floor", list(floor))):
+        out += [f"## {title}", "", *section, ""] if section else []  # a run without the data gets no section
     out += [("Plots: latency_vs_tokens.png (measured latency against input tokens), latency_cdf.png "
             "(CDF of measured latency)."), ""]
     if banner:
@@ -528,6 +522,12 @@ def _summary_notes(run: RunDir, summary: Summary) -> list[str]:
     return []
 
 
+def _servers_of(run: RunDir, backends: dict, recipe: Recipe) -> list[str]:
+    """The Servers and connections section (none for runs without servers.json, so their reports stay as signed)."""
+    servers = run.read("servers.json") if run.file("servers.json").is_file() else {}
+    return server_lines(servers, backends, [b.name for b in recipe.backends])
+
+
 def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str | None = None,
                  plots: bool = True) -> Path:
     """Read a run directory, write report.md and both plots (into out_dir, default the run), return report.md.
@@ -548,8 +548,7 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
                          imported=imported, run_facts=run_facts_of(run, backends),
                          floor=floor_lines(backends.get("backends") or {}, rows),
-                         servers=server_lines(run.read("servers.json") if run.file("servers.json").is_file() else {},
-                                              backends, [b.name for b in recipe.backends]))
+                         servers=_servers_of(run, backends, recipe))
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
     files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows, summary["study_id"], info) if plots else {})}

@@ -52,24 +52,28 @@ def _identity(name: str, backends: dict[str, Any]) -> str:
     return "a foreign server: no weights fingerprint in its health answer, its answers taken as it gives them"
 
 
+def _ordered(found: dict[str, Any], order: list[str] | None) -> dict[str, dict[str, Any]]:
+    names = [n for n in order or [] if n in found] + sorted(n for n in found if n not in (order or []))
+    return {name: found[name] for name in names if isinstance(found[name], dict)}
+
+
+def _boundary(entries: dict[str, dict[str, Any]]) -> str:
+    renewed = [name for name, info in entries.items()
+               if ((info.get("connections") or {}).get("reconnected_requests") or 0) > 0]
+    line = "Timing boundary: no TCP connect is inside any latency (the client connects before a request's clock starts)."
+    if not renewed:
+        return line + " Every backend served all its requests over one persistent connection."
+    return line + (f" {', '.join(renewed)}: the server closed its connections, so those requests did not share "
+                   "one persistent connection; each went out on a freshly connected socket, and the server's "
+                   "accepting of that connection may overlap the timed window.")
+
+
 def server_lines(servers: dict[str, Any], backends: dict[str, Any], order: list[str] | None = None) -> list[str]:
     """One line per backend (in `order`, the recipe's, when given), then what the timing boundary included;
     [] for a run without servers.json."""
-    found = servers.get("backends") or {}
-    names = [n for n in order or [] if n in found] + sorted(n for n in found if n not in (order or []))
-    entries = {name: found[name] for name in names}
-    lines = [f"- {name}: {_reach(info)}; {_ready(info)}; {_connections(info)}; {_identity(name, backends)}."
-             for name, info in entries.items() if isinstance(info, dict)]
-    if not lines:
+    entries = _ordered(servers.get("backends") or {}, order)
+    if not entries:
         return []
-    renewed = [name for name, info in entries.items() if isinstance(info, dict)
-               and ((info.get("connections") or {}).get("reconnected_requests") or 0) > 0]
-    lines += ["", ("Timing boundary: no TCP connect is inside any latency (the client connects before a request's "
-                   "clock starts).")]
-    if renewed:
-        lines[-1] += (f" {', '.join(renewed)}: the server closed its connections, so those requests did not share "
-                      "one persistent connection; each went out on a freshly connected socket, and the server's "
-                      "accepting of that connection may overlap the timed window.")
-    else:
-        lines[-1] += " Every backend served all its requests over one persistent connection."
-    return lines
+    lines = [f"- {name}: {_reach(info)}; {_ready(info)}; {_connections(info)}; {_identity(name, backends)}."
+             for name, info in entries.items()]
+    return [*lines, "", _boundary(entries)]

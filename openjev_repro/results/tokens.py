@@ -35,19 +35,29 @@ def token_differences(ids: list[str | None], seqs: list[int], baseline: np.ndarr
             "by_case": cases}
 
 
+def _offsets(diff: dict[str, Any]) -> str:
+    counts = {int(d): n for d, n in diff["deltas"].items()}
+    if len(counts) <= _SHOWN_DELTAS:
+        return ", ".join(f"{d:+d} in {n}" for d, n in counts.items())
+    return f"{len(counts)} different offsets from {min(counts):+d} to {max(counts):+d}"
+
+
+def _named(diff: dict[str, Any]) -> str:
+    """': a, b, …' naming the differing cases, '' when every compared case differs."""
+    if diff["differing"] == diff["compared"]:
+        return ""
+    ids = [str(c["id"]) for c in diff["by_case"] if c["delta"]]
+    more = f", … ({len(ids) - _SHOWN_IDS} more)" if len(ids) > _SHOWN_IDS else ""
+    return f": {', '.join(ids[:_SHOWN_IDS])}{more}"
+
+
 def token_phrase(diff: dict[str, Any], candidate: str, baseline: str) -> str:
-    """'input tokens identical in all 24 cases' or 'input tokens differ in 24 of 24 cases (B − A: +26 in 24)'."""
+    """'input tokens identical in all 24 cases' or 'input tokens DIFFER in 24 of 24 cases (B − A: +26 in 24)'."""
     compared, differing = diff["compared"], diff["differing"]
     missing = f"; {diff['missing']} without a count" if diff["missing"] else ""
     if not compared:
         return f"input tokens not compared (no case has both counts{missing})"
     if not differing:
         return f"input tokens identical in all {compared} cases{missing}"
-    counts = {int(d): n for d, n in diff["deltas"].items()}
-    deltas = (", ".join(f"{d:+d} in {n}" for d, n in counts.items()) if len(counts) <= _SHOWN_DELTAS else
-              f"{len(counts)} different offsets from {min(counts):+d} to {max(counts):+d}")
-    ids = [c["id"] for c in diff["by_case"] if c["delta"]]
-    named = "" if differing == compared else (
-        f": {', '.join(ids[:_SHOWN_IDS])}{f', … ({differing - _SHOWN_IDS} more)' if differing > _SHOWN_IDS else ''}")
-    return (f"input tokens DIFFER in {differing} of {compared} cases ({candidate} − {baseline}: {deltas}){named}"
-            f"{missing}")
+    return (f"input tokens DIFFER in {differing} of {compared} cases ({candidate} − {baseline}: {_offsets(diff)})"
+            f"{_named(diff)}{missing}")

@@ -100,39 +100,53 @@ def _refused(kind: str, status: int, body: bytes, where: dict[str, str]) -> str 
     return f"answered HTTP {status} ({quoted}){'; ' + hint if hint else ''}"
 
 
+@dataclass
+class _Target:
+    """What one readiness poll sends and how its answer is judged."""
+
+    name: str
+    kind: str
+    url: str
+    data: bytes | None
+    model: str
+    endpoint: str
+    log_hint: str
+
+    def attempt(self) -> tuple[bool, dict, str]:
+        """(ready, health body, last answer in words); raises BackendNotReady on a refused first inference."""
+        try:
+            status, body = _fetch(self.url, self.data)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            return False, {}, str(getattr(exc, "reason", exc))
+        refused = _refused(self.kind, status, body, {"model": self.model, "endpoint": self.endpoint})
+        if refused:
+            raise BackendNotReady(f"Backend {self.name}: the first-inference request to {self.url} (readiness "
+                                  f"first-inference) {refused}. {self.log_hint}")
+        ready, parsed = (_status_ready if self.kind == "status-ready" else _any_2xx)(status, body)
+        words = f"HTTP {status}" if ready else f"HTTP {status} {body[:_BODY_CHARS].decode('utf-8', 'replace')}"
+        return ready, {} if self.kind == "first-inference" else parsed, words
+
+
 def poll_ready(backend: _Polled, *, name: str, kind: str, base_url: str, health: str, endpoint: str,
                model: str, probe: bytes | None, timeout_s: float, log_hint: str,
                poll_s: float = 0.2) -> tuple[dict, Readiness]:
     """Poll until ready; return (the health body as a dict, {} when there is none, and the Readiness)."""
-    url = base_url + (endpoint if kind == "first-inference" else health)
-    data = (probe or b"{}") if kind == "first-inference" else None
-    judge = _status_ready if kind == "status-ready" else _any_2xx
+    first = kind == "first-inference"
+    target = _Target(name, kind, base_url + (endpoint if first else health), (probe or b"{}") if first else None,
+                     model, endpoint, log_hint)
     started = time.monotonic()
-    deadline = started + timeout_s
     last, attempts = "no answer yet", 0
-    while time.monotonic() < deadline:
+    while time.monotonic() < started + timeout_s:
         if not backend.alive():
             raise BackendCrashed(f"Backend {name} exited before it was ready. {backend.describe_exit()}")
         attempts += 1
-        try:
-            status, body = _fetch(url, data)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            last = str(getattr(exc, "reason", exc))
-        else:
-            refused = _refused(kind, status, body, {"model": model, "endpoint": endpoint})
-            if refused:
-                raise BackendNotReady(f"Backend {name}: the first-inference request to {url} (readiness "
-                                      f"first-inference) {refused}. {log_hint}")
-            ready, parsed = judge(status, body)
-            if ready:
-                health_body = {} if kind == "first-inference" else parsed
-                return health_body, Readiness(kind, url, f"HTTP {status}", attempts,
-                                              round(time.monotonic() - started, 3))
-            last = f"HTTP {status} {body[:_BODY_CHARS].decode('utf-8', 'replace')}"
+        ready, health_body, last = target.attempt()
+        if ready:
+            return health_body, Readiness(kind, target.url, last, attempts, round(time.monotonic() - started, 3))
         time.sleep(poll_s)
     raise BackendNotReady(
-        f"Backend {name} was not ready within {timeout_s:.0f} s at {url} (readiness {kind}; last answer: {last}). "
-        f"{_kind_hint(kind, last)}{log_hint}"
+        f"Backend {name} was not ready within {timeout_s:.0f} s at {target.url} (readiness {kind}; last answer: "
+        f"{last}). {_kind_hint(kind, last)}{log_hint}"
     )
 
 
