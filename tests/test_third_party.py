@@ -341,3 +341,15 @@ def test_compare_reports_input_token_differences_per_case():
     assert [c["delta"] for c in tokens["by_case"]] == [26, 0, 26] and tokens["differing"] == 2
     assert pair["answers"]["max_abs_probability_delta"] == 0.0  # same probabilities, different prompts
     assert "- input tokens DIFFER in 2 of 3 cases (candidate − baseline: +26 in 2): c0, c2" in to_markdown(result)
+
+
+@pytest.mark.parametrize("servers", [
+    {"backends": []}, {"backends": {"a": []}}, {"backends": {"a": {"connections": [], "readiness": "x"}}},
+    {"backends": {"a": {"connections": {"http_versions": "1.0", "reconnected_requests": "many"}}}},
+    [], {"backends": {"a": {"launched": False, "url": "http://x:1\\nnext line"}}},
+])
+def test_server_lines_take_hostile_servers_files(servers):
+    from openjev_repro.results.servers import server_lines
+
+    lines = server_lines(servers, {"backends": []}, ["a"])  # type: ignore[arg-type]
+    assert all(isinstance(line, str) and "\n" not in line for line in lines)

@@ -10,6 +10,11 @@ from typing import Any
 
 __all__ = ["server_lines"]
 
+
+def _dict(value: Any) -> dict[str, Any]:
+    """A mapping read from a run file, or {} for any other shape (the file is evidence from outside)."""
+    return value if isinstance(value, dict) else {}
+
 _READY_WORDS = {
     "status-ready": "GET {health} answered {answer} with status \"ready\"",
     "any-2xx": "GET {health} answered {answer}",
@@ -19,12 +24,13 @@ _READY_WORDS = {
 
 def _reach(info: dict[str, Any]) -> str:
     if info.get("launched") is False:
-        return f"a server running already at {info.get('url')}, reached but not launched, stopped or owned by the study"
+        url = " ".join(str(info.get("url")).split())  # one line, whatever the file holds
+        return f"a server running already at {url}, reached but not launched, stopped or owned by the study"
     return "launched and stopped by the study"
 
 
 def _ready(info: dict[str, Any]) -> str:
-    ready = info.get("readiness") or {}
+    ready = _dict(info.get("readiness"))
     kind = ready.get("kind") or info.get("readiness_kind")
     if not ready:
         return f"readiness {kind} (not reached)"
@@ -34,11 +40,12 @@ def _ready(info: dict[str, Any]) -> str:
 
 
 def _connections(info: dict[str, Any]) -> str:
-    conn = info.get("connections") or {}
+    conn = _dict(info.get("connections"))
     if not conn:
         return "connections not recorded"
     opened, requests = conn.get("connections_opened"), conn.get("requests")
-    versions = "/".join(f"HTTP/{v}" for v in conn.get("http_versions") or []) or "no response"
+    found = conn.get("http_versions")
+    versions = "/".join(f"HTTP/{v}" for v in (found if isinstance(found, list) else [])) or "no response"
     if opened == 1 and not conn.get("closed_by_server"):
         return f"1 connection for {requests} requests, kept open ({versions})"
     return (f"{opened} connections for {requests} requests: the server closed {conn.get('closed_by_server')} "
@@ -46,7 +53,7 @@ def _connections(info: dict[str, Any]) -> str:
 
 
 def _identity(name: str, backends: dict[str, Any]) -> str:
-    info = (backends.get("backends") or {}).get(name) or {}
+    info = _dict(_dict(backends.get("backends")).get(name))
     if isinstance(info.get("weights_fingerprint"), str):
         return "its /health reports our identity (weights fingerprint)"
     return "a foreign server: no weights fingerprint in its health answer, its answers taken as it gives them"
@@ -59,7 +66,7 @@ def _ordered(found: dict[str, Any], order: list[str] | None) -> dict[str, dict[s
 
 def _boundary(entries: dict[str, dict[str, Any]]) -> str:
     renewed = [name for name, info in entries.items()
-               if ((info.get("connections") or {}).get("reconnected_requests") or 0) > 0]
+               if isinstance(n := _dict(info.get("connections")).get("reconnected_requests"), int) and n > 0]
     line = "Timing boundary: no TCP connect is inside any latency (the client connects before a request's clock starts)."
     if not renewed:
         return line + " Every backend served all its requests over one persistent connection."
@@ -71,7 +78,7 @@ def _boundary(entries: dict[str, dict[str, Any]]) -> str:
 def server_lines(servers: dict[str, Any], backends: dict[str, Any], order: list[str] | None = None) -> list[str]:
     """One line per backend (in `order`, the recipe's, when given), then what the timing boundary included;
     [] for a run without servers.json."""
-    entries = _ordered(servers.get("backends") or {}, order)
+    entries = _ordered(_dict(_dict(servers).get("backends")), order)
     if not entries:
         return []
     lines = [f"- {name}: {_reach(info)}; {_ready(info)}; {_connections(info)}; {_identity(name, backends)}."
