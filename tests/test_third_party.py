@@ -353,3 +353,11 @@ def test_server_lines_take_hostile_servers_files(servers):
 
     lines = server_lines(servers, {"backends": []}, ["a"])  # type: ignore[arg-type]
     assert all(isinstance(line, str) and "\n" not in line for line in lines)
+
+
+def test_a_url_with_nothing_behind_it_fails_before_any_run_directory(tmp_path):
+    port = free_port()  # bound and released: nothing listens there now
+    recipe = write_study(tmp_path, [{"name": "theirs", "url": f"http://127.0.0.1:{port}"}])
+    with pytest.raises(ReproError, match=rf"nothing accepts connections at http://127.0.0.1:{port}.*start it first"):
+        run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs"))
+    assert not (tmp_path / "runs").exists()  # a study that never started leaves no run directory
