@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     bodies = [{"model": MODEL_ALIASES[0], "state": t["state"], "questions": {t["id"]: t["question"]}} for t in tasks]
     load_before = os.getloadavg()
     started = time.perf_counter()
-    settings = Settings(mode=args.mode, device=args.device, dtype=args.dtype, max_length=args.max_length)
+    settings = Settings(mode=args.mode, device=args.device, dtype=args.dtype, max_length=args.max_length,
+                        prompt_format="criteria-hidden")  # the renderer of the committed H200 recipes
     model = DecisionModel.from_random(args.config, args.tokenizer, args.seed, settings)
     build_s = time.perf_counter() - started
     print(f"built {args.mode} model in {build_s:.1f} s; weights {model.info['weights_fingerprint']}", flush=True)

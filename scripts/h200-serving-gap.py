@@ -80,7 +80,8 @@ def main() -> int:
     tasks = [json.loads(line) for line in args.requests.read_text().splitlines() if line.strip()]
     bodies = [{"model": MODEL_ALIASES[0], "state": t["state"], "questions": {t["id"]: t["question"]}} for t in tasks]
     wires = [json.dumps(b).encode() for b in bodies]
-    settings = Settings(mode=args.mode, device=args.device, max_length=16384, cuda_graphs=args.cuda_graphs)
+    settings = Settings(mode=args.mode, device=args.device, max_length=16384, cuda_graphs=args.cuda_graphs,
+                        prompt_format="criteria-hidden")  # the renderer of the committed H200 recipes
     t0 = time.perf_counter()
     model = DecisionModel.from_random(args.config, args.tokenizer, 0, settings)
     print(f"built {args.mode} model in {time.perf_counter() - t0:.1f} s", flush=True)

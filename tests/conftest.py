@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_UNITS = {"test_docker_runtime.py": "dockerd", "test_gpu_images.py": "dockerd"}
 # Handed out first, so that the long ones do not start last: Slurm's time limit alone takes 60-90 s.
 LONG_FIRST = ("test_cluster.py", "test_backend_seeding.py", "test_backend_server.py", "test_docker_runtime.py",
-              "test_gpu_images.py", "test_demo.py", "test_prepare_adapters.py", "test_cli_bad_input.py")
+              "test_gpu_images.py", "test_demo.py", "test_conformance.py", "test_prepare_adapters.py", "test_cli_bad_input.py")
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
@@ -51,18 +51,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _write_fixture(root: Path) -> None:
     from openjev_repro.backend.fixture import build_fixture
     from openjev_repro.backend.peer_inputs import write_peer_inputs
-    from openjev_repro.backend.synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
+    from openjev_repro.backend.synthetic import write_request_files
 
     build_fixture(root / "checkpoint")
-    write_demo_requests(root / "checkpoint" / "base", root / "requests" / "demo-noul.jsonl")
-    write_lengths_requests(root / "checkpoint" / "base", H200_NOUL_INPUT_TOKENS,
-                           root / "requests" / "h200-74-lengths.jsonl")
+    write_request_files(root / "checkpoint" / "base", root / "requests")
     write_peer_inputs(root)
 
 
 @pytest.fixture(scope="session")
 def fixture_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """DIR with checkpoint/ (the fixture package) and requests/{demo-noul,h200-74-lengths}.jsonl.
+    """DIR with checkpoint/ (the fixture package) and requests/ (synthetic.REQUEST_FILES).
 
     Built once per run: under xdist the first worker builds it in the run's shared temporary
     directory while the others wait on a lock; tests only read it (those that damage it copy it first)."""

@@ -35,7 +35,8 @@ def test_invoke_fixture_is_byte_identical_to_an_independent_build(fixture_root: 
                           "checkpoint/adapter/adapter_config.json", "checkpoint/adapter/adapter_model.safetensors",
                           "checkpoint/base/config.json", "checkpoint/base/model.safetensors",
                           "checkpoint/base/tokenizer.json", "checkpoint/base/tokenizer_config.json",
-                          "requests/demo-noul.jsonl", "requests/h200-74-lengths.jsonl"}
+                          "requests/demo-noul.jsonl", "requests/h200-74-lengths.jsonl",
+                          "requests/demo-noul-upstream.jsonl", "requests/h200-74-lengths-upstream.jsonl"}
     assert first == second
     for name, digest in first.items():  # the task prints every file with its sha256
         assert f"{digest}" in result.stdout and name in result.stdout
@@ -105,36 +106,73 @@ def test_package_digest_follows_the_adapter(fixture_checkpoint: Path, tmp_path: 
     assert package_sha256(root) != before
 
 
-def test_demo_requests_spread_and_labels(fixture_root: Path) -> None:
+def _rendered_lengths(fixture_root: Path, name: str, prompt_format: str) -> list[int]:
+    """Each case's token count as the backend renders it (its own validation and renderer)."""
     from transformers import AutoTokenizer
 
-    from openjev_repro.backend.prompts import Question, chat_prompt, render_text
+    from openjev_repro.backend.prompts import MODEL_ALIASES, candidate_texts, chat_prompt, parse_request
 
     tok = AutoTokenizer.from_pretrained(str(fixture_root / "checkpoint" / "base"), local_files_only=True)
-    tasks = [json.loads(line) for line in (fixture_root / "requests" / "demo-noul.jsonl").read_text().splitlines()]
-    assert len(tasks) >= 24 and len({t["id"] for t in tasks}) == len(tasks)
     lengths = []
+    for line in (fixture_root / "requests" / name).read_text().splitlines():
+        task = json.loads(line)
+        _, state, (question,) = parse_request({"state": task["state"], "questions": {"q": task["question"]}},
+                                              MODEL_ALIASES)
+        (text,) = candidate_texts(state, question, prompt_format)
+        lengths.append(len(chat_prompt(tok, text)))
+    return lengths
+
+
+@pytest.mark.parametrize("name, prompt_format", [("demo-noul-upstream.jsonl", "upstream"),
+                                                 ("demo-noul.jsonl", "criteria-hidden")])
+def test_demo_requests_spread_and_labels(fixture_root: Path, name: str, prompt_format: str) -> None:
+    tasks = [json.loads(line) for line in (fixture_root / "requests" / name).read_text().splitlines()]
+    assert len(tasks) >= 24 and len({t["id"] for t in tasks}) == len(tasks)
     for t in tasks:
         assert set(t) == {"id", "family", "question", "state", "labels", "expected", "split", "group",
                           "provenance", "topic"}
         assert t["question"]["type"] == "noul" and t["labels"] == ["no", "yes"]
-        q = Question("q", "noul", t["question"]["instructions"], [], [])
-        lengths.append(len(chat_prompt(tok, render_text(t["state"], q))))
-    assert max(lengths) >= 10 * min(lengths) and max(lengths) <= 2000
+        assert t["question"]["criteria"] == {"true": "the statement holds", "false": "it does not"}
+    lengths = _rendered_lengths(fixture_root, name, prompt_format)
+    assert max(lengths) >= 10 * min(lengths) and 1500 <= max(lengths) <= 2000
     assert {t["expected"] for t in tasks} == {"yes", "no"}
 
 
-def test_lengths_requests_are_exact(fixture_root: Path) -> None:
-    from transformers import AutoTokenizer
-
-    from openjev_repro.backend.prompts import Question, chat_prompt, render_text
-
-    tok = AutoTokenizer.from_pretrained(str(fixture_root / "checkpoint" / "base"), local_files_only=True)
-    tasks = [json.loads(line) for line in
-             (fixture_root / "requests" / "h200-74-lengths.jsonl").read_text().splitlines()]
-    got = [len(chat_prompt(tok, render_text(t["state"], Question("q", "noul", t["question"]["instructions"], [], []))))
-           for t in tasks]
+@pytest.mark.parametrize("name, prompt_format", [("h200-74-lengths-upstream.jsonl", "upstream"),
+                                                 ("h200-74-lengths.jsonl", "criteria-hidden")])
+def test_lengths_requests_are_exact(fixture_root: Path, name: str, prompt_format: str) -> None:
+    got = _rendered_lengths(fixture_root, name, prompt_format)
     assert got == H200_NOUL_INPUT_TOKENS and len(set(got)) == 57
+    published = REPO.parent / "shared" / "data" / "jevbench-noul-74-input-tokens.json"  # beside the checkout
+    if published.is_file():
+        assert got == json.loads(published.read_text())["input_tokens"]
+
+
+def test_upstream_lengths_file_is_26_tokens_longer_under_the_other_format(fixture_root: Path) -> None:
+    """The criteria cost 26 tokens with the fixture tokenizer: what the old renderer silently dropped."""
+    hidden = _rendered_lengths(fixture_root, "h200-74-lengths-upstream.jsonl", "criteria-hidden")
+    assert [n + 26 for n in hidden] == H200_NOUL_INPUT_TOKENS
+
+
+def test_committed_recipes_name_the_prompt_format_their_requests_were_made_for() -> None:
+    """A recipe of our backend runs the format under which its pinned request file has its lengths."""
+    from openjev_repro.backend.synthetic import REQUEST_FILES
+    from openjev_repro.evidence.recipe import load_recipe
+
+    checked = 0
+    for path in sorted((REPO / "recipes").glob("*.yaml")):
+        recipe = load_recipe(path)
+        ours = [b for b in recipe.backends if "openjev_repro.backend" in (b.command or [])]
+        for workload in recipe.workloads:
+            name = Path(workload.requests).name
+            if not ours or name not in REQUEST_FILES:
+                continue
+            for backend in ours:
+                command = list(backend.command or [])
+                fmt = command[command.index("--prompt-format") + 1] if "--prompt-format" in command else "upstream"
+                assert fmt == REQUEST_FILES[name][1], (path.name, backend.name, name, fmt)
+                checked += 1
+    assert checked >= 8  # demo (2 backends), h200-reference (3), h200-fast (3)
 
 
 def test_lengths_below_the_floor_are_refused(fixture_root: Path, tmp_path: Path) -> None:

@@ -36,6 +36,15 @@ def raw(start_server, fixture_checkpoint: Path):
 
 
 @pytest.fixture(scope="module")
+def hidden(start_server, fixture_checkpoint: Path):
+    """Raw mode with the renderer of the committed H200 recipes."""
+    server = start_server(["--checkpoint", str(fixture_checkpoint), "--mode", "raw", "--max-length", "4096",
+                           "--prompt-format", "criteria-hidden"])
+    server.wait_ready()
+    return server
+
+
+@pytest.fixture(scope="module")
 def faulty(start_server, fixture_checkpoint: Path):
     """The same backend through its test seam, with faults injected on marked states."""
     server = start_server(["--checkpoint", str(fixture_checkpoint), "--mode", "raw", "--max-length", "4096"],
@@ -76,8 +85,12 @@ def test_health_models_and_raw_implementations(raw) -> None:
     assert impl["causal_conv1d_fn"] == ["torch (F.conv1d)"] and impl["norm"] == ["Qwen3_5RMSNormGated"]
     assert impl["full_attention"] == "sdpa" and impl["linear_attention_layers"] == 3
     assert health["lora"] == "unmerged (PEFT)" and health["lora_modules"] == 10 and health["mode"] == "raw"
-    models = {m["id"] for m in httpx.get(f"{raw.url}/v1/models").json()["data"]}
-    assert models == {"open-jev", "jev-latest", "openjev-repro/qwen3_5-fixture-tiny"}
+    assert health["prompt_format"] == "upstream"
+    listed = httpx.get(f"{raw.url}/v1/models").json()
+    names = ["open-jev", "jev-latest", "openjev-repro/qwen3_5-fixture-tiny"]
+    assert [m["id"] for m in listed["data"]] == names                  # the OpenAI shape
+    assert [m["name"] for m in listed["models"]] == names              # the official SDK's shape
+    assert all(isinstance(m["description"], str) and m["release_date"] == "" for m in listed["models"])
 
 
 @pytest.mark.parametrize("path", ["/v1/systemone", "/v1/inference", "/api/jev"])
@@ -97,21 +110,30 @@ def test_noul_on_every_alias(raw, path: str) -> None:
 
 def test_choice_and_score(raw) -> None:
     body = {"model": "jev-latest", "state": {"cart": [1, 2], "user": "ann"}, "questions": {
-        "c": {"type": "choice", "instructions": "Which colour?", "criteria": {"red": "warm", "blue": "cold", "green": ""}},
-        "s": {"type": "score", "instructions": "How full is the cart?", "criteria": [1, 2, 3, 4]}}}
+        "c": {"type": "choice", "instructions": "Which colour?", "criteria": {"red": "warm", "blue": None, "green": ""}},
+        "s": {"type": "score", "instructions": {"ask": "How full is the cart?"}, "criteria": [1, ["a"], "three", {"n": 4}]}}}
     data = post(raw, body).json()
     choice, score = data["answers"]["c"], data["answers"]["s"]
-    assert set(choice["probabilities"]) == {"red", "blue", "green"}
+    assert list(choice["probabilities"]) == ["red", "blue", "green"]
     assert abs(sum(choice["probabilities"].values()) - 1) < 1e-9
     assert choice["choice"] == max(choice["probabilities"], key=choice["probabilities"].get)
-    assert choice["confidence"] == max(choice["probabilities"].values())
-    assert len(score["probabilities"]) == 4 and abs(sum(score["probabilities"]) - 1) < 1e-9
-    assert score["score"] == pytest.approx(sum(p * v for p, v in zip(score["probabilities"], [1, 2, 3, 4], strict=True)))
-    assert score["legend"] == {"0": 1, "1": 2, "2": 3, "3": 4}
+    p_top = max(choice["probabilities"].values())
+    assert choice["confidence"] == pytest.approx((p_top - 1 / 3) / (1 - 1 / 3))
+    assert list(score["probabilities"]) == ["0", "1", "2", "3"] and abs(sum(score["probabilities"].values()) - 1) < 1e-9
+    assert score["score"] == pytest.approx(sum(i * p for i, p in enumerate(score["probabilities"].values())))
+    assert score["legend"] == {"0": 1, "1": ["a"], "2": "three", "3": {"n": 4}}
+    assert 0 <= score["confidence"] <= 1
     meta = data["metadata"]
     assert meta["candidate_sequences"] == 7 and len(meta["candidate_tokens"]) == 7
     assert data["usage"]["input_tokens"] == sum(meta["candidate_tokens"])
     assert data["model"] == "jev-latest"
+
+
+def test_a_null_or_absent_model_is_the_default(raw) -> None:
+    body = noul()
+    for shaped in ({**body, "model": None}, {k: v for k, v in body.items() if k != "model"}):
+        response = post(raw, shaped)
+        assert response.status_code == 200 and response.json()["model"] == "open-jev"
 
 
 def test_question_ids_are_not_shown_to_the_model(raw) -> None:
@@ -120,10 +142,28 @@ def test_question_ids_are_not_shown_to_the_model(raw) -> None:
     assert a["answers"]["q"]["noul"] == b["answers"]["another-id"]["noul"]
 
 
-def test_input_tokens_match_the_lengths_file(raw, fixture_root: Path) -> None:
-    for task in tasks(fixture_root / "requests" / "h200-74-lengths.jsonl")[:40:7]:
-        body = {"model": "open-jev", "state": task["state"], "questions": {"q": task["question"]}}
-        assert post(raw, body).json()["usage"]["input_tokens"] == int(task["id"].rsplit("-", 1)[1])
+def test_input_tokens_match_the_lengths_file(raw, hidden, fixture_root: Path) -> None:
+    """Each lengths file renders to the published counts under the prompt format it was made for."""
+    for server, name in ((raw, "h200-74-lengths-upstream.jsonl"), (hidden, "h200-74-lengths.jsonl")):
+        for task in tasks(fixture_root / "requests" / name)[:40:7]:
+            body = {"model": "open-jev", "state": task["state"], "questions": {"q": task["question"]}}
+            assert post(server, body).json()["usage"]["input_tokens"] == int(task["id"].rsplit("-", 1)[1])
+
+
+def test_criteria_reach_the_model(raw, hidden) -> None:
+    """Upstream's format shows noul criteria and choice descriptions (more tokens, other answers);
+    criteria-hidden renders as this backend did before 2026-12-01."""
+    criteria = {"true": "the meeting is on Monday", "false": "it is on another day"}
+    bare, shown = post(raw, noul()).json(), post(raw, noul(criteria=criteria)).json()
+    assert shown["usage"]["input_tokens"] > bare["usage"]["input_tokens"]
+    assert shown["answers"]["q"]["noul"] != bare["answers"]["q"]["noul"]
+    assert shown["metadata"]["prompt_format"] == "upstream"
+    hidden_bare, hidden_shown = post(hidden, noul()).json(), post(hidden, noul(criteria=criteria)).json()
+    assert hidden_shown["answers"] == hidden_bare["answers"] == bare["answers"]
+    assert hidden_shown["usage"] == hidden_bare["usage"] == bare["usage"]
+    assert hidden_shown["metadata"]["prompt_format"] == "criteria-hidden"
+    for kind, value in (("true", "x"), ("false", "y")):  # one-sided criteria: our extension of upstream
+        assert post(raw, noul(criteria={kind: value})).status_code == 200
 
 
 # ------------------------------------------------------------------ bad input
@@ -141,18 +181,22 @@ def test_body_over_4_mib_is_413(raw) -> None:
 
 @pytest.mark.parametrize("body, field", [
     ({**noul(), "model": "gpt-4"}, "model"),
+    ({**noul(), "model": "open-jev-27b-v1.1"}, "model"),   # the 27B checkpoint's alias: not what is loaded
     ({"questions": noul()["questions"]}, "state"),
     ({**noul(), "state": 5}, "state"),
     ({"state": "x"}, "questions"),
     ({"state": "x", "questions": []}, "questions"),
     ({"state": "x", "questions": {"q": {"type": "yesno", "instructions": "?"}}}, "questions.q.type"),
     ({"state": "x", "questions": {"q": {"type": "noul", "instructions": 3}}}, "questions.q.instructions"),
+    ({"state": "x", "questions": {"q": {"type": "noul", "instructions": "  "}}}, "questions.q.instructions"),
     ({"state": "x", "questions": {"q": {"type": "choice", "instructions": "?", "criteria": {}}}}, "questions.q.criteria"),
     ({"state": "x", "questions": {"q": {"type": "score", "instructions": "?", "criteria": [1]}}}, "questions.q.criteria"),
     ({"state": "x", "questions": {"q": {"type": "score", "instructions": "?", "criteria": list(range(11))}}},
      "questions.q.criteria"),
     ({"state": "x", "questions": {"q": {"type": "choice", "instructions": "?",
                                         "criteria": {f"o{i}": "" for i in range(256)}}}}, "questions.q.criteria"),
+    ({"state": "x", "questions": {"q": {"type": "choice", "instructions": "?", "criteria": {"a": 5}}}},
+     "questions.q.criteria.a"),
     ({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?", "criteria": {"maybe": "x"}}}},
      "questions.q.criteria"),
 ])
@@ -204,7 +248,8 @@ def test_same_request_twice_is_bit_identical(raw, fast) -> None:
 def test_raw_and_fast_agree(raw, fast, fixture_root: Path) -> None:
     health = httpx.get(f"{fast.url}/health").json()
     assert health["lora"] == "merged" and health["mode"] == "fast"
-    cases = tasks(fixture_root / "requests" / "demo-noul.jsonl") + tasks(fixture_root / "requests" / "h200-74-lengths.jsonl")
+    cases = tasks(fixture_root / "requests" / "demo-noul-upstream.jsonl") + \
+        tasks(fixture_root / "requests" / "h200-74-lengths-upstream.jsonl")
 
     def answers(server) -> list[float]:
         return [post(server, {"model": "open-jev", "state": task["state"], "questions": {"q": task["question"]}}

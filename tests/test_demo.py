@@ -87,6 +87,7 @@ def test_backends_json_and_manifest_record_each_backends_weights_fingerprint(dem
     assert raw["weights_fingerprint"] == fast["weights_fingerprint"]   # one checkpoint, before merging
     assert fast["merged_weights_fingerprint"] != fast["weights_fingerprint"]
     assert raw["torch_threads"] >= 1 and "OMP_NUM_THREADS" in raw["thread_env"]
+    assert raw["prompt_format"] == fast["prompt_format"] == "upstream"   # the demo runs upstream's contract
     _, statement = read_statement(run.file("manifest.dsse.json"))
     assert statement["predicate"]["backends"]["backends"] == backends
     assert "cpufreq" in statement["predicate"]["environment"]["cpu"]

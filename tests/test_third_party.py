@@ -3,7 +3,7 @@
 Real servers on loopback throughout: small in-process HTTP servers for readiness and connection
 behaviour, the scripted backend reached by URL, and the real PyPI peers (`jevcompat mock`,
 `jev-compatible-server`) from their own virtual environments under .cache/peers/ (made by
-scripts/peers.sh). The peer tests skip, saying why, when those venvs are absent, unless
+scripts/peers.sh jevcompat jev-compatible-server). The peer tests skip, saying why, when those venvs are absent, unless
 OPENJEV_REQUIRE_PEERS=1 (set by .ci/run), which makes their absence a failure.
 """
 
@@ -46,7 +46,7 @@ def need(*paths: Path) -> None:
     missing = [str(p.relative_to(REPO)) for p in paths if not p.exists()]
     if not missing:
         return
-    why = f"peer virtual environments absent ({', '.join(missing)}); `bash scripts/peers.sh` makes them"
+    why = f"peer virtual environments absent ({', '.join(missing)}); `bash scripts/peers.sh jevcompat jev-compatible-server` makes them"
     if REQUIRED:
         pytest.fail(f"OPENJEV_REQUIRE_PEERS=1 but {why}")
     pytest.skip(why)

@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import ReproError
 from .model import METHOD, DecisionModel, Settings
 from .package import package_sha256, read_package
+from .prompts import DEFAULT_PROMPT_FORMAT, PROMPT_FORMATS
 from .server import HEADER_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_CONNECTIONS, ReferenceServer
 
 __all__ = [
@@ -45,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", type=Path, help="tokenizer directory for --random-init")
     p.add_argument("--mode", choices=("raw", "fast"), default="raw")
     p.add_argument("--max-length", type=int, default=None, help="longest candidate in tokens (default: model.json, else 4096)")
+    p.add_argument("--prompt-format", choices=PROMPT_FORMATS, default=DEFAULT_PROMPT_FORMAT,
+                   help="how a request becomes prompts: upstream (Open-Jev's contract: noul criteria and choice "
+                        "descriptions shown) or criteria-hidden (this project's renderer before 2026-12-01, "
+                        f"for the recipes that name it); default {DEFAULT_PROMPT_FORMAT}")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8791, help="0 picks a free port (reported on stderr)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (auto: cuda if available)")
@@ -104,7 +109,7 @@ def _static_meta(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
 def load_model(args: argparse.Namespace, package: Any) -> DecisionModel:
     max_length = args.max_length or (package.max_length if package else 4096)
     settings = Settings(mode=args.mode, device=args.device, dtype=args.dtype, max_length=max_length,
-                        cuda_graphs=args.cuda_graphs, compile=args.compile)
+                        cuda_graphs=args.cuda_graphs, compile=args.compile, prompt_format=args.prompt_format)
     if package is not None:
         return DecisionModel.from_package(package, settings)
     return DecisionModel.from_random(args.random_init, args.tokenizer, args.seed, settings)

@@ -22,10 +22,11 @@ from typing import Any
 
 from ..decision import TEMPERATURE_27B as RANDOM_TEMPERATURE  # the published 27B model's spread
 from ..errors import BackendError, CheckpointError
+from .answers import answer as contract_answer
 from .fingerprint import named_tensors, weights_fingerprint
 from .kernels import assert_reference, block_optional_kernels, bound_implementations
 from .package import Package, load_head
-from .prompts import Question, RequestInvalid, chat_prompt, render_text
+from .prompts import DEFAULT_PROMPT_FORMAT, Question, RequestInvalid, candidate_texts, chat_prompt
 
 __all__ = [
     "Candidate",
@@ -47,12 +48,13 @@ class Settings:
     max_length: int = 4096
     cuda_graphs: int = 0          # fast mode, CUDA only: LRU capacity, 0 = eager
     compile: bool = False         # fast mode, CUDA only: fused RMSNorm and SiLU gate (fusion.py, torch.compile)
+    prompt_format: str = DEFAULT_PROMPT_FORMAT   # prompts.PROMPT_FORMATS: how requests become prompts
 
 
 @dataclass(frozen=True)
 class Candidate:
     question: Question
-    option: str | None
+    text: str                     # the user message, before the chat template
     ids: list[int]
 
 
@@ -232,7 +234,7 @@ class DecisionModel:
         return list(self._backbone_dtypes)
 
     def describe(self) -> dict[str, Any]:
-        return {"mode": self.settings.mode, "device": str(self.device),
+        return {"mode": self.settings.mode, "device": str(self.device), "prompt_format": self.settings.prompt_format,
                 "dtype": str(self.dtype).removeprefix("torch."),
                 "implementations": self.info["implementations"], "lora": self.info["lora"],
                 "lora_modules": self.info["lora_modules"],
@@ -249,14 +251,13 @@ class DecisionModel:
         """Tokenize every candidate; refuse (422) any over max_length before running anything."""
         out = []
         for question in questions:
-            options = question.options if question.type != "noul" else [None]
-            for option in options:
-                ids = chat_prompt(self.tokenizer, render_text(state, question, option))
+            for text in candidate_texts(state, question, self.settings.prompt_format):
+                ids = chat_prompt(self.tokenizer, text)
                 if len(ids) > self.settings.max_length:
                     raise RequestInvalid(
                         f"a candidate of question {question.qid!r} has {len(ids)} tokens, over the server's "
                         f"max length {self.settings.max_length}; nothing is truncated.", f"questions.{question.qid}")
-                out.append(Candidate(question, option, ids))
+                out.append(Candidate(question, text, ids))
         return out
 
     def _forward(self, ids: Any) -> Any:
@@ -281,7 +282,7 @@ class DecisionModel:
         answers: dict[str, Any] = {}
         for question in questions:
             mine = [s for c, s in zip(candidates, scores, strict=True) if c.question is question]
-            answers[question.qid] = _answer(question, mine, self.temperature)
+            answers[question.qid] = contract_answer(question, mine, self.temperature)
         return answers
 
 
@@ -335,28 +336,3 @@ def _check_constant(name: str, param: Any) -> None:
 
 def _count_lora(model: Any) -> int:
     return sum(1 for name, _ in model.named_modules() if name.endswith("lora_A"))
-
-
-def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
-
-
-def _softmax(values: list[float]) -> list[float]:
-    top = max(values)
-    exps = [math.exp(v - top) for v in values]
-    total = sum(exps)
-    return [e / total for e in exps]
-
-
-def _answer(question: Question, scores: list[float], temperature: float) -> dict[str, Any]:
-    if question.type == "noul":  # logits [0, s] -> p_yes = sigmoid(s / T)
-        return {"type": "noul", "noul": _sigmoid(scores[0] / temperature)}
-    probs = _softmax([s / temperature for s in scores])
-    best = max(range(len(probs)), key=probs.__getitem__)
-    if question.type == "choice":
-        return {"type": "choice", "choice": question.options[best],
-                "probabilities": dict(zip(question.options, probs, strict=True)), "confidence": probs[best]}
-    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in question.levels)
-    values = question.levels if numeric else list(range(len(question.levels)))
-    return {"type": "score", "score": sum(p * v for p, v in zip(probs, values, strict=True)), "probabilities": probs,
-            "confidence": probs[best], "legend": {str(i): level for i, level in enumerate(question.levels)}}

@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..limits import JsonLimitError, has_lone_surrogate, loads_bounded
-from .prompts import MODEL_ALIASES, RequestInvalid, parse_request
+from .prompts import MODEL_ALIASES, RequestInvalid, accepted_models, parse_request
 
 __all__ = [
     "HEADER_TIMEOUT_S",
@@ -100,7 +100,7 @@ class ReferenceServer(ThreadingHTTPServer):
         self.model: Any = None
         self.status = "loading"
         self.static_meta = static_meta          # checkpoint_sha256, base_revision, code_commit, ...
-        self.model_names: tuple[str, ...] = (*MODEL_ALIASES, static_meta["base_model_id"])
+        self.model_names: tuple[str, ...] = accepted_models(static_meta["base_model_id"])
         self.lock = threading.Lock()
         self.deadlines = Deadlines()
         self.served = 0
@@ -141,6 +141,15 @@ class ReferenceServer(ThreadingHTTPServer):
         if status != 200:
             raise RuntimeError(f"warm-up inference failed: {payload}")
         self.status = "ready"
+
+    def models(self) -> dict[str, Any]:
+        """GET /v1/models: the names this server answers to, as a list of the OpenAI shape (`data`) and of
+        the official SDK's (`models`: name, description, release_date; no release date is known: "")."""
+        base = self.static_meta["base_model_id"]
+        data = [{"id": name, "object": "model", "owned_by": "openjev-repro"} for name in self.model_names]
+        models = [{"name": name, "description": f"Open-Jev DecisionModel on {base} ({self.static_meta['method']})",
+                   "release_date": ""} for name in self.model_names]
+        return {"object": "list", "data": data, "models": models}
 
     def health(self) -> tuple[int, dict[str, Any]]:
         if self.status != "ready":
@@ -191,6 +200,7 @@ class ReferenceServer(ThreadingHTTPServer):
                 "base_revision": self.static_meta["base_revision"], "max_length": model.settings.max_length,
                 "backbone_parameter_dtypes": model.backbone_dtypes(),
                 "code_commit": self.static_meta["code_commit"], "mode": model.settings.mode,
+                "prompt_format": model.settings.prompt_format,
                 "device": str(model.device), "implementations": model.info["implementations"],
                 "cuda_graphs": model.graphs.stats() if model.graphs else None}
 
@@ -276,8 +286,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/health":
             self._send(*self.server.health())
         elif path == "/v1/models":
-            data = [{"id": name, "object": "model", "owned_by": "openjev-repro"} for name in self.server.model_names]
-            self._send(200, {"object": "list", "data": data})
+            self._send(200, self.server.models())
         else:
             self._send(404, _error("not_found", f"no endpoint {path}; use /v1/systemone, /health or /v1/models."))
 

@@ -3,8 +3,10 @@
 `write_demo_requests` writes noul cases whose rendered prompts span a wide range of token
 lengths; `write_lengths_requests` writes one noul case per requested length whose rendered
 prompt has exactly that many tokens (what the server reports as usage.input_tokens).
-Both are pure functions of their arguments and the tokenizer, so their bytes can be pinned.
-`corpus_lines` is the text the fixture tokenizer is trained on.
+Both are pure functions of their arguments, the tokenizer and the prompt format the lengths are
+measured under (backend/prompts.py: every case carries noul criteria, which `upstream` shows and
+`criteria-hidden` does not), so their bytes can be pinned. `write_request_files` writes all four
+files a fixture has (`REQUEST_FILES`). `corpus_lines` is the text the fixture tokenizer is trained on.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ from typing import Any
 from ..errors import RecipeError
 
 __all__ = [
+    "CRITERIA",
     "DEMO_SEED",
     "H200_NOUL_INPUT_TOKENS",
+    "REQUEST_FILES",
     "WORDS",
     "calibration_texts",
     "corpus_lines",
     "write_demo_requests",
     "write_lengths_requests",
+    "write_request_files",
 ]
 
 DEMO_SEED = 7
@@ -38,6 +43,16 @@ H200_NOUL_INPUT_TOKENS = [
     214, 233, 250, 206, 173, 395, 357, 321, 315, 346, 375, 346, 336, 290,
 ]
 WORDS = ["the", "a", "an", "of", "to", "in", "on", "at", "for", "with", "from", "by", "and", "or", "but", "not", "is", "was", "are", "were", "be", "been", "has", "have", "had", "this", "that", "these", "those", "it", "its", "they", "them", "their", "we", "our", "you", "your", "he", "she", "his", "her", "who", "which", "what", "when", "where", "why", "how", "all", "any", "some", "each", "every", "no", "yes", "more", "less", "most", "least", "first", "last", "next", "before", "after", "order", "invoice", "payment", "customer", "account", "balance", "report", "meeting", "schedule", "deadline", "project", "task", "server", "request", "response", "latency", "error", "warning", "status", "ready", "model", "token", "length", "window", "browser", "page", "button", "form", "field", "value", "number", "date", "time", "hour", "minute", "second", "day", "week", "month", "year", "price", "total", "amount", "tax", "discount", "shipping", "delivery", "address", "city", "country", "street", "weather", "rain", "snow", "sun", "temperature", "forecast", "train", "station", "ticket", "flight", "gate", "seat", "passenger", "luggage", "hotel", "room", "booking", "email", "message", "reply", "subject", "draft", "folder", "file", "document", "table", "column", "row", "chart", "figure", "result", "test", "pass", "fail", "check", "score", "level", "option", "answer", "question", "context", "state", "note", "log", "event", "user", "admin", "open", "close", "start", "stop", "move", "click", "type", "scroll", "select", "submit", "cancel", "confirm", "approve", "reject", "wait", "red", "green", "blue", "black", "white", "large", "small", "high", "low", "fast", "slow", "early", "late", "new", "old", "true", "false", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "twenty", "hundred", "thousand", "percent", "doctor", "patient", "dose", "library", "book", "author", "chapter", "page", "shelf", "museum", "ticket", "garden", "tree", "river", "mountain", "lake", "bridge", "road"]
+# Every synthetic case's noul criteria (shown to the model under the upstream prompt format).
+CRITERIA = {"true": "the statement holds", "false": "it does not"}
+# The request files of a fixture: name -> (kind, the prompt format their lengths are measured under).
+# The criteria-hidden files are the ones the recipes committed before 2026-12-01 pin by sha256.
+REQUEST_FILES = {
+    "demo-noul.jsonl": ("demo", "criteria-hidden"),
+    "h200-74-lengths.jsonl": ("lengths", "criteria-hidden"),
+    "demo-noul-upstream.jsonl": ("demo", "upstream"),
+    "h200-74-lengths-upstream.jsonl": ("lengths", "upstream"),
+}
 _TEMPLATE_TEXT = [
     "Context:\n", "\n\nQuestion: ", "Is the answer to this question yes? Answer Yes or No.",
     "Proposed answer: ", "Is this proposed answer correct? Answer Yes or No.", "Yes", "No",
@@ -70,7 +85,7 @@ def calibration_texts(seed: int = 3, count: int = 16) -> list[str]:
     texts = []
     for index in range(count):
         state = " ".join(_sentence(rng) for _ in range(1 + index % 12))
-        question = Question("q", "noul", f"Is the word {rng.choice(WORDS)!r} mentioned?", [], [])
+        question = Question("q", "noul", f"Is the word {rng.choice(WORDS)!r} mentioned?")
         texts.append(render_text(state, question))
     return texts
 
@@ -84,16 +99,22 @@ def _tokenizer(tokenizer_dir: Path):
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
 
 
-def _length(tokenizer: Any, state: Any, instructions: str) -> int:
-    from .prompts import Question, chat_prompt, render_text
+def _question(instructions: str) -> dict[str, Any]:
+    return {"type": "noul", "instructions": instructions, "criteria": dict(CRITERIA)}
 
-    return len(chat_prompt(tokenizer, render_text(state, Question("q", "noul", instructions, [], []))))
+
+def _length(tokenizer: Any, state: Any, instructions: str, prompt_format: str) -> int:
+    """The token count the backend reports for this case (its own validation and renderer)."""
+    from .prompts import MODEL_ALIASES, candidate_texts, chat_prompt, parse_request
+
+    _, _, (question,) = parse_request({"state": state, "questions": {"q": _question(instructions)}}, MODEL_ALIASES)
+    (text,) = candidate_texts(state, question, prompt_format)
+    return len(chat_prompt(tokenizer, text))
 
 
 def _task(task_id: str, state: Any, instructions: str, expected: str, group: str, topic: str) -> dict[str, Any]:
     return {"id": task_id, "family": "synthetic-noul",
-            "question": {"type": "noul", "instructions": instructions,
-                         "criteria": {"true": "the statement holds", "false": "it does not"}},
+            "question": _question(instructions),
             "state": state, "labels": ["no", "yes"], "expected": expected, "split": "synthetic",
             "group": group, "provenance": "openjev-repro synthetic (generated, no JevBench text)",
             "topic": topic}
@@ -107,17 +128,20 @@ def _write_jsonl(out_path: Path, tasks: list[dict[str, Any]]) -> Path:
     return out_path
 
 
-def _demo_state(rng: random.Random, tokenizer: Any, target: int, as_object: bool, instructions: str) -> Any:
+def _demo_state(rng: random.Random, tokenizer: Any, target: int, as_object: bool, instructions: str,
+                prompt_format: str) -> Any:
     sentences: list[str] = []
     while True:
         sentences.append(_sentence(rng))
         state: Any = {"events": sentences, "source": "log"} if as_object else " ".join(sentences)
-        if _length(tokenizer, state, instructions) >= target:
+        if _length(tokenizer, state, instructions, prompt_format) >= target:
             return state
 
 
-def write_demo_requests(tokenizer_dir: Path, out_path: Path, n: int = 24, seed: int = DEMO_SEED) -> Path:
-    """n noul cases with rendered lengths spread geometrically from about 60 to about 1500 tokens."""
+def write_demo_requests(tokenizer_dir: Path, out_path: Path, n: int = 24, seed: int = DEMO_SEED,
+                        prompt_format: str = "upstream") -> Path:
+    """n noul cases with rendered lengths (under `prompt_format`) spread geometrically from about 60
+    (upstream: about 80, the criteria's floor) to about 1500 tokens."""
     if n < 2:
         raise RecipeError("The demo request file needs at least 2 cases.")
     tokenizer = _tokenizer(tokenizer_dir)
@@ -127,7 +151,8 @@ def write_demo_requests(tokenizer_dir: Path, out_path: Path, n: int = 24, seed: 
         target = round(60 * (1500 / 60) ** (index / (n - 1)))
         word = rng.choice(WORDS[40:])
         instructions = f"Does the context mention the word {word!r}?"
-        state = _demo_state(rng, tokenizer, target, as_object=index % 3 == 2, instructions=instructions)
+        state = _demo_state(rng, tokenizer, target, as_object=index % 3 == 2, instructions=instructions,
+                            prompt_format=prompt_format)
         text = json.dumps(state) if not isinstance(state, str) else state
         expected = "yes" if f" {word}" in f" {text.lower()}" else "no"
         tasks.append(_task(f"demo-noul-{index:02d}", state, instructions, expected,
@@ -135,25 +160,43 @@ def write_demo_requests(tokenizer_dir: Path, out_path: Path, n: int = 24, seed: 
     return _write_jsonl(out_path, tasks)
 
 
-def write_lengths_requests(tokenizer_dir: Path, lengths: list[int], out_path: Path, seed: int = DEMO_SEED) -> Path:
-    """One noul case per length whose rendered prompt tokenizes to exactly that length."""
+def write_lengths_requests(tokenizer_dir: Path, lengths: list[int], out_path: Path, seed: int = DEMO_SEED,
+                           prompt_format: str = "upstream") -> Path:
+    """One noul case per length whose prompt, rendered under `prompt_format`, tokenizes to exactly that length."""
     tokenizer = _tokenizer(tokenizer_dir)
     fillers = [w for w in WORDS if len(tokenizer.encode(" " + w, add_special_tokens=False)) == 1]
     if not fillers:
         raise RecipeError(f"The tokenizer in {tokenizer_dir} has no single-token words to pad prompts with.")
     rng = random.Random(seed)
     instructions = "Is the note about the weather?"
-    floor = _length(tokenizer, "Note:", instructions)
+    floor = _length(tokenizer, "Note:", instructions, prompt_format)
     tasks = []
     for index, target in enumerate(lengths):
         if not isinstance(target, int) or target < floor:
             raise RecipeError(f"Length {target!r} at position {index} is below the shortest prompt ({floor} tokens).")
         # " word" is one pre-token of one token, so each filler adds exactly one token.
         state = "Note:" + "".join(" " + rng.choice(fillers) for _ in range(target - floor))
-        got = _length(tokenizer, state, instructions)
+        got = _length(tokenizer, state, instructions, prompt_format)
         if got != target:
             raise RecipeError(f"Could not render a prompt of exactly {target} tokens (got {got}).")
         expected = "yes" if " weather" in state else "no"
         tasks.append(_task(f"len-{index:02d}-{target}", state, instructions, expected,
                            group=f"len-{target}", topic="padding"))
     return _write_jsonl(out_path, tasks)
+
+
+def write_request_files(tokenizer_dir: Path, requests_dir: Path, lengths: list[int] | None = None,
+                        only_missing: bool = False) -> list[Path]:
+    """Every file of `REQUEST_FILES` under `requests_dir` (`lengths`: default the 74 published counts);
+    `only_missing` leaves files that exist alone (a fixture built before the upstream files existed)."""
+    counts = H200_NOUL_INPUT_TOKENS if lengths is None else lengths
+    written = []
+    for name, (kind, prompt_format) in REQUEST_FILES.items():
+        out = Path(requests_dir) / name
+        if only_missing and out.is_file():
+            continue
+        if kind == "demo":
+            written.append(write_demo_requests(tokenizer_dir, out, prompt_format=prompt_format))
+        else:
+            written.append(write_lengths_requests(tokenizer_dir, counts, out, prompt_format=prompt_format))
+    return written

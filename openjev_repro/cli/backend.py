@@ -17,10 +17,11 @@ __all__ = ["fixture"]
             "lengths": "JSON file with an \"input_tokens\" list (default: the study's 74 published lengths)"})
 @user_errors
 def fixture(c, out, lengths=None):
-    """Write the byte-stable fixture checkpoint and its demo and 74-length request files; print their sha256."""
+    """Write the byte-stable fixture checkpoint and its demo and 74-length request files (each for both prompt
+    formats); print their sha256."""
     from ..backend.fixture import build_fixture, file_table
     from ..backend.peer_inputs import write_peer_inputs
-    from ..backend.synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
+    from ..backend.synthetic import H200_NOUL_INPUT_TOKENS, write_request_files
     from ..evidence.rundir import guard_output
 
     root = guard_output(Path(out), directory=True)  # never inside a run, never over a file
@@ -34,8 +35,7 @@ def fixture(c, out, lengths=None):
             raise RecipeError(f"{lengths} is not a JSON file with an \"input_tokens\" list ({exc}).") from exc
     files = build_fixture(root / "checkpoint")
     tokenizer = root / "checkpoint" / "base"
-    files.append(write_demo_requests(tokenizer, root / "requests" / "demo-noul.jsonl"))
-    files.append(write_lengths_requests(tokenizer, counts, root / "requests" / "h200-74-lengths.jsonl"))
+    files += write_request_files(tokenizer, root / "requests", counts)
     files += write_peer_inputs(root)  # what a foreign server needs to load this checkpoint offline
     print(f"fixture written to {root} (sha256, bytes, file):")
     for name, size, digest in file_table(root, files):

@@ -19,23 +19,23 @@ DEMO_KEYS = Path(".cache/demo-key")
 
 
 def ensure_fixture(root: Path) -> None:
-    """Build the byte-stable fixture and request files once; verify-inputs checks them every run."""
+    """Build the byte-stable fixture and request files once (and any request file a fixture built by an
+    older version lacks); verify-inputs checks them every run."""
     from ..backend.peer_inputs import write_peer_inputs
+    from ..backend.synthetic import write_request_files
 
     if (root / "checkpoint" / "model.json").is_file():
+        write_request_files(root / "checkpoint" / "base", root / "requests", only_missing=True)
         if not (root / "peers").is_dir():  # a fixture built before the peer inputs existed
             write_peer_inputs(root)
         return
     # transformers' notice that its CUDA fast path is absent is a 265-character line, irrelevant on a CPU
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from ..backend.fixture import build_fixture
-    from ..backend.synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
 
     print(f"building the fixture model in {root} (once)", file=sys.stderr)
     build_fixture(root / "checkpoint")
-    tokenizer = root / "checkpoint" / "base"
-    write_demo_requests(tokenizer, root / "requests" / "demo-noul.jsonl")
-    write_lengths_requests(tokenizer, H200_NOUL_INPUT_TOKENS, root / "requests" / "h200-74-lengths.jsonl")
+    write_request_files(root / "checkpoint" / "base", root / "requests")
     write_peer_inputs(root)
 
 

@@ -463,7 +463,7 @@ def _stop_all(ctx: StudyRun, started: list[RunningBackend], host: HostSession) -
 IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_weights_fingerprint",
                  "weights_fingerprint_seconds", "weights_bytes", "mode", "device", "dtype", "lora",
                  "implementations", "torch_threads", "torch_interop_threads", "thread_env", "base_model",
-                 "cuda_graphs", "compiled", "hardware", "non_embedding_parameters")
+                 "cuda_graphs", "compiled", "hardware", "non_embedding_parameters", "prompt_format")
 
 
 def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
@@ -609,7 +609,8 @@ def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = Non
     pythons = {}
     for backend in (b for b in recipe.backends if b.launched):  # a url backend's packages are not ours to list
         deferred = LAUNCH_NAMES | {f"port.{a.name}" for a in backend.aux}
-        argv0 = fill(backend.command[0], {"python": sys.executable}, f"backend {backend.name} command", deferred=deferred)
+        known = {"python": sys.executable, "repro": str(REPRO_ROOT)}  # a peer's venv: {repro}/.cache/peers/...
+        argv0 = fill(backend.command[0], known, f"backend {backend.name} command", deferred=deferred)
         if (opts.runtime or backend.runtime) == "local" and Path(argv0).name.startswith("python"):
             pythons[backend.name] = argv0
     return collect_environment(recipe_path=opts.recipe_path, backends_python=pythons,
