@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_UNITS = {"test_docker_runtime.py": "dockerd", "test_gpu_images.py": "dockerd"}
 # Handed out first, so that the long ones do not start last: Slurm's time limit alone takes 60-90 s.
 LONG_FIRST = ("test_cluster.py", "test_backend_seeding.py", "test_backend_server.py", "test_docker_runtime.py",
-              "test_gpu_images.py", "test_demo.py", "test_conformance.py", "test_prepare_adapters.py", "test_cli_bad_input.py")
+              "test_gpu_images.py", "test_demo.py", "test_conformance.py", "test_third_party.py",
+              "test_prepare_adapters.py", "test_cli_bad_input.py")
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)

@@ -247,12 +247,27 @@ def test_a_running_server_given_by_url_is_measured_and_left_running(tmp_path, ru
 # --- the real peers ---------------------------------------------------------------------------
 
 
+def _listening(port: int, timeout_s: float = 30.0) -> None:
+    """Wait until something accepts connections on the port (a server we started for a `url` backend)."""
+    import socket
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing listens on port {port} after {timeout_s} s")
+
+
 def test_jevcompat_mock_without_a_wrapper_completes_and_verifies(tmp_path):
     need(JEVCOMPAT)
     port = free_port()
     mock = subprocess.Popen([str(JEVCOMPAT), "mock", "--host", "127.0.0.1", "--port", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        _listening(port)
         launched = {"name": "mock", "command": [str(JEVCOMPAT), "mock", "--host", "{host}", "--port", "{port}"],
                     "readiness": "first-inference", "model": "jev-latest"}
         reached = {"name": "mock-by-url", "url": f"http://127.0.0.1:{port}", "readiness": "first-inference",
@@ -305,7 +320,8 @@ def test_third_party_demo_verifies_and_agrees_with_our_raw_backend(third_party_r
     assert pair["max_probability_delta"] == 0.0 and pair["agreement"] == pair["n"] == 24
     tolerances = {"format_version": 1, "backends": {"reference-raw": "jev-compatible-server"}}
     result = compare_runs(run.path, run.path, tolerances=tolerances)
-    (tokens,) = [p["input_tokens"] for p in result["pairs"]]
+    (tokens,) = [p["input_tokens"] for p in result["pairs"]
+                 if (p["baseline_backend"], p["candidate_backend"]) == ("reference-raw", "jev-compatible-server")]
     assert tokens["compared"] == 24 and tokens["differing"] == 0
     assert "input tokens identical in all 24 cases" in to_markdown(result)
     report = run.file("report.md").read_text()
