@@ -57,23 +57,27 @@ def fast(start_server, fixture_checkpoint: Path):
     return _serve(start_server, fixture_checkpoint, "fast")
 
 
+def _jevcompat(peer_bin: Path, url: str, report_path: Path) -> tuple[dict, str, int]:
+    """(the JSON report, the verdict line, the exit status) of `jevcompat test URL`."""
+    result = subprocess.run([str(peer_bin / "jevcompat"), "test", url, "--json", str(report_path)],
+                            capture_output=True, text=True, timeout=900, check=False)
+    assert report_path.is_file(), result.stdout + result.stderr
+    lines = result.stdout.strip().splitlines()
+    return json.loads(report_path.read_text()), lines[-1] if lines else result.stderr, result.returncode
+
+
+def _not_passed(report: dict, level: str) -> dict[str, str]:
+    return {r["id"]: r["status"] for r in report["results"] if r["level"] == level and r["status"] != "pass"}
+
+
 @pytest.mark.parametrize("mode", ["raw", "fast"])
 def test_jevcompat_finds_every_must_passed(request, peer_bin: Path, tmp_path: Path, mode: str) -> None:
     server = request.getfixturevalue(mode)
-    report_path = tmp_path / f"jevcompat-{mode}.json"
-    result = subprocess.run([str(peer_bin / "jevcompat"), "test", server.url, "--json", str(report_path)],
-                            capture_output=True, text=True, timeout=900, check=False)
-    verdict = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr
-    assert report_path.is_file(), result.stdout + result.stderr
-    report = json.loads(report_path.read_text())
-    status = {r["id"]: r["status"] for r in report["results"]}
-    levels = {r["id"]: r["level"] for r in report["results"]}
-    musts = {rid: s for rid, s in status.items() if levels[rid] == "MUST"}
-    assert {rid for rid, s in musts.items() if s != "pass"} == CONDITIONAL_MUSTS, (verdict, musts)
+    report, verdict, status = _jevcompat(peer_bin, server.url, tmp_path / f"jevcompat-{mode}.json")
+    assert set(_not_passed(report, "MUST")) == CONDITIONAL_MUSTS, (verdict, _not_passed(report, "MUST"))
     assert report["summary"]["untested_musts"] == [] and report["summary"]["verdict"] == "conformant", verdict
-    assert result.returncode == 0, verdict
-    shoulds_not_passed = {rid: s for rid, s in status.items() if levels[rid] == "SHOULD" and s != "pass"}
-    assert shoulds_not_passed == SHOULDS_LEFT, verdict
+    assert status == 0, verdict
+    assert _not_passed(report, "SHOULD") == SHOULDS_LEFT, verdict
     assert report["inconclusive"] == [] and report["case_errors"] == []
 
 
