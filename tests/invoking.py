@@ -4,9 +4,9 @@
     invoke("plan", "--recipe", str(recipe), "--json", cwd=tmp_path, timeout=60)
 
 Runs `python -m invoke` in `cwd` (the repository by default, where tasks.py is) with stdin closed,
-text output captured and the exit status left to the test to assert; COLUMNS=100 gives rich output
-a fixed width, and no .pyc files are written into the tree. `env` adds to (never replaces) this
-process's environment.
+text output captured and the exit status left to the test to assert, and no .pyc files written
+into the tree. `env` adds to (never replaces) this process's environment; a test that reads rich
+output at a fixed width passes `env={"COLUMNS": "100"}`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,13 @@ REPO = Path(__file__).resolve().parents[1]
 INVOKE = [sys.executable, "-m", "invoke"]
 
 
-def invoke(*args: str, cwd: Path = REPO, timeout: float = 120, env: Mapping[str, str] | None = None,
+def invoke(*args: str, cwd: Path = REPO, timeout: float | None = 120, env: Mapping[str, str | None] | None = None,
            ) -> subprocess.CompletedProcess[str]:
-    """`invoke ARGS...` as a subprocess; returns the finished process (returncode, stdout, stderr)."""
-    full_env = {**os.environ, "COLUMNS": "100", "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
+    """`invoke ARGS...` as a subprocess; returns the finished process (returncode, stdout, stderr).
+
+    `env` adds variables to this process's environment; a value of None removes that variable.
+    """
+    merged = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
+    full_env = {k: v for k, v in merged.items() if v is not None}
     return subprocess.run([*INVOKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env=full_env, stdin=subprocess.DEVNULL, check=False)

@@ -5,11 +5,27 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import time
 from pathlib import Path
 
 import yaml
 
 SCRIPTED = Path(__file__).parent / "servers" / "scripted_backend.py"
+SLOW_STARTED = "scripted backend: slow answer started"  # servers/scripted_backend.py prints it
+
+
+def wait_for_line(root: Path, pattern: str, text: str, timeout_s: float = 60) -> Path:
+    """The first file under `root` matching `pattern` that holds a line containing `text`, once it does.
+
+    Polls (the event is a line another process writes); fails the test after `timeout_s`.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for path in sorted(Path(root).glob(pattern)):
+            if text in path.read_text(errors="replace"):
+                return path
+        time.sleep(0.05)
+    raise AssertionError(f"no {pattern} under {root} said {text!r} within {timeout_s:.0f} s")
 
 
 def write_requests(path: Path, n: int = 6) -> Path:

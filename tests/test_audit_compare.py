@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_audit_kit import build_run, recipe_dict
+from audit_kit import build_run, recipe_dict
+from invoking import invoke
 
 from openjev_repro.audit.compare import compare_rows, compare_runs, load_tolerances
 from openjev_repro.errors import EvidenceError, RecipeError
@@ -97,9 +96,7 @@ def test_cli_writes_json_and_markdown(tmp_path, runs):
     tol = tmp_path / "tol.yaml"
     tol.write_text(json.dumps(TOL))
     out = tmp_path / "cmp.json"
-    proc = subprocess.run([sys.executable, "-m", "invoke", "compare", "--baseline", str(a.path), "--candidate",
-                           str(slow.path), "--tolerances", str(tol), "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    proc = invoke("compare", "--baseline", str(a.path), "--candidate", str(slow.path), "--tolerances", str(tol), "--out", str(out), cwd=ROOT, timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert json.loads(out.read_text())["verdict"]["passed"] is False
     md = out.with_suffix(".md").read_text()

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 import tarfile
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from test_audit_kit import signed_run
+from audit_kit import signed_run
+from invoking import invoke
 
 from openjev_repro.audit.publish import publish
 from openjev_repro.audit.verify import verify_path
@@ -124,11 +123,9 @@ def test_publish_refuses_other_names_tampered_runs_and_overwrites(published, tmp
 def test_cli_publish_then_verify(tmp_path):
     run, private, public = signed_run(tmp_path)
     out = tmp_path / "pub.tar.gz"
-    proc = subprocess.run([sys.executable, "-m", "invoke", "publish", "--run", str(run.path), "--aggregate-only",
-                           "--out", str(out), "--key", str(private)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    proc = invoke("publish", "--run", str(run.path), "--aggregate-only", "--out", str(out), "--key", str(private), cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    ver = subprocess.run([sys.executable, "-m", "invoke", "verify", "--run", str(out), "--pubkey", str(public)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    ver = invoke("verify", "--run", str(out), "--pubkey", str(public), cwd=ROOT, timeout=120)
     assert ver.returncode == 0, ver.stdout
     assert "N/A   response bodies" in ver.stdout and "VERIFIED" in ver.stdout
     assert proc.stdout.startswith("signed aggregate-only bundle:")
@@ -137,15 +134,13 @@ def test_cli_publish_then_verify(tmp_path):
 def test_cli_publish_defaults_to_aggregate_only_and_says_unsigned(tmp_path):
     run, _, _public = signed_run(tmp_path)
     out = tmp_path / "pub.tar.gz"
-    proc = subprocess.run([sys.executable, "-m", "invoke", "publish", "--run", str(run.path), "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    proc = invoke("publish", "--run", str(run.path), "--out", str(out), cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"UNSIGNED aggregate-only bundle: {out}")
     with tarfile.open(out, "r:gz") as tar:
         names = tar.getnames()
     assert names and not [n for n in names if n.startswith(("responses/", "logs/"))], names
-    refused = subprocess.run([sys.executable, "-m", "invoke", "publish", "--run", str(run.path),
-                              "--out", str(tmp_path / "x.json")], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    refused = invoke("publish", "--run", str(run.path), "--out", str(tmp_path / "x.json"), cwd=ROOT, timeout=120)
     assert refused.returncode == 1 and refused.stderr.startswith("error: ") and ".tar.gz" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_audit_kit import build_run, signed_run
+from audit_kit import build_run, signed_run
+from invoking import invoke
 
 from openjev_repro.audit.compare import compare_runs
 from openjev_repro.audit.publish import _write_tar, publish
@@ -149,11 +148,6 @@ def test_published_bundle_streams_the_signed_bytes(tmp_path):
         assert tar.extractfile("rows.jsonl").read() == run.rows_path.read_bytes()
         assert all(m.mtime == 0 and m.uid == 0 and m.mode == 0o644 for m in tar.getmembers())
     assert not (tmp_path / ".b.tar.gz.tmp").exists()
-
-
-def invoke(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, check=False)
 
 
 @pytest.mark.slow

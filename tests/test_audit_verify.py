@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_audit_kit import build_run, keypair, signed_run
+from audit_kit import build_run, keypair, signed_run
+from invoking import invoke
 
 from openjev_repro.audit.verify import check_case_ids, format_checks, verify_path
 from openjev_repro.evidence.files import write_json_atomic
@@ -17,7 +16,6 @@ from openjev_repro.evidence.rundir import ENVELOPE_NAME
 from openjev_repro.manifest import write_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
-INVOKE = [sys.executable, "-m", "invoke"]
 
 
 def failed(checks) -> list[str]:
@@ -122,10 +120,6 @@ def test_unsigned_run_needs_allow_unsigned(tmp_path):
     write_manifest(run.path, key_path=None)
     assert failed(verify_path(run.path)) == ["signature"]
     assert failed(verify_path(run.path, allow_unsigned=True)) == []
-
-
-def invoke(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*INVOKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_cli_verify_prints_a_checklist_and_exits_by_outcome(tmp_path):

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from invoking import invoke
 
 from openjev_repro.backend.prompts import MODEL_ALIASES, parse_request
 from openjev_repro.bench import (
@@ -30,7 +31,6 @@ from openjev_repro.study.passes import parse_noul_response
 from openjev_repro.study.timed_client import TimedClient, build_request
 
 ROOT = Path(__file__).resolve().parents[1]
-INVOKE = [sys.executable, "-m", "invoke"]
 
 
 def _recv(sock: socket.socket, n: int) -> bytes:
@@ -156,7 +156,7 @@ def test_hash_bench_single_file_has_no_several_case(tmp_path) -> None:
 
 
 def run_invoke(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*INVOKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    return invoke(*args, cwd=ROOT)
 
 
 def test_cli_bench_client_writes_json_and_ends_with_the_ratio(tmp_path) -> None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from invoking import invoke
 
 from openjev_repro.audit.claims import check_claims, load_claims, parse_claims
 from openjev_repro.errors import RecipeError
@@ -88,13 +87,11 @@ def test_malformed_claims_files_are_refused(data, message):
 
 
 def test_cli_exit_status(tmp_path):
-    good = subprocess.run([sys.executable, "-m", "invoke", "claims", "--file", str(PUBLISHED[2])],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    good = invoke("claims", "--file", str(PUBLISHED[2]), cwd=ROOT, timeout=120)
     assert good.returncode == 0 and "FINDING gap_closed.long_silu" in good.stdout
     bad_file = tmp_path / "bad.yaml"
     data = yaml.safe_load(PUBLISHED[1].read_text())
     next(c for c in data["claims"] if c["name"] == "speedup.native_vs_hf")["value"] = "7.48"
     bad_file.write_text(yaml.safe_dump(data))
-    bad = subprocess.run([sys.executable, "-m", "invoke", "claims", "--file", str(bad_file)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    bad = invoke("claims", "--file", str(bad_file), cwd=ROOT, timeout=120)
     assert bad.returncode == 1 and "FAIL   speedup.native_vs_hf" in bad.stdout and "1 failed" in bad.stdout

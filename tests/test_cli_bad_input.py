@@ -12,14 +12,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from invoking import INVOKE, invoke
 
 REPO = Path(__file__).resolve().parents[1]
-INVOKE = [sys.executable, "-m", "invoke"]
 DEMO_RECIPE = str(REPO / "recipes" / "demo.yaml")
 BROKEN_PIPE_EXIT = 141
 
@@ -91,9 +90,7 @@ def cases(bad: dict[str, str]) -> list[tuple[str, list[str]]]:
 
 
 def run_invoke(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "100", "PYTHONDONTWRITEBYTECODE": "1", "DOCKER_HOST": f"unix://{cwd}/no.sock"}
-    return subprocess.run(INVOKE + args, cwd=cwd, capture_output=True, text=True, timeout=60, env=env,
-                          stdin=subprocess.DEVNULL, check=False)
+    return invoke(*args, cwd=cwd, timeout=60, env={"COLUMNS": "100", "DOCKER_HOST": f"unix://{cwd}/no.sock"})
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ tasks.py, so a task that took `--help` as a value (and wrote `./--help/`) would 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -15,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from invoking import invoke
 
 REPO = Path(__file__).resolve().parents[1]
-INVOKE = [sys.executable, "-m", "invoke"]
 
 
 def scratch_copy(tmp: Path) -> Path:
@@ -26,9 +25,7 @@ def scratch_copy(tmp: Path) -> Path:
 
 
 def run_invoke(args: list[str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "100", "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run(INVOKE + args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
-                          stdin=subprocess.DEVNULL, check=False)
+    return invoke(*args, cwd=cwd, timeout=timeout, env={"COLUMNS": "100"})
 
 
 def tree(root: Path) -> set[str]:

@@ -10,16 +10,15 @@ import pty
 import re
 import struct
 import subprocess
-import sys
 import termios
 from pathlib import Path
 
 import pytest
+from invoking import INVOKE, invoke
 from rich.cells import cell_len
 from studykit import scripted_backend, write_study
 
 REPO = Path(__file__).resolve().parents[1]
-INVOKE = [sys.executable, "-m", "invoke"]
 COLUMNS = 100
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
@@ -48,8 +47,7 @@ def on_terminal(args: list[str], columns: int = COLUMNS) -> tuple[int, list[str]
 
 
 def piped(args: list[str]) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}
-    return subprocess.run(INVOKE + args, cwd=REPO, capture_output=True, text=True, timeout=120, env=env, check=False)
+    return invoke(*args, cwd=REPO, env={"COLUMNS": None, "FORCE_COLOR": None, "TTY_COMPATIBLE": None})
 
 
 @pytest.fixture(scope="module")

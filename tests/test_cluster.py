@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from invoking import invoke as run_invoke
 from studykit import scripted_backend, write_study
 
 from openjev_repro.cluster.crosshost import load_cross_host_tolerances, spread
@@ -30,8 +31,7 @@ REQUIRED = os.environ.get("OPENJEV_REQUIRE_SLURM") == "1"
 
 
 def invoke(*args: str, check: bool = False, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "invoke", "--search-root", str(REPO), *args], check=False, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = run_invoke("--search-root", str(REPO), *args, cwd=REPO, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"invoke {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_audit_kit import build_run, keypair
+from audit_kit import build_run, keypair
+from invoking import invoke
 
 from openjev_repro.audit.importer import IMPORT_FORMAT_VERSION
 from openjev_repro.audit.verify import verify_path
@@ -120,8 +120,7 @@ def test_submission_and_attempt_records_of_a_future_format(tmp_path):
 
 
 def _invoke(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return invoke(*args, cwd=ROOT, timeout=120)
 
 
 def test_cli_prints_one_error_line(tmp_path, monkeypatch):

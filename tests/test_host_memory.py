@@ -53,12 +53,17 @@ def test_per_pass_max_sample_and_value_after_the_pass(tmp_path):
 
 def test_the_thread_samples_periodically_and_stops():
     gpus = FakeGpus.h200(1)
+    started = time.monotonic()
     sampler = MemorySampler(gpus, UUID, period_s=0.02).start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 30  # on a loaded machine the thread may start late: wait for samples, not a time
+    while sampler.summary()["samples"] < 5:
+        assert time.monotonic() < deadline, "the sampler took fewer than 5 samples in 30 s"
+        time.sleep(0.01)
     sampler.stop()
+    elapsed = time.monotonic() - started
     count = sampler.summary()["samples"]
-    assert 5 <= count <= 20
-    time.sleep(0.1)
+    assert 5 <= count <= elapsed / 0.02 + 2  # never faster than its period, however slow the machine
+    time.sleep(0.1)  # five periods: a stopped sampler takes no more samples
     assert sampler.summary()["samples"] == count
 
 

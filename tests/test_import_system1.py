@@ -14,10 +14,10 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from invoking import invoke
 
 from openjev_repro.audit.importer import classify, half_unit, import_system1
 from openjev_repro.errors import EvidenceError, InputMismatch, RunIncomplete
@@ -46,8 +46,7 @@ def relist(src: Path, *names: str) -> None:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return invoke(*args, cwd=ROOT)
 
 
 def leftovers(parent: Path) -> list[str]:

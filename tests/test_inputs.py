@@ -1,4 +1,5 @@
 import pytest
+from invoking import invoke
 from studykit import scripted_backend, write_study
 
 from openjev_repro.errors import InputMismatch
@@ -35,14 +36,10 @@ def test_changed_missing_and_undeclared(tmp_path):
 
 
 def test_verify_inputs_task_exit_status(tmp_path):
-    import subprocess
-    import sys
     path = write_study(tmp_path, [scripted_backend("a")])
-    ok = subprocess.run([sys.executable, "-m", "invoke", "verify-inputs", "--recipe", str(path)],
-                        capture_output=True, text=True, check=False)
+    ok = invoke("verify-inputs", "--recipe", str(path), timeout=None)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     (tmp_path / "inputs" / "requests" / "cases.jsonl").write_text("changed\n")
-    bad = subprocess.run([sys.executable, "-m", "invoke", "verify-inputs", "--recipe", str(path)],
-                         capture_output=True, text=True, check=False)
+    bad = invoke("verify-inputs", "--recipe", str(path), timeout=None)
     assert bad.returncode == 1
     assert "changed" in bad.stdout and "do not match" in bad.stderr

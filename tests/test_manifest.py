@@ -9,9 +9,9 @@ import os
 import stat
 
 import pytest
+from audit_kit import build_run, keypair, signed_run
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from test_audit_kit import build_run, keypair, signed_run
 
 from openjev_repro.errors import EvidenceError, RunIncomplete, VerificationError
 from openjev_repro.evidence.rundir import ENVELOPE_NAME

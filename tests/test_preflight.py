@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from invoking import invoke
 from studykit import write_study
 
 from openjev_repro.errors import ReproError
@@ -58,8 +58,7 @@ def test_cli_study_with_bad_key_is_one_error_line_and_no_run(study, tmp_path):
     recipe, marker = study
     key = tmp_path / "bad.key"
     key.write_text("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
-    done = subprocess.run([sys.executable, "-m", "invoke", "study", "--recipe", str(recipe), "--key", str(key),
-                           "--out", str(tmp_path / "runs")], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    done = invoke("study", "--recipe", str(recipe), "--key", str(key), "--out", str(tmp_path / "runs"), cwd=REPO, timeout=60)
     assert done.returncode == 1
     assert done.stderr.splitlines() == [(f"error: --key: {key} is not an unencrypted PEM private key; "
                                         "create one with `invoke keygen`.")]

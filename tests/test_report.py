@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from invoking import invoke
 from test_results import RECIPE, recipe, study_rows
 
 from openjev_repro.errors import EvidenceError
@@ -277,11 +278,6 @@ def test_not_a_run_dir_is_an_evidence_error(tmp_path):
 
 
 # --- the task, as a user runs it -------------------------------------------------------
-
-
-def invoke(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, check=False)
 
 
 def test_task_prints_report_and_plot_paths(tmp_path):

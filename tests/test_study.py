@@ -4,12 +4,11 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from invoking import invoke
-from studykit import scripted_backend, write_study
+from studykit import SLOW_STARTED, scripted_backend, wait_for_line, write_study
 
 from openjev_repro.errors import InputMismatch, RunIncomplete
 from openjev_repro.evidence.rows import read_rows
@@ -118,13 +117,7 @@ def test_ctrl_c_during_a_pass(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "invoke", "study", "--recipe", str(recipe),
                              "--out", str(tmp_path / "runs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        runs = list((tmp_path / "runs").glob("*/rows.jsonl"))
-        if runs and len(runs[0].read_text().splitlines()) >= 4:
-            break
-        time.sleep(0.1)
-    time.sleep(0.5)  # inside the slow request now
+    wait_for_line(tmp_path / "runs", "*/logs/one.log", SLOW_STARTED)  # inside the slow request now
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode != 0

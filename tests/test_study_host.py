@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 from fake_gpus import FakeGpus
+from invoking import invoke
 from studykit import scripted_backend, write_study
 
 from openjev_repro.errors import RunIncomplete
@@ -140,11 +141,8 @@ def test_gpu_override_to_a_uuid_this_host_lacks_refuses_before_any_backend(tmp_p
      "error: --gpu-index must be a whole number"),
 ])
 def test_study_cli_refuses_a_bad_override_in_one_line(tmp_path, args, message):
-    import subprocess
-    import sys
 
     recipe = write_study(tmp_path, [scripted_backend("one")], n=3)
-    result = subprocess.run([sys.executable, "-m", "invoke", "study", "--recipe", str(recipe), "--out",
-                             str(tmp_path / "runs"), *args], check=False, capture_output=True, text=True)
+    result = invoke("study", "--recipe", str(recipe), "--out", str(tmp_path / "runs"), *args, timeout=None)
     assert result.returncode == 1 and message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "runs").exists()

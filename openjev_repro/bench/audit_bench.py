@@ -111,6 +111,30 @@ def _replicate(path: Path, out: Path, k: int, lengths: dict[tuple, int], sort_ke
                 dst.write(json.dumps(copy, sort_keys=sort_keys, allow_nan=False) + "\n")
 
 
+_RECOMPUTED = {ENVELOPE_NAME, "summary.json", "report.md", "latency_vs_tokens.png", "latency_cdf.png", "rows.jsonl"}
+
+
+def _copy_unchanged(source: Path, out: Path) -> None:
+    """Every file of the source run the synthetic run keeps as it is (not rows, responses or outputs)."""
+    for path in sorted(source.rglob("*")):
+        rel = path.relative_to(source)
+        if path.is_file() and rel.as_posix() not in _RECOMPUTED and rel.parts[0] != "responses" \
+                and not path.name.startswith("."):
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, out / rel)
+
+
+def _replicate_case_ids(out: Path, k: int) -> None:
+    """plan.json's case ids, k times over, as the replicated rows name them."""
+    plan_path = out / "plan.json"
+    if not plan_path.is_file():
+        return
+    plan = RunDir(out).read("plan.json")
+    if isinstance(plan.get("case_ids"), dict):
+        plan["case_ids"] = {w: [_copy_id(i, j) for j in range(k) for i in ids] for w, ids in plan["case_ids"].items()}
+        write_json_atomic(plan_path, plan)
+
+
 def synthesize_run(source: Path, out: Path, k: int, key: Path) -> Path:
     """A signed run with k times the source run's timed cases, in the source's exact file formats."""
     source, out = Path(source), Path(out)
@@ -118,24 +142,14 @@ def synthesize_run(source: Path, out: Path, k: int, key: Path) -> Path:
         raise AuditBenchError(f"{out} already exists.")
     if RunDir(source).state().get("status") != "complete":
         raise AuditBenchError(f"{source} is not a complete run.")
-    skip = {ENVELOPE_NAME, "summary.json", "report.md", "latency_vs_tokens.png", "latency_cdf.png", "rows.jsonl"}
-    for path in sorted(source.rglob("*")):
-        rel = path.relative_to(source)
-        if path.is_file() and rel.as_posix() not in skip and rel.parts[0] != "responses" and not path.name.startswith("."):
-            (out / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, out / rel)
+    _copy_unchanged(source, out)
     rows = [json.loads(line) for line in (source / "rows.jsonl").read_text(encoding="utf-8").splitlines() if line]
     lengths = _pass_lengths(rows)
     _replicate(source / "rows.jsonl", out / "rows.jsonl", k, lengths, sort_keys=True)
     (out / "responses").mkdir(exist_ok=True)
     for path in sorted((source / "responses").glob("*.jsonl")):
         _replicate(path, out / "responses" / path.name, k, lengths, sort_keys=True)
-    plan_path = out / "plan.json"
-    if plan_path.is_file():
-        plan = RunDir(out).read("plan.json")
-        if isinstance(plan.get("case_ids"), dict):
-            plan["case_ids"] = {w: [_copy_id(i, j) for j in range(k) for i in ids] for w, ids in plan["case_ids"].items()}
-            write_json_atomic(plan_path, plan)
+    _replicate_case_ids(out, k)
     recipe = load_recipe(out / "recipe.yaml")
     write_json_atomic(out / "summary.json", summarize(read_table(out / "rows.jsonl"), recipe))
     write_report(out)

@@ -6,9 +6,11 @@ Two shared rules live here, so no task repeats them:
   `invoke TASK --help` always prints help instead of being taken as a value, and marks the
   parameters without a default as "(required)" in that help.
 - `user_errors` wraps every task body: a missing required option, a ReproError, or bad input
-  the OS or a decoder refuses (a directory where a file was expected, a FIFO, an unreadable or
-  non-UTF-8 file) becomes one `error:` line and exit status 1; a closed pipe (`| head -1`)
-  ends the task quietly, the way standard tools do. No traceback reaches the user.
+  the OS or a decoder refuses (a missing, unreadable or special file, a directory where a file
+  was expected, a full disk, a refused connection, non-UTF-8 or non-JSON text) becomes one
+  `error:` line and exit status 1; a closed pipe (`| head -1`) ends the task quietly, the way
+  standard tools do. Anything else is a bug of ours, not the user's input: its traceback is
+  printed, then one line asking to report it, and the exit status is 70 (EX_SOFTWARE).
 
 Task modules import only invoke and this package at module level; everything else is imported
 inside the task body, so `invoke --list` and a light task such as `invoke verify` never load
@@ -17,6 +19,7 @@ torch, matplotlib, docker or rich's renderers.
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib
 import inspect
@@ -24,6 +27,7 @@ import os
 import pkgutil
 import stat
 import sys
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,9 +35,13 @@ from invoke import Exit, Task
 
 from ..errors import ReproError
 
-__all__ = ["BROKEN_PIPE_EXIT", "collect_tasks", "option_name", "required_parameters", "user_errors"]
+__all__ = ["BROKEN_PIPE_EXIT", "BUG_EXIT", "collect_tasks", "expected_input_error", "option_name", "required_parameters", "user_errors"]
 
 BROKEN_PIPE_EXIT = 141  # what a shell reports for a tool ended by SIGPIPE (128 + 13)
+BUG_EXIT = 70  # EX_SOFTWARE (sysexits.h): an internal error, not the user's input
+# OS errors a task expects at its boundary without a file name attached: the disk, the network.
+_EXPECTED_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EMFILE,
+                              errno.ENFILE, errno.ENOMEM})
 
 
 def collect_tasks() -> Iterator[Task]:
@@ -100,6 +108,35 @@ def _input_error(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
+def expected_input_error(exc: BaseException) -> bool:
+    """True for what the OS or a decoder refuses at a task's boundary (the user's input or machine), not a bug.
+
+    An OSError naming a file, a connection or timeout error, a full or read-only disk or a refused
+    permission; text that is not UTF-8 or not JSON. Any other exception is a bug of ours.
+    """
+    import json
+
+    if isinstance(exc, (UnicodeDecodeError, json.JSONDecodeError)):
+        return True
+    if isinstance(exc, OSError):
+        return (exc.filename is not None or isinstance(exc, (ConnectionError, TimeoutError))
+                or exc.errno in _EXPECTED_ERRNOS)
+    return False
+
+
+def _bug(exc: BaseException, as_json: bool) -> Exit:
+    """A bug of ours: the whole traceback, then one line saying so and asking for a report."""
+    traceback.print_exception(exc, file=sys.stderr)
+    message = (f"internal error ({type(exc).__name__}), a bug in openjev-repro rather than in your input; "
+               "please report it with the command you ran and the traceback above.")
+    if as_json:
+        import json
+
+        print(json.dumps({"error": message}))
+        return Exit(code=BUG_EXIT)
+    return Exit(f"error: {message}", code=BUG_EXIT)
+
+
 def _special_file(value: object) -> bool:
     """A FIFO, socket or device: opening one to read may block forever, so no option may name one."""
     if not isinstance(value, str) or not value:
@@ -163,7 +200,11 @@ def user_errors(func: Callable) -> Callable:
             raise _fail(str(exc), as_json) from None
         except BrokenPipeError:
             raise _quiet_exit_on_broken_pipe() from None
-        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
-            raise _fail(_input_error(exc), as_json) from None
+        except (Exit, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - sorted here: the user's input, or a bug of ours
+            if expected_input_error(exc):
+                raise _fail(_input_error(exc), as_json) from None
+            raise _bug(exc, as_json) from None
 
     return wrapper

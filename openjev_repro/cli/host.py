@@ -41,24 +41,26 @@ def _duration(text: str, flag: str) -> float:
         raise HostError(f"{flag}: {exc}.") from exc
 
 
-def _resolve(ids: str) -> list[str]:
-    """'2,3' or 'GPU-…' -> UUIDs. Indices need the driver; UUIDs are checked when it is there."""
+def _checked_uuids(wanted: list[str]) -> list[str]:
+    """UUIDs as given, each checked against the driver when there is one (a lock needs none)."""
     from ..host import NoDriver, detect_driver
 
-    wanted = [w.strip() for w in ids.split(",") if w.strip()]
-    if not wanted:
-        raise HostError("--gpu-ids is empty; give indices like 2 or UUIDs like GPU-cbf66259-….")
-    if all(w.startswith("GPU-") for w in wanted):
-        try:
-            driver = detect_driver()
-        except NoDriver:
-            return wanted  # a lock needs no driver; nothing to check the UUIDs against
-        known = {g.uuid for g in driver.gpus()}
-        driver.close()
-        missing = [w for w in wanted if w not in known]
-        if missing:
-            raise HostError(f"No GPU on this host has UUID {', '.join(missing)}; `invoke gpus` lists them.")
-        return wanted
+    try:
+        driver = detect_driver()
+    except NoDriver:
+        return wanted  # a lock needs no driver; nothing to check the UUIDs against
+    known = {g.uuid for g in driver.gpus()}
+    driver.close()
+    missing = [w for w in wanted if w not in known]
+    if missing:
+        raise HostError(f"No GPU on this host has UUID {', '.join(missing)}; `invoke gpus` lists them.")
+    return wanted
+
+
+def _uuids_of_indices(wanted: list[str]) -> list[str]:
+    """The UUIDs of GPU indices, from the driver (indices mean nothing without one)."""
+    from ..host import detect_driver
+
     driver = detect_driver()
     try:
         by_index = {str(g.index): g.uuid for g in driver.gpus()}
@@ -68,6 +70,16 @@ def _resolve(ids: str) -> list[str]:
     if missing:
         raise HostError(f"No GPU index {', '.join(missing)} on this host (indices: {', '.join(by_index)}).")
     return [by_index[w] for w in wanted]
+
+
+def _resolve(ids: str) -> list[str]:
+    """'2,3' or 'GPU-…' -> UUIDs. Indices need the driver; UUIDs are checked when it is there."""
+    wanted = [w.strip() for w in ids.split(",") if w.strip()]
+    if not wanted:
+        raise HostError("--gpu-ids is empty; give indices like 2 or UUIDs like GPU-cbf66259-….")
+    if all(w.startswith("GPU-") for w in wanted):
+        return _checked_uuids(wanted)
+    return _uuids_of_indices(wanted)
 
 
 @contextmanager

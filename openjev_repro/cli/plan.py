@@ -13,22 +13,27 @@ from . import user_errors
 __all__ = ["plan", "prepare"]
 
 
-def _print_plan(p: dict) -> None:
-    out = [f"study {p['study']['id']} ({p['study']['date']}): {p['study']['purpose']}",
-           f"recipe {p['recipe']['path']} sha256 {p['recipe']['sha256']}",
-           f"inputs root {p['inputs_root']}" + ("  [needs `invoke prepare`]" if p["needs_preparation"] else "")]
-    if p["images"]:
-        out.append("images: " + ", ".join(p["images"]))
-    if p["preparation"]:
-        out.append(f"preparation (lock {p['preparation']['lock']}):")
-        out += [f"  {a['kind']:<9} {a['name']}: {a['detail']}" + (f"\n            $ {' '.join(a['argv'])}" if a["argv"] and a["kind"] == "command" else "")
-                for a in p["preparation"]["actions"]]
-    out.append("hashes to verify:")
+def _preparation_lines(p: dict) -> list[str]:
+    if not p["preparation"]:
+        return []
+    out = [f"preparation (lock {p['preparation']['lock']}):"]
+    for a in p["preparation"]["actions"]:
+        command = a["argv"] and a["kind"] == "command"
+        out.append(f"  {a['kind']:<9} {a['name']}: {a['detail']}" + (f"\n            $ {' '.join(a['argv'])}" if command else ""))
+    return out
+
+
+def _hash_lines(p: dict) -> list[str]:
+    out = ["hashes to verify:"]
     out += [f"  {h['sha256'][:16] + '…' if h['sha256'] != 'unpinned' else 'unpinned (lock)':<18} {h['path']}" for h in p["hashes"]]
     out.append("pins: " + ", ".join(f"{k} {v}" for k, v in p["pins"]["toolchain"].items()))
     out += [f"  commit {k} {v}" for k, v in p["pins"]["commits"].items()]
+    return out
+
+
+def _backend_lines(p: dict) -> list[str]:
     gpu = p["controls"].get("gpu") or {}
-    out.append(f"controls: GPU {gpu.get('index')} {gpu.get('uuid')}, NUMA {p['controls']['numa_node']}, CPUs {p['controls']['cpus']}")
+    out = [f"controls: GPU {gpu.get('index')} {gpu.get('uuid')}, NUMA {p['controls']['numa_node']}, CPUs {p['controls']['cpus']}"]
     for b in p["backends"]:
         if b.get("url"):
             out.append(f"backend {b['name']}: a running server at {b['url']} (not launched or owned by the study), "
@@ -38,6 +43,11 @@ def _print_plan(p: dict) -> None:
         for proc in b["aux"] + [b["command"]]:
             env = " ".join(f"{k}={v}" for k, v in proc["env"].items())
             out.append(f"  {proc['name']}: {env + ' ' if env else ''}{' '.join(proc['argv'])}")
+    return out
+
+
+def _pass_and_gate_lines(p: dict) -> list[str]:
+    out = []
     for s in p["passes"][:1]:
         out.append("passes per backend: " + ", ".join(
             f"{x['phase']}" + (f" {x['workload']}#{x['pass']}" if "workload" in x else "") for x in s["steps"]))
@@ -46,6 +56,16 @@ def _print_plan(p: dict) -> None:
     out.append("gates:")
     out += [f"  {g['name']} [{g['kind']}] " + ", ".join(f"{k}={v}" for k, v in g.items() if k not in ("name", "kind", "description"))
             for g in p["gates"]]
+    return out
+
+
+def _print_plan(p: dict) -> None:
+    out = [f"study {p['study']['id']} ({p['study']['date']}): {p['study']['purpose']}",
+           f"recipe {p['recipe']['path']} sha256 {p['recipe']['sha256']}",
+           f"inputs root {p['inputs_root']}" + ("  [needs `invoke prepare`]" if p["needs_preparation"] else "")]
+    if p["images"]:
+        out.append("images: " + ", ".join(p["images"]))
+    out += _preparation_lines(p) + _hash_lines(p) + _backend_lines(p) + _pass_and_gate_lines(p)
     print("\n".join(out))
 
 

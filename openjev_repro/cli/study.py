@@ -51,10 +51,22 @@ def verify_inputs_task(c, recipe, inputs_root=None):
 def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow_busy=False, gpu_uuid=None,
           gpu_index=None, gpu_source=None):
     """Run a recipe's study end to end; the last line printed is the run directory."""
-    from ..host.override import GpuOverride
     from ..orchestrator.progress import ConsoleProgress
     from ..orchestrator.runner import StudyOptions, plan_study, run_study
     from .output import console
+
+    override = _gpu_override(gpu_uuid, gpu_index, gpu_source)
+    opts = StudyOptions(recipe_path=Path(recipe), out_dir=Path(out), runtime=runtime,
+                        inputs_root=Path(inputs_root) if inputs_root else None,
+                        key_path=Path(key) if key else None, allow_busy=allow_busy, gpu_override=override,
+                        progress=ConsoleProgress(console(stderr=True)))
+    run = run_study(opts, plan_study(opts))
+    sys.stdout.write(f"{run.path}\n")
+
+
+def _gpu_override(gpu_uuid, gpu_index, gpu_source):
+    """--gpu-uuid (with --gpu-index, --gpu-source) as a GpuOverride; None without --gpu-uuid."""
+    from ..host.override import GpuOverride
 
     if gpu_index is not None and gpu_uuid is None:
         raise Exit("error: --gpu-index needs --gpu-uuid (the UUID is what is checked and reserved).", code=1)
@@ -65,10 +77,4 @@ def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow
     except ValueError:
         raise Exit(f"error: --gpu-index must be a whole number, not {gpu_index!r}.", code=1) from None
     source = "cli" if gpu_source is None else gpu_source
-    override = GpuOverride(uuid=gpu_uuid, index=index, source=source) if gpu_uuid is not None else None
-    opts = StudyOptions(recipe_path=Path(recipe), out_dir=Path(out), runtime=runtime,
-                        inputs_root=Path(inputs_root) if inputs_root else None,
-                        key_path=Path(key) if key else None, allow_busy=allow_busy, gpu_override=override,
-                        progress=ConsoleProgress(console(stderr=True)))
-    run = run_study(opts, plan_study(opts))
-    sys.stdout.write(f"{run.path}\n")
+    return GpuOverride(uuid=gpu_uuid, index=index, source=source) if gpu_uuid is not None else None

@@ -80,11 +80,8 @@ def _load(label: str, path: Path, host: str | None = None) -> tuple[HostRun, Any
         return HostRun(label, host or _host_of(directory), Path(path), read_rows(directory / "rows.jsonl")), recipe
 
 
-def collect(submission: Path, *, tolerances: Path | None = None, baseline: Path | None = None,
-            baseline_pubkey: Path | None = None, key: Path | None = None) -> Collected:
-    sub = Submission.open(submission)
-    compare_tol, cross_tol = load_cross_host_tolerances(tolerances) if tolerances else ({}, {})
-    signing_key = load_private_key(key or Path(sub.data["key"]))
+def _complete_runs(sub: Submission) -> list[tuple[str, Path]]:
+    """(label, run directory) of every replicate's complete run; EvidenceError naming one that has none."""
     runs: list[tuple[str, Path]] = []
     for k in sub.replicates:
         complete = sub.complete_run(k)
@@ -93,47 +90,64 @@ def collect(submission: Path, *, tolerances: Path | None = None, baseline: Path 
             raise EvidenceError(f"replicate {k} has no complete run ({states}); resubmit it with "
                                 f"`invoke submit --resume {sub.path}` and collect when it is complete.")
         runs.append((f"replicate-{k}", complete.path))
+    return runs
+
+
+def _baseline_run(baseline: Path, pubkey: Path) -> HostRun:
+    """Another study's complete, verified run as the baseline of every replicate."""
+    with opened(baseline) as directory:  # as compare refuses it, before asking for a signature it cannot have
+        status = run_status(Path(directory))
+    if status not in COMPARABLE_STATUSES:
+        raise RunIncomplete(f"the baseline {baseline} is not a complete run (status {status!r}); "
+                            "compare every replicate with a complete one.")
+    _verified("the baseline", baseline, pubkey)
+    return _load("baseline", baseline)[0]
+
+
+def collect(submission: Path, *, tolerances: Path | None = None, baseline: Path | None = None,
+            baseline_pubkey: Path | None = None, key: Path | None = None) -> Collected:
+    sub = Submission.open(submission)
+    compare_tol, cross_tol = load_cross_host_tolerances(tolerances) if tolerances else ({}, {})
+    signing_key = load_private_key(key or Path(sub.data["key"]))
+    runs = _complete_runs(sub)
     for label, path in runs:
         _verified(label, path, sub.pubkey)
     loaded = [_load(label, path) for label, path in runs]
     hosts = [host for host, _ in loaded]
     recipes = [recipe for _, recipe in loaded]
     if baseline is not None:
-        with opened(baseline) as directory:  # as compare refuses it, before asking for a signature it cannot have
-            status = run_status(Path(directory))
-        if status not in COMPARABLE_STATUSES:
-            raise RunIncomplete(f"the baseline {baseline} is not a complete run (status {status!r}); "
-                                "compare every replicate with a complete one.")
-        _verified("the baseline", baseline, baseline_pubkey or sub.pubkey)
-        base, _ = _load("baseline", baseline)
-        base_label = "baseline"
-        others = hosts
-        everyone = [base, *hosts]
+        base = _baseline_run(baseline, baseline_pubkey or sub.pubkey)
+        base_label, others, everyone = "baseline", hosts, [base, *hosts]
     else:
-        base, base_label = hosts[0], hosts[0].label
-        others = hosts[1:]
-        everyone = hosts
+        base, base_label, others, everyone = hosts[0], hosts[0].label, hosts[1:], hosts
     # `invoke compare`'s own code, on the run directories (it reads rows, recipe and backends.json).
     comparisons = {run.label: compare_runs(base.path, run.path, tolerances=compare_tol or None) for run in others}
     means = {run.label: host_means(run.rows) for run in everyone}
     order = [(w.name, b.name) for w in recipes[0].workloads for b in recipes[0].backends]
     backends = [backend_report(w, b, everyone, means, comparisons, cross_tol) for w, b in order]
-    failures = [f"{label}: {f}" for label in comparisons for f in comparisons[label]["verdict"].get("failures", [])]
-    failures += [f for b in backends for f in b["cross_host_failures"]]
-    declared = bool(compare_tol or cross_tol)
     summary = {
         "format_version": COLLECT_FORMAT_VERSION, "submission": sub.id, "study": recipes[0].study.id,
         "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "baseline": {"label": base_label, "path": str(base.path), "host": base.host},
-        "replicates": [{"label": h.label, "host": h.host, "run": str(h.path),
-                        "manifest_sha256": hash_file(h.path / ENVELOPE_NAME),
-                        "verified": True} for h in hosts],
+        "replicates": _replicate_records(hosts),
         "tolerances": {"file": str(tolerances) if tolerances else None, "compare": compare_tol, "cross_host": cross_tol},
         "backends": backends,
-        "verdict": {"passed": (not failures) if declared else None, "failures": failures,
-                    "note": None if declared else "no tolerances declared"},
+        "verdict": _verdict(comparisons, backends, declared=bool(compare_tol or cross_tol)),
     }
     return Collected(_write(sub, summary, signing_key), summary)
+
+
+def _replicate_records(hosts: list[HostRun]) -> list[dict[str, Any]]:
+    return [{"label": h.label, "host": h.host, "run": str(h.path), "manifest_sha256": hash_file(h.path / ENVELOPE_NAME),
+             "verified": True} for h in hosts]
+
+
+def _verdict(comparisons: dict[str, Any], backends: list[dict[str, Any]], *, declared: bool) -> dict[str, Any]:
+    """Every limit crossed (compare's, per replicate, then the cross-host ones); no verdict without limits."""
+    failures = [f"{label}: {f}" for label in comparisons for f in comparisons[label]["verdict"].get("failures", [])]
+    failures += [f for b in backends for f in b["cross_host_failures"]]
+    return {"passed": (not failures) if declared else None, "failures": failures,
+            "note": None if declared else "no tolerances declared"}
 
 
 def _write(sub: Submission, summary: dict[str, Any], key: Any) -> Path:

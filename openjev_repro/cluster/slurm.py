@@ -148,28 +148,35 @@ def job_states(array_ids: list[int], output_under: str | None = None) -> dict[tu
     """
     if not array_ids:
         return {}
+    found = {(s.array_job_id, s.array_task_id): s for s in _accounted_states(array_ids)}
+    # squeue is live: it wins over accounting for tasks still known to slurmctld.
+    found.update({(s.array_job_id, s.array_task_id): s for s in _queued_states(array_ids, output_under)})
+    return found
+
+
+def _accounted_states(array_ids: list[int]) -> list[JobState]:
+    """The arrays' tasks as `sacct --json` knows them; none without accounting (no slurmdbd)."""
     ids = ",".join(str(i) for i in sorted(set(array_ids)))
-    found: dict[tuple[int, int | None], JobState] = {}
     acct = _run(["sacct", "--json", "--jobs", ids], check=False)
     try:  # without accounting (no slurmdbd) sacct answers in words, or with errors: not used
         accounted = parse_reply(acct.stdout, "sacct --json").get("jobs", []) if acct.returncode == 0 else []
     except SlurmError:
         accounted = []
-    for job in accounted:
-        state = _from_sacct(job)
-        if state is not None and state.array_job_id in array_ids:
-            found[(state.array_job_id, state.array_task_id)] = state
+    states = [_from_sacct(job) for job in accounted]
+    return [s for s in states if s is not None and s.array_job_id in array_ids]
+
+
+def _queued_states(array_ids: list[int], output_under: str | None) -> list[JobState]:
+    """The arrays' tasks still in slurmctld's memory (`squeue --json --states=all`), ours by output path."""
     proc = _run(["squeue", "--json", "--states=all"], check=False)
     if proc.returncode != 0:
         raise SlurmError(f"squeue --json failed: {(proc.stderr or proc.stdout).strip()[:200]}")
+    states: list[JobState] = []
     for job in parse_reply(proc.stdout, "squeue --json").get("jobs", []):
         if output_under and not str(job.get("standard_output") or "").startswith(output_under):
             continue
-        for state in _from_squeue(job, "squeue --json --states=all"):
-            if state.array_job_id in array_ids:
-                # squeue is live: it wins over accounting for tasks still known to slurmctld.
-                found[(state.array_job_id, state.array_task_id)] = state
-    return found
+        states += [s for s in _from_squeue(job, "squeue --json --states=all") if s.array_job_id in array_ids]
+    return states
 
 
 def job_state(job_id: int, *, timeout_s: float = _TIMEOUT_S) -> JobState | None:

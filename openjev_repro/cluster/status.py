@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..evidence.files import write_json_atomic
-from ..evidence.rundir import RunDir
+from ..evidence.rundir import RunDir, Status
 from .slurm import TERMINAL, JobState, job_states
 from .submission import SLURM_CAUSE, Submission, utc_now, with_slurm_cause
 
@@ -44,16 +44,16 @@ def settle(sub: Submission, states: dict[tuple[int, int | None], JobState]) -> N
             if run_name and (directory / run_name / "state.json").is_file():
                 run = RunDir(directory / run_name)
                 current = run.state()
-                if current.get("status") != "complete":
+                if current.get("status") != Status.COMPLETE:
                     cause = f"{SLURM_CAUSE} ({state.state}" + (f", reason {state.reason})" if state.reason else ")")
-                    run.update_state(status="incomplete", slurm_end=final,
+                    run.update_state(status=Status.INCOMPLETE, slurm_end=final,
                                      error=with_slurm_cause(current.get("error"), cause))
         runs = sub.runs(k)
         job = sub.latest_job(k)
         state = states.get((job, k)) if job is not None else None
         if runs and state is not None and state.state in TERMINAL and runs[-1].status != "unreadable" \
-                and RunDir(runs[-1].path).state().get("status") == "running":  # stale or not: its file says so
-            RunDir(runs[-1].path).update_state(status="incomplete", slurm_end=_final(state),
+                and RunDir(runs[-1].path).state().get("status") == Status.RUNNING:  # stale or not: its file says so
+            RunDir(runs[-1].path).update_state(status=Status.INCOMPLETE, slurm_end=_final(state),
                                                error=f"its Slurm task ended ({state.state}) while it was running")
 
 
@@ -65,9 +65,9 @@ def _evidence(sub: Submission, k: int, slurm_state: str | None) -> dict[str, Any
         evidence = "complete"
     elif latest is None:
         evidence = "none"
-    elif latest.status == "running" and slurm_state in TERMINAL:
+    elif latest.status == Status.RUNNING and slurm_state in TERMINAL:
         evidence = "incomplete"  # the task was killed before it could write its state
-    elif latest.status == "complete":  # every pass done, the manifest not (yet) written
+    elif latest.status == Status.COMPLETE:  # every pass done, the manifest not (yet) written
         evidence = "unsigned" if slurm_state in TERMINAL else "signing"
     else:
         evidence = latest.status

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import EvidenceError
 from ..evidence.files import read_versioned, write_json_atomic
-from ..evidence.rundir import ENVELOPE_NAME, RunDir
+from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status
 
 __all__ = [
     "ATTEMPT_FORMAT_VERSION",
@@ -65,7 +65,7 @@ class RunAttempt:
 
     @property
     def complete(self) -> bool:
-        return self.status == "complete" and self.signed
+        return self.status == Status.COMPLETE and self.signed
 
 
 class Submission:

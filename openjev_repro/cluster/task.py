@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import ReproError
 from ..evidence.files import write_json_atomic
 from ..evidence.recipe import load_recipe
-from ..evidence.rundir import RunDir
+from ..evidence.rundir import RunDir, Status
 from ..hashing import hash_file
 from ..host.allocation import allocated_gpu, slurm_record
 from ..manifest.keys import load_private_key
@@ -96,14 +96,56 @@ def _mark_incomplete(run_path: Path, slurm_end: dict[str, Any] | None, why: str)
         return
     run = RunDir(run_path)
     state = run.state()
-    if state.get("status") == "complete":
+    if state.get("status") == Status.COMPLETE:
         return
-    error = state.get("error") if state.get("status") != "running" else None
-    changes: dict[str, Any] = {"status": "incomplete",
+    error = state.get("error") if state.get("status") != Status.RUNNING else None
+    changes: dict[str, Any] = {"status": Status.INCOMPLETE,
                                "error": with_slurm_cause(error, why) if slurm_end is not None else (error or why)}
     if slurm_end is not None:
         changes["slurm_end"] = slurm_end
     run.update_state(**changes)
+
+
+def _study_argv_checked(sub: Submission, replicate_dir: Path, gpu: Any) -> list[str]:
+    """The `invoke study` command of this replicate, once the recipe, the GPU controls and the key check out.
+
+    Raises TaskFailed naming what differs from the submission or is not usable on this node.
+    """
+    if hash_file(sub.data["recipe"]) != sub.data["recipe_sha256"]:
+        raise TaskFailed(f"{sub.data['recipe']} changed since submission")
+    if bool(load_recipe(sub.data["recipe"]).controls.gpu) != bool(sub.data.get("gpu_controls")):
+        raise TaskFailed("the recipe's GPU controls differ from the submission's")
+    try:  # the study signs at its very end: an unreadable key must fail before it measures anything
+        load_private_key(Path(sub.data["key"]))
+    except ReproError as exc:
+        raise TaskFailed(f"the signing key is not usable on this node: {exc}") from None
+    return study_argv(sub, replicate_dir, gpu)
+
+
+def _after_termination(attempt: _Attempt, run: Path | None, terminated: dict[str, Any], code: int) -> int:
+    """Slurm ended the task: the run (if any) and the attempt say so, with Slurm's own reason."""
+    end = terminated["slurm_end"]
+    named = end.get("state") if end.get("state") in TERMINAL else None  # COMPLETING while stopping
+    why = f"{SLURM_CAUSE} ({named or terminated['signal']}" + \
+          (f", reason {end['reason']}" if end.get("reason") else "") + ")"
+    if run is not None:
+        _mark_incomplete(run, end, why)
+    attempt.write(outcome="terminated", run=run.name if run else None, ended_utc=utc_now(), exit_code=code,
+                  error=why)
+    return 128 + signal.SIGTERM
+
+
+def _after_exit(attempt: _Attempt, run: Path | None, code: int) -> int:
+    """The study exited: complete only with status 0 and a run whose state says complete."""
+    status = RunDir(run).state().get("status") if run is not None else None
+    if code == 0 and status == Status.COMPLETE:
+        attempt.write(outcome="complete", run=run.name if run else None, ended_utc=utc_now(), exit_code=0)
+        return 0
+    if run is not None:
+        _mark_incomplete(run, None, f"`invoke study` exited with status {code}")
+    attempt.write(outcome="failed", run=run.name if run else None, ended_utc=utc_now(), exit_code=code,
+                  error=f"`invoke study` exited with status {code}, run status {status}")
+    return code or 1
 
 
 def run_task(sub: Submission, k: int) -> int:
@@ -119,15 +161,7 @@ def run_task(sub: Submission, k: int) -> int:
         return 0
     gpu = allocated_gpu()
     try:
-        if hash_file(sub.data["recipe"]) != sub.data["recipe_sha256"]:
-            raise TaskFailed(f"{sub.data['recipe']} changed since submission")
-        if bool(load_recipe(sub.data["recipe"]).controls.gpu) != bool(sub.data.get("gpu_controls")):
-            raise TaskFailed("the recipe's GPU controls differ from the submission's")
-        try:  # the study signs at its very end: an unreadable key must fail before it measures anything
-            load_private_key(Path(sub.data["key"]))
-        except ReproError as exc:
-            raise TaskFailed(f"the signing key is not usable on this node: {exc}") from None
-        argv = study_argv(sub, replicate_dir, gpu)
+        argv = _study_argv_checked(sub, replicate_dir, gpu)
     except TaskFailed as exc:
         attempt.write(outcome="failed", ended_utc=utc_now(), exit_code=1, error=str(exc))
         print(f"error: {exc}", file=sys.stderr)
@@ -153,24 +187,8 @@ def run_task(sub: Submission, k: int) -> int:
     code = child.wait()
     run = _new_run(replicate_dir, before)
     if terminated:
-        end = terminated["slurm_end"]
-        named = end.get("state") if end.get("state") in TERMINAL else None  # COMPLETING while stopping
-        why = f"{SLURM_CAUSE} ({named or terminated['signal']}" + \
-              (f", reason {end['reason']}" if end.get("reason") else "") + ")"
-        if run is not None:
-            _mark_incomplete(run, end, why)
-        attempt.write(outcome="terminated", run=run.name if run else None, ended_utc=utc_now(), exit_code=code,
-                      error=why)
-        return 128 + signal.SIGTERM
-    status = RunDir(run).state().get("status") if run is not None else None
-    if code == 0 and status == "complete":
-        attempt.write(outcome="complete", run=run.name if run else None, ended_utc=utc_now(), exit_code=0)
-        return 0
-    if run is not None:
-        _mark_incomplete(run, None, f"`invoke study` exited with status {code}")
-    attempt.write(outcome="failed", run=run.name if run else None, ended_utc=utc_now(), exit_code=code,
-                  error=f"`invoke study` exited with status {code}, run status {status}")
-    return code or 1
+        return _after_termination(attempt, run, terminated, code)
+    return _after_exit(attempt, run, code)
 
 
 def main(argv: list[str] | None = None) -> int:

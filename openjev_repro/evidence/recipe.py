@@ -498,17 +498,20 @@ class Recipe(StrictModel):
         _unique([b.name for b in self.backends], "backend")
         _unique([w.name for w in self.workloads], "workload")
         _unique([g.name for g in self.gates], "gate")
-        backends = {b.name for b in self.backends}
-        workloads = {w.name for w in self.workloads}
         for g in self.gates:
-            for field in ("baseline", "candidate", "a", "b", "backend"):
-                ref = getattr(g, field, None)
-                if ref is not None and ref not in backends:
-                    raise ValueError(f"gate {g.name!r}: {field} {ref!r} is not a backend of this recipe")
-            wl = getattr(g, "workload", None)
-            if wl is not None and wl not in workloads:
-                raise ValueError(f"gate {g.name!r}: workload {wl!r} is not a workload of this recipe")
+            self._check_gate(g)
         return self
+
+    def _check_gate(self, g: Any) -> None:
+        """A gate names only backends and workloads of this recipe."""
+        backends = {b.name for b in self.backends}
+        for field in ("baseline", "candidate", "a", "b", "backend"):
+            ref = getattr(g, field, None)
+            if ref is not None and ref not in backends:
+                raise ValueError(f"gate {g.name!r}: {field} {ref!r} is not a backend of this recipe")
+        wl = getattr(g, "workload", None)
+        if wl is not None and wl not in {w.name for w in self.workloads}:
+            raise ValueError(f"gate {g.name!r}: workload {wl!r} is not a workload of this recipe")
 
     def _check_preparation(self, declared: set[str]) -> None:
         unpinned = [f.path for f in self.inputs.files if f.sha256 == UNPINNED]
@@ -520,6 +523,10 @@ class Recipe(StrictModel):
             for r in self.preparation.requests:
                 if r.dest not in declared:
                     raise ValueError(f"request selection writes {r.dest!r}, which is not a declared input")
+        self._check_warmup_and_traces()
+
+    def _check_warmup_and_traces(self) -> None:
+        """The warm-up's longest_of and the traces name workloads and backends of this recipe."""
         longest_of = self.protocol.warmup.longest_of
         if longest_of is not None and longest_of not in {w.name for w in self.workloads}:
             raise ValueError(f"protocol.warmup.longest_of {longest_of!r} is not a workload of this recipe")

@@ -38,6 +38,7 @@ import socket
 import stat
 import time
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ __all__ = [
     "SERVERS_FORMAT_VERSION",
     "STATE_FORMAT_VERSION",
     "RunDir",
+    "Status",
     "boot_id",
     "check_response_entry",
     "enclosing_run",
@@ -65,6 +67,15 @@ __all__ = [
 ]
 
 STATE_FORMAT_VERSION = 1
+
+
+class Status(StrEnum):
+    """state.json's status. A str: it is written, read and compared as the plain word."""
+
+    RUNNING = "running"  # the study is (or was, if stale) writing the run
+    COMPLETE = "complete"  # every pass done, summary and report written; the manifest follows
+    INCOMPLETE = "incomplete"  # stopped before the end: never reported, compared or signed as complete
+    IMPORTED = "imported"  # another project's published evidence, converted (audit/importer.py)
 ENVELOPE_NAME = "manifest.dsse.json"
 # Written by the runner with these versions (the other files' writers hold their own constants).
 INPUTS_FORMAT_VERSION = 1
@@ -203,7 +214,7 @@ def stale_reason(state: dict) -> str | None:
 
     A run written before owners were recorded (no `owner`) is never called stale.
     """
-    if state.get("status") != "running":
+    if state.get("status") != Status.RUNNING:
         return None
     owner = state.get("owner")
     if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
@@ -235,7 +246,7 @@ class RunDir:
         try:
             (path / "logs").mkdir()
             (path / "responses").mkdir()
-            run.write_state({"status": "running", "attempted": [], "finished": [], "error": None, "owner": _owner(),
+            run.write_state({"status": Status.RUNNING, "attempted": [], "finished": [], "error": None, "owner": _owner(),
                              "started_utc": now.isoformat(timespec="seconds")})
         except BaseException:  # a directory without its state file is no run: leave nothing behind
             shutil.rmtree(path, ignore_errors=True)
@@ -295,7 +306,7 @@ class RunDir:
         state = self.state()
         reason = stale_reason(state)
         if reason:
-            state = dict(state, status="incomplete", stale=True,
+            state = dict(state, status=Status.INCOMPLETE.value, stale=True,
                          error=f"stale run: state.json says running, but {reason}")
         return state
 

@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import EvidenceError, RunIncomplete, VerificationError
 from ..evidence.files import check_format, read_json, write_bytes_atomic
 from ..evidence.recipe import safe_yaml
-from ..evidence.rundir import ENVELOPE_NAME, READABLE_VERSIONS, RunDir
+from ..evidence.rundir import ENVELOPE_NAME, READABLE_VERSIONS, RunDir, Status
 from ..evidence.summary import read_summary
 from ..hashing import hash_file
 from ..limits import MAX_JSON_DEPTH, loads_bounded
@@ -162,7 +162,7 @@ def write_manifest(run_dir: Path, *, key_path: Path | None) -> Path:
     run = RunDir.open(run_dir)
     state = run.effective_state()  # a "running" run whose study died reads incomplete (stale)
     status = state.get("status")
-    if status != "complete":
+    if status != Status.COMPLETE:
         stale = f" ({state['error']})" if state.get("stale") else ""
         raise RunIncomplete(
             f"{run.path} has status {status!r}{stale}; only a complete study gets a manifest. "
@@ -208,18 +208,26 @@ def read_statement(envelope_path: Path) -> tuple[dict[str, Any], dict[str, Any]]
 _SHA256_HEX = frozenset("0123456789abcdef")
 
 
-def _statement_problem(statement: dict[str, Any]) -> str | None:
-    """The first field of a statement that does not have the shape this tool writes; None if all do."""
-    subjects = statement.get("subject")
-    if not isinstance(subjects, list):
-        return "subject is not a list"
-    for i, s in enumerate(subjects):
-        digest = s.get("digest") if isinstance(s, dict) else None
-        sha = digest.get("sha256") if isinstance(digest, dict) else None
-        if (not isinstance(s, dict) or set(s) != {"name", "digest"} or not isinstance(s["name"], str)
-                or not isinstance(sha, str) or len(sha) != 64 or not set(sha) <= _SHA256_HEX):
-            return f"subject[{i}] is not {{name: string, digest: {{sha256: 64 hex digits}}}}"
-    predicate = statement["predicate"]
+def _subject_ok(s: Any) -> bool:
+    digest = s.get("digest") if isinstance(s, dict) else None
+    sha = digest.get("sha256") if isinstance(digest, dict) else None
+    return (isinstance(s, dict) and set(s) == {"name", "digest"} and isinstance(s["name"], str)
+            and isinstance(sha, str) and len(sha) == 64 and set(sha) <= _SHA256_HEX)
+
+
+def _aggregate_problem(predicate: dict[str, Any]) -> str | None:
+    """What an aggregate-only predicate lacks: the omitted files and the source envelope."""
+    omitted = predicate.get("omitted", [])
+    if not isinstance(omitted, list) or not all(
+        isinstance(o, dict) and isinstance(o.get("name"), str) and isinstance(o.get("sha256"), str) for o in omitted
+    ):
+        return "predicate.omitted is not a list of {name, sha256} strings"
+    if not isinstance(predicate.get("source_envelope"), str):
+        return "predicate.source_envelope is not a file name"
+    return None
+
+
+def _predicate_problem(predicate: dict[str, Any]) -> str | None:
     for key in ("signed", "aggregate_only"):
         if not isinstance(predicate.get(key, False), bool):
             return f"predicate.{key} is not true or false"
@@ -228,12 +236,15 @@ def _statement_problem(statement: dict[str, Any]) -> str | None:
             return f"predicate.{key} is not an object"
     if not isinstance(predicate.get("gates", []), list):
         return "predicate.gates is not a list"
-    if predicate.get("aggregate_only"):
-        omitted = predicate.get("omitted", [])
-        if not isinstance(omitted, list) or not all(
-            isinstance(o, dict) and isinstance(o.get("name"), str) and isinstance(o.get("sha256"), str) for o in omitted
-        ):
-            return "predicate.omitted is not a list of {name, sha256} strings"
-        if not isinstance(predicate.get("source_envelope"), str):
-            return "predicate.source_envelope is not a file name"
-    return None
+    return _aggregate_problem(predicate) if predicate.get("aggregate_only") else None
+
+
+def _statement_problem(statement: dict[str, Any]) -> str | None:
+    """The first field of a statement that does not have the shape this tool writes; None if all do."""
+    subjects = statement.get("subject")
+    if not isinstance(subjects, list):
+        return "subject is not a list"
+    for i, s in enumerate(subjects):
+        if not _subject_ok(s):
+            return f"subject[{i}] is not {{name: string, digest: {{sha256: 64 hex digits}}}}"
+    return _predicate_problem(statement["predicate"])

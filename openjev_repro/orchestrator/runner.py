@@ -40,6 +40,7 @@ from ..evidence.rundir import (
     PROCESSES_FORMAT_VERSION,
     SERVERS_FORMAT_VERSION,
     RunDir,
+    Status,
     fsync_tree,
 )
 from ..host.driver import GpuDriver
@@ -169,10 +170,10 @@ def mark_incomplete(run: RunDir, error: str) -> bool:
     the temporary file needs space, the existing file's blocks do not).
     """
     with contextlib.suppress(OSError, ValueError, ReproError):  # e.g. a full disk: rewrite in place below
-        run.update_state(status="incomplete", error=error)
+        run.update_state(status=Status.INCOMPLETE, error=error)
         return True
     try:
-        state = dict(run.state(), status="incomplete", error=error[:500])
+        state = dict(run.state(), status=Status.INCOMPLETE, error=error[:500])
         data = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
         with open(run.file("state.json"), "r+b") as fh:
             fh.write(data)
@@ -661,9 +662,9 @@ def step_sign(ctx: StudyRun) -> None:
 
     run, opts = ctx.run, ctx.opts
     with _step(run, "report"):
-        report = write_report(run.path, as_status="complete")
+        report = write_report(run.path, as_status=Status.COMPLETE.value)
     fsync_tree(run.path)
-    run.update_state(status="complete")
+    run.update_state(status=Status.COMPLETE)
     envelope = write_manifest(run.path, key_path=opts.key_path)
     fsync_tree(run.path)
     opts.progress.message("[green]study complete[/]")

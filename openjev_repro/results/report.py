@@ -23,7 +23,7 @@ from ..errors import EvidenceError, UnsupportedFormat
 from ..evidence.files import write_bytes_atomic
 from ..evidence.recipe import Recipe, load_recipe
 from ..evidence.rows import Row
-from ..evidence.rundir import ENVELOPE_NAME, RunDir, guard_output
+from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status, guard_output
 from ..evidence.summary import GateResult, LatencyKey, PassStats, Summary, WorkloadSummary
 from .floor import floor_lines
 from .row_table import RowTable, as_table, read_table
@@ -240,7 +240,7 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     present when a backend measured the GPU. `servers` is the servers section (`servers.server_lines`:
     launched or reached by URL, readiness, connections, whether TCP connects were timed).
     """
-    done = ("complete", "imported") if imported is not None else ("complete",)
+    done = (Status.COMPLETE, Status.IMPORTED) if imported is not None else (Status.COMPLETE,)
     banner = [incomplete_banner(state), ""] if state is not None and state.get("status") not in done else []
     out = [f"# Study {summary['study_id']}", "", *banner]
     if imported is not None:
@@ -325,18 +325,25 @@ def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
     return RunInfo(run.path.name, None, hardware)
 
 
-def _hardware(run: RunDir, recipe: Recipe) -> str:
+def _environment_of(run: RunDir) -> dict:
+    """environment.json, or {} when absent or unreadable (a newer format is still refused)."""
     try:
         env = run.read("environment.json") if run.file("environment.json").is_file() else {}
     except UnsupportedFormat:
         raise
     except (OSError, ValueError, EvidenceError):
         env = {}
+    return env
+
+
+def _mapping(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _hardware(run: RunDir, recipe: Recipe) -> str:
+    env = _environment_of(run)
     devices = (env.get("gpus") or {}).get("devices") or []
-    override = env.get("gpu_override")
-    override = override if isinstance(override, dict) else {}
-    run_time = override.get("run_time")
-    run_time = run_time if isinstance(run_time, dict) else {}
+    run_time = _mapping(_mapping(env.get("gpu_override")).get("run_time"))
     pinned = run_time.get("uuid") or (recipe.controls.gpu.uuid if recipe.controls and recipe.controls.gpu else None)
     names = [d.get("name") for d in devices if d.get("name") and (pinned is None or d.get("uuid") == pinned)]
     if names:
@@ -371,76 +378,107 @@ def _title(fig, study_id: str, run: RunInfo | None, workloads: Sequence[str], wh
     fig.suptitle(f"{what}\n{where}\n{' · '.join(facts)}", fontsize=10)
 
 
+@dataclass(frozen=True)
+class _Panels:
+    """What both plots draw: measured rows by workload, backend and pass, one colour per backend."""
+
+    t: RowTable
+    data: dict[str, dict[str, dict[int, np.ndarray]]]
+    workloads: list[str]
+    backends: list[str]
+    colours: dict[str, str]
+    passes: list[int]
+
+    @classmethod
+    def of(cls, t: RowTable) -> _Panels:
+        data = _measured(t)
+        backends = list(dict.fromkeys(b for wl in data.values() for b in wl))
+        return cls(t, data, list(data) or [""], backends, {b: f"C{i % 10}" for i, b in enumerate(backends)},
+                   sorted({p for wl in data.values() for b in wl.values() for p in b}))
+
+    def figure(self):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(max(7.5, 5.0 * len(self.workloads)), 5.0), dpi=110, layout="constrained")
+        FigureCanvasAgg(fig)
+        return fig
+
+    def legend(self, ax, kind: str, labels: dict[str, str] | None = None) -> None:
+        from matplotlib.lines import Line2D
+
+        handles = [Line2D([], [], color=self.colours[b], lw=2, label=(labels or {}).get(b, b)) for b in self.backends]
+        for n, p in enumerate(self.passes):
+            style: dict[str, Any] = ({"marker": PASS_MARKERS[n % len(PASS_MARKERS)], "ls": "none"} if kind == "scatter"
+                                     else {"ls": PASS_LINES[n % len(PASS_LINES)]})
+            handles.append(Line2D([], [], color="0.3", label=f"measured pass {p}", **style))
+        if kind == "cdf" and self.backends:
+            handles += [Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", ms=8, mew=2, label="P50"),
+                        Line2D([], [], color="0.3", marker="X", ls="none", ms=9, mew=1, label="P95 (JevBench rank)")]
+        if handles:
+            ax.legend(handles=handles, fontsize=8.5, loc="lower right" if kind == "cdf" else "upper left")
+
+
+def _scatter_figure(panels: _Panels, study_id: str, run: RunInfo | None):
+    t, passes = panels.t, panels.passes
+    fig = panels.figure()
+    for k, name in enumerate(panels.workloads):
+        ax = fig.add_subplot(1, len(panels.workloads), k + 1)
+        for b, by_pass in panels.data.get(name, {}).items():
+            for n, p in enumerate(passes):
+                rs = by_pass.get(p, np.zeros(0, dtype=np.int64))
+                rs = rs[t.has_input_tokens[rs]]
+                ax.scatter(t.input_tokens[rs], t.latency_ms[rs], s=22, alpha=0.75, color=panels.colours[b],
+                           marker=PASS_MARKERS[n % len(PASS_MARKERS)], linewidths=0)
+        ax.set(xlabel="input tokens", ylabel="latency (ms)", title=f"workload {name}" if name else "no measured requests")
+        panels.legend(ax, "scatter")
+    _title(fig, study_id, run, [w for w in panels.workloads if w], "Measured latency against input tokens")
+    return fig
+
+
+def _cdf_backend(ax, panels: _Panels, b: str, by_pass: dict[int, np.ndarray]) -> str | None:
+    """One backend's CDF lines (one per measured pass) and its P50/P95 marks; returns its legend label."""
+    t, colour = panels.t, panels.colours[b]
+    for n, p in enumerate(panels.passes):
+        lat = np.sort(t.latency_ms[by_pass[p]]) if p in by_pass else np.zeros(0)
+        if len(lat):
+            ax.step(lat, np.arange(1, len(lat) + 1) / len(lat), where="post", color=colour,
+                    ls=PASS_LINES[n % len(PASS_LINES)], lw=1.6)
+    stats = latency_stats(t.latency_ms[np.concatenate(list(by_pass.values()))])
+    p50, p95 = stats["p50_ms"], stats["p95_jevbench_ms"]
+    if p50 is None or p95 is None:
+        return None
+    ax.plot([p50], [YES_THRESHOLD], marker="o", mfc="white", ms=8, mew=2, color=colour, ls="none", zorder=5)
+    ax.plot([p95], [0.95], marker="X", ms=10, mew=1, mec="white", color=colour, ls="none", zorder=5)
+    return f"{b}: P50 {p50:.1f}, P95 {p95:.1f} ms"
+
+
+def _cdf_figure(panels: _Panels, study_id: str, run: RunInfo | None):
+    fig = panels.figure()
+    for k, name in enumerate(panels.workloads):
+        ax = fig.add_subplot(1, len(panels.workloads), k + 1)
+        marks: dict[str, str] = {}
+        for b, by_pass in panels.data.get(name, {}).items():
+            label = _cdf_backend(ax, panels, b, by_pass)
+            if label is not None:
+                marks[b] = label
+        ax.axhline(YES_THRESHOLD, color="0.6", lw=0.6, ls=":")
+        ax.axhline(0.95, color="0.6", lw=0.6, ls=":")
+        ax.set(xlabel="latency (ms)", ylabel="fraction of measured requests", ylim=(0, 1.02),
+               title=f"workload {name}" if name else "no measured requests")
+        panels.legend(ax, "cdf", marks)
+    _title(fig, study_id, run, [w for w in panels.workloads if w], "Latency CDF")
+    return fig
+
+
 def plot_figures(rows: RowTable | Iterable[Row], study_id: str = "", run: RunInfo | None = None) -> dict:
     """Both plots as matplotlib Figures (Agg canvas, no pyplot state), by file name.
 
     One panel per workload; one colour per backend; one marker (scatter) or line style (CDF)
     per measured pass. The CDF marks each backend's P50 and P95 (JevBench rank,
     sorted[int(0.95 N) - 1], the report's headline rule) over all its measured requests."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-
-    t = as_table(rows)
-    data = _measured(t)
-    workloads = list(data) or [""]
-    backends = list(dict.fromkeys(b for wl in data.values() for b in wl))
-    colours = {b: f"C{i % 10}" for i, b in enumerate(backends)}
-    passes = sorted({p for wl in data.values() for b in wl.values() for p in b})
-    size = (max(7.5, 5.0 * len(workloads)), 5.0)
-
-    def legend(ax, kind: str, labels: dict[str, str] | None = None) -> None:
-        handles = [Line2D([], [], color=colours[b], lw=2, label=(labels or {}).get(b, b)) for b in backends]
-        for n, p in enumerate(passes):
-            style: dict[str, Any] = ({"marker": PASS_MARKERS[n % len(PASS_MARKERS)], "ls": "none"} if kind == "scatter"
-                                     else {"ls": PASS_LINES[n % len(PASS_LINES)]})
-            handles.append(Line2D([], [], color="0.3", label=f"measured pass {p}", **style))
-        if kind == "cdf" and backends:
-            handles += [Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", ms=8, mew=2, label="P50"),
-                        Line2D([], [], color="0.3", marker="X", ls="none", ms=9, mew=1, label="P95 (JevBench rank)")]
-        if handles:
-            ax.legend(handles=handles, fontsize=8.5, loc="lower right" if kind == "cdf" else "upper left")
-
-    figs = {}
-    fig = Figure(figsize=size, dpi=110, layout="constrained")
-    FigureCanvasAgg(fig)
-    for k, name in enumerate(workloads):
-        ax = fig.add_subplot(1, len(workloads), k + 1)
-        for b, by_pass in data.get(name, {}).items():
-            for n, p in enumerate(passes):
-                rs = by_pass.get(p, np.zeros(0, dtype=np.int64))
-                rs = rs[t.has_input_tokens[rs]]
-                ax.scatter(t.input_tokens[rs], t.latency_ms[rs], s=22, alpha=0.75, color=colours[b],
-                           marker=PASS_MARKERS[n % len(PASS_MARKERS)], linewidths=0)
-        ax.set(xlabel="input tokens", ylabel="latency (ms)", title=f"workload {name}" if name else "no measured requests")
-        legend(ax, "scatter")
-    _title(fig, study_id, run, [w for w in workloads if w], "Measured latency against input tokens")
-    figs[PLOT_NAMES[0]] = fig
-
-    fig = Figure(figsize=size, dpi=110, layout="constrained")
-    FigureCanvasAgg(fig)
-    for k, name in enumerate(workloads):
-        ax = fig.add_subplot(1, len(workloads), k + 1)
-        marks: dict[str, str] = {}
-        for b, by_pass in data.get(name, {}).items():
-            for n, p in enumerate(passes):
-                lat = np.sort(t.latency_ms[by_pass[p]]) if p in by_pass else np.zeros(0)
-                if len(lat):
-                    ax.step(lat, np.arange(1, len(lat) + 1) / len(lat), where="post", color=colours[b],
-                            ls=PASS_LINES[n % len(PASS_LINES)], lw=1.6)
-            stats = latency_stats(t.latency_ms[np.concatenate(list(by_pass.values()))])
-            p50, p95 = stats["p50_ms"], stats["p95_jevbench_ms"]
-            if p50 is not None and p95 is not None:
-                ax.plot([p50], [YES_THRESHOLD], marker="o", mfc="white", ms=8, mew=2, color=colours[b], ls="none", zorder=5)
-                ax.plot([p95], [0.95], marker="X", ms=10, mew=1, mec="white", color=colours[b], ls="none", zorder=5)
-                marks[b] = f"{b}: P50 {p50:.1f}, P95 {p95:.1f} ms"
-        ax.axhline(YES_THRESHOLD, color="0.6", lw=0.6, ls=":")
-        ax.axhline(0.95, color="0.6", lw=0.6, ls=":")
-        ax.set(xlabel="latency (ms)", ylabel="fraction of measured requests", ylim=(0, 1.02),
-               title=f"workload {name}" if name else "no measured requests")
-        legend(ax, "cdf", marks)
-    _title(fig, study_id, run, [w for w in workloads if w], "Latency CDF")
-    figs[PLOT_NAMES[1]] = fig
+    panels = _Panels.of(as_table(rows))
+    figs = {PLOT_NAMES[0]: _scatter_figure(panels, study_id, run), PLOT_NAMES[1]: _cdf_figure(panels, study_id, run)}
     for fig in figs.values():
         for ax in fig.axes:
             ax.grid(True, alpha=0.3)
@@ -478,7 +516,7 @@ def write_plots(rows: RowTable | Iterable[Row], out_dir: Path, study_id: str = "
 def _load_run(run: RunDir) -> tuple[dict, Recipe, RowTable]:
     state = run.effective_state()  # a "running" run whose study died is reported incomplete
     recipe = load_recipe(run.file("recipe.yaml"))
-    if run.rows_path.exists() or state.get("status") == "complete":
+    if run.rows_path.exists() or state.get("status") == Status.COMPLETE:
         rows = read_table(run.rows_path)
     else:
         rows = RowTable.from_rows([])  # a run that stopped before its first request

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..errors import CheckpointError, InputMismatch, RecipeError
 from ..evidence.files import read_jsonl, write_bytes_atomic, write_json_atomic
-from ..evidence.recipe import UNPINNED, InputFile, Recipe, RequestSelection, inputs_root, lock_path
+from ..evidence.recipe import UNPINNED, InputFile, Preparation, Recipe, RequestSelection, inputs_root, lock_path
 from ..hashing import hash_file
 from .placeholders import fill
 
@@ -115,14 +115,8 @@ def write_request_file(lines: list[bytes], dest: Path) -> None:
 # --- the plan ----------------------------------------------------------------------------
 
 
-def plan_prepare(recipe: Recipe, recipe_path: Path, *, root: Path | None = None,
-                 python: str = sys.executable, probe: bool = True) -> list[PrepareAction]:
-    """Every step prepare would take, in order; with `probe`, each marked done if its output exists."""
-    prep = recipe.preparation
-    if prep is None:
-        raise RecipeError(f"Recipe {recipe.study.id} has no `preparation` section; nothing to prepare.")
-    root = inputs_root(recipe_path, recipe, root)
-    values = placeholders(recipe, root, python)
+def _fetch_actions(prep: Preparation, root: Path, probe: bool) -> list[PrepareAction]:
+    """Downloads, checkouts and request selections, each done when its output is already there."""
     actions: list[PrepareAction] = []
     for d in prep.downloads:
         target = root / d.dest
@@ -141,6 +135,12 @@ def plan_prepare(recipe: Recipe, recipe_path: Path, *, root: Path | None = None,
         actions.append(PrepareAction("requests", r.dest, f"Select {'/'.join(r.types)} tasks of {', '.join(r.files)} "
                                      f"from source {r.source} in file order{where} into {target}.",
                                      target=str(target), done=probe and target.is_file()))
+    return actions
+
+
+def _step_actions(prep: Preparation, root: Path, values: dict[str, str], probe: bool) -> list[PrepareAction]:
+    """The recipe's commands (placeholders filled) and the files an operator provides."""
+    actions: list[PrepareAction] = []
     for step in prep.steps:
         target = root / step.produces
         where = f"preparation step {step.name}"
@@ -155,6 +155,18 @@ def plan_prepare(recipe: Recipe, recipe_path: Path, *, root: Path | None = None,
         actions.append(PrepareAction("provided", path, f"Operator places {target} (not reproducible from public "
                                      "pins); its hash is locked when first seen.", target=str(target),
                                      done=probe and target.is_file()))
+    return actions
+
+
+def plan_prepare(recipe: Recipe, recipe_path: Path, *, root: Path | None = None,
+                 python: str = sys.executable, probe: bool = True) -> list[PrepareAction]:
+    """Every step prepare would take, in order; with `probe`, each marked done if its output exists."""
+    prep = recipe.preparation
+    if prep is None:
+        raise RecipeError(f"Recipe {recipe.study.id} has no `preparation` section; nothing to prepare.")
+    root = inputs_root(recipe_path, recipe, root)
+    values = placeholders(recipe, root, python)
+    actions = _fetch_actions(prep, root, probe) + _step_actions(prep, root, values, probe)
     actions.append(PrepareAction("verify", "hashes", f"Hash every declared input under {root}: verify pinned hashes, "
                                  "lock unpinned ones and every file of " + (", ".join(prep.lock_trees) or "no tree") + "."))
     actions.append(PrepareAction("lock", "lock", f"Write the inputs lock {lock_path(recipe, recipe_path)}.",
@@ -185,23 +197,46 @@ def run_prepare(recipe: Recipe, recipe_path: Path, *, root: Path | None = None, 
             say(f"done already: {action.kind} {action.name}")
             continue
         say(f"{action.kind} {action.name}: {action.detail}")
-        if action.kind == "download":
-            _download(next(d for d in prep.downloads if d.name == action.name), root)
-        elif action.kind == "checkout":
-            _checkout(next(s for s in prep.sources if s.name == action.name), root)
-        elif action.kind == "requests":
-            sel = next(r for r in prep.requests if r.dest == action.name)
-            source = next(s for s in prep.sources if s.name == sel.source)
-            write_request_file(select_requests(root / source.dest, sel), root / sel.dest)
-        elif action.kind == "command":
-            _run_step(action)
-        elif action.kind == "provided":
-            raise InputMismatch(f"{action.target} is missing: this input is not reproducible from public pins; "
-                                "place the operator's copy there and run prepare again.")
+        _act(action, prep, root)
     lock = _build_lock(recipe, recipe_path, root, say)
     _write_json(lock_path(recipe, recipe_path), lock)
     say(f"wrote {lock_path(recipe, recipe_path)}")
     return lock
+
+
+def _act_download(action: PrepareAction, prep: Preparation, root: Path) -> None:
+    _download(next(d for d in prep.downloads if d.name == action.name), root)
+
+
+def _act_checkout(action: PrepareAction, prep: Preparation, root: Path) -> None:
+    _checkout(next(s for s in prep.sources if s.name == action.name), root)
+
+
+def _act_requests(action: PrepareAction, prep: Preparation, root: Path) -> None:
+    sel = next(r for r in prep.requests if r.dest == action.name)
+    source = next(s for s in prep.sources if s.name == sel.source)
+    write_request_file(select_requests(root / source.dest, sel), root / sel.dest)
+
+
+def _act_command(action: PrepareAction, prep: Preparation, root: Path) -> None:
+    _run_step(action)
+
+
+def _act_provided(action: PrepareAction, prep: Preparation, root: Path) -> None:
+    raise InputMismatch(f"{action.target} is missing: this input is not reproducible from public pins; "
+                        "place the operator's copy there and run prepare again.")
+
+
+_ACTIONS: dict[str, Callable[[PrepareAction, Preparation, Path], None]] = {
+    "download": _act_download, "checkout": _act_checkout, "requests": _act_requests,
+    "command": _act_command, "provided": _act_provided}
+
+
+def _act(action: PrepareAction, prep: Preparation, root: Path) -> None:
+    """Perform one action of the plan (verify and lock are done by the caller, once, at the end)."""
+    perform = _ACTIONS.get(action.kind)
+    if perform is not None:
+        perform(action, prep, root)
 
 
 def _download(download, root: Path) -> None:
@@ -286,16 +321,21 @@ def _build_lock(recipe: Recipe, recipe_path: Path, root: Path, say: Callable[[st
             published[path] = {"published": pub, "actual": actual, "match": actual == pub}
             say(f"{path}: {'matches' if actual == pub else 'differs from'} the published sha256 "
                 "(serialization unverified; reported, not enforced)")
-    for tree in prep.lock_trees if prep else []:
-        for full in sorted((root / tree).rglob("*")):
-            rel = full.relative_to(root).as_posix()
-            if full.is_file() and rel not in files and "/.cache/" not in f"/{rel}":
-                files[rel] = {"sha256": hash_file(full), "size": full.stat().st_size, "origin": f"tree {tree}"}
+    _lock_trees(prep.lock_trees if prep else [], root, files)
     if problems:
         raise InputMismatch("Prepared inputs do not match the recipe: " + "; ".join(problems) + ".")
     return {"format_version": LOCK_FORMAT_VERSION, "study_id": recipe.study.id, "pins": lock_fingerprint(recipe),
             "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "files": files, "published": published}
+
+
+def _lock_trees(trees: list[str], root: Path, files: dict[str, dict]) -> None:
+    """Every file of the lock trees not already locked (caches excluded), added to `files` with its hash."""
+    for tree in trees:
+        for full in sorted((root / tree).rglob("*")):
+            rel = full.relative_to(root).as_posix()
+            if full.is_file() and rel not in files and "/.cache/" not in f"/{rel}":
+                files[rel] = {"sha256": hash_file(full), "size": full.stat().st_size, "origin": f"tree {tree}"}
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -339,16 +379,16 @@ def locked_recipe(recipe: Recipe, recipe_path: Path) -> Recipe:
     if missing:
         raise RecipeError(f"The inputs lock has no hash for {', '.join(missing[:3])}; run prepare again.")
     data = recipe.model_dump(mode="json")
-    for f in data["inputs"]["files"]:
-        if f["sha256"] == UNPINNED:
-            f["sha256"] = locked[f["path"]]["sha256"]
-    for b in data["backends"]:
-        for a in b["artifacts"]:
-            if a["sha256"] == UNPINNED:
-                a["sha256"] = locked[a["path"]]["sha256"]
-    declared = {f.path for f in recipe.inputs.files} | {a.path for b in recipe.backends for a in b.artifacts}
-    for path, entry in sorted(locked.items()):
-        if path not in declared and entry.get("origin", "").startswith("tree "):
-            data["inputs"]["files"].append(InputFile(path=path, sha256=entry["sha256"], role=entry["origin"])
-                                           .model_dump(mode="json"))
+    for entry in [*data["inputs"]["files"], *(a for b in data["backends"] for a in b["artifacts"])]:
+        if entry["sha256"] == UNPINNED:
+            entry["sha256"] = locked[entry["path"]]["sha256"]
+    data["inputs"]["files"] += _locked_tree_files(recipe, locked)
     return Recipe.model_validate(data)
+
+
+def _locked_tree_files(recipe: Recipe, locked: dict[str, dict]) -> list[dict]:
+    """The files of the lock's trees that the recipe does not declare itself, as recipe inputs."""
+    declared = {f.path for f in recipe.inputs.files} | {a.path for b in recipe.backends for a in b.artifacts}
+    return [InputFile(path=path, sha256=entry["sha256"], role=entry["origin"]).model_dump(mode="json")
+            for path, entry in sorted(locked.items())
+            if path not in declared and entry.get("origin", "").startswith("tree ")]

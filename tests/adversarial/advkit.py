@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
+import invoking
+
 REPO = Path(__file__).resolve().parents[2]
-INVOKE = [sys.executable, "-m", "invoke"]
 
 
 
 def invoke(*args: str, timeout: float = 60, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run `invoke ARGS` as a real subprocess; returns the completed process (text)."""
-    return subprocess.run([*INVOKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})}, check=False)
+    """Run `invoke ARGS` as a real subprocess (tests/invoking.py); returns the completed process (text)."""
+    return invoking.invoke(*args, cwd=cwd, timeout=timeout, env=env)
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:

@@ -1,6 +1,6 @@
 """The adversarial suite: each module attacks one promise and asserts the exact outcome.
 
-The builders of real runs live one directory up (test_audit_kit, studykit); this puts them on the path.
+The builders of real runs live one directory up (audit_kit, studykit); this puts them on the path.
 """
 
 from __future__ import annotations

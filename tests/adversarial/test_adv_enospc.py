@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from advkit import INVOKE
+from invoking import INVOKE
 from studykit import scripted_backend, write_study
 from test_adv_kill_study import marked
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from audit_kit import signed_run
 from test_adv_symlink_escapes import resign
-from test_audit_kit import signed_run
 
 from openjev_repro.audit.verify import verify_path
 from openjev_repro.evidence.rundir import ENVELOPE_NAME

@@ -7,7 +7,7 @@ import os
 import tarfile
 
 import pytest
-from test_audit_kit import signed_run
+from audit_kit import signed_run
 
 from openjev_repro.audit.bundle import extract_bundle
 from openjev_repro.audit.publish import publish
@@ -115,7 +115,7 @@ def test_size_and_member_limits_are_checked_before_extraction(signed, tmp_path):
 
 def test_sign_refuses_a_run_holding_a_special_entry(tmp_path):
     from advkit import invoke, one_error_line
-    from test_audit_kit import build_run
+    from audit_kit import build_run
 
     run = build_run(tmp_path / "runs")
     (run.path / "logs" / "ext").symlink_to("/etc")

@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from advkit import INVOKE, invoke, one_error_line
-from studykit import SCRIPTED, write_study
+from advkit import invoke, one_error_line
+from invoking import INVOKE
+from studykit import SCRIPTED, SLOW_STARTED, wait_for_line, write_study
 
 from openjev_repro.evidence.rundir import RunDir
 
@@ -59,7 +60,7 @@ def start_study(tmp_path: Path, marker: str) -> tuple[subprocess.Popen, Path]:
         time.sleep(0.1)
     else:
         pytest.fail("the study never reached its slow request")
-    time.sleep(0.3)  # inside the slow request now
+    wait_for_line(rows[0].parent, "logs/one.log", SLOW_STARTED)  # inside the slow request now
     return proc, rows[0].parent
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from advkit import invoke, one_error_line
-from test_audit_kit import signed_run
+from audit_kit import signed_run
 
 from openjev_repro.audit.verify import verify_path
 from openjev_repro.evidence.rundir import ENVELOPE_NAME
@@ -84,7 +84,7 @@ def test_cli_prints_one_fail_line_and_exits_1(tmp_path):
 
 @pytest.mark.parametrize("line", [b"[" * 100_000, b'{"id": ' + b"9" * 5000 + b"}", b"[1, 2]"])
 def test_hostile_rows_are_one_error_line_in_compare_and_a_fail_in_verify(tmp_path, line):
-    from test_audit_kit import build_run
+    from audit_kit import build_run
 
     run = build_run(tmp_path / "a")
     other = build_run(tmp_path / "b")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 from advkit import invoke, one_error_line
+from audit_kit import build_run, signed_run
 from studykit import scripted_backend, write_study
-from test_audit_kit import build_run, signed_run
 
 
 @pytest.fixture()

@@ -10,7 +10,7 @@ import json
 import os
 
 from advkit import invoke
-from test_audit_kit import signed_run
+from audit_kit import signed_run
 
 from openjev_repro.audit.publish import publish
 from openjev_repro.audit.verify import verify_path

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from test_audit_kit import keypair, signed_run
+from audit_kit import keypair, signed_run
 
 from openjev_repro.audit.verify import verify_path
 from openjev_repro.evidence.rundir import ENVELOPE_NAME

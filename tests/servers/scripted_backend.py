@@ -7,6 +7,9 @@ Behaviour comes from the environment:
     SCRIPTED_FAULT   none | crash | non_json | nan | slow | never_ready | exit_now | ignore_sigterm
     SCRIPTED_AFTER   number of /v1/systemone requests answered normally before the fault (default 0)
     SCRIPTED_DELAY_S seconds every /v1/systemone answer waits (default 0), to make passes last
+
+A slow answer prints SLOW_STARTED first, so a test can wait for that line in the backend's log
+instead of sleeping a fixed time.
 """
 
 import hashlib
@@ -21,6 +24,7 @@ FAULT = os.environ.get("SCRIPTED_FAULT", "none")
 AFTER = int(os.environ.get("SCRIPTED_AFTER", "0"))
 DELAY_S = float(os.environ.get("SCRIPTED_DELAY_S", "0"))
 served = 0
+SLOW_STARTED = "scripted backend: slow answer started"  # printed (to the backend log) as a slow answer begins
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -55,6 +59,7 @@ class Handler(BaseHTTPRequestHandler):
         if faulty and FAULT == "non_json":
             return self._send(200, b"<html>oops</html>", "text/html")
         if faulty and FAULT == "slow":
+            print(SLOW_STARTED, flush=True)  # tests wait for this line, not for a fixed time
             time.sleep(5)
         p = int(hashlib.sha256(state.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
         prob = float("nan") if faulty and FAULT == "nan" else p
