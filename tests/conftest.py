@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_UNITS = {"test_docker_runtime.py": "dockerd", "test_gpu_images.py": "dockerd"}
 # Handed out first, so that the long ones do not start last: Slurm's time limit alone takes 60-90 s.
 LONG_FIRST = ("test_cluster.py", "test_backend_seeding.py", "test_backend_server.py", "test_docker_runtime.py",
-              "test_gpu_images.py", "test_demo.py", "test_conformance.py", "test_prepare_adapters.py", "test_cli_bad_input.py")
+              "test_gpu_images.py", "test_demo.py", "test_conformance.py", "test_third_party.py",
+              "test_prepare_adapters.py", "test_cli_bad_input.py")
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
@@ -50,10 +51,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _write_fixture(root: Path) -> None:
     from openjev_repro.backend.fixture import build_fixture
+    from openjev_repro.backend.peer_inputs import write_peer_inputs
     from openjev_repro.backend.synthetic import write_request_files
 
     build_fixture(root / "checkpoint")
     write_request_files(root / "checkpoint" / "base", root / "requests")
+    write_peer_inputs(root)
 
 
 @pytest.fixture(scope="session")

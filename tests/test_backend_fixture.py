@@ -13,10 +13,14 @@ import pytest
 
 from openjev_repro.backend.fixture import LORA_TARGETS, fixture_config
 from openjev_repro.backend.package import package_sha256, read_package
+from openjev_repro.backend.peer_inputs import HUB_COMMIT, HUB_REPO
 from openjev_repro.backend.synthetic import H200_NOUL_INPUT_TOKENS, write_lengths_requests
 from openjev_repro.errors import CheckpointError, RecipeError
 
 REPO = Path(__file__).resolve().parents[1]
+# What a foreign server needs to load the fixture offline (backend/peer_inputs.py): copies and its config.
+_SNAPSHOT = f"peers/hf-cache/models--{HUB_REPO.replace('/', '--')}/snapshots/{HUB_COMMIT}"
+PEER_FILES = {f"{_SNAPSHOT}/head.pt", f"{_SNAPSHOT}/temperature.json", "peers/jev-compatible-server/decision.json"}
 
 
 def _hashes(root: Path) -> dict[str, str]:
@@ -36,8 +40,11 @@ def test_invoke_fixture_is_byte_identical_to_an_independent_build(fixture_root: 
                           "checkpoint/base/config.json", "checkpoint/base/model.safetensors",
                           "checkpoint/base/tokenizer.json", "checkpoint/base/tokenizer_config.json",
                           "requests/demo-noul.jsonl", "requests/h200-74-lengths.jsonl",
-                          "requests/demo-noul-upstream.jsonl", "requests/h200-74-lengths-upstream.jsonl"}
+                          "requests/demo-noul-upstream.jsonl", "requests/h200-74-lengths-upstream.jsonl",
+                          *PEER_FILES}
     assert first == second
+    for name in ("head.pt", "temperature.json"):  # the hub copies are the checkpoint's bytes
+        assert first[f"{_SNAPSHOT}/{name}"] == first[f"checkpoint/{name}"]
     for name, digest in first.items():  # the task prints every file with its sha256
         assert f"{digest}" in result.stdout and name in result.stdout
 

@@ -112,7 +112,7 @@ def test_missing_demo_inputs_name_the_fix(tmp_path, monkeypatch):
     demo = REPO / "recipes" / "demo.yaml"
     with pytest.raises(ReproError) as caught:
         check_inputs_present(resolve_recipe(demo, inputs_root_override=tmp_path / "empty"))
-    assert str(caught.value) == (f"all 11 inputs are missing under {tmp_path / 'empty'}; "
+    assert str(caught.value) == (f"all 13 inputs are missing under {tmp_path / 'empty'}; "
                                  f"`invoke fixture --out {tmp_path / 'empty'}` writes them.")
     monkeypatch.chdir(REPO)
     assert input_fix(resolve_recipe(demo, inputs_root_override=REPO / ".cache" / "demo")) == (

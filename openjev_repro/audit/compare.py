@@ -26,6 +26,8 @@ Each pair also shows both runs' `weights_fingerprint` (backends.json, absent in 
 its "Environment differences" (audit/environment_diff.py); the verdict names the recorded
 differences that can explain differing decisions or probabilities, and says when the two runs ran
 different project code.
+`input_tokens`: each paired case's usage.input_tokens in both runs and the difference (candidate -
+baseline), beside the probability differences (a changed prompt shows as a token offset).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from ..results.statistics import (
     pair_by_id_and_seq,
     ranges_disjoint,
 )
+from ..results.tokens import token_differences, token_phrase
 from .bundle import opened
 from .environment_diff import RunEnvironment, environment_differences, explanations, project_note
 
@@ -266,7 +269,16 @@ def _pair(workload: str, base_name: str, cand_name: str, tb: RowTable, base: _Pa
                       "method_version": BOOTSTRAP_METHOD["version"],
                       "of": "mean(candidate) - mean(baseline), measured latencies"},
         **_answers(tb, base[min(base)], tc, cand[min(cand)]),
+        "input_tokens": _input_tokens(tb, base[min(base)], tc, cand[min(cand)]),
     }
+
+
+def _input_tokens(tb: RowTable, base: np.ndarray, tc: RowTable, cand: np.ndarray) -> dict[str, Any]:
+    """Input-token counts of the first measured passes by case (paired by id and seq, as the answers)."""
+    match, _ = pair_by_id_and_seq(tb.ids.codes[base].astype(np.int64), tb.seq[base], _ids_in(tb, tc, cand), tc.seq[cand])
+    b, c = base[match >= 0], cand[match[match >= 0]]
+    return token_differences(tb.ids.strings(b), tb.seq[b].tolist(), tb.input_tokens[b], tb.has_input_tokens[b],
+                             tc.input_tokens[c], tc.has_input_tokens[c])
 
 
 def _ids_in(t: RowTable, other: RowTable, idx: np.ndarray) -> np.ndarray:
@@ -453,6 +465,8 @@ def to_markdown(result: dict[str, Any]) -> str:
                   f"- decision flips: {len(a['decision_flips'])} of {a['paired']} paired cases"
                   + _flip_ids(a["decision_flips"]),
                   f"- max |probability delta|: {a['max_abs_probability_delta']!r}"]
+        if "input_tokens" in p:  # absent from compare JSON written before token counts were compared
+            lines.append(f"- {token_phrase(p['input_tokens'], 'candidate', 'baseline')}")
         for figure, v in (p.get("published") or {}).items():
             lines.append(f"- published {figure} (imported run): {v['published']!r}; ours {v['ours']!r} "
                          f"({(v['status'] or 'unknown').replace('_', ' ')} at import)")

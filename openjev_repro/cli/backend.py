@@ -20,6 +20,7 @@ def fixture(c, out, lengths=None):
     """Write the byte-stable fixture checkpoint and its demo and 74-length request files (each for both prompt
     formats); print their sha256."""
     from ..backend.fixture import build_fixture, file_table
+    from ..backend.peer_inputs import write_peer_inputs
     from ..backend.synthetic import H200_NOUL_INPUT_TOKENS, write_request_files
     from ..evidence.rundir import guard_output
 
@@ -35,6 +36,7 @@ def fixture(c, out, lengths=None):
     files = build_fixture(root / "checkpoint")
     tokenizer = root / "checkpoint" / "base"
     files += write_request_files(tokenizer, root / "requests", counts)
+    files += write_peer_inputs(root)  # what a foreign server needs to load this checkpoint offline
     print(f"fixture written to {root} (sha256, bytes, file):")
     for name, size, digest in file_table(root, files):
         print(f"{digest}  {size:>9}  {name}")

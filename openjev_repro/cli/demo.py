@@ -21,10 +21,13 @@ DEMO_KEYS = Path(".cache/demo-key")
 def ensure_fixture(root: Path) -> None:
     """Build the byte-stable fixture and request files once (and any request file a fixture built by an
     older version lacks); verify-inputs checks them every run."""
+    from ..backend.peer_inputs import write_peer_inputs
     from ..backend.synthetic import write_request_files
 
     if (root / "checkpoint" / "model.json").is_file():
         write_request_files(root / "checkpoint" / "base", root / "requests", only_missing=True)
+        if not (root / "peers").is_dir():  # a fixture built before the peer inputs existed
+            write_peer_inputs(root)
         return
     # transformers' notice that its CUDA fast path is absent is a 265-character line, irrelevant on a CPU
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -33,6 +36,7 @@ def ensure_fixture(root: Path) -> None:
     print(f"building the fixture model in {root} (once)", file=sys.stderr)
     build_fixture(root / "checkpoint")
     write_request_files(root / "checkpoint" / "base", root / "requests")
+    write_peer_inputs(root)
 
 
 def ensure_demo_key(keys: Path) -> Path:

@@ -35,6 +35,10 @@ def _backend_lines(p: dict) -> list[str]:
     gpu = p["controls"].get("gpu") or {}
     out = [f"controls: GPU {gpu.get('index')} {gpu.get('uuid')}, NUMA {p['controls']['numa_node']}, CPUs {p['controls']['cpus']}"]
     for b in p["backends"]:
+        if b.get("url"):
+            out.append(f"backend {b['name']}: a running server at {b['url']} (not launched or owned by the study), "
+                       f"readiness {b['readiness']}")
+            continue
         out.append(f"backend {b['name']} ({b['runtime']}): start {' -> '.join(b['start_order'])}")
         for proc in b["aux"] + [b["command"]]:
             env = " ".join(f"{k}={v}" for k, v in proc["env"].items())

@@ -11,6 +11,7 @@ Format history:
        `preparation`, `pins`, `traces`, `Backend.aux` (auxiliary processes of one backend),
        `environment` (study level) and `Backend.environment` (what each backend must report
        once ready, checked before measuring), `controls.idle_window_s`, gate `gpu_not_throttled`.
+       `Backend.url` (a running server instead of a command), `Backend.readiness`, `Backend.cwd`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -29,6 +31,7 @@ from ..schema import StrictModel
 
 __all__ = [
     "COMMIT_RE",
+    "READINESS_KINDS",
     "RECIPE_FORMAT_VERSION",
     "SHA256_RE",
     "UNPINNED",
@@ -55,6 +58,7 @@ __all__ = [
     "lock_path",
     "parse_duration",
     "parse_recipe",
+    "parse_server_url",
     "read_yaml",
     "safe_yaml",
 ]
@@ -217,26 +221,91 @@ class EnvironmentSpec(StrictModel):
             triton_cache=override.triton_cache or self.triton_cache)
 
 
+# How the runner knows a backend is ready (each within protocol.ready_timeout_s):
+#   status-ready     GET `health` answers 200 with JSON {"status": "ready", ...} (our /health contract)
+#   any-2xx          GET `health` answers any 2xx status, whatever its body
+#   first-inference  the first-inference request (POST `endpoint`) answers 2xx: for servers without a health route
+Readiness = Literal["status-ready", "any-2xx", "first-inference"]
+READINESS_KINDS: tuple[str, ...] = ("status-ready", "any-2xx", "first-inference")
+
+
+def _path(value: str, field: str) -> str:
+    if not value.startswith("/") or any(c.isspace() for c in value):
+        raise ValueError(f"{field} {value!r} is a path: it starts with '/' and holds no spaces or line breaks")
+    return value
+
+
+def parse_server_url(value: str) -> tuple[str, int]:
+    """(host, port) of a backend `url` such as http://127.0.0.1:8787; ValueError says what is wrong."""
+    parts = urlsplit(value)
+    if parts.scheme != "http":
+        raise ValueError(f"url {value!r}: only http:// is supported (the timed client speaks plain HTTP/1.1)")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"url {value!r}: the port is not a number from 1 to 65535") from None
+    if not parts.hostname or parts.username or parts.password or parts.query or parts.fragment \
+            or parts.path not in ("", "/"):
+        raise ValueError(f"url {value!r}: give only http://HOST:PORT (no path, query or user; "
+                         "the path goes into `endpoint` and `health`)")
+    return parts.hostname, port or 80
+
+
 class Backend(StrictModel):
+    """One configuration under test: a command the study launches, or (`url`) a server already running.
+
+    A `url` backend is reached, never launched, stopped or owned by the study (recorded as such);
+    launch-only fields (`runtime` docker, `image`, `env`, `port`, `cwd`, `aux`) do not apply to it.
+    """
+
     name: Annotated[str, Field(pattern=NAME_RE)]
     runtime: Literal["local", "docker"] = "local"
-    # argv; placeholders: {python} {host} {port} {inputs} {run} {backend}
-    command: list[str]
+    # argv; placeholders: {python} {host} {port} {inputs} {run} {backend} {repro}. Empty when `url` is given.
+    command: list[str] = []
+    url: str | None = None  # a running server, http://HOST:PORT, instead of a command
     image: str | None = None  # docker image reference for runtime docker
     env: dict[str, str] = {}
+    cwd: str | None = None  # working directory of the command (placeholders allowed); None: the study's own
     port: Annotated[int, Field(ge=1, le=65535)] | None = None  # fixed port; None: a free one is chosen
-    endpoint: str = "/v1/systemone"
-    health: str = "/health"
-    model: str = "open-jev"
+    endpoint: str = "/v1/systemone"  # the path requests are POSTed to
+    health: str = "/health"  # the path GET-polled by readiness status-ready and any-2xx
+    readiness: Readiness = "status-ready"
+    model: str = "open-jev"  # the request body's "model"; a foreign server may accept other names only
     artifacts: list[Artifact] = []
     description: str = ""
     aux: list[AuxProcess] = []  # started before command, stopped after it
     environment: EnvironmentSpec | None = None  # on top of the recipe's `environment`
 
+    @field_validator("endpoint", "health")
+    @classmethod
+    def _paths(cls, value: str, info) -> str:
+        return _path(value, info.field_name)
+
     @model_validator(mode="after")
     def _aux_names(self) -> Backend:
         _unique([a.name for a in self.aux], "aux process")
+        if self.url is None and not self.command:
+            raise ValueError(f"backend {self.name!r} needs a `command` to launch, or the `url` of a running server")
+        if self.url is not None:
+            self._check_url_backend()
         return self
+
+    def _check_url_backend(self) -> None:
+        assert self.url is not None
+        parse_server_url(self.url)
+        if self.command:
+            raise ValueError(f"backend {self.name!r} has both `command` and `url`; give one "
+                             "(url: a server already running, which the study does not launch)")
+        launch_only = [f for f in ("image", "cwd", "port") if getattr(self, f) is not None]
+        launch_only += [f for f in ("env", "aux") if getattr(self, f)] + (["runtime"] if self.runtime != "local" else [])
+        if launch_only:
+            raise ValueError(f"backend {self.name!r} is reached by `url`, so {', '.join(launch_only)} "
+                             "(which apply to a launched command) cannot be set")
+
+    @property
+    def launched(self) -> bool:
+        """True when the study starts this backend; False for a `url` backend (running already, not ours)."""
+        return self.url is None
 
 
 class Warmup(StrictModel):

@@ -5,7 +5,11 @@ these rows by pure functions (`openjev_repro.results.statistics`). Rows are writ
 per line to `rows.jsonl`, flushed after each request.
 
 Format history:
-    1  (2026-11) first version.
+    1  (2026-11) first version. Later additive field (optional when reading, so older runs read
+       and verify unchanged): `reconnected` (2026-12), true when the client had to open a new
+       connection for this request because the server had closed the previous one (or an error
+       had); false when it reused the open connection or made the first one; null when not
+       recorded (older runs, imported evidence).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Literal, Self, get_args
 from ..errors import EvidenceError
 from .files import read_jsonl
 
-__all__ = ["ROW_FORMAT_VERSION", "Phase", "Row", "RowWriter", "read_rows"]
+__all__ = ["OPTIONAL_FIELDS", "ROW_FORMAT_VERSION", "Phase", "Row", "RowWriter", "read_rows"]
 
 ROW_FORMAT_VERSION = 1
 
@@ -47,6 +51,7 @@ class Row:
     input_tokens: int | None  # usage.input_tokens of the response
     error: str | None  # why this request failed; None when it succeeded
     v: int = ROW_FORMAT_VERSION
+    reconnected: bool | None = None  # a new connection was opened for it after an earlier one closed
 
     @property
     def latency_ns(self) -> int:
@@ -73,7 +78,7 @@ class Row:
             )
         names = set(_FIELD_NAMES)
         unknown = set(data) - names
-        missing = names - set(data)
+        missing = names - set(data) - OPTIONAL_FIELDS
         if unknown or missing:
             raise EvidenceError(f"Row has unknown fields {sorted(unknown)} or lacks {sorted(missing)}.")
         if data["phase"] not in _PHASES:
@@ -82,6 +87,8 @@ class Row:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(Row))
+# Fields added to format 1 later: a row without them (an older run) reads with their default.
+OPTIONAL_FIELDS = frozenset({"reconnected"})
 _PHASES = get_args(Phase)
 
 

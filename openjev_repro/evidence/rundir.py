@@ -10,6 +10,7 @@ Layout of a run directory (every file except the envelope is a manifest subject)
     responses/<backend>.jsonl  response bodies: {"backend","workload","phase","pass_index","seq","id","body"}
     logs/<backend>.log     the backend's stdout and stderr
     processes.json         exit record of every process or container we started
+    servers.json           per backend: launched or reached by URL, readiness, connections (2026-12 on)
     calibration.json       client overhead against our own no-op endpoint (p50/p99)
     environment.json       host, GPUs, packages, git commit (openjev_repro.manifest.environment)
     memory.jsonl           device memory samples, when a GPU is controlled
@@ -51,6 +52,7 @@ __all__ = [
     "PROCESSES_FORMAT_VERSION",
     "READABLE_VERSIONS",
     "RESPONSE_VERSIONS",
+    "SERVERS_FORMAT_VERSION",
     "STATE_FORMAT_VERSION",
     "RunDir",
     "Status",
@@ -80,6 +82,7 @@ ENVELOPE_NAME = "manifest.dsse.json"
 INPUTS_FORMAT_VERSION = 1
 PROCESSES_FORMAT_VERSION = 1
 BACKENDS_FORMAT_VERSION = 1
+SERVERS_FORMAT_VERSION = 1
 
 # The format_version of each JSON file of a run that this tool reads; `RunDir.read` refuses any
 # other (UnsupportedFormat). tests/test_format_versions.py holds each writer's version in here.
@@ -91,6 +94,7 @@ READABLE_VERSIONS: dict[str, tuple[int, ...]] = {
     "host.json": (1,),
     "processes.json": (PROCESSES_FORMAT_VERSION,),
     "backends.json": (BACKENDS_FORMAT_VERSION,),
+    "servers.json": (SERVERS_FORMAT_VERSION,),
     "summary.json": (1,),
     "import.json": (1, 2),
     "environment_check.json": (1,),

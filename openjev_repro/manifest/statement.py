@@ -75,6 +75,7 @@ OPTIONAL_FILES = {
     "processes": "processes.json",
     "backends": "backends.json",   # weights fingerprint and threads per backend (runs from 2026-12 on)
     "environment_check": "environment_check.json",  # declared vs reported environment, drift (2026-12 on)
+    "servers": "servers.json",     # launched or reached by URL, readiness, connections (runs from 2026-12 on)
 }
 
 

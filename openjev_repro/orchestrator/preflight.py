@@ -102,8 +102,24 @@ def check_ports(recipe: Recipe, host: str = "127.0.0.1") -> None:
                                  f"(`ss -ltnp 'sport = :{port}'`) or remove the fixed port.")
 
 
+def check_servers(recipe: Recipe, timeout_s: float = 3.0) -> None:
+    """Every `url` backend accepts a TCP connection now (it is a server running already, not one we start)."""
+    from ..evidence.recipe import parse_server_url
+
+    for backend in recipe.backends:
+        if backend.url is None:
+            continue
+        host, port = parse_server_url(backend.url)
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+        except OSError as exc:
+            raise ReproError(f"Backend {backend.name}: nothing accepts connections at {backend.url} "
+                             f"({exc.strerror or exc}); a `url` backend is a server running already: start it "
+                             "first, or fix its `url:` in the recipe.") from None
+
+
 def check_docker(recipe: Recipe, runtime: str | None) -> None:
-    docker_backends = [b for b in recipe.backends if (runtime or b.runtime) == "docker"]
+    docker_backends = [b for b in recipe.backends if b.launched and (runtime or b.runtime) == "docker"]
     if not docker_backends:
         return
     images = []
@@ -129,6 +145,7 @@ def preflight(study: ResolvedRecipe, *, out_dir: Path, key_path: Path | None, ru
     check_out_dir(out_dir)
     check_inputs_present(study)
     check_ports(study.recipe)
+    check_servers(study.recipe)
     try:
         check_docker(study.recipe, runtime)
     except DockerError as exc:

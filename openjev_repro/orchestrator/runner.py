@@ -32,12 +32,13 @@ from typing import Any
 
 from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
 from ..evidence.files import write_json_atomic
-from ..evidence.recipe import AuxProcess, Backend, Recipe, Workload
+from ..evidence.recipe import AuxProcess, Backend, Recipe, Workload, parse_server_url
 from ..evidence.rows import Phase, RowWriter, read_rows
 from ..evidence.rundir import (
     BACKENDS_FORMAT_VERSION,
     INPUTS_FORMAT_VERSION,
     PROCESSES_FORMAT_VERSION,
+    SERVERS_FORMAT_VERSION,
     RunDir,
     Status,
     fsync_tree,
@@ -47,6 +48,8 @@ from ..host.override import GpuOverride
 from ..host.reaper import Reaper
 from ..host.session import HostSession
 from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
+from ..runtime.external import ExternalBackend
+from ..runtime.readiness import first_inference_hint
 from ..study.inputs import checks_table, require_all_ok, verify_inputs
 from ..study.passes import PassBudget, PassRunner, ResponseLog
 from ..study.placeholders import LAUNCH_NAMES, fill
@@ -70,7 +73,9 @@ __all__ = [
 
 TIMING_BOUNDARY = (
     "Client monotonic clock (ns) from just before the request's first byte is sent to just after the "
-    "response's last byte is received, over one persistent loopback HTTP/1.1 connection per backend. "
+    "response's last byte is received, over one HTTP/1.1 connection per backend kept open for as long as the "
+    "server allows (servers.json counts each backend's connections; a TCP connect, first or renewed, happens "
+    "before a request's clock starts). "
     "Includes the backend's HTTP handling, tokenization, inference and response encoding. Excludes request "
     "serialisation, response JSON parsing, process start to readiness, the first inference, warm-up and "
     "feasibility passes."
@@ -370,47 +375,41 @@ def _check_after_backends(ctx: StudyRun, host_record: dict, failures: int) -> No
     cleanup = host_record.get("cleanup")
     if cleanup is not None and not cleanup.get("passed"):
         raise BackendError(f"Cleanup checks failed after the study: {cleanup}.")
-    leftovers = [r for r in ctx.records if not r.exited]
+    leftovers = [r for r in ctx.records if _left_alive(r)]
     if leftovers:
         raise BackendError(f"Processes still alive after stop: {', '.join(r.ident for r in leftovers)}.")
     if failures:
         raise RunIncomplete(f"{failures} request(s) failed; see the rows with an error in {ctx.run.rows_path}.")
 
 
+def _left_alive(record: ExitRecord) -> bool:
+    """A process we started that is still alive after its stop (a `url` server is not ours and stays up)."""
+    return record.launched and not record.exited
+
+
 def _run_backend(ctx: StudyRun, backend: Backend, rows: RowWriter, budget: PassBudget, host: HostSession) -> int:
-    """Start one backend (its aux processes first), run its passes, stop everything it started."""
+    """Start one backend (its aux processes first) or reach its `url`, run its passes, stop everything it started."""
     recipe, run, progress = ctx.recipe, ctx.run, ctx.progress
-    runtime = get_runtime(ctx.opts.runtime or backend.runtime, command_prefix=host.command_prefix(),
-                          reaper=ctx.reaper)
     prepared = {name: build_requests(tasks, backend.model) for name, tasks in ctx.workloads.items()}
     started: list[RunningBackend] = []  # aux processes first, the client-facing command last
-    aux_ports: dict[str, int] = {}
+    server: dict[str, Any] = _server_record(backend)
     try:
-        for aux in backend.aux:
-            spec = _launch_spec(ctx, backend, aux_ports, host.gpu_uuid, aux=aux)
-            aux_ports[aux.name] = spec.port
-            progress.message(f"[bold]{backend.name}[/]: starting aux {aux.name} ({runtime.name}) on port {spec.port}")
-            started.append(runtime.launch(spec))
-            if aux.health is not None:
-                started[-1].wait_ready(aux.ready_timeout_s or recipe.protocol.ready_timeout_s)
-        spec = _launch_spec(ctx, backend, aux_ports, host.gpu_uuid)
-        spec.env.update(_pinned_triton_cache(ctx, backend))
-        progress.message(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
-        handle = runtime.launch(spec)
-        started.append(handle)
-        health = handle.wait_ready(recipe.protocol.ready_timeout_s)
-        progress.message(f"{backend.name}: ready ({health.get('method', health.get('model', ''))})")
+        handle = _start(ctx, backend, host, started)
+        health = handle.wait_ready(recipe.protocol.ready_timeout_s, probe=_first_request(recipe, prepared).body)
+        server["readiness"] = handle.readiness.to_dict() if handle.readiness else None
+        progress.message(f"{backend.name}: ready ({health.get('method', health.get('model', backend.readiness))})")
         write_json_atomic(run.file(f"logs/{backend.name}.health.json"), health)
         _record_backend_identity(run, backend.name, health)
         step_environment_check(ctx, backend, health, host)
         for process in started:  # read once ready: numactl binds, then execs under the same pid
             host.record_binding(process.spec.name, process.pid)
         alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
-        failures = _protocol(ctx, backend, handle, alive, prepared, rows, budget, host)
+        failures = _protocol(ctx, backend, handle, alive, prepared, rows, budget, host, server)
         _record_after_passes(run, backend.name, handle)
         return failures
     finally:
         _stop_all(ctx, started, host)
+        _record_server(run, backend.name, server)
         if ctx.envcheck is not None:
             ctx.envcheck.close_cache(backend.name)
 
@@ -446,6 +445,61 @@ def step_environment_check(ctx: StudyRun, backend: Backend, health: dict, host: 
     host.idle_window(backend.name, ctx.recipe.controls.idle_window_s)
 
 
+def _start(ctx: StudyRun, backend: Backend, host: HostSession, started: list[RunningBackend]) -> RunningBackend:
+    """Launch the backend's aux processes and command (appending each to `started`), or reach its `url`."""
+    recipe, progress = ctx.recipe, ctx.progress
+    if not backend.launched:
+        assert backend.url is not None
+        address, port = parse_server_url(backend.url)
+        progress.message(f"[bold]{backend.name}[/]: reaching {backend.url} (running already; not launched by the study)")
+        started.append(ExternalBackend(_spec_of(ctx.run, backend, address, port), backend.url))
+        return started[-1]
+    runtime = get_runtime(ctx.opts.runtime or backend.runtime, command_prefix=host.command_prefix(),
+                          reaper=ctx.reaper)
+    aux_ports: dict[str, int] = {}
+    for aux in backend.aux:
+        spec = _launch_spec(ctx, backend, aux_ports, host.gpu_uuid, aux=aux)
+        aux_ports[aux.name] = spec.port
+        progress.message(f"[bold]{backend.name}[/]: starting aux {aux.name} ({runtime.name}) on port {spec.port}")
+        started.append(runtime.launch(spec))
+        if aux.health is not None:
+            started[-1].wait_ready(aux.ready_timeout_s or recipe.protocol.ready_timeout_s)
+    spec = _launch_spec(ctx, backend, aux_ports, host.gpu_uuid)
+    spec.env.update(_pinned_triton_cache(ctx, backend))
+    progress.message(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
+    started.append(runtime.launch(spec))
+    return started[-1]
+
+
+def _spec_of(run: RunDir, backend: Backend, address: str, port: int) -> LaunchSpec:
+    """The LaunchSpec of a `url` backend: where to reach it and how to tell it is ready, nothing to launch."""
+    return LaunchSpec(name=backend.name, argv=[], env={}, host=address, port=port, log_path=run.log_path(backend.name),
+                      health_path=backend.health, readiness=backend.readiness, endpoint=backend.endpoint,
+                      model=backend.model)
+
+
+def _server_record(backend: Backend) -> dict[str, Any]:
+    """servers.json's entry of a backend: launched or reached, readiness, connections (filled as the run goes)."""
+    return {"launched": backend.launched, "owned": backend.launched, "url": backend.url,
+            "readiness_kind": backend.readiness, "health": backend.health, "endpoint": backend.endpoint,
+            "model": backend.model, "readiness": None, "connections": None}
+
+
+def _record_server(run: RunDir, name: str, record: dict[str, Any]) -> None:
+    path = run.file("servers.json")
+    data: dict[str, Any] = run.read("servers.json") if path.is_file() else {
+        "format_version": SERVERS_FORMAT_VERSION, "backends": {}}
+    data["backends"][name] = record
+    write_json_atomic(path, data)
+
+
+def _stop_words(record: ExitRecord) -> str:
+    if not record.launched:
+        return f"left running at {record.ident} (not started by the study, not ours to stop)"
+    state = "stopped by us" if record.intentional else f"exited on its own (status {record.exit_status})"
+    return f"{state}; all processes gone: {record.exited}"
+
+
 def _stop_all(ctx: StudyRun, started: list[RunningBackend], host: HostSession) -> None:
     """Stop the client-facing command first, then its aux processes; record every exit in processes.json."""
     stopped = [process.stop(ctx.recipe.protocol.stop_grace_s) for process in reversed(started)]
@@ -456,8 +510,7 @@ def _stop_all(ctx: StudyRun, started: list[RunningBackend], host: HostSession) -
     write_json_atomic(ctx.run.file("processes.json"),
                       {"format_version": PROCESSES_FORMAT_VERSION, "processes": [r.to_dict() for r in ctx.records]})
     for record in stopped:
-        state = "stopped by us" if record.intentional else f"exited on its own (status {record.exit_status})"
-        ctx.progress.message(f"{record.name}: {state}; all processes gone: {record.exited}")
+        ctx.progress.message(f"{record.name}: {_stop_words(record)}")
 
 
 # What each backend said about itself once ready (the reference backend reports all of these;
@@ -515,11 +568,19 @@ def _launch_spec(ctx: StudyRun, backend: Backend, aux_ports: dict[str, int], gpu
     return LaunchSpec(name=name, argv=argv, env=env, host=host, port=port, log_path=ctx.run.log_path(name),
                       health_path=health, image=backend.image, read_only_mounts=(ctx.root,),
                       gpu_uuid=gpu_uuid, numa_node=controls.numa_node,
-                      cpus=controls.cpus)
+                      cpus=controls.cpus, **_reach_of(backend, aux, values))
+
+
+def _reach_of(backend: Backend, aux: AuxProcess | None, values: dict[str, str]) -> dict[str, Any]:
+    """The LaunchSpec fields of how the command is reached and started: readiness, endpoint, model, cwd."""
+    if aux is not None:  # an aux process answers our /health contract and runs where the study runs
+        return {"readiness": "status-ready", "endpoint": backend.endpoint, "model": backend.model}
+    workdir = Path(fill(backend.cwd, values, f"backend {backend.name} cwd")) if backend.cwd else None
+    return {"readiness": backend.readiness, "endpoint": backend.endpoint, "model": backend.model, "workdir": workdir}
 
 
 def _protocol(ctx: StudyRun, backend: Backend, handle: RunningBackend, alive, prepared: dict[str, list[Request]],
-              rows: RowWriter, budget: PassBudget, host: HostSession) -> int:
+              rows: RowWriter, budget: PassBudget, host: HostSession, server: dict[str, Any]) -> int:
     """First inference, warm-up, then each workload's feasibility and measured passes; returns failed requests."""
     run, recipe = ctx.run, ctx.recipe
     proto = recipe.protocol
@@ -528,7 +589,7 @@ def _protocol(ctx: StudyRun, backend: Backend, handle: RunningBackend, alive, pr
     runner = PassRunner(backend.name, client, backend.endpoint, rows, responses, alive)
     try:
         if proto.first_inference:
-            _first_inference(runner, recipe, prepared)
+            _first_inference(runner, recipe, prepared, backend)
         for workload in recipe.workloads:
             requests = prepared[workload.name]
             longest_pool = prepared[recipe.protocol.warmup.longest_of or workload.name]
@@ -546,6 +607,7 @@ def _protocol(ctx: StudyRun, backend: Backend, handle: RunningBackend, alive, pr
     finally:
         client.close()
         responses.close()
+        server["connections"] = dict(client.connections(), requests=runner.requests)
     return sum(1 for r in runner.failures if r.phase in ("feasibility", "measured"))
 
 
@@ -554,14 +616,22 @@ def _longest(requests: list[Request]) -> Request:
     return max(requests, key=lambda r: len(r.body))
 
 
-def _first_inference(runner: PassRunner, recipe: Recipe, prepared: dict[str, list[Request]]) -> None:
+def _first_request(recipe: Recipe, prepared: dict[str, list[Request]]) -> Request:
+    """The first inference's request (also the readiness probe of `readiness: first-inference`)."""
     warm = recipe.protocol.warmup
     every = prepared[warm.longest_of] if warm.longest_of else [r for name in prepared for r in prepared[name]]
-    req = _longest(every) if warm.longest_first else every[0]
+    return _longest(every) if warm.longest_first else every[0]
+
+
+def _first_inference(runner: PassRunner, recipe: Recipe, prepared: dict[str, list[Request]],
+                     backend: Backend) -> None:
+    req = _first_request(recipe, prepared)
     row = runner.request(req, workload=recipe.workloads[0].name, phase="first", pass_index=1, seq=0)
     if not row.ok or row.probability is None or row.decision is None or row.input_tokens is None:
+        error = row.error or "incomplete answer"
+        hint = first_inference_hint(row.status, error, model=backend.model, endpoint=backend.endpoint)
         raise BackendError(f"Backend {runner.backend}: the first inference after readiness failed its check "
-                           f"(finite probability, usage, decision): {row.error or 'incomplete answer'}.")
+                           f"(finite probability, usage, decision): {error}.{' Likely fix: ' + hint + '.' if hint else ''}")
 
 
 def _warmup(runner: PassRunner, recipe: Recipe, workload: Workload, requests: list[Request],
@@ -593,9 +663,10 @@ def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = Non
     # Package versions come from each backend's own interpreter (local runtime only; an image's
     # are recorded by its digest).
     pythons = {}
-    for backend in recipe.backends:
+    for backend in (b for b in recipe.backends if b.launched):  # a url backend's packages are not ours to list
         deferred = LAUNCH_NAMES | {f"port.{a.name}" for a in backend.aux}
-        argv0 = fill(backend.command[0], {"python": sys.executable}, f"backend {backend.name} command", deferred=deferred)
+        known = {"python": sys.executable, "repro": str(REPRO_ROOT)}  # a peer's venv: {repro}/.cache/peers/...
+        argv0 = fill(backend.command[0], known, f"backend {backend.name} command", deferred=deferred)
         if (opts.runtime or backend.runtime) == "local" and Path(argv0).name.startswith("python"):
             pythons[backend.name] = argv0
     return collect_environment(recipe_path=opts.recipe_path, backends_python=pythons,
@@ -614,7 +685,7 @@ def _project(environment: dict) -> dict:
 def _image_digests(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = None) -> dict[str, dict]:
     """Image id, repo digests, layer diff IDs and every package inside each docker backend's image
     (a missing image fails here)."""
-    docker_backends = [b for b in recipe.backends if (opts.runtime or b.runtime) == "docker"]
+    docker_backends = [b for b in recipe.backends if b.launched and (opts.runtime or b.runtime) == "docker"]
     if not docker_backends:
         return {}
     from ..images.daemon import connect

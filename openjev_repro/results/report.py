@@ -29,7 +29,9 @@ from .energy import GPU_FILE, read_gpu_events
 from .floor import floor_lines
 from .gpu_report import energy_lines
 from .row_table import RowTable, as_table, read_table
-from .statistics import latency_stats, summarize
+from .servers import server_lines
+from .statistics import latency_stats, pair_by_id_and_seq, summarize
+from .tokens import token_differences, token_phrase
 
 __all__ = [
     "DIGITS",
@@ -158,8 +160,26 @@ def _percent_change(percent_lower: float) -> str:
     return f"{abs(rounded):.{DIGITS['percent']}f}% {'lower' if rounded > 0 else 'higher'}"
 
 
-def _agreement_lines(wl: WorkloadSummary) -> list[str]:
+def _first_passes(t: RowTable, workload: str) -> dict[str, np.ndarray]:
+    """backend -> row indices of its first measured pass in `workload` (every row, failed ones included)."""
+    return {backend: passes[min(passes)] for (w, backend), passes in t.by_pass("measured").items() if w == workload}
+
+
+def _tokens_of(t: RowTable, first: dict[str, np.ndarray], a: str, b: str) -> str:
+    """The input-token phrase of two backends' first measured passes, paired by (id, seq) like the agreement."""
+    if a not in first or b not in first:
+        return "input tokens not compared (no measured rows)"
+    a_rows, b_rows = first[a], first[b]
+    match, _ = pair_by_id_and_seq(t.ids.codes[a_rows], t.seq[a_rows], t.ids.codes[b_rows], t.seq[b_rows])
+    x, y = a_rows[match >= 0], b_rows[match[match >= 0]]
+    diff = token_differences(t.ids.strings(x), t.seq[x].tolist(), t.input_tokens[x], t.has_input_tokens[x],
+                             t.input_tokens[y], t.has_input_tokens[y])
+    return token_phrase(diff, b, a)
+
+
+def _agreement_lines(wl: WorkloadSummary, t: RowTable | None = None, workload: str = "") -> list[str]:
     out = []
+    first = _first_passes(t, workload) if t is not None else {}
     for c in wl["comparisons"]:
         buckets = "; ".join(f"{k}: {_prob(v)}" for k, v in c["max_probability_delta_by_tokens"].items())
         differing = f"; differing: {', '.join(c['differing_ids'])}" if c["differing_ids"] else ""
@@ -168,7 +188,8 @@ def _agreement_lines(wl: WorkloadSummary) -> list[str]:
         out.append(
             f"- {c['baseline']} / {c['candidate']}: {c['agreement']} / {c['n']} thresholded decisions agree"
             f"{differing}; max probability difference {_prob(c['max_probability_delta'])} "
-            f"(input tokens {buckets}){gaps}."
+            f"(input tokens {buckets}){gaps}"
+            + (f"; {_tokens_of(t, first, c['baseline'], c['candidate'])}." if t is not None else ".")
         )
     return out
 
@@ -259,7 +280,8 @@ def imported_note(imported: dict) -> str:
 
 def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: dict | None = None,
                   notes: Iterable[str] = (), run: RunInfo | None = None, imported: dict | None = None,
-                  run_facts: Iterable[str] = (), floor: Iterable[str] = (), drift: Sequence[str] = ()) -> str:
+                  run_facts: Iterable[str] = (), floor: Iterable[str] = (), drift: Sequence[str] = (),
+                  servers: Iterable[str] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
 
     `state` is the run's state.json: unless its status is "complete" the report opens (and
@@ -271,6 +293,8 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     shown in their own section when present. `floor` is the hardware-floor section (`floor.floor_lines`),
     present when a backend measured the GPU. `drift` are the environment differences a study run
     with --allow-environment-drift recorded (environment_check.json): a banner under the title.
+    present when a backend measured the GPU. `servers` is the servers section (`servers.server_lines`:
+    launched or reached by URL, readiness, connections, whether TCP connects were timed).
     """
     done = (Status.COMPLETE, Status.IMPORTED) if imported is not None else (Status.COMPLETE,)
     banner = [incomplete_banner(state), ""] if state is not None and state.get("status") not in done else []
@@ -297,18 +321,15 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
         out += [f"## Workload {name}", "", *_table(recipe, wl), "", *_descriptions(recipe, wl)]
         out += [*_latency_notes(wl), ""]
         out += ["Speed:", "", *_comparison_lines(wl), ""]
-        out += ["Agreement (first measured pass, paired by case id and position):", "", *_agreement_lines(wl), ""]
+        out += ["Agreement (first measured pass, paired by case id and position):", "", *_agreement_lines(wl, t, name), ""]
         out += ["Determinism:", "", *_stability_lines(wl), ""]
     if imported is not None:
         out += _imported_lines(imported)
     out += ["## Gates", "", *_gate_lines(summary["gates"]), ""]
     out += energy_lines(summary)
-    facts = list(run_facts)
-    if facts:
-        out += ["## Weights and GPU", "", *facts, ""]
-    floor_section = list(floor)
-    if floor_section:
-        out += ["## Hardware floor", "", *floor_section, ""]
+    for title, section in (("Weights and GPU", list(run_facts)), ("Servers and connections", list(servers)),
+                           ("Hardware floor", list(floor))):
+        out += [f"## {title}", "", *section, ""] if section else []  # a run without the data gets no section
     out += [("Plots: latency_vs_tokens.png (measured latency against input tokens), latency_cdf.png "
             "(CDF of measured latency)."), ""]
     if banner:
@@ -618,6 +639,12 @@ def _summary_notes(run: RunDir, summary: Summary) -> list[str]:
     return []
 
 
+def _servers_of(run: RunDir, backends: dict, recipe: Recipe) -> list[str]:
+    """The Servers and connections section (none for runs without servers.json, so their reports stay as signed)."""
+    servers = run.read("servers.json") if run.file("servers.json").is_file() else {}
+    return server_lines(servers, backends, [b.name for b in recipe.backends])
+
+
 def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str | None = None,
                  plots: bool = True) -> Path:
     """Read a run directory, write report.md and both plots (into out_dir, default the run), return report.md.
@@ -637,7 +664,8 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     backends = run.read("backends.json") if run.file("backends.json").is_file() else {}
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
                          imported=imported, run_facts=run_facts_of(run, backends),
-                         floor=floor_lines(backends.get("backends") or {}, rows), drift=recorded_drift(run))
+                         floor=floor_lines(backends.get("backends") or {}, rows), drift=recorded_drift(run),
+                         servers=_servers_of(run, backends, recipe))
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
     files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows, summary["study_id"], info) if plots else {})}

@@ -59,6 +59,7 @@ class _RowStruct(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     input_tokens: int | None
     error: str | None
     v: int
+    reconnected: bool | None = None  # optional (rows.OPTIONAL_FIELDS): absent in older runs
 
 
 _DECODER = msgspec.json.Decoder(_RowStruct)
@@ -132,6 +133,7 @@ class RowTable:
     has_input_tokens: np.ndarray  # bool
     ok: np.ndarray  # bool: error is None
     status: list[int | None]
+    reconnected: list[bool | None]
     body_sha256: list[str | None]
     error: list[str | None]
     _latency_ms: np.ndarray | None = field(default=None, repr=False)
@@ -167,6 +169,7 @@ class RowTable:
                 ok=~_present(columns["error"]),
                 status=list(columns["status"]), body_sha256=list(columns["body_sha256"]),
                 error=list(columns["error"]),
+                reconnected=list(columns.get("reconnected") or [None] * len(columns["status"])),
             )
         except (TypeError, ValueError, OverflowError) as exc:
             raise EvidenceError(f"rows hold a value of the wrong type ({exc}).") from exc
@@ -187,7 +190,8 @@ class RowTable:
                                "input_tokens", "has_input_tokens", "ok")}
         strings: dict[str, Any] = {name: _concat([getattr(t, name) for t in tables])
                    for name in ("ids", "backend", "workload", "phase", "decision", "label")}
-        lists: dict[str, Any] = {name: [x for t in tables for x in getattr(t, name)] for name in ("status", "body_sha256", "error")}
+        lists: dict[str, Any] = {name: [x for t in tables for x in getattr(t, name)] for name in ("status", "body_sha256", "error",
+                                                                                       "reconnected")}
         return cls(**arrays, **strings, **lists)
 
     # --- reading back ------------------------------------------------------------------
@@ -201,6 +205,7 @@ class RowTable:
             probability=float(self.probability[i]) if self.has_probability[i] else None,
             decision=self.decision.values[self.decision.codes[i]], label=self.label.values[self.label.codes[i]],
             input_tokens=int(self.input_tokens[i]) if self.has_input_tokens[i] else None, error=self.error[i],
+            reconnected=self.reconnected[i],
         )
 
     def rows(self) -> Iterator[Row]:

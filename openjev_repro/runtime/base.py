@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import h11
-
-from ..errors import BackendCrashed, BackendNotReady
-from .bounded_http import get_within
+from .readiness import Readiness, poll_ready
 
 __all__ = ["ExitRecord", "LaunchSpec", "RunningBackend", "Runtime", "poll_health"]
 
@@ -27,6 +22,9 @@ class LaunchSpec:
     port: int  # port the client connects to (a free one, chosen by the runner)
     log_path: Path  # stdout+stderr of the backend go here
     health_path: str = "/health"
+    readiness: str = "status-ready"  # runtime/readiness.py: status-ready | any-2xx | first-inference
+    endpoint: str = "/v1/systemone"  # polled by first-inference readiness
+    model: str = "open-jev"  # named in the hint when a first inference is refused
     image: str | None = None  # docker only
     read_only_mounts: tuple[Path, ...] = ()  # verified inputs, mounted read-only (docker)
     gpu_uuid: str | None = None
@@ -49,6 +47,7 @@ class ExitRecord:
     intentional: bool = False  # ended by our own stop, not a failure
     exited: bool = True  # verified gone afterwards
     binding: dict = field(default_factory=dict)  # effective NUMA/CPU/GPU binding
+    launched: bool = True  # False: a server the study reached by URL and neither started nor stopped
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -79,9 +78,24 @@ class RunningBackend(ABC):
         """The host process id of a local process, where its NUMA binding can be read; None for a container."""
         return None
 
-    def wait_ready(self, timeout_s: float, poll_s: float = 0.2) -> dict:
-        """Poll /health until it says ready; fail fast if the backend dies meanwhile."""
-        return poll_health(self, timeout_s, poll_s)
+    readiness: Readiness | None = None  # how it became ready (set by wait_ready)
+
+    def base_url(self) -> str:
+        host = f"[{self.spec.host}]" if ":" in self.spec.host else self.spec.host
+        return f"http://{host}:{self.spec.port}"
+
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.2, probe: bytes | None = None) -> dict:
+        """Poll until ready as spec.readiness says (`probe`: the first-inference request's body); fail
+        fast if the backend dies meanwhile. Returns the health answer's JSON object ({} if none)."""
+        spec = self.spec
+        health, self.readiness = poll_ready(
+            self, name=spec.name, kind=spec.readiness, base_url=self.base_url(), health=spec.health_path,
+            endpoint=spec.endpoint, model=spec.model, probe=probe, timeout_s=timeout_s,
+            log_hint=self.log_hint(), poll_s=poll_s)
+        return health
+
+    def log_hint(self) -> str:
+        return f"Its log is {self.spec.log_path}."
 
 
 class Runtime(ABC):
@@ -92,23 +106,10 @@ class Runtime(ABC):
 
 
 def poll_health(backend: RunningBackend, timeout_s: float, poll_s: float = 0.2) -> dict:
+    """Poll the health path until it answers our contract (status "ready"); the health body."""
     spec = backend.spec
-    url = f"http://{spec.host}:{spec.port}{spec.health_path}"
-    deadline = time.monotonic() + timeout_s
-    last = "no answer yet"
-    while time.monotonic() < deadline:
-        if not backend.alive():
-            raise BackendCrashed(f"Backend {spec.name} exited before it was ready. {backend.describe_exit()}")
-        try:  # each poll ends by the overall deadline, however slowly /health trickles its answer
-            status, raw = get_within(spec.host, spec.port, spec.health_path, min(2.0, deadline - time.monotonic()))
-            body = json.loads(raw or b"{}")
-            if status == 200 and isinstance(body, dict) and body.get("status") == "ready":
-                return body
-            last = f"HTTP {status} {str(body)[:200]}"
-        except (OSError, ValueError, h11.ProtocolError) as exc:
-            last = str(exc)
-        time.sleep(max(0.0, min(poll_s, deadline - time.monotonic())))
-    raise BackendNotReady(
-        f"Backend {spec.name} was not ready within {timeout_s:.0f} s at {url} (last answer: {last}). "
-        f"Its log is {spec.log_path}."
-    )
+    health, backend.readiness = poll_ready(
+        backend, name=spec.name, kind="status-ready", base_url=backend.base_url(), health=spec.health_path,
+        endpoint=spec.endpoint, model=spec.model, probe=None, timeout_s=timeout_s, log_hint=backend.log_hint(),
+        poll_s=poll_s)
+    return health

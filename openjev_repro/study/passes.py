@@ -85,9 +85,11 @@ class PassRunner:
     alive: Callable[[], bool]
     on_row: Callable[[Row], None] = lambda row: None
     failures: list[Row] = field(default_factory=list)
+    requests: int = 0  # sent, failed ones included
 
     def request(self, req: Request, *, workload: str, phase: Phase, pass_index: int, seq: int) -> Row:
         headers = {"Content-Type": "application/json"}
+        self.requests += 1
         try:
             resp: TimedResponse = self.client.request("POST", self.endpoint, req.body, headers)
         except (ClientError, ProtocolError) as exc:  # a timeout, reset, refused connection or bad bytes: record, then decide
@@ -109,7 +111,7 @@ class PassRunner:
             except ProtocolError as exc:
                 error = str(exc)
         row = self._row(req, workload, phase, pass_index, seq, resp.start_ns, resp.end_ns, resp.status, digest,
-                        parsed, error)
+                        parsed, error, resp.reconnected)
         self._record(row, resp.body)
         if not self.alive():  # an aux worker (or the server) died although this answer arrived
             raise BackendCrashed(f"Backend {self.backend} (or one of its processes) died during {phase} pass "
@@ -126,12 +128,13 @@ class PassRunner:
         return self.alive()
 
     def _row(self, req: Request, workload: str, phase: Phase, pass_index: int, seq: int, start: int, end: int,
-             status: int | None, digest: str | None, parsed: ParsedAnswer | None, error: str | None) -> Row:
+             status: int | None, digest: str | None, parsed: ParsedAnswer | None, error: str | None,
+             reconnected: bool | None = None) -> Row:
         return Row(id=req.id, backend=self.backend, workload=workload, phase=phase, pass_index=pass_index,
                    seq=seq, start_ns=start, end_ns=end, status=status, body_sha256=digest,
                    probability=parsed.probability if parsed else None,
                    decision=parsed.decision if parsed else None, label=req.label,
-                   input_tokens=parsed.input_tokens if parsed else None, error=error)
+                   input_tokens=parsed.input_tokens if parsed else None, error=error, reconnected=reconnected)
 
     def _record(self, row: Row, body: bytes | None) -> None:
         self.rows.write(row)

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from ..errors import RecipeError
-from ..evidence.recipe import UNPINNED, NoAliasLoader, Recipe, _line_map
+from ..evidence.recipe import UNPINNED, Backend, NoAliasLoader, Recipe, _line_map
 from ..hashing import hash_file
 from .placeholders import LAUNCH_NAMES, fill
 from .preparation import plan_prepare
@@ -105,7 +105,7 @@ def _backends(recipe: Recipe, values: dict[str, str], runtime: str | None) -> li
                     "stop_order": ["command"] + names[::-1],
                     "aux": aux, "command": _process("command", b.command, b.env, values, f"backend {b.name}", names,
                                                     health=b.health),
-                    "endpoint": b.endpoint, "model": b.model, **_environment(recipe, b)})
+                    "endpoint": b.endpoint, "model": b.model, **_reach(b), **_environment(recipe, b)})
     return out
 
 
@@ -113,6 +113,12 @@ def _environment(recipe: Recipe, backend) -> dict:
     """What the backend must report once ready (checked before measuring), when the recipe declares any."""
     declared = recipe.environment_of(backend).model_dump(mode="json", exclude_defaults=True)
     return {"environment": declared} if declared else {}
+
+
+def _reach(b: Backend) -> dict[str, Any]:
+    """How the study reaches a backend: launched (and owned) by it, or a running server at `url` (neither)."""
+    return {"launched": b.launched, "owned": b.launched, "url": b.url, "readiness": b.readiness,
+            "health": b.health, "cwd": b.cwd}
 
 
 def _passes(recipe: Recipe) -> list[dict]:

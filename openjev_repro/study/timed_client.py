@@ -12,7 +12,10 @@ What is timed: `start_ns` is `time.monotonic_ns()` just before `sendall`; `end_n
 right after the `recv_into` call that delivered the response's last byte (each recv is
 stamped; parsing that follows it is not counted). Connecting (and reconnecting) happens before
 `start_ns` and is never inside a measurement; `connections_opened` counts it so a caller can
-show that one connection served every request.
+show that one connection served every request. `connections()` says how many connections were
+opened, how many the server closed (an HTTP/1.0 server, or `Connection: close`, closes after
+each response) and which HTTP versions answered; a response that needed a new connection after
+an earlier one closed says so (`TimedResponse.reconnected`).
 
 Errors (all `ReproError`s, so a runner can record them as failure rows):
 
@@ -93,6 +96,8 @@ class TimedResponse:
     start_ns: int
     end_ns: int
     trailers: dict[str, str] = field(default_factory=dict)
+    reconnected: bool = False  # a new connection was opened for this request after an earlier one closed
+    http_version: str = "1.1"  # of the response's status line
 
     @property
     def latency_ns(self) -> int:
@@ -139,6 +144,10 @@ class TimedClient:
         self.port = port
         self.timeout_s = timeout_s
         self.connections_opened = 0
+        self.closed_by_server = 0  # connections the server closed (after a response, or while idle)
+        self.reconnected_requests = 0  # requests that had to open a new connection after an earlier one closed
+        self.http_versions: set[str] = set()
+        self._reconnected = False  # of the request being sent
         self._host_header = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._sock: socket.socket | None = None
         self._poll: select.poll | None = None
@@ -167,7 +176,10 @@ class TimedClient:
 
         `timeout_s` is a wall-clock deadline for the whole request, from the first byte sent to
         the last byte received: a response trickled byte by byte is cut off at the deadline."""
+        opened = self.connections_opened
         sock = self._ready_socket()
+        self._reconnected = reconnected = opened > 0 and self.connections_opened > opened
+        self.reconnected_requests += reconnected
         self._announce(wire)
         try:
             start = _monotonic_ns()
@@ -193,6 +205,11 @@ class TimedClient:
     def close(self) -> None:
         self._discard()
 
+    def connections(self) -> dict[str, object]:
+        """What this client's connections did: opened, closed by the server, requests that reconnected."""
+        return {"connections_opened": self.connections_opened, "closed_by_server": self.closed_by_server,
+                "reconnected_requests": self.reconnected_requests, "http_versions": sorted(self.http_versions)}
+
     def __enter__(self) -> Self:
         return self
 
@@ -207,6 +224,7 @@ class TimedClient:
         """The open connection, or a new one if there is none or the idle one went stale."""
         if self._sock is not None and self._poll is not None and self._poll.poll(0):
             # Readable while idle means the peer closed it (or sent stray bytes): unusable.
+            self.closed_by_server += 1
             self._discard()
         if self._sock is None:
             self._connect()
@@ -345,9 +363,12 @@ class TimedClient:
         self._limit_changed = False
         pieces = self._pieces
         body = bytes(pieces[0]) if len(pieces) == 1 else b"".join(pieces)
+        version = response.http_version.decode("ascii", "replace")
+        self.http_versions.add(version)
         if parser.our_state is h11.DONE and parser.their_state is h11.DONE and not parser.trailing_data[0]:
             parser.start_next_cycle()
         else:  # Connection: close, HTTP/1.0, a body framed by the close, or stray bytes after it
+            self.closed_by_server += parser.their_state in (h11.MUST_CLOSE, h11.CLOSED)
             self._discard()
         return TimedResponse(
             response.status_code,
@@ -357,6 +378,8 @@ class TimedClient:
             start,
             end,
             _fields(self._trailers),
+            self._reconnected,
+            version,
         )
 
 
