@@ -28,10 +28,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from invoke import Exit, Task
+from invoke.parser import ParserContext
 
 from ..errors import ReproError
 
-__all__ = ["BROKEN_PIPE_EXIT", "collect_tasks", "option_name", "required_parameters", "user_errors"]
+__all__ = ["BROKEN_PIPE_EXIT", "collect_tasks", "metavars", "option_name", "required_parameters", "user_errors"]
 
 BROKEN_PIPE_EXIT = 141  # what a shell reports for a tool ended by SIGPIPE (128 + 13)
 
@@ -63,23 +64,67 @@ class NamedOptionsTask(Task):
     many` into a ValueError traceback while parsing; here a number option arrives as text and
     `user_errors` converts it, answering a bad one with an `error:` line."""
 
+    value_names: dict[str, str]  # option -> what its help shows as the value (INT, FLOAT, NAME=PATH)
+
     def arg_opts(self, name: str, default: Any, taken_names: set[str]) -> dict[str, Any]:
         opts = super().arg_opts(name, default, taken_names)
         opts["positional"] = False
+        # invoke takes the first free character of the name as the short flag, even `-` (`--=STRING`)
+        opts["names"] = [n for n in opts["names"] if len(n) > 1 or n.isalnum()]
         if opts.get("kind") in (int, float):
+            self.value_names[name] = "INT" if opts["kind"] is int else "FLOAT"
             opts["kind"] = str
         return opts
 
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Any]:
+        arguments = super().get_arguments(ignore_unknown_help)
+        for argument in arguments:
+            argument.value_name = self.value_names.get(argument.attr_name or argument.name)
+            if argument.kind is list:  # so that `--python` without a value is refused, as for other options
+                argument.raw_value = None
+        return arguments
+
+
+def _help_for(self: Any, flag: str) -> tuple[str, str]:
+    """invoke's help entry, with each value's type: INT, FLOAT, or a repeatable option's metavar."""
+    names, text = _invoke_help_for(self, flag)
+    argument = self.flags[flag]
+    value_name = getattr(argument, "value_name", None)
+    if value_name and argument.kind is str:
+        names = names.replace("STRING", value_name)
+    elif value_name and argument.kind is list:  # invoke shows a list option as a bare flag
+        names = ", ".join(f"{n}={value_name}" if n.startswith("--") else f"{n} {value_name}"
+                          for n in names.split(", "))
+    return names, text
+
+
+_invoke_help_for = ParserContext.help_for
+ParserContext.help_for = _help_for  # type: ignore[method-assign]
+
 
 def named_options(task: Task) -> Task:
-    """Every parameter a named option; the required ones say so in `invoke TASK --help`."""
+    """Every parameter a named option; the required ones say so in `invoke TASK --help`.
+
+    A repeatable (iterable) option names its value with `metavars={"python": "NAME=PATH"}` on
+    the task body (set by `@metavars`); numbers show as INT or FLOAT."""
     task.__class__ = NamedOptionsTask
+    task.value_names = dict(getattr(task.body, "metavars", {}))
     task.positional = []
     for name in required_parameters(task.body):
         key = name.strip("_")
         key = key if key in task.help else name
         task.help[key] = (task.help.get(key, "") + " (required)").strip()
     return task
+
+
+def metavars(**names: str) -> Callable[[Callable], Callable]:
+    """Name an option's value in help, e.g. `@metavars(python="NAME=PATH")` for a repeatable option."""
+
+    def mark(func: Callable) -> Callable:
+        func.metavars = names  # type: ignore[attr-defined]
+        return func
+
+    return mark
 
 
 def _task_name(func: Callable) -> str:

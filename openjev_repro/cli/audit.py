@@ -88,14 +88,14 @@ def import_evidence(c, src, out, format="system1-omni", workload="mixed", subdir
 
 @task(help={"run": "signed, complete run directory", "out": "bundle file to write; its name ends in .tar.gz",
             "key": "private key (from `invoke keygen`) to sign the bundle; without it the bundle is UNSIGNED",
-            "include_bodies": "keep responses/ and logs/: a PRIVATE archive, not publishable under the JevBench terms",
-            "aggregate_only": "no bodies: the default (--no-aggregate-only is --include-bodies)"})
+            "include_bodies": "keep responses/ and logs/: a PRIVATE archive, not publishable under the JevBench "
+                              "terms (without it the bundle is aggregate-only)"})
 @user_errors
-def publish(c, run, out, key=None, include_bodies=False, aggregate_only=True):
+def publish(c, run, out, key=None, include_bodies=False):
     """Write a bundle (.tar.gz) of hashes, rows and aggregates, no request or response bodies; signed with --key."""
     from ..audit.publish import publish as write_bundle
 
-    aggregate = aggregate_only and not include_bodies
+    aggregate = not include_bodies
     path = write_bundle(Path(run), Path(out), aggregate_only=aggregate, key_path=Path(key) if key else None)
     kind = "aggregate-only" if aggregate else "PRIVATE (with bodies)"
     if key:

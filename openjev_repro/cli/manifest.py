@@ -7,7 +7,7 @@ from pathlib import Path
 
 from invoke import task
 
-from . import user_errors
+from . import metavars, user_errors
 
 __all__ = ["environment", "keygen", "sign"]
 
@@ -36,6 +36,7 @@ def sign(c, run, key=None):
 @task(help={"python": "name=/path/to/python of a backend environment to probe; repeatable",
             "recipe": "recipe file whose sha256 to record"}, iterable=["python"])
 @user_errors
+@metavars(python="NAME=PATH")
 def environment(c, python=None, recipe=None):
     """Print the environment capture (host, GPUs, package versions, git) as JSON."""
     from ..errors import RecipeError
