@@ -72,7 +72,11 @@ _STATS: tuple[LatencyKey, ...] = ("mean_ms", "p50_ms", "p95_jevbench_ms", "p95_n
 
 
 def load_tolerances(path: Path) -> dict[str, Any]:
-    return check_tolerances(read_yaml(path, "tolerances file"), path)
+    data = read_yaml(path, "tolerances file")
+    if isinstance(data, dict) and "cross_host" in data:  # a collect file (docs/cluster.md), not compare's
+        raise RecipeError(f"{path}: cross_host is `invoke collect`'s section (the spread across hosts); compare "
+                          "two runs with the file without it, e.g. manifests/tolerances/demo.yaml.")
+    return check_tolerances(data, path)
 
 
 def check_tolerances(data: Any, path: Path) -> dict[str, Any]:

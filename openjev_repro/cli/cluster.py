@@ -83,7 +83,6 @@ def status_task(c, submission=None, json_=False, wait=False):
     Also records the final Slurm state of ended tasks in their attempt records and runs."""
     import time as clock
 
-    from rich.console import Console
     from rich.table import Table
 
     from ..cluster.slurm import TERMINAL
@@ -109,7 +108,9 @@ def status_task(c, submission=None, json_=False, wait=False):
             detail += f": {r['error'].splitlines()[0][:80]}"
         table.add_row(str(r["replicate"]), s["job"] or "", s["state"], s["reason"] or "", s["node"] or "",
                       r["evidence"], str(r["runs"]), detail)
-    Console().print(table)
+    from .output import console, keep_words_whole
+
+    console().print(keep_words_whole(table))  # a pipe gets it unwrapped, a terminal at its width, names whole
 
 
 @task(name="collect", help={

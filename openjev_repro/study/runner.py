@@ -166,7 +166,7 @@ def run_study(opts: StudyOptions) -> RunDir:
     with _signals_interrupt(), Reaper() as reaper:
         try:
             shutil.copyfile(opts.recipe_path, run.file("recipe.yaml"))
-            opts.console.print(f"[bold]Study {recipe.study.id}[/] → run directory {run.path}")
+            opts.console.print(f"[bold]Study {recipe.study.id}[/] → run directory {run.path}", soft_wrap=True)
             _execute(run, study, opts, reaper)
         except BaseException as exc:  # every failure, OSError and MemoryError included, is an incomplete run
             if isinstance(exc, (SystemExit, GeneratorExit)):
@@ -411,15 +411,30 @@ def _warmup(runner: PassRunner, recipe: Recipe, workload: Workload, requests: li
 
 def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phase: Phase, index: int,
                 console: Console) -> None:
-    columns = (TextColumn(f"{runner.backend} {workload} {phase} {index}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("last request {task.fields[last]}"), TextColumn("elapsed"), TimeElapsedColumn())
+    columns = _pass_columns(f"{runner.backend} {workload} {phase} {index}", len(requests), console.width)
     # No refresh thread: the bar is redrawn between requests, never while one is being timed.
     with Progress(*columns, console=console, transient=False, auto_refresh=False) as bar:
         task = bar.add_task("pass", total=len(requests), last="       - ms")
         for seq, req in enumerate(requests):
             row = runner.request(req, workload=workload, phase=phase, pass_index=index, seq=seq)
-            last = f"{row.latency_ms:8.2f} ms" if row.ok else f"[red]failed: {(row.error or '')[:40]}[/]"
+            last = f"{row.latency_ms:8.2f} ms" if row.ok else "[red]     failed[/]"  # the error is in the row
             bar.update(task, advance=1, last=last, refresh=True)
+
+
+def _pass_columns(label: str, total: int, width: int) -> tuple:
+    """A pass's progress line that fits `width`: the count, the last latency and the elapsed time
+    always show; the label is shortened (with …) and the bar narrowed or dropped to make room."""
+    count = len(f"{total}/{total}")
+    fixed = count + len("last request 12345.67 ms") + len("elapsed 0:00:00") + 4  # + the gaps between columns
+    bar = max(0, min(40, width - fixed - len(label) - 2))
+    room = width - fixed - (bar + 1 if bar >= 5 else 0) - 1
+    if len(label) > room:
+        label = label[: max(room - 1, 1)] + "…"
+    columns: list = [TextColumn(label.replace("[", "\\["))]
+    if bar >= 5:
+        columns.append(BarColumn(bar_width=bar))
+    return (*columns, MofNCompleteColumn(), TextColumn("last request {task.fields[last]}"), TextColumn("elapsed"),
+            TimeElapsedColumn())
 
 
 # --- integration points with the other concerns -------------------------------------------
@@ -495,4 +510,5 @@ def _finish_outputs(run: RunDir, opts: StudyOptions) -> None:
     envelope = write_manifest(run.path, key_path=opts.key_path)
     fsync_tree(run.path)
     opts.console.print("[green]study complete[/]")
-    opts.console.print(f"report: {report}\nmanifest: {envelope} ({'signed' if opts.key_path else 'UNSIGNED'})")
+    opts.console.print(f"report: {report}\nmanifest: {envelope} ({'signed' if opts.key_path else 'UNSIGNED'})",
+                       soft_wrap=True)  # paths are never folded: they are copied
