@@ -31,3 +31,80 @@ def test_the_demo_ships_a_tolerances_file_compare_accepts_and_collect_has_the_sa
     assert collect_limits == compare_limits and cross_host
     with pytest.raises(RecipeError, match=r"cross_host is `invoke collect`'s section.*manifests/tolerances/demo.yaml"):
         load_tolerances(TOLERANCES / "demo-cross-host.yaml")
+
+
+@pytest.fixture(scope="module")
+def gated_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """An UNSIGNED study of two scripted backends whose one gate (99% faster) FAILS, run with --fail-on-gates."""
+    from studykit import scripted_backend, write_study
+
+    tmp = tmp_path_factory.mktemp("gated")
+    gate = {"name": "much-faster", "kind": "mean_reduction", "workload": "mixed", "baseline": "one",
+            "candidate": "two", "min_percent": 99.0}
+    recipe = write_study(tmp, [scripted_backend("one"), scripted_backend("two")], gates=[gate])
+    done = invoke("study", "--recipe", str(recipe), "--out", str(tmp / "runs"), "--fail-on-gates")
+    return next((tmp / "runs").iterdir()), done
+
+
+def test_a_failed_gate_fails_study_report_and_verify_when_asked(gated_run, tmp_path):
+    run, study = gated_run
+    assert study.returncode == 3, study.stderr
+    assert study.stdout.splitlines()[-1] == str(run)  # the run directory is still the last line
+    assert study.stderr.strip().splitlines()[-1].startswith("error: 1 of 1 gates FAILED in ") and "much-faster" in study.stderr
+    report = invoke("report", "--run", str(run), "--out", str(tmp_path / "report"), "--fail-on-gates")
+    assert report.returncode == 3 and "| much-faster | mean_reduction | FAILED |" in report.stdout, report.stderr
+    assert invoke("report", "--run", str(run), "--out", str(tmp_path / "again")).returncode == 0  # only when asked
+    verify = invoke("verify", "--run", str(run), "--allow-unsigned", "--fail-on-gates")
+    assert verify.returncode == 3 and "much-faster" in verify.stderr, verify.stdout + verify.stderr
+    assert invoke("verify", "--run", str(run), "--allow-unsigned").returncode == 0
+
+
+def test_an_unsigned_run_is_never_pass_signature(gated_run):
+    run, _ = gated_run
+    done = invoke("verify", "--run", str(run), "--allow-unsigned")
+    assert done.returncode == 0, done.stdout
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("UNSIGNED  signature") for line in lines), lines
+    assert not [line for line in lines if line.startswith("PASS") and "signature" in line], lines
+    assert not [line for line in lines if " signed" in line.replace("UNSIGNED", "")], lines
+    assert lines[-1].startswith("VERIFIED, UNSIGNED"), lines[-1]
+
+
+def _collect_dir(tmp: Path) -> tuple[Path, Path]:
+    """A collect directory as `invoke collect` writes it: three files and their signed Statement."""
+    import hashlib
+    import json
+
+    from openjev_repro.cluster.collect import SUMMARY_ENVELOPE, SUMMARY_PREDICATE_TYPE
+    from openjev_repro.manifest.dsse import envelope_bytes, make_envelope
+    from openjev_repro.manifest.keys import generate_keypair, load_private_key
+
+    private, public, _ = generate_keypair(tmp / "keys")
+    out = tmp / "sub" / "collect-20261201T000000Z"
+    out.mkdir(parents=True)
+    files = {"summary.json": b"{}\n", "summary.md": b"# Cross-host report\n", "means.png": b"\x89PNG"}
+    for name, data in files.items():
+        (out / name).write_bytes(data)
+    statement = {"_type": "https://in-toto.io/Statement/v1", "predicateType": SUMMARY_PREDICATE_TYPE,
+                 "subject": [{"name": n, "digest": {"sha256": hashlib.sha256(d).hexdigest()}} for n, d in files.items()],
+                 "predicate": {}}
+    payload = json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
+    (out / SUMMARY_ENVELOPE).write_bytes(envelope_bytes(make_envelope(payload, load_private_key(private))))
+    return out, public
+
+
+def test_verify_checks_a_collect_summary(tmp_path):
+    collection, public = _collect_dir(tmp_path)
+    done = invoke("verify", "--run", str(collection), "--pubkey", str(public))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[0].startswith("PASS  collection signature")
+    assert done.stdout.strip().endswith("VERIFIED: 0 of 3 checks failed.")
+    bare = invoke("verify", "--run", str(collection))
+    assert bare.returncode == 1 and "pass --pubkey" in bare.stderr and "invoke sign" not in bare.stderr
+    (collection / "summary.md").write_text("# edited\n")
+    tampered = invoke("verify", "--run", str(collection), "--pubkey", str(public))
+    assert tampered.returncode == 1 and tampered.stdout.startswith("FAIL") and "changed after it was signed" in tampered.stdout
+    for folder in (collection.parent, tmp_path / "keys"):  # a submission, any folder: no "sign it first"
+        other = invoke("verify", "--run", str(folder), "--pubkey", str(public))
+        assert other.returncode == 1 and "invoke sign" not in other.stderr, other.stderr
+        assert other.stderr.startswith("error: ") and "no run directory, bundle or collect directory" in other.stderr

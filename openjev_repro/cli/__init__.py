@@ -25,6 +25,7 @@ import pkgutil
 import stat
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from invoke import Exit, Task
@@ -32,9 +33,11 @@ from invoke.parser import ParserContext
 
 from ..errors import ReproError
 
-__all__ = ["BROKEN_PIPE_EXIT", "collect_tasks", "metavars", "option_name", "required_parameters", "user_errors"]
+__all__ = ["BROKEN_PIPE_EXIT", "FAIL_ON_GATES_HELP", "GATES_FAILED_EXIT", "collect_tasks", "exit_on_failed_gates", "metavars", "option_name", "required_parameters", "user_errors"]
 
 BROKEN_PIPE_EXIT = 141  # what a shell reports for a tool ended by SIGPIPE (128 + 13)
+GATES_FAILED_EXIT = 3  # `--fail-on-gates`: the command did its work, and a declared gate FAILED
+FAIL_ON_GATES_HELP = f"exit {GATES_FAILED_EXIT} when a declared gate FAILED (for CI; without it a FAILED gate is only reported)"
 
 
 def collect_tasks() -> Iterator[Task]:
@@ -125,6 +128,17 @@ def metavars(**names: str) -> Callable[[Callable], Callable]:
         return func
 
     return mark
+
+
+def exit_on_failed_gates(summary_path: Path, where: str) -> None:
+    """Exit GATES_FAILED_EXIT, with one `error:` line naming them, when summary.json has a FAILED gate."""
+    import json
+
+    gates = json.loads(summary_path.read_text(encoding="utf-8")).get("gates") or []
+    failed = [str(g.get("name")) for g in gates if isinstance(g, dict) and g.get("passed") is False]
+    if failed:
+        raise Exit(f"error: {len(failed)} of {len(gates)} gates FAILED in {where}: {', '.join(failed)} "
+                   f"(exit {GATES_FAILED_EXIT}: --fail-on-gates).", code=GATES_FAILED_EXIT)
 
 
 def _task_name(func: Callable) -> str:

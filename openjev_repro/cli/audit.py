@@ -8,27 +8,80 @@ from pathlib import Path
 from invoke import Exit, task
 
 from ..errors import EvidenceError
-from . import user_errors
+from . import FAIL_ON_GATES_HELP, exit_on_failed_gates, user_errors
 
 __all__ = ["claims", "compare", "import_evidence", "publish", "verify"]
 
 
-@task(help={"run": "run directory, or a bundle file written by `invoke publish`",
-            "pubkey": "public key (.pub from `invoke keygen`) the manifest must be signed by",
-            "allow_unsigned": "accept an UNSIGNED manifest and check everything else"})
+def _refuse_what_has_no_manifest(path: Path) -> None:
+    """A directory with nothing to verify gets advice that fits it (not always "sign it first")."""
+    if not path.is_dir() or any((path / n).exists() for n in ("manifest.dsse.json", "summary.dsse.json", "import.json")):
+        return
+    state = path / "state.json"
+    if not state.is_file():
+        raise EvidenceError(f"{path} is no run directory, bundle or collect directory (no manifest.dsse.json or "
+                            "summary.dsse.json in it); a submission's are in its replicate-*/ and collect-*/ folders.")
+    from ..study.rundir import RunDir
+
+    status = RunDir.open(path).effective_state().get("status")
+    if status == "complete":
+        raise EvidenceError(f"{path} is a complete run without a manifest; sign it with "
+                            f"`invoke sign --run {path} --key K` (or write an UNSIGNED one without --key).")
+    raise EvidenceError(f"{path} is an incomplete run (status {status!r}): it was never signed and never will be; "
+                        "nothing to verify.")
+
+
+def _collection_checks(directory: Path, pubkey: str | None) -> list:
+    """A collect directory (`invoke collect`): its signature and every file's digest, no unlisted file."""
+    from ..audit.verify import Check
+    from ..cluster.collect import verify_summary
+    from ..errors import VerificationError
+
+    if not pubkey:
+        raise EvidenceError(f"{directory} is a collect directory, always signed: pass --pubkey, e.g. the "
+                            f"submission's {directory.parent / 'openjev-repro.pub'}.")
+    try:
+        keyid = verify_summary(directory, Path(pubkey))
+    except (VerificationError, EvidenceError, ValueError, KeyError, TypeError) as exc:
+        return [Check("collection signature and digests", False, str(exc).splitlines()[0] if str(exc) else repr(exc))]
+    envelope = json.loads((directory / "summary.dsse.json").read_text(encoding="utf-8"))
+    from ..manifest.dsse import payload_of
+
+    listed = {s["name"] for s in json.loads(payload_of(envelope))["subject"]} | {"summary.dsse.json"}
+    extra = sorted(p.name for p in directory.iterdir() if p.name not in listed)
+    return [Check("collection signature", True, f"summary.dsse.json signed by keyid {keyid}"),
+            Check("subject digests", True, f"{len(listed) - 1} files match their signed sha256"),
+            Check("no unlisted files", not extra, "unlisted: " + ", ".join(extra) if extra else
+                  "every file is a subject")]
+
+
+@task(help={"run": "run directory, a bundle file written by `invoke publish`, or a collect directory "
+                   "(`invoke collect`'s collect-<time>/)",
+            "pubkey": "public key (.pub from `invoke keygen`) the manifest (or collect summary) must be signed by",
+            "allow_unsigned": "accept an UNSIGNED manifest and check everything else",
+            "fail_on_gates": FAIL_ON_GATES_HELP + "; the gates are the signed ones, recomputed"})
 @user_errors
-def verify(c, run, pubkey=None, allow_unsigned=False):
+def verify(c, run, pubkey=None, allow_unsigned=False, fail_on_gates=False):
     """Check signature, digests, completeness and every recomputed statistic; non-zero exit on any failure."""
     from ..audit.verify import format_checks, verify_path
 
     if not Path(run).exists():
-        raise EvidenceError(f"No run directory or bundle at {run}.")
-    checks = verify_path(Path(run), pubkey=Path(pubkey) if pubkey else None, allow_unsigned=allow_unsigned)
+        raise EvidenceError(f"No run directory, bundle or collect directory at {run}.")
+    _refuse_what_has_no_manifest(Path(run))
+    if (Path(run) / "summary.dsse.json").is_file() and not (Path(run) / "manifest.dsse.json").exists():
+        checks = _collection_checks(Path(run), pubkey)
+    else:
+        checks = verify_path(Path(run), pubkey=Path(pubkey) if pubkey else None, allow_unsigned=allow_unsigned)
     print(format_checks(checks))
     failed = [c for c in checks if c.passed is False]
     if failed:
         raise Exit(f"error: {run} does not verify ({len(failed)} of {len(checks)} checks failed; FAIL lines above).",
                    code=1)
+    if fail_on_gates and not (Path(run) / "summary.dsse.json").is_file():
+        from ..audit.bundle import opened
+
+        with opened(Path(run)) as directory:
+            exit_on_failed_gates(directory / "summary.json", str(run))
 
 
 @task(help={"baseline": "baseline run directory (or bundle)", "candidate": "candidate run directory (or bundle)",

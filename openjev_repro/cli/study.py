@@ -7,7 +7,7 @@ from pathlib import Path
 
 from invoke import Exit, task
 
-from . import user_errors
+from . import FAIL_ON_GATES_HELP, exit_on_failed_gates, user_errors
 
 __all__ = ["study", "verify_inputs_task"]
 
@@ -46,10 +46,11 @@ def verify_inputs_task(c, recipe, inputs_root=None):
     "gpu_index": "with --gpu-uuid: the GPU's index on this host (default: looked up from the UUID)",
     "gpu_source": "with --gpu-uuid: who chose that GPU, recorded as gpu_override.source (default: cli; "
                   "a Slurm task passes slurm)",
+    "fail_on_gates": FAIL_ON_GATES_HELP,
 })
 @user_errors
 def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow_busy=False, gpu_uuid=None,
-          gpu_index=None, gpu_source=None):
+          gpu_index=None, gpu_source=None, fail_on_gates=False):
     """Run a recipe's study end to end; the last line printed is the run directory."""
     from ..host.override import GpuOverride
     from ..study.runner import StudyOptions, run_study
@@ -71,3 +72,5 @@ def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow
                         console=console(stderr=True))
     run = run_study(opts)
     sys.stdout.write(f"{run.path}\n")
+    if fail_on_gates:
+        exit_on_failed_gates(run.path / "summary.json", str(run.path))
