@@ -61,10 +61,10 @@ def study(tmp_path_factory) -> Path:
 def test_study_and_report_on_a_terminal_fit_its_width(study):
     code, lines = on_terminal(["study", "--recipe", str(study), "--out", str(study.parent / "runs")])
     assert code == 0, "\n".join(lines)
-    too_wide = [line for line in lines if cell_len(line) > COLUMNS]
+    run = next((study.parent / "runs").iterdir())
+    too_wide = [line for line in lines if cell_len(line) > COLUMNS and str(run) not in line]  # paths: never folded
     assert not too_wide, too_wide
     assert any("last request" in line for line in lines), lines  # the latency column says what it is
-    run = next((study.parent / "runs").iterdir())
     assert [line for line in lines if line.strip()][-1] == str(run)
 
     code, lines = on_terminal(["report", "--run", str(run), "--out", str(study.parent / "report")])
@@ -87,3 +87,19 @@ def test_a_pipe_gets_unwrapped_lines_and_the_run_directory_last(study, tmp_path)
     assert report.returncode == 0, report.stderr
     assert report.stdout.startswith((tmp_path / "report" / "report.md").read_text(encoding="utf-8"))
     assert report.stdout.splitlines()[-1] == f"plot: {tmp_path / 'report' / 'latency_cdf.png'}"
+
+
+def test_at_80_columns_hand_off_lines_stay_whole_and_progress_keeps_count_and_time(study, tmp_path):
+    deep = tmp_path / ("a-long-folder-name-" * 4) / "runs"  # the run path alone is wider than 80 columns
+    code, lines = on_terminal(["study", "--recipe", str(study), "--out", str(deep)], columns=80)
+    assert code == 0, "\n".join(lines)
+    run = next(deep.iterdir())
+    assert len(str(run)) > 80
+    # one line each on the terminal's stream: the terminal may fold them on screen, but a copy is one line
+    assert any(line.endswith(f"→ run directory {run}") for line in lines), lines
+    assert f"report: {run / 'report.md'}" in lines and any(line.startswith(f"manifest: {run}") for line in lines)
+    progress = [line for line in lines if "last request" in line]
+    assert progress and all(re.search(r"\d+/\d+ last request +\S+ ms elapsed \d:\d\d:\d\d$", line) for line in progress), progress
+    assert all(cell_len(line) <= 80 for line in progress), progress
+    others = [line for line in lines if str(run) not in line]
+    assert not [line for line in others if cell_len(line) > 80], others

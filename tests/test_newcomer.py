@@ -108,3 +108,25 @@ def test_verify_checks_a_collect_summary(tmp_path):
         other = invoke("verify", "--run", str(folder), "--pubkey", str(public))
         assert other.returncode == 1 and "invoke sign" not in other.stderr, other.stderr
         assert other.stderr.startswith("error: ") and "no run directory, bundle or collect directory" in other.stderr
+
+
+def test_submit_with_slurm_down_points_at_the_local_cluster_script(tmp_path):
+    """A stand-in sbatch (tests only) answers as Slurm 22.05 does when slurmctld is down."""
+    from openjev_repro.manifest.keys import generate_keypair
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "sbatch"
+    fake.write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Unable to contact slurm "
+                    "controller (connect failure)' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    private, _, _ = generate_keypair(tmp_path / "key")
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run([sys.executable, "-m", "invoke", "submit", "--recipe", "recipes/demo.yaml", "--replicates",
+                           "1", "--key", str(private), "--out", str(tmp_path / "subs")], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Unable to contact slurm controller" in lines[0], lines
+    assert lines[0].endswith("scripts/slurm-local.sh start)"), lines
+    assert not (tmp_path / "subs").exists() or not list((tmp_path / "subs").iterdir())  # no half submission left

@@ -14,9 +14,9 @@ from . import user_errors
 __all__ = ["collect_task", "status_task", "submit_task"]
 
 
-def _required(value: object, name: str) -> None:
+def _required(value: object, name: str, task_name: str) -> None:
     if value in (None, ""):
-        raise RecipeError(f"--{name} is required")
+        raise RecipeError(f"--{name} is required; `invoke {task_name} --help` lists every option.")
 
 
 @task(name="submit", help={
@@ -56,9 +56,9 @@ def submit_task(c, recipe=None, replicates=None, key=None, partition=None, gres=
             print("nothing to resubmit", file=sys.stderr)
         sys.stdout.write(f"{sub.path}\n")
         return
-    _required(recipe, "recipe")
-    _required(replicates, "replicates")
-    _required(key, "key")
+    _required(recipe, "recipe", "submit")
+    _required(replicates, "replicates", "submit")
+    _required(key, "key", "submit")
     try:
         count = int(replicates)
     except ValueError:
@@ -89,7 +89,7 @@ def status_task(c, submission=None, json_=False, wait=False):
     from ..cluster.status import replicate_status
     from ..cluster.submission import Submission
 
-    _required(submission, "submission")
+    _required(submission, "submission", "status")
     sub = Submission.open(Path(submission))
     rows = replicate_status(sub)
     while wait and any(r["slurm"]["state"] not in TERMINAL and r["evidence"] != "complete" for r in rows):
@@ -127,7 +127,7 @@ def collect_task(c, submission=None, tolerances=None, baseline=None, baseline_pu
     The last line is the new collect directory; exit 1 when a declared tolerance fails."""
     from ..cluster.collect import collect
 
-    _required(submission, "submission")
+    _required(submission, "submission", "collect")
     result = collect(Path(submission), tolerances=Path(tolerances) if tolerances else None,
                      baseline=Path(baseline) if baseline else None,
                      baseline_pubkey=Path(baseline_pubkey) if baseline_pubkey else None,
