@@ -110,7 +110,8 @@ def status_task(c, submission=None, json_=False, wait=False):
                       r["evidence"], str(r["runs"]), detail)
     from .output import console, keep_words_whole
 
-    console().print(keep_words_whole(table))  # a pipe gets it unwrapped, a terminal at its width, names whole
+    out = console()
+    out.print(keep_words_whole(table, out.width))  # a pipe gets it unwrapped, a terminal at its width, names whole
 
 
 @task(name="collect", help={

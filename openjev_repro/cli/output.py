@@ -31,14 +31,56 @@ def console(stderr: bool = False) -> Console:
 WHOLE_WORD_LIMIT = 24  # a word up to this long is never split across lines; a longer one (a path) folds
 
 
-def keep_words_whole(table: Table) -> Table:
+def keep_words_whole(table: Table, width: int | None = None) -> Table:
     """A table whose columns never break a word of up to WHOLE_WORD_LIMIT characters mid-word
-    (`Success / ful`), and never lose text to an ellipsis: a longer word (a path) folds."""
-    for column in table.columns:
-        words = [w for cell in [column.header, *column.cells] for w in _plain(cell).split()]
-        column.min_width = max((min(len(w), WHOLE_WORD_LIMIT) for w in words), default=column.min_width)
-        column.overflow = "fold"
+    (`Success / ful`), and never lose text to an ellipsis: a longer word (a path) folds. With
+    `width` (the console's), each column gets a width that fits it: the widest give way first,
+    none below its longest word (a no_wrap column keeps its whole width); when that is still too
+    wide, the padding shrinks to one space between columns, then the limit on a whole word."""
+    texts = [[_plain(cell) for cell in [column.header, *column.cells]] for column in table.columns]
+    natural = [max((len(line) for text in cells for line in text.splitlines()), default=1) for cells in texts]
+    longest = [max((len(w) for text in cells for w in text.split()), default=1) for cells in texts]
+    if width is None:
+        mins = [min(n, WHOLE_WORD_LIMIT) for n in longest]
+        _set_widths(table, mins, [max(n, m) for n, m in zip(natural, mins, strict=True)])
+        return table
+    limit = WHOLE_WORD_LIMIT
+
+    def least() -> list[int]:
+        return [n if c.no_wrap else min(w, limit) for c, n, w in zip(table.columns, natural, longest, strict=True)]
+
+    if sum(least()) > _room(table, width):  # one space between columns instead of two
+        blank_divider = table.box is None or table.box.head_vertical == " "
+        table.padding = (0, 0, 0, 0) if blank_divider else (0, 1, 0, 0)
+    while limit > 4 and sum(least()) > _room(table, width):
+        limit -= 1
+    mins = least()
+    _set_widths(table, mins, _give_way(natural, mins, _room(table, width)))
     return table
+
+
+def _room(table: Table, width: int) -> int:
+    """What the cells may take of `width`: the table's borders and each column's padding off."""
+    padding = sum(table._get_padding_width(i) for i in range(len(table.columns)))
+    return width - table._extra_width - padding
+
+
+def _set_widths(table: Table, mins: list[int], widths: list[int]) -> None:
+    for column, least, most in zip(table.columns, mins, widths, strict=True):
+        column.min_width = least
+        column.max_width = max(most, least)
+        column.overflow = "fold"
+
+
+def _give_way(natural: list[int], mins: list[int], room: int) -> list[int]:
+    """Narrow the widest column, one character at a time, until the widths fit `room` (or all are at their minimum)."""
+    widths = [max(n, m) for n, m in zip(natural, mins, strict=True)]
+    while sum(widths) > room:
+        wider = [i for i, w in enumerate(widths) if w > mins[i]]
+        if not wider:
+            break
+        widths[max(wider, key=lambda i: widths[i])] -= 1
+    return widths
 
 
 def _plain(cell: object) -> str:
@@ -75,9 +117,9 @@ def _markdown_class():
         def __rich_console__(self, console, options):
             for table in super().__rich_console__(console, options):
                 if isinstance(table, Table):  # what TableElement renders to
-                    keep_words_whole(table)
                     if table.columns and max((len(str(c)) for c in table.columns[0].cells), default=0) <= 24:
                         table.columns[0].no_wrap = True  # short names (the backends) stay whole
+                    keep_words_whole(table, options.max_width)
                 yield table
 
     class FoldingMarkdown(Markdown):

@@ -27,8 +27,7 @@ def _print_plan(p: dict) -> None:
     out += [f"  {h['sha256'][:16] + '…' if h['sha256'] != 'unpinned' else 'unpinned (lock)':<18} {h['path']}" for h in p["hashes"]]
     out.append("pins: " + ", ".join(f"{k} {v}" for k, v in p["pins"]["toolchain"].items()))
     out += [f"  commit {k} {v}" for k, v in p["pins"]["commits"].items()]
-    gpu = p["controls"].get("gpu") or {}
-    out.append(f"controls: GPU {gpu.get('index')} {gpu.get('uuid')}, NUMA {p['controls']['numa_node']}, CPUs {p['controls']['cpus']}")
+    out.append(_controls_line(p["controls"]))
     for b in p["backends"]:
         out.append(f"backend {b['name']} ({b['runtime']}): start {' -> '.join(b['start_order'])}")
         for proc in b["aux"] + [b["command"]]:
@@ -40,9 +39,23 @@ def _print_plan(p: dict) -> None:
     if p["traces"]["enabled"]:
         out.append(f"traces: {len(p['traces'].get('items', []))} (opt-in, Nsight Systems, outside timed passes)")
     out.append("gates:")
-    out += [f"  {g['name']} [{g['kind']}] " + ", ".join(f"{k}={v}" for k, v in g.items() if k not in ("name", "kind", "description"))
+    out += [f"  {g['name']} [{g['kind']}] " + ", ".join(f"{k}={v}" for k, v in g.items()
+                                                     if k not in ("name", "kind", "description") and v is not None)
             for g in p["gates"]]
     print("\n".join(out))
+
+
+def _controls_line(controls: dict) -> str:
+    """What the study pins, in words: never a Python None."""
+    gpu = controls.get("gpu") or {}
+    parts = []
+    if gpu:
+        parts.append(" ".join(str(x) for x in ("GPU", gpu.get("index"), gpu.get("uuid")) if x is not None))
+    if controls.get("numa_node") is not None:
+        parts.append(f"NUMA {controls['numa_node']}")
+    if controls.get("cpus") is not None:
+        parts.append(f"CPUs {controls['cpus']}")
+    return "controls: " + (", ".join(parts) if parts else "none (no GPU, NUMA node or CPU list pinned)")
 
 
 @task(help={"recipe": "recipe YAML file", "json": "print the plan as JSON",

@@ -22,12 +22,13 @@ def verify_inputs_task(c, recipe, inputs_root=None):
     from ..study.inputs import checks_table, verify_inputs
     from ..study.resolved import resolve_recipe
     from .output import console as make_console
+    from .output import keep_words_whole
 
     console = make_console()
     study = resolve_recipe(recipe, inputs_root_override=inputs_root, apply_lock=False)
     root = study.root
     checks = verify_inputs(study.recipe, root, console=console)
-    console.print(checks_table(checks, root))
+    console.print(keep_words_whole(checks_table(checks, root), console.width))
     bad = [ch for ch in checks if ch.status != "ok"]
     if bad:
         raise Exit(f"error: {len(bad)} of {len(checks)} inputs do not match the recipe.", code=1)

@@ -180,7 +180,9 @@ def _fmt(value: Any, digits: int = 3) -> str:
 def to_markdown(summary: dict[str, Any]) -> str:
     verdict = summary["verdict"]
     state = {True: "PASS", False: "FAIL", None: "no tolerances declared"}[verdict["passed"]]
-    lines = [f"# Cross-host report: {summary['study']}", "",
+    one_host = _one_host(summary)
+    title = f"Replicate report, all on the same host {one_host}" if one_host else "Cross-host report"
+    lines = [f"# {title}: {summary['study']}", "",
              (f"Submission `{summary['submission']}`, {len(summary['replicates'])} replicates, every one verified "
              f"(signature, digests, statistics recomputed). Baseline: {summary['baseline']['label']} "
              f"on {summary['baseline']['host']}."), "", f"**Verdict: {state}**", ""]
@@ -212,6 +214,28 @@ def to_markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _one_host(summary: dict[str, Any]) -> str | None:
+    """The host's name when every run (replicates and baseline) ran on the same one: then nothing is cross-host."""
+    hosts = {h["host"] for b in summary["backends"] for h in b["hosts"]} | {summary["baseline"]["host"]}
+    return next(iter(hosts)) if len(hosts) == 1 else None
+
+
+def _hardware(summary: dict[str, Any]) -> str:
+    """What the replicates ran on, from their environment.json: GPU names, else the CPU model."""
+    names: list[str] = []
+    for replicate in summary["replicates"]:
+        try:
+            env = json.loads((Path(replicate["run"]) / "environment.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        env = env if isinstance(env, dict) else {}
+        devices = (env.get("gpus") or {}).get("devices") or []
+        gpus = [str(d["name"]) for d in devices if isinstance(d, dict) and d.get("name")]
+        cpu = (env.get("host") or {}).get("cpu_model")
+        names += gpus or ([f"CPU only ({cpu})"] if cpu else [])
+    return ", ".join(dict.fromkeys(names)) or "hardware not recorded"
+
+
 def plot_means(summary: dict[str, Any]) -> bytes:
     """One PNG: each host's mean per backend, with its measured pass means range as an error bar."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -237,9 +261,15 @@ def plot_means(summary: dict[str, Any]) -> bytes:
         role = ", baseline" if marker == "D" and label != "baseline" else ""
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt=marker, capsize=4, label=f"{label} ({host}{role})")
     ax.set_xticks(range(len(groups)), [f"{b['workload']}\n{b['backend']}" for b in groups])
-    ax.set(ylabel="mean latency (ms)", title=f"Per-host means with measured pass ranges: {summary['study']}")
+    one_host = _one_host(summary)
+    what = (f"Replicate means on one host ({one_host}), not across hosts" if one_host
+            else "Per-host means")
+    ax.set(ylabel="mean latency (ms)", title=f"{what}, with measured pass ranges")
+    ax.set_ylim(bottom=0)  # the bars' heights are compared: the axis starts at zero
+    fig.suptitle(f"study {summary['study']} · {_hardware(summary)} · collected {str(summary.get('created_utc', ''))[:10]}",
+                 fontsize=9)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="lower right")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
