@@ -97,4 +97,4 @@ def test_cli_exit_status(tmp_path):
     bad_file.write_text(yaml.safe_dump(data))
     bad = subprocess.run([sys.executable, "-m", "invoke", "claims", "--file", str(bad_file)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
-    assert bad.returncode == 1 and "FAIL   speedup.native_vs_hf" in bad.stdout and "1 failed" in bad.stdout
+    assert bad.returncode == 1 and "FAIL    speedup.native_vs_hf" in bad.stdout and "1 failed" in bad.stdout

@@ -130,3 +130,56 @@ def test_submit_with_slurm_down_points_at_the_local_cluster_script(tmp_path):
     assert len(lines) == 1 and "Unable to contact slurm controller" in lines[0], lines
     assert lines[0].endswith("scripts/slurm-local.sh start)"), lines
     assert not (tmp_path / "subs").exists() or not list((tmp_path / "subs").iterdir())  # no half submission left
+
+
+def _summary(tmp: Path, hosts: tuple[str, str]) -> dict:
+    run = tmp / "run"
+    run.mkdir(exist_ok=True)
+    (run / "environment.json").write_text('{"host": {"cpu_model": "AMD EPYC"}, "gpus": {"devices": []}}')
+    rows = [{"label": f"replicate-{k}", "host": h, "mean_ms": 150.0 + 10 * k, "pass_range_ms": [140.0 + 10 * k, 160.0 + 10 * k]}
+            for k, h in enumerate(hosts, 1)]
+    return {"study": "demo", "submission": "sub", "created_utc": "2026-12-01T20:40:00Z",
+            "baseline": {"label": "replicate-1", "host": hosts[0]},
+            "replicates": [{"label": r["label"], "host": r["host"], "run": str(run)} for r in rows],
+            "verdict": {"passed": None, "failures": []},
+            "backends": [{"workload": "mixed", "backend": "raw", "hosts": rows, "decision_flips": 0,
+                          "max_abs_probability_delta": 0.0, "cross_host_failures": [],
+                          "spread": {"min_ms": 160.0, "max_ms": 170.0, "relative_range": 0.06, "cv": 0.04, "n": 2}}]}
+
+
+def test_collect_plot_starts_at_zero_names_hardware_and_date_and_says_same_host(tmp_path):
+    from openjev_repro.cluster.collect import means_figure, to_markdown
+
+    same = _summary(tmp_path, ("vm", "vm"))
+    fig = means_figure(same)
+    title = fig._suptitle.get_text()
+    assert "all on one host (vm)" in title and "CPU only (AMD EPYC)" in title and "2026-12-01" in title
+    assert fig.axes[0].get_ylim()[0] == 0 and "cross" not in title.lower()
+    assert to_markdown(same).startswith("# Replicate report, all on the same host vm: demo")
+    apart = _summary(tmp_path, ("node-a", "node-b"))
+    assert means_figure(apart)._suptitle.get_text().startswith("Per-host means")
+    assert to_markdown(apart).startswith("# Cross-host report: demo")
+
+
+def test_cdf_legend_says_its_marks_pool_the_passes_and_the_report_gives_their_values(gated_run, tmp_path):
+    from openjev_repro.results.report import plot_figures
+    from openjev_repro.study.rows import read_rows
+
+    run, _ = gated_run
+    fig = plot_figures(read_rows(run / "rows.jsonl"), "test")["latency_cdf.png"]
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "P50 (passes 1, 2 pooled)" in labels and "P95 JevBench rank (passes 1, 2 pooled)" in labels, labels
+    report = (run / "report.md").read_text(encoding="utf-8")
+    assert "Pooled over all measured passes (the CDF plot's marks): one P50 " in report
+
+
+def test_claims_names_the_report_and_keeps_its_columns_on_finding_lines():
+    done = invoke("claims", "--file", "manifests/published/open-jev-h200-packed-silu-2026-10-02.yaml")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("claims of open-jev-h200-validation-2026-10.txt · Packed-SiLU A/B, 2026-10-02 (")
+    rows = [line for line in lines if line.split(" ", 1)[0] in ("OK", "FINDING", "FAIL", "STALE")]
+    assert any(line.startswith("FINDING ") for line in rows)
+    assert len({line.index(" stated ") for line in rows}) == 1, rows  # one column for every mark
+    assert len({len(line.split(" ", 1)[0]) + len(line.split(" ", 1)[1]) - len(line.split(" ", 1)[1].lstrip())
+                for line in rows}) == 1, rows  # the name column starts at the same place

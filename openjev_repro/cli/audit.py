@@ -118,7 +118,11 @@ def claims(c, file):
     """Recompute every derived figure of a published report from its base figures; non-zero exit on a mismatch."""
     from ..audit.claims import check_claims, format_results, load_claims
 
-    results = check_claims(load_claims(Path(file)))
+    loaded = load_claims(Path(file))
+    meta = loaded.get("meta") or {}
+    what = " · ".join(str(meta[k]) for k in ("report", "experiment") if meta.get(k)) or "a report"
+    print(f"claims of {what} ({file}):")  # which report's figures are checked
+    results = check_claims(loaded)
     print(format_results(results))
     if any(r.failed for r in results):
         raise Exit(code=1)

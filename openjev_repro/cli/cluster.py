@@ -133,8 +133,10 @@ def collect_task(c, submission=None, tolerances=None, baseline=None, baseline_pu
                      baseline=Path(baseline) if baseline else None,
                      baseline_pubkey=Path(baseline_pubkey) if baseline_pubkey else None,
                      key=Path(key) if key else None)
-    sys.stdout.write((result.path / "summary.md").read_text(encoding="utf-8"))
-    sys.stdout.write(f"{result.path}\n")
+    from .output import print_markdown
+
+    print_markdown((result.path / "summary.md").read_text(encoding="utf-8"))  # rendered on a terminal
+    sys.stdout.write(f"{result.path}\n")  # never wrapped: the last line is the collect directory
     if result.passed is False:
         failures = result.summary["verdict"]["failures"]
         raise Exit(f"error: {len(failures)} tolerance failure(s); see {result.path / 'summary.md'}", code=1)

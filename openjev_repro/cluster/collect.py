@@ -238,6 +238,13 @@ def _hardware(summary: dict[str, Any]) -> str:
 
 def plot_means(summary: dict[str, Any]) -> bytes:
     """One PNG: each host's mean per backend, with its measured pass means range as an error bar."""
+    buf = io.BytesIO()
+    means_figure(summary).savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def means_figure(summary: dict[str, Any]) -> Any:
+    """The matplotlib Figure behind means.png (Agg canvas, no pyplot state)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -262,15 +269,12 @@ def plot_means(summary: dict[str, Any]) -> bytes:
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt=marker, capsize=4, label=f"{label} ({host}{role})")
     ax.set_xticks(range(len(groups)), [f"{b['workload']}\n{b['backend']}" for b in groups])
     one_host = _one_host(summary)
-    what = (f"Replicate means on one host ({one_host}), not across hosts" if one_host
-            else "Per-host means")
-    ax.set(ylabel="mean latency (ms)", title=f"{what}, with measured pass ranges")
-    ax.set_ylim(bottom=0)  # the bars' heights are compared: the axis starts at zero
-    fig.suptitle(f"study {summary['study']} · {_hardware(summary)} · collected {str(summary.get('created_utc', ''))[:10]}",
-                 fontsize=9)
+    what = f"Replicate means, all on one host ({one_host})" if one_host else "Per-host means"
+    ax.set(ylabel="mean latency (ms); error bar: measured pass range")
+    ax.set_ylim(0, 1.12 * ax.get_ylim()[1])  # the heights are compared: from zero, with room for the legend
+    fig.suptitle(f"{what}\nstudy {summary['study']} · {_hardware(summary)} · "
+                 f"collected {str(summary.get('created_utc', ''))[:10]}", fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize="small", loc="lower right")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return buf.getvalue()
+    return fig
