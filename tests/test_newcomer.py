@@ -162,8 +162,8 @@ def test_collect_plot_starts_at_zero_names_hardware_and_date_and_says_same_host(
 
 
 def test_cdf_legend_says_its_marks_pool_the_passes_and_the_report_gives_their_values(gated_run, tmp_path):
+    from openjev_repro.evidence.rows import read_rows
     from openjev_repro.results.report import plot_figures
-    from openjev_repro.study.rows import read_rows
 
     run, _ = gated_run
     fig = plot_figures(read_rows(run / "rows.jsonl"), "test")["latency_cdf.png"]

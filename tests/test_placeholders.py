@@ -11,13 +11,13 @@ import pytest
 from studykit import write_study
 
 from openjev_repro.errors import RecipeError
+from openjev_repro.evidence.recipe import load_recipe
+from openjev_repro.evidence.rundir import RunDir
+from openjev_repro.orchestrator.runner import StudyOptions, _launch_spec
 from openjev_repro.study.placeholders import LAUNCH_NAMES, fill
 from openjev_repro.study.plan import resolve_plan
 from openjev_repro.study.preparation import plan_prepare
-from openjev_repro.study.recipe import load_recipe
 from openjev_repro.study.resolved import resolve_recipe
-from openjev_repro.study.rundir import RunDir
-from openjev_repro.study.runner import StudyOptions, _launch_spec
 
 
 def test_fill_replaces_in_one_pass_and_keeps_deferred_names():

@@ -11,10 +11,10 @@ import pytest
 from studykit import scripted_backend, write_study
 
 from openjev_repro.errors import InputMismatch, RunIncomplete
+from openjev_repro.evidence.rows import read_rows
+from openjev_repro.evidence.rundir import RunDir
+from openjev_repro.orchestrator.runner import StudyOptions, run_study
 from openjev_repro.study.passes import PassBudget
-from openjev_repro.study.rows import read_rows
-from openjev_repro.study.rundir import RunDir
-from openjev_repro.study.runner import StudyOptions, run_study
 
 
 def _run(recipe: Path, tmp_path: Path) -> RunDir:

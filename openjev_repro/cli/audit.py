@@ -21,7 +21,7 @@ def _refuse_what_has_no_manifest(path: Path) -> None:
     if not state.is_file():
         raise EvidenceError(f"{path} is no run directory, bundle or collect directory (no manifest.dsse.json or "
                             "summary.dsse.json in it); a submission's are in its replicate-*/ and collect-*/ folders.")
-    from ..study.rundir import RunDir
+    from ..evidence.rundir import RunDir
 
     status = RunDir.open(path).effective_state().get("status")
     if status == "complete":
@@ -93,7 +93,7 @@ def verify(c, run, pubkey=None, allow_unsigned=False, fail_on_gates=False):
 def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003, allow_incomplete=False):
     """Compare two runs backend by backend; non-zero exit when a declared tolerance is exceeded."""
     from ..audit.compare import compare_runs, load_tolerances, to_markdown
-    from ..study.rundir import guard_output
+    from ..evidence.rundir import guard_output
 
     if out:
         guard_output(Path(out))

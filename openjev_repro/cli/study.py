@@ -54,7 +54,7 @@ def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow
           gpu_index=None, gpu_source=None, fail_on_gates=False):
     """Run a recipe's study end to end; the last line printed is the run directory."""
     from ..host.override import GpuOverride
-    from ..study.runner import StudyOptions, run_study
+    from ..orchestrator.runner import StudyOptions, run_study
     from .output import console
 
     if gpu_index is not None and gpu_uuid is None:

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Self
 
 from ..errors import RunIncomplete
-from ..study.recipe import Controls, parse_duration
+from ..evidence.recipe import Controls, parse_duration
 from .allocation import slurm_record
+from .detect import detect_driver
 from .device import check_cleanup, check_device
-from .driver import GpuDriver, detect_driver
+from .driver import GpuDriver
 from .inventory import host_record
 from .memory import MemorySampler
 from .numa import effective_binding, numa_prefix

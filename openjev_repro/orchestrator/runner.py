@@ -22,30 +22,30 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
+from ..evidence.files import write_json_atomic
+from ..evidence.recipe import AuxProcess, Backend, Recipe, Workload
+from ..evidence.rows import Phase, RowWriter, read_rows
+from ..evidence.rundir import (
+    BACKENDS_FORMAT_VERSION,
+    INPUTS_FORMAT_VERSION,
+    PROCESSES_FORMAT_VERSION,
+    RunDir,
+    fsync_tree,
+)
 from ..host.driver import GpuDriver
 from ..host.override import GpuOverride
 from ..host.reaper import Reaper
 from ..host.session import HostSession
 from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
 from ..runtime.local import LocalRuntime
-from .inputs import checks_table, require_all_ok, verify_inputs
-from .passes import PassBudget, PassRunner, ResponseLog
-from .placeholders import LAUNCH_NAMES, fill
-from .plan import REPRO_ROOT
+from ..study.inputs import checks_table, require_all_ok, verify_inputs
+from ..study.passes import PassBudget, PassRunner, ResponseLog
+from ..study.placeholders import LAUNCH_NAMES, fill
+from ..study.plan import REPRO_ROOT
+from ..study.resolved import ResolvedRecipe, resolve_recipe
+from ..study.timed_client import TimedClient
+from ..study.workload import Request, build_requests, load_tasks, select
 from .preflight import port_in_use, preflight
-from .recipe import AuxProcess, Backend, Recipe, Workload
-from .resolved import ResolvedRecipe, resolve_recipe
-from .rows import Phase, RowWriter, read_rows
-from .rundir import (
-    BACKENDS_FORMAT_VERSION,
-    INPUTS_FORMAT_VERSION,
-    PROCESSES_FORMAT_VERSION,
-    RunDir,
-    fsync_tree,
-    write_json_atomic,
-)
-from .timed_client import TimedClient
-from .workload import Request, build_requests, load_tasks, select
 
 __all__ = [
     "TIMING_BOUNDARY",
@@ -441,7 +441,7 @@ def _pass_columns(label: str, total: int, width: int) -> tuple:
 
 
 def _plan(study: ResolvedRecipe, opts: StudyOptions) -> dict:
-    from .plan import resolve_plan
+    from ..study.plan import resolve_plan
 
     return resolve_plan(study, runtime=opts.runtime)
 
