@@ -82,7 +82,7 @@ class NamedOptionsTask(Task):
     def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Any]:
         arguments = super().get_arguments(ignore_unknown_help)
         for argument in arguments:
-            argument.value_name = self.value_names.get(argument.attr_name or argument.name)
+            argument.value_name = self.value_names.get(argument.attr_name or argument.name or "")  # type: ignore[attr-defined]
             if argument.kind is list:  # so that `--python` without a value is refused, as for other options
                 argument.raw_value = None
         return arguments
@@ -111,7 +111,7 @@ def named_options(task: Task) -> Task:
     A repeatable (iterable) option names its value with `metavars={"python": "NAME=PATH"}` on
     the task body (set by `@metavars`); numbers show as INT or FLOAT."""
     task.__class__ = NamedOptionsTask
-    task.value_names = dict(getattr(task.body, "metavars", {}))
+    task.value_names = dict(getattr(task.body, "metavars", {}))  # type: ignore[attr-defined]
     task.positional = []
     for name in required_parameters(task.body):
         key = name.strip("_")
