@@ -103,3 +103,20 @@ def test_at_80_columns_hand_off_lines_stay_whole_and_progress_keeps_count_and_ti
     assert all(cell_len(line) <= 80 for line in progress), progress
     others = [line for line in lines if str(run) not in line]
     assert not [line for line in others if cell_len(line) > 80], others
+
+
+def test_at_80_columns_report_tables_keep_words_whole_and_compare_is_rendered(study, tmp_path):
+    piped_study = piped(["study", "--recipe", str(study), "--out", str(tmp_path / "runs")])
+    assert piped_study.returncode == 0, piped_study.stderr
+    run = Path(piped_study.stdout.splitlines()[-1])
+    code, lines = on_terminal(["report", "--run", str(run), "--out", str(tmp_path / "report")], columns=80)
+    assert code == 0, "\n".join(lines)
+    words = {w for line in lines for w in line.split()}
+    assert {"Successful", "measured", "requests", "Configuration", "JevBench", "nearest"} <= words, sorted(words)
+    assert not [line for line in lines if cell_len(line) > 80 and str(tmp_path) not in line]  # paths stay whole
+    code, lines = on_terminal(["compare", "--baseline", str(run), "--candidate", str(run)], columns=80)
+    assert code == 0, "\n".join(lines)
+    assert not [line for line in lines if line.startswith("| ") or line.startswith("#")], lines  # rendered
+    assert not [line for line in lines if cell_len(line) > 80 and str(run) not in line]
+    raw = piped(["compare", "--baseline", str(run), "--candidate", str(run)])
+    assert raw.returncode == 0 and any(line.startswith("| ") for line in raw.stdout.splitlines())  # verbatim in a pipe

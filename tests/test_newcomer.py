@@ -183,3 +183,37 @@ def test_claims_names_the_report_and_keeps_its_columns_on_finding_lines():
     assert len({line.index(" stated ") for line in rows}) == 1, rows  # one column for every mark
     assert len({len(line.split(" ", 1)[0]) + len(line.split(" ", 1)[1]) - len(line.split(" ", 1)[1].lstrip())
                 for line in rows}) == 1, rows  # the name column starts at the same place
+
+
+def test_plan_prints_no_python_none():
+    done = invoke("plan", "--recipe", "recipes/demo.yaml")
+    assert done.returncode == 0, done.stderr
+    assert "None" not in done.stdout and "controls: none (no GPU, NUMA node or CPU list pinned)" in done.stdout
+
+
+def test_report_rounds_numbers_lists_backends_in_recipe_order_and_an_imported_run_has_no_feasibility(gated_run, tmp_path):
+    from openjev_repro.evidence.recipe import load_recipe
+    from openjev_repro.evidence.rundir import RunDir
+    from openjev_repro.results.report import _gate_lines, render_report, run_facts_of
+    from openjev_repro.results.statistics import summarize
+
+    gate = {"name": "g", "kind": "max_probability_delta", "evaluated": True, "passed": True, "errors": 0,
+            "detail": "max |p(a) - p(b)| = 6.00337503842141e-06 over 24 pairs (allowed <= 0.001); ratio 1.0672755456898344"}
+    line = _gate_lines([gate])[-1]
+    assert "6.003e-06" in line and "ratio 1.067 |" in line and "0.001" in line and "1.06727" not in line, line
+    backends = {"backends": {"a-raw": {"weights_fingerprint": "wfp1:" + "0" * 64},
+                             "b-fast": {"weights_fingerprint": "wfp1:" + "1" * 64}}}
+    facts = run_facts_of(RunDir(tmp_path), backends, ["b-fast", "a-raw"])
+    assert [f.split(":")[0] for f in facts] == ["- b-fast", "- a-raw"]
+    run, _ = gated_run
+    recipe = load_recipe(run / "recipe.yaml")
+    recipe = recipe.model_copy(update={"protocol": recipe.protocol.model_copy(update={"feasibility_passes": 0})})
+    measured_only = [r for r in read_rows_of(run) if r.phase == "measured"]  # what an import holds
+    text = render_report(summarize(measured_only, recipe), measured_only, recipe)
+    assert "across its 2 measured passes." in text and "feasibility and measured" not in text.split("## Gates")[0]
+
+
+def read_rows_of(run: Path) -> list:
+    from openjev_repro.evidence.rows import read_rows
+
+    return read_rows(run / "rows.jsonl")
