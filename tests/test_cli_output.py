@@ -116,7 +116,7 @@ def test_at_80_columns_report_tables_keep_words_whole_and_compare_is_rendered(st
     assert not [line for line in lines if cell_len(line) > 80 and str(tmp_path) not in line]  # paths stay whole
     code, lines = on_terminal(["compare", "--baseline", str(run), "--candidate", str(run)], columns=80)
     assert code == 0, "\n".join(lines)
-    assert not [line for line in lines if line.startswith("| ") or line.startswith("#")], lines  # rendered
+    assert not [line for line in lines if line.startswith(("| ", "#"))], lines  # rendered
     assert not [line for line in lines if cell_len(line) > 80 and str(run) not in line]
     raw = piped(["compare", "--baseline", str(run), "--candidate", str(run)])
     assert raw.returncode == 0 and any(line.startswith("| ") for line in raw.stdout.splitlines())  # verbatim in a pipe
