@@ -217,3 +217,34 @@ def read_rows_of(run: Path) -> list:
     from openjev_repro.evidence.rows import read_rows
 
     return read_rows(run / "rows.jsonl")
+
+
+def _slurm_up() -> bool:
+    import shutil
+
+    if shutil.which("sinfo") is None:
+        return False
+    done = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20, check=False)
+    return done.returncode == 0 and any(s.strip() in ("idle", "mix", "alloc") for s in done.stdout.split())
+
+
+@pytest.mark.slurm
+def test_status_through_a_pipe_is_unwrapped_and_keeps_run_names_whole(tmp_path):
+    """A real one-replicate submission on the local Slurm (scripts/slurm-local.sh start)."""
+    from studykit import scripted_backend, write_study
+
+    from openjev_repro.manifest.keys import generate_keypair
+
+    if not _slurm_up():
+        (pytest.fail if os.environ.get("OPENJEV_REQUIRE_SLURM") == "1" else pytest.skip)(
+            "no running Slurm with an idle node (scripts/slurm-local.sh start)")
+    recipe = write_study(tmp_path, [scripted_backend("one")])
+    private, _, _ = generate_keypair(tmp_path / "key")
+    sub = invoke("submit", "--recipe", str(recipe), "--replicates", "1", "--key", str(private),
+                 "--out", str(tmp_path / "subs"))
+    assert sub.returncode == 0, sub.stderr
+    done = invoke("status", "--submission", sub.stdout.splitlines()[-1], "--wait", timeout=300)
+    assert done.returncode == 0, done.stderr
+    runs = list((Path(sub.stdout.splitlines()[-1]) / "replicate-1").glob("test-study-*"))
+    assert runs and runs[0].name in done.stdout and "…" not in done.stdout, done.stdout
+    assert max(len(line) for line in done.stdout.splitlines()) > 80  # not squeezed into an 80-column box
