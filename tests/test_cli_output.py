@@ -89,9 +89,10 @@ def test_a_pipe_gets_unwrapped_lines_and_the_run_directory_last(study, tmp_path)
     assert report.stdout.splitlines()[-1] == f"plot: {tmp_path / 'report' / 'latency_cdf.png'}"
 
 
-def test_at_80_columns_hand_off_lines_stay_whole_and_progress_keeps_count_and_time(study, tmp_path):
+def test_at_80_columns_hand_off_lines_stay_whole_and_progress_keeps_count_and_time(tmp_path):
+    long_names = write_study(tmp_path, [scripted_backend("reference-fast-graphs-64"), scripted_backend("raw")], n=12)
     deep = tmp_path / ("a-long-folder-name-" * 4) / "runs"  # the run path alone is wider than 80 columns
-    code, lines = on_terminal(["study", "--recipe", str(study), "--out", str(deep)], columns=80)
+    code, lines = on_terminal(["study", "--recipe", str(long_names), "--out", str(deep)], columns=80)
     assert code == 0, "\n".join(lines)
     run = next(deep.iterdir())
     assert len(str(run)) > 80
