@@ -105,7 +105,7 @@ def status_task(c, submission=None, json_=False, wait=False):
         s = r["slurm"]
         detail = Path(r["run"]).name if r["run"] else ""
         if r["error"]:
-            detail += f": {r['error'].splitlines()[0][:80]}"
+            detail += f": {r['error'].splitlines()[0]}"
         table.add_row(str(r["replicate"]), s["job"] or "", s["state"], s["reason"] or "", s["node"] or "",
                       r["evidence"], str(r["runs"]), detail)
     from .output import console, keep_words_whole
