@@ -248,3 +248,14 @@ def test_status_through_a_pipe_is_unwrapped_and_keeps_run_names_whole(tmp_path):
     runs = list((Path(sub.stdout.splitlines()[-1]) / "replicate-1").glob("test-study-*"))
     assert runs and runs[0].name in done.stdout and "…" not in done.stdout, done.stdout
     assert max(len(line) for line in done.stdout.splitlines()) > 80  # not squeezed into an 80-column box
+
+
+def test_collect_markdown_rounds_the_numbers_of_its_failures(tmp_path):
+    from openjev_repro.cluster.collect import to_markdown
+
+    summary = _summary(tmp_path, ("node-a", "node-b"))
+    failure = "replicate-2: mixed/raw→raw: mean ratio 1.0672755456898344 exceeds 1.05"
+    summary["backends"][0]["hosts"][1].update(mean_ratio=1.0672755456898344, failures=[failure])
+    summary["verdict"] = {"passed": False, "failures": [failure]}
+    text = to_markdown(summary)
+    assert "mean ratio 1.067 exceeds 1.05" in text and "1.06727" not in text

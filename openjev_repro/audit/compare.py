@@ -287,7 +287,7 @@ def compare_rows(base_rows: RowTable | Iterable[Row], cand_rows: RowTable | Iter
     base, cand = tb.by_pass("measured"), tc.by_pass("measured")
     mapping = dict((tolerances or {}).get("backends") or {})
     pairs, unmatched = [], []
-    for (workload, name) in sorted(base):
+    for (workload, name) in base:  # the runs' own order (the recipe's: backends run one after another)
         if name not in mapping and name in mapping.values():
             continue  # a mapping target pairs only with what the user mapped to it, not with its namesake
         other = mapping.get(name, name)

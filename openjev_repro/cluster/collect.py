@@ -177,6 +177,8 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def to_markdown(summary: dict[str, Any]) -> str:
+    from ..results.report import rounded_text  # numbers for people: summary.json keeps every digit
+
     verdict = summary["verdict"]
     state = {True: "PASS", False: "FAIL", None: "no tolerances declared"}[verdict["passed"]]
     one_host = _one_host(summary)
@@ -196,7 +198,8 @@ def to_markdown(summary: dict[str, Any]) -> str:
                   "| --- | --- | ---: | --- | ---: | ---: | ---: | --- | --- |"]
         for h in b["hosts"]:
             lo, hi = h["pass_range_ms"]
-            within = "baseline" if "mean_ratio" not in h else ("no: " + "; ".join(x.split(": ", 1)[1] for x in h["failures"])
+            within = "baseline" if "mean_ratio" not in h else ("no: " + "; ".join(rounded_text(x.split(": ", 1)[1])
+                                                                           for x in h["failures"])
                                                                if h["failures"] else "yes")
             lines.append(f"| {h['label']} | {h['host']} | {_fmt(h['mean_ms'])} | {_fmt(lo)} – {_fmt(hi)} | "
                          f"{_fmt(h.get('mean_ratio'), 4)} | {h.get('decision_flips', '—')} | "
@@ -206,7 +209,7 @@ def to_markdown(summary: dict[str, Any]) -> str:
             lines += ["", *(f"- cross-host: {f}" for f in b["cross_host_failures"])]
         lines.append("")
     if verdict["failures"]:
-        lines += ["## Tolerance failures", "", *(f"- {f}" for f in verdict["failures"]), ""]
+        lines += ["## Tolerance failures", "", *(f"- {rounded_text(f)}" for f in verdict["failures"]), ""]
     lines += [("Means are over every measured request of a run; the pass range is the lowest and highest "
               "measured pass mean. Relative range = (max - min) / mean of the per-host means; coefficient of "
               "variation = sample standard deviation / mean of the per-host means."), ""]

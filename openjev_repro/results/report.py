@@ -174,7 +174,7 @@ def _stability_lines(wl: WorkloadSummary, passes: str = "feasibility and measure
 _LONG_NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d{7,}(?:e[-+]?\d+)?(?![\w.])|(?<![\w.])-?\d\.\d{5,}e[-+]?\d+(?![\w.])")
 
 
-def _rounded(text: str) -> str:
+def rounded_text(text: str) -> str:
     """`6.00337503842141e-06` -> `6.003e-06` in text for people (summary.json keeps every digit)."""
     return _LONG_NUMBER.sub(lambda m: f"{float(m.group()):.4g}", text)
 
@@ -185,7 +185,7 @@ def _gate_lines(gates: list[GateResult]) -> list[str]:
     lines = ["| Gate | Kind | Outcome | Detail |", "| --- | --- | --- | --- |"]
     for g in gates:
         outcome = "not evaluated" if not g["evaluated"] else ("PASSED" if g["passed"] else "FAILED")
-        detail = _rounded(g["detail"]).replace("|", "\\|")  # a pipe would split the table cell
+        detail = rounded_text(g["detail"]).replace("|", "\\|")  # a pipe would split the table cell
         lines.append(f"| {g['name']} | {g['kind']} | {outcome} | {detail} |")
     return lines
 
