@@ -1,4 +1,4 @@
-"""`publish` (aggregate-only unless --include-bodies): no bodies, signed, verifiable, and honest about what it cannot check."""
+"""`publish --aggregate-only`: no bodies, signed, verifiable, and honest about what it cannot check."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def test_publish_refuses_other_names_tampered_runs_and_overwrites(published, tmp
 def test_cli_publish_then_verify(tmp_path):
     run, private, public = signed_run(tmp_path)
     out = tmp_path / "pub.tar.gz"
-    proc = subprocess.run([sys.executable, "-m", "invoke", "publish", "--run", str(run.path),
+    proc = subprocess.run([sys.executable, "-m", "invoke", "publish", "--run", str(run.path), "--aggregate-only",
                            "--out", str(out), "--key", str(private)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     ver = subprocess.run([sys.executable, "-m", "invoke", "verify", "--run", str(out), "--pubkey", str(public)],

@@ -148,12 +148,16 @@ def import_evidence(c, src, out, format="system1-omni", workload="mixed", subdir
 @task(help={"run": "signed, complete run directory", "out": "bundle file to write; its name ends in .tar.gz",
             "key": "private key (from `invoke keygen`) to sign the bundle; without it the bundle is UNSIGNED",
             "include_bodies": "keep responses/ and logs/: a PRIVATE archive, not publishable under the JevBench "
-                              "terms (without it the bundle is aggregate-only)"})
+                              "terms (without it the bundle is aggregate-only)",
+            "aggregate_only": "no bodies, which is already the default: says so explicitly in a script "
+                              "(refused together with --include-bodies)"})
 @user_errors
-def publish(c, run, out, key=None, include_bodies=False):
+def publish(c, run, out, key=None, include_bodies=False, aggregate_only=False):
     """Write a bundle (.tar.gz) of hashes, rows and aggregates, no request or response bodies; signed with --key."""
     from ..audit.publish import publish as write_bundle
 
+    if aggregate_only and include_bodies:
+        raise EvidenceError("--aggregate-only and --include-bodies contradict each other; give one.")
     aggregate = not include_bodies
     path = write_bundle(Path(run), Path(out), aggregate_only=aggregate, key_path=Path(key) if key else None)
     kind = "aggregate-only" if aggregate else "PRIVATE (with bodies)"
