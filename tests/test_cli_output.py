@@ -102,6 +102,7 @@ def test_at_80_columns_hand_off_lines_stay_whole_and_progress_keeps_count_and_ti
     progress = [line for line in lines if "last request" in line]
     assert progress and all(re.search(r"\d+/\d+ last request +\S+ ms elapsed \d:\d\d:\d\d$", line) for line in progress), progress
     assert all(cell_len(line) <= 80 for line in progress), progress
+    assert any(re.search(r" feasibility 1 .*12/12", line) for line in progress), progress  # phase and pass stay
     others = [line for line in lines if str(run) not in line]
     assert not [line for line in others if cell_len(line) > 80], others
 

@@ -411,7 +411,7 @@ def _warmup(runner: PassRunner, recipe: Recipe, workload: Workload, requests: li
 
 def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phase: Phase, index: int,
                 console: Console) -> None:
-    columns = _pass_columns(f"{runner.backend} {workload} {phase} {index}", len(requests), console.width)
+    columns = _pass_columns(f"{runner.backend} {workload}", f" {phase} {index}", len(requests), console.width)
     # No refresh thread: the bar is redrawn between requests, never while one is being timed.
     with Progress(*columns, console=console, transient=False, auto_refresh=False) as bar:
         task = bar.add_task("pass", total=len(requests), last="       - ms")
@@ -421,15 +421,18 @@ def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phas
             bar.update(task, advance=1, last=last, refresh=True)
 
 
-def _pass_columns(label: str, total: int, width: int) -> tuple:
+def _pass_columns(head: str, tail: str, total: int, width: int) -> tuple:
     """A pass's progress line that fits `width`: the count, the last latency and the elapsed time
-    always show; the label is shortened (with …) and the bar narrowed or dropped to make room."""
+    always show, and so does the label's tail (phase and pass); the bar narrows or goes first, then
+    the label's head (backend, workload) is shortened with …."""
     count = len(f"{total}/{total}")
     fixed = count + len("last request 12345.67 ms") + len("elapsed 0:00:00") + 4  # + the gaps between columns
+    label = head + tail
     bar = max(0, min(40, width - fixed - len(label) - 2))
     room = width - fixed - (bar + 1 if bar >= 5 else 0) - 1
     if len(label) > room:
-        label = label[: max(room - 1, 1)] + "…"
+        keep = max(room - len(tail) - 1, 1)
+        label = (head[:keep] + "…" + tail) if len(tail) < room else label[: max(room - 1, 1)] + "…"
     columns: list = [TextColumn(label.replace("[", "\\["))]
     if bar >= 5:
         columns.append(BarColumn(bar_width=bar))
