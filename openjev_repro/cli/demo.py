@@ -70,6 +70,7 @@ def demo(c, out="runs", runtime=None, image=None):
     """Run the embedded demo study end to end, sign it, print the report; the last line is the run directory."""
     from ..manifest.keys import PUBLIC_KEY_NAME
     from ..orchestrator.preflight import RUNTIMES, check_out_dir
+    from ..orchestrator.progress import ConsoleProgress
     from ..orchestrator.runner import StudyOptions, run_study
     from .output import console, print_markdown
 
@@ -80,7 +81,7 @@ def demo(c, out="runs", runtime=None, image=None):
     key = ensure_demo_key(DEMO_KEYS)
     recipe = recipe_with_image(image) if image else DEMO_RECIPE
     run = run_study(StudyOptions(recipe_path=recipe, out_dir=Path(out), runtime=runtime, key_path=key,
-                                 console=console(stderr=True)))
+                                 progress=ConsoleProgress(console(stderr=True))))
     print_markdown((run.path / "report.md").read_text(encoding="utf-8"))
     # one line whatever the terminal's width, so the command can be copied
     sys.stdout.write(f"\nverify with: .venv/bin/invoke verify --run {run.path} --pubkey {DEMO_KEYS / PUBLIC_KEY_NAME}\n")
