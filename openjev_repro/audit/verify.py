@@ -80,14 +80,19 @@ def format_checks(checks: list[Check]) -> str:
     """One line per check. An UNSIGNED manifest is never "PASS signature", and nothing it lists is
     called signed: its digests and copies are only what the manifest records."""
     unsigned = any(c.unsigned for c in checks)
-    shown = [_unsigned_wording(c) if unsigned else c for c in checks]
+    shown = [_unsigned_wording(c) for c in checks] if unsigned else checks
     width = max((len(c.name) for c in shown), default=0)
     mark_width = max((len(c.mark) for c in shown), default=4)
     lines = [f"{c.mark.ljust(mark_width)}  {c.name.ljust(width)}  {c.detail}" for c in shown]
     failed = sum(1 for c in checks if c.passed is False)
-    verdict = "FAILED" if failed else ("VERIFIED, UNSIGNED (nothing proves who wrote it)" if unsigned else "VERIFIED")
-    lines.append(f"{verdict}: {failed} of {len(checks)} checks failed.")
+    lines.append(f"{_verdict(failed, unsigned)}: {failed} of {len(checks)} checks failed.")
     return "\n".join(lines)
+
+
+def _verdict(failed: int, unsigned: bool) -> str:
+    if failed:
+        return "FAILED"
+    return "VERIFIED, UNSIGNED (nothing proves who wrote it)" if unsigned else "VERIFIED"
 
 
 def _unsigned_wording(check: Check) -> Check:

@@ -37,26 +37,33 @@ def keep_words_whole(table: Table, width: int | None = None) -> Table:
     `width` (the console's), each column gets a width that fits it: the widest give way first,
     none below its longest word (a no_wrap column keeps its whole width); when that is still too
     wide, the padding shrinks to one space between columns, then the limit on a whole word."""
-    texts = [[_plain(cell) for cell in [column.header, *column.cells]] for column in table.columns]
-    natural = [max((len(line) for text in cells for line in text.splitlines()), default=1) for cells in texts]
-    longest = [max((len(w) for text in cells for w in text.split()), default=1) for cells in texts]
+    natural, longest = _measure(table)
     if width is None:
         mins = [min(n, WHOLE_WORD_LIMIT) for n in longest]
         _set_widths(table, mins, [max(n, m) for n, m in zip(natural, mins, strict=True)])
         return table
-    limit = WHOLE_WORD_LIMIT
-
-    def least() -> list[int]:
-        return [n if c.no_wrap else min(w, limit) for c, n, w in zip(table.columns, natural, longest, strict=True)]
-
-    if sum(least()) > _room(table, width):  # one space between columns instead of two
+    no_wrap = [c.no_wrap for c in table.columns]
+    if sum(_least(natural, longest, no_wrap, WHOLE_WORD_LIMIT)) > _room(table, width):
         blank_divider = table.box is None or table.box.head_vertical == " "
-        table.padding = (0, 0, 0, 0) if blank_divider else (0, 1, 0, 0)
-    while limit > 4 and sum(least()) > _room(table, width):
+        table.padding = (0, 0, 0, 0) if blank_divider else (0, 1, 0, 0)  # one space between columns, not two
+    limit = WHOLE_WORD_LIMIT
+    while limit > 4 and sum(_least(natural, longest, no_wrap, limit)) > _room(table, width):
         limit -= 1
-    mins = least()
+    mins = _least(natural, longest, no_wrap, limit)
     _set_widths(table, mins, _give_way(natural, mins, _room(table, width)))
     return table
+
+
+def _measure(table: Table) -> tuple[list[int], list[int]]:
+    """Per column: its widest line, and its longest word (header included)."""
+    texts = [[_plain(cell) for cell in [column.header, *column.cells]] for column in table.columns]
+    natural = [max((len(line) for text in cells for line in text.splitlines()), default=1) for cells in texts]
+    longest = [max((len(w) for text in cells for w in text.split()), default=1) for cells in texts]
+    return natural, longest
+
+
+def _least(natural: list[int], longest: list[int], no_wrap: list[bool], limit: int) -> list[int]:
+    return [n if whole else min(w, limit) for n, w, whole in zip(natural, longest, no_wrap, strict=True)]
 
 
 def _room(table: Table, width: int) -> int:

@@ -224,18 +224,20 @@ def _one_host(summary: dict[str, Any]) -> str | None:
 
 def _hardware(summary: dict[str, Any]) -> str:
     """What the replicates ran on, from their environment.json: GPU names, else the CPU model."""
-    names: list[str] = []
-    for replicate in summary["replicates"]:
-        try:
-            env = json.loads((Path(replicate["run"]) / "environment.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        env = env if isinstance(env, dict) else {}
-        devices = (env.get("gpus") or {}).get("devices") or []
-        gpus = [str(d["name"]) for d in devices if isinstance(d, dict) and d.get("name")]
-        cpu = (env.get("host") or {}).get("cpu_model")
-        names += gpus or ([f"CPU only ({cpu})"] if cpu else [])
+    names = [name for replicate in summary["replicates"] for name in _hardware_of(Path(replicate["run"]))]
     return ", ".join(dict.fromkeys(names)) or "hardware not recorded"
+
+
+def _hardware_of(run: Path) -> list[str]:
+    try:
+        env = json.loads((run / "environment.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    env = env if isinstance(env, dict) else {}
+    devices = (env.get("gpus") or {}).get("devices") or []
+    gpus = [str(d["name"]) for d in devices if isinstance(d, dict) and d.get("name")]
+    cpu = (env.get("host") or {}).get("cpu_model")
+    return gpus or ([f"CPU only ({cpu})"] if cpu else [])
 
 
 def plot_means(summary: dict[str, Any]) -> bytes:
