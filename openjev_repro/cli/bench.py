@@ -134,8 +134,10 @@ def bench_audit(c, sizes="1,10,100,1000", source=None, rounds=3, dir="", keep=Fa
     factors = parse_factors(sizes)
     result = run_audit_bench(factors, Path(source) if source else default_source(), Path(dir) if dir else None,
                              int(rounds), bool(keep), say=_say)
+    from .output import print_markdown
+
     _write(path, result)
-    print(format_audit_table(result))
+    print_markdown(format_audit_table(result))  # a table at the terminal's width; the Markdown itself in a pipe
     if result.get("work_dir"):
         print(f"kept: {result['work_dir']}")
     else:
