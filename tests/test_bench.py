@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -204,3 +205,39 @@ def test_loopback_server_exits_when_its_parent_dies() -> None:
         time.sleep(0.05)
     os.kill(child, 9)
     pytest.fail("the loopback server outlived its parent")
+
+
+def run_elsewhere(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`invoke` in a scratch folder holding only tasks.py: what a default writes lands there."""
+    shutil.copyfile(ROOT / "tasks.py", cwd / "tasks.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([*INVOKE, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False, env=env)
+
+
+def test_benchmarks_write_under_cache_by_default_and_bench_results_only_with_record(tmp_path) -> None:
+    done = run_elsewhere(tmp_path, "bench-client", "--requests", "20", "--warmup", "2")
+    assert done.returncode == 0, done.stderr
+    written = list((tmp_path / ".cache" / "bench").glob("client-*.json"))
+    assert len(written) == 1 and f"wrote {written[0].relative_to(tmp_path)}" in done.stdout
+    assert not (tmp_path / "bench-results").exists()
+    recorded = run_elsewhere(tmp_path, "bench-client", "--requests", "20", "--warmup", "2", "--record")
+    assert recorded.returncode == 0, recorded.stderr
+    assert json.loads((tmp_path / "bench-results" / "client.json").read_text())["benchmark"] == "client"
+    both = run_elsewhere(tmp_path, "bench-client", "--record", "--out", "x.json")
+    assert both.returncode == 1 and both.stderr.startswith("error: give --out or --record")
+
+
+def test_bench_hash_names_its_directory_and_disk_shows_progress_and_says_what_it_left(tmp_path) -> None:
+    files = tmp_path / "files"
+    done = run_elsewhere(tmp_path, "bench-hash", "--sizes", "64K,64K", "--dir", str(files), "--rounds", "2")
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith(f"files in {files}, on /") and " free; generating 0.1 MiB" in lines[0], lines
+    assert any("round 2 of 2" in line for line in lines), lines
+    assert lines[-1].startswith(f"left 0.1 MiB of benchmark files in {files}"), lines
+    (files / "mine.txt").write_text("not the benchmark's")
+    cleaned = run_elsewhere(tmp_path, "bench-hash", "--sizes", "64K", "--dir", str(files), "--rounds", "1",
+                            "--clean", "--out", "")
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert [p.name for p in files.iterdir()] == ["mine.txt"]  # only its own files are removed
+    assert cleaned.stderr.splitlines()[-1] == f"left none of its files in {files}"

@@ -95,4 +95,4 @@ def test_cli_exit_status(tmp_path):
     next(c for c in data["claims"] if c["name"] == "speedup.native_vs_hf")["value"] = "7.48"
     bad_file.write_text(yaml.safe_dump(data))
     bad = invoke("claims", "--file", str(bad_file), cwd=ROOT, timeout=120)
-    assert bad.returncode == 1 and "FAIL   speedup.native_vs_hf" in bad.stdout and "1 failed" in bad.stdout
+    assert bad.returncode == 1 and "FAIL    speedup.native_vs_hf" in bad.stdout and "1 failed" in bad.stdout

@@ -113,3 +113,34 @@ def test_light_tasks_import_no_heavy_package(args):
     assert "invoke" in imported
     heavy = sorted(m for m in imported if m.split(".")[0] in HEAVY)
     assert heavy == [], heavy
+
+
+def test_help_shows_every_option_once_with_its_type(help_answers):
+    """No `--=STRING` (invoke's short flag taken from a dash), numbers as INT/FLOAT, a repeatable
+    name=/path option with its value, and no pair of options that mean the same thing."""
+    import inspect as inspect_
+
+    from openjev_repro.cli import collect_tasks, option_name
+
+    _, answers, _ = help_answers
+    for task in collect_tasks():
+        text = answers[task.name.replace("_", "-")].stdout
+        flags = [b.split("  ")[0] for b in option_blocks(text)]
+        assert not [f for f in flags if re.search(r"(^|, )--[=\[ ]|(^|, )-[^a-z0-9-]", f)], (task.name, flags)
+        longs = [re.search(r"--(?:\[no-\])?([a-z0-9-]+)", f).group(1) for f in flags]
+        assert len(longs) == len(set(longs)), (task.name, longs)
+        for p in list(inspect_.signature(task.body).parameters.values())[1:]:
+            kind = {int: "INT", float: "FLOAT"}.get(type(p.default))
+            if kind and type(p.default) is not bool:
+                entry = next(f for f in flags if f"{option_name(p.name)}=" in f)
+                assert f"{option_name(p.name)}={kind}" in entry, (task.name, entry)
+    environment = next(f for f in option_blocks(answers["environment"].stdout) if "--python" in f)
+    assert environment.startswith("-p NAME=PATH, --python=NAME=PATH"), environment
+    publish = answers["publish"].stdout
+    assert "--include-bodies" in publish and "--[no-]" not in publish  # two distinct options, neither a negation
+
+
+def test_a_repeatable_option_without_its_value_is_refused(tmp_path):
+    done = run_invoke(["environment", "--python"], scratch_copy(tmp_path))
+    assert done.returncode != 0 and "needed value" in done.stderr, (done.returncode, done.stderr)
+    assert done.stdout == ""

@@ -155,7 +155,8 @@ def test_commands_name_missing_options():
     for args, option in ((["submit"], "--recipe"), (["status"], "--submission"), (["collect"], "--submission")):
         proc = invoke(*args)
         assert proc.returncode == 1
-        assert proc.stderr.strip() == f"error: {option} is required", proc.stderr
+        assert proc.stderr.strip() == f"error: {option} is required; `invoke {args[0]} --help` lists every option.", \
+            proc.stderr
         assert "Traceback" not in proc.stderr
 
 

@@ -650,12 +650,13 @@ def check_claims(parsed: dict[str, Any]) -> list[ClaimResult]:
 
 def format_results(results: list[ClaimResult]) -> str:
     width = max((len(r.name) for r in results), default=0)
+    derive_width = max((len(r.derive) for r in results), default=0) + 1
     lines = []
     for r in results:
         if r.status == "exact":
-            mark = "STALE " if r.expected_mismatch else "OK    "
+            mark = "STALE" if r.expected_mismatch else "OK"
         else:
-            mark = "FINDING" if r.expected_mismatch else "FAIL  "
+            mark = "FINDING" if r.expected_mismatch else "FAIL"
         if r.detail:
             note = f" ({r.detail})"
         elif r.status == "exact":
@@ -663,7 +664,7 @@ def format_results(results: list[ClaimResult]) -> str:
         else:
             note = (" (reachable within the inputs' rounding)" if r.within_rounding
                     else " (not reachable even within rounding)")
-        line = f"{mark} {r.name.ljust(width)}  {r.derive:<18} stated {r.stated:>10}  recomputed {r.recomputed:>10}{note}"
+        line = f"{mark:<7} {r.name.ljust(width)}  {r.derive.ljust(derive_width)} stated {r.stated:>10}  recomputed {r.recomputed:>10}{note}"
         if r.finding:
             line += f"\n        finding: {r.finding}"
         lines.append(line)

@@ -83,7 +83,11 @@ _STATS: tuple[LatencyKey, ...] = ("mean_ms", "p50_ms", "p95_jevbench_ms", "p95_n
 
 
 def load_tolerances(path: Path) -> dict[str, Any]:
-    return check_tolerances(read_yaml(path, "tolerances file"), path)
+    data = read_yaml(path, "tolerances file")
+    if isinstance(data, dict) and "cross_host" in data:  # a collect file (docs/cluster.md), not compare's
+        raise RecipeError(f"{path}: cross_host is `invoke collect`'s section (the spread across hosts); compare "
+                          "two runs with the file without it, e.g. manifests/tolerances/demo.yaml.")
+    return check_tolerances(data, path)
 
 
 def check_tolerances(data: Any, path: Path) -> dict[str, Any]:
@@ -397,7 +401,7 @@ def compare_rows(base_rows: RowTable | Iterable[Row], cand_rows: RowTable | Iter
     base, cand = tb.by_pass("measured"), tc.by_pass("measured")
     mapping = dict((tolerances or {}).get("backends") or {})
     pairs, unmatched = [], []
-    for (workload, name) in sorted(base):
+    for (workload, name) in base:  # the runs' own order (the recipe's: backends run one after another)
         if name not in mapping and name in mapping.values():
             continue  # a mapping target pairs only with what the user mapped to it, not with its namesake
         other = mapping.get(name, name)

@@ -14,9 +14,10 @@ import base64
 import hashlib
 import json
 import operator
+import re
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -68,9 +69,12 @@ class Check:
     name: str
     passed: bool | None  # None: this bundle cannot make the check
     detail: str
+    unsigned: bool = False  # the signature check of an UNSIGNED manifest accepted with --allow-unsigned
 
     @property
     def mark(self) -> str:
+        if self.unsigned:
+            return "UNSIGNED"
         return {True: "PASS", False: "FAIL", None: "N/A "}[self.passed]
 
 
@@ -80,12 +84,34 @@ def _printable(text: str) -> str:
 
 
 def format_checks(checks: list[Check]) -> str:
-    """One line per check (details escaped, so no name can forge a verdict line), then the verdict."""
-    width = max((len(c.name) for c in checks), default=0)
-    lines = [f"{c.mark}  {c.name.ljust(width)}  {_printable(c.detail)}" for c in checks]
+    """One line per check. An UNSIGNED manifest is never "PASS signature", and nothing it lists is
+    called signed: its digests and copies are only what the manifest records. Details are escaped,
+    so no name can forge a verdict line."""
+    unsigned = any(c.unsigned for c in checks)
+    shown = [_unsigned_wording(c) for c in checks] if unsigned else checks
+    width = max((len(c.name) for c in shown), default=0)
+    mark_width = max((len(c.mark) for c in shown), default=4)
+    lines = [f"{c.mark.ljust(mark_width)}  {c.name.ljust(width)}  {_printable(c.detail)}" for c in shown]
     failed = sum(1 for c in checks if c.passed is False)
-    lines.append(f"{'FAILED' if failed else 'VERIFIED'}: {failed} of {len(checks)} checks failed.")
+    lines.append(f"{_verdict(failed, unsigned)}: {failed} of {len(checks)} checks failed.")
     return "\n".join(lines)
+
+
+def _verdict(failed: int, unsigned: bool) -> str:
+    if failed:
+        return "FAILED"
+    return "VERIFIED, UNSIGNED (nothing proves who wrote it)" if unsigned else "VERIFIED"
+
+
+def _unsigned_wording(check: Check) -> Check:
+    """"signed sha256" -> "recorded sha256" in an UNSIGNED manifest's checks (a bundle's source checks
+    are about the run's own manifest, which may well be signed, and keep their words)."""
+    if check.unsigned or check.name.startswith("source"):
+        return check
+    return replace(check, name=_SIGNED.sub("recorded", check.name), detail=_SIGNED.sub("recorded", check.detail))
+
+
+_SIGNED = re.compile(r"(?<![A-Za-z])signed(?![A-Za-z])")
 
 
 def verify_path(path: Path, *, pubkey: Path | None = None, allow_unsigned: bool = False) -> list[Check]:
@@ -349,7 +375,8 @@ def _signature(envelope: dict, predicate: dict, pubkey: Path | None, allow_unsig
                                          f"but the envelope has {len(envelope['signatures'])} signatures")
     if not signed:
         if allow_unsigned:
-            return Check("signature", True, "UNSIGNED run, accepted because --allow-unsigned was given")
+            return Check("signature", True, "UNSIGNED manifest, accepted because --allow-unsigned was given; "
+                         "the checks below are against what it records", unsigned=True)
         return Check("signature", False, "the run is UNSIGNED; pass --allow-unsigned to check the rest anyway")
     if pubkey is None:
         return Check("signature", False, "the run is signed; pass --pubkey FILE to check the signature")

@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ from ..manifest.statement import write_manifest
 from ..results.report import write_report
 from ..results.row_table import read_table
 from ..results.statistics import summarize
-from .machine import result_header
+from .machine import describe_disk, gib, result_header, tree_bytes
 
 __all__ = [
     "COMMANDS",
@@ -295,8 +296,12 @@ def _size_result(k: int, run: Path, src: Path, rows: int, import_rows: int, roun
             "startup_peak_rss_mib": round(peak["startup"] / 2**20, 1), "commands": commands}
 
 
+def _quiet(_message: str) -> None:
+    """The default progress sink: say nothing (the task passes one that writes to stderr)."""
+
+
 def run_audit_bench(factors: list[int], source: Path, directory: Path | None = None, rounds: int = 3,
-                    keep: bool = False) -> dict[str, Any]:
+                    keep: bool = False, say: Callable[[str], None] = _quiet) -> dict[str, Any]:
     source = Path(source)
     if not (source / ENVELOPE_NAME).is_file():
         raise AuditBenchError(f"{source} is not a signed run directory (no {ENVELOPE_NAME}).")
@@ -310,15 +315,19 @@ def run_audit_bench(factors: list[int], source: Path, directory: Path | None = N
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-audit-", dir=base))
+    say(f"synthesised runs in {work}, on {describe_disk(work)}" + ("; kept afterwards (--keep)" if keep else
+                                                                    "; each removed once measured"))
     try:
         _, public = generate_keypair(work / "key")[:2]
         private = work / "key" / "openjev-repro.key"
-        for k in factors:
+        for n, k in enumerate(factors, 1):
+            say(f"size {k}x ({n} of {len(factors)}): synthesising the run and its import source")
             run = synthesize_run(source, work / f"run-x{k}", k, private)
             src = work / f"system1-x{k}"
             import_rows = synthesize_system1(run, src)
             n_rows = len(read_table(run / "rows.jsonl"))
             load_before = os.getloadavg()[0]
+            say(f"size {k}x: {n_rows:,} rows, {gib(tree_bytes(run))}; timing {rounds} round(s) of 5 commands")
             timings = [_round(work, run, src, public, private, f"x{k}-{i}") for i in range(rounds)]
             entry = _size_result(k, run, src, n_rows, import_rows, timings)
             entry["load_average_1m"] = {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)}

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from ..errors import ReproError
 from ..hashing import hash_file, hash_files
-from .machine import result_header
+from .machine import describe_disk, gib, result_header
 
 __all__ = ["BenchUsageError", "default_dir", "ensure_files", "format_hash_table", "parse_sizes", "run_hash_bench"]
 
@@ -56,17 +56,24 @@ def default_dir() -> Path:
     return Path(cache) / "openjev-repro" / "bench-hash"
 
 
-def ensure_files(directory: Path, sizes: list[int], seed: int = 0) -> list[Path]:
+def _quiet(_message: str) -> None:
+    """The default progress sink: say nothing (the task passes one that writes to stderr)."""
+
+
+def ensure_files(directory: Path, sizes: list[int], seed: int = 0, say: Callable[[str], None] = _quiet) -> list[Path]:
     """The benchmark files, generated on first use; the name pins seed, index and size."""
     directory.mkdir(parents=True, exist_ok=True)
     need = sum(s for i, s in enumerate(sizes) if not _path(directory, seed, i, s).exists())
     free = shutil.disk_usage(directory).free
+    say(f"files in {directory}, on {describe_disk(directory)}; "
+        + (f"generating {gib(need)} (once, reused by later runs)" if need else "reusing the files there"))
     if need > free - (1 << 30):
         raise BenchUsageError(f"{directory} has {free >> 20} MiB free but the files need {need >> 20} MiB; use --dir elsewhere.")
     paths = []
     for i, size in enumerate(sizes):
         path = _path(directory, seed, i, size)
         if not path.exists():
+            say(f"generating file {i + 1} of {len(sizes)} ({gib(size)})")
             _generate(path, size, key=seed.to_bytes(8, "big") + i.to_bytes(8, "big"))
         paths.append(path)
     return paths
@@ -107,13 +114,16 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def run_hash_bench(
-    sizes: list[int], directory: Path | None = None, rounds: int = 3, workers: int | None = None
+    sizes: list[int], directory: Path | None = None, rounds: int = 3, workers: int | None = None,
+    say: Callable[[str], None] = _quiet,
 ) -> dict[str, Any]:
-    """Time ours and sha256sum `rounds` times each, warm, on files of `sizes`; return the record."""
+    """Time ours and sha256sum `rounds` times each, warm, on files of `sizes`; return the record.
+    `say` gets one line per step (files, warm-up, each round)."""
     if shutil.which("sha256sum") is None:
         raise BenchUsageError("sha256sum is not installed (it comes with GNU coreutils).")
     result = result_header("hash")
-    files = ensure_files(directory or default_dir(), sizes)
+    files = ensure_files(directory or default_dir(), sizes, say=say)
+    say("reading every file once (warm page cache)")
     hash_files(files, workers=workers)  # warm the page cache: every side reads cached pages
     cases: dict[str, dict[str, Callable[[], dict[Path, str]]]] = {
         "single": {"ours": lambda: {files[0]: hash_file(files[0])}, "sha256sum": lambda: _sha256sum(files[:1])},
@@ -130,6 +140,7 @@ def run_hash_bench(
         seconds: dict[str, list[float]] = {side: [] for side in sides}
         digests = {}
         for r in range(rounds):
+            say(f"{case}: round {r + 1} of {rounds} ({', '.join(sides)})")
             order = list(sides)[r % len(sides) :] + list(sides)[: r % len(sides)]  # rotate who goes first
             for side in order:
                 elapsed, digests[side] = _timed(sides[side])

@@ -16,7 +16,8 @@ from typing import Any
 
 from ..evidence.files import write_json_atomic
 
-__all__ = ["RESULT_FORMAT_VERSION", "machine_info", "result_header", "write_result"]
+__all__ = ["RESULT_FORMAT_VERSION", "describe_disk", "gib", "machine_info", "result_header", "tree_bytes",
+           "write_result"]
 
 RESULT_FORMAT_VERSION = 1
 
@@ -59,3 +60,32 @@ def write_result(path: Path, result: dict[str, Any]) -> None:
     result = {**result, "load_average_1m_at_end": round(os.getloadavg()[0], 2)}
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, result, sort_keys=False)
+
+
+def gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+def describe_disk(path: Path) -> str:
+    """`/home (ext4 on /dev/vda1): 120.0 GiB, 80.2 GiB free`: where a benchmark's files live."""
+    import shutil
+
+    real = Path(path).resolve()
+    mount, fstype, device = "/", "?", "?"
+    try:
+        for line in Path("/proc/mounts").read_text().splitlines():
+            dev, point, kind = (line.split() + ["?", "?", "?"])[:3]
+            point = point.replace("\\040", " ")
+            if (real == Path(point) or Path(point) in real.parents) and len(point) >= len(mount):
+                mount, fstype, device = point, kind, dev
+    except OSError:
+        pass
+    usage = shutil.disk_usage(real)
+    return f"{mount} ({fstype} on {device}): {gib(usage.total)}, {gib(usage.free)} free"
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes of the regular files under path (0 when it is gone)."""
+    if not Path(path).exists():
+        return 0
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file() and not p.is_symlink())

@@ -29,19 +29,25 @@ import stat
 import sys
 import traceback
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from invoke import Exit, Task
+from invoke.parser import ParserContext
 
 from ..errors import ReproError
 
-__all__ = ["BROKEN_PIPE_EXIT", "BUG_EXIT", "collect_tasks", "expected_input_error", "option_name", "required_parameters", "user_errors"]
+__all__ = ["BROKEN_PIPE_EXIT", "BUG_EXIT", "FAIL_ON_GATES_HELP", "GATES_FAILED_EXIT", "collect_tasks",
+           "exit_on_failed_gates", "expected_input_error", "metavars", "option_name", "required_parameters",
+           "user_errors"]
 
 BROKEN_PIPE_EXIT = 141  # what a shell reports for a tool ended by SIGPIPE (128 + 13)
 BUG_EXIT = 70  # EX_SOFTWARE (sysexits.h): an internal error, not the user's input
 # OS errors a task expects at its boundary without a file name attached: the disk, the network.
 _EXPECTED_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EMFILE,
                               errno.ENFILE, errno.ENOMEM})
+GATES_FAILED_EXIT = 3  # `--fail-on-gates`: the command did its work, and a declared gate FAILED
+FAIL_ON_GATES_HELP = f"exit {GATES_FAILED_EXIT} when a declared gate FAILED (for CI; without it a FAILED gate is only reported)"
 
 
 def collect_tasks() -> Iterator[Task]:
@@ -71,23 +77,78 @@ class NamedOptionsTask(Task):
     many` into a ValueError traceback while parsing; here a number option arrives as text and
     `user_errors` converts it, answering a bad one with an `error:` line."""
 
+    value_names: dict[str, str]  # option -> what its help shows as the value (INT, FLOAT, NAME=PATH)
+
     def arg_opts(self, name: str, default: Any, taken_names: set[str]) -> dict[str, Any]:
         opts = super().arg_opts(name, default, taken_names)
         opts["positional"] = False
+        # invoke takes the first free character of the name as the short flag, even `-` (`--=STRING`)
+        opts["names"] = [n for n in opts["names"] if len(n) > 1 or n.isalnum()]
         if opts.get("kind") in (int, float):
+            self.value_names[name] = "INT" if opts["kind"] is int else "FLOAT"
             opts["kind"] = str
         return opts
 
+    def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Any]:
+        arguments = super().get_arguments(ignore_unknown_help)
+        for argument in arguments:
+            argument.value_name = self.value_names.get(argument.attr_name or argument.name or "")  # type: ignore[attr-defined]
+            if argument.kind is list:  # so that `--python` without a value is refused, as for other options
+                argument.raw_value = None
+        return arguments
+
+
+def _help_for(self: Any, flag: str) -> tuple[str, str]:
+    """invoke's help entry, with each value's type: INT, FLOAT, or a repeatable option's metavar."""
+    names, text = _invoke_help_for(self, flag)
+    argument = self.flags[flag]
+    value_name = getattr(argument, "value_name", None)
+    if value_name and argument.kind is str:
+        names = names.replace("STRING", value_name)
+    elif value_name and argument.kind is list:  # invoke shows a list option as a bare flag
+        names = ", ".join(f"{n}={value_name}" if n.startswith("--") else f"{n} {value_name}"
+                          for n in names.split(", "))
+    return names, text
+
+
+_invoke_help_for = ParserContext.help_for
+ParserContext.help_for = _help_for  # type: ignore[method-assign]
+
 
 def named_options(task: Task) -> Task:
-    """Every parameter a named option; the required ones say so in `invoke TASK --help`."""
+    """Every parameter a named option; the required ones say so in `invoke TASK --help`.
+
+    A repeatable (iterable) option names its value with `metavars={"python": "NAME=PATH"}` on
+    the task body (set by `@metavars`); numbers show as INT or FLOAT."""
     task.__class__ = NamedOptionsTask
+    task.value_names = dict(getattr(task.body, "metavars", {}))  # type: ignore[attr-defined]
     task.positional = []
     for name in required_parameters(task.body):
         key = name.strip("_")
         key = key if key in task.help else name
         task.help[key] = (task.help.get(key, "") + " (required)").strip()
     return task
+
+
+def metavars(**names: str) -> Callable[[Callable], Callable]:
+    """Name an option's value in help, e.g. `@metavars(python="NAME=PATH")` for a repeatable option."""
+
+    def mark(func: Callable) -> Callable:
+        func.metavars = names  # type: ignore[attr-defined]
+        return func
+
+    return mark
+
+
+def exit_on_failed_gates(summary_path: Path, where: str) -> None:
+    """Exit GATES_FAILED_EXIT, with one `error:` line naming them, when summary.json has a FAILED gate."""
+    import json
+
+    gates = json.loads(summary_path.read_text(encoding="utf-8")).get("gates") or []
+    failed = [str(g.get("name")) for g in gates if isinstance(g, dict) and g.get("passed") is False]
+    if failed:
+        raise Exit(f"error: {len(failed)} of {len(gates)} gates FAILED in {where}: {', '.join(failed)} "
+                   f"(exit {GATES_FAILED_EXIT}: --fail-on-gates).", code=GATES_FAILED_EXIT)
 
 
 def _task_name(func: Callable) -> str:

@@ -8,30 +8,83 @@ from pathlib import Path
 from invoke import Exit, task
 
 from ..errors import EvidenceError
-from . import user_errors
+from . import FAIL_ON_GATES_HELP, exit_on_failed_gates, user_errors
 
 __all__ = ["claims", "compare", "import_evidence", "publish", "verify"]
 
 
-@task(help={"run": "run directory, or a bundle file written by `invoke publish`",
-            "pubkey": "public key (.pub from `invoke keygen`) the manifest must be signed by",
-            "allow_unsigned": "accept an UNSIGNED manifest and check everything else"})
+def _refuse_what_has_no_manifest(path: Path) -> None:
+    """A directory with nothing to verify gets advice that fits it (not always "sign it first")."""
+    if not path.is_dir() or any((path / n).exists() for n in ("manifest.dsse.json", "summary.dsse.json", "import.json")):
+        return
+    state = path / "state.json"
+    if not state.is_file():
+        raise EvidenceError(f"{path} is no run directory, bundle or collect directory (no manifest.dsse.json or "
+                            "summary.dsse.json in it); a submission's are in its replicate-*/ and collect-*/ folders.")
+    from ..evidence.rundir import RunDir
+
+    status = RunDir.open(path).effective_state().get("status")
+    if status == "complete":
+        raise EvidenceError(f"{path} is a complete run without a manifest; sign it with "
+                            f"`invoke sign --run {path} --key K` (or write an UNSIGNED one without --key).")
+    raise EvidenceError(f"{path} is an incomplete run (status {status!r}): it was never signed and never will be; "
+                        "nothing to verify.")
+
+
+def _collection_checks(directory: Path, pubkey: str | None) -> list:
+    """A collect directory (`invoke collect`): its signature and every file's digest, no unlisted file."""
+    from ..audit.verify import Check
+    from ..cluster.collect import verify_summary
+    from ..errors import VerificationError
+
+    if not pubkey:
+        raise EvidenceError(f"{directory} is a collect directory, always signed: pass --pubkey with the public "
+                            "half of the key collect signed with (yours, never one inside the submission).")
+    try:
+        keyid = verify_summary(directory, Path(pubkey))
+    except (VerificationError, EvidenceError, ValueError, KeyError, TypeError) as exc:
+        return [Check("collection signature and digests", False, str(exc).splitlines()[0] if str(exc) else repr(exc))]
+    envelope = json.loads((directory / "summary.dsse.json").read_text(encoding="utf-8"))
+    from ..manifest.dsse import payload_of
+
+    listed = {s["name"] for s in json.loads(payload_of(envelope))["subject"]} | {"summary.dsse.json"}
+    extra = sorted(p.name for p in directory.iterdir() if p.name not in listed)
+    return [Check("collection signature", True, f"summary.dsse.json signed by keyid {keyid}"),
+            Check("subject digests", True, f"{len(listed) - 1} files match their signed sha256"),
+            Check("no unlisted files", not extra, "unlisted: " + ", ".join(extra) if extra else
+                  "every file is a subject")]
+
+
+@task(help={"run": "run directory, a bundle file written by `invoke publish`, or a collect directory "
+                   "(`invoke collect`'s collect-<time>/)",
+            "pubkey": "public key (.pub from `invoke keygen`) the manifest (or collect summary) must be signed by",
+            "allow_unsigned": "accept an UNSIGNED manifest and check everything else",
+            "fail_on_gates": FAIL_ON_GATES_HELP + "; the gates are the signed ones, recomputed"})
 @user_errors
-def verify(c, run, pubkey=None, allow_unsigned=False):
+def verify(c, run, pubkey=None, allow_unsigned=False, fail_on_gates=False):
     """Check signature, digests, completeness and every recomputed statistic; non-zero exit on any failure."""
     from ..audit.verify import format_checks, verify_path
     from ..manifest.keys import trusted_public_key
 
     if not Path(run).exists():
-        raise EvidenceError(f"No run directory or bundle at {run}.")
-    if pubkey:
-        trusted_public_key(Path(pubkey), Path(run))
-    checks = verify_path(Path(run), pubkey=Path(pubkey) if pubkey else None, allow_unsigned=allow_unsigned)
+        raise EvidenceError(f"No run directory, bundle or collect directory at {run}.")
+    _refuse_what_has_no_manifest(Path(run))
+    if pubkey:  # the user's key, never one inside the evidence (or, for a collection, its submission)
+        trusted_public_key(Path(pubkey), Path(run), *([Path(run).parent] if (Path(run) / "summary.dsse.json").is_file() else []))
+    if (Path(run) / "summary.dsse.json").is_file() and not (Path(run) / "manifest.dsse.json").exists():
+        checks = _collection_checks(Path(run), pubkey)
+    else:
+        checks = verify_path(Path(run), pubkey=Path(pubkey) if pubkey else None, allow_unsigned=allow_unsigned)
     print(format_checks(checks))
     failed = [c for c in checks if c.passed is False]
     if failed:
         raise Exit(f"error: {run} does not verify ({len(failed)} of {len(checks)} checks failed; FAIL lines above).",
                    code=1)
+    if fail_on_gates and not (Path(run) / "summary.dsse.json").is_file():
+        from ..audit.bundle import opened
+
+        with opened(Path(run)) as directory:
+            exit_on_failed_gates(directory / "summary.json", str(run))
 
 
 @task(help={"baseline": "baseline run directory (or bundle)", "candidate": "candidate run directory (or bundle)",
@@ -54,7 +107,9 @@ def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003, al
     if out:
         Path(out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
         Path(out).with_suffix(".md").write_text(markdown)
-    print(markdown)
+    from .output import print_markdown
+
+    print_markdown(markdown)  # rendered on a terminal, as `invoke report` does; verbatim through a pipe
     if result["verdict"]["passed"] is False:
         raise Exit(code=1)
 
@@ -76,7 +131,11 @@ def claims(c, file):
     """Recompute every derived figure of a published report from its base figures; non-zero exit on a mismatch."""
     from ..audit.claims import check_claims, format_results, load_claims
 
-    results = check_claims(load_claims(Path(file)))
+    loaded = load_claims(Path(file))
+    meta = loaded.get("meta") or {}
+    what = " · ".join(str(meta[k]) for k in ("report", "experiment") if meta.get(k)) or "a report"
+    print(f"claims of {what} ({file}):")  # which report's figures are checked
+    results = check_claims(loaded)
     print(format_results(results))
     if any(r.failed for r in results):
         raise Exit(code=1)
@@ -101,14 +160,18 @@ def import_evidence(c, src, out, format="auto", workload="mixed", subdir=None):
 
 @task(help={"run": "signed, complete run directory", "out": "bundle file to write; its name ends in .tar.gz",
             "key": "private key (from `invoke keygen`) to sign the bundle; without it the bundle is UNSIGNED",
-            "include_bodies": "keep responses/ and logs/: a PRIVATE archive, not publishable under the JevBench terms",
-            "aggregate_only": "no bodies: the default (--no-aggregate-only is --include-bodies)"})
+            "include_bodies": "keep responses/ and logs/: a PRIVATE archive, not publishable under the JevBench "
+                              "terms (without it the bundle is aggregate-only)",
+            "aggregate_only": "no bodies, which is already the default: says so explicitly in a script "
+                              "(refused together with --include-bodies)"})
 @user_errors
-def publish(c, run, out, key=None, include_bodies=False, aggregate_only=True):
+def publish(c, run, out, key=None, include_bodies=False, aggregate_only=False):
     """Write a bundle (.tar.gz) of hashes, rows and aggregates, no request or response bodies; signed with --key."""
     from ..audit.publish import publish as write_bundle
 
-    aggregate = aggregate_only and not include_bodies
+    if aggregate_only and include_bodies:
+        raise EvidenceError("--aggregate-only and --include-bodies contradict each other; give one.")
+    aggregate = not include_bodies
     path = write_bundle(Path(run), Path(out), aggregate_only=aggregate, key_path=Path(key) if key else None)
     kind = "aggregate-only" if aggregate else "PRIVATE (with bodies)"
     if key:

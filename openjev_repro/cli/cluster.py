@@ -14,9 +14,9 @@ from . import user_errors
 __all__ = ["collect_task", "status_task", "submit_task"]
 
 
-def _required(value: object, name: str) -> None:
+def _required(value: object, name: str, task_name: str) -> None:
     if value in (None, ""):
-        raise RecipeError(f"--{name} is required")
+        raise RecipeError(f"--{name} is required; `invoke {task_name} --help` lists every option.")
 
 
 @task(name="submit", help={
@@ -56,9 +56,9 @@ def submit_task(c, recipe=None, replicates=None, key=None, partition=None, gres=
             print("nothing to resubmit", file=sys.stderr)
         sys.stdout.write(f"{sub.path}\n")
         return
-    _required(recipe, "recipe")
-    _required(replicates, "replicates")
-    _required(key, "key")
+    _required(recipe, "recipe", "submit")
+    _required(replicates, "replicates", "submit")
+    _required(key, "key", "submit")
     try:
         count = int(replicates)
     except ValueError:
@@ -83,14 +83,13 @@ def status_task(c, submission=None, json_=False, wait=False):
     Also records the final Slurm state of ended tasks in their attempt records and runs."""
     import time as clock
 
-    from rich.console import Console
     from rich.table import Table
 
     from ..cluster.slurm import TERMINAL
     from ..cluster.status import replicate_status
     from ..cluster.submission import Submission
 
-    _required(submission, "submission")
+    _required(submission, "submission", "status")
     sub = Submission.open(Path(submission))
     rows = replicate_status(sub)
     while wait and any(r["slurm"]["state"] not in TERMINAL and r["evidence"] != "complete" for r in rows):
@@ -106,10 +105,13 @@ def status_task(c, submission=None, json_=False, wait=False):
         s = r["slurm"]
         detail = Path(r["run"]).name if r["run"] else ""
         if r["error"]:
-            detail += f": {r['error'].splitlines()[0][:80]}"
+            detail += f": {r['error'].splitlines()[0]}"
         table.add_row(str(r["replicate"]), s["job"] or "", s["state"], s["reason"] or "", s["node"] or "",
                       r["evidence"], str(r["runs"]), detail)
-    Console().print(table)
+    from .output import console, keep_words_whole
+
+    out = console()
+    out.print(keep_words_whole(table, out.width))  # a pipe gets it unwrapped, a terminal at its width, names whole
 
 
 @task(name="collect", help={
@@ -127,13 +129,15 @@ def collect_task(c, submission=None, pubkey=None, tolerances=None, baseline=None
     The last line is the new collect directory; exit 1 when a declared tolerance fails."""
     from ..cluster.collect import collect
 
-    _required(submission, "submission")
+    _required(submission, "submission", "collect")
     result = collect(Path(submission), pubkey=Path(pubkey) if pubkey else None, tolerances=Path(tolerances) if tolerances else None,
                      baseline=Path(baseline) if baseline else None,
                      baseline_pubkey=Path(baseline_pubkey) if baseline_pubkey else None,
                      key=Path(key) if key else None)
-    sys.stdout.write((result.path / "summary.md").read_text(encoding="utf-8"))
-    sys.stdout.write(f"{result.path}\n")
+    from .output import print_markdown
+
+    print_markdown((result.path / "summary.md").read_text(encoding="utf-8"))  # rendered on a terminal
+    sys.stdout.write(f"{result.path}\n")  # never wrapped: the last line is the collect directory
     if result.passed is False:
         failures = result.summary["verdict"]["failures"]
         raise Exit(f"error: {len(failures)} tolerance failure(s); see {result.path / 'summary.md'}", code=1)

@@ -88,6 +88,6 @@ def demo(c, out="runs", runtime=None, image=None):
     run = run_study(StudyOptions(recipe_path=recipe, out_dir=Path(out), runtime=runtime, key_path=key,
                                  progress=ConsoleProgress(console(stderr=True))))
     print_markdown((run.path / "report.md").read_text(encoding="utf-8"))
-    console().print(f"\nverify with: .venv/bin/invoke verify --run {run.path} --pubkey {DEMO_KEYS / PUBLIC_KEY_NAME}",
-                    markup=False)
+    # one line whatever the terminal's width, so the command can be copied
+    sys.stdout.write(f"\nverify with: .venv/bin/invoke verify --run {run.path} --pubkey {DEMO_KEYS / PUBLIC_KEY_NAME}\n")
     sys.stdout.write(f"{run.path}\n")  # never wrapped: scripts take the last line as the run directory

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from invoke import task
 
-from . import user_errors
+from . import metavars, user_errors
 
 __all__ = ["environment", "keygen", "sign"]
 
@@ -41,6 +41,7 @@ def sign(c, run, key=None):
             "tree_digest": "print only the tree digest of this directory (what a recipe's "
                            "environment.triton_cache.sha256 declares) as JSON"}, iterable=["python"])
 @user_errors
+@metavars(python="NAME=PATH")
 def environment(c, python=None, recipe=None, tree_digest=None):
     """Print the environment capture (host, GPUs, package versions, git, source digest) as JSON."""
     from ..errors import RecipeError

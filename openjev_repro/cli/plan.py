@@ -32,8 +32,7 @@ def _hash_lines(p: dict) -> list[str]:
 
 
 def _backend_lines(p: dict) -> list[str]:
-    gpu = p["controls"].get("gpu") or {}
-    out = [f"controls: GPU {gpu.get('index')} {gpu.get('uuid')}, NUMA {p['controls']['numa_node']}, CPUs {p['controls']['cpus']}"]
+    out = [_controls_line(p["controls"])]
     for b in p["backends"]:
         if b.get("url"):
             out.append(f"backend {b['name']}: a running server at {b['url']} (not launched or owned by the study), "
@@ -54,7 +53,8 @@ def _pass_and_gate_lines(p: dict) -> list[str]:
     if p["traces"]["enabled"]:
         out.append(f"traces: {len(p['traces'].get('items', []))} (opt-in, Nsight Systems, outside timed passes)")
     out.append("gates:")
-    out += [f"  {g['name']} [{g['kind']}] " + ", ".join(f"{k}={v}" for k, v in g.items() if k not in ("name", "kind", "description"))
+    out += [f"  {g['name']} [{g['kind']}] " + ", ".join(f"{k}={v}" for k, v in g.items()
+                                                     if k not in ("name", "kind", "description") and v is not None)
             for g in p["gates"]]
     return out
 
@@ -67,6 +67,19 @@ def _print_plan(p: dict) -> None:
         out.append("images: " + ", ".join(p["images"]))
     out += _preparation_lines(p) + _hash_lines(p) + _backend_lines(p) + _pass_and_gate_lines(p)
     print("\n".join(out))
+
+
+def _controls_line(controls: dict) -> str:
+    """What the study pins, in words: never a Python None."""
+    gpu = controls.get("gpu") or {}
+    parts = []
+    if gpu:
+        parts.append(" ".join(str(x) for x in ("GPU", gpu.get("index"), gpu.get("uuid")) if x is not None))
+    if controls.get("numa_node") is not None:
+        parts.append(f"NUMA {controls['numa_node']}")
+    if controls.get("cpus") is not None:
+        parts.append(f"CPUs {controls['cpus']}")
+    return "controls: " + (", ".join(parts) if parts else "none (no GPU, NUMA node or CPU list pinned)")
 
 
 @task(help={"recipe": "recipe YAML file", "json": "print the plan as JSON",

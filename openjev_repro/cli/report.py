@@ -7,7 +7,7 @@ from pathlib import Path
 
 from invoke import Exit, task
 
-from . import user_errors
+from . import FAIL_ON_GATES_HELP, exit_on_failed_gates, user_errors
 
 __all__ = ["report_task"]
 
@@ -16,9 +16,10 @@ __all__ = ["report_task"]
     "run": "run directory written by `invoke study`",
     "out": "write report.md and the plots here instead of into the run directory (needed for a signed run "
            "whose report would change)",
+    "fail_on_gates": FAIL_ON_GATES_HELP,
 })
 @user_errors
-def report_task(c, run, out=None):
+def report_task(c, run, out=None, fail_on_gates=False):
     """Print a run's Markdown report and write report.md and two plots. Exit 1 if the run is not complete."""
     from ..evidence.rundir import RunDir, Status
     from ..results.report import PLOT_NAMES, write_report
@@ -33,3 +34,5 @@ def report_task(c, run, out=None):
     imported = status == Status.IMPORTED and (Path(run) / "import.json").is_file()  # complete, not measured by us
     if status != Status.COMPLETE and not imported:
         raise Exit(f"error: INCOMPLETE RUN: {run} has status {status!r}; the report above is partial.", code=1)
+    if fail_on_gates:
+        exit_on_failed_gates(Path(run) / "summary.json", str(run))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from invoke import Exit, task
 
-from . import user_errors
+from . import FAIL_ON_GATES_HELP, exit_on_failed_gates, user_errors
 
 __all__ = ["study", "verify_inputs_task"]
 
@@ -22,12 +22,13 @@ def verify_inputs_task(c, recipe, inputs_root=None):
     from ..study.inputs import checks_table, verify_inputs
     from ..study.resolved import resolve_recipe
     from .output import console as make_console
+    from .output import keep_words_whole
 
     console = make_console()
     study = resolve_recipe(recipe, inputs_root_override=inputs_root, apply_lock=False)
     root = study.root
     checks = verify_inputs(study.recipe, root, console=console)
-    console.print(checks_table(checks, root))
+    console.print(keep_words_whole(checks_table(checks, root), console.width))
     bad = [ch for ch in checks if ch.status != "ok"]
     if bad:
         raise Exit(f"error: {len(bad)} of {len(checks)} inputs do not match the recipe.", code=1)
@@ -49,10 +50,11 @@ def verify_inputs_task(c, recipe, inputs_root=None):
     "gpu_index": "with --gpu-uuid: the GPU's index on this host (default: looked up from the UUID)",
     "gpu_source": "with --gpu-uuid: who chose that GPU, recorded as gpu_override.source (default: cli; "
                   "a Slurm task passes slurm)",
+    "fail_on_gates": FAIL_ON_GATES_HELP,
 })
 @user_errors
 def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow_busy=False, gpu_uuid=None,
-          gpu_index=None, gpu_source=None, allow_environment_drift=False):
+          gpu_index=None, gpu_source=None, allow_environment_drift=False, fail_on_gates=False):
     """Run a recipe's study end to end; the last line printed is the run directory."""
     from ..orchestrator.progress import ConsoleProgress
     from ..orchestrator.runner import StudyOptions, plan_study, run_study
@@ -65,6 +67,8 @@ def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow
                         progress=ConsoleProgress(console(stderr=True)), allow_environment_drift=allow_environment_drift)
     run = run_study(opts, plan_study(opts))
     sys.stdout.write(f"{run.path}\n")
+    if fail_on_gates:
+        exit_on_failed_gates(run.path / "summary.json", str(run.path))
 
 
 def _gpu_override(gpu_uuid, gpu_index, gpu_source):

@@ -209,9 +209,13 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def to_markdown(summary: dict[str, Any]) -> str:
+    from ..results.report import rounded_text  # numbers for people: summary.json keeps every digit
+
     verdict = summary["verdict"]
     state = {True: "PASS", False: "FAIL", None: "no limits declared"}[verdict["passed"]]
-    lines = [f"# Cross-host report: {summary['study']}", "",
+    one_host = _one_host(summary)
+    title = f"Replicate report, all on the same host {one_host}" if one_host else "Cross-host report"
+    lines = [f"# {title}: {summary['study']}", "",
              (f"Submission `{summary['submission']}`, {len(summary['replicates'])} replicates, every one verified "
              f"(signature, digests, statistics recomputed). Baseline: {summary['baseline']['label']} "
              f"on {summary['baseline']['host']}."), "", f"**Verdict: {state}**", ""]
@@ -226,7 +230,8 @@ def to_markdown(summary: dict[str, Any]) -> str:
                   "| --- | --- | ---: | --- | ---: | ---: | ---: | --- | --- |"]
         for h in b["hosts"]:
             lo, hi = h["pass_range_ms"]
-            within = "baseline" if "mean_ratio" not in h else ("no: " + "; ".join(x.split(": ", 1)[1] for x in h["failures"])
+            within = "baseline" if "mean_ratio" not in h else ("no: " + "; ".join(rounded_text(x.split(": ", 1)[1])
+                                                                           for x in h["failures"])
                                                                if h["failures"] else "yes")
             lines.append(f"| {h['label']} | {h['host']} | {_fmt(h['mean_ms'])} | {_fmt(lo)} – {_fmt(hi)} | "
                          f"{_fmt(h.get('mean_ratio'), 4)} | {h.get('decision_flips', '—')} | "
@@ -236,15 +241,46 @@ def to_markdown(summary: dict[str, Any]) -> str:
             lines += ["", *(f"- cross-host: {f}" for f in b["cross_host_failures"])]
         lines.append("")
     if verdict["failures"]:
-        lines += ["## Tolerance failures", "", *(f"- {f}" for f in verdict["failures"]), ""]
+        lines += ["## Tolerance failures", "", *(f"- {rounded_text(f)}" for f in verdict["failures"]), ""]
     lines += [("Means are over every measured request of a run; the pass range is the lowest and highest "
               "measured pass mean. Relative range = (max - min) / mean of the per-host means; coefficient of "
               "variation = sample standard deviation / mean of the per-host means."), ""]
     return "\n".join(lines)
 
 
+def _one_host(summary: dict[str, Any]) -> str | None:
+    """The host's name when every run (replicates and baseline) ran on the same one: then nothing is cross-host."""
+    hosts = {h["host"] for b in summary["backends"] for h in b["hosts"]} | {summary["baseline"]["host"]}
+    return next(iter(hosts)) if len(hosts) == 1 else None
+
+
+def _hardware(summary: dict[str, Any]) -> str:
+    """What the replicates ran on, from their environment.json: GPU names, else the CPU model."""
+    names = [name for replicate in summary["replicates"] for name in _hardware_of(Path(replicate["run"]))]
+    return ", ".join(dict.fromkeys(names)) or "hardware not recorded"
+
+
+def _hardware_of(run: Path) -> list[str]:
+    try:
+        env = json.loads((run / "environment.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    env = env if isinstance(env, dict) else {}
+    devices = (env.get("gpus") or {}).get("devices") or []
+    gpus = [str(d["name"]) for d in devices if isinstance(d, dict) and d.get("name")]
+    cpu = (env.get("host") or {}).get("cpu_model")
+    return gpus or ([f"CPU only ({cpu})"] if cpu else [])
+
+
 def plot_means(summary: dict[str, Any]) -> bytes:
     """One PNG: each host's mean per backend, with its measured pass means range as an error bar."""
+    buf = io.BytesIO()
+    means_figure(summary).savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def means_figure(summary: dict[str, Any]) -> Any:
+    """The matplotlib Figure behind means.png (Agg canvas, no pyplot state)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -268,10 +304,13 @@ def plot_means(summary: dict[str, Any]) -> bytes:
         role = ", baseline" if marker == "D" and label != "baseline" else ""
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt=marker, capsize=4, label=f"{label} ({host}{role})")
     ax.set_xticks(range(len(groups)), [f"{b['workload']}\n{b['backend']}" for b in groups])
-    ax.set(ylabel="mean latency (ms)", title=f"Per-host means with measured pass ranges: {summary['study']}")
+    one_host = _one_host(summary)
+    what = f"Replicate means, all on one host ({one_host})" if one_host else "Per-host means"
+    ax.set(ylabel="mean latency (ms); error bar: measured pass range")
+    ax.set_ylim(0, 1.12 * ax.get_ylim()[1])  # the heights are compared: from zero, with room for the legend
+    fig.suptitle(f"{what}\nstudy {summary['study']} · {_hardware(summary)} · "
+                 f"collected {str(summary.get('created_utc', ''))[:10]}", fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="lower right")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    return buf.getvalue()
+    return fig

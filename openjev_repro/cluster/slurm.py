@@ -45,6 +45,9 @@ class JobState:
                 "source": self.source}
 
 
+CONTROLLER_HINT = "is slurmctld running? (the local cluster starts with scripts/slurm-local.sh start)"
+
+
 def _run(argv: list[str], *, check: bool = True, timeout_s: float = _TIMEOUT_S) -> subprocess.CompletedProcess[str]:
     if shutil.which(argv[0]) is None:
         raise SlurmError(f"{argv[0]} is not installed here; run this on a Slurm login node "
@@ -52,10 +55,12 @@ def _run(argv: list[str], *, check: bool = True, timeout_s: float = _TIMEOUT_S) 
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"{argv[0]} did not answer within {timeout_s} s; is slurmctld running?") from None
+        raise SlurmError(f"{argv[0]} did not answer within {timeout_s} s; {CONTROLLER_HINT}") from None
     if check and proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise SlurmError(f"{argv[0]} failed (exit {proc.returncode}): {detail[-1] if detail else 'no message'}")
+        last = detail[-1] if detail else "no message"
+        down = "contact slurm controller" in last.lower() or "slurmctld" in last.lower()
+        raise SlurmError(f"{argv[0]} failed (exit {proc.returncode}): {last}" + (f"; {CONTROLLER_HINT}" if down else ""))
     return proc
 
 
@@ -134,7 +139,7 @@ def parse_reply(text: str, what: str) -> dict[str, Any]:
     if errors:
         first = errors[0] if isinstance(errors[0], dict) else {"description": str(errors[0])}
         raise SlurmError(f"{what}: {first.get('description') or first.get('error')} "
-                         f"({first.get('source', 'slurm')}); is slurmctld running?")
+                         f"({first.get('source', 'slurm')}); {CONTROLLER_HINT}")
     return data
 
 

@@ -125,6 +125,11 @@ def _latency_notes(wl: WorkloadSummary) -> list[str]:
     feas = [f"{n} {_per_pass(b['feasibility'], 'mean_ms')} ms" for n, b in wl["backends"].items() if b["feasibility"]]
     if feas:
         out.append("Excluded feasibility pass means: " + "; ".join(feas) + ".")
+    pooled = [f"{n} P50 {b['overall']['p50_ms']:.3f}, P95 JevBench rank {b['overall']['p95_jevbench_ms']:.3f} ms"
+              for n, b in wl["backends"].items()
+              if b["overall"].get("p50_ms") is not None and b["overall"].get("p95_jevbench_ms") is not None]
+    if pooled:
+        out.append("Pooled over all measured passes (the CDF plot's marks): " + "; ".join(pooled) + ".")
     for name, b in wl["backends"].items():
         if b["overall"]["errors"]:
             out.append(f"**{name}: {b['overall']['errors']} failed measured request(s)**, excluded from latency "
@@ -194,7 +199,7 @@ def _agreement_lines(wl: WorkloadSummary, t: RowTable | None = None, workload: s
     return out
 
 
-def _stability_lines(wl: WorkloadSummary) -> list[str]:
+def _stability_lines(wl: WorkloadSummary, passes: str = "feasibility and measured passes") -> list[str]:
     out = []
     for name, b in wl["backends"].items():
         if b["probabilities_stable"] is None:
@@ -205,9 +210,16 @@ def _stability_lines(wl: WorkloadSummary) -> list[str]:
         extra = f" (changed: {', '.join(b['stability_changed_ids'])})" if b["stability_changed_ids"] else ""
         gaps = b["stability_errors"] + b["stability_incomplete"]
         extra += f" ({gaps} failed or missing requests)" if gaps else ""
-        out.append(f"- {name}: probabilities {what} across its {b['stability_passes']} feasibility and "
-                   f"measured passes{extra}.")
+        out.append(f"- {name}: probabilities {what} across its {b['stability_passes']} {passes}{extra}.")
     return out
+
+
+_LONG_NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d{7,}(?:e[-+]?\d+)?(?![\w.])|(?<![\w.])-?\d\.\d{5,}e[-+]?\d+(?![\w.])")
+
+
+def rounded_text(text: str) -> str:
+    """`6.00337503842141e-06` -> `6.003e-06` in text for people (summary.json keeps every digit)."""
+    return _LONG_NUMBER.sub(lambda m: f"{float(m.group()):.4g}", text)
 
 
 def _gate_lines(gates: list[GateResult]) -> list[str]:
@@ -216,7 +228,7 @@ def _gate_lines(gates: list[GateResult]) -> list[str]:
     lines = ["| Gate | Kind | Outcome | Detail |", "| --- | --- | --- | --- |"]
     for g in gates:
         outcome = "not evaluated" if not g["evaluated"] else ("PASSED" if g["passed"] else "FAILED")
-        detail = g["detail"].replace("|", "\\|")  # a pipe would split the table cell
+        detail = rounded_text(g["detail"]).replace("|", "\\|")  # a pipe would split the table cell
         lines.append(f"| {g['name']} | {g['kind']} | {outcome} | {detail} |")
     return lines
 
@@ -310,6 +322,8 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     out += [f"> **{n}**" for n in notes] + ([""] if notes else [])
     t = as_table(rows)
     excluded = int(sum(t.phase.equals(ph).sum() for ph in ("first", "warmup", "feasibility")))
+    # an imported run has only measured passes: its determinism line must not speak of feasibility passes
+    passes_word = "feasibility and measured passes" if t.phase.equals("feasibility").any() else "measured passes"
     out += [
         ("P50 is the median. P95 JevBench rank is `sorted[int(0.95*N)-1]`; P95 nearest rank is "
         "`sorted[ceil(0.95*N)-1]`. Means are `fsum / N` over successful measured requests; the first "
@@ -322,7 +336,7 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
         out += [*_latency_notes(wl), ""]
         out += ["Speed:", "", *_comparison_lines(wl), ""]
         out += ["Agreement (first measured pass, paired by case id and position):", "", *_agreement_lines(wl, t, name), ""]
-        out += ["Determinism:", "", *_stability_lines(wl), ""]
+        out += ["Determinism:", "", *_stability_lines(wl, passes_word), ""]
     if imported is not None:
         out += _imported_lines(imported)
     out += ["## Gates", "", *_gate_lines(summary["gates"]), ""]
@@ -491,8 +505,11 @@ class _Panels:
                                      else {"ls": PASS_LINES[n % len(PASS_LINES)]})
             handles.append(Line2D([], [], color="0.3", label=f"measured pass {p}", **style))
         if kind == "cdf" and self.backends:
-            handles += [Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", ms=8, mew=2, label="P50"),
-                        Line2D([], [], color="0.3", marker="X", ls="none", ms=9, mew=1, label="P95 (JevBench rank)")]
+            pooled = f"passes {', '.join(map(str, self.passes))} pooled" if len(self.passes) > 1 else "the measured pass"
+            handles += [Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", ms=8, mew=2,
+                               label=f"P50 ({pooled})"),
+                        Line2D([], [], color="0.3", marker="X", ls="none", ms=9, mew=1,
+                               label=f"P95 JevBench rank ({pooled})")]
         if handles:
             ax.legend(handles=handles, fontsize=8.5, loc="lower right" if kind == "cdf" else "upper left")
 
@@ -529,7 +546,7 @@ def _cdf_backend(ax, panels: _Panels, b: str, by_pass: dict[int, np.ndarray]) ->
         return None
     ax.plot([p50], [YES_THRESHOLD], marker="o", mfc="white", ms=8, mew=2, color=colour, ls="none", zorder=5)
     ax.plot([p95], [0.95], marker="X", ms=10, mew=1, mec="white", color=colour, ls="none", zorder=5)
-    return f"{b}: P50 {p50:.1f}, P95 {p95:.1f} ms"
+    return f"{b}: P50 {p50:.1f}, P95 {p95:.1f} ms (pooled)"
 
 
 def _cdf_figure(panels: _Panels, study_id: str, run: RunInfo | None):
@@ -602,7 +619,7 @@ def _load_run(run: RunDir) -> tuple[dict, Recipe, RowTable]:
     return state, recipe, rows
 
 
-def run_facts_of(run: RunDir, backends: dict) -> list[str]:
+def run_facts_of(run: RunDir, backends: dict, order: Sequence[str] = ()) -> list[str]:
     """Report lines from backends.json's content `backends` (weights fingerprints, threads; {} when the run
     has none) and host.json's gpu_override.
 
@@ -616,7 +633,8 @@ def run_facts_of(run: RunDir, backends: dict) -> list[str]:
         lines.append(f"- GPU override ({override.get('source')}): ran on index {run_gpu.get('index')} "
                      f"`{run_gpu.get('uuid')}`; the recipe pins index {recipe_gpu.get('index')} "
                      f"`{recipe_gpu.get('uuid')}` (recipe unchanged).")
-    for name, info in sorted((backends.get("backends") or {}).items()):
+    rank = {name: k for k, name in enumerate(order)}  # the recipe's order, then any other by name
+    for name, info in sorted((backends.get("backends") or {}).items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])):
         fingerprint = info.get("weights_fingerprint")
         if not isinstance(fingerprint, str):
             lines.append(f"- {name}: no weights fingerprint reported")
@@ -663,7 +681,7 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     info = imported_run_info(run.path.name, imported) if imported is not None else run_info(run, recipe)
     backends = run.read("backends.json") if run.file("backends.json").is_file() else {}
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
-                         imported=imported, run_facts=run_facts_of(run, backends),
+                         imported=imported, run_facts=run_facts_of(run, backends, [b.name for b in recipe.backends]),
                          floor=floor_lines(backends.get("backends") or {}, rows), drift=recorded_drift(run),
                          servers=_servers_of(run, backends, recipe))
     target = Path(out_dir) if out_dir is not None else run.path
