@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReproError
+from .fast_layers import parse_fusions
 from .model import METHOD, DecisionModel, Settings
 from .package import package_sha256, read_package
 from .server import HEADER_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_CONNECTIONS, ReferenceServer
@@ -57,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true",
                    help="fast mode on CUDA: fuse every RMSNorm and MLP SiLU gate into one kernel each with "
                         "torch.compile (compiled at the first inference)")
+    p.add_argument("--fuse", default="", metavar="LIST",
+                   help="fast mode: comma list of fusions (conv-silu, concat-proj, add-norm), all or none; "
+                        "reported in /health as fusions (docs/backend.md)")
     p.add_argument("--torch-threads", "--threads", dest="threads", type=int, default=0, metavar="N",
                    help="torch intra-op CPU threads, applied with torch.set_num_threads and reported in /health "
                         "as torch_threads (0: torch's default, which follows OMP_NUM_THREADS or the core count)")
@@ -104,7 +108,7 @@ def _static_meta(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
 def load_model(args: argparse.Namespace, package: Any) -> DecisionModel:
     max_length = args.max_length or (package.max_length if package else 4096)
     settings = Settings(mode=args.mode, device=args.device, dtype=args.dtype, max_length=max_length,
-                        cuda_graphs=args.cuda_graphs, compile=args.compile)
+                        cuda_graphs=args.cuda_graphs, compile=args.compile, fusions=parse_fusions(args.fuse))
     if package is not None:
         return DecisionModel.from_package(package, settings)
     return DecisionModel.from_random(args.random_init, args.tokenizer, args.seed, settings)
@@ -129,6 +133,8 @@ def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
         print("error: --measure-hardware measures a CUDA device; drop it or use --device cuda.", file=sys.stderr)
         return 2
     try:
+        if parse_fusions(args.fuse) and args.mode != "fast":
+            raise ReproError("--fuse is part of fast mode only; use --mode fast or drop the flag.")
         meta, package = _static_meta(args)
     except ReproError as exc:
         print(f"error: {exc}", file=sys.stderr)

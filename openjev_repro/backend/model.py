@@ -47,6 +47,7 @@ class Settings:
     max_length: int = 4096
     cuda_graphs: int = 0          # fast mode, CUDA only: LRU capacity, 0 = eager
     compile: bool = False         # fast mode, CUDA only: fused RMSNorm and SiLU gate (fusion.py, torch.compile)
+    fusions: tuple[str, ...] = ()  # fast mode: fast_layers.FUSIONS to apply (conv-silu, concat-proj, add-norm)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ def _check_settings(settings: Settings, device: Any) -> None:
             raise BackendError("torch.compile is part of fast mode only; drop --compile for raw mode.")
         if device.type != "cuda":
             raise BackendError("--compile needs a CUDA device; drop the flag or use --device cuda.")
+    if settings.fusions and settings.mode != "fast":
+        raise BackendError("--fuse is part of fast mode only; drop it for raw mode.")
     if settings.cuda_graphs:
         if settings.mode != "fast":
             raise BackendError("CUDA Graph replay is part of fast mode only; drop --cuda-graphs for raw mode.")
@@ -216,6 +219,11 @@ class DecisionModel:
         if settings.compile:
             from .fusion import fuse_elementwise
             info["compiled"] = fuse_elementwise(text_model)
+        if settings.fusions:   # after the fingerprints (they describe the unconcatenated weights) and after --compile
+            from .fast_layers import apply_fusions
+            from .fusion import compile_function
+            info["fusions"] = apply_fusions(text_model, settings.fusions,
+                                            compiler=compile_function if settings.compile else None)
         info = {**info, "implementations": impls,
                 "non_embedding_parameters": sum(p.numel() for name, p in text_model.named_parameters()
                                                 if "embed_tokens" not in name),
@@ -238,6 +246,7 @@ class DecisionModel:
                 "lora_modules": self.info["lora_modules"],
                 "cuda_graphs": self.graphs.stats() if self.graphs else None,
                 "compiled": self.info.get("compiled"),
+                "fusions": self.info.get("fusions"),
                 "hardware": self.info.get("hardware"),
                 "non_embedding_parameters": self.info["non_embedding_parameters"],
                 **{key: self.info[key] for key in FINGERPRINT_KEYS if key in self.info},
