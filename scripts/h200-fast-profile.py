@@ -81,7 +81,8 @@ def main() -> int:
     p.add_argument("--merge", choices=("peft", "fp32", "none"), default="peft")
     p.add_argument("--cuda-graphs", type=int, default=64)
     p.add_argument("--skip-hardware", action="store_true")
-    p.add_argument("--compile", action="store_true", help="torch.compile each decoder layer")
+    p.add_argument("--compile", action="store_true", help="the backend's --compile (fused RMSNorm and SiLU gate)")
+    p.add_argument("--fuse", default="", help="the backend's --fuse list (conv-silu, concat-proj, add-norm, all)")
     p.add_argument("--skip-profile", action="store_true")
     p.add_argument("--device", default="cuda", help="cpu: a dry run of the script on a small config")
     p.add_argument("--config", type=Path, default=REPO / "recipes" / "configs" / "qwen3_5-27b-text.json")
@@ -95,6 +96,7 @@ def main() -> int:
     import peft
     import torch
 
+    from openjev_repro.backend.fast_layers import parse_fusions
     from openjev_repro.backend.model import DecisionModel, Settings
     from openjev_repro.backend.prompts import MODEL_ALIASES, parse_request
     from openjev_repro.backend.server import ReferenceServer
@@ -104,7 +106,7 @@ def main() -> int:
     def save() -> None:  # after every phase, so a run cut short still leaves what it measured
         (args.out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
 
-    result: dict = {"format_version": 1, "merge": args.merge, "cuda_graphs": args.cuda_graphs, "compile": args.compile}
+    result: dict = {"format_version": 1, "merge": args.merge, "cuda_graphs": args.cuda_graphs, "compile": args.compile, "fuse": args.fuse}
     if not args.skip_hardware:
         result["hardware"] = hardware(torch)
         print("hardware", json.dumps(result["hardware"])[:400], flush=True)
@@ -117,12 +119,12 @@ def main() -> int:
              for t in tasks]
     cuda = args.device == "cuda"
     settings = Settings(mode="fast", device=args.device, max_length=16384, cuda_graphs=args.cuda_graphs if cuda else 0,
-                        compile=args.compile)
+                        compile=args.compile, fusions=parse_fusions(args.fuse))
     t0 = time.perf_counter()
     model = DecisionModel.from_random(args.config, args.tokenizer, 0, settings)
     result["build_s"] = round(time.perf_counter() - t0, 1)
     result["info"] = {k: model.info.get(k) for k in ("weights_fingerprint", "merged_weights_fingerprint",
-                                                     "implementations", "weights_bytes")}
+                                                     "implementations", "weights_bytes", "compiled", "fusions")}
     result["non_embedding_parameters"] = sum(p.numel() for n, p in model.backbone.named_parameters()
                                              if "embed_tokens" not in n)
     print("built", json.dumps(result["info"])[:300], flush=True)
