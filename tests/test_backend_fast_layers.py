@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from openjev_repro.backend.conv_silu import conv_silu_reference
-from openjev_repro.backend.fast_layers import FUSIONS, parse_fusions
+from openjev_repro.backend.fast_layers import ALL, FUSIONS, parse_fusions
 from openjev_repro.backend.model import DecisionModel, Settings
 from openjev_repro.backend.package import read_package
 from openjev_repro.errors import BackendError
@@ -101,7 +101,7 @@ def test_reference_is_the_library_conv_and_silu() -> None:
 
 def test_parse_fusions() -> None:
     assert parse_fusions("") == () and parse_fusions("none") == ()
-    assert parse_fusions("all") == FUSIONS
+    assert parse_fusions("all") == ALL == ("conv-silu", "concat-in-proj", "add-norm")
     assert parse_fusions("add-norm, conv-silu") == ("conv-silu", "add-norm")   # canonical order
     with pytest.raises(BackendError, match="Unknown fusion 'conv'"):
         parse_fusions("conv")
@@ -127,7 +127,7 @@ def test_every_fusion_scores_like_the_library_and_is_reported(fixture_checkpoint
     plain, fused = _model(fixture_checkpoint), _model(fixture_checkpoint, FUSIONS)
     config = plain.backbone.config
     linear = sum(1 for kind in config.layer_types if kind == "linear_attention")
-    assert fused.info["fusions"] == (f"conv-silu, concat-proj, add-norm ({linear} linear attention, "
+    assert fused.info["fusions"] == (f"conv-silu, concat-in-proj, concat-gate-up, add-norm ({linear} linear attention, "
                                      f"{config.num_hidden_layers} MLPs, {config.num_hidden_layers} layers)")
     assert fused.describe()["fusions"] == fused.info["fusions"]
     assert fused.info["weights_fingerprint"] == plain.info["weights_fingerprint"]   # taken before concatenating

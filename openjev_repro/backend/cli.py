@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fast mode on CUDA: fuse every RMSNorm and MLP SiLU gate into one kernel each with "
                         "torch.compile (compiled at the first inference)")
     p.add_argument("--fuse", default="", metavar="LIST",
-                   help="fast mode: comma list of fusions (conv-silu, concat-proj, add-norm), all or none; "
+                   help="fast mode: comma list of fusions (conv-silu, concat-in-proj, concat-gate-up, add-norm), all or none; "
                         "reported in /health as fusions (docs/backend.md)")
     p.add_argument("--torch-threads", "--threads", dest="threads", type=int, default=0, metavar="N",
                    help="torch intra-op CPU threads, applied with torch.set_num_threads and reported in /health "

@@ -47,7 +47,7 @@ class Settings:
     max_length: int = 4096
     cuda_graphs: int = 0          # fast mode, CUDA only: LRU capacity, 0 = eager
     compile: bool = False         # fast mode, CUDA only: fused RMSNorm and SiLU gate (fusion.py, torch.compile)
-    fusions: tuple[str, ...] = ()  # fast mode: fast_layers.FUSIONS to apply (conv-silu, concat-proj, add-norm)
+    fusions: tuple[str, ...] = ()  # fast mode: fast_layers.FUSIONS to apply (conv-silu, concat-in-proj, concat-gate-up, add-norm)
 
 
 @dataclass(frozen=True)
