@@ -151,3 +151,28 @@ def test_fuse_is_refused_in_raw_mode(fixture_checkpoint: Path) -> None:
     with pytest.raises(BackendError, match="fast mode only"):
         DecisionModel.from_package(read_package(fixture_checkpoint),
                                    Settings(mode="raw", device="cpu", fusions=("conv-silu",)))
+
+
+def test_cached_template_ids_equal_the_template_path_on_every_fixture_request(fixture_root: Path) -> None:
+    from openjev_repro.backend.prompts import MODEL_ALIASES, chat_prompt, parse_request, render_text
+    from openjev_repro.backend.template_ids import TemplateIds
+
+    model = DecisionModel.from_package(read_package(fixture_root / "checkpoint"),
+                                       Settings(mode="fast", device="cpu", prompt_ids="cached"))
+    cache = model.template_ids
+    assert cache is not None and cache.status == "cached" and cache.enabled
+    assert model.describe()["prompt_ids"] == "cached"
+    texts = []
+    for name in ("demo-noul.jsonl", "h200-74-lengths.jsonl"):
+        for line in (fixture_root / "requests" / name).read_text().splitlines():
+            task = json.loads(line)
+            _, state, questions = parse_request({"model": MODEL_ALIASES[0], "state": task["state"],
+                                                 "questions": {task["id"]: task["question"]}}, MODEL_ALIASES)
+            texts += [render_text(state, q, None) for q in questions]
+    assert len(texts) == 98
+    for text in texts + [" leading space", "\n\nleading newlines", ""]:
+        assert cache.ids(text) == chat_prompt(model.tokenizer, text)
+    assert [c.ids for c in model.candidates(state, questions)] == [chat_prompt(model.tokenizer, texts[-1])]
+    broken = TemplateIds(model.tokenizer)
+    broken.suffix = broken.suffix[1:]        # a wrong cache is caught by the probes at load
+    assert broken.ids("x") != chat_prompt(model.tokenizer, "x")

@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fuse", default="", metavar="LIST",
                    help="fast mode: comma list of fusions (conv-silu, concat-in-proj, concat-gate-up, add-norm), all or none; "
                         "reported in /health as fusions (docs/backend.md)")
+    p.add_argument("--prompt-ids", choices=("template", "cached"), default="template",
+                   help="template: every candidate through the chat template; cached: the template's fixed "
+                        "token ids kept, only the user text tokenised (checked at load; /health prompt_ids)")
     p.add_argument("--torch-threads", "--threads", dest="threads", type=int, default=0, metavar="N",
                    help="torch intra-op CPU threads, applied with torch.set_num_threads and reported in /health "
                         "as torch_threads (0: torch's default, which follows OMP_NUM_THREADS or the core count)")
@@ -108,7 +111,7 @@ def _static_meta(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
 def load_model(args: argparse.Namespace, package: Any) -> DecisionModel:
     max_length = args.max_length or (package.max_length if package else 4096)
     settings = Settings(mode=args.mode, device=args.device, dtype=args.dtype, max_length=max_length,
-                        cuda_graphs=args.cuda_graphs, compile=args.compile, fusions=parse_fusions(args.fuse))
+                        cuda_graphs=args.cuda_graphs, compile=args.compile, fusions=parse_fusions(args.fuse), prompt_ids=args.prompt_ids)
     if package is not None:
         return DecisionModel.from_package(package, settings)
     return DecisionModel.from_random(args.random_init, args.tokenizer, args.seed, settings)

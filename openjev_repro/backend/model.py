@@ -47,6 +47,7 @@ class Settings:
     max_length: int = 4096
     cuda_graphs: int = 0          # fast mode, CUDA only: LRU capacity, 0 = eager
     compile: bool = False         # fast mode, CUDA only: fused RMSNorm and SiLU gate (fusion.py, torch.compile)
+    prompt_ids: str = "template"  # template | cached (template_ids.py: only the user text is tokenised)
     fusions: tuple[str, ...] = ()  # fast mode: fast_layers.FUSIONS to apply (conv-silu, concat-in-proj, concat-gate-up, add-norm)
 
 
@@ -85,6 +86,8 @@ def _check_settings(settings: Settings, device: Any) -> None:
             raise BackendError("torch.compile is part of fast mode only; drop --compile for raw mode.")
         if device.type != "cuda":
             raise BackendError("--compile needs a CUDA device; drop the flag or use --device cuda.")
+    if settings.prompt_ids not in ("template", "cached"):
+        raise BackendError(f"Unknown --prompt-ids {settings.prompt_ids!r}; use template or cached.")
     if settings.fusions and settings.mode != "fast":
         raise BackendError("--fuse is part of fast mode only; drop it for raw mode.")
     if settings.cuda_graphs:
@@ -113,6 +116,10 @@ class DecisionModel:
         self.info = info
         self.graphs = None
         self._backbone_dtypes: list[str] | None = None
+        self.template_ids = None
+        if settings.prompt_ids == "cached":
+            from .template_ids import TemplateIds
+            self.template_ids = TemplateIds(tokenizer)
         if settings.cuda_graphs:
             from .graphs import GraphCache
             self.graphs = GraphCache(settings.cuda_graphs, device, compiled=settings.compile)
@@ -247,6 +254,7 @@ class DecisionModel:
                 "cuda_graphs": self.graphs.stats() if self.graphs else None,
                 "compiled": self.info.get("compiled"),
                 "fusions": self.info.get("fusions"),
+                "prompt_ids": self.template_ids.status if self.template_ids else "template",
                 "hardware": self.info.get("hardware"),
                 "non_embedding_parameters": self.info["non_embedding_parameters"],
                 **{key: self.info[key] for key in FINGERPRINT_KEYS if key in self.info},
@@ -260,7 +268,8 @@ class DecisionModel:
         for question in questions:
             options = question.options if question.type != "noul" else [None]
             for option in options:
-                ids = chat_prompt(self.tokenizer, render_text(state, question, option))
+                text = render_text(state, question, option)
+                ids = self.template_ids.ids(text) if self.template_ids else chat_prompt(self.tokenizer, text)
                 if len(ids) > self.settings.max_length:
                     raise RequestInvalid(
                         f"a candidate of question {question.qid!r} has {len(ids)} tokens, over the server's "
