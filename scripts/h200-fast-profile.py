@@ -82,6 +82,7 @@ def main() -> int:
     p.add_argument("--cuda-graphs", type=int, default=64)
     p.add_argument("--skip-hardware", action="store_true")
     p.add_argument("--compile", action="store_true", help="the backend's --compile (fused RMSNorm and SiLU gate)")
+    p.add_argument("--prompt-ids", default="template", choices=("template", "cached"))
     p.add_argument("--fuse", default="", help="the backend's --fuse list (conv-silu, concat-in-proj, concat-gate-up, add-norm, all)")
     p.add_argument("--skip-profile", action="store_true")
     p.add_argument("--device", default="cuda", help="cpu: a dry run of the script on a small config")
@@ -119,7 +120,7 @@ def main() -> int:
              for t in tasks]
     cuda = args.device == "cuda"
     settings = Settings(mode="fast", device=args.device, max_length=16384, cuda_graphs=args.cuda_graphs if cuda else 0,
-                        compile=args.compile, fusions=parse_fusions(args.fuse))
+                        compile=args.compile, fusions=parse_fusions(args.fuse), prompt_ids=args.prompt_ids)
     t0 = time.perf_counter()
     model = DecisionModel.from_random(args.config, args.tokenizer, 0, settings)
     result["build_s"] = round(time.perf_counter() - t0, 1)
@@ -213,12 +214,16 @@ def main() -> int:
             with torch.inference_mode():
                 model._forward(ids)
                 activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
-                with profile(activities=activities) as prof:
+                with profile(activities=activities, record_shapes=True) as prof:
                     model._forward(ids)
                     if cuda:
                         torch.cuda.synchronize()
             table = prof.key_averages().table(sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total", row_limit=45, max_name_column_width=70)
             (args.out / f"profile-{lengths[i]}.txt").write_text(table + "\n")
+            by_shape = prof.key_averages(group_by_input_shape=True).table(
+                sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total", row_limit=40,
+                max_name_column_width=40, max_shapes_column_width=90)
+            (args.out / f"profile-{lengths[i]}-by-shape.txt").write_text(by_shape + "\n")
             kernels = [e for e in prof.key_averages() if e.self_device_time_total > 0]
             total = sum(e.self_device_time_total for e in kernels)
             gemm = sum(e.self_device_time_total for e in kernels
