@@ -94,6 +94,8 @@ def _code_commit() -> str:
 
 def _static_meta(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     """Check the checkpoint (cheap, before binding) and collect the metadata that never changes."""
+    if parse_fusions(args.fuse) and args.mode != "fast":
+        raise ReproError("--fuse is part of fast mode only; use --mode fast or drop the flag.")
     if args.checkpoint is not None:
         package = read_package(args.checkpoint)
         meta: dict[str, str | None] = {"base_model_id": package.base_model_id, "base_revision": package.base_revision,
@@ -136,8 +138,6 @@ def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
         print("error: --measure-hardware measures a CUDA device; drop it or use --device cuda.", file=sys.stderr)
         return 2
     try:
-        if parse_fusions(args.fuse) and args.mode != "fast":
-            raise ReproError("--fuse is part of fast mode only; use --mode fast or drop the flag.")
         meta, package = _static_meta(args)
     except ReproError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -76,7 +76,8 @@ def _concat_linear_attention(attn: Any) -> None:
 def _projections(self: Any, hidden: Any) -> tuple[Any, Any, Any, Any]:
     """(mixed_qkv [B, T, C], z, b, a) from one concatenated GEMM or the library's four."""
     if hasattr(self, "in_proj_all"):
-        return tuple(self.in_proj_all(hidden).split(self.in_proj_splits, dim=-1))  # type: ignore[return-value]
+        qkv, z, b, a = self.in_proj_all(hidden).split(self.in_proj_splits, dim=-1)
+        return qkv, z, b, a
     return self.in_proj_qkv(hidden), self.in_proj_z(hidden), self.in_proj_b(hidden), self.in_proj_a(hidden)
 
 
@@ -163,6 +164,31 @@ def _identity(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+def _set_forward(module: Any, forward: Callable[..., Any]) -> None:
+    setattr(module, "forward", types.MethodType(forward, module))  # noqa: B010 - this instance only, on purpose
+
+
+def _patch(module: Any, qwen: Any, fusions: set[str], gate_mul: Callable[..., Any],
+           add_norm: Callable[..., Any]) -> str | None:
+    """Patch one module if a fusion applies to it; the name it is counted under, or None."""
+    kind = type(module)
+    if kind is qwen.Qwen3_5GatedDeltaNet and fusions & {"conv-silu", "concat-in-proj"}:
+        if "concat-in-proj" in fusions:
+            _concat_linear_attention(module)
+        setattr(module, "fused_conv", "conv-silu" in fusions)  # noqa: B010
+        setattr(module, "library_forward", module.forward)  # noqa: B010
+        _set_forward(module, gated_deltanet_forward)
+        return "linear attention"
+    if kind is qwen.Qwen3_5MLP and "concat-gate-up" in fusions:
+        _concat_mlp(module)
+        _set_forward(module, _mlp_forward(gate_mul))
+        return "MLPs"
+    if kind is qwen.Qwen3_5DecoderLayer and "add-norm" in fusions:
+        _set_forward(module, _layer_forward(add_norm))
+        return "layers"
+    return None
+
+
 def apply_fusions(model: Any, fusions: tuple[str, ...],
                   compiler: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None) -> str:
     """Patch `model` (a Qwen3_5TextModel) with the named fusions; describe what was patched.
@@ -177,19 +203,8 @@ def apply_fusions(model: Any, fusions: tuple[str, ...],
     gate_mul, add_norm = compile_fn(silu_mul), compile_fn(add_rms_norm)   # compiled once, shared by all layers
     counts = {"linear attention": 0, "MLPs": 0, "layers": 0}
     for module in model.modules():
-        if type(module) is qwen.Qwen3_5GatedDeltaNet and ({"conv-silu", "concat-in-proj"} & set(fusions)):
-            if "concat-in-proj" in fusions:
-                _concat_linear_attention(module)
-            module.fused_conv = "conv-silu" in fusions
-            module.library_forward = module.forward
-            module.forward = types.MethodType(gated_deltanet_forward, module)
-            counts["linear attention"] += 1
-        elif type(module) is qwen.Qwen3_5MLP and "concat-gate-up" in fusions:
-            _concat_mlp(module)
-            module.forward = types.MethodType(_mlp_forward(gate_mul), module)
-            counts["MLPs"] += 1
-        elif type(module) is qwen.Qwen3_5DecoderLayer and "add-norm" in fusions:
-            module.forward = types.MethodType(_layer_forward(add_norm), module)
-            counts["layers"] += 1
+        patched = _patch(module, qwen, set(fusions), gate_mul, add_norm)
+        if patched:
+            counts[patched] += 1
     done = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
     return f"{', '.join(fusions)} ({done or 'nothing matched'})"

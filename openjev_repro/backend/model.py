@@ -78,6 +78,13 @@ def resolve_device(settings: Settings) -> tuple[Any, Any]:
     return device, dtype
 
 
+def _check_prompt_and_fusions(settings: Settings) -> None:
+    if settings.prompt_ids not in ("template", "cached"):
+        raise BackendError(f"Unknown --prompt-ids {settings.prompt_ids!r}; use template or cached.")
+    if settings.fusions and settings.mode != "fast":
+        raise BackendError("--fuse is part of fast mode only; drop it for raw mode.")
+
+
 def _check_settings(settings: Settings, device: Any) -> None:
     if settings.mode not in ("raw", "fast"):
         raise BackendError(f"Unknown --mode {settings.mode!r}; use raw or fast.")
@@ -86,10 +93,7 @@ def _check_settings(settings: Settings, device: Any) -> None:
             raise BackendError("torch.compile is part of fast mode only; drop --compile for raw mode.")
         if device.type != "cuda":
             raise BackendError("--compile needs a CUDA device; drop the flag or use --device cuda.")
-    if settings.prompt_ids not in ("template", "cached"):
-        raise BackendError(f"Unknown --prompt-ids {settings.prompt_ids!r}; use template or cached.")
-    if settings.fusions and settings.mode != "fast":
-        raise BackendError("--fuse is part of fast mode only; drop it for raw mode.")
+    _check_prompt_and_fusions(settings)
     if settings.cuda_graphs:
         if settings.mode != "fast":
             raise BackendError("CUDA Graph replay is part of fast mode only; drop --cuda-graphs for raw mode.")

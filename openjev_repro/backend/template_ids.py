@@ -38,8 +38,22 @@ class TemplateIds:
         self.enabled = self.status == "cached"
 
     def _prepare(self) -> str:
-        backend = getattr(self.tokenizer, "backend_tokenizer", None)
-        if backend is None:
+        split = self._split_template()
+        if isinstance(split, str):
+            return split
+        head, tail = split
+        self.prefix = self._encode(head)
+        self.suffix = self._encode(tail)
+        self.enabled = True
+        wrong = [p for p in PROBES if self.ids(p) != chat_prompt(self.tokenizer, p)]
+        self.enabled = False
+        if wrong:
+            return f"template (cached ids differ from the template's for a probe text: {wrong[0]!r})"
+        return "cached"
+
+    def _split_template(self) -> tuple[str, str] | str:
+        """(text before, text after the user message), or why the cache cannot be used."""
+        if getattr(self.tokenizer, "backend_tokenizer", None) is None:
             return "template (no fast tokenizer)"
         rendered = self.tokenizer.apply_chat_template([{"role": "user", "content": _SENTINEL}], tokenize=False,
                                                       add_generation_prompt=True, enable_thinking=False)
@@ -50,14 +64,7 @@ class TemplateIds:
         special |= {str(t) for t in getattr(self.tokenizer, "added_tokens_decoder", {}).values()}
         if not any(tail.startswith(tok) for tok in special if tok):
             return "template (the template's suffix does not start with a special token)"
-        self.prefix = self._encode(head)
-        self.suffix = self._encode(tail)
-        self.enabled = True
-        wrong = [p for p in PROBES if self.ids(p) != chat_prompt(self.tokenizer, p)]
-        self.enabled = False
-        if wrong:
-            return f"template (cached ids differ from the template's for a probe text: {wrong[0]!r})"
-        return "cached"
+        return head, tail
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids)

@@ -501,6 +501,17 @@ def _differing_margins(index: _Index, gate) -> list[tuple[str, float]]:
     return [(str(case), float(m)) for case, m in zip(t.ids.strings(a[differ]), margins, strict=True)]
 
 
+def _margin_detail(gate, differing: list[tuple[str, float]], counted: list[tuple[str, float]]) -> str:
+    """The decision gate's detail under `min_margin`: the cases that count and each one excluded, with margins."""
+    excluded = [(case, m) for case, m in differing if m <= gate.min_margin]
+    detail = f"; gated where |p({gate.a}) - 0.5| > {gate.min_margin}"
+    if counted:
+        detail += "; differing there: " + ", ".join(f"{case} (margin {m:.4f})" for case, m in counted)
+    if excluded:
+        detail += "; excluded by the margin: " + ", ".join(f"{case} (margin {m:.4f})" for case, m in excluded)
+    return detail
+
+
 def _decisions(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
     ag, errors = _pair_gate(gate, index)
     if ag["n"] == 0:
@@ -511,13 +522,8 @@ def _decisions(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> Ga
             detail += f"; differing: {', '.join(ag['differing_ids'])}"
         return _gate(gate, True, ag["agreement"] == ag["n"], errors, detail)
     differing = _differing_margins(index, gate)
-    excluded = [(case, m) for case, m in differing if m <= gate.min_margin]
     counted = [(case, m) for case, m in differing if m > gate.min_margin]
-    detail += f"; gated where |p({gate.a}) - 0.5| > {gate.min_margin}"
-    if counted:
-        detail += "; differing there: " + ", ".join(f"{case} (margin {m:.4f})" for case, m in counted)
-    if excluded:
-        detail += "; excluded by the margin: " + ", ".join(f"{case} (margin {m:.4f})" for case, m in excluded)
+    detail += _margin_detail(gate, differing, counted)
     return _gate(gate, True, not counted, errors, detail)
 
 
