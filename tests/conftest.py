@@ -50,7 +50,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _write_fixture(root: Path) -> None:
     from openjev_repro.backend.fixture import build_fixture
-    from openjev_repro.study.synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
+    from openjev_repro.backend.synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
 
     build_fixture(root / "checkpoint")
     write_demo_requests(root / "checkpoint" / "base", root / "requests" / "demo-noul.jsonl")

@@ -13,7 +13,7 @@ from test_audit_kit import build_run, recipe_dict
 
 from openjev_repro.audit.compare import compare_rows, compare_runs, load_tolerances
 from openjev_repro.errors import EvidenceError, RecipeError
-from openjev_repro.study.rows import read_rows
+from openjev_repro.evidence.rows import read_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = {"format_version": 1, "max_mean_ratio": 1.10, "max_probability_delta": 0.01, "decisions_must_match": True}

@@ -7,7 +7,7 @@ from studykit import scripted_backend, write_study
 from openjev_repro.audit.publish import publish
 from openjev_repro.audit.verify import format_checks, verify_path
 from openjev_repro.manifest import generate_keypair
-from openjev_repro.study.runner import StudyOptions, run_study
+from openjev_repro.orchestrator.runner import StudyOptions, run_study
 
 
 def test_signed_study_verifies_and_publishes(tmp_path):

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import yaml
 
+from openjev_repro.evidence.files import write_json_atomic
+from openjev_repro.evidence.recipe import parse_recipe
+from openjev_repro.evidence.rows import Row, RowWriter, read_rows
+from openjev_repro.evidence.rundir import RunDir
 from openjev_repro.manifest import generate_keypair, write_manifest
 from openjev_repro.results.statistics import summarize
-from openjev_repro.study.recipe import parse_recipe
-from openjev_repro.study.rows import Row, RowWriter, read_rows
-from openjev_repro.study.rundir import RunDir, write_json_atomic
 
 IDS = [f"case-{i:02d}" for i in range(6)]
 LABELS = ["no", "yes", "no", "yes", "yes", "no"]

@@ -16,9 +16,9 @@ from test_audit_kit import signed_run
 from openjev_repro.audit.publish import publish
 from openjev_repro.audit.verify import verify_path
 from openjev_repro.errors import EvidenceError, VerificationError
+from openjev_repro.evidence.rundir import ENVELOPE_NAME
 from openjev_repro.manifest import statement as statement_module
 from openjev_repro.manifest.dsse import parse_envelope, payload_of
-from openjev_repro.study.rundir import ENVELOPE_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,12 +17,12 @@ from test_audit_kit import build_run, signed_run
 from openjev_repro.audit.compare import compare_runs
 from openjev_repro.audit.publish import _write_tar, publish
 from openjev_repro.errors import EvidenceError, VerificationError
+from openjev_repro.evidence.recipe import parse_recipe
+from openjev_repro.evidence.rows import Row, read_rows
+from openjev_repro.evidence.rundir import RunDir
 from openjev_repro.results import statistics
 from openjev_repro.results.row_table import RowTable, read_table
 from openjev_repro.results.statistics import BOOTSTRAP_METHOD, bootstrap_mean_diff_ci, summarize
-from openjev_repro.study.recipe import parse_recipe
-from openjev_repro.study.rows import Row, read_rows
-from openjev_repro.study.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 

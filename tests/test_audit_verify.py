@@ -11,9 +11,10 @@ import pytest
 from test_audit_kit import build_run, keypair, signed_run
 
 from openjev_repro.audit.verify import check_case_ids, format_checks, verify_path
+from openjev_repro.evidence.files import write_json_atomic
+from openjev_repro.evidence.rows import read_rows
+from openjev_repro.evidence.rundir import ENVELOPE_NAME
 from openjev_repro.manifest import write_manifest
-from openjev_repro.study.rows import read_rows
-from openjev_repro.study.rundir import ENVELOPE_NAME, write_json_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 INVOKE = [sys.executable, "-m", "invoke"]

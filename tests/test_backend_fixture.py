@@ -13,8 +13,8 @@ import pytest
 
 from openjev_repro.backend.fixture import LORA_TARGETS, fixture_config
 from openjev_repro.backend.package import package_sha256, read_package
+from openjev_repro.backend.synthetic import H200_NOUL_INPUT_TOKENS, write_lengths_requests
 from openjev_repro.errors import CheckpointError, RecipeError
-from openjev_repro.study.synthetic import H200_NOUL_INPUT_TOKENS, write_lengths_requests
 
 REPO = Path(__file__).resolve().parents[1]
 

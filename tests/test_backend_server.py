@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from openjev_repro.study.recipe import load_recipe
+from openjev_repro.evidence.recipe import load_recipe
 
 pytestmark = pytest.mark.slow
 

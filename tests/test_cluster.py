@@ -509,7 +509,7 @@ def test_study_gpu_source_needs_a_gpu_uuid(tmp_path: Path):
 
 def test_a_run_whose_study_died_reads_incomplete(tmp_path: Path, keypair):
     """A run left "running" by a study that is gone (SIGKILL past KillWait) is not reported running."""
-    from openjev_repro.study.rundir import RunDir
+    from openjev_repro.evidence.rundir import RunDir
 
     sub = _task_submission(tmp_path, keypair, gpu=False)
     run = RunDir.create(sub.replicate_dir(1), "test-study")
@@ -524,7 +524,7 @@ def test_a_run_whose_study_died_reads_incomplete(tmp_path: Path, keypair):
 
 
 def test_submit_never_writes_inside_a_run(tmp_path: Path, keypair):
-    from openjev_repro.study.rundir import RunDir
+    from openjev_repro.evidence.rundir import RunDir
 
     private, _ = keypair
     recipe = write_study(tmp_path / "study", [scripted_backend("scripted")])

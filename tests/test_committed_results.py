@@ -6,7 +6,7 @@ import pytest
 
 from openjev_repro.audit import verify_path
 from openjev_repro.audit.compare import compare_runs
-from openjev_repro.study.recipe import read_yaml
+from openjev_repro.evidence.recipe import read_yaml
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "h200-reference-27b-shape"
 TOLERANCES = Path(__file__).resolve().parents[1] / "manifests" / "tolerances" / "h200-reference-rerun.yaml"

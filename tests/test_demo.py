@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from test_report import close, table_rows
 
+from openjev_repro.evidence.recipe import load_recipe
+from openjev_repro.evidence.rows import read_rows
 from openjev_repro.manifest.keys import generate_keypair
+from openjev_repro.orchestrator.runner import StudyOptions, run_study
 from openjev_repro.study.inputs import verify_inputs
-from openjev_repro.study.recipe import load_recipe
-from openjev_repro.study.rows import read_rows
-from openjev_repro.study.runner import StudyOptions, run_study
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "recipes" / "demo.yaml"

@@ -19,19 +19,14 @@ from openjev_repro.audit.importer import IMPORT_FORMAT_VERSION
 from openjev_repro.audit.verify import verify_path
 from openjev_repro.cluster.submission import Submission
 from openjev_repro.errors import EvidenceError, UnsupportedFormat
+from openjev_repro.evidence.files import write_json_atomic
+from openjev_repro.evidence.rundir import READABLE_VERSIONS, STATE_FORMAT_VERSION, RunDir, check_response_entry
 from openjev_repro.host.inventory import HOST_FORMAT_VERSION
 from openjev_repro.manifest import write_manifest
 from openjev_repro.manifest.environment import ENVIRONMENT_FORMAT_VERSION
 from openjev_repro.results.report import write_report
 from openjev_repro.results.statistics import SUMMARY_FORMAT_VERSION
 from openjev_repro.study.plan import PLAN_FORMAT_VERSION
-from openjev_repro.study.rundir import (
-    READABLE_VERSIONS,
-    STATE_FORMAT_VERSION,
-    RunDir,
-    check_response_entry,
-    write_json_atomic,
-)
 
 ROOT = Path(__file__).resolve().parents[1]
 FUTURE = 99

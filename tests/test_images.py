@@ -422,7 +422,7 @@ def test_docker_runtime_without_daemon_fails_clearly_and_local_still_works(tmp_p
 
 def test_demo_recipe_for_another_image_changes_only_the_images(tmp_path, monkeypatch):
     from openjev_repro.cli.demo import DEMO_INPUTS, DEMO_RECIPE, recipe_with_image
-    from openjev_repro.study.recipe import inputs_root, load_recipe
+    from openjev_repro.evidence.recipe import inputs_root, load_recipe
 
     monkeypatch.chdir(REPO)  # DEMO_INPUTS is relative to the repository, as `invoke demo` runs
     path = recipe_with_image("openjev-repro/hf:env", tmp_path)

@@ -1,9 +1,10 @@
 """The one-direction rule of docs/design.md, held over the real import graph.
 
 Every module of the package is parsed (ast, so function-level and TYPE_CHECKING imports count
-too) and each import of another openjev_repro module must point at a layer at or to the left
-of the importer's own layer in LAYERS, the order docs/design.md draws. A module that fits no
-layer fails too, so a new module has to be placed in the order when it is added.
+too) and each import of another openjev_repro module must point at its own package or one to
+its left in PACKAGES, the order docs/design.md draws: at package level the graph has no cycle.
+A new package fails until it is placed in the order. No module imports itself in a circle
+either, inside a package included.
 """
 
 from __future__ import annotations
@@ -15,38 +16,14 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "openjev_repro"
 DESIGN = PACKAGE.parent / "docs" / "design.md"
 
-# Left to right: a module may import its own layer and those before it, never one after it.
-# A layer names modules or packages (a package covers its submodules, except the root package,
-# which stands for its own __init__ only); the longest name wins.
-LAYERS: list[tuple[str, list[str]]] = [
-    ("foundations", ["openjev_repro", "openjev_repro.errors", "openjev_repro.limits", "openjev_repro.hashing",
-                     "openjev_repro.decision", "openjev_repro.schema"]),
-    ("images", ["openjev_repro.images"]),
-    ("prompts", ["openjev_repro.backend.prompts"]),
-    ("recipe", ["openjev_repro.study.recipe", "openjev_repro.study.placeholders"]),
-    ("preparation", ["openjev_repro.study.preparation", "openjev_repro.study.traces"]),
-    ("resolved", ["openjev_repro.study.resolved"]),
-    ("plan", ["openjev_repro.study.plan"]),
-    ("inputs", ["openjev_repro.study.inputs"]),
-    ("workload", ["openjev_repro.study.workload", "openjev_repro.study.synthetic"]),
-    ("host", ["openjev_repro.host"]),
-    ("runtime", ["openjev_repro.runtime"]),
-    ("client", ["openjev_repro.study.timed_client", "openjev_repro.study.rows"]),
-    ("passes", ["openjev_repro.study.passes"]),
-    ("rundir", ["openjev_repro.study.rundir"]),
-    ("row_table", ["openjev_repro.results", "openjev_repro.results.row_table"]),
-    ("statistics", ["openjev_repro.results.summary", "openjev_repro.results.statistics"]),
-    ("report", ["openjev_repro.results.floor", "openjev_repro.results.imported", "openjev_repro.results.report"]),
-    ("manifest", ["openjev_repro.manifest"]),
-    ("audit", ["openjev_repro.audit"]),
-    ("cluster", ["openjev_repro.cluster"]),
-    ("bench", ["openjev_repro.bench"]),
-    ("preflight", ["openjev_repro.study.preflight"]),
-    ("runner", ["openjev_repro.study", "openjev_repro.study.runner"]),
-    ("backend", ["openjev_repro.backend"]),
-    ("upstream", ["openjev_repro.upstream"]),
-    ("cli", ["openjev_repro.cli"]),
+# Left to right: a module may import modules of its own package and of the packages before it,
+# never of one after it. The top-level modules of openjev_repro (errors.py, limits.py, ...) and its
+# own __init__ are the foundations; every other entry is a package and covers its submodules.
+PACKAGES: list[str] = [
+    "foundations", "evidence", "images", "host", "runtime", "study", "results", "manifest", "audit",
+    "bench", "cluster", "orchestrator", "backend", "upstream", "cli",
 ]
+FOUNDATIONS = "foundations"
 
 
 def _modules() -> dict[str, Path]:
@@ -62,14 +39,12 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def layer_of(module: str) -> int | None:
-    best: tuple[int, int] | None = None  # (length of the matching name, layer index)
-    for index, (_, names) in enumerate(LAYERS):
-        for name in names:
-            covers = module == name or (name != "openjev_repro" and module.startswith(name + "."))
-            if covers and (best is None or len(name) > best[0]):
-                best = (len(name), index)
-    return None if best is None else best[1]
+def package_of(module: str) -> str:
+    """The entry of PACKAGES that `module` belongs to (foundations for openjev_repro's own modules)."""
+    parts = module.split(".")
+    if len(parts) > 1 and (PACKAGE / parts[1]).is_dir():
+        return parts[1]
+    return FOUNDATIONS
 
 
 def imports_of(module: str, path: Path) -> set[str]:
@@ -93,40 +68,88 @@ def imports_of(module: str, path: Path) -> set[str]:
 def violations() -> list[str]:
     out = []
     for module, path in MODULES.items():
-        own = layer_of(module)
+        own = package_of(module)
         for target in sorted(imports_of(module, path)):
-            theirs = layer_of(target)
-            if theirs is not None and own is not None and theirs > own:
-                out.append(f"{module} ({LAYERS[own][0]}) imports {target} ({LAYERS[theirs][0]}), a layer to its right")
+            theirs = package_of(target)
+            if theirs in PACKAGES and own in PACKAGES and PACKAGES.index(theirs) > PACKAGES.index(own):
+                out.append(f"{module} ({own}) imports {target} ({theirs}), a package to its right")
     return out
 
 
-def test_every_module_has_a_layer():
-    assert [m for m in MODULES if layer_of(m) is None] == []
-    for name, members in LAYERS:
-        for member in members:
-            assert member in MODULES, f"layer {name} names {member}, which is not a module of the package"
+def module_cycles() -> list[list[str]]:
+    """Every set of modules that import each other in a circle (Tarjan's strongly connected components)."""
+    graph = {module: sorted(t for t in imports_of(module, path) if t in MODULES and t != module)
+             for module, path in MODULES.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_every_package_has_a_place():
+    assert sorted({package_of(m) for m in MODULES}) == sorted(PACKAGES)
 
 
 def test_imports_point_only_left():
     assert violations() == []
 
 
+def test_no_module_imports_itself_in_a_circle():
+    """Inside a package too: e.g. host/driver.py never imports the drivers that implement it."""
+    assert module_cycles() == []
+
+
+def test_the_cycle_finder_sees_a_circle(monkeypatch):
+    """The checker itself: a module of a lower package importing an upper one, and a circle, are found."""
+    probe = {"openjev_repro.host.driver": "from .nvml import NvmlDriver\n",
+             "openjev_repro.evidence.rows": "from ..results.statistics import summarize\n"}
+    real = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: next(
+        (text for module, text in probe.items() if MODULES[module] == self), None) or real(self, *a, **k))
+    assert ["openjev_repro.host.driver", "openjev_repro.host.nvml"] in module_cycles()
+    assert any(v.startswith("openjev_repro.evidence.rows (evidence) imports openjev_repro.results.statistics")
+               for v in violations())
+
+
 def test_the_resolver_sees_every_kind_of_import(tmp_path):
     """The checker itself: relative, absolute, submodule and function-level imports all resolve."""
     source = tmp_path / "probe.py"
     source.write_text("from ..results.statistics import summarize\nimport openjev_repro.cli\n"
-                      "from . import rows\n\ndef later():\n    from ..audit import verify\n")
+                      "from . import passes\n\ndef later():\n    from ..audit import verify\n")
     found = imports_of("openjev_repro.study.probe", source)
-    assert found == {"openjev_repro.results.statistics", "openjev_repro.cli", "openjev_repro.study.rows",
+    assert found == {"openjev_repro.results.statistics", "openjev_repro.cli", "openjev_repro.study.passes",
                      "openjev_repro.audit.verify"}
 
 
 def test_design_md_draws_the_same_order():
-    """docs/design.md lists the layers in the order this test enforces."""
+    """docs/design.md lists the packages in the order this test enforces."""
     text = DESIGN.read_text()
     listed = re.findall(r"^\d+\. \*\*([\w ]+)\*\*", text, re.MULTILINE)
-    assert listed == [name for name, _ in LAYERS]
+    assert listed == PACKAGES
 
 
 def test_test_doubles_live_outside_the_package():

@@ -21,9 +21,9 @@ import pytest
 
 from openjev_repro.audit.importer import classify, half_unit, import_system1
 from openjev_repro.errors import EvidenceError, InputMismatch, RunIncomplete
+from openjev_repro.evidence.rows import read_rows
+from openjev_repro.evidence.rundir import RunDir
 from openjev_repro.manifest import write_manifest
-from openjev_repro.study.rows import read_rows
-from openjev_repro.study.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(__file__).parent / "fixtures" / "system1" / "artifacts"

@@ -20,7 +20,7 @@ from system1_synth import write_source
 from openjev_repro.audit import importer
 from openjev_repro.audit.importer import import_system1
 from openjev_repro.errors import EvidenceError
-from openjev_repro.study.rows import read_rows
+from openjev_repro.evidence.rows import read_rows
 
 ARTIFACTS = Path(__file__).parent / "fixtures" / "system1" / "artifacts"
 

@@ -2,8 +2,8 @@ import pytest
 from studykit import scripted_backend, write_study
 
 from openjev_repro.errors import InputMismatch
+from openjev_repro.evidence.recipe import inputs_root, load_recipe
 from openjev_repro.study.inputs import require_all_ok, verify_inputs
-from openjev_repro.study.recipe import inputs_root, load_recipe
 
 
 def _setup(tmp_path):

@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from test_audit_kit import build_run, keypair, signed_run
 
 from openjev_repro.errors import EvidenceError, RunIncomplete, VerificationError
+from openjev_repro.evidence.rundir import ENVELOPE_NAME
 from openjev_repro.manifest import (
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
@@ -27,7 +28,6 @@ from openjev_repro.manifest import (
     verify_envelope,
     write_manifest,
 )
-from openjev_repro.study.rundir import ENVELOPE_NAME
 
 
 def test_pae_is_exactly_the_dsse_encoding():

@@ -11,13 +11,13 @@ import pytest
 from studykit import write_study
 
 from openjev_repro.errors import RecipeError
+from openjev_repro.evidence.recipe import load_recipe
+from openjev_repro.evidence.rundir import RunDir
+from openjev_repro.orchestrator.runner import StudyOptions, StudyPlan, StudyRun, _launch_spec
 from openjev_repro.study.placeholders import LAUNCH_NAMES, fill
 from openjev_repro.study.plan import resolve_plan
 from openjev_repro.study.preparation import plan_prepare
-from openjev_repro.study.recipe import load_recipe
 from openjev_repro.study.resolved import resolve_recipe
-from openjev_repro.study.rundir import RunDir
-from openjev_repro.study.runner import StudyOptions, _launch_spec
 
 
 def test_fill_replaces_in_one_pass_and_keeps_deferred_names():
@@ -73,17 +73,23 @@ def test_preparation_step_refuses_an_unknown_placeholder(tmp_path):
         plan_prepare(load_recipe(path), path, probe=False)
 
 
+def _study_run(run: RunDir, path, root) -> StudyRun:
+    study = resolve_recipe(path, inputs_root_override=root)
+    return StudyRun(run, StudyPlan(study, {}), StudyOptions(recipe_path=path))
+
+
 def test_runner_launch_refuses_an_unknown_placeholder(tmp_path):
     path = _recipe(tmp_path, ["{python}", "serve", "--gpu", "{gpu}"])
     recipe = load_recipe(path)
     run = RunDir.create(tmp_path / "runs", recipe.study.id)
-    opts = StudyOptions(recipe_path=path)
     with pytest.raises(RecipeError, match=r"backend b command: unknown placeholder \{gpu\}"):
-        _launch_spec(run, recipe, tmp_path / "inputs", recipe.backends[0], opts, {}, None)
-    ok = load_recipe(_recipe(tmp_path / "ok", ["{python}", "--w", "{port.worker}"],
-                             [{"name": "worker", "command": ["x", "{port}", "{port.worker}"]}]))
-    spec = _launch_spec(run, ok, tmp_path / "inputs", ok.backends[0], opts, {"worker": 4321}, None)
+        _launch_spec(_study_run(run, path, tmp_path / "inputs"), recipe.backends[0], {}, None)
+    ok_path = _recipe(tmp_path / "ok", ["{python}", "--w", "{port.worker}"],
+                      [{"name": "worker", "command": ["x", "{port}", "{port.worker}"]}])
+    ok = load_recipe(ok_path)
+    ctx = _study_run(run, ok_path, tmp_path / "inputs")
+    spec = _launch_spec(ctx, ok.backends[0], {"worker": 4321}, None)
     assert spec.argv == [sys.executable, "--w", "4321"]
     # An aux process's own {port.<name>} is its {port} (the published cuda-graph recipe's worker uses it).
-    worker = _launch_spec(run, ok, tmp_path / "inputs", ok.backends[0], opts, {}, None, aux=ok.backends[0].aux[0])
+    worker = _launch_spec(ctx, ok.backends[0], {}, None, aux=ok.backends[0].aux[0])
     assert worker.argv == ["x", str(worker.port), str(worker.port)]

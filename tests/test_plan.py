@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from openjev_repro.errors import RecipeError
+from openjev_repro.evidence.recipe import load_recipe, parse_recipe
 from openjev_repro.study.plan import check_pins, resolve_plan
-from openjev_repro.study.recipe import load_recipe, parse_recipe
 from openjev_repro.study.resolved import resolve_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,7 +92,7 @@ def test_cuda_graph_plan_gates_and_passes():
 
 def test_packed_silu_plan_traces(tmp_path):
     path = ROOT / "recipes/open-jev-h200-packed-silu-2026-10-02.yaml"
-    from openjev_repro.study.synthetic import H200_NOUL_INPUT_TOKENS  # the published counts, in request order
+    from openjev_repro.backend.synthetic import H200_NOUL_INPUT_TOKENS  # the published counts, in request order
 
     counts = {"input_tokens": H200_NOUL_INPUT_TOKENS}
     (tmp_path / "data").mkdir()

@@ -13,7 +13,7 @@ from studykit import write_study
 
 from openjev_repro.errors import ReproError
 from openjev_repro.manifest.keys import generate_keypair
-from openjev_repro.study.runner import StudyOptions, run_study
+from openjev_repro.orchestrator.runner import StudyOptions, run_study
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -107,7 +107,7 @@ def test_docker_runtime_without_a_daemon(study, tmp_path, monkeypatch):
 
 
 def test_missing_demo_inputs_name_the_fix(tmp_path, monkeypatch):
-    from openjev_repro.study.preflight import check_inputs_present, input_fix
+    from openjev_repro.orchestrator.preflight import check_inputs_present, input_fix
     from openjev_repro.study.resolved import resolve_recipe
 
     demo = REPO / "recipes" / "demo.yaml"

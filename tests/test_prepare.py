@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from openjev_repro.errors import InputMismatch, RecipeError
+from openjev_repro.evidence.recipe import RequestSelection, load_recipe
 from openjev_repro.study.preparation import locked_recipe, plan_prepare, read_lock, run_prepare, select_requests
-from openjev_repro.study.recipe import RequestSelection, load_recipe
 from openjev_repro.study.resolved import resolve_recipe
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
-from openjev_repro.study.recipe import load_recipe
+from openjev_repro.evidence.recipe import load_recipe
 from openjev_repro.study.traces import plan_traces, run_traces
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,7 +2,7 @@ import pytest
 from studykit import scripted_backend, write_study
 
 from openjev_repro.errors import RecipeError
-from openjev_repro.study.recipe import load_recipe, parse_duration, parse_recipe
+from openjev_repro.evidence.recipe import load_recipe, parse_duration, parse_recipe
 
 
 def test_valid_recipe_loads(tmp_path):

@@ -15,10 +15,11 @@ import pytest
 from test_results import RECIPE, recipe, study_rows
 
 from openjev_repro.errors import EvidenceError
+from openjev_repro.evidence.files import write_json_atomic
+from openjev_repro.evidence.rows import RowWriter
+from openjev_repro.evidence.rundir import ENVELOPE_NAME, RunDir
 from openjev_repro.results.report import PLOT_NAMES, RunInfo, plot_figures, render_report, write_plots, write_report
 from openjev_repro.results.statistics import median, p95_jevbench, summarize
-from openjev_repro.study.rows import RowWriter
-from openjev_repro.study.rundir import ENVELOPE_NAME, RunDir, write_json_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -195,8 +196,8 @@ def test_run_info_dates_the_run_itself(tmp_path):
 
 def test_run_info_names_the_gpu_the_run_used(tmp_path):
     """The run-time GPU override (issue 11) decides which device is the run's hardware."""
+    from openjev_repro.evidence.recipe import parse_recipe
     from openjev_repro.results.report import run_info
-    from openjev_repro.study.recipe import parse_recipe
 
     pinned = "GPU-00000000-0000-0000-0000-000000000001"
     used = "GPU-00000000-0000-0000-0000-000000000002"

@@ -8,6 +8,8 @@ import math
 import pytest
 
 from openjev_repro.errors import EvidenceError
+from openjev_repro.evidence.recipe import parse_recipe
+from openjev_repro.evidence.rows import Row
 from openjev_repro.results.row_table import RowTable
 from openjev_repro.results.statistics import (
     bootstrap_mean_diff_ci,
@@ -17,8 +19,6 @@ from openjev_repro.results.statistics import (
     summarize,
     token_bucket,
 )
-from openjev_repro.study.recipe import parse_recipe
-from openjev_repro.study.rows import Row
 
 RECIPE = """\
 format_version: 1

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from openjev_repro.evidence.rows import Row
 from openjev_repro.results.floor import floor_lines, floor_ms, hardware_of
 from openjev_repro.results.row_table import RowTable
-from openjev_repro.study.rows import Row
 
 P = 24_000_000_000
 HARDWARE = {"gpu": "Test GPU", "matmul_bf16_tflops": 800.0, "copy_tbps": 4.0}

@@ -4,9 +4,9 @@ import pytest
 from studykit import PYTHON, SCRIPTED
 
 from openjev_repro.errors import BackendCrashed, BackendNotReady
+from openjev_repro.orchestrator.runner import free_port
 from openjev_repro.runtime.base import LaunchSpec
 from openjev_repro.runtime.local import LocalRuntime
-from openjev_repro.study.runner import free_port
 
 
 def _spec(tmp_path, fault="none", name="b"):

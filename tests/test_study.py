@@ -8,13 +8,15 @@ import time
 from pathlib import Path
 
 import pytest
+from invoking import invoke
 from studykit import scripted_backend, write_study
 
 from openjev_repro.errors import InputMismatch, RunIncomplete
+from openjev_repro.evidence.rows import read_rows
+from openjev_repro.evidence.rundir import RunDir
+from openjev_repro.orchestrator.progress import StudyProgress
+from openjev_repro.orchestrator.runner import RUN_ONLY_FIELDS, StudyOptions, run_study
 from openjev_repro.study.passes import PassBudget
-from openjev_repro.study.rows import read_rows
-from openjev_repro.study.rundir import RunDir
-from openjev_repro.study.runner import StudyOptions, run_study
 
 
 def _run(recipe: Path, tmp_path: Path) -> RunDir:
@@ -153,3 +155,41 @@ def test_aux_process_dying_stops_the_run(tmp_path):
     front["aux"] = [{"name": "worker", "command": ["{python}", "-c", "import time; time.sleep(1.5)"], "health": None}]
     with pytest.raises(RunIncomplete, match="died during"):
         _run(write_study(tmp_path, [front], n=40), tmp_path)
+
+
+class _Recorder(StudyProgress):
+    """An observer that keeps every event of the study (the runner draws nothing itself)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def message(self, text: str) -> None:
+        self.events.append(("message", text))
+
+    def pass_started(self, backend: str, workload: str, phase: str, index: int, total: int) -> None:
+        self.events.append(("pass", backend, workload, phase, index, total))
+
+    def request_done(self, row) -> None:
+        self.events.append(("row", row.phase, row.seq))
+
+    def pass_finished(self) -> None:
+        self.events.append(("end",))
+
+
+def test_plan_json_is_what_invoke_plan_prints_plus_the_run_only_fields(tmp_path):
+    recipe = write_study(tmp_path, [scripted_backend("one")])
+    progress = _Recorder()
+    run = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs", progress=progress))
+    recorded = json.loads(run.file("plan.json").read_text())
+    printed = invoke("plan", "--recipe", str(recipe), "--json")
+    assert printed.returncode == 0, printed.stderr
+    assert {k: v for k, v in recorded.items() if k not in RUN_ONLY_FIELDS} == json.loads(printed.stdout)
+    assert sorted(set(recorded) - set(json.loads(printed.stdout))) == ["case_ids"]  # no GPU override here
+    assert recorded["case_ids"] == {"mixed": [json.loads(line)["id"] for line in
+                                              (tmp_path / "inputs" / "requests" / "cases.jsonl").read_text().splitlines()]}
+    # The observer saw every timed pass begin, each of its requests, and the pass end; nothing else drew.
+    passes = [e for e in progress.events if e[0] == "pass"]
+    assert [(p[3], p[4]) for p in passes] == [("feasibility", 1), ("measured", 1), ("measured", 2)]
+    timed = [e for e in progress.events if e[0] == "row" and e[1] in ("feasibility", "measured")]
+    assert len(timed) == sum(p[5] for p in passes) and progress.events.count(("end",)) == len(passes)
+    assert any(e[0] == "message" and "study complete" in e[1] for e in progress.events)

@@ -9,7 +9,7 @@ from fake_gpus import FakeGpus
 from studykit import scripted_backend, write_study
 
 from openjev_repro.errors import RunIncomplete
-from openjev_repro.study.runner import StudyOptions, run_study
+from openjev_repro.orchestrator.runner import StudyOptions, run_study
 
 
 def _controls(gpu, numa=False):

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RecipeError
-from ..study.recipe import read_yaml
+from ..evidence.recipe import read_yaml
 
 __all__ = [
     "BOOLEAN_DERIVATIONS",

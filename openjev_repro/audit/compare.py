@@ -35,6 +35,11 @@ import numpy as np
 
 from ..decision import YES_THRESHOLD
 from ..errors import EvidenceError, RecipeError, RunIncomplete
+from ..evidence.files import check_format
+from ..evidence.recipe import parse_recipe, read_yaml
+from ..evidence.rows import Row
+from ..evidence.rundir import RunDir
+from ..evidence.summary import LatencyKey
 from ..results.row_table import RowTable, as_table, read_table
 from ..results.statistics import (
     BOOTSTRAP_METHOD,
@@ -43,10 +48,6 @@ from ..results.statistics import (
     pair_by_id_and_seq,
     ranges_disjoint,
 )
-from ..results.summary import LatencyKey
-from ..study.recipe import parse_recipe, read_yaml
-from ..study.rows import Row
-from ..study.rundir import RunDir
 from .bundle import opened
 
 __all__ = [
@@ -77,8 +78,7 @@ def load_tolerances(path: Path) -> dict[str, Any]:
 
 def check_tolerances(data: Any, path: Path) -> dict[str, Any]:
     """A parsed tolerances mapping, checked (keys, per_backend, limit types); raises RecipeError naming path."""
-    if not isinstance(data, dict) or data.get("format_version") != 1:
-        raise RecipeError(f"{path}: a tolerances file is a mapping with format_version: 1.")
+    check_format(data, (1,), f"{path} (a tolerances file)")
     unknown = sorted(set(data) - TOLERANCE_KEYS)
     if unknown:
         raise RecipeError(f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(TOLERANCE_KEYS))}.")

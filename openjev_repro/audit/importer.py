@@ -54,12 +54,13 @@ import msgspec
 import yaml
 
 from ..errors import EvidenceError, InputMismatch
+from ..evidence.files import read_json, write_json_atomic
+from ..evidence.recipe import parse_recipe
+from ..evidence.rows import Row
+from ..evidence.rundir import RunDir
 from ..hashing import hash_file
 from ..results.imported import cleanup_line, figure_counts, figure_lines
 from ..results.statistics import latency_stats, mean, summarize
-from ..study.recipe import parse_recipe
-from ..study.rows import Row
-from ..study.rundir import RunDir, read_json, write_json_atomic
 
 __all__ = [
     "IMPORT_FORMAT_VERSION",

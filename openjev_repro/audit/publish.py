@@ -31,10 +31,10 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from ..errors import EvidenceError, VerificationError
+from ..evidence.rundir import ENVELOPE_NAME, RunDir, guard_output, scan_tree
 from ..manifest.dsse import envelope_bytes, make_envelope
 from ..manifest.keys import load_private_key
 from ..manifest.statement import build_statement, read_statement
-from ..study.rundir import ENVELOPE_NAME, RunDir, guard_output, scan_tree
 from .verify import verify_dir
 
 __all__ = ["BUNDLE_SUFFIX", "COMPRESS_LEVEL", "OMITTED_DIRS", "SOURCE_ENVELOPE", "is_omitted", "publish"]

@@ -26,23 +26,23 @@ import numpy as np
 import yaml
 
 from ..errors import EvidenceError, ReproError, UnsupportedFormat
-from ..hashing import hash_file, hash_files
-from ..manifest.dsse import verify_envelope
-from ..manifest.keys import load_public_key
-from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json
-from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
-from ..results.summary import Summary
-from ..study.recipe import Recipe, parse_recipe
-from ..study.rows import Row
-from ..study.rundir import (
+from ..evidence.files import read_json
+from ..evidence.recipe import Recipe, parse_recipe
+from ..evidence.rows import Row
+from ..evidence.rundir import (
     ENVELOPE_NAME,
     READABLE_VERSIONS,
     RESPONSE_VERSIONS,
     RunDir,
     check_response_entry,
-    read_json,
     scan_tree,
 )
+from ..evidence.summary import Summary
+from ..hashing import hash_file, hash_files
+from ..manifest.dsse import verify_envelope
+from ..manifest.keys import load_public_key
+from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json
+from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
 from .bundle import opened
 
 __all__ = [

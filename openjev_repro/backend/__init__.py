@@ -2,7 +2,8 @@
 
 Modules: package (checkpoint layout), prompts (validation, rendering), kernels (raw-mode
 kernel blocking and checks), model (DecisionModel), graphs (CUDA Graph LRU), server (HTTP),
-cli (`python -m openjev_repro.backend`), fixture (the tiny byte-stable test checkpoint).
+cli (`python -m openjev_repro.backend`), fixture (the tiny byte-stable test checkpoint),
+synthetic (synthetic JevBench-format request files for the fixture tokenizer).
 Heavy imports (torch, transformers) happen only inside functions, so importing this package is cheap.
 """
 

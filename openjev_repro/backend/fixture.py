@@ -91,7 +91,7 @@ def build_tokenizer(out: Path) -> None:
     """Train a byte-level BPE on generated text and save it with a Qwen-style chat template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from ..study.synthetic import corpus_lines
+    from .synthetic import corpus_lines
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -200,8 +200,8 @@ def _calibrate(peft_model, head, tokenizer, temperature: float) -> None:
     """Scale and shift the head so s/T spreads around 0 on typical prompts (coarsely rounded)."""
     import torch
 
-    from ..study.synthetic import calibration_texts
     from .prompts import chat_prompt
+    from .synthetic import calibration_texts
 
     scores = []
     with torch.no_grad():

@@ -31,14 +31,15 @@ from typing import Any
 import numpy as np
 
 from ..errors import ReproError
+from ..evidence.files import read_jsonl, write_json_atomic
+from ..evidence.recipe import load_recipe
+from ..evidence.rundir import ENVELOPE_NAME, RunDir, check_response_entry
 from ..hashing import hash_file
 from ..manifest.keys import generate_keypair
 from ..manifest.statement import write_manifest
 from ..results.report import write_report
 from ..results.row_table import read_table
 from ..results.statistics import summarize
-from ..study.recipe import load_recipe
-from ..study.rundir import ENVELOPE_NAME, RunDir, check_response_entry, write_json_atomic
 from .machine import result_header
 
 __all__ = [
@@ -148,8 +149,8 @@ def synthesize_system1(run: Path, out: Path) -> int:
     out.mkdir(parents=True)
     bodies: dict[tuple, str] = {}
     for path in sorted((run / "responses").glob("*.jsonl")):
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            e = check_response_entry(json.loads(line), f"{path}:{number}")
+        for number, entry in read_jsonl(path, "a response entry"):
+            e = check_response_entry(entry, f"{path}:{number}")
             if e["phase"] == "measured" and "body" in e:
                 bodies[(e["backend"], e["pass_index"], e["seq"])] = e["body"]
     table = read_table(run / "rows.jsonl")

@@ -6,7 +6,6 @@ Format history of bench-results/*.json:
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shlex
@@ -14,6 +13,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from ..evidence.files import write_json_atomic
 
 __all__ = ["RESULT_FORMAT_VERSION", "machine_info", "result_header", "write_result"]
 
@@ -57,6 +58,4 @@ def write_result(path: Path, result: dict[str, Any]) -> None:
     """Write a result file (replacing an older one: results are regenerated, then committed)."""
     result = {**result, "load_average_1m_at_end": round(os.getloadavg()[0], 2)}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(path)
+    write_json_atomic(path, result, sort_keys=False)

@@ -40,7 +40,7 @@ def verify(c, run, pubkey=None, allow_unsigned=False):
 def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003, allow_incomplete=False):
     """Compare two runs backend by backend; non-zero exit when a declared tolerance is exceeded."""
     from ..audit.compare import compare_runs, load_tolerances, to_markdown
-    from ..study.rundir import guard_output
+    from ..evidence.rundir import guard_output
 
     if out:
         guard_output(Path(out))

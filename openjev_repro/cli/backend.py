@@ -19,8 +19,8 @@ __all__ = ["fixture"]
 def fixture(c, out, lengths=None):
     """Write the byte-stable fixture checkpoint and its demo and 74-length request files; print their sha256."""
     from ..backend.fixture import build_fixture, file_table
-    from ..study.rundir import guard_output
-    from ..study.synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
+    from ..backend.synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
+    from ..evidence.rundir import guard_output
 
     root = guard_output(Path(out), directory=True)  # never inside a run, never over a file
     if (root / "checkpoint").exists() and any((root / "checkpoint").iterdir()):

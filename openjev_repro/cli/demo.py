@@ -25,7 +25,7 @@ def ensure_fixture(root: Path) -> None:
     # transformers' notice that its CUDA fast path is absent is a 265-character line, irrelevant on a CPU
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from ..backend.fixture import build_fixture
-    from ..study.synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
+    from ..backend.synthetic import H200_NOUL_INPUT_TOKENS, write_demo_requests, write_lengths_requests
 
     print(f"building the fixture model in {root} (once)", file=sys.stderr)
     build_fixture(root / "checkpoint")
@@ -47,7 +47,7 @@ def ensure_demo_key(keys: Path) -> Path:
 def recipe_with_image(image: str, dest_dir: Path = Path(".cache/demo-recipes")) -> Path:
     """A copy of the demo recipe whose backends run in `image` (e.g. openjev-repro/hf:env); the run
     records this copy, so its recipe says which image it used."""
-    from ..study.recipe import read_yaml
+    from ..evidence.recipe import read_yaml
 
     data = read_yaml(DEMO_RECIPE, "demo recipe")
     data["inputs"]["root"] = str(DEMO_INPUTS.resolve())
@@ -69,8 +69,9 @@ def recipe_with_image(image: str, dest_dir: Path = Path(".cache/demo-recipes")) 
 def demo(c, out="runs", runtime=None, image=None):
     """Run the embedded demo study end to end, sign it, print the report; the last line is the run directory."""
     from ..manifest.keys import PUBLIC_KEY_NAME
-    from ..study.preflight import RUNTIMES, check_out_dir
-    from ..study.runner import StudyOptions, run_study
+    from ..orchestrator.preflight import RUNTIMES, check_out_dir
+    from ..orchestrator.progress import ConsoleProgress
+    from ..orchestrator.runner import StudyOptions, run_study
     from .output import console, print_markdown
 
     if runtime is not None and runtime not in RUNTIMES:
@@ -80,7 +81,7 @@ def demo(c, out="runs", runtime=None, image=None):
     key = ensure_demo_key(DEMO_KEYS)
     recipe = recipe_with_image(image) if image else DEMO_RECIPE
     run = run_study(StudyOptions(recipe_path=recipe, out_dir=Path(out), runtime=runtime, key_path=key,
-                                 console=console(stderr=True)))
+                                 progress=ConsoleProgress(console(stderr=True))))
     print_markdown((run.path / "report.md").read_text(encoding="utf-8"))
     console().print(f"\nverify with: .venv/bin/invoke verify --run {run.path} --pubkey {DEMO_KEYS / PUBLIC_KEY_NAME}",
                     markup=False)

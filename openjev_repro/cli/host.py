@@ -33,7 +33,7 @@ def command_after_dashes(remainder: str, argv: list[str]) -> list[str]:
 
 
 def _duration(text: str, flag: str) -> float:
-    from ..study.recipe import parse_duration
+    from ..evidence.recipe import parse_duration
 
     try:
         return parse_duration(text)
@@ -117,8 +117,8 @@ def gpus(ctx, json_=False):
 @user_errors
 def reserve(ctx, gpu_ids, wait="0s", timeout="45m", grace="10s", note="", record=None):
     """Reserve GPUs exclusively, run the command after `--` in its own process group, release."""
+    from ..evidence.files import write_json_atomic
     from ..host import reserve_gpus, run_with_timeout
-    from ..study.rundir import write_json_atomic
 
     cmd = command_after_dashes(ctx.remainder, sys.argv)
     if not cmd:

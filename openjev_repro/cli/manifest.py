@@ -42,7 +42,7 @@ def environment(c, python=None, recipe=None):
     from ..manifest.environment import collect_environment
 
     if recipe:
-        from ..study.recipe import load_recipe
+        from ..evidence.recipe import load_recipe
 
         load_recipe(recipe)  # a recipe, not just any file, is what gets recorded
     pythons = {}

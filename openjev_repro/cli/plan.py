@@ -67,8 +67,8 @@ def plan(c, recipe, json_=False, inputs=None, runtime=None):
 @user_errors
 def prepare(c, recipe, inputs=None, dry_run=False, python=None):
     """Download, check out, select requests, run upstream export/build steps, then verify and lock hashes."""
+    from ..evidence.recipe import load_recipe
     from ..study.preparation import plan_prepare, run_prepare
-    from ..study.recipe import load_recipe
 
     path = Path(recipe)
     loaded = load_recipe(path)

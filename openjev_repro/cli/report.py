@@ -20,8 +20,8 @@ __all__ = ["report_task"]
 @user_errors
 def report_task(c, run, out=None):
     """Print a run's Markdown report and write report.md and two plots. Exit 1 if the run is not complete."""
+    from ..evidence.rundir import RunDir
     from ..results.report import PLOT_NAMES, write_report
-    from ..study.rundir import RunDir
     from .output import print_markdown
 
     path = write_report(Path(run), Path(out) if out else None)

@@ -52,7 +52,8 @@ def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow
           gpu_index=None, gpu_source=None):
     """Run a recipe's study end to end; the last line printed is the run directory."""
     from ..host.override import GpuOverride
-    from ..study.runner import StudyOptions, run_study
+    from ..orchestrator.progress import ConsoleProgress
+    from ..orchestrator.runner import StudyOptions, plan_study, run_study
     from .output import console
 
     if gpu_index is not None and gpu_uuid is None:
@@ -68,6 +69,6 @@ def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow
     opts = StudyOptions(recipe_path=Path(recipe), out_dir=Path(out), runtime=runtime,
                         inputs_root=Path(inputs_root) if inputs_root else None,
                         key_path=Path(key) if key else None, allow_busy=allow_busy, gpu_override=override,
-                        console=console(stderr=True))
-    run = run_study(opts)
+                        progress=ConsoleProgress(console(stderr=True)))
+    run = run_study(opts, plan_study(opts))
     sys.stdout.write(f"{run.path}\n")

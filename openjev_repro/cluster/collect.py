@@ -16,6 +16,10 @@ from ..audit.bundle import opened
 from ..audit.compare import COMPARABLE_STATUSES, compare_runs, run_status
 from ..audit.verify import verify_path
 from ..errors import EvidenceError, RunIncomplete, VerificationError
+from ..evidence.files import atomic_directory
+from ..evidence.recipe import parse_recipe
+from ..evidence.rows import read_rows
+from ..evidence.rundir import ENVELOPE_NAME, RunDir
 from ..hashing import hash_file
 from ..manifest.dsse import (
     envelope_bytes,
@@ -25,9 +29,6 @@ from ..manifest.dsse import (
     verify_envelope,
 )
 from ..manifest.keys import load_private_key, load_public_key
-from ..study.recipe import parse_recipe
-from ..study.rows import read_rows
-from ..study.rundir import ENVELOPE_NAME, RunDir
 from .crosshost import HostRun, backend_report, host_means, load_cross_host_tolerances
 from .submission import Submission
 
@@ -142,20 +143,18 @@ def _write(sub: Submission, summary: dict[str, Any], key: Any) -> Path:
     while out.exists():  # never overwrite an earlier collection
         n += 1
         out = sub.path / f"collect-{stamp}-{n}"
-    tmp = sub.path / f".{out.name}.tmp"
-    tmp.mkdir()
     files = {"summary.json": (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode(),
              "summary.md": to_markdown(summary).encode(), "means.png": plot_means(summary)}
-    for name, data in files.items():
-        (tmp / name).write_bytes(data)
     statement = {"_type": "https://in-toto.io/Statement/v1",
                  "subject": [{"name": n, "digest": {"sha256": hashlib.sha256(d).hexdigest()}} for n, d in files.items()],
                  "predicateType": SUMMARY_PREDICATE_TYPE,
                  "predicate": {"submission": summary["submission"], "replicates": summary["replicates"],
                                "verdict": summary["verdict"]}}
     payload = json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
-    (tmp / SUMMARY_ENVELOPE).write_bytes(envelope_bytes(make_envelope(payload, key)))
-    tmp.rename(out)  # the collection appears whole or not at all
+    files[SUMMARY_ENVELOPE] = envelope_bytes(make_envelope(payload, key))
+    with atomic_directory(out) as tmp:  # the collection appears whole or not at all, no temp left behind
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
     return out
 
 

@@ -23,10 +23,11 @@ import numpy as np
 
 from ..audit.compare import TOLERANCE_KEYS, check_tolerances
 from ..errors import RecipeError
+from ..evidence.files import check_format
+from ..evidence.recipe import read_yaml
+from ..evidence.rows import Row
 from ..results.row_table import as_table
 from ..results.statistics import latency_stats
-from ..study.recipe import read_yaml
-from ..study.rows import Row
 
 __all__ = ["CROSS_HOST_KEYS", "HostRun", "backend_report", "host_means", "load_cross_host_tolerances", "spread"]
 
@@ -35,9 +36,7 @@ CROSS_HOST_KEYS = {"max_relative_range", "max_cv"}
 
 def load_cross_host_tolerances(path: Path) -> tuple[dict[str, Any], dict[str, float]]:
     """(compare tolerances, cross-host tolerances) from one YAML file; the first checked as compare checks them."""
-    data = read_yaml(path, "tolerances file")
-    if not isinstance(data, dict) or data.get("format_version") != 1:
-        raise RecipeError(f"{path}: a tolerances file is a mapping with format_version: 1.")
+    data = check_format(read_yaml(path, "tolerances file"), (1,), f"{path} (a tolerances file)")
     cross = data.pop("cross_host", None) or {}
     unknown = sorted(set(data) - TOLERANCE_KEYS)
     if unknown:

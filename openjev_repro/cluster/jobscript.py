@@ -10,7 +10,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..study.recipe import parse_duration
+from ..evidence.recipe import parse_duration
 
 __all__ = ["SbatchOptions", "render_script", "sbatch_argv", "slurm_time"]
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..study.rundir import RunDir, write_json_atomic
+from ..evidence.files import write_json_atomic
+from ..evidence.rundir import RunDir
 from .slurm import TERMINAL, JobState, job_states
 from .submission import SLURM_CAUSE, Submission, utc_now, with_slurm_cause
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EvidenceError
-from ..study.rundir import ENVELOPE_NAME, RunDir, read_versioned, write_json_atomic
+from ..evidence.files import read_versioned, write_json_atomic
+from ..evidence.rundir import ENVELOPE_NAME, RunDir
 
 __all__ = [
     "ATTEMPT_FORMAT_VERSION",

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 from ..errors import RecipeError, ReproError
+from ..evidence.recipe import load_recipe, parse_duration
+from ..evidence.rundir import guard_output
 from ..hashing import hash_file
 from ..manifest.keys import PUBLIC_KEY_NAME, load_private_key
 from ..study.plan import REPRO_ROOT
-from ..study.recipe import load_recipe, parse_duration
-from ..study.rundir import guard_output
 from .jobscript import SbatchOptions, render_script, sbatch_argv
 from .slurm import TERMINAL, job_states, sbatch
 from .status import settle

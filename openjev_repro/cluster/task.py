@@ -22,11 +22,12 @@ from types import FrameType
 from typing import Any
 
 from ..errors import ReproError
+from ..evidence.files import write_json_atomic
+from ..evidence.recipe import load_recipe
+from ..evidence.rundir import RunDir
 from ..hashing import hash_file
 from ..host.allocation import allocated_gpu, slurm_record
 from ..manifest.keys import load_private_key
-from ..study.recipe import load_recipe
-from ..study.rundir import RunDir, write_json_atomic
 from .slurm import TERMINAL, job_state
 from .submission import ATTEMPT_FORMAT_VERSION, SLURM_CAUSE, Submission, utc_now, with_slurm_cause
 

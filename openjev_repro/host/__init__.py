@@ -1,6 +1,7 @@
 """GPU host controls: inventory, reservation, exact device, NUMA binding, memory samples.
 
-    driver.py       GpuDriver interface (the GPU information source), detect_driver(), NoDriver
+    driver.py       GpuDriver interface (the GPU information source), NoDriver
+    detect.py       detect_driver(): NVML first, then nvidia-smi
     nvml.py, smi.py the two real drivers (NVML first, nvidia-smi as fallback)
     reservation.py  reserve_gpus(): one flock per GPU UUID, holder details readable by others
     process.py      run_with_timeout(): a command's whole process group, ended at a deadline
@@ -11,8 +12,9 @@
     allocation.py   slurm_record(): a Slurm task's job, array index, node and allocated GPU (host.json "slurm")
 """
 
+from .detect import detect_driver
 from .device import check_cleanup, check_device
-from .driver import GpuDriver, GpuInfo, GpuProcess, NoDriver, detect_driver
+from .driver import GpuDriver, GpuInfo, GpuProcess, NoDriver
 from .inventory import HOST_FORMAT_VERSION, format_inventory, host_record, inventory
 from .memory import MemorySampler
 from .numa import docker_cpuset, effective_binding, numa_prefix, numa_summary, parse_cpulist, pci_numa_node

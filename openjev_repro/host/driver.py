@@ -3,8 +3,8 @@
 Two real implementations (`nvml.NvmlDriver` through nvidia-ml-py, `smi.SmiDriver` through
 the nvidia-smi CSV output). The test double for machines without a driver (`FakeGpus`) lives
 in `tests/fake_gpus.py`: tests hand it to the code that takes a `GpuDriver` (`HostSession`,
-`StudyOptions.gpu_driver`, `check_device`, `MemorySampler`, ...); nothing here selects it. `detect_driver()` tries NVML first, then nvidia-smi, and raises `NoDriver` when
-neither works, with a message that says so.
+`StudyOptions.gpu_driver`, `check_device`, `MemorySampler`, ...); nothing here selects it. `detect.detect_driver()` tries NVML first, then nvidia-smi, and raises
+`NoDriver` when neither works, with a message that says so.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from ..errors import HostError
 
-__all__ = ["GpuDriver", "GpuInfo", "GpuProcess", "NoDriver", "detect_driver"]
+__all__ = ["GpuDriver", "GpuInfo", "GpuProcess", "NoDriver"]
 
 
 class NoDriver(HostError):
@@ -71,19 +71,3 @@ class GpuDriver(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook: a driver without handles keeps this no-op
         """Release driver handles (NVML shutdown); idempotent."""
 
-
-def detect_driver() -> GpuDriver:
-    """NVML through nvidia-ml-py first, nvidia-smi as fallback; NoDriver if neither answers."""
-    from .nvml import NvmlDriver
-    from .smi import SmiDriver
-
-    reasons = []
-    for make in (NvmlDriver, SmiDriver):
-        try:
-            return make()
-        except HostError as exc:
-            reasons.append(str(exc))
-    raise NoDriver(
-        "No NVIDIA driver was found on this host: " + " ".join(reasons)
-        + " Run this on a GPU host with the NVIDIA driver installed."
-    )

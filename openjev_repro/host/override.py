@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import HostError, ReproError
-from ..study.recipe import Controls, Gpu
+from ..evidence.recipe import Controls, Gpu
 from .driver import GpuDriver
 
 __all__ = ["UUID_RE", "GpuOverride"]

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Self
 
 from ..errors import RunIncomplete
-from ..study.recipe import Controls, parse_duration
+from ..evidence.files import write_json_atomic
+from ..evidence.recipe import Controls, parse_duration
 from .allocation import slurm_record
+from .detect import detect_driver
 from .device import check_cleanup, check_device
-from .driver import GpuDriver, detect_driver
+from .driver import GpuDriver
 from .inventory import host_record
 from .memory import MemorySampler
 from .numa import effective_binding, numa_prefix
@@ -44,8 +46,30 @@ class HostSession:
         self.sampler: MemorySampler | None = None
         self.bindings: dict[str, dict] = {}
         self.deadline: float | None = None
+        self._pids: list[int] = []
+        self.record: dict = {}  # host.json's record, once the session is left
 
     def __enter__(self) -> Self:
+        """Resolve the GPU (an override's, else the recipe's), reserve it, check it, start sampling.
+
+        On a failure here everything already held (the reservation, the sampler) is released.
+        """
+        try:
+            return self._enter()
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        """close() with every process tracked, then host.json written into the run directory."""
+        self.record = self.close(self._pids)
+        write_json_atomic(self.run_path / "host.json", self.record)
+
+    def track_process(self, pid: int) -> None:
+        """A process the study started (and stopped): cleanup checks that nothing of it is left on the GPU."""
+        self._pids.append(pid)
+
+    def _enter(self) -> Self:
         if self.gpu_override is not None:  # the run-time GPU replaces the recipe's for this run only
             self._gpu_driver = self._gpu_driver or detect_driver()
             effective = self.gpu_override.resolve(self._gpu_driver)

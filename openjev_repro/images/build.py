@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import DockerError, VerificationError
+from ..evidence.files import read_versioned, write_json_atomic
 from ..hashing import hash_file
 from .daemon import connect
 from .debian import make_base_tar, read_packages_lock
@@ -57,10 +58,7 @@ def read_record(name: str) -> dict:
     path = CACHE_DIR / f"{name}.json"
     if not path.exists():
         raise DockerError(f"No build record at {path}; build the image with `invoke build`.")
-    data = json.loads(path.read_text())
-    if data.get("format_version") != RECORD_FORMAT_VERSION:
-        raise DockerError(f"{path} has format_version {data.get('format_version')!r}; this tool reads {RECORD_FORMAT_VERSION}.")
-    return data
+    return read_versioned(path, (RECORD_FORMAT_VERSION,))
 
 
 def _git_revision() -> str:
@@ -124,9 +122,7 @@ def _write_record(spec: ImageSpec, image, started: float, extra: dict) -> dict:
         **extra,
     }
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    tmp = record_path(spec).with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    tmp.replace(record_path(spec))
+    write_json_atomic(record_path(spec), record)
     return record
 
 

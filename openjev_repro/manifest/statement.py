@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EvidenceError, RunIncomplete, VerificationError
+from ..evidence.files import check_format, read_json, write_bytes_atomic
+from ..evidence.recipe import safe_yaml
+from ..evidence.rundir import ENVELOPE_NAME, READABLE_VERSIONS, RunDir
+from ..evidence.summary import read_summary
 from ..hashing import hash_file
 from ..limits import MAX_JSON_DEPTH, loads_bounded
-from ..results.summary import read_summary
-from ..study.recipe import safe_yaml
-from ..study.rundir import ENVELOPE_NAME, READABLE_VERSIONS, RunDir, read_json, write_bytes_atomic
 from .dsse import envelope_bytes, make_envelope, parse_envelope, payload_of
 from .keys import load_private_key
 
@@ -46,7 +47,7 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://openjev-repro.dev/study-result/v1"
 PREDICATE_FORMAT_VERSION = 1
 
-# What a latency row measures (the contract of openjev_repro.study.rows). A run's plan.json may
+# What a latency row measures (the contract of openjev_repro.evidence.rows). A run's plan.json may
 # state its own boundary under "timing_boundary"; this is the default.
 TIMING_BOUNDARY: dict[str, Any] = {
     "clock": "client monotonic clock (time.monotonic_ns)",
@@ -196,9 +197,7 @@ def read_statement(envelope_path: Path) -> tuple[dict[str, Any], dict[str, Any]]
         raise VerificationError(
             f"{envelope_path} has predicate type {statement.get('predicateType')!r}; this tool reads {PREDICATE_TYPE}."
         )
-    predicate = statement.get("predicate")
-    if not isinstance(predicate, dict) or predicate.get("format_version") != PREDICATE_FORMAT_VERSION:
-        raise VerificationError(f"{envelope_path}: unknown predicate format_version; this tool reads {PREDICATE_FORMAT_VERSION}.")
+    check_format(statement.get("predicate"), (PREDICATE_FORMAT_VERSION,), f"{envelope_path}: predicate")
     problem = _statement_problem(statement)
     if problem:
         raise VerificationError(f"The statement of {envelope_path} is malformed: {problem}.")

@@ -1,7 +1,6 @@
 """What a run's rows say: statistics, the imported study's figure lines, the report.
 
     row_table.py    rows parsed once into numpy columns (what summarize, verify, compare and report read)
-    summary.py      summary.json's shape as TypedDicts, and read_summary
     statistics.py   statistics, correctness, agreement, gates: pure functions of rows (summary.json)
     imported.py     an imported study's published figures and cleanup as report lines
     report.py       report.md and its plots

@@ -20,13 +20,14 @@ import numpy as np
 
 from ..decision import YES_THRESHOLD
 from ..errors import EvidenceError, UnsupportedFormat
-from ..study.recipe import Recipe, load_recipe
-from ..study.rows import Row
-from ..study.rundir import ENVELOPE_NAME, RunDir, guard_output, write_bytes_atomic
+from ..evidence.files import write_bytes_atomic
+from ..evidence.recipe import Recipe, load_recipe
+from ..evidence.rows import Row
+from ..evidence.rundir import ENVELOPE_NAME, RunDir, guard_output
+from ..evidence.summary import GateResult, LatencyKey, PassStats, Summary, WorkloadSummary
 from .floor import floor_lines
 from .row_table import RowTable, as_table, read_table
 from .statistics import latency_stats, summarize
-from .summary import GateResult, LatencyKey, PassStats, Summary, WorkloadSummary
 
 __all__ = [
     "DIGITS",

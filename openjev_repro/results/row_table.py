@@ -7,7 +7,7 @@ ids, backends, workloads, phases, decisions and labels as integer codes into a l
 their distinct values. `verify`, `summarize`, `compare` and `report` all take this form,
 so a command parses its rows file exactly once.
 
-The format on disk is `openjev_repro.study.rows` (format 1), unchanged. A file the fast decoder
+The format on disk is `openjev_repro.evidence.rows` (format 1), unchanged. A file the fast decoder
 refuses is read again line by line with `rows.read_rows`, so every error names the line
 and says what is wrong, exactly as before; a row that the line reader accepts but whose
 field types are wrong (e.g. a seq of "3") is an error naming the line too.
@@ -31,7 +31,7 @@ import msgspec
 import numpy as np
 
 from ..errors import EvidenceError
-from ..study.rows import ROW_FORMAT_VERSION, Phase, Row, read_rows
+from ..evidence.rows import ROW_FORMAT_VERSION, Phase, Row, read_rows
 
 __all__ = ["CHUNK_BYTES", "Interned", "RowTable", "as_table", "chunks", "read_table"]
 

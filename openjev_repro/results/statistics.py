@@ -31,10 +31,9 @@ import numpy as np
 
 from ..decision import YES_THRESHOLD, decision_of
 from ..errors import EvidenceError
-from ..study.recipe import Recipe
-from ..study.rows import Row
-from .row_table import RowTable, as_table
-from .summary import (
+from ..evidence.recipe import Recipe
+from ..evidence.rows import Row
+from ..evidence.summary import (
     SUMMARY_FORMAT_VERSION,
     Agreement,
     BackendSummary,
@@ -50,6 +49,7 @@ from .summary import (
     Summary,
     WorkloadSummary,
 )
+from .row_table import RowTable, as_table
 
 __all__ = [
     "BOOTSTRAP_METHOD",

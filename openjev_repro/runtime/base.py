@@ -52,6 +52,11 @@ class ExitRecord:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def pid(self) -> int | None:
+        """The process id of a local process (None for a container)."""
+        return int(self.ident) if self.runtime == "local" else None
+
 
 class RunningBackend(ABC):
     """A started backend. Stop is idempotent and always returns the exit record."""
@@ -67,6 +72,11 @@ class RunningBackend(ABC):
     @abstractmethod
     def describe_exit(self) -> str:
         """A sentence saying how the backend died, with the tail of its log, for error messages."""
+
+    @property
+    def pid(self) -> int | None:
+        """The host process id of a local process, where its NUMA binding can be read; None for a container."""
+        return None
 
     def wait_ready(self, timeout_s: float, poll_s: float = 0.2) -> dict:
         """Poll /health until it says ready; fail fast if the backend dies meanwhile."""

@@ -54,6 +54,10 @@ class LocalBackend(RunningBackend):
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid
+
     def describe_exit(self) -> str:
         code = self.proc.poll()
         how = "is still running" if code is None else (

@@ -10,8 +10,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 from rich.table import Table
 
 from ..errors import InputMismatch
+from ..evidence.recipe import Recipe
 from ..hashing import hash_files
-from .recipe import Recipe
 
 __all__ = ["PROGRESS_THRESHOLD_BYTES", "InputCheck", "checks_table", "require_all_ok", "verify_inputs"]
 

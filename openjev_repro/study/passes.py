@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from ..decision import decision_of
 from ..errors import BackendCrashed, ProtocolError, RunIncomplete
-from .rows import Phase, Row, RowWriter
+from ..evidence.rows import Phase, Row, RowWriter
 from .timed_client import ClientError, TimedClient, TimedResponse
 from .workload import QUESTION_ID, Request
 

@@ -18,10 +18,10 @@ from typing import Any
 import yaml
 
 from ..errors import RecipeError
+from ..evidence.recipe import UNPINNED, NoAliasLoader, Recipe, _line_map
 from ..hashing import hash_file
 from .placeholders import LAUNCH_NAMES, fill
 from .preparation import plan_prepare
-from .recipe import UNPINNED, NoAliasLoader, Recipe, _line_map
 from .resolved import ResolvedRecipe
 from .traces import plan_traces
 

@@ -25,9 +25,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import CheckpointError, InputMismatch, RecipeError
+from ..evidence.files import read_jsonl, write_bytes_atomic, write_json_atomic
+from ..evidence.recipe import UNPINNED, InputFile, Recipe, RequestSelection, inputs_root, lock_path
 from ..hashing import hash_file
 from .placeholders import fill
-from .recipe import UNPINNED, InputFile, Recipe, RequestSelection, inputs_root, lock_path
 
 __all__ = [
     "LOCK_FORMAT_VERSION",
@@ -86,16 +87,15 @@ def select_requests(checkout: Path, selection: RequestSelection) -> list[bytes]:
         path = checkout / rel
         if not path.is_file():
             raise InputMismatch(f"JevBench checkout {checkout} has no {rel}; check the source commit.")
-        for number, line in enumerate(path.read_bytes().splitlines(), start=1):
-            if not line.strip():
-                continue
+        data = path.read_bytes()
+        lines = data.splitlines()
+        for number, task in read_jsonl(path, "a JevBench task", error=InputMismatch, data=data):
             try:
-                task = json.loads(line)
                 kind = task["question"]["type"]
-            except (ValueError, KeyError, TypeError) as exc:
+            except (KeyError, TypeError) as exc:
                 raise InputMismatch(f"{path}:{number}: not a JevBench task ({exc!r}).") from exc
             if kind in selection.types:
-                chosen.append(line)
+                chosen.append(lines[number - 1])
     if selection.expect_count is not None and len(chosen) != selection.expect_count:
         raise InputMismatch(f"JevBench at {checkout} has {len(chosen)} tasks of types {selection.types}, "
                             f"the recipe expects {selection.expect_count}; check the pinned commit.")
@@ -109,9 +109,7 @@ def select_requests(checkout: Path, selection: RequestSelection) -> list[bytes]:
 def write_request_file(lines: list[bytes], dest: Path) -> None:
     """JSONL, one task a line, newline-terminated; written atomically."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.write_bytes(b"".join(line + b"\n" for line in lines))
-    os.replace(tmp, dest)
+    write_bytes_atomic(dest, b"".join(line + b"\n" for line in lines))
 
 
 # --- the plan ----------------------------------------------------------------------------
@@ -302,9 +300,7 @@ def _build_lock(recipe: Recipe, recipe_path: Path, root: Path, say: Callable[[st
 
 def _write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_json_atomic(path, data, indent=1)
 
 
 def read_lock(recipe: Recipe, recipe_path: Path) -> dict | None:

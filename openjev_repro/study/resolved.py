@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..evidence.recipe import Recipe, inputs_root, load_recipe, lock_path
 from .preparation import locked_recipe
-from .recipe import Recipe, inputs_root, load_recipe, lock_path
 
 __all__ = ["ResolvedRecipe", "resolve_recipe"]
 

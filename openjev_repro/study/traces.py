@@ -12,8 +12,6 @@ skipped.json / traces.json format history:
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -22,7 +20,8 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import RecipeError
-from .recipe import Recipe
+from ..evidence.files import write_json_atomic
+from ..evidence.recipe import Recipe
 
 __all__ = ["TRACES_FORMAT_VERSION", "TraceItem", "TraceLauncher", "nsys_prefix", "plan_traces", "run_traces"]
 
@@ -100,6 +99,4 @@ def run_traces(recipe: Recipe, items: list[TraceItem], run_dir: Path, launch: Tr
 
 
 def _write(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_json_atomic(path, data, indent=1, sort_keys=False)

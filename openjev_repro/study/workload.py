@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RecipeError
+from ..evidence.files import read_jsonl
 
 __all__ = ["QUESTION_ID", "Request", "Task", "build_requests", "load_tasks", "request_body", "select"]
 
@@ -44,15 +45,11 @@ class Request:
 
 def load_tasks(path: Path) -> list[Task]:
     tasks: list[Task] = []
-    text = Path(path).read_text(encoding="utf-8")
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, raw in read_jsonl(path, "a JevBench task", error=RecipeError, data=Path(path).read_bytes()):
         try:
-            raw = json.loads(line)
             tasks.append(Task(id=str(raw["id"]), question=raw["question"], state=raw["state"],
                               expected=raw.get("expected"), raw=raw))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        except (KeyError, TypeError) as exc:
             raise RecipeError(f"{path}:{number}: not a JevBench task ({exc!r}).") from exc
     ids = [t.id for t in tasks]
     dupes = sorted({i for i in ids if ids.count(i) > 1})

@@ -7,7 +7,7 @@ from test_adv_symlink_escapes import resign
 from test_audit_kit import signed_run
 
 from openjev_repro.audit.verify import verify_path
-from openjev_repro.study.rundir import ENVELOPE_NAME
+from openjev_repro.evidence.rundir import ENVELOPE_NAME
 
 
 @pytest.mark.parametrize("name", ["../outside.json", "/etc/hostname", "logs/../../x", "./rows.jsonl", "a//b",

@@ -20,7 +20,7 @@ import pytest
 from advkit import INVOKE, invoke, one_error_line
 from studykit import SCRIPTED, write_study
 
-from openjev_repro.study.rundir import RunDir
+from openjev_repro.evidence.rundir import RunDir
 
 pytestmark = pytest.mark.slow
 

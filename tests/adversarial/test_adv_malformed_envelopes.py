@@ -10,8 +10,8 @@ from advkit import invoke, one_error_line
 from test_audit_kit import signed_run
 
 from openjev_repro.audit.verify import verify_path
+from openjev_repro.evidence.rundir import ENVELOPE_NAME
 from openjev_repro.manifest.dsse import envelope_bytes, parse_envelope, payload_of
-from openjev_repro.study.rundir import ENVELOPE_NAME
 
 
 def statement_of(run) -> dict:

@@ -14,9 +14,9 @@ from test_audit_kit import signed_run
 
 from openjev_repro.audit.publish import publish
 from openjev_repro.audit.verify import verify_path
+from openjev_repro.evidence.rundir import ENVELOPE_NAME
 from openjev_repro.manifest.dsse import envelope_bytes, make_envelope, parse_envelope, payload_of
 from openjev_repro.manifest.keys import load_private_key
-from openjev_repro.study.rundir import ENVELOPE_NAME
 
 
 def resign(path, private, change) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from test_audit_kit import keypair, signed_run
 
 from openjev_repro.audit.verify import verify_path
+from openjev_repro.evidence.rundir import ENVELOPE_NAME
 from openjev_repro.manifest import write_manifest
-from openjev_repro.study.rundir import ENVELOPE_NAME
 
 
 def failed(checks) -> list[str]:

@@ -6,7 +6,7 @@ Layout of a run directory (every file except the envelope is a manifest subject)
     plan.json              the resolved plan: backends, commands, passes, pins
     inputs.json            every declared input with its verified sha256
     state.json             status running|complete|incomplete, steps attempted and finished
-    rows.jsonl             one Row per request (openjev_repro.study.rows), flushed after each
+    rows.jsonl             one Row per request (openjev_repro.evidence.rows), flushed after each
     responses/<backend>.jsonl  response bodies: {"backend","workload","phase","pass_index","seq","id","body"}
     logs/<backend>.log     the backend's stdout and stderr
     processes.json         exit record of every process or container we started
@@ -30,19 +30,18 @@ and empty directories make a run unsignable and fail verify.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
 import socket
 import stat
 import time
-from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import EvidenceError, UnsupportedFormat
+from ..errors import EvidenceError
+from .files import check_format, fsync_directory, read_versioned, write_json_atomic
 
 __all__ = [
     "BACKENDS_FORMAT_VERSION",
@@ -54,18 +53,13 @@ __all__ = [
     "STATE_FORMAT_VERSION",
     "RunDir",
     "boot_id",
-    "check_format",
     "check_response_entry",
     "enclosing_run",
     "fsync_tree",
     "guard_output",
     "process_start_ticks",
-    "read_json",
-    "read_versioned",
     "scan_tree",
     "stale_reason",
-    "write_bytes_atomic",
-    "write_json_atomic",
 ]
 
 STATE_FORMAT_VERSION = 1
@@ -90,61 +84,6 @@ READABLE_VERSIONS: dict[str, tuple[int, ...]] = {
 }
 # responses/<backend>.jsonl lines: format 1 lines carry no version; a later format adds "v".
 RESPONSE_VERSIONS = (1,)
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file in the same directory, fsync, rename over `path`; no temp file survives."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temporary file in the same directory, fsync, then rename over `path`."""
-    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
-    write_bytes_atomic(path, text.encode("utf-8"))
-
-
-def read_json(path: Path) -> Any:
-    from ..limits import loads_bounded
-
-    try:
-        return loads_bounded(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise EvidenceError(f"Missing evidence file {path}.") from exc
-    except ValueError as exc:  # syntax, depth, huge integers, bad UTF-8
-        raise EvidenceError(f"{path} is not valid JSON ({exc}).") from exc
-
-
-def check_format(data: Any, supported: Collection[int], where: str, *, key: str = "format_version",
-                 absent: int | None = None) -> Any:
-    """`data` unchanged when its `key` is one of `supported`; else UnsupportedFormat naming `where`.
-
-    Every reader of a file we write calls this before it trusts a field. `absent` is the version
-    a record without `key` has (formats that gained the key later); None: the key is required.
-    """
-    version = data.get(key, absent) if isinstance(data, dict) else None
-    if isinstance(version, bool) or version not in supported:
-        reads = " or ".join(str(v) for v in sorted(supported))
-        if isinstance(data, dict) and key in data:
-            raise UnsupportedFormat(f"{where}: {key} {version!r} is not a format this tool reads ({key} {reads}); "
-                                    "a newer openjev-repro wrote it, or it is not our file.")
-        raise UnsupportedFormat(f"{where}: has no {key}, so it is not a file this tool reads ({key} {reads}); "
-                                "every file openjev-repro writes carries one.")
-    return data
-
-
-def read_versioned(path: Path, supported: Collection[int], *, absent: int | None = None) -> Any:
-    """A JSON file we wrote, refused (UnsupportedFormat) unless its format_version is one of `supported`."""
-    return check_format(read_json(path), supported, str(path), absent=absent)
 
 
 def check_response_entry(entry: Any, where: str) -> Any:
@@ -194,11 +133,7 @@ def fsync_tree(root: Path) -> None:
         finally:
             os.close(fd)
     for directory in sorted({p.parent for p in files} | {Path(root)}):
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_directory(directory)
 
 
 # --- outputs never touch evidence --------------------------------------------------------

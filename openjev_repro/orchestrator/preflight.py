@@ -13,8 +13,8 @@ import socket
 from pathlib import Path
 
 from ..errors import DockerError, InputMismatch, RecipeError, ReproError
-from .recipe import Recipe
-from .resolved import ResolvedRecipe
+from ..evidence.recipe import Recipe
+from ..study.resolved import ResolvedRecipe
 
 __all__ = [
     "check_docker",

@@ -1,7 +1,19 @@
-"""Study orchestration: verify inputs, start each backend, run the pass protocol, stop, summarise.
+"""Study orchestration: `run_study` takes a resolved plan and calls one function per step.
 
-Evidence is written as it is produced (see rundir.py for the layout). Any failure leaves the
-run directory marked incomplete with everything written so far, and raises.
+    plan_study        the recipe resolved once and its plan (exactly what `invoke plan` prints)
+    run_study         preflight, the run directory, then the steps in order:
+      step_inputs       verify every declared input (inputs.json)
+      step_workloads    load and select each workload's requests
+      step_plan         plan.json: the plan as planned, plus the run-only facts in their own fields
+      step_environment  environment.json
+      step_calibration  calibration.json (client overhead on loopback)
+      step_backends     host controls (a context manager) around every backend's passes
+      step_summary      summary.json
+      step_sign         report, fsync, status complete, the manifest (signed last)
+
+Evidence is written as it is produced (see evidence/rundir.py for the layout). Any failure
+leaves the run directory marked incomplete with everything written so far, and raises. What
+the study shows while it runs is the observer in `StudyOptions.progress` (orchestrator/progress.py).
 """
 
 from __future__ import annotations
@@ -18,39 +30,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
-from ..host.driver import GpuDriver
-from ..host.override import GpuOverride
-from ..host.reaper import Reaper
-from ..host.session import HostSession
-from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
-from ..runtime.local import LocalRuntime
-from .inputs import checks_table, require_all_ok, verify_inputs
-from .passes import PassBudget, PassRunner, ResponseLog
-from .placeholders import LAUNCH_NAMES, fill
-from .plan import REPRO_ROOT
-from .preflight import port_in_use, preflight
-from .recipe import AuxProcess, Backend, Recipe, Workload
-from .resolved import ResolvedRecipe, resolve_recipe
-from .rows import Phase, RowWriter, read_rows
-from .rundir import (
+from ..evidence.files import write_json_atomic
+from ..evidence.recipe import AuxProcess, Backend, Recipe, Workload
+from ..evidence.rows import Phase, RowWriter, read_rows
+from ..evidence.rundir import (
     BACKENDS_FORMAT_VERSION,
     INPUTS_FORMAT_VERSION,
     PROCESSES_FORMAT_VERSION,
     RunDir,
     fsync_tree,
-    write_json_atomic,
 )
-from .timed_client import TimedClient
-from .workload import Request, build_requests, load_tasks, select
+from ..host.driver import GpuDriver
+from ..host.override import GpuOverride
+from ..host.reaper import Reaper
+from ..host.session import HostSession
+from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
+from ..study.inputs import checks_table, require_all_ok, verify_inputs
+from ..study.passes import PassBudget, PassRunner, ResponseLog
+from ..study.placeholders import LAUNCH_NAMES, fill
+from ..study.plan import REPRO_ROOT
+from ..study.resolved import ResolvedRecipe, resolve_recipe
+from ..study.timed_client import TimedClient
+from ..study.workload import Request, Task, build_requests, load_tasks, select
+from .preflight import input_fix, port_in_use, preflight
+from .progress import ConsoleProgress, StudyProgress
 
 __all__ = [
+    "RUN_ONLY_FIELDS",
     "TIMING_BOUNDARY",
     "StudyOptions",
+    "StudyPlan",
     "free_port",
+    "plan_study",
     "run_study",
 ]
 
@@ -73,7 +85,34 @@ class StudyOptions:
     allow_busy: bool = False
     gpu_driver: GpuDriver | None = None  # None: NVML or nvidia-smi (tests pass their double, tests/fake_gpus.py)
     gpu_override: GpuOverride | None = None  # run on this GPU instead of the recipe's (recorded as gpu_override)
-    console: Console = field(default_factory=lambda: Console(stderr=True))
+    progress: StudyProgress = field(default_factory=ConsoleProgress)  # what the study shows while it runs
+
+
+# plan.json fields that only the run can know, next to the planned ones (never one of them).
+RUN_ONLY_FIELDS = ("case_ids", "gpu_override")
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """A study resolved before anything runs: the recipe, its inputs lock applied, and its plan.
+
+    `planned` is `resolve_plan`'s result for this recipe and runtime: what `invoke plan --json`
+    prints. The run adds what only it can know in RUN_ONLY_FIELDS and never rewrites a planned field.
+    """
+
+    study: ResolvedRecipe
+    planned: dict[str, Any]
+
+    def record(self, workloads: dict[str, list[Task]], gpu_override: GpuOverride | None) -> dict[str, Any]:
+        """plan.json: the planned fields unchanged, then the run-only ones."""
+        clash = sorted(set(RUN_ONLY_FIELDS) & set(self.planned))
+        if clash:
+            raise AssertionError(f"the plan already holds the run-only fields {clash}")
+        # The exact request order of every pass, so `verify` can tell a case missing from every pass.
+        run_only: dict[str, Any] = {"case_ids": {name: [t.id for t in tasks] for name, tasks in workloads.items()}}
+        if gpu_override is not None:
+            run_only["gpu_override"] = gpu_override.declared(self.study.recipe.controls.gpu)
+        return {**self.planned, **run_only}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -153,12 +192,44 @@ def _rerender_report(run: RunDir) -> None:
             run.file("report.md").unlink()  # no report rather than one that looks complete
 
 
-def run_study(opts: StudyOptions) -> RunDir:
-    # Once: the recipe read, its inputs lock applied (hashes left to `invoke prepare`), its inputs root fixed.
+def plan_study(opts: StudyOptions) -> StudyPlan:
+    """The recipe read once (its inputs lock applied, its inputs root fixed) and its resolved plan."""
+    from ..study.plan import resolve_plan
+
     study = resolve_recipe(opts.recipe_path, inputs_root_override=opts.inputs_root)
-    recipe = study.recipe
+    return StudyPlan(study=study, planned=resolve_plan(study, runtime=opts.runtime))
+
+
+@dataclass
+class StudyRun:
+    """What the steps of one study share: the run directory, the plan, the options, what was started."""
+
+    run: RunDir
+    plan: StudyPlan
+    opts: StudyOptions
+    reaper: Reaper | None = None
+    workloads: dict[str, list[Task]] = field(default_factory=dict)
+    records: list[ExitRecord] = field(default_factory=list)  # every process started, once stopped
+
+    @property
+    def recipe(self) -> Recipe:
+        return self.plan.study.recipe
+
+    @property
+    def root(self) -> Path:
+        return self.plan.study.root
+
+    @property
+    def progress(self) -> StudyProgress:
+        return self.opts.progress
+
+
+def run_study(opts: StudyOptions, plan: StudyPlan | None = None) -> RunDir:
+    """Run a planned study (`plan_study(opts)` when no plan is given) into a new run directory."""
+    plan = plan if plan is not None else plan_study(opts)
+    recipe = plan.study.recipe
     # Everything that can fail before any work is checked first: a study that never started leaves no run directory.
-    preflight(study, out_dir=opts.out_dir, key_path=opts.key_path, runtime=opts.runtime)
+    preflight(plan.study, out_dir=opts.out_dir, key_path=opts.key_path, runtime=opts.runtime)
     try:
         run = RunDir.create(opts.out_dir, recipe.study.id)
     except OSError as exc:
@@ -166,8 +237,8 @@ def run_study(opts: StudyOptions) -> RunDir:
     with _signals_interrupt(), Reaper() as reaper:
         try:
             shutil.copyfile(opts.recipe_path, run.file("recipe.yaml"))
-            opts.console.print(f"[bold]Study {recipe.study.id}[/] → run directory {run.path}")
-            _execute(run, study, opts, reaper)
+            opts.progress.message(f"[bold]Study {recipe.study.id}[/] → run directory {run.path}")
+            _execute(StudyRun(run, plan, opts, reaper))
         except BaseException as exc:  # every failure, OSError and MemoryError included, is an incomplete run
             if isinstance(exc, (SystemExit, GeneratorExit)):
                 raise
@@ -206,107 +277,132 @@ class _Step:
             self.run.finish(self.name)
 
 
-def _execute(run: RunDir, study: ResolvedRecipe, opts: StudyOptions, reaper: Reaper | None = None) -> None:
-    console = opts.console
-    recipe, root = study.recipe, study.root
-    with _step(run, "verify-inputs"):
-        checks = verify_inputs(recipe, root, console=console)
-        write_json_atomic(run.file("inputs.json"), {
-            "format_version": INPUTS_FORMAT_VERSION, "root": str(root), "files": [c.to_dict() for c in checks]})
-        if any(c.status != "ok" for c in checks):
-            console.print(checks_table(checks, root))
-        from .preflight import input_fix
+def _execute(ctx: StudyRun) -> None:
+    """The steps, in order; each records itself in state.json (attempted, then finished)."""
+    with _step(ctx.run, "verify-inputs"):
+        step_inputs(ctx)
+    step_workloads(ctx)
+    with _step(ctx.run, "plan"):
+        step_plan(ctx)
+    with _step(ctx.run, "environment"):
+        step_environment(ctx)
+    with _step(ctx.run, "calibration"):
+        step_calibration(ctx)
+    step_backends(ctx)
+    with _step(ctx.run, "summary"):
+        step_summary(ctx)
+    step_sign(ctx)
 
-        require_all_ok(checks, root, input_fix(study))
-        console.print(f"inputs: {len(checks)} files verified by sha256")
-    workloads = {w.name: select(load_tasks(root / w.requests), w.selection.types, w.selection.ids,
-                                w.selection.first, w.repeat) for w in recipe.workloads}
-    with _step(run, "plan"):
-        plan = _plan(study, opts)
-        # The exact request order of every pass, so `verify` can tell a case missing from every pass.
-        plan["case_ids"] = {name: [t.id for t in tasks] for name, tasks in workloads.items()}
-        if opts.gpu_override is not None:
-            plan["gpu_override"] = opts.gpu_override.declared(recipe.controls.gpu)
-        write_json_atomic(run.file("plan.json"), plan)
-    with _step(run, "environment"):
-        environment = _environment(recipe, opts, reaper)
-        if opts.gpu_override is not None:
-            environment["gpu_override"] = opts.gpu_override.declared(recipe.controls.gpu)
-        write_json_atomic(run.file("environment.json"), environment)
-    with _step(run, "calibration"):
-        calibration = _calibrate()
-        write_json_atomic(run.file("calibration.json"), calibration)
-        console.print(f"client overhead on loopback: p50 {calibration.get('p50_us', '?')} µs, "
-                      f"p99 {calibration.get('p99_us', '?')} µs")
+
+def step_inputs(ctx: StudyRun) -> None:
+    """Hash every declared input; inputs.json records each; any mismatch stops the study."""
+    recipe, root = ctx.recipe, ctx.root
+    checks = verify_inputs(recipe, root, console=ctx.progress.console)
+    write_json_atomic(ctx.run.file("inputs.json"), {
+        "format_version": INPUTS_FORMAT_VERSION, "root": str(root), "files": [c.to_dict() for c in checks]})
+    if any(c.status != "ok" for c in checks) and ctx.progress.console is not None:
+        ctx.progress.console.print(checks_table(checks, root))
+    require_all_ok(checks, root, input_fix(ctx.plan.study))
+    ctx.progress.message(f"inputs: {len(checks)} files verified by sha256")
+
+
+def step_workloads(ctx: StudyRun) -> None:
+    """Each workload's selected requests, in the order every pass sends them."""
+    ctx.workloads = {w.name: select(load_tasks(ctx.root / w.requests), w.selection.types, w.selection.ids,
+                                    w.selection.first, w.repeat) for w in ctx.recipe.workloads}
+
+
+def step_plan(ctx: StudyRun) -> None:
+    write_json_atomic(ctx.run.file("plan.json"), ctx.plan.record(ctx.workloads, ctx.opts.gpu_override))
+
+
+def step_environment(ctx: StudyRun) -> None:
+    environment = _environment(ctx.recipe, ctx.opts, ctx.reaper)
+    if ctx.opts.gpu_override is not None:
+        environment["gpu_override"] = ctx.opts.gpu_override.declared(ctx.recipe.controls.gpu)
+    write_json_atomic(ctx.run.file("environment.json"), environment)
+
+
+def step_calibration(ctx: StudyRun) -> None:
+    calibration = _calibrate()
+    write_json_atomic(ctx.run.file("calibration.json"), calibration)
+    ctx.progress.message(f"client overhead on loopback: p50 {calibration.get('p50_us', '?')} µs, "
+                         f"p99 {calibration.get('p99_us', '?')} µs")
+
+
+def step_backends(ctx: StudyRun) -> None:
+    """Host controls held around every backend's passes; then cleanup, leftovers and failed requests checked."""
+    run, recipe, opts = ctx.run, ctx.recipe, ctx.opts
     budget = PassBudget({(b.name, w.name): recipe.passes_for(w)[1] for b in recipe.backends for w in recipe.workloads})
-    records: list[ExitRecord] = []
     failures = 0
     host = HostSession(recipe.controls, run.path, allow_busy=opts.allow_busy, driver=opts.gpu_driver,
                        gpu_override=opts.gpu_override)
-    with _step(run, "host-controls"):
-        host.__enter__()
-    try:
+    run.attempt("host-controls")
+    with host:  # leaving it writes host.json (memory samples, cleanup checks, the GPU released)
+        run.finish("host-controls")
         with RowWriter(run.rows_path) as rows:
             for backend in recipe.backends:
                 with _step(run, f"backend:{backend.name}"):
-                    failures += _run_backend(run, recipe, root, backend, workloads, rows, budget, records, host, opts,
-                                             reaper)
-    finally:
-        host_json = host.close([int(r.ident) for r in records if r.runtime == "local"])
-        write_json_atomic(run.file("host.json"), host_json)
-    cleanup = host_json.get("cleanup")
+                    failures += _run_backend(ctx, backend, rows, budget, host)
+    _check_after_backends(ctx, host.record, failures)
+
+
+def _check_after_backends(ctx: StudyRun, host_record: dict, failures: int) -> None:
+    """The GPU left clean, every process gone, no timed request failed; else the study stops here."""
+    cleanup = host_record.get("cleanup")
     if cleanup is not None and not cleanup.get("passed"):
         raise BackendError(f"Cleanup checks failed after the study: {cleanup}.")
-    leftovers = [r for r in records if not r.exited]
+    leftovers = [r for r in ctx.records if not r.exited]
     if leftovers:
         raise BackendError(f"Processes still alive after stop: {', '.join(r.ident for r in leftovers)}.")
     if failures:
-        raise RunIncomplete(f"{failures} request(s) failed; see the rows with an error in {run.rows_path}.")
-    with _step(run, "summary"):
-        _summarise(run, recipe)
-    _finish_outputs(run, opts)
+        raise RunIncomplete(f"{failures} request(s) failed; see the rows with an error in {ctx.run.rows_path}.")
 
 
-def _run_backend(run: RunDir, recipe: Recipe, root: Path, backend: Backend, workloads: dict, rows: RowWriter,
-                 budget: PassBudget, records: list[ExitRecord], host: HostSession, opts: StudyOptions,
-                 reaper: Reaper | None = None) -> int:
-    console = opts.console
-    runtime = get_runtime(opts.runtime or backend.runtime)
-    if isinstance(runtime, LocalRuntime):
-        runtime.prefix = host.command_prefix()
-    if hasattr(runtime, "reaper"):
-        runtime.reaper = reaper
-    prepared = {name: build_requests(tasks, backend.model) for name, tasks in workloads.items()}
+def _run_backend(ctx: StudyRun, backend: Backend, rows: RowWriter, budget: PassBudget, host: HostSession) -> int:
+    """Start one backend (its aux processes first), run its passes, stop everything it started."""
+    recipe, run, progress = ctx.recipe, ctx.run, ctx.progress
+    runtime = get_runtime(ctx.opts.runtime or backend.runtime, command_prefix=host.command_prefix(),
+                          reaper=ctx.reaper)
+    prepared = {name: build_requests(tasks, backend.model) for name, tasks in ctx.workloads.items()}
     started: list[RunningBackend] = []  # aux processes first, the client-facing command last
     aux_ports: dict[str, int] = {}
     try:
         for aux in backend.aux:
-            spec = _launch_spec(run, recipe, root, backend, opts, aux_ports, host.gpu_uuid, aux=aux)
+            spec = _launch_spec(ctx, backend, aux_ports, host.gpu_uuid, aux=aux)
             aux_ports[aux.name] = spec.port
-            console.print(f"[bold]{backend.name}[/]: starting aux {aux.name} ({runtime.name}) on port {spec.port}")
+            progress.message(f"[bold]{backend.name}[/]: starting aux {aux.name} ({runtime.name}) on port {spec.port}")
             started.append(runtime.launch(spec))
             if aux.health is not None:
                 started[-1].wait_ready(aux.ready_timeout_s or recipe.protocol.ready_timeout_s)
-        spec = _launch_spec(run, recipe, root, backend, opts, aux_ports, host.gpu_uuid)
-        console.print(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
+        spec = _launch_spec(ctx, backend, aux_ports, host.gpu_uuid)
+        progress.message(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
         handle = runtime.launch(spec)
         started.append(handle)
         health = handle.wait_ready(recipe.protocol.ready_timeout_s)
-        console.print(f"{backend.name}: ready ({health.get('method', health.get('model', ''))})")
+        progress.message(f"{backend.name}: ready ({health.get('method', health.get('model', ''))})")
         write_json_atomic(run.file(f"logs/{backend.name}.health.json"), health)
         _record_backend_identity(run, backend.name, health)
         for process in started:  # read once ready: numactl binds, then execs under the same pid
-            host.record_binding(process.spec.name, getattr(getattr(process, "proc", None), "pid", None))
+            host.record_binding(process.spec.name, process.pid)
         alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
-        return _protocol(run, recipe, backend, handle, alive, prepared, rows, budget, host, opts)
+        return _protocol(ctx, backend, handle, alive, prepared, rows, budget, host)
     finally:
-        stopped = [process.stop(recipe.protocol.stop_grace_s) for process in reversed(started)]  # command first
-        records.extend(stopped)  # every process is stopped before anything is written (a full disk stops nothing)
-        write_json_atomic(run.file("processes.json"),
-                          {"format_version": PROCESSES_FORMAT_VERSION, "processes": [r.to_dict() for r in records]})
-        for record in stopped:
-            state = "stopped by us" if record.intentional else f"exited on its own (status {record.exit_status})"
-            console.print(f"{record.name}: {state}; all processes gone: {record.exited}")
+        _stop_all(ctx, started, host)
+
+
+def _stop_all(ctx: StudyRun, started: list[RunningBackend], host: HostSession) -> None:
+    """Stop the client-facing command first, then its aux processes; record every exit in processes.json."""
+    stopped = [process.stop(ctx.recipe.protocol.stop_grace_s) for process in reversed(started)]
+    ctx.records.extend(stopped)  # every process is stopped before anything is written (a full disk stops nothing)
+    for record in stopped:
+        if record.pid is not None:
+            host.track_process(record.pid)
+    write_json_atomic(ctx.run.file("processes.json"),
+                      {"format_version": PROCESSES_FORMAT_VERSION, "processes": [r.to_dict() for r in ctx.records]})
+    for record in stopped:
+        state = "stopped by us" if record.intentional else f"exited on its own (status {record.exit_status})"
+        ctx.progress.message(f"{record.name}: {state}; all processes gone: {record.exited}")
 
 
 # What each backend said about itself once ready (the reference backend reports all of these;
@@ -327,36 +423,49 @@ def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
     write_json_atomic(path, data)
 
 
-def _launch_spec(run: RunDir, recipe: Recipe, root: Path, backend: Backend, opts: StudyOptions,
-                 aux_ports: dict[str, int], gpu_uuid: str | None, aux: AuxProcess | None = None) -> LaunchSpec:
-    host = "127.0.0.1"
-    name = backend.name if aux is None else f"{backend.name}.{aux.name}"
-    fixed = backend.port if aux is None else aux.port
+def _port_for(name: str, fixed: int | None, host: str) -> int:
+    """The recipe's fixed port when it is free (BackendError when taken), else a free one."""
     if fixed is not None and port_in_use(host, fixed):
         raise BackendError(f"Port {fixed} on {host}, fixed for {name}, is already in use by "
                            "another process; stop it or remove the fixed port from the recipe.")
-    port = fixed or free_port(host)
+    return fixed or free_port(host)
+
+
+def _launch_values(ctx: StudyRun, backend: Backend, host: str, port: int, aux_ports: dict[str, int],
+                   aux: AuxProcess | None) -> dict[str, str]:
+    """The values of the launch placeholders ({python}, {port}, {port.<aux>}, ...) for one process."""
     # In a container the backend runs under the image's interpreter, not ours.
-    python = "python3" if (opts.runtime or backend.runtime) == "docker" else sys.executable
-    values = {"python": python, "host": host, "port": str(port), "inputs": str(root),
-              "run": str(run.path), "backend": backend.name, "repro": str(REPRO_ROOT),
+    python = "python3" if (ctx.opts.runtime or backend.runtime) == "docker" else sys.executable
+    values = {"python": python, "host": host, "port": str(port), "inputs": str(ctx.root),
+              "run": str(ctx.run.path), "backend": backend.name, "repro": str(REPRO_ROOT),
               **{f"port.{aux_name}": str(p) for aux_name, p in aux_ports.items()}}
     if aux is not None:  # an aux process may name its own port as {port.<its name>} too
         values[f"port.{aux.name}"] = str(port)
+    return values
+
+
+def _launch_spec(ctx: StudyRun, backend: Backend, aux_ports: dict[str, int], gpu_uuid: str | None,
+                 aux: AuxProcess | None = None) -> LaunchSpec:
+    host = "127.0.0.1"
+    name = backend.name if aux is None else f"{backend.name}.{aux.name}"
+    port = _port_for(name, backend.port if aux is None else aux.port, host)
+    values = _launch_values(ctx, backend, host, port, aux_ports, aux)
     where = f"backend {name}"
     command, env_template = (backend.command, backend.env) if aux is None else (aux.command, aux.env)
     argv = [fill(a, values, f"{where} command") for a in command]
     env = {k: fill(v, values, f"{where} env {k}") for k, v in env_template.items()}
-    controls = recipe.controls
+    controls = ctx.recipe.controls
     health = backend.health if aux is None else (aux.health or "/health")
-    return LaunchSpec(name=name, argv=argv, env=env, host=host, port=port, log_path=run.log_path(name),
-                      health_path=health, image=backend.image, read_only_mounts=(root,),
+    return LaunchSpec(name=name, argv=argv, env=env, host=host, port=port, log_path=ctx.run.log_path(name),
+                      health_path=health, image=backend.image, read_only_mounts=(ctx.root,),
                       gpu_uuid=gpu_uuid, numa_node=controls.numa_node,
                       cpus=controls.cpus)
 
 
-def _protocol(run: RunDir, recipe: Recipe, backend: Backend, handle: RunningBackend, alive, prepared: dict[str, list[Request]],
-              rows: RowWriter, budget: PassBudget, host: HostSession, opts: StudyOptions) -> int:
+def _protocol(ctx: StudyRun, backend: Backend, handle: RunningBackend, alive, prepared: dict[str, list[Request]],
+              rows: RowWriter, budget: PassBudget, host: HostSession) -> int:
+    """First inference, warm-up, then each workload's feasibility and measured passes; returns failed requests."""
+    run, recipe = ctx.run, ctx.recipe
     proto = recipe.protocol
     responses = ResponseLog(run.responses_path(backend.name))
     client = TimedClient(handle.spec.host, handle.spec.port, timeout_s=proto.request_timeout_s)
@@ -376,7 +485,7 @@ def _protocol(run: RunDir, recipe: Recipe, backend: Backend, handle: RunningBack
                     budget.claim(backend.name, workload.name, index)
                 label = f"{backend.name}/{workload.name}/{phase}-{index}"
                 host.begin(label)
-                _timed_pass(runner, requests, workload.name, phase, index, opts.console)
+                _timed_pass(runner, requests, workload.name, phase, index, ctx.progress)
                 host.end(label)
     finally:
         client.close()
@@ -410,25 +519,16 @@ def _warmup(runner: PassRunner, recipe: Recipe, workload: Workload, requests: li
 
 
 def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phase: Phase, index: int,
-                console: Console) -> None:
-    columns = (TextColumn(f"{runner.backend} {workload} {phase} {index}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("last request {task.fields[last]}"), TextColumn("elapsed"), TimeElapsedColumn())
-    # No refresh thread: the bar is redrawn between requests, never while one is being timed.
-    with Progress(*columns, console=console, transient=False, auto_refresh=False) as bar:
-        task = bar.add_task("pass", total=len(requests), last="       - ms")
+                progress: StudyProgress) -> None:
+    progress.pass_started(runner.backend, workload, phase, index, len(requests))
+    try:
         for seq, req in enumerate(requests):
-            row = runner.request(req, workload=workload, phase=phase, pass_index=index, seq=seq)
-            last = f"{row.latency_ms:8.2f} ms" if row.ok else f"[red]failed: {(row.error or '')[:40]}[/]"
-            bar.update(task, advance=1, last=last, refresh=True)
+            progress.request_done(runner.request(req, workload=workload, phase=phase, pass_index=index, seq=seq))
+    finally:
+        progress.pass_finished()
 
 
 # --- integration points with the other concerns -------------------------------------------
-
-
-def _plan(study: ResolvedRecipe, opts: StudyOptions) -> dict:
-    from .plan import resolve_plan
-
-    return resolve_plan(study, runtime=opts.runtime)
 
 
 def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = None) -> dict:
@@ -473,13 +573,13 @@ def _calibrate() -> dict:
     return dict(calibrate_client_overhead(), timing_boundary=TIMING_BOUNDARY)
 
 
-def _summarise(run: RunDir, recipe: Recipe) -> None:
+def step_summary(ctx: StudyRun) -> None:
     from ..results.statistics import summarize
 
-    write_json_atomic(run.file("summary.json"), summarize(read_rows(run.rows_path), recipe))
+    write_json_atomic(ctx.run.file("summary.json"), summarize(read_rows(ctx.run.rows_path), ctx.recipe))
 
 
-def _finish_outputs(run: RunDir, opts: StudyOptions) -> None:
+def step_sign(ctx: StudyRun) -> None:
     """Report and plots, fsync of every file, then status complete, then the manifest (signed last).
 
     A failure before "complete" leaves the run incomplete; a failure of the manifest itself
@@ -488,11 +588,12 @@ def _finish_outputs(run: RunDir, opts: StudyOptions) -> None:
     from ..manifest import write_manifest
     from ..results.report import write_report
 
+    run, opts = ctx.run, ctx.opts
     with _step(run, "report"):
         report = write_report(run.path, as_status="complete")
     fsync_tree(run.path)
     run.update_state(status="complete")
     envelope = write_manifest(run.path, key_path=opts.key_path)
     fsync_tree(run.path)
-    opts.console.print("[green]study complete[/]")
-    opts.console.print(f"report: {report}\nmanifest: {envelope} ({'signed' if opts.key_path else 'UNSIGNED'})")
+    opts.progress.message("[green]study complete[/]")
+    opts.progress.message(f"report: {report}\nmanifest: {envelope} ({'signed' if opts.key_path else 'UNSIGNED'})")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal, Self, get_args
 
 from ..errors import EvidenceError
+from .files import read_jsonl
 
 __all__ = ["ROW_FORMAT_VERSION", "Phase", "Row", "RowWriter", "read_rows"]
 
@@ -109,15 +110,13 @@ def read_rows(path: Path) -> list[Row]:
     """Read every row of a rows.jsonl; a malformed line is an EvidenceError naming the line."""
     rows: list[Row] = []
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except FileNotFoundError as exc:
         raise EvidenceError(f"No rows file at {path}.") from exc
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, value in read_jsonl(path, "a valid row", data=data):
         try:
-            rows.append(Row.from_dict(json.loads(line)))
-        except (ValueError, TypeError, AttributeError, RecursionError) as exc:  # syntax, depth, huge ints
+            rows.append(Row.from_dict(value))
+        except (ValueError, TypeError, AttributeError) as exc:
             raise EvidenceError(f"{path}:{number}: not a valid row ({exc}).") from exc
         except EvidenceError as exc:
             raise EvidenceError(f"{path}:{number}: {exc}") from exc

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Literal, TypedDict, cast
 
 from ..errors import EvidenceError
-from ..study.rundir import READABLE_VERSIONS, check_format, read_json
+from .files import check_format, read_json
+from .rundir import READABLE_VERSIONS
 
 __all__ = [
     "SUMMARY_FORMAT_VERSION",

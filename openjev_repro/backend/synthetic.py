@@ -64,7 +64,7 @@ def corpus_lines(seed: int = 1, count: int = 4000) -> Iterator[str]:
 
 def calibration_texts(seed: int = 3, count: int = 16) -> list[str]:
     """Prompts the fixture head is calibrated on (rendered noul messages of 1 to 12 sentences)."""
-    from ..backend.prompts import Question, render_text
+    from .prompts import Question, render_text
 
     rng = random.Random(seed)
     texts = []
@@ -85,7 +85,7 @@ def _tokenizer(tokenizer_dir: Path):
 
 
 def _length(tokenizer: Any, state: Any, instructions: str) -> int:
-    from ..backend.prompts import Question, chat_prompt, render_text
+    from .prompts import Question, chat_prompt, render_text
 
     return len(chat_prompt(tokenizer, render_text(state, Question("q", "noul", instructions, [], []))))
 
