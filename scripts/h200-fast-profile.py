@@ -81,7 +81,9 @@ def main() -> int:
     p.add_argument("--merge", choices=("peft", "fp32", "none"), default="peft")
     p.add_argument("--cuda-graphs", type=int, default=64)
     p.add_argument("--skip-hardware", action="store_true")
-    p.add_argument("--compile", action="store_true", help="torch.compile each decoder layer")
+    p.add_argument("--compile", action="store_true", help="the backend's --compile (fused RMSNorm and SiLU gate)")
+    p.add_argument("--prompt-ids", default="template", choices=("template", "cached"))
+    p.add_argument("--fuse", default="", help="the backend's --fuse list (conv-silu, concat-in-proj, concat-gate-up, add-norm, all)")
     p.add_argument("--skip-profile", action="store_true")
     p.add_argument("--device", default="cuda", help="cpu: a dry run of the script on a small config")
     p.add_argument("--config", type=Path, default=REPO / "recipes" / "configs" / "qwen3_5-27b-text.json")
@@ -95,6 +97,7 @@ def main() -> int:
     import peft
     import torch
 
+    from openjev_repro.backend.fast_layers import parse_fusions
     from openjev_repro.backend.model import DecisionModel, Settings
     from openjev_repro.backend.prompts import MODEL_ALIASES, parse_request
     from openjev_repro.backend.server import ReferenceServer
@@ -104,7 +107,7 @@ def main() -> int:
     def save() -> None:  # after every phase, so a run cut short still leaves what it measured
         (args.out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
 
-    result: dict = {"format_version": 1, "merge": args.merge, "cuda_graphs": args.cuda_graphs, "compile": args.compile}
+    result: dict = {"format_version": 1, "merge": args.merge, "cuda_graphs": args.cuda_graphs, "compile": args.compile, "fuse": args.fuse}
     if not args.skip_hardware:
         result["hardware"] = hardware(torch)
         print("hardware", json.dumps(result["hardware"])[:400], flush=True)
@@ -117,12 +120,13 @@ def main() -> int:
              for t in tasks]
     cuda = args.device == "cuda"
     settings = Settings(mode="fast", device=args.device, max_length=16384, cuda_graphs=args.cuda_graphs if cuda else 0,
-                        compile=args.compile, prompt_format="criteria-hidden")  # as the recipe profiled
+                        compile=args.compile, prompt_format="criteria-hidden",  # as the recipe profiled
+                        fusions=parse_fusions(args.fuse), prompt_ids=args.prompt_ids)
     t0 = time.perf_counter()
     model = DecisionModel.from_random(args.config, args.tokenizer, 0, settings)
     result["build_s"] = round(time.perf_counter() - t0, 1)
     result["info"] = {k: model.info.get(k) for k in ("weights_fingerprint", "merged_weights_fingerprint",
-                                                     "implementations", "weights_bytes")}
+                                                     "implementations", "weights_bytes", "compiled", "fusions")}
     result["non_embedding_parameters"] = sum(p.numel() for n, p in model.backbone.named_parameters()
                                              if "embed_tokens" not in n)
     print("built", json.dumps(result["info"])[:300], flush=True)
@@ -211,12 +215,16 @@ def main() -> int:
             with torch.inference_mode():
                 model._forward(ids)
                 activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
-                with profile(activities=activities) as prof:
+                with profile(activities=activities, record_shapes=True) as prof:
                     model._forward(ids)
                     if cuda:
                         torch.cuda.synchronize()
             table = prof.key_averages().table(sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total", row_limit=45, max_name_column_width=70)
             (args.out / f"profile-{lengths[i]}.txt").write_text(table + "\n")
+            by_shape = prof.key_averages(group_by_input_shape=True).table(
+                sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total", row_limit=40,
+                max_name_column_width=40, max_shapes_column_width=90)
+            (args.out / f"profile-{lengths[i]}-by-shape.txt").write_text(by_shape + "\n")
             kernels = [e for e in prof.key_averages() if e.self_device_time_total > 0]
             total = sum(e.self_device_time_total for e in kernels)
             gemm = sum(e.self_device_time_total for e in kernels

@@ -357,3 +357,24 @@ def test_rows_grouped_by_pass_once():
     assert grouped[("w", "b1")][1].tolist() == [2]
     assert list(t.by_pass("measured", ok_only=True)[("w", "b2")]) == [2]  # pass 1's only row failed
     assert {k: {i: v.tolist() for i, v in p.items()} for k, p in t.by_pass("feasibility").items()} == {("w", "b2"): {1: [4]}}
+
+
+def test_decisions_gate_min_margin_excludes_close_cases_and_lists_them():
+    # c3 flips (hf 0.6 -> native 0.45): hf's margin |0.6 - 0.5| is 0.1
+    extra = """
+  - {name: margin-covers, kind: decisions_unchanged, workload: mixed, a: hf, b: native, min_margin: 0.1}
+  - {name: margin-short, kind: decisions_unchanged, workload: mixed, a: hf, b: native, min_margin: 0.05}
+"""
+    s = summarize(study_rows(), parse_recipe(RECIPE + extra))
+    covers, short = gate(s, "margin-covers"), gate(s, "margin-short")
+    assert covers["passed"] is True and "excluded by the margin: c3 (margin 0.1000)" in covers["detail"]
+    assert short["passed"] is False and "differing there: c3 (margin 0.1000)" in short["detail"]
+    assert "excluded" not in short["detail"]
+    assert gate(s, "decisions-bad")["passed"] is False   # no min_margin: every decision counts
+
+
+@pytest.mark.parametrize("value", ["-0.1", "0.6", ".nan", "'x'"])
+def test_decisions_gate_min_margin_refuses_bad_values(value):
+    extra = f"\n  - {{name: m, kind: decisions_unchanged, workload: mixed, a: hf, b: native, min_margin: {value}}}\n"
+    with pytest.raises(Exception, match="min_margin"):
+        parse_recipe(RECIPE + extra)

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import ReproError
 from .kernel_choice import KERNEL_CHOICES, apply_kernel_choice, check_bound, reported
+from .fast_layers import parse_fusions
 from .model import METHOD, DecisionModel, Settings
 from .package import package_sha256, read_package
 from .prompts import DEFAULT_PROMPT_FORMAT, PROMPT_FORMATS
@@ -74,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true",
                    help="fast mode on CUDA: fuse every RMSNorm and MLP SiLU gate into one kernel each with "
                         "torch.compile (compiled at the first inference)")
+    p.add_argument("--fuse", default="", metavar="LIST",
+                   help="fast mode: comma list of fusions (conv-silu, concat-in-proj, concat-gate-up, add-norm), all or none; "
+                        "reported in /health as fusions (docs/backend.md)")
+    p.add_argument("--prompt-ids", choices=("template", "cached"), default="template",
+                   help="template: every candidate through the chat template; cached: the template's fixed "
+                        "token ids kept, only the user text tokenised (checked at load; /health prompt_ids)")
     p.add_argument("--torch-threads", "--threads", dest="threads", type=int, default=0, metavar="N",
                    help="torch intra-op CPU threads, applied with torch.set_num_threads and reported in /health "
                         "as torch_threads (0: torch's default, which follows OMP_NUM_THREADS or the core count)")
@@ -109,6 +116,8 @@ def _code_commit() -> str:
 
 def _static_meta(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     """Check the checkpoint (cheap, before binding) and collect the metadata that never changes."""
+    if parse_fusions(args.fuse) and args.mode != "fast":
+        raise ReproError("--fuse is part of fast mode only; use --mode fast or drop the flag.")
     if args.checkpoint is not None:
         package = read_package(args.checkpoint)
         meta: dict[str, str | None] = {"base_model_id": package.base_model_id, "base_revision": package.base_revision,
@@ -126,7 +135,8 @@ def _static_meta(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
 def load_model(args: argparse.Namespace, package: Any) -> DecisionModel:
     max_length = args.max_length or (package.max_length if package else 4096)
     settings = Settings(mode=args.mode, device=args.device, dtype=args.dtype, max_length=max_length,
-                        cuda_graphs=args.cuda_graphs, compile=args.compile, prompt_format=args.prompt_format)
+                        cuda_graphs=args.cuda_graphs, compile=args.compile, prompt_format=args.prompt_format,
+                        fusions=parse_fusions(args.fuse), prompt_ids=args.prompt_ids)
     if package is not None:
         return DecisionModel.from_package(package, settings)
     return DecisionModel.from_random(args.random_init, args.tokenizer, args.seed, settings)

@@ -22,7 +22,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["fuse_elementwise", "rms_norm", "silu_mul"]
+__all__ = ["compile_function", "fuse_elementwise", "rms_norm", "silu_mul"]
 
 
 def rms_norm(x: Any, weight: Any, eps: float) -> Any:
@@ -40,13 +40,14 @@ def silu_mul(gate: Any, up: Any) -> Any:
     return torch.nn.functional.silu(gate) * up
 
 
-def _compile(fn: Callable[..., Any]) -> Callable[..., Any]:
+def compile_function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """torch.compile (Inductor) for dynamic lengths: how `--compile` fuses a pure elementwise function."""
     import torch
 
     return torch.compile(fn, dynamic=True)
 
 
-def fuse_elementwise(model: Any, compiler: Callable[[Callable[..., Any]], Callable[..., Any]] = _compile) -> str:
+def fuse_elementwise(model: Any, compiler: Callable[[Callable[..., Any]], Callable[..., Any]] = compile_function) -> str:
     """Patch every Qwen3.5 RMSNorm and SiLU MLP of `model` to the fused functions; describe what was patched."""
     from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
 

@@ -49,6 +49,8 @@ class Settings:
     cuda_graphs: int = 0          # fast mode, CUDA only: LRU capacity, 0 = eager
     compile: bool = False         # fast mode, CUDA only: fused RMSNorm and SiLU gate (fusion.py, torch.compile)
     prompt_format: str = DEFAULT_PROMPT_FORMAT   # prompts.PROMPT_FORMATS: how requests become prompts
+    prompt_ids: str = "template"  # template | cached (template_ids.py: only the user text is tokenised)
+    fusions: tuple[str, ...] = ()  # fast mode: fast_layers.FUSIONS to apply (conv-silu, concat-in-proj, concat-gate-up, add-norm)
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,13 @@ def resolve_device(settings: Settings) -> tuple[Any, Any]:
     return device, dtype
 
 
+def _check_prompt_and_fusions(settings: Settings) -> None:
+    if settings.prompt_ids not in ("template", "cached"):
+        raise BackendError(f"Unknown --prompt-ids {settings.prompt_ids!r}; use template or cached.")
+    if settings.fusions and settings.mode != "fast":
+        raise BackendError("--fuse is part of fast mode only; drop it for raw mode.")
+
+
 def _check_settings(settings: Settings, device: Any) -> None:
     if settings.mode not in ("raw", "fast"):
         raise BackendError(f"Unknown --mode {settings.mode!r}; use raw or fast.")
@@ -86,6 +95,7 @@ def _check_settings(settings: Settings, device: Any) -> None:
             raise BackendError("torch.compile is part of fast mode only; drop --compile for raw mode.")
         if device.type != "cuda":
             raise BackendError("--compile needs a CUDA device; drop the flag or use --device cuda.")
+    _check_prompt_and_fusions(settings)
     if settings.cuda_graphs:
         if settings.mode != "fast":
             raise BackendError("CUDA Graph replay is part of fast mode only; drop --cuda-graphs for raw mode.")
@@ -112,6 +122,10 @@ class DecisionModel:
         self.info = info
         self.graphs = None
         self._backbone_dtypes: list[str] | None = None
+        self.template_ids = None
+        if settings.prompt_ids == "cached":
+            from .template_ids import TemplateIds
+            self.template_ids = TemplateIds(tokenizer)
         if settings.cuda_graphs:
             from .graphs import GraphCache
             self.graphs = GraphCache(settings.cuda_graphs, device, compiled=settings.compile)
@@ -218,6 +232,11 @@ class DecisionModel:
         if settings.compile:
             from .fusion import fuse_elementwise
             info["compiled"] = fuse_elementwise(text_model)
+        if settings.fusions:   # after the fingerprints (they describe the unconcatenated weights) and after --compile
+            from .fast_layers import apply_fusions
+            from .fusion import compile_function
+            info["fusions"] = apply_fusions(text_model, settings.fusions,
+                                            compiler=compile_function if settings.compile else None)
         info = {**info, "implementations": impls,
                 "non_embedding_parameters": sum(p.numel() for name, p in text_model.named_parameters()
                                                 if "embed_tokens" not in name),
@@ -240,6 +259,8 @@ class DecisionModel:
                 "lora_modules": self.info["lora_modules"],
                 "cuda_graphs": self.graphs.stats() if self.graphs else None,
                 "compiled": self.info.get("compiled"),
+                "fusions": self.info.get("fusions"),
+                "prompt_ids": self.template_ids.status if self.template_ids else "template",
                 "hardware": self.info.get("hardware"),
                 "non_embedding_parameters": self.info["non_embedding_parameters"],
                 **{key: self.info[key] for key in FINGERPRINT_KEYS if key in self.info},
@@ -252,7 +273,7 @@ class DecisionModel:
         out = []
         for question in questions:
             for text in candidate_texts(state, question, self.settings.prompt_format):
-                ids = chat_prompt(self.tokenizer, text)
+                ids = self.template_ids.ids(text) if self.template_ids else chat_prompt(self.tokenizer, text)
                 if len(ids) > self.settings.max_length:
                     raise RequestInvalid(
                         f"a candidate of question {question.qid!r} has {len(ids)} tokens, over the server's "

@@ -382,10 +382,13 @@ class MaxProbabilityDeltaGate(_Gate):
 
 
 class DecisionsUnchangedGate(_Gate):
+    """Every paired decision of a and b is equal; with `min_margin`, only where a's margin |p - 0.5| exceeds it."""
+
     kind: Literal["decisions_unchanged"]
     workload: str
     a: str
     b: str
+    min_margin: Annotated[float, Field(ge=0.0, le=0.5, allow_inf_nan=False)] | None = None
 
 
 class ProbabilitiesStableGate(_Gate):

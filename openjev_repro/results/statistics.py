@@ -384,14 +384,18 @@ def _max(values: np.ndarray) -> float | None:
     return max(values.tolist()) if len(values) else None
 
 
-def _agreement(t: RowTable, a_rows: np.ndarray, b_rows: np.ndarray) -> Agreement:
-    """Pair the first measured pass of two backends by (id, seq) and compare their answers."""
+def _paired(t: RowTable, a_rows: np.ndarray, b_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Rows of a and b paired by (id, seq), both answered with a probability; (a, b, pair errors, unpaired)."""
     match, unpaired = pair_by_id_and_seq(t.ids.codes[a_rows], t.seq[a_rows], t.ids.codes[b_rows], t.seq[b_rows])
     paired = match >= 0
     a, b = a_rows[paired], b_rows[match[paired]]
     valid = t.ok[a] & t.ok[b] & t.has_probability[a] & t.has_probability[b]
-    errors = int((~valid).sum())
-    a, b = a[valid], b[valid]
+    return a[valid], b[valid], int((~valid).sum()), unpaired
+
+
+def _agreement(t: RowTable, a_rows: np.ndarray, b_rows: np.ndarray) -> Agreement:
+    """Pair the first measured pass of two backends by (id, seq) and compare their answers."""
+    a, b, errors, unpaired = _paired(t, a_rows, b_rows)
     same = (t.probability[a] >= YES_THRESHOLD) == (t.probability[b] >= YES_THRESHOLD)
     differing = list(dict.fromkeys(str(case) for case in t.ids.strings(a[~same])))
     deltas = np.abs(t.probability[a] - t.probability[b])
@@ -489,14 +493,40 @@ def _max_delta(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> Ga
                  f"max |p({gate.a}) - p({gate.b})| = {delta!r} over {ag['n']} pairs (allowed <= {gate.max})")
 
 
+def _differing_margins(index: _Index, gate) -> list[tuple[str, float]]:
+    """(id, a's margin |p - 0.5|) of every paired case whose decisions differ, in row order."""
+    t = index.table
+    a, b, _errors, _unpaired = _paired(t, _first_measured(index, gate.workload, gate.a),
+                                       _first_measured(index, gate.workload, gate.b))
+    differ = (t.probability[a] >= YES_THRESHOLD) != (t.probability[b] >= YES_THRESHOLD)
+    margins = np.abs(t.probability[a[differ]] - YES_THRESHOLD)
+    return [(str(case), float(m)) for case, m in zip(t.ids.strings(a[differ]), margins, strict=True)]
+
+
+def _margin_detail(gate, differing: list[tuple[str, float]], counted: list[tuple[str, float]]) -> str:
+    """The decision gate's detail under `min_margin`: the cases that count and each one excluded, with margins."""
+    excluded = [(case, m) for case, m in differing if m <= gate.min_margin]
+    detail = f"; gated where |p({gate.a}) - 0.5| > {gate.min_margin}"
+    if counted:
+        detail += "; differing there: " + ", ".join(f"{case} (margin {m:.4f})" for case, m in counted)
+    if excluded:
+        detail += "; excluded by the margin: " + ", ".join(f"{case} (margin {m:.4f})" for case, m in excluded)
+    return detail
+
+
 def _decisions(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
     ag, errors = _pair_gate(gate, index)
     if ag["n"] == 0:
         return _gate(gate, True, False, errors, f"no paired decisions of {gate.a} and {gate.b}")
     detail = f"{ag['agreement']}/{ag['n']} decisions agree"
-    if ag["differing_ids"]:
-        detail += f"; differing: {', '.join(ag['differing_ids'])}"
-    return _gate(gate, True, ag["agreement"] == ag["n"], errors, detail)
+    if gate.min_margin is None:
+        if ag["differing_ids"]:
+            detail += f"; differing: {', '.join(ag['differing_ids'])}"
+        return _gate(gate, True, ag["agreement"] == ag["n"], errors, detail)
+    differing = _differing_margins(index, gate)
+    counted = [(case, m) for case, m in differing if m > gate.min_margin]
+    detail += _margin_detail(gate, differing, counted)
+    return _gate(gate, True, not counted, errors, detail)
 
 
 def _stable(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:

@@ -1,0 +1,210 @@
+"""Fast mode's fusions of the Qwen3.5 layers (`--fuse`), each one a named option so variants run side by side.
+
+    conv-silu     the Gated DeltaNet's depthwise causal conv and its SiLU as one Triton kernel on the
+                  projection's own layout (`conv_silu.py`): no transposes, no separate SiLU pass
+    concat-in-proj  at load, the four linear-attention input projections (qkv, z, b, a) become one
+                  weight matrix: one GEMM instead of four (the old weights are freed). On the H200 at 96
+                  rows 0.111 -> 0.065 ms a layer (scripts/h200-kernel-check.py)
+    concat-gate-up  at load, the MLP's gate and up projections become one weight matrix. Measured on
+                  the H200 it is slower at 96 rows (0.115 -> 0.150 ms) and at 2312 (1.10 -> 1.17 ms),
+                  faster only at 300 (0.24 -> 0.18 ms), so it is not part of `all`
+    add-norm      each layer's residual add and the following RMSNorm as one function (one kernel with
+                  `--compile`, which compiles it like `fusion.py`'s norm; eager it is the library's
+                  arithmetic)
+
+Only module instances are patched (their `forward`), never the library's classes. The patched forwards
+serve this backend's one case only: batch 1, no cache, no padding mask; anything else goes to the
+library's own forward. `apply_fusions` runs after the weights fingerprints are taken, so the
+fingerprints describe the checkpoint's weights, not their concatenation.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import BackendError
+from .kernels import _kernel
+
+__all__ = ["ALL", "FUSIONS", "add_rms_norm", "apply_fusions", "parse_fusions"]
+
+FUSIONS = ("conv-silu", "concat-in-proj", "concat-gate-up", "add-norm")
+ALL = ("conv-silu", "concat-in-proj", "add-norm")   # what `all` means: the fusions that measured faster
+
+
+def parse_fusions(text: str) -> tuple[str, ...]:
+    """'conv-silu,add-norm' -> ('conv-silu', 'add-norm'); 'all' -> ALL; '' or 'none' -> ()."""
+    if text.strip() in ("", "none"):
+        return ()
+    if text.strip() == "all":
+        return ALL
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [n for n in names if n not in FUSIONS]
+    if unknown:
+        raise BackendError(f"Unknown fusion {unknown[0]!r}; use a comma list of {', '.join(FUSIONS)}, all ({', '.join(ALL)}) or none.")
+    return tuple(n for n in FUSIONS if n in names)
+
+
+def add_rms_norm(residual: Any, update: Any, weight: Any, eps: float) -> tuple[Any, Any]:
+    """(residual + update, Qwen3.5 RMSNorm of that sum): the library's add in the input dtype, its norm in FP32."""
+    import torch
+
+    total = residual + update
+    h = total.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return total, (h * (1.0 + weight.float())).type_as(total)
+
+
+# ----------------------------------------------------------------------------- Gated DeltaNet
+
+
+def _concat_linear_attention(attn: Any) -> None:
+    import torch
+
+    parts = (attn.in_proj_qkv, attn.in_proj_z, attn.in_proj_b, attn.in_proj_a)
+    with torch.no_grad():
+        weight = torch.cat([p.weight for p in parts], dim=0)
+    attn.in_proj_splits = [p.weight.shape[0] for p in parts]
+    for name in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"):
+        delattr(attn, name)
+    attn.in_proj_all = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device,
+                                       dtype=weight.dtype)
+    attn.in_proj_all.weight = torch.nn.Parameter(weight, requires_grad=False)
+
+
+def _projections(self: Any, hidden: Any) -> tuple[Any, Any, Any, Any]:
+    """(mixed_qkv [B, T, C], z, b, a) from one concatenated GEMM or the library's four."""
+    if hasattr(self, "in_proj_all"):
+        qkv, z, b, a = self.in_proj_all(hidden).split(self.in_proj_splits, dim=-1)
+        return qkv, z, b, a
+    return self.in_proj_qkv(hidden), self.in_proj_z(hidden), self.in_proj_b(hidden), self.in_proj_a(hidden)
+
+
+def _conv(self: Any, mixed_qkv: Any) -> Any:
+    """The causal conv + SiLU on [B, T, C]: the fused kernel, or the library's own path."""
+    weight = self.conv1d.weight.squeeze(1)
+    if self.fused_conv:
+        from .conv_silu import conv_silu
+        return conv_silu(mixed_qkv, weight, self.conv1d.bias)
+    library = _kernel(self, "causal_conv1d_fn", "causal_conv1d_fn")
+    x = mixed_qkv.transpose(1, 2)
+    if library is None:   # Transformers 5.10 without causal-conv1d: the module's own conv
+        import torch
+        return torch.nn.functional.silu(self.conv1d(x)[:, :, : x.shape[-1]]).transpose(1, 2)
+    return library(x, weight, self.conv1d.bias, activation=self.activation).transpose(1, 2)
+
+
+def gated_deltanet_forward(self: Any, hidden_states: Any, cache_params: Any = None, attention_mask: Any = None,
+                           **kwargs: Any) -> Any:
+    """The library's Gated DeltaNet forward for batch 1 without cache or mask, with the chosen fusions."""
+    import torch
+
+    if cache_params is not None or attention_mask is not None or hidden_states.shape[0] != 1:
+        return self.library_forward(hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
+    batch, seq_len, _ = hidden_states.shape
+    mixed_qkv, z, b, a = _projections(self, hidden_states)
+    mixed_qkv = _conv(self, mixed_qkv)
+    query, key, value = torch.split(mixed_qkv, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
+    query = query.reshape(batch, seq_len, -1, self.head_k_dim)
+    key = key.reshape(batch, seq_len, -1, self.head_k_dim)
+    value = value.reshape(batch, seq_len, -1, self.head_v_dim)
+    beta = b.sigmoid()
+    g = -self.A_log.float().exp() * torch.nn.functional.softplus(a.float() + self.dt_bias)
+    if self.num_v_heads // self.num_k_heads > 1:
+        query = query.repeat_interleave(self.num_v_heads // self.num_k_heads, dim=2)
+        key = key.repeat_interleave(self.num_v_heads // self.num_k_heads, dim=2)
+    chunk = _kernel(self, "chunk_gated_delta_rule", "torch_chunk_gated_delta_rule")
+    core, _state = chunk(query, key, value, g=g, beta=beta, initial_state=None, output_final_state=False,
+                         use_qk_l2norm_in_kernel=True)
+    core = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
+    return self.out_proj(core.reshape(batch, seq_len, -1))
+
+
+# ----------------------------------------------------------------------------- MLP and decoder layer
+
+
+def _concat_mlp(mlp: Any) -> None:
+    import torch
+
+    with torch.no_grad():
+        weight = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], dim=0)
+    del mlp.gate_proj, mlp.up_proj
+    mlp.gate_up_proj = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device,
+                                       dtype=weight.dtype)
+    mlp.gate_up_proj.weight = torch.nn.Parameter(weight, requires_grad=False)
+
+
+def _mlp_forward(gate_mul: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+    def forward(self: Any, x: Any) -> Any:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(gate_mul(gate, up))
+    return forward
+
+
+def _layer_forward(add_norm: Callable[..., Any]) -> Callable[..., Any]:
+    def forward(self: Any, hidden_states: Any, position_embeddings: Any = None, attention_mask: Any = None,
+                position_ids: Any = None, past_key_values: Any = None, **kwargs: Any) -> Any:
+        residual = hidden_states
+        hidden = self.input_layernorm(hidden_states)
+        if hasattr(self, "linear_attn"):   # 5.10 names it layer_type, 5.17 block_type
+            hidden = self.linear_attn(hidden_states=hidden, cache_params=past_key_values,
+                                      attention_mask=attention_mask, **kwargs)
+        else:
+            hidden, _ = self.self_attn(hidden_states=hidden, attention_mask=attention_mask, position_ids=position_ids,
+                                       past_key_values=past_key_values, position_embeddings=position_embeddings,
+                                       **kwargs)
+        norm = self.post_attention_layernorm
+        residual, hidden = add_norm(residual, hidden, norm.weight, norm.eps)
+        return residual + self.mlp(hidden)
+    return forward
+
+
+def _identity(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return fn
+
+
+def _set_forward(module: Any, forward: Callable[..., Any]) -> None:
+    setattr(module, "forward", types.MethodType(forward, module))  # noqa: B010 - this instance only, on purpose
+
+
+def _patch(module: Any, qwen: Any, fusions: set[str], gate_mul: Callable[..., Any],
+           add_norm: Callable[..., Any]) -> str | None:
+    """Patch one module if a fusion applies to it; the name it is counted under, or None."""
+    kind = type(module)
+    if kind is qwen.Qwen3_5GatedDeltaNet and fusions & {"conv-silu", "concat-in-proj"}:
+        if "concat-in-proj" in fusions:
+            _concat_linear_attention(module)
+        setattr(module, "fused_conv", "conv-silu" in fusions)  # noqa: B010
+        setattr(module, "library_forward", module.forward)  # noqa: B010
+        _set_forward(module, gated_deltanet_forward)
+        return "linear attention"
+    if kind is qwen.Qwen3_5MLP and "concat-gate-up" in fusions:
+        _concat_mlp(module)
+        _set_forward(module, _mlp_forward(gate_mul))
+        return "MLPs"
+    if kind is qwen.Qwen3_5DecoderLayer and "add-norm" in fusions:
+        _set_forward(module, _layer_forward(add_norm))
+        return "layers"
+    return None
+
+
+def apply_fusions(model: Any, fusions: tuple[str, ...],
+                  compiler: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None) -> str:
+    """Patch `model` (a Qwen3_5TextModel) with the named fusions; describe what was patched.
+
+    `compiler` compiles the add-norm and SiLU-gate functions (torch.compile under `--compile`); None runs
+    them eagerly, with the library's arithmetic."""
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
+
+    from .fusion import silu_mul
+
+    compile_fn = compiler or _identity
+    gate_mul, add_norm = compile_fn(silu_mul), compile_fn(add_rms_norm)   # compiled once, shared by all layers
+    counts = {"linear attention": 0, "MLPs": 0, "layers": 0}
+    for module in model.modules():
+        patched = _patch(module, qwen, set(fusions), gate_mul, add_norm)
+        if patched:
+            counts[patched] += 1
+    done = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
+    return f"{', '.join(fusions)} ({done or 'nothing matched'})"

@@ -1,0 +1,178 @@
+"""Fast mode's fusions (`--fuse`): the Triton conv + SiLU kernel and the patched layers compute what the library does.
+
+The Triton kernel runs here under Triton's interpreter (`TRITON_INTERPRET=1`, set in a subprocess so
+this process's Triton is untouched) on fresh random inputs: bit for bit against its own arithmetic
+written in torch, and close to the library's `conv1d` + `silu` pair in FP64. The interpreter rounds
+FP32 -> BF16 toward zero where the GPU rounds to nearest even (seen with Triton 3.6), so the BF16
+emulation truncates too; the GPU check against the library is `scripts/h200-kernel-check.py`. The
+patched fixture model with every fusion (eager) must score like the unpatched one: bit-identical for
+add-norm alone (the same operations), within FP32 rounding for the concatenated GEMMs and the conv.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from openjev_repro.backend.conv_silu import conv_silu_reference
+from openjev_repro.backend.fast_layers import ALL, FUSIONS, parse_fusions
+from openjev_repro.backend.model import DecisionModel, Settings
+from openjev_repro.backend.package import read_package
+from openjev_repro.errors import BackendError
+
+REPO = Path(__file__).resolve().parents[1]
+
+_INTERPRETED = r"""
+import json, sys, torch
+from openjev_repro.backend.conv_silu import conv_silu, conv_silu_reference
+
+def truncate(t):   # Triton's interpreter rounds FP32 -> BF16 toward zero (the GPU rounds to nearest even)
+    return (t.float().contiguous().view(torch.int32) & -65536).view(torch.float32).bfloat16()
+
+def emulated(x, w, b):   # the kernel's arithmetic in torch: FP32 sum over k = 0..K-1, round, SiLU in FP32, round
+    t, k = x.shape[1], w.shape[1]
+    pad = torch.cat([torch.zeros(1, k - 1, x.shape[2], dtype=x.dtype), x], dim=1).float()
+    acc = torch.zeros(1, t, x.shape[2])
+    for j in range(k):
+        acc = acc + pad[:, j:j + t] * w[:, j].float()
+    if b is not None:
+        acc = acc + b.float()
+    rnd = truncate if x.dtype == torch.bfloat16 else (lambda v: v)
+    o = rnd(acc).float()
+    return rnd(o / (1.0 + torch.exp(-o)))
+
+out = []
+for seed, (t, c, dtype, bias, strided) in enumerate([(1, 7, "float32", False, False), (37, 300, "float32", True, True),
+                                                     (64, 513, "bfloat16", False, True), (5, 40, "bfloat16", True, False)]):
+    g = torch.Generator().manual_seed(100 + seed)
+    dt = getattr(torch, dtype)
+    wide = torch.randn(1, t, c + (17 if strided else 0), generator=g).to(dt)
+    x = wide[:, :, :c]                      # a column slice of a wider projection, read in place
+    w = (torch.randn(c, 4, generator=g) * 0.5).to(dt)
+    b = torch.randn(c, generator=g).to(dt) if bias else None
+    ref = conv_silu_reference(x.float(), w.float(), None if b is None else b.float()).double()
+    got = conv_silu(x, w, b)
+    assert got.is_contiguous() and got.shape == (1, t, c) and got.dtype == dt
+    same = emulated(x, w, b)
+    out.append({"t": t, "c": c, "dtype": dtype, "rel": float((got.double() - ref).norm() / ref.norm()),
+                "mismatch_vs_emulated": float((got != same).float().mean()),
+                "max_rel_vs_emulated": float(((got.double() - same.double()).abs()
+                                              / same.double().abs().clamp_min(1e-30)).max()),
+                "nan": bool(torch.isnan(got).any())})
+print(json.dumps(out))
+"""
+
+
+def test_triton_conv_silu_matches_the_reference_under_the_interpreter() -> None:
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", _INTERPRETED], capture_output=True, text=True, env=env,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    cases = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(cases) == 4
+    for case in cases:
+        assert not case["nan"], case
+        # the kernel's own arithmetic: in BF16 bit for bit but for rare roundings that an exp one FP32 ulp
+        # apart flips; in FP32 within a few ulps (numpy's and torch's exp differ there)
+        if case["dtype"] == "bfloat16":
+            assert case["mismatch_vs_emulated"] <= 1e-3, case
+        else:
+            assert case["max_rel_vs_emulated"] <= 1e-6, case
+        assert case["rel"] < (1e-6 if case["dtype"] == "float32" else 2e-2), case
+
+
+def test_reference_is_the_library_conv_and_silu() -> None:
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(1, 29, 24, generator=g), torch.randn(24, 4, generator=g)
+    conv = torch.nn.Conv1d(24, 24, 4, groups=24, padding=3, bias=False)
+    conv.weight.data = w.unsqueeze(1)
+    expect = torch.nn.functional.silu(conv(x.transpose(1, 2))[:, :, :29]).transpose(1, 2)
+    assert torch.equal(conv_silu_reference(x, w), expect.contiguous())
+    first = conv_silu_reference(x, w)[0, 0]          # causal: token 0 sees only itself
+    assert torch.allclose(first, torch.nn.functional.silu(x[0, 0] * w[:, 3]))
+
+
+def test_parse_fusions() -> None:
+    assert parse_fusions("") == () and parse_fusions("none") == ()
+    assert parse_fusions("all") == ALL == ("conv-silu", "concat-in-proj", "add-norm")
+    assert parse_fusions("add-norm, conv-silu") == ("conv-silu", "add-norm")   # canonical order
+    with pytest.raises(BackendError, match="Unknown fusion 'conv'"):
+        parse_fusions("conv")
+
+
+def _scores(model: DecisionModel, ids: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        return model.backbone(input_ids=ids, use_cache=False).last_hidden_state.clone()
+
+
+def _model(checkpoint: Path, fusions: tuple[str, ...] = ()) -> DecisionModel:
+    return DecisionModel.from_package(read_package(checkpoint), Settings(mode="fast", device="cpu", fusions=fusions))
+
+
+def test_add_norm_alone_is_bit_identical(fixture_checkpoint: Path) -> None:
+    plain, fused = _model(fixture_checkpoint), _model(fixture_checkpoint, ("add-norm",))
+    ids = torch.randint(0, plain.backbone.config.vocab_size, (1, 83), generator=torch.Generator().manual_seed(1))
+    assert "layers" in fused.info["fusions"]
+    assert torch.equal(_scores(plain, ids), _scores(fused, ids))
+
+
+def test_every_fusion_scores_like_the_library_and_is_reported(fixture_checkpoint: Path) -> None:
+    plain, fused = _model(fixture_checkpoint), _model(fixture_checkpoint, FUSIONS)
+    config = plain.backbone.config
+    linear = sum(1 for kind in config.layer_types if kind == "linear_attention")
+    assert fused.info["fusions"] == (f"conv-silu, concat-in-proj, concat-gate-up, add-norm ({linear} linear attention, "
+                                     f"{config.num_hidden_layers} MLPs, {config.num_hidden_layers} layers)")
+    assert fused.describe()["fusions"] == fused.info["fusions"]
+    assert fused.info["weights_fingerprint"] == plain.info["weights_fingerprint"]   # taken before concatenating
+    assert fused.info["non_embedding_parameters"] == plain.info["non_embedding_parameters"]
+    for length in (1, 4, 97):
+        ids = torch.randint(0, config.vocab_size, (1, length), generator=torch.Generator().manual_seed(length))
+        a, b = _scores(plain, ids), _scores(fused, ids)
+        assert float((a - b).norm() / a.norm()) < 1e-5, length
+
+
+def test_library_classes_untouched(fixture_checkpoint: Path) -> None:
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
+
+    fused = _model(fixture_checkpoint, FUSIONS)
+    assert qwen.Qwen3_5GatedDeltaNet.forward.__qualname__ == "Qwen3_5GatedDeltaNet.forward"
+    assert qwen.Qwen3_5DecoderLayer.forward.__qualname__ == "Qwen3_5DecoderLayer.forward"
+    assert any("forward" in vars(m) for m in fused.backbone.modules())
+
+
+def test_fuse_is_refused_in_raw_mode(fixture_checkpoint: Path) -> None:
+    with pytest.raises(BackendError, match="fast mode only"):
+        DecisionModel.from_package(read_package(fixture_checkpoint),
+                                   Settings(mode="raw", device="cpu", fusions=("conv-silu",)))
+
+
+def test_cached_template_ids_equal_the_template_path_on_every_fixture_request(fixture_root: Path) -> None:
+    from openjev_repro.backend.prompts import MODEL_ALIASES, chat_prompt, parse_request, render_text
+    from openjev_repro.backend.template_ids import TemplateIds
+
+    model = DecisionModel.from_package(read_package(fixture_root / "checkpoint"),
+                                       Settings(mode="fast", device="cpu", prompt_ids="cached"))
+    cache = model.template_ids
+    assert cache is not None and cache.status == "cached" and cache.enabled
+    assert model.describe()["prompt_ids"] == "cached"
+    texts = []
+    for name in ("demo-noul.jsonl", "h200-74-lengths.jsonl"):
+        for line in (fixture_root / "requests" / name).read_text().splitlines():
+            task = json.loads(line)
+            _, state, questions = parse_request({"model": MODEL_ALIASES[0], "state": task["state"],
+                                                 "questions": {task["id"]: task["question"]}}, MODEL_ALIASES)
+            texts += [render_text(state, q, None) for q in questions]
+    assert len(texts) == 98
+    for text in texts + [" leading space", "\n\nleading newlines", ""]:
+        assert cache.ids(text) == chat_prompt(model.tokenizer, text)
+    assert [c.ids for c in model.candidates(state, questions)] == [chat_prompt(model.tokenizer, texts[-1])]
+    broken = TemplateIds(model.tokenizer)
+    broken.suffix = broken.suffix[1:]        # a wrong cache is caught by the probes at load
+    assert broken.ids("x") != chat_prompt(model.tokenizer, "x")
