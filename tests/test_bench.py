@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from invoking import invoke
+from invoking import INVOKE, invoke
 
 from openjev_repro.backend.prompts import MODEL_ALIASES, parse_request
 from openjev_repro.bench import (

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReproError
-from .kernel_choice import KERNEL_CHOICES, apply_kernel_choice, check_bound, reported
 from .fast_layers import parse_fusions
+from .kernel_choice import KERNEL_CHOICES, apply_kernel_choice, check_bound, reported
 from .model import METHOD, DecisionModel, Settings
 from .package import package_sha256, read_package
 from .prompts import DEFAULT_PROMPT_FORMAT, PROMPT_FORMATS
