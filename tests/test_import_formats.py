@@ -57,7 +57,7 @@ def test_timings_csv_records_that_provenance_is_not_verifiable(tmp_path):
     # 2 arms x 2 workloads x 2 passes x 5 metrics, 4 reductions, 2 totals
     assert record["figure_counts"]["compared"] == 46
     (src / "timings.csv").write_text((src / "timings.csv").read_text().replace("0.0", "0.1", 1))
-    changed = cli("verify", "--run", str(tmp_path / "run"))
+    changed = cli("verify", "--run", str(tmp_path / "run"), "--source", str(src))
     assert changed.returncode == 1 and "timings.csv differs from the sha256 recorded at import" in changed.stdout
 
 

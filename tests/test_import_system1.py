@@ -290,7 +290,9 @@ def test_report_renders_an_imported_run(imported, tmp_path):
 
 
 def test_verify_checks_an_imported_run_without_a_signature(imported, tmp_path):
-    proc = cli("verify", "--run", str(imported))
+    plain = cli("verify", "--run", str(imported))
+    assert plain.returncode == 0 and "N/A   source files" in plain.stdout and "--source DIR" in plain.stdout
+    proc = cli("verify", "--run", str(imported), "--source", str(ARTIFACTS))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "N/A   signature" in proc.stdout and "no signature is required" in proc.stdout
     for name in ("converted files", "source files", "statistics recomputed", "published figures"):

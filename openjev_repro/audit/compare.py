@@ -317,7 +317,7 @@ def _mean_floor(where: str, limits: dict, ratio: float | None) -> list[str]:
     """min_mean_ratio: the lower of the two-sided mean limits (much faster than the baseline is a finding too)."""
     if "min_mean_ratio" not in limits or (ratio is not None and ratio >= limits["min_mean_ratio"]):
         return []
-    return [(f"{where}: mean ratio {ratio!r} is below {limits['min_mean_ratio']} (much faster than the baseline "
+    return [(f"{where}: mean ratio {_shown(ratio)} is below {limits['min_mean_ratio']} (much faster than the baseline "
              "is a finding too)")]
 
 
@@ -334,6 +334,11 @@ def _pair_values(p: dict) -> dict[str, Any]:
             "max_probability_delta": p["answers"]["max_abs_probability_delta"]}
 
 
+def _shown(value: float | None) -> str:
+    """A compared figure in a verdict line: four significant digits (the --out JSON keeps every digit)."""
+    return "—" if value is None else f"{value:.4g}"
+
+
 def _check_pair(p: dict, limits: dict, where: str) -> tuple[list[str], list[str]]:
     """(failures, limits checked) of one pair against its limits."""
     failures, checked = [], []
@@ -342,7 +347,7 @@ def _check_pair(p: dict, limits: dict, where: str) -> tuple[list[str], list[str]
             shown = "—" if value is None else f"{value:.4g}"
             checked.append(f"{where}: {_LIMIT_LABELS[key]} {shown} <= {limits[key]}")
             if value is None or value > limits[key]:
-                failures.append(f"{where}: {_LIMIT_LABELS[key]} {value!r} exceeds {limits[key]}")
+                failures.append(f"{where}: {_LIMIT_LABELS[key]} {_shown(value)} exceeds {limits[key]}")
     if "min_mean_ratio" in limits:
         checked.append(f"{where}: mean ratio >= {limits['min_mean_ratio']}")
         failures += _mean_floor(where, limits, p["metrics"]["overall.mean_ms"]["ratio"])

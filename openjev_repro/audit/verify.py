@@ -114,13 +114,14 @@ def _unsigned_wording(check: Check) -> Check:
 _SIGNED = re.compile(r"(?<![A-Za-z])signed(?![A-Za-z])")
 
 
-def verify_path(path: Path, *, pubkey: Path | None = None, allow_unsigned: bool = False) -> list[Check]:
+def verify_path(path: Path, *, pubkey: Path | None = None, allow_unsigned: bool = False,
+                source: Path | None = None) -> list[Check]:
     """Verify a run directory or a bundle file; returns every check (never raises on bad evidence).
 
     A file in a format this tool does not read is no verdict: UnsupportedFormat is raised."""
     try:
         with opened(path) as directory:
-            return verify_dir(directory, pubkey=pubkey, allow_unsigned=allow_unsigned)
+            return verify_dir(directory, pubkey=pubkey, allow_unsigned=allow_unsigned, source=source)
     except UnsupportedFormat:
         raise
     except ReproError as exc:
@@ -150,7 +151,7 @@ class Evidence:
 
 
 def verify_dir(directory: Path, *, pubkey: Path | None = None, allow_unsigned: bool = False,
-               evidence: Evidence | None = None) -> list[Check]:
+               evidence: Evidence | None = None, source: Path | None = None) -> list[Check]:
     """Every check of a run directory. Nothing is opened unless the whole tree is regular files
     and directories (no links, FIFOs, devices, empty directories), so every name read below
     resolves inside the directory. `evidence` (optional) holds what was read, for the caller to reuse."""
@@ -164,7 +165,7 @@ def verify_dir(directory: Path, *, pubkey: Path | None = None, allow_unsigned: b
                       + (f" (and {len(problems) - 6} more)" if len(problems) > 6 else ""))]
     ev = evidence if evidence is not None else Evidence(RunDir(root))
     if not (root / ENVELOPE_NAME).exists() and (root / "import.json").is_file():
-        return verify_imported(ev.run, pubkey=pubkey, evidence=ev)
+        return verify_imported(ev.run, pubkey=pubkey, evidence=ev, source=source)
     try:
         envelope, statement = read_statement(root / ENVELOPE_NAME)
     except _BAD_EVIDENCE as exc:
@@ -227,8 +228,10 @@ def _source_manifest(run: RunDir, predicate: dict, subjects: dict[str, str], pub
 # --- imported runs -----------------------------------------------------------------------
 
 
-def verify_imported(run: RunDir, *, pubkey: Path | None = None, evidence: Evidence | None = None) -> list[Check]:
-    """An imported run: the digests its import recorded, the source if still present, every statistic.
+def verify_imported(run: RunDir, *, pubkey: Path | None = None, evidence: Evidence | None = None,
+                    source: Path | None = None) -> list[Check]:
+    """An imported run: the digests its import recorded, the published files if the user names their
+    folder (`source`; never the path import.json names, which is the run's word), every statistic.
 
     No signature is required; one asked for with `pubkey` fails, because an imported run has none.
     """
@@ -249,7 +252,10 @@ def verify_imported(run: RunDir, *, pubkey: Path | None = None, evidence: Eviden
               Check("import record", status == "imported",
                     f"state.json status {status!r}; imported from {record.get('source')} "
                     f"({record.get('format')} format, import.json format_version {record.get('format_version')})")]
-    for step in (_converted_files, _imported_source, _case_ids, _responses, _imported_statistics):
+    def imported_source(e: Evidence, r: dict, _: bool) -> list[Check]:
+        return _imported_source(e, r, source)
+
+    for step in (_converted_files, imported_source, _case_ids, _responses, _imported_statistics):
         try:
             checks.extend(step(ev, record, False))
         except UnsupportedFormat:
@@ -281,13 +287,16 @@ def _converted_files(ev: Evidence, record: dict, _: bool) -> list[Check]:
                   else f"{len(recorded)} converted files match the sha256 recorded at import")]
 
 
-def _imported_source(ev: Evidence, record: dict, _: bool) -> list[Check]:
-    root = Path(str(record.get("source")))
+def _imported_source(ev: Evidence, record: dict, source: Path | None) -> list[Check]:
     entries = record.get("source_manifest") or {}
     verified = record.get("verified") or [n for n in entries]
+    if source is None:  # a path inside import.json is never followed: the run is unsigned, so it is its word
+        return [Check("source files", None, f"not re-hashed: pass --source DIR to check the published files "
+                      f"(imported from {record.get('source')}) again; at import {len(verified)} were checked "
+                      "against their digests")]
+    root = Path(source)
     if not root.is_dir():
-        return [Check("source files", None, f"the source {root} is not present here; its files were checked "
-                      f"against their manifest.json at import ({len(verified)} files)")]
+        return [Check("source files", False, f"--source {root} is not a directory")]
     bad = []
     digests = record.get("digests_file") or "manifest.json"
     for name in verified:

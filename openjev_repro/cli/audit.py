@@ -59,9 +59,11 @@ def _collection_checks(directory: Path, pubkey: str | None) -> list:
                    "(`invoke collect`'s collect-<time>/)",
             "pubkey": "public key (.pub from `invoke keygen`) the manifest (or collect summary) must be signed by",
             "allow_unsigned": "accept an UNSIGNED manifest and check everything else",
+            "source": "an imported run: the folder of the published files, re-hashed against the digests "
+                      "checked at import (never the path import.json names)",
             "fail_on_gates": FAIL_ON_GATES_HELP + "; the gates are the signed ones, recomputed"})
 @user_errors
-def verify(c, run, pubkey=None, allow_unsigned=False, fail_on_gates=False):
+def verify(c, run, pubkey=None, allow_unsigned=False, source=None, fail_on_gates=False):
     """Check signature, digests, completeness and every recomputed statistic; non-zero exit on any failure."""
     from ..audit.verify import format_checks, verify_path
     from ..manifest.keys import trusted_public_key
@@ -74,7 +76,8 @@ def verify(c, run, pubkey=None, allow_unsigned=False, fail_on_gates=False):
     if (Path(run) / "summary.dsse.json").is_file() and not (Path(run) / "manifest.dsse.json").exists():
         checks = _collection_checks(Path(run), pubkey)
     else:
-        checks = verify_path(Path(run), pubkey=Path(pubkey) if pubkey else None, allow_unsigned=allow_unsigned)
+        checks = verify_path(Path(run), pubkey=Path(pubkey) if pubkey else None, allow_unsigned=allow_unsigned,
+                             source=Path(source) if source else None)
     print(format_checks(checks))
     failed = [c for c in checks if c.passed is False]
     if failed:

@@ -119,7 +119,7 @@ def backend_report(workload: str, backend: str, hosts: list[HostRun], means: dic
     for key, stat in (("max_relative_range", "relative_range"), ("max_cv", "cv")):
         value = stats[stat]
         if key in cross_tol and (value is None or value > cross_tol[key]):
-            cross_failures.append(f"{workload}/{backend}: {stat.replace('_', ' ')} {value!r} exceeds {cross_tol[key]}")
+            cross_failures.append(f"{workload}/{backend}: {stat.replace('_', ' ')} {'—' if value is None else f'{value:.4g}'} exceeds {cross_tol[key]}")
     return {"workload": workload, "backend": backend, "hosts": per_host, "spread": stats,
             "decision_flips": flips, "max_abs_probability_delta": max(deltas, default=None),
             "hosts_outside_tolerances": outside, "cross_host_failures": cross_failures}

@@ -13,7 +13,7 @@ import json
 
 import pytest
 from advkit import invoke, one_error_line
-from test_audit_kit import build_run
+from audit_kit import build_run
 
 from openjev_repro.evidence.rows import RowWriter, read_rows
 

@@ -13,7 +13,7 @@ import time
 import pytest
 from advkit import invoke, one_error_line
 from test_adv_kill_study import marked, start_study
-from test_audit_kit import build_run, keypair
+from audit_kit import build_run, keypair
 
 from openjev_repro.evidence.rundir import RunDir
 

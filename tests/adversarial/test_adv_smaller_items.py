@@ -12,7 +12,7 @@ import sys
 import pytest
 from advkit import invoke, one_error_line
 from studykit import scripted_backend, write_study
-from test_audit_kit import build_run, keypair, signed_run
+from audit_kit import build_run, keypair, signed_run
 
 from openjev_repro.audit.verify import format_checks, verify_path
 from openjev_repro.cluster.submission import Submission

@@ -14,7 +14,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from test_audit_kit import signed_run
+from audit_kit import signed_run
 
 from openjev_repro.audit.bundle import extract_bundle
 from openjev_repro.audit.publish import publish

@@ -7,7 +7,7 @@ import json
 import sys
 
 from advkit import invoke, one_error_line
-from test_audit_kit import build_run, keypair
+from audit_kit import build_run, keypair
 
 from openjev_repro.cluster.submission import Submission
 from openjev_repro.manifest import write_manifest
