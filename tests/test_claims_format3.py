@@ -133,4 +133,4 @@ def test_format_1_and_2_files_keep_working_and_prefill_file_runs_in_the_cli(tmp_
     bad.write_text(yaml.safe_dump(data, allow_unicode=True))
     proc = subprocess.run([sys.executable, "-m", "invoke", "claims", "--file", str(bad)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 1 and "FAIL   red.q8" in proc.stdout
+    assert proc.returncode == 1 and "FAIL    red.q8" in proc.stdout

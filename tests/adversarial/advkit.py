@@ -8,7 +8,7 @@ from pathlib import Path
 import invoking
 
 REPO = Path(__file__).resolve().parents[2]
-
+INVOKE = invoking.INVOKE
 
 
 def invoke(*args: str, timeout: float = 60, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -12,8 +12,8 @@ import time
 
 import pytest
 from advkit import invoke, one_error_line
-from test_adv_kill_study import marked, start_study
 from audit_kit import build_run, keypair
+from test_adv_kill_study import marked, start_study
 
 from openjev_repro.evidence.rundir import RunDir
 

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 from advkit import invoke, one_error_line
-from studykit import scripted_backend, write_study
 from audit_kit import build_run, keypair, signed_run
+from studykit import scripted_backend, write_study
 
 from openjev_repro.audit.verify import format_checks, verify_path
 from openjev_repro.cluster.submission import Submission
