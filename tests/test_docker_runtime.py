@@ -152,8 +152,10 @@ def test_reference_backend_serves_the_fixture_checkpoint_in_the_image(tmp_path, 
             assert resp.status == 200
             models = json.loads(resp.read())
         base_model = read_package(fixture_checkpoint).base_model_id
-        assert models == {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "openjev-repro"}
-                                                     for name in ("open-jev", "jev-latest", base_model)]}
+        names = ["open-jev", "jev-latest", base_model]
+        assert models["object"] == "list"
+        assert models["data"] == [{"id": name, "object": "model", "owned_by": "openjev-repro"} for name in names]
+        assert [m["name"] for m in models["models"]] == names  # the official SDK's shape beside it
     finally:
         record = backend.stop(grace_s=10)
     assert record.intentional and record.exited
