@@ -28,6 +28,7 @@ from typing import Self
 
 from ..errors import EvidenceError, HostError
 from .driver import GpuDriver
+from .periodic import PeriodicSampler
 
 __all__ = ["GPU_STATE_FORMAT_VERSION", "GpuStateSampler", "unavailable_header", "write_unavailable"]
 
@@ -52,15 +53,14 @@ def write_unavailable(path: Path, reason: str) -> None:
     _write_lines(path, [unavailable_header(reason)])
 
 
-class GpuStateSampler:
+class GpuStateSampler(PeriodicSampler):
     """Read `driver.gpu_state(uuid)` every `period_s`, and at every boundary the runner marks."""
 
     def __init__(self, driver: GpuDriver, uuid: str, period_s: float = 0.1) -> None:
         self.driver, self.uuid, self.period_s = driver, uuid, period_s
         self._events: list[dict] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._init_periodic("GPU state sampler")
         self.unavailable: str | None = None
 
     def start(self) -> Self:
@@ -73,26 +73,11 @@ class GpuStateSampler:
         if first is None:
             self.unavailable = self.unavailable or f"the {self.driver.name} driver reads no GPU state"
             return self
-        self._thread = threading.Thread(target=self._run, name=f"gpu-state-{self.uuid}", daemon=True)
-        self._thread.start()
+        self._start_thread()
         return self
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            self.read("sample")
-            self._stop.wait(max(0.0, self.period_s - (time.monotonic() - started)))
+    def _tick(self) -> None:
+        self.read("sample")
 
     def read(self, kind: str, label: str | None = None) -> dict | None:
         """One reading now, recorded as `kind` (a failed read is recorded as an error)."""

@@ -17,10 +17,10 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Self
 
-from ..errors import EvidenceError, HostError
+from ..errors import EvidenceError
 from .driver import GpuDriver
+from .periodic import PeriodicSampler
 
 __all__ = ["MEMORY_FORMAT_VERSION", "NOTE", "MemorySampler"]
 
@@ -28,41 +28,17 @@ MEMORY_FORMAT_VERSION = 1
 NOTE = "samples, not peaks"
 
 
-class MemorySampler:
+class MemorySampler(PeriodicSampler):
     """Sample `driver.memory_used_mib(uuid)` every `period_s` until stopped."""
 
     def __init__(self, driver: GpuDriver, uuid: str, period_s: float = 0.1) -> None:
         self.driver, self.uuid, self.period_s = driver, uuid, period_s
         self._events: list[dict] = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._init_periodic("memory sampler")
 
-    # --- lifecycle ---------------------------------------------------------------------
-
-    def start(self) -> Self:
-        if self._thread is not None:
-            raise HostError("This memory sampler was already started; make a new one per study.")
-        self._thread = threading.Thread(target=self._run, name=f"memory-sampler-{self.uuid}", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            self.sample()
-            self._stop.wait(max(0.0, self.period_s - (time.monotonic() - started)))
+    def _tick(self) -> None:
+        self.sample()
 
     # --- recording ---------------------------------------------------------------------
 
