@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import CheckpointError, InputMismatch, RecipeError
-from ..evidence.files import read_jsonl, write_bytes_atomic, write_json_atomic
+from ..evidence.files import check_format, read_jsonl, write_bytes_atomic, write_json_atomic
 from ..evidence.recipe import UNPINNED, InputFile, Preparation, Recipe, RequestSelection, inputs_root, lock_path
 from ..hashing import hash_file
 from .placeholders import fill
@@ -352,9 +352,7 @@ def read_lock(recipe: Recipe, recipe_path: Path) -> dict | None:
         lock = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise RecipeError(f"{path} is not valid JSON; run `invoke prepare --recipe {recipe_path}` again.") from exc
-    if lock.get("format_version") != LOCK_FORMAT_VERSION:
-        raise RecipeError(f"{path}: lock format_version {lock.get('format_version')!r} is not supported "
-                          f"(this tool reads {LOCK_FORMAT_VERSION}).")
+    check_format(lock, (LOCK_FORMAT_VERSION,), f"{path} (an inputs lock)")
     if lock.get("study_id") != recipe.study.id or lock.get("pins") != lock_fingerprint(recipe):
         raise RecipeError(f"{path} was written for other pins than {recipe_path} now declares; "
                           f"run `invoke prepare --recipe {recipe_path}` again.")
