@@ -481,7 +481,7 @@ def check_reproducible(spec: ImageSpec, progress: Progress = print) -> list:
         _stage_source(Path(tmp))
         first = build_offline(spec, progress, fresh_base=True, source=Path(tmp))
         second = build_offline(spec, progress, fresh_base=True, tag=spec.tag + "-check", source=Path(tmp))
-    record_path(spec).write_text(json.dumps(first, indent=2, sort_keys=True) + "\n")  # the record names the first
+    write_json_atomic(record_path(spec), first)  # the record names the first (same bytes, written atomically)
     progress(f"first  build: base {first['base_diff_id']}, image layer {first['diff_ids']}")
     progress(f"second build: base {second['base_diff_id']}, image layer {second['diff_ids']}")
     if first["diff_ids"] == second["diff_ids"]:
