@@ -9,7 +9,7 @@ from fake_gpus import FakeGpus
 from studykit import scripted_backend, write_study
 
 from openjev_repro.audit.verify import verify_dir
-from openjev_repro.errors import EvidenceError
+from openjev_repro.errors import EvidenceError, UnsupportedFormat
 from openjev_repro.orchestrator.runner import StudyOptions, run_study
 from openjev_repro.results.energy import energy_and_state, read_gpu_events
 
@@ -121,6 +121,13 @@ def test_hostile_gpu_state_lines_are_one_evidence_error(tmp_path, line):
     path = tmp_path / "gpu.jsonl"
     path.write_text('{"format_version": 1, "kind": "header", "available": true}\n' + line + "\n")
     with pytest.raises(EvidenceError, match="gpu.jsonl line 2"):
+        read_gpu_events(path)
+
+
+def test_gpu_state_header_of_another_format_version_is_unsupported(tmp_path):
+    path = tmp_path / "gpu.jsonl"
+    path.write_text('{"format_version": 2, "kind": "header", "available": true}\n')
+    with pytest.raises(UnsupportedFormat, match="gpu.jsonl header: format_version 2 is not a format this tool reads"):
         read_gpu_events(path)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from openjev_repro.errors import InputMismatch, RecipeError
+from openjev_repro.errors import InputMismatch, RecipeError, UnsupportedFormat
 from openjev_repro.evidence.recipe import RequestSelection, load_recipe
 from openjev_repro.study.preparation import locked_recipe, plan_prepare, read_lock, run_prepare, select_requests
 from openjev_repro.study.resolved import resolve_recipe
@@ -138,6 +138,20 @@ def test_stale_lock_is_refused(tmp_path):
     moved = path.read_text().replace(commit, "f" * 40)
     path.write_text(moved)
     with pytest.raises(RecipeError, match="other pins"):
+        read_lock(load_recipe(path), path)
+
+
+def test_lock_of_another_format_version_is_unsupported(tmp_path):
+    """The inputs lock goes through evidence.files.check_format: UnsupportedFormat names the file."""
+    repo, commit = make_jevbench(tmp_path)
+    path = _recipe(tmp_path, str(repo), commit, step_sha="right")
+    run_prepare(load_recipe(path), path, say=lambda _: None)
+    lock = tmp_path / "recipes/locks/tiny-prepare.inputs.lock"
+    lock.write_text(lock.read_text().replace('"format_version": 1', '"format_version": 7'))
+    with pytest.raises(UnsupportedFormat, match=r"tiny-prepare\.inputs\.lock \(an inputs lock\): format_version 7 is not"):
+        read_lock(load_recipe(path), path)
+    lock.write_text("[]")
+    with pytest.raises(UnsupportedFormat, match="has no format_version"):
         read_lock(load_recipe(path), path)
 
 

@@ -151,18 +151,25 @@ def _limits_error(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _argument_error(args: argparse.Namespace) -> str | None:
-    """What is wrong with the options, in one sentence; None when they fit together."""
-    limits = _limits_error(args)
-    if limits:
-        return limits
+def _counts_error(args: argparse.Namespace) -> str | None:
+    """--cuda-graphs, --torch-threads and --max-length out of range, in one sentence; None when fine."""
     if args.cuda_graphs < 0 or args.threads < 0 or (args.max_length is not None and args.max_length <= 0):
         return "--cuda-graphs and --torch-threads must be >= 0 and --max-length > 0."
+    return None
+
+
+def _combination_error(args: argparse.Namespace) -> str | None:
+    """Options that do not fit the mode or the device, in one sentence; None when they fit."""
     if (args.cuda_graphs or args.compile) and args.mode != "fast":
         return "--cuda-graphs and --compile are part of fast mode only; use --mode fast or drop the flag."
     if args.measure_hardware and args.device == "cpu":
         return "--measure-hardware measures a CUDA device; drop it or use --device cuda."
     return None
+
+
+def _argument_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options, in one sentence; None when they fit together."""
+    return _limits_error(args) or _counts_error(args) or _combination_error(args)
 
 
 def _report_kernels(model: Any, choice: str) -> None:

@@ -7,7 +7,8 @@
     DIR/temperature.json    {"temperature": T}
     base (DIR/base or the path model.json names): config.json, *.safetensors, tokenizer files
 
-Every problem is a CheckpointError that names the offending file.
+Every problem is a CheckpointError that names the offending file; a model.json of a format_version
+this tool does not read is an UnsupportedFormat (evidence.files.check_format).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError
+from ..evidence.files import check_format
 from ..hashing import hash_file
 
 __all__ = ["MODEL_JSON_FORMAT", "Package", "load_head", "package_sha256", "read_package"]
@@ -104,8 +106,7 @@ def read_package(root: Path) -> Package:
     if not root.is_dir():
         raise CheckpointError(f"Checkpoint directory {root} does not exist.")
     meta = _read_json(root / "model.json")
-    if not isinstance(meta, dict) or meta.get("format_version", MODEL_JSON_FORMAT) != MODEL_JSON_FORMAT:
-        raise CheckpointError(f"Checkpoint file {root / 'model.json'} has an unknown format_version.")
+    check_format(meta, (MODEL_JSON_FORMAT,), f"Checkpoint file {root / 'model.json'}", absent=MODEL_JSON_FORMAT)
     base = Path(str(meta.get("base_model", "base")))
     base = base if base.is_absolute() else root / base
     if not base.is_dir():

@@ -54,7 +54,7 @@ def _pass(client: httpx.Client, url: str, bodies: list[bytes]) -> tuple[list[flo
     return latencies, probs
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--requests", required=True, type=Path)
@@ -62,48 +62,74 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--passes", type=int, default=2)
     p.add_argument("--max-length", default="16384")
     p.add_argument("--logs", type=Path, default=Path("."))
-    a = p.parse_args(argv)
-    tasks = [json.loads(line) for line in a.requests.read_text().splitlines() if line.strip()]
-    bodies = [json.dumps({"model": "open-jev", "state": t["state"], "questions": {"q": t["question"]}}).encode()
-              for t in tasks]
+    return p
+
+
+def _bodies(requests: Path) -> list[bytes]:
+    tasks = [json.loads(line) for line in requests.read_text().splitlines() if line.strip()]
+    return [json.dumps({"model": "open-jev", "state": t["state"], "questions": {"q": t["question"]}}).encode()
+            for t in tasks]
+
+
+def _configs(device: str) -> dict[str, list[str]]:
+    """raw and fast everywhere; fast with CUDA Graphs (8 and 64 captures) where CUDA is there to use."""
     import torch
     configs = {"raw": ["--mode", "raw"], "fast": ["--mode", "fast"]}
-    if torch.cuda.is_available() and a.device != "cpu":
+    if torch.cuda.is_available() and device != "cpu":
         configs.update({"fast-graphs-8": ["--mode", "fast", "--cuda-graphs", "8"],
                         "fast-graphs-64": ["--mode", "fast", "--cuda-graphs", "64"]})
+    return configs
+
+
+def _measure(name: str, url: str, bodies: list[bytes], passes: int) -> tuple[list[float], list[float], dict]:
+    """Pass means (ms), the last pass's probabilities and /health of one running configuration."""
+    with httpx.Client(timeout=300) as client:
+        _pass(client, url, bodies)  # warm-up / feasibility, excluded
+        print(f"{name}: warm-up pass done", flush=True)
+        means: list[float] = []
+        probs: list[float] = []
+        for _ in range(passes):
+            lat, pr = _pass(client, url, bodies)
+            means.append(1000 * statistics.mean(lat))
+            print(f"{name}: pass mean {means[-1]:.2f} ms", flush=True)
+            if probs and pr != probs:
+                print(f"{name}: probabilities changed between passes")
+            probs = pr
+        return means, probs, client.get(f"{url}/health").json()
+
+
+def _stop(name: str, proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        print(f"{name}: server ignored SIGTERM for 30 s; killed", flush=True)
+        proc.kill()
+        proc.wait()
+
+
+def _print_figures(name: str, means: list[float], probs: list[float], reference: list[float], health: dict) -> None:
+    delta = max(abs(x - y) for x, y in zip(probs, reference, strict=True))
+    differ = sum((x >= YES_THRESHOLD) != (y >= YES_THRESHOLD) for x, y in zip(probs, reference, strict=True))
+    print(f"{name:15s} n={len(probs)} pass means ms={[round(m, 2) for m in means]} "
+          f"max|dp| vs raw={delta:.2e} differing decisions={differ} yes={sum(x >= YES_THRESHOLD for x in probs)}")
+    print(f"{'':15s} device={health['device']} dtype={health['dtype']} lora={health['lora']} "
+          f"impl={json.dumps(health['implementations'])} graphs={health['cuda_graphs']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    bodies = _bodies(a.requests)
     reference: list[float] | None = None
-    for name, extra in configs.items():
+    for name, extra in _configs(a.device).items():
         proc, url = _start(["--checkpoint", a.checkpoint, "--device", a.device, "--max-length", a.max_length, *extra],
                            a.logs / f"smoke-{name}.log")
         try:
-            with httpx.Client(timeout=300) as client:
-                _pass(client, url, bodies)  # warm-up / feasibility, excluded
-                print(f"{name}: warm-up pass done", flush=True)
-                means: list[float] = []
-                probs: list[float] = []
-                for _ in range(a.passes):
-                    lat, pr = _pass(client, url, bodies)
-                    means.append(1000 * statistics.mean(lat))
-                    print(f"{name}: pass mean {means[-1]:.2f} ms", flush=True)
-                    if probs and pr != probs:
-                        print(f"{name}: probabilities changed between passes")
-                    probs = pr
-                health = client.get(f"{url}/health").json()
+            means, probs, health = _measure(name, url, bodies, a.passes)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                print(f"{name}: server ignored SIGTERM for 30 s; killed", flush=True)
-                proc.kill()
-                proc.wait()
+            _stop(name, proc)
         reference = reference or probs
-        delta = max(abs(x - y) for x, y in zip(probs, reference, strict=True))
-        differ = sum((x >= YES_THRESHOLD) != (y >= YES_THRESHOLD) for x, y in zip(probs, reference, strict=True))
-        print(f"{name:15s} n={len(bodies)} pass means ms={[round(m, 2) for m in means]} "
-              f"max|dp| vs raw={delta:.2e} differing decisions={differ} yes={sum(x >= YES_THRESHOLD for x in probs)}")
-        print(f"{'':15s} device={health['device']} dtype={health['dtype']} lora={health['lora']} "
-              f"impl={json.dumps(health['implementations'])} graphs={health['cuda_graphs']}")
+        _print_figures(name, means, probs, reference, health)
     return 0
 
 

@@ -158,42 +158,56 @@ def synthesize_run(source: Path, out: Path, k: int, key: Path) -> Path:
     return out
 
 
-def synthesize_system1(run: Path, out: Path) -> int:
-    """The measured rows of a run as system1-omni evidence; returns the number of rows written."""
-    run, out = Path(run), Path(out)
-    out.mkdir(parents=True)
+def _measured_bodies(run: Path) -> dict[tuple, str]:
+    """(backend, pass index, seq) -> the response body of every measured entry that kept one."""
     bodies: dict[tuple, str] = {}
     for path in sorted((run / "responses").glob("*.jsonl")):
         for number, entry in read_jsonl(path, "a response entry"):
             e = check_response_entry(entry, f"{path}:{number}")
             if e["phase"] == "measured" and "body" in e:
                 bodies[(e["backend"], e["pass_index"], e["seq"])] = e["body"]
-    table = read_table(run / "rows.jsonl")
+    return bodies
+
+
+def _system1_line(r: Any, raw: Any) -> str:
+    """One row as a system1-omni result line."""
+    obj = {"checks": {"correct": r.decision == r.label, "http_ok": r.ok, "schema_ok": True},
+           "client_end_monotonic_ns": r.end_ns, "client_start_monotonic_ns": r.start_ns, "id": r.id,
+           "latency_s": r.latency_ns / 1e9, "predicted": r.decision, "probability_delta": 0.0,
+           "probability_yes": r.probability, "raw": raw}
+    return json.dumps(obj, sort_keys=True)
+
+
+def _pass_stats(p: int, values: list[float]) -> dict[str, Any]:
+    s = np.sort(values)
+    return {"pass": p, "requests": len(s), "mean_ms": round(float(s.mean()), 3),
+            "p50_ms": round(float(np.median(s)), 3), "p95_ms": round(float(s[int(0.95 * len(s)) - 1]), 3)}
+
+
+def _arm_summary(passes: dict[int, list[float]]) -> dict[str, Any]:
+    """One arm of system1-omni's summary.json: per-pass statistics and the aggregate mean."""
+    every = np.concatenate([np.asarray(v) for v in passes.values()])
+    return {"passes": [_pass_stats(p, values) for p, values in sorted(passes.items())],
+            "aggregate_mean_ms": round(float(every.mean()), 3),
+            "readiness": {"health": "ready"}, "cleanup": {"exit_code": 0}}
+
+
+def synthesize_system1(run: Path, out: Path) -> int:
+    """The measured rows of a run as system1-omni evidence; returns the number of rows written."""
+    run, out = Path(run), Path(out)
+    out.mkdir(parents=True)
+    bodies = _measured_bodies(run)
     files: dict[str, list[str]] = {}
     latencies: dict[str, dict[int, list[float]]] = {}
-    for r in table.rows():
+    for r in read_table(run / "rows.jsonl").rows():
         if r.phase != "measured":
             continue
         raw = json.loads(bodies[(r.backend, r.pass_index, r.seq)])
-        obj = {"checks": {"correct": r.decision == r.label, "http_ok": r.ok, "schema_ok": True},
-               "client_end_monotonic_ns": r.end_ns, "client_start_monotonic_ns": r.start_ns, "id": r.id,
-               "latency_s": r.latency_ns / 1e9, "predicted": r.decision, "probability_delta": 0.0,
-               "probability_yes": r.probability, "raw": raw}
-        files.setdefault(f"{r.backend}-measured-{r.pass_index}.jsonl", []).append(json.dumps(obj, sort_keys=True))
+        files.setdefault(f"{r.backend}-measured-{r.pass_index}.jsonl", []).append(_system1_line(r, raw))
         latencies.setdefault(r.backend, {}).setdefault(r.pass_index, []).append(r.latency_ms)
     for name, lines in files.items():
         (out / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    arms = {}
-    for arm, passes in latencies.items():
-        stats = []
-        for p, values in sorted(passes.items()):
-            s = np.sort(values)
-            stats.append({"pass": p, "requests": len(s), "mean_ms": round(float(s.mean()), 3),
-                          "p50_ms": round(float(np.median(s)), 3),
-                          "p95_ms": round(float(s[int(0.95 * len(s)) - 1]), 3)})
-        every = np.concatenate([np.asarray(v) for v in passes.values()])
-        arms[arm] = {"passes": stats, "aggregate_mean_ms": round(float(every.mean()), 3),
-                     "readiness": {"health": "ready"}, "cleanup": {"exit_code": 0}}
+    arms = {arm: _arm_summary(passes) for arm, passes in latencies.items()}
     (out / "summary.json").write_text(json.dumps({"arms": arms}, indent=2, sort_keys=True) + "\n")
     listed = sorted(p.name for p in out.iterdir())
     manifest = {"files": [{"path": n, "sha256": hash_file(out / n)} for n in listed]}
@@ -269,52 +283,88 @@ def _ratio(a: float, b: float) -> float:
     return round(a / b, 2) if b else float("inf")
 
 
+class _Figures:
+    """Per command over the rounds: median, fastest and median CPU seconds, and peak RSS."""
+
+    def __init__(self, rounds: list[dict]) -> None:
+        names = list(rounds[0])
+        self.med = {name: statistics.median(r[name]["seconds"] for r in rounds) for name in names}
+        self.best = {name: min(r[name]["seconds"] for r in rounds) for name in names}
+        self.cpu = {name: statistics.median(r[name]["cpu_seconds"] for r in rounds) for name in names}
+        self.peak = {name: max(r[name]["max_rss_bytes"] for r in rounds) for name in names}
+
+
+def _command_result(name: str, rounds: list[dict], f: _Figures, disk: int) -> dict[str, Any]:
+    """One command's figures, each beside the sha256sum floor over the same files."""
+    floor = "sha256sum_import_source" if name == "import" else "sha256sum_run"
+    return {"seconds_median": round(f.med[name], 3), "seconds": [round(r[name]["seconds"], 3) for r in rounds],
+            "sha256sum_seconds_median": round(f.med[floor], 3),
+            "ratio_to_sha256sum": _ratio(f.med[name], f.med[floor]),
+            "ratio_per_round": [_ratio(r[name]["seconds"], r[floor]["seconds"]) for r in rounds],
+            "seconds_min": round(f.best[name], 3), "ratio_of_minima": _ratio(f.best[name], f.best[floor]),
+            "cpu_seconds_median": round(f.cpu[name], 3), "sha256sum_cpu_seconds_median": round(f.cpu[floor], 3),
+            "cpu_ratio_to_sha256sum": _ratio(f.cpu[name], f.cpu[floor]),
+            "peak_rss_mib": round(f.peak[name] / 2**20, 1),
+            "peak_rss_over_size_on_disk": _ratio(f.peak[name], disk)}
+
+
 def _size_result(k: int, run: Path, src: Path, rows: int, import_rows: int, rounds: list[dict]) -> dict[str, Any]:
     run_bytes, src_bytes = _size(run), _size(src)
-    med = {name: statistics.median(r[name]["seconds"] for r in rounds) for name in rounds[0]}
-    best = {name: min(r[name]["seconds"] for r in rounds) for name in rounds[0]}
-    cpu = {name: statistics.median(r[name]["cpu_seconds"] for r in rounds) for name in rounds[0]}
-    peak = {name: max(r[name]["max_rss_bytes"] for r in rounds) for name in rounds[0]}
-    commands = {}
-    for name in COMMANDS:
-        floor = "sha256sum_import_source" if name == "import" else "sha256sum_run"
-        per_round = [_ratio(r[name]["seconds"], r[floor]["seconds"]) for r in rounds]
-        disk = src_bytes if name == "import" else run_bytes
-        commands[name] = {"seconds_median": round(med[name], 3), "seconds": [round(r[name]["seconds"], 3) for r in rounds],
-                          "sha256sum_seconds_median": round(med[floor], 3),
-                          "ratio_to_sha256sum": _ratio(med[name], med[floor]), "ratio_per_round": per_round,
-                          "seconds_min": round(best[name], 3), "ratio_of_minima": _ratio(best[name], best[floor]),
-                          "cpu_seconds_median": round(cpu[name], 3), "sha256sum_cpu_seconds_median": round(cpu[floor], 3),
-                          "cpu_ratio_to_sha256sum": _ratio(cpu[name], cpu[floor]),
-                          "peak_rss_mib": round(peak[name] / 2**20, 1),
-                          "peak_rss_over_size_on_disk": _ratio(peak[name], disk)}
-    commands["publish"]["ratio_to_verify"] = _ratio(med["publish"], med["verify"])
-    commands["publish"]["ratio_to_verify_of_minima"] = _ratio(best["publish"], best["verify"])
-    commands["publish"]["cpu_ratio_to_verify"] = _ratio(cpu["publish"], cpu["verify"])
+    f = _Figures(rounds)
+    commands = {name: _command_result(name, rounds, f, src_bytes if name == "import" else run_bytes)
+                for name in COMMANDS}
+    commands["publish"]["ratio_to_verify"] = _ratio(f.med["publish"], f.med["verify"])
+    commands["publish"]["ratio_to_verify_of_minima"] = _ratio(f.best["publish"], f.best["verify"])
+    commands["publish"]["cpu_ratio_to_verify"] = _ratio(f.cpu["publish"], f.cpu["verify"])
     return {"factor": k, "rows": rows, "measured_rows_imported": import_rows, "run_bytes": run_bytes,
-            "import_source_bytes": src_bytes, "startup_seconds_median": round(med["startup"], 3),
-            "startup_peak_rss_mib": round(peak["startup"] / 2**20, 1), "commands": commands}
+            "import_source_bytes": src_bytes, "startup_seconds_median": round(f.med["startup"], 3),
+            "startup_peak_rss_mib": round(f.peak["startup"] / 2**20, 1), "commands": commands}
 
 
 def _quiet(_message: str) -> None:
     """The default progress sink: say nothing (the task passes one that writes to stderr)."""
 
 
-def run_audit_bench(factors: list[int], source: Path, directory: Path | None = None, rounds: int = 3,
-                    keep: bool = False, say: Callable[[str], None] = _quiet) -> dict[str, Any]:
-    source = Path(source)
+def _check_bench_inputs(source: Path, rounds: int) -> None:
     if not (source / ENVELOPE_NAME).is_file():
         raise AuditBenchError(f"{source} is not a signed run directory (no {ENVELOPE_NAME}).")
     if shutil.which("sha256sum") is None:
         raise AuditBenchError("sha256sum (coreutils) is not installed; it is the floor every ratio is against.")
     if rounds < 1:
         raise AuditBenchError("--rounds must be at least 1.")
-    result = {**result_header("audit"), "git_commit": _git_commit(), "source_run": str(source), "rounds": rounds,
-              "sizes": []}
+
+
+def _work_dir(directory: Path | None) -> Path:
+    """A fresh temporary directory for the synthesised runs, under `directory` when one is given."""
     base = Path(directory) if directory else None
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="bench-audit-", dir=base))
+    return Path(tempfile.mkdtemp(prefix="bench-audit-", dir=base))
+
+
+def _one_size(work: Path, source: Path, k: int, keys: tuple[Path, Path], rounds: int,
+              say: Callable[[str], None]) -> tuple[dict[str, Any], Path, Path]:
+    """Synthesise the run and its import source at factor `k` and time `rounds` rounds over them."""
+    public, private = keys
+    run = synthesize_run(source, work / f"run-x{k}", k, private)
+    src = work / f"system1-x{k}"
+    import_rows = synthesize_system1(run, src)
+    n_rows = len(read_table(run / "rows.jsonl"))
+    load_before = os.getloadavg()[0]
+    say(f"size {k}x: {n_rows:,} rows, {gib(tree_bytes(run))}; timing {rounds} round(s) of 5 commands")
+    timings = [_round(work, run, src, public, private, f"x{k}-{i}") for i in range(rounds)]
+    entry = _size_result(k, run, src, n_rows, import_rows, timings)
+    entry["load_average_1m"] = {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)}
+    return entry, run, src
+
+
+def run_audit_bench(factors: list[int], source: Path, directory: Path | None = None, rounds: int = 3,
+                    keep: bool = False, say: Callable[[str], None] = _quiet) -> dict[str, Any]:
+    source = Path(source)
+    _check_bench_inputs(source, rounds)
+    result = {**result_header("audit"), "git_commit": _git_commit(), "source_run": str(source), "rounds": rounds,
+              "sizes": []}
+    work = _work_dir(directory)
     say(f"synthesised runs in {work}, on {describe_disk(work)}" + ("; kept afterwards (--keep)" if keep else
                                                                     "; each removed once measured"))
     try:
@@ -322,15 +372,7 @@ def run_audit_bench(factors: list[int], source: Path, directory: Path | None = N
         private = work / "key" / "openjev-repro.key"
         for n, k in enumerate(factors, 1):
             say(f"size {k}x ({n} of {len(factors)}): synthesising the run and its import source")
-            run = synthesize_run(source, work / f"run-x{k}", k, private)
-            src = work / f"system1-x{k}"
-            import_rows = synthesize_system1(run, src)
-            n_rows = len(read_table(run / "rows.jsonl"))
-            load_before = os.getloadavg()[0]
-            say(f"size {k}x: {n_rows:,} rows, {gib(tree_bytes(run))}; timing {rounds} round(s) of 5 commands")
-            timings = [_round(work, run, src, public, private, f"x{k}-{i}") for i in range(rounds)]
-            entry = _size_result(k, run, src, n_rows, import_rows, timings)
-            entry["load_average_1m"] = {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)}
+            entry, run, src = _one_size(work, source, k, (public, private), rounds, say)
             result["sizes"].append(entry)
             if not keep:
                 shutil.rmtree(run)

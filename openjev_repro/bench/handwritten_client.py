@@ -54,76 +54,56 @@ class HandwrittenFramingClient(TimedClient):
         self._buf.extend(bytes(size - len(self._buf)))
         self._view = memoryview(self._buf)
 
-    def _receive_frame(self, sock: socket.socket, head: bool) -> _Frame:
-        """Read one response into the buffer and return where its parts lie."""
+    def _receive_head(self, sock: socket.socket) -> tuple[int, int, int, int]:
+        """Read up to the end of the final response's header block (interim 1xx responses are skipped).
+
+        Returns (where the response starts, where its header block ends, the fill level, the status)."""
         buf = self._buf
         filled = msg = 0
-        while True:  # status line and headers; interim 1xx responses are skipped
+        while True:
             head_end = buf.find(b"\r\n\r\n", msg, filled)
             if head_end < 0:
                 filled = self._recv_or_fail(sock, filled, "before sending a complete header")
                 continue
-            code = buf[msg + 9 : msg + 12]
-            if not (buf.startswith(b"HTTP/1.", msg) and code.isdigit()):
-                raise MalformedResponse(
-                    f"the response does not start with an HTTP/1.x status line and a three-digit code: "
-                    f"{bytes(buf[msg:msg + 40])!r}."
-                )
-            status = int(code)
+            status = _status_code(buf, msg)
             if 100 <= status < 200 and status != 101:
                 msg = head_end + 4
                 continue
-            break
+            return msg, head_end, filled, status
+
+    def _receive_frame(self, sock: socket.socket, head: bool) -> _Frame:
+        """Read one response into the buffer and return where its parts lie."""
+        msg, head_end, filled, status = self._receive_head(sock)
         body_start = head_end + 4
         if head or status in _NO_BODY_STATUSES or 100 <= status < 200:
             return msg, head_end, [], None, body_start, filled, False
-        fields = buf[msg:head_end].lower()
+        fields = self._buf[msg:head_end].lower()
         te = _field_value(fields, b"\r\ntransfer-encoding:")
-        if te is None:
-            length = _field_value(fields, b"\r\ncontent-length:")
-        elif te.rsplit(b",", 1)[-1].strip() == b"chunked":
+        if te is not None and te.rsplit(b",", 1)[-1].strip() == b"chunked":
             return self._receive_chunked(sock, msg, head_end, filled)
-        else:
-            length = None  # another transfer coding: only the server's close ends the body
+        # another transfer coding: only the server's close ends the body
+        length = _field_value(fields, b"\r\ncontent-length:") if te is None else None
         if length is None:  # no framing: the body ends when the server closes
             filled = self._receive_to_eof(sock, filled)
             return msg, head_end, [(body_start, filled)], None, filled, filled, True
+        return self._receive_sized(sock, msg, head_end, filled, length)
+
+    def _receive_sized(self, sock: socket.socket, msg: int, head_end: int, filled: int, length: bytearray) -> _Frame:
+        """The rest of a body of Content-Length `length`."""
+        body_start = head_end + 4
         try:
             body_end = body_start + int(length)
         except ValueError:
             raise MalformedResponse(f"Content-Length {bytes(length)!r} is not a number.") from None
-        if body_end > len(buf):
+        if body_end > len(self._buf):
             self._grow(body_end)
         while filled < body_end:
             filled = self._recv_or_fail(sock, filled, "in the middle of the body", body_start, body_end)
         return msg, head_end, [(body_start, body_end)], None, body_end, filled, False
 
     def _receive_chunked(self, sock: socket.socket, msg: int, head_end: int, filled: int) -> _Frame:
+        spans, data, filled = self._receive_chunks(sock, head_end + 4, filled)
         buf = self._buf
-        pos = head_end + 4
-        spans: list[tuple[int, int]] = []
-        while True:
-            eol = buf.find(b"\r\n", pos, filled)
-            if eol < 0:
-                filled = self._recv_or_fail(sock, filled, "in the middle of a chunked body")
-                continue
-            try:
-                size = int(bytes(buf[pos:eol]).split(b";", 1)[0], 16)
-            except ValueError:
-                raise MalformedResponse(f"chunk size line {bytes(buf[pos:eol])[:40]!r} is not hexadecimal.") from None
-            data = eol + 2
-            if size == 0:
-                break
-            need = data + size + 2
-            if need > len(buf):
-                self._grow(max(need, 2 * len(buf)))
-                buf = self._buf
-            while filled < need:
-                filled = self._recv_or_fail(sock, filled, "in the middle of a chunked body")
-            if buf[need - 2 : need] != b"\r\n":
-                raise MalformedResponse("a chunk is not followed by CRLF; the chunk sizes are wrong.")
-            spans.append((data, data + size))
-            pos = need
         while True:  # after the last chunk: optional trailer fields, then an empty line
             if filled >= data + 2 and buf[data : data + 2] == b"\r\n":
                 return msg, head_end, spans, None, data + 2, filled, False
@@ -131,6 +111,35 @@ class HandwrittenFramingClient(TimedClient):
             if end >= 0:
                 return msg, head_end, spans, (data, end), end + 4, filled, False
             filled = self._recv_or_fail(sock, filled, "in the trailer of a chunked body")
+
+    def _receive_chunks(self, sock: socket.socket, pos: int, filled: int) -> tuple[list[tuple[int, int]], int, int]:
+        """Every chunk from `pos` to the last (size 0) one: (their data spans, where the last one's data
+        would start, the fill level)."""
+        spans: list[tuple[int, int]] = []
+        while True:
+            size, data, filled = self._chunk_size(sock, pos, filled)
+            if size == 0:
+                return spans, data, filled
+            need = data + size + 2
+            if need > len(self._buf):
+                self._grow(max(need, 2 * len(self._buf)))
+            while filled < need:
+                filled = self._recv_or_fail(sock, filled, "in the middle of a chunked body")
+            if self._buf[need - 2 : need] != b"\r\n":
+                raise MalformedResponse("a chunk is not followed by CRLF; the chunk sizes are wrong.")
+            spans.append((data, data + size))
+            pos = need
+
+    def _chunk_size(self, sock: socket.socket, pos: int, filled: int) -> tuple[int, int, int]:
+        """The size of the chunk whose size line starts at `pos`, where its data starts, the fill level."""
+        buf = self._buf
+        while (eol := buf.find(b"\r\n", pos, filled)) < 0:
+            filled = self._recv_or_fail(sock, filled, "in the middle of a chunked body")
+        try:
+            size = int(bytes(buf[pos:eol]).split(b";", 1)[0], 16)
+        except ValueError:
+            raise MalformedResponse(f"chunk size line {bytes(buf[pos:eol])[:40]!r} is not hexadecimal.") from None
+        return size, eol + 2, filled
 
     def _recv_or_fail(self, sock: socket.socket, filled: int, where: str, body_start: int = 0, body_end: int = 0) -> int:
         got = self._recv(sock, filled)
@@ -150,27 +159,44 @@ class HandwrittenFramingClient(TimedClient):
         msg, head_end, spans, trailer_span, used, filled, eof_framed = self._frame
         buf = self._buf
         try:
-            lines = bytes(buf[msg:head_end]).decode("latin-1").split("\r\n")
-            version, status, reason = _parse_status_line(lines[0])
-            headers = _parse_fields(lines[1:])
-            trailers = _parse_fields(bytes(buf[slice(*trailer_span)]).decode("latin-1").split("\r\n")) if trailer_span else {}
-            if "transfer-encoding" not in headers and len({v.strip() for v in headers.get("content-length", "").split(",")}) > 1:
-                raise MalformedResponse(f"conflicting Content-Length values {headers['content-length']!r}.")
+            version, status, reason, headers, trailers = _parse_head(buf, msg, head_end, trailer_span)
         except MalformedResponse:
             self._discard()
             raise
         body = bytes(buf[spans[0][0] : spans[0][1]]) if len(spans) == 1 else b"".join(buf[a:b] for a, b in spans)
-        connection = headers.get("connection", "").lower()
-        keep = (
-            not eof_framed
-            and "close" not in connection
-            and (version == "HTTP/1.1" or "keep-alive" in connection)
-            and status != 101
-            and filled == used  # stray bytes after the response: do not trust the stream
-        )
-        if not keep:
+        # stray bytes after the response (filled != used): do not trust the stream
+        if eof_framed or filled != used or not _keeps_alive(version, status, headers):
             self._discard()
         return TimedResponse(status, reason, headers, body, start, end, trailers)
+
+
+def _status_code(buf: bytearray, msg: int) -> int:
+    """The three-digit code of the status line at `msg`; MalformedResponse when it is not HTTP/1.x."""
+    code = buf[msg + 9 : msg + 12]
+    if not (buf.startswith(b"HTTP/1.", msg) and code.isdigit()):
+        raise MalformedResponse(
+            f"the response does not start with an HTTP/1.x status line and a three-digit code: "
+            f"{bytes(buf[msg:msg + 40])!r}."
+        )
+    return int(code)
+
+
+def _parse_head(buf: bytearray, msg: int, head_end: int,
+                trailer_span: tuple[int, int] | None) -> tuple[str, int, str, dict[str, str], dict[str, str]]:
+    """(version, status, reason, headers, trailers) of the response's header block and trailer."""
+    lines = bytes(buf[msg:head_end]).decode("latin-1").split("\r\n")
+    version, status, reason = _parse_status_line(lines[0])
+    headers = _parse_fields(lines[1:])
+    trailers = _parse_fields(bytes(buf[slice(*trailer_span)]).decode("latin-1").split("\r\n")) if trailer_span else {}
+    if "transfer-encoding" not in headers and len({v.strip() for v in headers.get("content-length", "").split(",")}) > 1:
+        raise MalformedResponse(f"conflicting Content-Length values {headers['content-length']!r}.")
+    return version, status, reason, headers, trailers
+
+
+def _keeps_alive(version: str, status: int, headers: dict[str, str]) -> bool:
+    """Whether the server lets the connection carry another request (an upgrade never does)."""
+    connection = headers.get("connection", "").lower()
+    return "close" not in connection and (version == "HTTP/1.1" or "keep-alive" in connection) and status != 101
 
 
 def _field_value(fields: bytearray, name: bytes) -> bytearray | None:

@@ -113,6 +113,38 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, value
 
 
+_Sides = dict[str, Callable[[], dict[Path, str]]]
+
+
+def _cases(files: list[Path], workers: int | None) -> dict[str, _Sides]:
+    """What is timed: one file, and (with more than one) every file, with and without threads."""
+    cases: dict[str, _Sides] = {
+        "single": {"ours": lambda: {files[0]: hash_file(files[0])}, "sha256sum": lambda: _sha256sum(files[:1])},
+    }
+    if len(files) > 1:
+        cases["several"] = {
+            "ours": lambda: hash_files(files, workers=workers),
+            "sha256sum": lambda: _sha256sum(files),
+            "ours-1-worker": lambda: hash_files(files, workers=1),  # what the threads add
+        }
+    return cases
+
+
+def _time_case(case: str, sides: _Sides, rounds: int, say: Callable[[str], None]) -> dict[str, list[float]]:
+    """Seconds of each side per round, the side that goes first rotating; the digests must agree."""
+    seconds: dict[str, list[float]] = {side: [] for side in sides}
+    digests = {}
+    for r in range(rounds):
+        say(f"{case}: round {r + 1} of {rounds} ({', '.join(sides)})")
+        order = list(sides)[r % len(sides) :] + list(sides)[: r % len(sides)]  # rotate who goes first
+        for side in order:
+            elapsed, digests[side] = _timed(sides[side])
+            seconds[side].append(elapsed)
+    if any(d != digests["sha256sum"] for d in digests.values()):
+        raise AssertionError(f"{case}: digests differ between ours and sha256sum")
+    return seconds
+
+
 def run_hash_bench(
     sizes: list[int], directory: Path | None = None, rounds: int = 3, workers: int | None = None,
     say: Callable[[str], None] = _quiet,
@@ -125,29 +157,11 @@ def run_hash_bench(
     files = ensure_files(directory or default_dir(), sizes, say=say)
     say("reading every file once (warm page cache)")
     hash_files(files, workers=workers)  # warm the page cache: every side reads cached pages
-    cases: dict[str, dict[str, Callable[[], dict[Path, str]]]] = {
-        "single": {"ours": lambda: {files[0]: hash_file(files[0])}, "sha256sum": lambda: _sha256sum(files[:1])},
-    }
-    if len(files) > 1:
-        cases["several"] = {
-            "ours": lambda: hash_files(files, workers=workers),
-            "sha256sum": lambda: _sha256sum(files),
-            "ours-1-worker": lambda: hash_files(files, workers=1),  # what the threads add
-        }
     out: dict[str, Any] = {}
-    for case, sides in cases.items():
-        total = sum(sizes) if case == "several" else sizes[0]
-        seconds: dict[str, list[float]] = {side: [] for side in sides}
-        digests = {}
-        for r in range(rounds):
-            say(f"{case}: round {r + 1} of {rounds} ({', '.join(sides)})")
-            order = list(sides)[r % len(sides) :] + list(sides)[: r % len(sides)]  # rotate who goes first
-            for side in order:
-                elapsed, digests[side] = _timed(sides[side])
-                seconds[side].append(elapsed)
-        if any(d != digests["sha256sum"] for d in digests.values()):
-            raise AssertionError(f"{case}: digests differ between ours and sha256sum")
-        out[case] = _case_result(total, len(files) if case == "several" else 1, seconds)
+    for case, sides in _cases(files, workers).items():
+        several = case == "several"
+        seconds = _time_case(case, sides, rounds, say)
+        out[case] = _case_result(sum(sizes) if several else sizes[0], len(files) if several else 1, seconds)
     return {
         **result,
         "files": [{"name": p.name, "bytes": p.stat().st_size} for p in files],

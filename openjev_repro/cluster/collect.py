@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +18,7 @@ from ..audit.compare import COMPARABLE_STATUSES, compare_runs, run_status
 from ..audit.verify import verify_path
 from ..errors import EvidenceError, RunIncomplete, VerificationError
 from ..evidence.files import atomic_directory
-from ..evidence.recipe import parse_recipe
+from ..evidence.recipe import Recipe, parse_recipe
 from ..evidence.rows import read_rows
 from ..evidence.rundir import ENVELOPE_NAME, RunDir
 from ..hashing import hash_file
@@ -116,6 +117,35 @@ def _baseline_run(baseline: Path, pubkey: Path) -> HostRun:
     return _load("baseline", baseline)[0]
 
 
+def _verified_replicates(sub: Submission, pubkey: Path) -> tuple[list[HostRun], list[Recipe]]:
+    """Every replicate's complete run, verified against `pubkey`, loaded with its recipe."""
+    runs = _complete_runs(sub)
+    for label, path in runs:
+        _verified(label, path, pubkey)
+    loaded = [_load(label, path) for label, path in runs]
+    return [host for host, _ in loaded], [recipe for _, recipe in loaded]
+
+
+def _sides(hosts: list[HostRun], baseline: Path | None,
+           baseline_pubkey: Path) -> tuple[HostRun, str, list[HostRun], list[HostRun]]:
+    """(the baseline run, its label, the runs compared with it, every run): another study's run when
+    given, else the first replicate."""
+    if baseline is not None:
+        base = _baseline_run(baseline, baseline_pubkey)
+        return base, "baseline", hosts, [base, *hosts]
+    return hosts[0], hosts[0].label, hosts[1:], hosts
+
+
+def _reports(recipe: Recipe, base: HostRun, others: list[HostRun], everyone: list[HostRun],
+             compare_tol: dict[str, Any], cross_tol: dict[str, float]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Each other run compared with the baseline, and a cross-host report per (workload, backend)."""
+    # `invoke compare`'s own code, on the run directories (it reads rows, recipe and backends.json).
+    comparisons = {run.label: compare_runs(base.path, run.path, tolerances=compare_tol or None) for run in others}
+    means = {run.label: host_means(run.rows) for run in everyone}
+    order = [(w.name, b.name) for w in recipe.workloads for b in recipe.backends]
+    return comparisons, [backend_report(w, b, everyone, means, comparisons, cross_tol) for w, b in order]
+
+
 def collect(submission: Path, *, pubkey: Path | None = None, tolerances: Path | None = None,
             baseline: Path | None = None, baseline_pubkey: Path | None = None, key: Path | None = None) -> Collected:
     """Every replicate is verified against `pubkey`, the user's trust anchor (required; never a key
@@ -126,22 +156,9 @@ def collect(submission: Path, *, pubkey: Path | None = None, tolerances: Path | 
                                          option="--baseline-pubkey")
     compare_tol, cross_tol = load_cross_host_tolerances(tolerances) if tolerances else ({}, {})
     signing_key = _signing_key(sub, key, pubkey)
-    runs = _complete_runs(sub)
-    for label, path in runs:
-        _verified(label, path, pubkey)
-    loaded = [_load(label, path) for label, path in runs]
-    hosts = [host for host, _ in loaded]
-    recipes = [recipe for _, recipe in loaded]
-    if baseline is not None:
-        base = _baseline_run(baseline, baseline_pubkey)
-        base_label, others, everyone = "baseline", hosts, [base, *hosts]
-    else:
-        base, base_label, others, everyone = hosts[0], hosts[0].label, hosts[1:], hosts
-    # `invoke compare`'s own code, on the run directories (it reads rows, recipe and backends.json).
-    comparisons = {run.label: compare_runs(base.path, run.path, tolerances=compare_tol or None) for run in others}
-    means = {run.label: host_means(run.rows) for run in everyone}
-    order = [(w.name, b.name) for w in recipes[0].workloads for b in recipes[0].backends]
-    backends = [backend_report(w, b, everyone, means, comparisons, cross_tol) for w, b in order]
+    hosts, recipes = _verified_replicates(sub, pubkey)
+    base, base_label, others, everyone = _sides(hosts, baseline, baseline_pubkey)
+    comparisons, backends = _reports(recipes[0], base, others, everyone, compare_tol, cross_tol)
     summary = {
         "format_version": COLLECT_FORMAT_VERSION, "submission": sub.id, "study": recipes[0].study.id,
         "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -208,6 +225,39 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+def _within(h: dict[str, Any], rounded_text: Callable[[str], str]) -> str:
+    """A host row's "within tolerances" cell: baseline, yes, or no with the limits it crossed."""
+    if "mean_ratio" not in h:
+        return "baseline"
+    if not h["failures"]:
+        return "yes"
+    return "no: " + "; ".join(rounded_text(x.split(": ", 1)[1]) for x in h["failures"])
+
+
+def _host_row(h: dict[str, Any], rounded_text: Callable[[str], str]) -> str:
+    lo, hi = h["pass_range_ms"]
+    return (f"| {h['label']} | {h['host']} | {_fmt(h['mean_ms'])} | {_fmt(lo)} – {_fmt(hi)} | "
+            f"{_fmt(h.get('mean_ratio'), 4)} | {h.get('decision_flips', '—')} | "
+            f"{_fmt(h.get('max_abs_probability_delta'), 8)} | "
+            f"{ {True: 'same', False: 'DIFFER', None: '—'}[h.get('weights_same')]} | {_within(h, rounded_text)} |")
+
+
+def _backend_section(b: dict[str, Any], rounded_text: Callable[[str], str]) -> list[str]:
+    """One (workload, backend): the spread in a sentence, a row per host, the cross-host failures."""
+    s = b["spread"]
+    lines = [f"## {b['workload']} / {b['backend']}", "",
+             (f"Per-host means: min {_fmt(s['min_ms'])} ms, max {_fmt(s['max_ms'])} ms, relative range "
+              f"{_fmt(s['relative_range'], 4)}, coefficient of variation {_fmt(s['cv'], 4)} (n={s['n']}). "
+              f"Decision flips against the baseline: {b['decision_flips']}; largest probability difference: "
+              f"{_fmt(b['max_abs_probability_delta'], 8)}."), "",
+             "| run | host | mean (ms) | pass means range (ms) | mean / baseline | flips | max Δp | weights | within tolerances |",
+             "| --- | --- | ---: | --- | ---: | ---: | ---: | --- | --- |"]
+    lines += [_host_row(h, rounded_text) for h in b["hosts"]]
+    if b["cross_host_failures"]:
+        lines += ["", *(f"- cross-host: {f}" for f in b["cross_host_failures"])]
+    return [*lines, ""]
+
+
 def to_markdown(summary: dict[str, Any]) -> str:
     from ..results.report import rounded_text  # numbers for people: summary.json keeps every digit
 
@@ -220,26 +270,7 @@ def to_markdown(summary: dict[str, Any]) -> str:
              f"(signature, digests, statistics recomputed). Baseline: {summary['baseline']['label']} "
              f"on {summary['baseline']['host']}."), "", f"**Verdict: {state}**", ""]
     for b in summary["backends"]:
-        s = b["spread"]
-        lines += [f"## {b['workload']} / {b['backend']}", "",
-                  (f"Per-host means: min {_fmt(s['min_ms'])} ms, max {_fmt(s['max_ms'])} ms, relative range "
-                  f"{_fmt(s['relative_range'], 4)}, coefficient of variation {_fmt(s['cv'], 4)} (n={s['n']}). "
-                  f"Decision flips against the baseline: {b['decision_flips']}; largest probability difference: "
-                  f"{_fmt(b['max_abs_probability_delta'], 8)}."), "",
-                  "| run | host | mean (ms) | pass means range (ms) | mean / baseline | flips | max Δp | weights | within tolerances |",
-                  "| --- | --- | ---: | --- | ---: | ---: | ---: | --- | --- |"]
-        for h in b["hosts"]:
-            lo, hi = h["pass_range_ms"]
-            within = "baseline" if "mean_ratio" not in h else ("no: " + "; ".join(rounded_text(x.split(": ", 1)[1])
-                                                                           for x in h["failures"])
-                                                               if h["failures"] else "yes")
-            lines.append(f"| {h['label']} | {h['host']} | {_fmt(h['mean_ms'])} | {_fmt(lo)} – {_fmt(hi)} | "
-                         f"{_fmt(h.get('mean_ratio'), 4)} | {h.get('decision_flips', '—')} | "
-                         f"{_fmt(h.get('max_abs_probability_delta'), 8)} | "
-                         f"{ {True: 'same', False: 'DIFFER', None: '—'}[h.get('weights_same')]} | {within} |")
-        if b["cross_host_failures"]:
-            lines += ["", *(f"- cross-host: {f}" for f in b["cross_host_failures"])]
-        lines.append("")
+        lines += _backend_section(b, rounded_text)
     if verdict["failures"]:
         lines += ["## Tolerance failures", "", *(f"- {rounded_text(f)}" for f in verdict["failures"]), ""]
     lines += [("Means are over every measured request of a run; the pass range is the lowest and highest "
@@ -260,16 +291,19 @@ def _hardware(summary: dict[str, Any]) -> str:
     return ", ".join(dict.fromkeys(names)) or "hardware not recorded"
 
 
+def _gpu_names(env: dict) -> list[str]:
+    devices = (env.get("gpus") or {}).get("devices") or []
+    return [str(d["name"]) for d in devices if isinstance(d, dict) and d.get("name")]
+
+
 def _hardware_of(run: Path) -> list[str]:
     try:
         env = json.loads((run / "environment.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
     env = env if isinstance(env, dict) else {}
-    devices = (env.get("gpus") or {}).get("devices") or []
-    gpus = [str(d["name"]) for d in devices if isinstance(d, dict) and d.get("name")]
     cpu = (env.get("host") or {}).get("cpu_model")
-    return gpus or ([f"CPU only ({cpu})"] if cpu else [])
+    return _gpu_names(env) or ([f"CPU only ({cpu})"] if cpu else [])
 
 
 def plot_means(summary: dict[str, Any]) -> bytes:
@@ -277,6 +311,25 @@ def plot_means(summary: dict[str, Any]) -> bytes:
     buf = io.BytesIO()
     means_figure(summary).savefig(buf, format="png", metadata={"Software": None})
     return buf.getvalue()
+
+
+def _label_points(groups: list[dict[str, Any]], label: str, i: int,
+                  width: float) -> tuple[list[float], list[float], list[float], list[float], str]:
+    """One run's points, the `i`-th of each group: x, mean, the pass range below and above it, its host."""
+    xs: list[float] = []
+    ys: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
+    host = ""
+    for g, b in enumerate(groups):
+        for h in b["hosts"]:
+            if h["label"] == label:
+                host = h["host"]
+                xs.append(g - 0.4 + width * (i + 0.5))
+                ys.append(h["mean_ms"])
+                lo.append(h["mean_ms"] - h["pass_range_ms"][0])
+                hi.append(h["pass_range_ms"][1] - h["mean_ms"])
+    return xs, ys, lo, hi, host
 
 
 def means_figure(summary: dict[str, Any]) -> Any:
@@ -291,15 +344,7 @@ def means_figure(summary: dict[str, Any]) -> Any:
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(labels))
     for i, label in enumerate(labels):
-        xs, ys, lo, hi, host = [], [], [], [], ""
-        for g, b in enumerate(groups):
-            for h in b["hosts"]:
-                if h["label"] == label:
-                    host = h["host"]
-                    xs.append(g - 0.4 + width * (i + 0.5))
-                    ys.append(h["mean_ms"])
-                    lo.append(h["mean_ms"] - h["pass_range_ms"][0])
-                    hi.append(h["pass_range_ms"][1] - h["mean_ms"])
+        xs, ys, lo, hi, host = _label_points(groups, label, i, width)
         marker = "D" if label in ("baseline", summary["baseline"]["label"]) else "o"
         role = ", baseline" if marker == "D" and label != "baseline" else ""
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt=marker, capsize=4, label=f"{label} ({host}{role})")

@@ -91,38 +91,49 @@ def spread(means: list[float]) -> dict[str, float | int | None]:
             "cv": float(values.std(ddof=1) / centre) if values.size > 1 and centre else None}
 
 
-def backend_report(workload: str, backend: str, hosts: list[HostRun], means: dict[str, dict],
-                   comparisons: dict[str, dict], cross_tol: dict[str, float]) -> dict[str, Any]:
-    """One (workload, backend): every host's mean and pass range, the spread, flips, tolerance failures."""
-    per_host, flips, deltas, outside = [], 0, [], []
-    for run in hosts:
-        m = means[run.label].get((workload, backend))
-        if m is None:
-            continue
-        entry: dict[str, Any] = {"label": run.label, "host": run.host, **m}
-        pair = _pair_of(comparisons.get(run.label), workload, backend)
-        if pair is not None:
-            answers = pair["answers"]
-            entry.update(mean_ratio=pair["metrics"]["overall.mean_ms"]["ratio"],
-                         decision_flips=len(answers["decision_flips"]),
-                         max_abs_probability_delta=answers["max_abs_probability_delta"],
-                         weights_same=(pair.get("weights_fingerprint") or {}).get("same"),
-                         failures=pair["failures"])
-            flips += len(answers["decision_flips"])
-            if answers["max_abs_probability_delta"] is not None:
-                deltas.append(answers["max_abs_probability_delta"])
-            if pair["failures"]:
-                outside.append(run.label)
-        per_host.append(entry)
-    stats = spread([h["mean_ms"] for h in per_host])
-    cross_failures = []
+def _host_entry(run: HostRun, means: dict[str, Any], pair: dict | None) -> dict[str, Any]:
+    """One host's mean and pass range and, when it was compared, its ratio, flips, delta and failures."""
+    entry: dict[str, Any] = {"label": run.label, "host": run.host, **means}
+    if pair is not None:
+        answers = pair["answers"]
+        entry.update(mean_ratio=pair["metrics"]["overall.mean_ms"]["ratio"],
+                     decision_flips=len(answers["decision_flips"]),
+                     max_abs_probability_delta=answers["max_abs_probability_delta"],
+                     weights_same=(pair.get("weights_fingerprint") or {}).get("same"),
+                     failures=pair["failures"])
+    return entry
+
+
+def _cross_failures(workload: str, backend: str, stats: dict[str, Any], cross_tol: dict[str, float]) -> list[str]:
+    """The cross-host limits (max_relative_range, max_cv) the spread exceeds, or cannot show it meets."""
+    failures = []
     for key, stat in (("max_relative_range", "relative_range"), ("max_cv", "cv")):
         value = stats[stat]
         if key in cross_tol and (value is None or value > cross_tol[key]):
-            cross_failures.append(f"{workload}/{backend}: {stat.replace('_', ' ')} {'—' if value is None else f'{value:.4g}'} exceeds {cross_tol[key]}")
+            failures.append(f"{workload}/{backend}: {stat.replace('_', ' ')} {'—' if value is None else f'{value:.4g}'} exceeds {cross_tol[key]}")
+    return failures
+
+
+def _compared_totals(per_host: list[dict[str, Any]]) -> dict[str, Any]:
+    """Over the hosts that were compared: decision flips, the largest probability delta, who is outside."""
+    compared = [h for h in per_host if "decision_flips" in h]
+    deltas = [h["max_abs_probability_delta"] for h in compared if h["max_abs_probability_delta"] is not None]
+    return {"decision_flips": sum(h["decision_flips"] for h in compared),
+            "max_abs_probability_delta": max(deltas, default=None),
+            "hosts_outside_tolerances": [h["label"] for h in compared if h["failures"]]}
+
+
+def backend_report(workload: str, backend: str, hosts: list[HostRun], means: dict[str, dict],
+                   comparisons: dict[str, dict], cross_tol: dict[str, float]) -> dict[str, Any]:
+    """One (workload, backend): every host's mean and pass range, the spread, flips, tolerance failures."""
+    per_host = []
+    for run in hosts:
+        m = means[run.label].get((workload, backend))
+        if m is not None:
+            per_host.append(_host_entry(run, m, _pair_of(comparisons.get(run.label), workload, backend)))
+    stats = spread([h["mean_ms"] for h in per_host])
     return {"workload": workload, "backend": backend, "hosts": per_host, "spread": stats,
-            "decision_flips": flips, "max_abs_probability_delta": max(deltas, default=None),
-            "hosts_outside_tolerances": outside, "cross_host_failures": cross_failures}
+            **_compared_totals(per_host), "cross_host_failures": _cross_failures(workload, backend, stats, cross_tol)}
 
 
 def _pair_of(comparison: dict | None, workload: str, backend: str) -> dict | None:

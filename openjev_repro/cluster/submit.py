@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ..errors import EvidenceError, RecipeError, ReproError
-from ..evidence.recipe import load_recipe, parse_duration
+from ..evidence.recipe import Recipe, load_recipe, parse_duration
 from ..evidence.rundir import guard_output
 from ..hashing import hash_file
 from ..manifest.keys import PUBLIC_KEY_NAME, load_private_key
@@ -31,8 +31,7 @@ def _public_pem(key_path: Path) -> bytes:
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-def submit(*, recipe: Path, replicates: int, key: Path, out: Path, options: SbatchOptions) -> Submission:
-    """Check everything that can be checked here, create the submission directory, sbatch the array."""
+def _check_options(replicates: int, options: SbatchOptions) -> None:
     if not 1 <= replicates <= MAX_REPLICATES:
         raise RecipeError(f"--replicates must be between 1 and {MAX_REPLICATES}, not {replicates}.")
     if options.time is not None:
@@ -40,22 +39,37 @@ def submit(*, recipe: Path, replicates: int, key: Path, out: Path, options: Sbat
             parse_duration(options.time)
         except ValueError as exc:
             raise RecipeError(f"--time: {exc}.") from None
-    guard_output(out, directory=True)  # never inside a run (its files are evidence), never over a file
-    recipe = recipe.resolve()
-    parsed = load_recipe(recipe)
-    public = _public_pem(key)  # the key must be readable here (and, on shared storage, on the nodes)
+
+
+def _check_gres(parsed: Recipe, recipe: Path, options: SbatchOptions) -> None:
     if parsed.controls.gpu is not None and not options.gres:
         raise RecipeError(f"{recipe} pins a GPU (controls.gpu): submit with --gres gpu:1 so Slurm allocates one "
                           "to each task (the task then measures on the allocated GPU).")
+
+
+def _slurm_metadata(parsed: Recipe, options: SbatchOptions) -> tuple[SbatchOptions, dict[str, str]]:
+    """The options with the reservation's timeout as --time when none was given, and the job's name and comment."""
     reservation = parsed.controls.reservation
     note = " ".join((reservation.note if reservation is not None else "").split())  # Slurm metadata: one line
     if options.time is None and reservation is not None:
         options = dataclasses.replace(options, time=reservation.timeout)
+    study = parsed.study.id
+    return options, {"job_name": (note or study)[:120], "comment": f"openjev-repro {study}" + (f": {note}" if note else "")}
+
+
+def submit(*, recipe: Path, replicates: int, key: Path, out: Path, options: SbatchOptions) -> Submission:
+    """Check everything that can be checked here, create the submission directory, sbatch the array."""
+    _check_options(replicates, options)
+    guard_output(out, directory=True)  # never inside a run (its files are evidence), never over a file
+    recipe = recipe.resolve()
+    parsed = load_recipe(recipe)
+    public = _public_pem(key)  # the key must be readable here (and, on shared storage, on the nodes)
+    _check_gres(parsed, recipe, options)
+    options, names = _slurm_metadata(parsed, options)
     sub = Submission.create(out, parsed.study.id, {
         "recipe": str(recipe), "recipe_sha256": hash_file(recipe), "replicates": replicates,
         "key": str(key.resolve()), "pubkey": PUBLIC_KEY_NAME, "sbatch_options": options.to_dict(),
-        "job_name": (note or parsed.study.id)[:120], "comment": f"openjev-repro {parsed.study.id}" + (f": {note}" if note else ""),
-        "repo": str(REPRO_ROOT), "python": sys.executable, "gpu_controls": parsed.controls.gpu is not None})
+        **names, "repo": str(REPRO_ROOT), "python": sys.executable, "gpu_controls": parsed.controls.gpu is not None})
     (sub.path / PUBLIC_KEY_NAME).write_bytes(public)
     try:
         _sbatch_round(sub, sub.replicates)

@@ -211,10 +211,10 @@ def _owner() -> dict:
             "host": socket.gethostname()}
 
 
-def stale_reason(state: dict) -> str | None:
-    """Why a run whose state says "running" has no live study behind it; None when it may be live.
+def _local_owner(state: dict) -> dict | None:
+    """The owner of a "running" state when its liveness can be checked on this machine, else None.
 
-    A run written before owners were recorded (no `owner`) is never called stale.
+    A run written before owners were recorded (no `owner`) and another machine's study give None.
     """
     if state.get("status") != Status.RUNNING:
         return None
@@ -223,7 +223,22 @@ def stale_reason(state: dict) -> str | None:
         return None
     if owner.get("host") not in (None, socket.gethostname()):
         return None  # another machine's study: its liveness cannot be checked here
-    if owner.get("boot_id") and boot_id() and owner["boot_id"] != boot_id():
+    return owner
+
+
+def _rebooted_since(owner: dict) -> bool:
+    return bool(owner.get("boot_id") and boot_id() and owner["boot_id"] != boot_id())
+
+
+def stale_reason(state: dict) -> str | None:
+    """Why a run whose state says "running" has no live study behind it; None when it may be live.
+
+    A run written before owners were recorded (no `owner`) is never called stale.
+    """
+    owner = _local_owner(state)
+    if owner is None:
+        return None
+    if _rebooted_since(owner):
         return f"the study (pid {owner['pid']}) ran before the machine rebooted"
     ticks = process_start_ticks(owner["pid"])
     if ticks is None or (owner.get("start_ticks") is not None and ticks != owner["start_ticks"]):

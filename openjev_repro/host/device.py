@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from ..errors import HostError
-from .driver import GpuDriver, GpuProcess
+from .driver import GpuDriver, GpuInfo, GpuProcess
 from .numa import pci_numa_node
 from .process import group_alive, pid_exited
 
@@ -27,19 +27,30 @@ def _list_processes(procs: list[GpuProcess]) -> str:
     return ", ".join(f"pid {p.pid} ({p.name or 'name unknown'})" for p in procs)
 
 
-def check_device(driver: GpuDriver, index: int, uuid: str, allow_busy: bool = False) -> dict:
-    """Refuse a GPU that is not the pinned one or is busy; return the device record for host.json."""
+def _mismatch(gpus: list[GpuInfo], gpu: GpuInfo | None, index: int, uuid: str) -> str:
+    """What this host has instead of the pinned GPU: what sits at `index` and where `uuid` is."""
+    elsewhere = next((g.index for g in gpus if g.uuid == uuid), None)
+    where = f"{uuid} is GPU index {elsewhere}" if elsewhere is not None else f"no GPU on this host has UUID {uuid}"
+    indices = sorted({g.index for g in gpus})
+    found = f"GPU index {index} has UUID {gpu.uuid}" if gpu else f"there is no GPU index {index} (indices: {indices})"
+    return f"{found} and {where}"
+
+
+def _pinned_gpu(driver: GpuDriver, index: int, uuid: str) -> GpuInfo:
+    """The GPU at `index` when its UUID is `uuid`; HostError saying what is there instead otherwise."""
     gpus = driver.gpus()
-    by_index = {g.index: g for g in gpus}
-    gpu = by_index.get(index)
+    gpu = {g.index: g for g in gpus}.get(index)
     if gpu is None or gpu.uuid != uuid:
-        elsewhere = next((g.index for g in gpus if g.uuid == uuid), None)
-        where = f"{uuid} is GPU index {elsewhere}" if elsewhere is not None else f"no GPU on this host has UUID {uuid}"
-        found = f"GPU index {index} has UUID {gpu.uuid}" if gpu else f"there is no GPU index {index} (indices: {sorted(by_index)})"
         raise HostError(
-            f"The recipe pins GPU index {index} with UUID {uuid}, but {found} and {where}. "
+            f"The recipe pins GPU index {index} with UUID {uuid}, but {_mismatch(gpus, gpu, index, uuid)}. "
             "Run on the pinned device or fix controls.gpu in the recipe (`invoke gpus` lists this host's GPUs)."
         )
+    return gpu
+
+
+def check_device(driver: GpuDriver, index: int, uuid: str, allow_busy: bool = False) -> dict:
+    """Refuse a GPU that is not the pinned one or is busy; return the device record for host.json."""
+    gpu = _pinned_gpu(driver, index, uuid)
     procs = driver.processes(uuid)
     if procs and not allow_busy:
         raise HostError(
@@ -62,12 +73,16 @@ def check_device(driver: GpuDriver, index: int, uuid: str, allow_busy: bool = Fa
     }
 
 
+def _owned_on_gpu(driver: GpuDriver, uuid: str, pids: list[int]) -> list[GpuProcess]:
+    owned = set(pids)
+    return [p for p in driver.processes(uuid) if p.pid in owned]
+
+
 def _processes_check(driver: GpuDriver, uuid: str, pids: list[int], pgids: list[int]) -> dict:
     alive_pids = [pid for pid in pids if not pid_exited(pid)]
     alive_groups = [pgid for pgid in pgids if group_alive(pgid)]
-    owned = set(pids)
-    on_gpu = [p for p in driver.processes(uuid) if p.pid in owned]
-    passed = not alive_pids and not alive_groups and not on_gpu
+    on_gpu = _owned_on_gpu(driver, uuid, pids)
+    passed = not (alive_pids or alive_groups or on_gpu)
     detail = "every owned process exited" if passed else (
         f"still running: pids {alive_pids}, process groups {alive_groups}, on the GPU: {_list_processes(on_gpu) or 'none'}"
     )

@@ -126,22 +126,49 @@ def _reap(groups: set[int], containers: set[str]) -> None:
             client.containers.get(ident).remove(force=True)
 
 
+class _Watched:
+    """The process groups and containers the study has registered and not yet forgotten."""
+
+    def __init__(self) -> None:
+        self.groups: set[int] = set()
+        self.containers: set[str] = set()
+
+    def group(self, arg: str) -> None:
+        if arg.isdigit() and int(arg) > 1:  # never group 0 or 1 (ours, init's)
+            self.groups.add(int(arg))
+
+    def forget_group(self, arg: str) -> None:
+        if arg.isdigit():
+            self.groups.discard(int(arg))
+
+    def container(self, arg: str) -> None:
+        if arg:
+            self.containers.add(arg)
+
+    def forget_container(self, arg: str) -> None:
+        self.containers.discard(arg)
+
+    def read(self, line: str) -> None:
+        """One command of the pipe ("VERB ARG"); an unknown verb is ignored."""
+        verb, _, arg = line.strip().partition(" ")
+        handler = _COMMANDS.get(verb)
+        if handler is not None:
+            handler(self, arg)
+
+
+_COMMANDS: dict[str, Callable[[_Watched, str], None]] = {
+    "group": _Watched.group, "forget-group": _Watched.forget_group,
+    "container": _Watched.container, "forget-container": _Watched.forget_container,
+}
+
+
 def main() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # only the study's end (EOF) ends the reaper
-    groups: set[int] = set()
-    containers: set[str] = set()
+    watched = _Watched()
     for line in sys.stdin:
-        verb, _, arg = line.strip().partition(" ")
-        if verb == "group" and arg.isdigit() and int(arg) > 1:
-            groups.add(int(arg))
-        elif verb == "forget-group" and arg.isdigit():
-            groups.discard(int(arg))
-        elif verb == "container" and arg:
-            containers.add(arg)
-        elif verb == "forget-container":
-            containers.discard(arg)
-    _reap(groups, containers)
+        watched.read(line)
+    _reap(watched.groups, watched.containers)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -172,22 +172,30 @@ def _add_git_tree(tar: tarfile.TarFile, checkout: Path, commit: str, prefix: str
             tar.addfile(member, src.extractfile(member) if member.isfile() else None)
 
 
-def _context(spec: ImageSpec, wheels: Path | None = None, source: Path | None = None) -> io.BytesIO:
-    """A build context holding only images/common, the image's directory and the package source;
-    for images built from upstream code also wheels/ (the checked wheelhouse) and src/<name>/
-    (`git archive` of each pinned commit of the checkout)."""
-    paths = [p for p in (REPO_ROOT / "images" / "common").rglob("*") if p.is_file()]
-    paths += [p for p in spec.directory.rglob("*") if p.is_file()]
+def _package_files() -> list[Path]:
+    """The package source and pyproject.toml as git lists them (tracked and untracked, not ignored)."""
     done = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "openjev_repro", "pyproject.toml"],
                           cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     if done.returncode != 0:  # an empty listing would build an image without the package
         raise DockerError(f"git ls-files in {REPO_ROOT} failed (the build context needs a git checkout): "
                           f"{done.stderr.strip()}")
-    listed = done.stdout.split()
-    paths += [REPO_ROOT / p for p in listed if (REPO_ROOT / p).is_file()]
+    return [REPO_ROOT / p for p in done.stdout.split() if (REPO_ROOT / p).is_file()]
+
+
+def _context_files(spec: ImageSpec) -> list[Path]:
+    """images/common, the image's directory and the package source: every file, sorted, once."""
+    paths = [p for p in (REPO_ROOT / "images" / "common").rglob("*") if p.is_file()]
+    paths += [p for p in spec.directory.rglob("*") if p.is_file()]
+    return sorted(set(paths + _package_files()))
+
+
+def _context(spec: ImageSpec, wheels: Path | None = None, source: Path | None = None) -> io.BytesIO:
+    """A build context holding only images/common, the image's directory and the package source;
+    for images built from upstream code also wheels/ (the checked wheelhouse) and src/<name>/
+    (`git archive` of each pinned commit of the checkout)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path in sorted(set(paths)):
+        for path in _context_files(spec):
             _add_file(tar, path, str(path.relative_to(REPO_ROOT)), spec.source_date_epoch)
         if wheels is not None:
             for wheel in sorted(wheels.glob("*.whl")):
@@ -229,38 +237,61 @@ def _debian_base(spec: ImageSpec, progress: Progress, fresh: bool = False) -> tu
     return f"{base_repo}:{base_tag}", base_sha
 
 
+def _check_source_given(spec: ImageSpec, source: Path | None, target: str | None) -> None:
+    if spec.source_required and source is None and target in (None, "build", "runtime"):
+        raise VerificationError(f"The {spec.name} image compiles upstream code: give --source (a checkout holding "
+                                f"{', '.join(s.commit for s in spec.sources)}).")
+
+
+def _debian_labels(spec: ImageSpec, progress: Progress, args: dict[str, str], fresh: bool) -> dict[str, str]:
+    """With `debian:`, import our base, point BASE_IMAGE at it and return the labels naming it; else none."""
+    if spec.debian is None:
+        return {}
+    base_ref, base_sha = _debian_base(spec, progress, fresh=fresh)
+    args["BASE_IMAGE"] = base_ref
+    return {"org.opencontainers.image.base.name": base_ref,
+            "io.openjev-repro.base.diff-id": f"sha256:{base_sha}",
+            "io.openjev-repro.debian.release-date": spec.debian.release_date}
+
+
+def _checked_wheelhouse(spec: ImageSpec) -> Path | None:
+    """The image's wheelhouse, filled and checked against its lock; None when the lock pins nothing."""
+    if not (spec.lock_path.exists() and read_lock(spec.lock_path).pins):
+        return None
+    wheels = CACHE_DIR / "wheelhouse" / spec.name
+    fill_wheelhouse(spec.lock_path, wheels, spec.python, spec.platform, pool=CACHE_DIR / "wheels",
+                    pypi_only=spec.index == "pypi")
+    verify_wheelhouse(spec.lock_path, wheels)
+    return wheels
+
+
+def _follow_build(stream: Iterable[dict], what: str, progress: Progress) -> None:
+    """Pass docker build's output lines to progress; DockerError at its first error."""
+    for chunk in stream:
+        if "error" in chunk:
+            raise DockerError(f"{what} failed: {chunk['error'].strip()}")
+        if chunk.get("stream", "").strip():
+            progress(chunk["stream"].rstrip())
+
+
 def build_dockerfile(spec: ImageSpec, progress: Progress = print, no_cache: bool = False, source: Path | None = None,
                      target: str | None = None) -> dict:
     """docker build of images/<backend>/Dockerfile; on our Debian base when the recipe has `debian:`.
     target: stop at that stage (the native image's `toolchain` stage builds without upstream code)."""
     _check_pins(spec)
-    if spec.source_required and source is None and target in (None, "build", "runtime"):
-        raise VerificationError(f"The {spec.name} image compiles upstream code: give --source (a checkout holding "
-                                f"{', '.join(s.commit for s in spec.sources)}).")
+    _check_source_given(spec, source, target)
     client, started = connect(), time.monotonic()
-    args, extra_labels, wheels = build_args(spec), {}, None
-    if spec.debian is not None:
-        base_ref, base_sha = _debian_base(spec, progress, fresh=no_cache)
-        args["BASE_IMAGE"] = base_ref
-        extra_labels = {"org.opencontainers.image.base.name": base_ref,
-                        "io.openjev-repro.base.diff-id": f"sha256:{base_sha}",
-                        "io.openjev-repro.debian.release-date": spec.debian.release_date}
-    if spec.lock_path.exists() and read_lock(spec.lock_path).pins:
-        wheels = CACHE_DIR / "wheelhouse" / spec.name
-        fill_wheelhouse(spec.lock_path, wheels, spec.python, spec.platform, pool=CACHE_DIR / "wheels",
-                        pypi_only=spec.index == "pypi")
-        verify_wheelhouse(spec.lock_path, wheels)
-    tag = spec.tag if target in (None, "runtime") else f"{spec.tag.rpartition(':')[0]}:{target}"
+    args = build_args(spec)
+    extra_labels = _debian_labels(spec, progress, args, fresh=no_cache)
+    wheels = _checked_wheelhouse(spec)
+    final = target in (None, "runtime")
+    tag = spec.tag if final else f"{spec.tag.rpartition(':')[0]}:{target}"
     dockerfile = str((spec.directory / spec.dockerfile).relative_to(REPO_ROOT))
     stream = client.api.build(fileobj=_context(spec, wheels, source), custom_context=True, dockerfile=dockerfile, tag=tag,
                               buildargs=args, labels=labels_for(spec, extra_labels), nocache=no_cache, rm=True,
                               decode=True, pull=False, target=target)
-    for chunk in stream:
-        if "error" in chunk:
-            raise DockerError(f"docker build of {spec.name} failed: {chunk['error'].strip()}")
-        if chunk.get("stream", "").strip():
-            progress(chunk["stream"].rstrip())
-    view = spec.model_copy(update={"tag": tag, "name": spec.name if target in (None, "runtime") else f"{spec.name}-{target}"})
+    _follow_build(stream, f"docker build of {spec.name}", progress)
+    view = spec.model_copy(update={"tag": tag, "name": spec.name if final else f"{spec.name}-{target}"})
     return _write_record(view, client.images.get(tag), started, {"offline": False, "base": args["BASE_IMAGE"],
                                                                 "target": target or "final"})
 
@@ -340,6 +371,17 @@ def _run_install(client, base_ref: str, wheels: Path, lock: Path, src: Path, epo
         container.remove(force=True)
 
 
+def _offline_changes(spec: ImageSpec, base_sha: str) -> list[str]:
+    """The `docker import --change` lines of the offline image: its environment, command and labels."""
+    extra = {"io.openjev-repro.debian.release-date": spec.debian_pin.release_date,
+             "io.openjev-repro.debian.packages.sha256": hash_file(spec.directory / spec.debian_pin.packages_lock),
+             "io.openjev-repro.base.diff-id": f"sha256:{base_sha}",
+             **{f"io.openjev-repro.source.{s.name}.included": "no" for s in spec.sources}}
+    env = {**spec.env, **({UPSTREAM_ENV: "none"} if spec.sources else {})}
+    changes = [f"ENV {k}={v}" for k, v in env.items()] + ([f"CMD {json.dumps(spec.cmd)}"] if spec.cmd else [])
+    return changes + [f"LABEL {json.dumps(k)}={json.dumps(v)}" for k, v in labels_for(spec, extra).items()]
+
+
 def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool = False, tag: str | None = None,
                   source: Path | None = None) -> dict:
     """The CPU flavour with no registry: debootstrap base + local wheelhouse, deterministic single layer."""
@@ -351,6 +393,7 @@ def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool 
                     pypi_only=spec.index == "pypi")
     verify_wheelhouse(spec.lock_path, wheels)
     base_ref, base_sha = _debian_base(spec, progress, fresh=fresh_base)
+    tag = tag or spec.tag
     with tempfile.TemporaryDirectory(dir=CACHE_DIR) as tmp:
         src, raw, final = Path(tmp) / "src", Path(tmp) / "export.tar", Path(tmp) / "rootfs.tar"
         if source is None:
@@ -361,19 +404,12 @@ def build_offline(spec: ImageSpec, progress: Progress = print, fresh_base: bool 
         checks = tuple(m for m in spec.check_imports if m != "torch")
         _run_install(client, base_ref, wheels, spec.lock_path, src, spec.source_date_epoch, raw, progress,
                      checks)
-        members = CACHE_DIR / f"{(tag or spec.tag).replace('/', '_').replace(':', '_')}.members.json"
+        members = CACHE_DIR / f"{tag.replace('/', '_').replace(':', '_')}.members.json"
         sha = normalize_tar(raw, final, spec.source_date_epoch, members)
         progress(f"deterministic root filesystem: sha256 {sha}")
-        repository, _, image_tag = (tag or spec.tag).rpartition(":")
-        extra = {"io.openjev-repro.debian.release-date": spec.debian_pin.release_date,
-                 "io.openjev-repro.debian.packages.sha256": hash_file(spec.directory / spec.debian_pin.packages_lock),
-                 "io.openjev-repro.base.diff-id": f"sha256:{base_sha}",
-                 **{f"io.openjev-repro.source.{s.name}.included": "no" for s in spec.sources}}
-        env = {**spec.env, **({UPSTREAM_ENV: "none"} if spec.sources else {})}
-        changes = [f"ENV {k}={v}" for k, v in env.items()] + ([f"CMD {json.dumps(spec.cmd)}"] if spec.cmd else [])
-        changes += [f"LABEL {json.dumps(k)}={json.dumps(v)}" for k, v in labels_for(spec, extra).items()]
-        image = _import(client, final, repository, image_tag, changes, sha)
-    spec_view = spec.model_copy(update={"tag": tag or spec.tag})
+        repository, _, image_tag = tag.rpartition(":")
+        image = _import(client, final, repository, image_tag, _offline_changes(spec, base_sha), sha)
+    spec_view = spec.model_copy(update={"tag": tag})
     return _write_record(spec_view, image, started, {"offline": True, "rootfs_sha256": sha, "base_diff_id": f"sha256:{base_sha}",
                                                    "members": str(members), "debian_release_date": spec.debian_pin.release_date})
 
@@ -413,12 +449,8 @@ def add_source_layer(spec: ImageSpec, env_image: str, checkout: Path, progress: 
     buf.seek(0)
     tag = source_tag(spec)
     progress(f"adding the upstream source layer ({', '.join(f'{s.name}@{s.commit[:7]}' for s in spec.sources)}) as {tag}")
-    for chunk in client.api.build(fileobj=buf, custom_context=True, tag=tag, rm=True, decode=True, pull=False,
-                                  network_mode="none"):
-        if "error" in chunk:
-            raise DockerError(f"adding the source layer to {spec.name} failed: {chunk['error'].strip()}")
-        if chunk.get("stream", "").strip():
-            progress(chunk["stream"].rstrip())
+    _follow_build(client.api.build(fileobj=buf, custom_context=True, tag=tag, rm=True, decode=True, pull=False,
+                                   network_mode="none"), f"adding the source layer to {spec.name}", progress)
     return _write_record(spec.model_copy(update={"tag": tag, "name": f"{spec.name}-source"}), client.images.get(tag),
                          started, {"offline": True, "environment_image": env_image,
                                    "sources": {s.name: s.commit for s in spec.sources}})
@@ -449,7 +481,7 @@ def check_reproducible(spec: ImageSpec, progress: Progress = print) -> list:
         _stage_source(Path(tmp))
         first = build_offline(spec, progress, fresh_base=True, source=Path(tmp))
         second = build_offline(spec, progress, fresh_base=True, tag=spec.tag + "-check", source=Path(tmp))
-    record_path(spec).write_text(json.dumps(first, indent=2, sort_keys=True) + "\n")  # the record names the first
+    write_json_atomic(record_path(spec), first)  # the record names the first (same bytes, written atomically)
     progress(f"first  build: base {first['base_diff_id']}, image layer {first['diff_ids']}")
     progress(f"second build: base {second['base_diff_id']}, image layer {second['diff_ids']}")
     if first["diff_ids"] == second["diff_ids"]:

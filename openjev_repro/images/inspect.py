@@ -29,21 +29,20 @@ _LABELS = ("io.openjev-repro.image", "io.openjev-repro.lock.sha256", "io.openjev
            "io.openjev-repro.debian.release-date", "org.opencontainers.image.revision")
 
 
-def image_packages(client, image_id: str, reaper=None) -> dict[str, Any]:
-    """Python, package versions and torch's CUDA version inside the image (a --network none container).
-
-    The probe container is registered with the study's reaper (host/reaper.py), if given, from its
-    creation until its removal, so a study killed mid-probe leaves no container behind.
-    """
+def _create_probe(client, image_id: str):
     import docker
 
     try:
-        container = client.containers.create(image_id, ["python", "-c", _PROBE], network_mode="none",
-                                             cap_drop=["ALL"], security_opt=["no-new-privileges"])
+        return client.containers.create(image_id, ["python", "-c", _PROBE], network_mode="none",
+                                        cap_drop=["ALL"], security_opt=["no-new-privileges"])
     except docker.errors.APIError as exc:
         raise DockerError(f"Docker could not create the package probe in {image_id}: {exc.explanation or exc}.") from exc
-    if reaper is not None:
-        reaper.watch_container(container.id)
+
+
+def _run_probe(container, image_id: str) -> tuple[int, bytes, bytes]:
+    """Start the probe and wait for it: (exit status, stdout, stderr when it failed)."""
+    import docker
+
     try:
         container.start()
         status = container.wait().get("StatusCode", -1)
@@ -51,14 +50,34 @@ def image_packages(client, image_id: str, reaper=None) -> dict[str, Any]:
         err = container.logs(stdout=False, stderr=True) if status else b""
     except docker.errors.APIError as exc:
         raise DockerError(f"Docker could not run the package probe in {image_id}: {exc.explanation or exc}.") from exc
+    return status, out, err
+
+
+def _remove_probe(container, reaper) -> None:
+    import docker
+
+    try:
+        container.remove(force=True)
+    except docker.errors.APIError:
+        pass  # the reaper (if any) still holds it
+    else:
+        if reaper is not None:
+            reaper.forget_container(container.id)
+
+
+def image_packages(client, image_id: str, reaper=None) -> dict[str, Any]:
+    """Python, package versions and torch's CUDA version inside the image (a --network none container).
+
+    The probe container is registered with the study's reaper (host/reaper.py), if given, from its
+    creation until its removal, so a study killed mid-probe leaves no container behind.
+    """
+    container = _create_probe(client, image_id)
+    if reaper is not None:
+        reaper.watch_container(container.id)
+    try:
+        status, out, err = _run_probe(container, image_id)
     finally:
-        try:
-            container.remove(force=True)
-        except docker.errors.APIError:
-            pass  # the reaper (if any) still holds it
-        else:
-            if reaper is not None:
-                reaper.forget_container(container.id)
+        _remove_probe(container, reaper)
     if status:
         return {"available": False, "reason": f"the package probe exited {status}: {err.decode(errors='replace')[-300:]}"}
     return {"available": True, **json.loads(out.decode().strip().splitlines()[-1])}

@@ -140,28 +140,30 @@ def write_lock(lock: Lock, path: Path, command: str, target: str, options: Seque
 _PIN_RE = re.compile(r"^([A-Za-z0-9_.-]+)==(\S+)$")
 
 
+def _pin_of(path: Path, line: str) -> Pin:
+    """One requirement line `name==version --hash=sha256:...`; VerificationError when it is not pinned."""
+    parts = line.split()
+    match = _PIN_RE.match(parts[0])
+    hashes = tuple(p.split("sha256:", 1)[1] for p in parts[1:] if p.startswith("--hash=sha256:"))
+    if not match or not hashes:
+        raise VerificationError(f"{path}: {parts[0]!r} is not pinned with == and --hash=sha256:...; relock it.")
+    return Pin(normalise(match.group(1)), match.group(2), hashes)
+
+
+def _comment_values(lines: list[str], prefix: str) -> list[str]:
+    """The values of every `# key: value` comment line starting with `prefix`, in file order."""
+    return [line.split(":", 1)[1].strip() for line in lines if line.startswith(prefix)]
+
+
 def read_lock(path: Path) -> Lock:
     """Parse a lock written by write_lock (or by pip-compile --generate-hashes)."""
     path = Path(path)
     if not path.exists():
         raise VerificationError(f"No lock file at {path}; make it with `invoke lock --backend NAME`.")
-    status, notes, pins = STATUS_COMPLETE, [], []
-    logical = path.read_text(encoding="utf-8").replace("\\\n", " ").splitlines()
-    for raw in logical:
-        line = raw.strip()
-        if line.startswith("# lock-status:"):
-            status = line.split(":", 1)[1].strip()
-        elif line.startswith("# note:"):
-            notes.append(line.split(":", 1)[1].strip())
-        if not line or line.startswith(("#", "--")):
-            continue
-        parts = line.split()
-        match = _PIN_RE.match(parts[0])
-        hashes = tuple(p.split("sha256:", 1)[1] for p in parts[1:] if p.startswith("--hash=sha256:"))
-        if not match or not hashes:
-            raise VerificationError(f"{path}: {parts[0]!r} is not pinned with == and --hash=sha256:...; relock it.")
-        pins.append(Pin(normalise(match.group(1)), match.group(2), hashes))
-    return Lock(pins, status, notes)
+    lines = [raw.strip() for raw in path.read_text(encoding="utf-8").replace("\\\n", " ").splitlines()]
+    pins = [_pin_of(path, line) for line in lines if line and not line.startswith(("#", "--"))]
+    statuses = _comment_values(lines, "# lock-status:")  # the last one counts
+    return Lock(pins, statuses[-1] if statuses else STATUS_COMPLETE, _comment_values(lines, "# note:"))
 
 
 def _wheel_key(filename: str) -> tuple[str, str]:
@@ -219,9 +221,8 @@ def fill_wheelhouse(lock_path: Path, directory: Path, python: str | None = None,
         link_from_pool(read_lock(lock_path), pool, directory)
 
 
-def link_from_pool(lock: Lock, pool: Path, directory: Path) -> None:
-    """Hard-link into directory the pool's wheel of every pin (chosen by name and version, checked by
-    verify_wheelhouse afterwards); drop wheels there that the lock does not pin."""
+def _pool_wheels(lock: Lock, pool: Path) -> dict[str, Path]:
+    """name -> the pool's wheel of that pin (by name and version; of several, one with a locked hash)."""
     pins = lock.by_name()
     wanted: dict[str, Path] = {}
     for wheel in sorted(pool.glob("*.whl")):
@@ -229,8 +230,16 @@ def link_from_pool(lock: Lock, pool: Path, directory: Path) -> None:
         pin = pins.get(name)
         if pin is not None and pin.version == version and (name not in wanted or hash_file(wheel) in pin.sha256):
             wanted[name] = wheel
+    return wanted
+
+
+def link_from_pool(lock: Lock, pool: Path, directory: Path) -> None:
+    """Hard-link into directory the pool's wheel of every pin (chosen by name and version, checked by
+    verify_wheelhouse afterwards); drop wheels there that the lock does not pin."""
+    wanted = _pool_wheels(lock, pool)
+    names = {w.name for w in wanted.values()}
     for old in directory.glob("*.whl"):
-        if old.name not in {w.name for w in wanted.values()}:
+        if old.name not in names:
             old.unlink()
     for wheel in wanted.values():
         target = directory / wheel.name

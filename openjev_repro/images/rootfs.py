@@ -90,6 +90,43 @@ def _entries(src: tarfile.TarFile) -> Iterator[tuple[str, tarfile.TarInfo]]:
         yield name, seen[name]
 
 
+def _file_data(tin: tarfile.TarFile, name: str, member: tarfile.TarInfo, epoch: int) -> bytes:
+    """A regular file's (or hard link's) bytes, emptied or with shadow's dates clamped where that varies."""
+    data = _member_bytes(tin, member)
+    if name in _EMPTY:
+        return b""
+    if name in _SHADOW:
+        return _shadow(data, epoch)
+    return data
+
+
+def _set_type(info: tarfile.TarInfo, member: tarfile.TarInfo) -> bool:
+    """Copy the type (and link or device numbers) of a non-file member; False for a type we drop."""
+    if member.issym():
+        info.type, info.linkname = tarfile.SYMTYPE, member.linkname
+    elif member.isdir():
+        info.type = tarfile.DIRTYPE
+    elif member.ischr() or member.isblk() or member.isfifo():
+        info.type, info.devmajor, info.devminor = member.type, member.devmajor, member.devminor
+    else:
+        return False
+    return True
+
+
+def _normalized(tin: tarfile.TarFile, name: str, member: tarfile.TarInfo,
+                epoch: int) -> tuple[tarfile.TarInfo, bytes | None] | None:
+    """The deterministic header (and bytes, for a file) of one member; None for a member we drop."""
+    info = tarfile.TarInfo(name)
+    info.mode, info.uid, info.gid = member.mode, member.uid, member.gid
+    info.uname = info.gname = ""
+    info.mtime = min(int(member.mtime), epoch)
+    if member.isfile() or member.islnk():
+        data = _file_data(tin, name, member, epoch)
+        info.type, info.size = tarfile.REGTYPE, len(data)
+        return info, data
+    return (info, None) if _set_type(info, member) else None
+
+
 def normalize_tar(src: Path, dest: Path, epoch: int, members_out: Path | None = None) -> str:
     """Write the deterministic form of tar `src` to `dest`; returns its sha256 (= docker diff ID)."""
     manifest: dict[str, dict] = {}
@@ -97,26 +134,10 @@ def normalize_tar(src: Path, dest: Path, epoch: int, members_out: Path | None = 
         writer = _HashingWriter(raw)
         with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as tout:
             for name, member in _entries(tin):
-                info = tarfile.TarInfo(name)
-                info.mode, info.uid, info.gid = member.mode, member.uid, member.gid
-                info.uname = info.gname = ""
-                info.mtime = min(int(member.mtime), epoch)
-                data = None
-                if member.isfile() or member.islnk():
-                    data = _member_bytes(tin, member)
-                    if name in _EMPTY:
-                        data = b""
-                    elif name in _SHADOW:
-                        data = _shadow(data, epoch)
-                    info.type, info.size = tarfile.REGTYPE, len(data)
-                elif member.issym():
-                    info.type, info.linkname = tarfile.SYMTYPE, member.linkname
-                elif member.isdir():
-                    info.type = tarfile.DIRTYPE
-                elif member.ischr() or member.isblk() or member.isfifo():
-                    info.type, info.devmajor, info.devminor = member.type, member.devmajor, member.devminor
-                else:
+                entry = _normalized(tin, name, member, epoch)
+                if entry is None:
                     continue
+                info, data = entry
                 tout.addfile(info, io.BytesIO(data) if data is not None else None)
                 manifest[name] = _describe(info, data)
     if members_out is not None:

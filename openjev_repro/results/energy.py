@@ -18,7 +18,8 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from ..errors import EvidenceError, UnsupportedFormat
+from ..errors import EvidenceError
+from ..evidence.files import check_format
 from ..host.driver import SLOWDOWN_REASONS, reason_names
 
 __all__ = ["GPU_FILE", "energy_and_state", "read_gpu_events"]
@@ -65,9 +66,7 @@ def read_gpu_events(path: Path) -> list[dict]:
         raise EvidenceError(f"{GPU_FILE}: not UTF-8 text ({exc})") from None
     if not events or events[0].get("kind") != "header":
         raise EvidenceError(f"{GPU_FILE}: the first line is not its header")
-    if events[0].get("format_version") != 1:
-        raise UnsupportedFormat(f"{GPU_FILE}: format_version {events[0].get('format_version')!r} is not one this "
-                                "tool reads (1)")
+    check_format(events[0], (1,), f"{GPU_FILE} header")
     return events
 
 

@@ -96,6 +96,11 @@ def _signal_name(code: int | None) -> str | None:
         return None
 
 
+def _gpu_uuids(host_config: dict) -> list[str]:
+    """The GPU UUIDs of a container's device requests (HostConfig.DeviceRequests[].DeviceIDs)."""
+    return [d for r in host_config.get("DeviceRequests") or [] for d in r.get("DeviceIDs") or []]
+
+
 class DockerBackend(RunningBackend):
     def __init__(self, client, spec: LaunchSpec, reaper=None) -> None:
         import docker
@@ -161,8 +166,8 @@ class DockerBackend(RunningBackend):
             "image_id": self.image_id,
             "cpuset_cpus": host.get("CpusetCpus") or None,
             "cpuset_mems": host.get("CpusetMems") or None,
-            "gpu_uuids": [d for r in host.get("DeviceRequests") or [] for d in r.get("DeviceIDs") or []],
-            "ports": {k: v for k, v in (host.get("PortBindings") or {}).items()},
+            "gpu_uuids": _gpu_uuids(host),
+            "ports": dict(host.get("PortBindings") or {}),
             "argv_in_container": container_argv(self.spec.argv),
             "read_only_mounts": [str(p) for p in self.spec.read_only_mounts],
         }

@@ -19,13 +19,13 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import CheckpointError, InputMismatch, RecipeError
-from ..evidence.files import read_jsonl, write_bytes_atomic, write_json_atomic
+from ..evidence.files import check_format, read_jsonl, write_bytes_atomic, write_json_atomic
 from ..evidence.recipe import UNPINNED, InputFile, Preparation, Recipe, RequestSelection, inputs_root, lock_path
 from ..hashing import hash_file
 from .placeholders import fill
@@ -80,30 +80,40 @@ def placeholders(recipe: Recipe, root: Path, python: str = sys.executable) -> di
 # --- our request selection ---------------------------------------------------------------
 
 
+def _tasks_of_types(checkout: Path, rel: str, types: Collection[str]) -> list[bytes]:
+    """The lines of one JevBench file whose question type is one of `types`, byte-exact, in file order."""
+    path = checkout / rel
+    if not path.is_file():
+        raise InputMismatch(f"JevBench checkout {checkout} has no {rel}; check the source commit.")
+    data = path.read_bytes()
+    lines = data.splitlines()
+    chosen: list[bytes] = []
+    for number, task in read_jsonl(path, "a JevBench task", error=InputMismatch, data=data):
+        try:
+            kind = task["question"]["type"]
+        except (KeyError, TypeError) as exc:
+            raise InputMismatch(f"{path}:{number}: not a JevBench task ({exc!r}).") from exc
+        if kind in types:
+            chosen.append(lines[number - 1])
+    return chosen
+
+
+def _at_positions(chosen: list[bytes], positions: list[int] | None) -> list[bytes]:
+    """The selected tasks at the 1-based `positions` (all of them when there are none)."""
+    if not positions:
+        return chosen
+    if max(positions) > len(chosen):
+        raise InputMismatch(f"Position {max(positions)} is beyond the {len(chosen)} selected tasks.")
+    return [chosen[p - 1] for p in positions]
+
+
 def select_requests(checkout: Path, selection: RequestSelection) -> list[bytes]:
     """JevBench task lines of the selected types, files in the given order, lines byte-exact."""
-    chosen: list[bytes] = []
-    for rel in selection.files:
-        path = checkout / rel
-        if not path.is_file():
-            raise InputMismatch(f"JevBench checkout {checkout} has no {rel}; check the source commit.")
-        data = path.read_bytes()
-        lines = data.splitlines()
-        for number, task in read_jsonl(path, "a JevBench task", error=InputMismatch, data=data):
-            try:
-                kind = task["question"]["type"]
-            except (KeyError, TypeError) as exc:
-                raise InputMismatch(f"{path}:{number}: not a JevBench task ({exc!r}).") from exc
-            if kind in selection.types:
-                chosen.append(lines[number - 1])
+    chosen = [line for rel in selection.files for line in _tasks_of_types(checkout, rel, selection.types)]
     if selection.expect_count is not None and len(chosen) != selection.expect_count:
         raise InputMismatch(f"JevBench at {checkout} has {len(chosen)} tasks of types {selection.types}, "
                             f"the recipe expects {selection.expect_count}; check the pinned commit.")
-    if selection.positions:
-        if max(selection.positions) > len(chosen):
-            raise InputMismatch(f"Position {max(selection.positions)} is beyond the {len(chosen)} selected tasks.")
-        chosen = [chosen[p - 1] for p in selection.positions]
-    return chosen
+    return _at_positions(chosen, selection.positions)
 
 
 def write_request_file(lines: list[bytes], dest: Path) -> None:
@@ -352,9 +362,7 @@ def read_lock(recipe: Recipe, recipe_path: Path) -> dict | None:
         lock = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise RecipeError(f"{path} is not valid JSON; run `invoke prepare --recipe {recipe_path}` again.") from exc
-    if lock.get("format_version") != LOCK_FORMAT_VERSION:
-        raise RecipeError(f"{path}: lock format_version {lock.get('format_version')!r} is not supported "
-                          f"(this tool reads {LOCK_FORMAT_VERSION}).")
+    check_format(lock, (LOCK_FORMAT_VERSION,), f"{path} (an inputs lock)")
     if lock.get("study_id") != recipe.study.id or lock.get("pins") != lock_fingerprint(recipe):
         raise RecipeError(f"{path} was written for other pins than {recipe_path} now declares; "
                           f"run `invoke prepare --recipe {recipe_path}` again.")

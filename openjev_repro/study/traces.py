@@ -21,7 +21,7 @@ from typing import Protocol
 
 from ..errors import RecipeError
 from ..evidence.files import write_json_atomic
-from ..evidence.recipe import Recipe
+from ..evidence.recipe import Recipe, Traces
 
 __all__ = ["TRACES_FORMAT_VERSION", "TraceItem", "TraceLauncher", "nsys_prefix", "plan_traces", "run_traces"]
 
@@ -48,6 +48,24 @@ class TraceLauncher(Protocol):
     def __call__(self, backend: str, prefix: list[str], wrap: str | None) -> AbstractContextManager[str]: ...
 
 
+def _position(token_counts: list[int], tokens: int) -> int:
+    """The 1-based position of the first request with `tokens` input tokens."""
+    if tokens not in token_counts:
+        raise RecipeError(f"No request of the workload has {tokens} input tokens; check traces.tokens.")
+    return token_counts.index(tokens) + 1
+
+
+def _backend_traces(recipe: Recipe, traces: Traces, backend: str, token_counts: list[int]) -> list[TraceItem]:
+    """One backend's traces: every traced length, `per_length` times, wrapped by the aux when it has it."""
+    items: list[TraceItem] = []
+    for tokens in traces.tokens:
+        position = _position(token_counts, tokens)
+        wrap = traces.aux if any(a.name == traces.aux for a in recipe.backend(backend).aux) else None
+        items.extend(TraceItem(backend, tokens, repeat, position, f"traces/{backend}-{tokens}tok-{repeat}", wrap)
+                     for repeat in range(1, traces.per_length + 1))
+    return items
+
+
 def plan_traces(recipe: Recipe, token_counts: list[int] | None = None) -> list[TraceItem]:
     """Every trace the recipe asks for (none unless traces.enabled), in run order."""
     traces = recipe.traces
@@ -55,17 +73,8 @@ def plan_traces(recipe: Recipe, token_counts: list[int] | None = None) -> list[T
         return []
     if token_counts is None:
         raise RecipeError("Traces pick requests by input token count; pass the counts from traces.token_counts.")
-    items: list[TraceItem] = []
-    for backend in traces.backends or [b.name for b in recipe.backends]:
-        for tokens in traces.tokens:
-            if tokens not in token_counts:
-                raise RecipeError(f"No request of the workload has {tokens} input tokens; check traces.tokens.")
-            position = token_counts.index(tokens) + 1
-            for repeat in range(1, traces.per_length + 1):
-                wrap = traces.aux if any(a.name == traces.aux for a in recipe.backend(backend).aux) else None
-                items.append(TraceItem(backend, tokens, repeat, position,
-                                       f"traces/{backend}-{tokens}tok-{repeat}", wrap))
-    return items
+    return [item for backend in traces.backends or [b.name for b in recipe.backends]
+            for item in _backend_traces(recipe, traces, backend, token_counts)]
 
 
 def nsys_prefix(recipe: Recipe, item: TraceItem, run_dir: Path, nsys: str = "nsys") -> list[str]:
