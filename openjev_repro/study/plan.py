@@ -141,7 +141,7 @@ def _workload_steps(recipe: Recipe, w: Workload) -> list[dict[str, str | int | b
     feas, meas = recipe.passes_per_level(w)
     steps: list[dict[str, Any]] = []
     for number, level in enumerate(w.levels() or [None]):
-        extra = {} if level is None else {"level": level.id, "load": level.to_dict()}
+        extra: dict[str, Any] = {} if level is None else {"level": level.id, "load": level.to_dict()}
         if level is not None and w.load is not None and w.load.latency_bound_ms is not None:
             extra["latency_bound_ms"] = w.load.latency_bound_ms
         steps += [{"phase": "feasibility", "workload": w.name, "pass": number * feas + i, **extra}
