@@ -29,23 +29,37 @@ def _load_recipe(tmp_path: Path, load: dict | None = LOAD) -> Path:
     return recipe
 
 
+PLANNED = [("closed-c1", "feasibility", 1), ("closed-c1", "measured", 1), ("closed-c1", "measured", 2),
+           ("closed-c2", "feasibility", 2), ("closed-c2", "measured", 3), ("closed-c2", "measured", 4),
+           ("open-r40", "feasibility", 3), ("open-r40", "measured", 5), ("open-r40", "measured", 6)]
+
+
+def _timed(rows):
+    return [r for r in rows if r.phase in ("feasibility", "measured")]
+
+
+def _check_level_rows(rows):
+    timed = _timed(rows)
+    assert sorted({(r.level, r.phase, r.pass_index) for r in timed}) == sorted(PLANNED)
+    assert {r.ok for r in rows} == {True} and len(timed) == 9 * 6
+    assert {r.connection for r in timed if r.level == "closed-c2"} == {0, 1}
+
+
+def _check_schedules(rows):
+    scheduled = {(r.level == "open-r40", r.scheduled_ns is not None) for r in _timed(rows)}
+    assert scheduled == {(True, True), (False, False)}  # only the open loop has a schedule
+    untimed = {(r.level, r.connection) for r in rows if r.phase in ("first", "warmup")}
+    assert untimed == {(None, None)}
+
+
 def test_each_level_runs_its_feasibility_and_measured_passes_and_verifies(tmp_path):
     keys = tmp_path / "keys"
     generate_keypair(keys)
     run = run_study(StudyOptions(recipe_path=_load_recipe(tmp_path), out_dir=tmp_path / "runs",
                                  key_path=keys / "openjev-repro.key"))
     rows = read_rows(run.rows_path)
-    timed = [r for r in rows if r.phase in ("feasibility", "measured")]
-    passes = sorted({(r.level, r.phase, r.pass_index) for r in timed})
-    assert passes == sorted([("closed-c1", "feasibility", 1), ("closed-c1", "measured", 1), ("closed-c1", "measured", 2),
-                             ("closed-c2", "feasibility", 2), ("closed-c2", "measured", 3), ("closed-c2", "measured", 4),
-                             ("open-r40", "feasibility", 3), ("open-r40", "measured", 5), ("open-r40", "measured", 6)])
-    assert all(r.ok for r in rows) and len(timed) == 9 * 6
-    assert {r.connection for r in timed if r.level == "closed-c2"} == {0, 1}
-    assert all(r.scheduled_ns is not None for r in timed if r.level == "open-r40")
-    assert all(r.scheduled_ns is None for r in timed if r.level != "open-r40")
-    untimed = [r for r in rows if r.phase in ("first", "warmup")]
-    assert untimed and all(r.level is None and r.connection is None for r in untimed)
+    _check_level_rows(rows)
+    _check_schedules(rows)
     connections = json.loads(run.file("servers.json").read_text())["backends"]["one"]["connections"]
     assert connections["connections_opened"] == 1 + 1 + 2 + 6  # the main one, then each level's (open: one per request here)
     assert connections["requests"] == len(rows)
