@@ -5,15 +5,20 @@ name their level and connection, verify passing; a default recipe keeps writing 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from invoking import invoke
-from studykit import scripted_backend, write_study
+import yaml
+from invoking import REPO, invoke
+from studykit import SLOW_STARTED, scripted_backend, wait_for_line, write_study
 
 from openjev_repro.errors import RecipeError
 from openjev_repro.evidence.recipe import parse_recipe
 from openjev_repro.evidence.rows import read_rows
+from openjev_repro.evidence.rundir import RunDir
 from openjev_repro.manifest.keys import generate_keypair
 from openjev_repro.orchestrator.runner import StudyOptions, run_study
 
@@ -22,7 +27,7 @@ LOAD = {"closed": [2, 1], "open": {"rates_per_s": [40.0], "arrivals": "poisson",
 
 def _load_recipe(tmp_path: Path, load: dict | None = LOAD) -> Path:
     recipe = write_study(tmp_path, [scripted_backend("one")], n=6)
-    data = json.loads(json.dumps(__import__("yaml").safe_load(recipe.read_text())))
+    data = yaml.safe_load(recipe.read_text())
     if load is not None:
         data["workloads"][0]["load"] = load
     recipe.write_text(json.dumps(data))
@@ -104,3 +109,25 @@ def test_a_bad_load_is_one_error_line_from_invoke_plan(tmp_path):
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
         line for line in result.stderr.splitlines() if line.strip()][:1]
+
+
+def test_ctrl_c_during_a_load_level_stops_its_senders_and_marks_the_run_incomplete(tmp_path):
+    recipe = write_study(tmp_path, [scripted_backend("one", "slow", after=4)], n=6,
+                         protocol={"request_timeout_s": 30.0})
+    data = yaml.safe_load(recipe.read_text())
+    data["workloads"][0]["load"] = {"closed": [2]}
+    recipe.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", "study", "--recipe", str(recipe),
+                             "--out", str(tmp_path / "runs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO)
+    wait_for_line(tmp_path / "runs", "*/logs/one.log", SLOW_STARTED)  # a sender is inside a slow request
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "Interrupted" in err and "Traceback" not in err
+    (path,) = list((tmp_path / "runs").iterdir())
+    run = RunDir.open(path)
+    assert run.state()["status"] == "incomplete" and "Ctrl-C" in run.state()["error"]
+    # the 4 answered before the slow ones, plus at most the 2 in flight: no sender took another request
+    assert 4 <= len(read_rows(run.rows_path)) <= 4 + 2
+    (record,) = json.loads(run.file("processes.json").read_text())["processes"]
+    assert record["exited"]
