@@ -15,7 +15,7 @@ import yaml
 from invoking import REPO, invoke
 from studykit import SLOW_STARTED, scripted_backend, wait_for_line, write_study
 
-from openjev_repro.errors import RecipeError
+from openjev_repro.errors import RecipeError, RunIncomplete
 from openjev_repro.evidence.recipe import parse_recipe
 from openjev_repro.evidence.rows import read_rows
 from openjev_repro.evidence.rundir import RunDir
@@ -131,3 +131,22 @@ def test_ctrl_c_during_a_load_level_stops_its_senders_and_marks_the_run_incomple
     assert 4 <= len(read_rows(run.rows_path)) <= 4 + 2
     (record,) = json.loads(run.file("processes.json").read_text())["processes"]
     assert record["exited"]
+
+
+def test_a_backend_dying_during_an_open_level_stops_the_run_with_its_rows_kept(tmp_path):
+    # 1 first inference + 2 warm-up (the longest, then the first) + 3 of the open level's feasibility
+    # pass are answered, then the server dies: the senders' failure rows are kept and the run stops.
+    recipe = _load_recipe(tmp_path, {"open": {"rates_per_s": [50.0], "arrivals": "fixed"}})
+    data = yaml.safe_load(recipe.read_text())
+    data["backends"] = [scripted_backend("one", "crash", after=6)]
+    recipe.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(RunIncomplete, match="died during feasibility pass 1"):
+        run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs"))
+    (path,) = list((tmp_path / "runs").iterdir())
+    run = RunDir.open(path)
+    rows = read_rows(run.rows_path)
+    assert run.state()["status"] == "incomplete" and not run.file("summary.json").exists()
+    assert [r.ok for r in rows if r.phase in ("first", "warmup")] == [True] * 3
+    failed = [r for r in rows if not r.ok]
+    assert failed and {(r.level, r.phase) for r in failed} == {("open-r50", "feasibility")}
+    assert all(r.scheduled_ns is not None for r in failed)
