@@ -45,11 +45,27 @@ def _backend_lines(p: dict) -> list[str]:
     return out
 
 
+def _load_lines(steps: list[dict]) -> list[str]:
+    """One line per load level (workloads with a `load`): how it loads the backend, its passes."""
+    levels: dict[tuple[str, str], dict] = {}
+    for x in steps:
+        if "level" in x:
+            entry = levels.setdefault((x["workload"], x["level"]), {**x["load"], "passes": []})
+            entry["passes"].append(f"{x['phase']}#{x['pass']}")
+            if "latency_bound_ms" in x:
+                entry["latency_bound_ms"] = x["latency_bound_ms"]
+    return [f"load level {workload}/{level}: " + ", ".join(f"{k}={v}" for k, v in spec.items()
+                                                             if k not in ("id", "passes"))
+            + f" ({', '.join(spec['passes'])})" for (workload, level), spec in levels.items()]
+
+
 def _pass_and_gate_lines(p: dict) -> list[str]:
     out = []
     for s in p["passes"][:1]:
         out.append("passes per backend: " + ", ".join(
-            f"{x['phase']}" + (f" {x['workload']}#{x['pass']}" if "workload" in x else "") for x in s["steps"]))
+            f"{x['phase']}" + (f" {x['workload']}#{x['pass']}" if "workload" in x else "")
+            + (f" @{x['level']}" if "level" in x else "") for x in s["steps"]))
+        out += _load_lines(s["steps"])
     if p["traces"]["enabled"]:
         out.append(f"traces: {len(p['traces'].get('items', []))} (opt-in, Nsight Systems, outside timed passes)")
     out.append("gates:")

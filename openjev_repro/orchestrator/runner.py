@@ -26,13 +26,15 @@ import shutil
 import signal
 import socket
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
 from ..evidence.files import write_json_atomic
-from ..evidence.recipe import AuxProcess, Backend, Recipe, Workload, parse_server_url
+from ..evidence.recipe import AuxProcess, Backend, LoadLevel, Recipe, Workload, parse_server_url
 from ..evidence.rows import Phase, RowWriter, read_rows
 from ..evidence.rundir import (
     BACKENDS_FORMAT_VERSION,
@@ -51,6 +53,7 @@ from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
 from ..runtime.external import ExternalBackend
 from ..runtime.readiness import first_inference_hint
 from ..study.inputs import checks_table, require_all_ok, verify_inputs
+from ..study.load import LevelConnections, connection_count, merged_connections, run_level_pass
 from ..study.passes import PassBudget, PassRunner, ResponseLog
 from ..study.placeholders import LAUNCH_NAMES, fill
 from ..study.plan import REPRO_ROOT
@@ -587,6 +590,7 @@ def _protocol(ctx: StudyRun, backend: Backend, handle: RunningBackend, alive, pr
     responses = ResponseLog(run.responses_path(backend.name))
     client = TimedClient(handle.spec.host, handle.spec.port, timeout_s=proto.request_timeout_s)
     runner = PassRunner(backend.name, client, backend.endpoint, rows, responses, alive)
+    level_clients: list[TimedClient] = []  # the connections of load levels, counted with the main one
     try:
         if proto.first_inference:
             _first_inference(runner, recipe, prepared, backend)
@@ -594,21 +598,67 @@ def _protocol(ctx: StudyRun, backend: Backend, handle: RunningBackend, alive, pr
             requests = prepared[workload.name]
             longest_pool = prepared[recipe.protocol.warmup.longest_of or workload.name]
             _warmup(runner, recipe, workload, requests, longest_pool)
-            feasibility, measured = recipe.passes_for(workload)
-            plan: list[tuple[Phase, int]] = ([("feasibility", i) for i in range(1, feasibility + 1)]
-                                             + [("measured", i) for i in range(1, measured + 1)])
-            for phase, index in plan:
-                if phase == "measured":
-                    budget.claim(backend.name, workload.name, index)
-                label = f"{backend.name}/{workload.name}/{phase}-{index}"
-                host.begin(label)
-                _timed_pass(runner, requests, workload.name, phase, index, ctx.progress)
-                host.end(label)
+            levels = workload.levels()
+            if levels is None:
+                for phase, index in _pass_plan(recipe, workload, 0):
+                    with _claimed_pass(ctx, backend, workload, budget, host, phase, index):
+                        _timed_pass(runner, requests, workload.name, phase, index, ctx.progress)
+            else:
+                level_clients += _load_levels(ctx, backend, workload, levels, runner, requests, budget, host)
     finally:
         client.close()
         responses.close()
-        server["connections"] = dict(client.connections(), requests=runner.requests)
+        server["connections"] = dict(merged_connections([client, *level_clients]), requests=runner.requests)
     return sum(1 for r in runner.failures if r.phase in ("feasibility", "measured"))
+
+
+def _pass_plan(recipe: Recipe, workload: Workload, level_number: int) -> list[tuple[Phase, int]]:
+    """The (phase, pass index) of one level's passes: its feasibility passes, then its measured
+    ones, indexes following the previous levels' (level_number 0 is the first level, or the only one)."""
+    feasibility, measured = recipe.passes_per_level(workload)
+    return ([("feasibility", level_number * feasibility + i) for i in range(1, feasibility + 1)]
+            + [("measured", level_number * measured + i) for i in range(1, measured + 1)])
+
+
+@contextmanager
+def _claimed_pass(ctx: StudyRun, backend: Backend, workload: Workload, budget: PassBudget, host: HostSession,
+                  phase: Phase, index: int) -> Iterator[None]:
+    """A timed pass: a measured one claimed from the budget; host controls mark its boundaries."""
+    if phase == "measured":
+        budget.claim(backend.name, workload.name, index)
+    label = f"{backend.name}/{workload.name}/{phase}-{index}"
+    host.begin(label)
+    yield
+    host.end(label)
+
+
+def _load_levels(ctx: StudyRun, backend: Backend, workload: Workload, levels: list[LoadLevel], runner: PassRunner,
+                 requests: list[Request], budget: PassBudget, host: HostSession) -> list[TimedClient]:
+    """Every load level of a workload, in order, each over its own connections; returns the clients used."""
+    proto = ctx.recipe.protocol
+    handle_client = runner.client
+    used: list[TimedClient] = []
+    for number, level in enumerate(levels):
+        count = connection_count(level, len(requests))
+        ctx.progress.message(f"{backend.name}/{workload.name}: load level {level.id} over {count} connection(s)")
+        with LevelConnections(lambda: TimedClient(handle_client.host, handle_client.port,
+                                                  timeout_s=proto.request_timeout_s), count) as connections:
+            used += connections.clients
+            for phase, index in _pass_plan(ctx.recipe, workload, number):
+                with _claimed_pass(ctx, backend, workload, budget, host, phase, index):
+                    _level_pass(runner, connections, level, requests, workload.name, phase, index, ctx.progress)
+    return used
+
+
+def _level_pass(runner: PassRunner, connections: LevelConnections, level: LoadLevel, requests: list[Request],
+                workload: str, phase: Phase, index: int, progress: StudyProgress) -> None:
+    """One pass of a load level; its progress is shown once it ends (never drawn while requests are timed)."""
+    progress.pass_started(runner.backend, workload, f"{phase} {level.id}", index, len(requests))
+    try:
+        for row in run_level_pass(runner, connections, level, requests, workload=workload, phase=phase, index=index):
+            progress.request_done(row)
+    finally:
+        progress.pass_finished()
 
 
 def _longest(requests: list[Request]) -> Request:

@@ -7,9 +7,11 @@ Timed code does as little as possible: request bodies are serialised before the 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import math
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +22,9 @@ from ..evidence.rows import Phase, Row, RowWriter
 from .timed_client import ClientError, TimedClient, TimedResponse
 from .workload import QUESTION_ID, Request
 
-__all__ = ["Outcome", "ParsedAnswer", "PassBudget", "PassRunner", "parse_noul_response"]
+__all__ = ["Outcome", "ParsedAnswer", "PassBudget", "PassRunner", "Via", "parse_noul_response", "queue_time_ms"]
+
+QUEUE_TIME_HEADER = "x-queue-time-ms"  # the server's own queue time of a request, float ms (lower-case: h11)
 
 Outcome = tuple[Row, bytes | None]
 
@@ -73,9 +77,30 @@ class PassBudget:
         self.done[key] = pass_index
 
 
+def queue_time_ms(headers: dict[str, str]) -> float | None:
+    """The server's `X-Queue-Time-Ms` header as a finite, non-negative float; None when absent or not one."""
+    try:
+        value = float(headers[QUEUE_TIME_HEADER])
+    except (KeyError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+@dataclass(frozen=True)
+class Via:
+    """How a request of a load level is sent: its level, the connection (and its client) that
+    sends it and, in open loop, the time it was scheduled for (the clock of `start_ns`)."""
+
+    level: str
+    connection: int
+    client: TimedClient
+    scheduled_ns: int | None = None
+
+
 @dataclass
 class PassRunner:
-    """Runs requests of one backend over one persistent connection and records every one."""
+    """Runs requests of one backend and records every one: over one persistent connection, or
+    (load levels) over the connection a `Via` names, from several threads at once."""
 
     backend: str
     client: TimedClient
@@ -86,16 +111,20 @@ class PassRunner:
     on_row: Callable[[Row], None] = lambda row: None
     failures: list[Row] = field(default_factory=list)
     requests: int = 0  # sent, failed ones included
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # rows and counts, across threads
 
-    def request(self, req: Request, *, workload: str, phase: Phase, pass_index: int, seq: int) -> Row:
+    def request(self, req: Request, *, workload: str, phase: Phase, pass_index: int, seq: int,
+                via: Via | None = None) -> Row:
         headers = {"Content-Type": "application/json"}
-        self.requests += 1
+        client = self.client if via is None else via.client
+        with self._lock:
+            self.requests += 1
         try:
-            resp: TimedResponse = self.client.request("POST", self.endpoint, req.body, headers)
+            resp: TimedResponse = client.request("POST", self.endpoint, req.body, headers)
         except (ClientError, ProtocolError) as exc:  # a timeout, reset, refused connection or bad bytes: record, then decide
-            row = self._row(req, workload, phase, pass_index, seq, 0, 0, None, None, None,
-                            f"{exc.__class__.__name__}: {exc}")
-            self.client.close()  # the connection state is unknown; the next request reconnects
+            row = self._with_load(self._row(req, workload, phase, pass_index, seq, 0, 0, None, None, None,
+                                            f"{exc.__class__.__name__}: {exc}"), via, None)
+            client.close()  # the connection state is unknown; the next request reconnects
             self._record(row, None)
             if not self._still_alive_after(1.0):
                 raise BackendCrashed(f"Backend {self.backend} died during {phase} pass {pass_index} "
@@ -110,8 +139,8 @@ class PassRunner:
                 parsed = parse_noul_response(resp.body)
             except ProtocolError as exc:
                 error = str(exc)
-        row = self._row(req, workload, phase, pass_index, seq, resp.start_ns, resp.end_ns, resp.status, digest,
-                        parsed, error, resp.reconnected)
+        row = self._with_load(self._row(req, workload, phase, pass_index, seq, resp.start_ns, resp.end_ns,
+                                        resp.status, digest, parsed, error, resp.reconnected), via, resp)
         self._record(row, resp.body)
         if not self.alive():  # an aux worker (or the server) died although this answer arrived
             raise BackendCrashed(f"Backend {self.backend} (or one of its processes) died during {phase} pass "
@@ -136,12 +165,21 @@ class PassRunner:
                    decision=parsed.decision if parsed else None, label=req.label,
                    input_tokens=parsed.input_tokens if parsed else None, error=error, reconnected=reconnected)
 
+    @staticmethod
+    def _with_load(row: Row, via: Via | None, resp: TimedResponse | None) -> Row:
+        """The row with its load-level fields (none without a `via`, so default rows stay as they were)."""
+        if via is None:
+            return row
+        return dataclasses.replace(row, level=via.level, scheduled_ns=via.scheduled_ns, connection=via.connection,
+                                   server_queue_ms=None if resp is None else queue_time_ms(resp.headers))
+
     def _record(self, row: Row, body: bytes | None) -> None:
-        self.rows.write(row)
-        self.responses.write(row, body)
-        if row.error is not None:
-            self.failures.append(row)
-        self.on_row(row)
+        with self._lock:
+            self.rows.write(row)
+            self.responses.write(row, body)
+            if row.error is not None:
+                self.failures.append(row)
+            self.on_row(row)
 
 
 class ResponseLog:

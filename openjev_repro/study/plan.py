@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from ..errors import RecipeError
-from ..evidence.recipe import UNPINNED, Backend, NoAliasLoader, Recipe, _line_map
+from ..evidence.recipe import UNPINNED, Backend, NoAliasLoader, Recipe, Workload, _line_map
 from ..hashing import hash_file
 from .placeholders import LAUNCH_NAMES, fill
 from .preparation import plan_prepare
@@ -131,11 +131,24 @@ def _passes(recipe: Recipe) -> list[dict]:
         steps.append({"phase": "warmup", "longest_first": warm.longest_first, "longest_of": warm.longest_of,
                       "requests": warm.requests})
         for w in recipe.workloads:
-            feas, meas = recipe.passes_for(w)
-            steps += [{"phase": "feasibility", "workload": w.name, "pass": i} for i in range(1, feas + 1)]
-            steps += [{"phase": "measured", "workload": w.name, "pass": i} for i in range(1, meas + 1)]
+            steps += _workload_steps(recipe, w)
         seq.append({"backend": b.name, "server": "one server reused for every pass", "steps": steps})
     return seq
+
+
+def _workload_steps(recipe: Recipe, w: Workload) -> list[dict[str, str | int | bool | None]]:
+    """A workload's timed passes; with a `load`, each level's passes in turn, the level named (and how it loads)."""
+    feas, meas = recipe.passes_per_level(w)
+    steps: list[dict[str, Any]] = []
+    for number, level in enumerate(w.levels() or [None]):
+        extra: dict[str, Any] = {} if level is None else {"level": level.id, "load": level.to_dict()}
+        if level is not None and w.load is not None and w.load.latency_bound_ms is not None:
+            extra["latency_bound_ms"] = w.load.latency_bound_ms
+        steps += [{"phase": "feasibility", "workload": w.name, "pass": number * feas + i, **extra}
+                  for i in range(1, feas + 1)]
+        steps += [{"phase": "measured", "workload": w.name, "pass": number * meas + i, **extra}
+                  for i in range(1, meas + 1)]
+    return steps
 
 
 def _hashes(recipe: Recipe) -> list[dict]:

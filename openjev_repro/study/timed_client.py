@@ -202,6 +202,11 @@ class TimedClient:
             raise
         return self._finish(start, end)
 
+    def connect(self) -> None:
+        """Open the connection now (if none is open), so that a later request does not connect first:
+        an open-loop sender connects before its schedule starts, not when a request is due."""
+        self._ready_socket()
+
     def close(self) -> None:
         self._discard()
 

@@ -1,0 +1,190 @@
+"""Load levels: closed-loop concurrency and open-loop arrivals, each over its own connections.
+
+A workload's `load` (evidence.recipe.Load) names levels; each level runs the protocol's
+feasibility and measured passes over the workload's requests, in `seq` order of arrival:
+
+closed-c{N}  N workers, each with its own keep-alive connection, take the next request of the
+             pass as soon as their previous one is answered. Rows carry `level` and
+             `connection`; latency is `end_ns - start_ns`, as at concurrency 1.
+open-r{R}    Arrival times are computed before the pass from the level alone (poisson:
+             exponential gaps seeded by `seed`; fixed: one every 1/R s), the same for every
+             pass of the level. A bounded pool of connections sends each request at its time;
+             when every connection is busy the request goes out late, on the first free one.
+             Rows carry `scheduled_ns` beside the actual send (`start_ns`), so latency is
+             measured from the schedule (`Row.from_schedule_ns`): a stall of the server or the
+             client is counted in every request it delayed (no coordinated omission), and
+             `Row.late_ns` shows how far the client fell behind its schedule.
+
+Connections are opened before a level's first pass and closed after its last, so connecting is
+never inside a measurement or a schedule. Rows are written from the sending threads (the
+runner's lock orders them); the pass's progress is reported after it ends, so that drawing a
+progress bar never takes the interpreter from a thread that is timing a request.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Self
+
+from ..evidence.recipe import LoadLevel
+from ..evidence.rows import Phase, Row
+from .passes import PassRunner, Via
+from .timed_client import TimedClient
+from .workload import Request
+
+__all__ = ["LevelConnections", "arrival_offsets_ns", "connection_count", "merged_connections", "run_level_pass"]
+
+OPEN_MIN_CONNECTIONS = 8  # an open-loop level never has fewer senders than this (or than its requests)
+OPEN_IN_FLIGHT_S = 1.0  # ... and enough for one second of arrivals at its rate
+OPEN_MAX_CONNECTIONS = 256
+SCHEDULE_LEAD_NS = 20_000_000  # the schedule starts 20 ms after the senders are started
+_SLEEP_SLICE_NS = 2_000_000  # a due sender waits in an Event until 2 ms before, then sleeps the rest
+
+
+def arrival_offsets_ns(level: LoadLevel, count: int) -> list[int]:
+    """Send times of an open-loop pass of `count` requests, in ns after the schedule's start.
+
+    The first request is due at 0. poisson: gaps drawn from an exponential distribution of mean
+    1/rate by `random.Random(seed)` (the same gaps for every pass of the level); fixed: 1/rate."""
+    rate = level.rate_per_s
+    if level.kind != "open" or rate is None:
+        raise ValueError(f"level {level.id} has no arrival rate")
+    if level.arrivals == "fixed":
+        return [round(i * 1e9 / rate) for i in range(count)]
+    draw = random.Random(level.seed).expovariate
+    offsets, at = [], 0.0
+    for _ in range(count):
+        offsets.append(round(at))
+        at += draw(rate) * 1e9
+    return offsets
+
+
+def connection_count(level: LoadLevel, requests: int) -> int:
+    """How many connections (sending threads) a level uses for a pass of `requests` requests."""
+    if level.kind == "closed":
+        wanted = level.concurrency or 1
+    else:
+        wanted = max(OPEN_MIN_CONNECTIONS, math.ceil((level.rate_per_s or 0.0) * OPEN_IN_FLIGHT_S))
+    return max(1, min(wanted, requests, OPEN_MAX_CONNECTIONS))
+
+
+def merged_connections(clients: Sequence[TimedClient]) -> dict[str, object]:
+    """`TimedClient.connections()` summed over clients (one client: exactly its own)."""
+    merged: dict[str, object] = {"connections_opened": 0, "closed_by_server": 0, "reconnected_requests": 0}
+    versions: set[str] = set()
+    for client in clients:
+        stats = client.connections()
+        for key in ("connections_opened", "closed_by_server", "reconnected_requests"):
+            merged[key] = int(merged[key]) + int(stats[key])  # type: ignore[call-overload]
+        versions.update(stats["http_versions"])  # type: ignore[arg-type]
+    merged["http_versions"] = sorted(versions)
+    return merged
+
+
+class LevelConnections:
+    """The clients of one level, opened before its first pass and closed after its last."""
+
+    def __init__(self, make_client: Callable[[], TimedClient], count: int) -> None:
+        self.clients = [make_client() for _ in range(count)]
+
+    def __enter__(self) -> Self:
+        try:
+            for client in self.clients:
+                client.connect()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+
+
+@dataclass
+class _PassState:
+    """What the senders of one pass share: the next request to take and what went wrong."""
+
+    requests: Sequence[Request]
+    scheduled: list[int] | None  # absolute send times (open loop), by seq
+    rows: list[Row] = field(default_factory=list)
+    errors: list[BaseException] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    _next: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self) -> int | None:
+        """The seq of the next request to send, or None when every request is taken (or a sender failed)."""
+        with self._lock:
+            if self.stop.is_set() or self._next >= len(self.requests):
+                return None
+            self._next += 1
+            return self._next - 1
+
+    def wait_until(self, due_ns: int) -> None:
+        """Return at `due_ns` (or at once when it has passed, or when the pass is stopping)."""
+        while (left := due_ns - time.monotonic_ns()) > 0 and not self.stop.is_set():
+            if left > _SLEEP_SLICE_NS:
+                self.stop.wait((left - _SLEEP_SLICE_NS) / 1e9)
+            else:
+                time.sleep(left / 1e9)
+
+
+@dataclass(frozen=True)
+class _Pass:
+    runner: PassRunner
+    level: LoadLevel
+    workload: str
+    phase: Phase
+    index: int
+
+
+def _send_loop(job: _Pass, state: _PassState, connection: int, client: TimedClient) -> None:
+    """One sender: take the next request, wait for its time (open loop), send it, record its row."""
+    try:
+        while (seq := state.take()) is not None:
+            due = None if state.scheduled is None else state.scheduled[seq]
+            if due is not None:
+                state.wait_until(due)
+            via = Via(job.level.id, connection, client, due)
+            row = job.runner.request(state.requests[seq], workload=job.workload, phase=job.phase,
+                                     pass_index=job.index, seq=seq, via=via)
+            state.rows.append(row)
+    except BaseException as exc:  # noqa: BLE001 - handed to the pass's thread, which raises it
+        state.errors.append(exc)
+        state.stop.set()
+
+
+def run_level_pass(runner: PassRunner, connections: LevelConnections, level: LoadLevel, requests: Sequence[Request],
+                   *, workload: str, phase: Phase, index: int) -> list[Row]:
+    """One pass of a level over `requests`: every row (in order of completion); the first error a sender hit is raised."""
+    clients = connections.clients
+    scheduled = None
+    if level.kind == "open":
+        start = time.monotonic_ns() + SCHEDULE_LEAD_NS
+        scheduled = [start + offset for offset in arrival_offsets_ns(level, len(requests))]
+    state = _PassState(requests, scheduled)
+    job = _Pass(runner, level, workload, phase, index)
+    senders = [threading.Thread(target=_send_loop, args=(job, state, i, client), daemon=True,
+                                name=f"load-{level.id}-{i}") for i, client in enumerate(clients)]
+    try:
+        for sender in senders:
+            sender.start()
+        for sender in senders:
+            sender.join()
+    except BaseException:  # an interrupt: let the senders finish the request each has in flight
+        state.stop.set()
+        for sender in senders:
+            sender.join()
+        raise
+    if state.errors:
+        raise state.errors[0]
+    return state.rows
