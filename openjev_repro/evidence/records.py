@@ -4,7 +4,8 @@
     HostRecord          host.json         the GPU override (what the report states of host.json)
     EnvironmentRecord   environment.json  GPU devices, the GPU override, the CPU model
     BackendsRecord      backends.json     per backend: weights fingerprints, threads, measured hardware
-    GpuOverride, GpuRef, GpuDevice, BackendFacts, HardwareFigures: their parts
+    ImportRecord        import.json       where imported evidence came from, what the published study says
+    GpuOverride, GpuRef, GpuDevice, BackendFacts, HardwareFigures, PublishedStudy, PublishedGate: their parts
 
 Each record has the file's `format_version` and `from_json(data)`, which reads every version
 this tool reads (`rundir.READABLE_VERSIONS`; the caller has checked it, e.g. `RunDir.read`)
@@ -13,7 +14,7 @@ another shape, reads as None (the report then prints what it printed for such a 
 committed reports re-render byte for byte). The records only read: the writers still write
 the dicts through `files.write_json_atomic`, so no file's bytes change.
 
-`state_of`, `host_of`, `environment_of` and `backends_of` read them from a run directory.
+`state_of`, `host_of`, `environment_of`, `backends_of` and `import_of` read them from a run directory.
 """
 
 from __future__ import annotations
@@ -34,10 +35,14 @@ __all__ = [
     "GpuRef",
     "HardwareFigures",
     "HostRecord",
+    "ImportRecord",
+    "PublishedGate",
+    "PublishedStudy",
     "StateRecord",
     "backends_of",
     "environment_of",
     "host_of",
+    "import_of",
     "state_of",
 ]
 
@@ -167,6 +172,10 @@ class EnvironmentRecord:
                    GpuOverride.from_json(data.get("gpu_override")), _mapping(data.get("host")).get("cpu_model"),
                    data.get("format_version"))
 
+    def gpu_names(self, uuid: str | None) -> list[str]:
+        """The distinct names of the GPUs listed (only the one with `uuid`, when given), sorted."""
+        return sorted({d.name for d in self.gpu_devices if d.name and (uuid is None or d.uuid == uuid)})
+
     @property
     def run_time_uuid(self) -> str | None:
         """The GPU the run used when it overrode the recipe's pin."""
@@ -258,3 +267,78 @@ class BackendsRecord:
 def backends_of(run: RunDir) -> BackendsRecord:
     """backends.json's record; empty for a run without one."""
     return BackendsRecord.from_json(run.read("backends.json")) if run.file("backends.json").is_file() else BackendsRecord()
+
+
+# --- import.json -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PublishedStudy:
+    """What imported evidence says about its own study (quoted, never ours)."""
+
+    date: Any = None
+    hardware: tuple[str, ...] = ()  # "key: value" lines, e.g. "gpu: NVIDIA H200"
+    arms: Mapping[str, Any] = field(default_factory=dict)  # arm -> its published description
+    hypothesis: Any = None
+    independent_variable: Any = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> PublishedStudy:
+        data = _mapping(data)
+        return cls(data.get("date"), tuple(str(h) for h in data.get("hardware") or ()), _mapping(data.get("arms")),
+                   data.get("hypothesis"), data.get("independent_variable"))
+
+    def hardware_value(self, *keys: str) -> list[str]:
+        """The values of the hardware lines whose key is one of `keys`, in order."""
+        return [h.split(": ", 1)[1] for h in self.hardware if ": " in h and h.split(": ", 1)[0] in keys]
+
+
+@dataclass(frozen=True)
+class PublishedGate:
+    name: Any
+    outcome: Any  # True (passed), False (failed), None (not published); anything else is not ours to read
+    criterion: str = ""
+
+    @classmethod
+    def from_json(cls, data: Any) -> PublishedGate:
+        data = _mapping(data)
+        return cls(data.get("name"), data.get("outcome"), str(data.get("criterion") or ""))
+
+
+@dataclass(frozen=True)
+class ImportRecord:
+    """import.json (audit/importer.py): another project's evidence, converted, and what it publishes.
+
+    `raw` is the file's content, for the figure and cleanup lines (results/imported.py) that read it whole.
+    """
+
+    source: Any = None
+    format: Any = "unknown"
+    evidence_folder: str = ""
+    provenance: Any = "verified"  # "verified" against their digests file, or why not
+    files_verified: Any = "?"
+    digests_file: str = "manifest.json"
+    absent: tuple[Any, ...] = ()  # listed in their manifest but not present
+    cleanup: Mapping[str, Any] = field(default_factory=dict)
+    conclusion: Any = None
+    study: PublishedStudy = field(default_factory=PublishedStudy)
+    published_gates: tuple[PublishedGate, ...] = ()
+    format_version: int | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Any) -> ImportRecord:
+        data = _mapping(data)
+        return cls(source=data.get("source"), format=data.get("format", "unknown"),
+                   evidence_folder=data.get("evidence_folder") or "", provenance=data.get("provenance", "verified"),
+                   files_verified=data.get("files_verified", "?"), digests_file=data.get("digests_file") or "manifest.json",
+                   absent=tuple(data.get("absent") or ()), cleanup=_mapping(data.get("cleanup")),
+                   conclusion=_mapping(data.get("published")).get("conclusion"),
+                   study=PublishedStudy.from_json(data.get("study")),
+                   published_gates=tuple(PublishedGate.from_json(g) for g in data.get("published_gates") or ()),
+                   format_version=data.get("format_version"), raw=data)
+
+
+def import_of(run: RunDir) -> ImportRecord | None:
+    """import.json's record, None for a run that was not imported."""
+    return ImportRecord.from_json(run.read("import.json")) if run.file("import.json").is_file() else None

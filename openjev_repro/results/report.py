@@ -27,15 +27,18 @@ from ..evidence.records import (
     BackendsRecord,
     EnvironmentRecord,
     HostRecord,
+    ImportRecord,
+    PublishedGate,
     StateRecord,
     backends_of,
     environment_of,
     host_of,
+    import_of,
     state_of,
 )
 from ..evidence.rows import Row
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status, guard_output
-from ..evidence.summary import GateResult, LatencyKey, PassStats, Summary, WorkloadSummary
+from ..evidence.summary import BackendSummary, GateResult, LatencyKey, PassStats, Summary, WorkloadSummary
 from .energy import GPU_FILE, read_gpu_events
 from .floor import floor_lines
 from .gpu_report import energy_lines
@@ -141,13 +144,20 @@ def _latency_notes(wl: WorkloadSummary) -> list[str]:
     if pooled:
         out.append("Pooled over all measured passes (the CDF plot's marks): " + "; ".join(pooled) + ".")
     for name, b in wl["backends"].items():
-        if b["overall"]["errors"]:
-            out.append(f"**{name}: {b['overall']['errors']} failed measured request(s)**, excluded from latency "
-                       f"statistics and counted as not correct.")
-        if b["decision_mismatches"]:
-            ids = ", ".join(sorted({m["id"] for m in b["decision_mismatches"]}))
-            out.append(f"**{name}: {len(b['decision_mismatches'])} rows record a decision that differs from "
-                       f"p >= {YES_THRESHOLD} of their probability** ({ids}); correctness uses the recomputed decision.")
+        out += _failure_notes(name, b)
+    return out
+
+
+def _failure_notes(name: str, b: BackendSummary) -> list[str]:
+    """A backend's failed measured requests and rows whose recorded decision contradicts their probability."""
+    out = []
+    if b["overall"]["errors"]:
+        out.append(f"**{name}: {b['overall']['errors']} failed measured request(s)**, excluded from latency "
+                   f"statistics and counted as not correct.")
+    if b["decision_mismatches"]:
+        ids = ", ".join(sorted({m["id"] for m in b["decision_mismatches"]}))
+        out.append(f"**{name}: {len(b['decision_mismatches'])} rows record a decision that differs from "
+                   f"p >= {YES_THRESHOLD} of their probability** ({ids}); correctness uses the recomputed decision.")
     return out
 
 
@@ -243,65 +253,63 @@ def _gate_lines(gates: list[GateResult]) -> list[str]:
     return lines
 
 
-def _imported_lines(imported: dict) -> list[str]:
+def _imported_lines(imported: ImportRecord) -> list[str]:
     from .imported import cleanup_line, figure_lines
 
     out = [*_published_study_lines(imported), "## Published figures (imported evidence)", "",
            ("Each figure their summary.json publishes, recomputed from the imported rows: EXACT bit for bit, "
            "WITHIN half a unit of its last printed decimal (at most 15 significant digits), DIFF otherwise."), "",
-           "```", *figure_lines(imported), "```", ""]
-    absent = imported.get("absent") or []
-    if absent:
-        out += [f"Listed in their manifest but not present, not verified: {', '.join(absent)}.", ""]
-    cleanup = cleanup_line(imported.get("cleanup") or {})
+           "```", *figure_lines(dict(imported.raw)), "```", ""]
+    if imported.absent:
+        out += [f"Listed in their manifest but not present, not verified: {', '.join(imported.absent)}.", ""]
+    cleanup = cleanup_line(dict(imported.cleanup))
     if cleanup:
         out += [cleanup, ""]
-    conclusion = (imported.get("published") or {}).get("conclusion")
-    if conclusion:
-        out += [f"Their published conclusion (quoted, not ours): \"{conclusion}\"", ""]
+    if imported.conclusion:
+        out += [f"Their published conclusion (quoted, not ours): \"{imported.conclusion}\"", ""]
     return out
 
 
-def _published_study_lines(imported: dict) -> list[str]:
+def _published_study_lines(imported: ImportRecord) -> list[str]:
     """What the published study says about itself: date, hardware, arms, hypothesis, every gate and its outcome."""
-    study: dict = imported["study"] if isinstance(imported.get("study"), dict) else {}
+    study = imported.study
     out = ["## Published study (imported, not measured by us)", "",
-           f"- Date (published): {study.get('date') or 'not published'}"]
-    out += [f"- Hardware (published): {h}" for h in study.get("hardware") or []] or ["- Hardware: not published"]
-    for arm, description in (study.get("arms") or {}).items():
-        out.append(f"- Arm {arm}: {description or 'no description published'}")
-    for key, label in (("hypothesis", "Hypothesis"), ("independent_variable", "Independent variable")):
-        if study.get(key):
-            out.append(f"- {label} (quoted): \"{study[key]}\"")
-    out += [f"- Provenance: {imported.get('provenance', 'verified')}", ""]
-    return out + _published_gate_rows(imported.get("published_gates") or [])
+           f"- Date (published): {study.date or 'not published'}"]
+    out += [f"- Hardware (published): {h}" for h in study.hardware] or ["- Hardware: not published"]
+    out += [f"- Arm {arm}: {description or 'no description published'}" for arm, description in study.arms.items()]
+    for value, label in ((study.hypothesis, "Hypothesis"), (study.independent_variable, "Independent variable")):
+        if value:
+            out.append(f"- {label} (quoted): \"{value}\"")
+    out += [f"- Provenance: {imported.provenance}", ""]
+    return out + _published_gate_rows(imported.published_gates)
 
 
-def _published_gate_rows(gates: list[dict]) -> list[str]:
+_PUBLISHED_OUTCOME = {True: "passed", False: "**FAILED**", None: "not published"}
+
+
+def _published_gate_rows(gates: Sequence[PublishedGate]) -> list[str]:
     if not gates:
         return ["The published evidence declares no gate or acceptance criterion.", ""]
     out = ["| published gate or criterion | published outcome | criterion |", "| --- | --- | --- |"]
     for g in gates:
-        outcome = {True: "passed", False: "**FAILED**", None: "not published"}.get(g.get("outcome"), "?")
-        criterion = str(g.get("criterion") or "").replace("|", "\\|")
-        out.append(f"| {g.get('name')} | {outcome} | {criterion} |")
+        criterion = g.criterion.replace("|", "\\|")  # a pipe would split the table cell
+        out.append(f"| {g.name} | {_PUBLISHED_OUTCOME.get(g.outcome, '?')} | {criterion} |")
     return out + [""]
 
 
-def imported_note(imported: dict) -> str:
-    folder = imported.get("evidence_folder") or ""
-    where = f"{imported.get('source')}/{folder}" if folder else str(imported.get("source"))
-    provenance = imported.get("provenance", "verified")
-    if provenance != "verified":
-        checked = f"{provenance}; the sha256 of every imported file is recorded"
+def imported_note(imported: ImportRecord) -> str:
+    folder = imported.evidence_folder
+    where = f"{imported.source}/{folder}" if folder else str(imported.source)
+    if imported.provenance != "verified":
+        checked = f"{imported.provenance}; the sha256 of every imported file is recorded"
     else:
-        checked = f"{imported.get('files_verified', '?')} files verified against their {imported.get('digests_file') or 'manifest.json'}"
-    return (f"Imported from {where} ({imported.get('format', 'unknown')} format), not measured by us: "
+        checked = f"{imported.files_verified} files verified against their {imported.digests_file}"
+    return (f"Imported from {where} ({imported.format} format), not measured by us: "
             f"{checked}; unsigned.")
 
 
 def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: StateRecord | None = None,
-                  notes: Iterable[str] = (), run: RunInfo | None = None, imported: dict | None = None,
+                  notes: Iterable[str] = (), run: RunInfo | None = None, imported: ImportRecord | None = None,
                   run_facts: Iterable[str] = (), floor: Iterable[str] = (), drift: Sequence[str] = (),
                   servers: Iterable[str] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
@@ -310,7 +318,7 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     closes) with an INCOMPLETE RUN banner. None means the summary does not come from a run
     directory (no banner). `notes` are extra warnings printed under the title. `run` names
     the run, when and where it ran (the study date is the recipe's, the run's its own). `imported`
-    is an imported run's import.json: its status "imported" is complete, and the published figures
+    is an imported run's import.json record: its status "imported" is complete, and the published figures
     are listed next to ours. `run_facts` are lines about the weights and the GPU (`run_facts_of`),
     shown in their own section when present. `floor` is the hardware-floor section (`floor.floor_lines`),
     present when a backend measured the GPU. `drift` are the environment differences a study run
@@ -321,32 +329,13 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     done = (Status.COMPLETE, Status.IMPORTED) if imported is not None else (Status.COMPLETE,)
     banner = [incomplete_banner(state), ""] if state is not None and state.status not in done else []
     out = [f"# Study {summary['study_id']}", "", *banner, *drift_banner(drift)]
-    if imported is not None:
-        out += [f"> **{imported_note(imported)}**", ""]
-    out += [recipe.study.purpose.strip(), ""]
-    out += [f"- Study date (recipe): {recipe.study.date.isoformat()}"]
-    if run is not None:
-        out += [f"- Run: {run.describe()}",
-                f"- Hardware: {run.hardware}"]
-    out += [""]
-    out += [f"> **{n}**" for n in notes] + ([""] if notes else [])
+    out += _header_lines(recipe, run, imported, list(notes))
     t = as_table(rows)
-    excluded = int(sum(t.phase.equals(ph).sum() for ph in ("first", "warmup", "feasibility")))
+    out += _method_lines(t)
     # an imported run has only measured passes: its determinism line must not speak of feasibility passes
     passes_word = "feasibility and measured passes" if t.phase.equals("feasibility").any() else "measured passes"
-    out += [
-        ("P50 is the median. P95 JevBench rank is `sorted[int(0.95*N)-1]`; P95 nearest rank is "
-        "`sorted[ceil(0.95*N)-1]`. Means are `fsum / N` over successful measured requests; the first "
-        f"inference, warm-up and feasibility passes ({excluded} requests) are excluded. Correct / N counts the "
-        f"first measured pass, decision yes when p >= {YES_THRESHOLD}. Pass ranges are observed, not confidence intervals."),
-        "",
-    ]
     for name, wl in summary["workloads"].items():
-        out += [f"## Workload {name}", "", *_table(recipe, wl), "", *_descriptions(recipe, wl)]
-        out += [*_latency_notes(wl), ""]
-        out += ["Speed:", "", *_comparison_lines(wl), ""]
-        out += ["Agreement (first measured pass, paired by case id and position):", "", *_agreement_lines(wl, t, name), ""]
-        out += ["Determinism:", "", *_stability_lines(wl, passes_word), ""]
+        out += _workload_lines(recipe, name, wl, t, passes_word)
     if imported is not None:
         out += _imported_lines(imported)
     out += ["## Gates", "", *_gate_lines(summary["gates"]), ""]
@@ -359,6 +348,34 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     if banner:
         out += [banner[0], ""]
     return "\n".join(out)
+
+
+def _header_lines(recipe: Recipe, run: RunInfo | None, imported: ImportRecord | None, notes: list[str]) -> list[str]:
+    """Under the title: the imported note, the purpose, the study date, the run and its hardware, the notes."""
+    out = [f"> **{imported_note(imported)}**", ""] if imported is not None else []
+    out += [recipe.study.purpose.strip(), "", f"- Study date (recipe): {recipe.study.date.isoformat()}"]
+    if run is not None:
+        out += [f"- Run: {run.describe()}", f"- Hardware: {run.hardware}"]
+    return out + [""] + [f"> **{n}**" for n in notes] + ([""] if notes else [])
+
+
+def _method_lines(t: RowTable) -> list[str]:
+    excluded = int(sum(t.phase.equals(ph).sum() for ph in ("first", "warmup", "feasibility")))
+    return [
+        ("P50 is the median. P95 JevBench rank is `sorted[int(0.95*N)-1]`; P95 nearest rank is "
+        "`sorted[ceil(0.95*N)-1]`. Means are `fsum / N` over successful measured requests; the first "
+        f"inference, warm-up and feasibility passes ({excluded} requests) are excluded. Correct / N counts the "
+        f"first measured pass, decision yes when p >= {YES_THRESHOLD}. Pass ranges are observed, not confidence intervals."),
+        "",
+    ]
+
+
+def _workload_lines(recipe: Recipe, name: str, wl: WorkloadSummary, t: RowTable, passes_word: str) -> list[str]:
+    return [f"## Workload {name}", "", *_table(recipe, wl), "", *_descriptions(recipe, wl),
+            *_latency_notes(wl), "",
+            "Speed:", "", *_comparison_lines(wl), "",
+            "Agreement (first measured pass, paired by case id and position):", "", *_agreement_lines(wl, t, name), "",
+            "Determinism:", "", *_stability_lines(wl, passes_word), ""]
 
 
 # --- the run's own facts (for the report header and the plot titles) ------------------------
@@ -407,25 +424,22 @@ def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
     return RunInfo(run.path.name, None, hardware)
 
 
-def imported_run_info(run_id: str, imported: dict) -> RunInfo:
+def imported_run_info(run_id: str, imported: ImportRecord) -> RunInfo:
     """An imported run's facts are the published study's: its own date and hardware, never the import's."""
-    study: dict = imported["study"] if isinstance(imported.get("study"), dict) else {}
-    lines = [str(h) for h in study.get("hardware") or []]
-    named = [h.split(": ", 1)[1] for h in lines if h.split(": ", 1)[0] in ("hardware_name", "gpu")]
-    uuid = [h.split(": ", 1)[1] for h in lines if h.startswith("gpu_uuid: ")]
+    study = imported.study
+    named, uuid = study.hardware_value("hardware_name", "gpu"), study.hardware_value("gpu_uuid")
     hardware = ", ".join(named[:1] + uuid[:1]) or "hardware not published"
-    date = study.get("date")
-    return RunInfo(run_id, str(date) if date else None, hardware, when="published", imported=True)
+    return RunInfo(run_id, str(study.date) if study.date else None, hardware, when="published", imported=True)
 
 
 def _hardware(env: EnvironmentRecord, recipe: Recipe) -> str:
     """The GPU the run used (the run-time override, else the recipe's pin), or the CPU without a GPU."""
-    pinned = env.run_time_uuid or (recipe.controls.gpu.uuid if recipe.controls and recipe.controls.gpu else None)
-    named = [d for d in env.gpu_devices if d.name]
-    names = [d.name for d in named if d.name and (pinned is None or d.uuid == pinned)]
+    pin = recipe.controls.gpu if recipe.controls else None
+    pinned = env.run_time_uuid or (pin.uuid if pin is not None else None)
+    names = env.gpu_names(pinned)
     if names:
-        return ", ".join(sorted(set(names)))
-    if pinned is not None and named:
+        return ", ".join(names)
+    if pinned is not None and env.gpu_names(None):
         return f"pinned GPU {pinned} not in environment.json"
     return f"CPU only ({env.cpu_model})" if env.cpu_model else "hardware not recorded"
 
@@ -663,7 +677,7 @@ def _render_run(run: RunDir, as_status: str | None) -> tuple[str, RowTable, Summ
     if as_status is not None:  # the runner renders the report of a run it is about to call complete
         state = state.as_status(as_status)
     summary = summarize(rows, recipe, gpu=read_gpu_events(run.file(GPU_FILE)) if run.file(GPU_FILE).is_file() else None)
-    imported = run.read("import.json") if run.file("import.json").is_file() else None
+    imported = import_of(run)
     info = imported_run_info(run.path.name, imported) if imported is not None else run_info(run, recipe)
     backends = backends_of(run)
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
