@@ -88,6 +88,20 @@ def _predicate_problem(predicate: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _subjects(subjects: Any, where: str) -> tuple[Subject, ...]:
+    """Every subject's record; VerificationError naming the first malformed one."""
+    if not isinstance(subjects, list):
+        raise VerificationError(f"The statement of {where} is malformed: subject is not a list.")
+    parsed = []
+    for i, data in enumerate(subjects):
+        subject = Subject.from_json(data)
+        if subject is None:
+            raise VerificationError(f"The statement of {where} is malformed: subject[{i}] is not "
+                                    "{name: string, digest: {sha256: 64 hex digits}}.")
+        parsed.append(subject)
+    return tuple(parsed)
+
+
 @dataclass(frozen=True)
 class Statement:
     """A study result statement: its subjects and its predicate (kept whole, as signed)."""
@@ -129,19 +143,11 @@ class Statement:
         if data.get("predicateType") != PREDICATE_TYPE:
             raise VerificationError(f"{where} has predicate type {data.get('predicateType')!r}; this tool reads {PREDICATE_TYPE}.")
         predicate = check_format(data.get("predicate"), (PREDICATE_FORMAT_VERSION,), f"{where}: predicate")
-        subjects = data.get("subject")
-        if not isinstance(subjects, list):
-            raise VerificationError(f"The statement of {where} is malformed: subject is not a list.")
-        parsed = [Subject.from_json(s) for s in subjects]
-        for i, subject in enumerate(parsed):
-            if subject is None:
-                raise VerificationError(f"The statement of {where} is malformed: subject[{i}] is not "
-                                        "{name: string, digest: {sha256: 64 hex digits}}.")
+        subjects = _subjects(data.get("subject"), where)
         problem = _predicate_problem(predicate)
         if problem:
             raise VerificationError(f"The statement of {where} is malformed: {problem}.")
-        return cls(tuple(s for s in parsed if s is not None), predicate,
-                   (_omitted(predicate) or ()) if predicate.get("aggregate_only") else ())
+        return cls(subjects, predicate, (_omitted(predicate) or ()) if predicate.get("aggregate_only") else ())
 
     def to_json(self) -> dict[str, Any]:
         return {"_type": STATEMENT_TYPE, "subject": [s.to_json() for s in self.subjects],
