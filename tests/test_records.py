@@ -111,3 +111,32 @@ def test_older_files_read_with_absent_fields_as_none():
     imported = ImportRecord.from_json({"format_version": 2, "study": {"hardware": ["gpu: H200", "gpu_uuid: GPU-1"]}})
     assert imported.provenance == "verified" and imported.study.hardware_value("gpu") == ["H200"]
     assert imported.digests_file == "manifest.json" and imported.published_gates == ()
+
+
+def test_the_committed_tolerances_read_as_a_record():
+    from openjev_repro.evidence.recipe import read_yaml
+    from openjev_repro.evidence.tolerances import Tolerances
+
+    path = REPO / "manifests" / "tolerances" / "h200-reference-rerun.yaml"
+    tolerances = Tolerances.parse(read_yaml(path, "tolerances"), path)
+    assert tolerances.format_version == 1 and tolerances.to_json() == read_yaml(path, "tolerances")
+    raw = tolerances.limits_for("reference-raw").values
+    assert raw["max_mean_ratio"] == 1.30 and raw["max_p95_ratio"] == 1.15 and raw["decisions_must_match"] is True
+    assert tolerances.limits_for("another").values == tolerances.limits.values  # no own limits: the top-level ones
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"format_version": 1, "max_mean_ratio": float("inf")}, "t.yaml: max_mean_ratio must be a finite number >= 0"),
+    ({"format_version": 1, "per_backend": {"a": {"weights_must_match": 1}}},
+     "t.yaml: per_backend.a.weights_must_match must be true or false, not 1."),
+    ({"format_version": 1, "per_backend": {"a": {"max_ratio": 1}}}, "t.yaml: per_backend.a: unknown keys max_ratio"),
+    ({"format_version": 1, "backends": {"a": 1}}, "t.yaml: backends maps a baseline backend name"),
+    ({"format_version": 1, "speed": 1}, "t.yaml: unknown keys speed; known: backends, decisions_must_match"),
+])
+def test_a_bad_tolerance_is_named_with_its_file_and_key(data, message):
+    from openjev_repro.errors import RecipeError
+    from openjev_repro.evidence.tolerances import Tolerances
+
+    with pytest.raises(RecipeError) as caught:
+        Tolerances.parse(data, "t.yaml")
+    assert str(caught.value).startswith(message), caught.value
