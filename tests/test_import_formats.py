@@ -74,6 +74,7 @@ def test_report_states_the_published_date_hardware_arms_and_gates(tmp_path):
 
 
 def test_plots_of_an_imported_run_say_imported_and_the_published_date(tmp_path):
+    from openjev_repro.evidence.records import ImportRecord
     from openjev_repro.results.report import _title, imported_run_info
 
     class Fig:
@@ -81,7 +82,7 @@ def test_plots_of_an_imported_run_say_imported_and_the_published_date(tmp_path):
             self.text = text
 
     fig = Fig()
-    info = imported_run_info("run", {"study": {"date": "2026-10-03", "hardware": ["hardware_name: H200"]}})
+    info = imported_run_info("run", ImportRecord.from_json({"study": {"date": "2026-10-03", "hardware": ["hardware_name: H200"]}}))
     _title(fig, "imported-x", info, ["mixed"], "Latency")
     assert fig.text.startswith("Latency: IMPORTED evidence, not measured by us\n")
     assert "published 2026-10-03" in fig.text and "H200" in fig.text

@@ -193,6 +193,7 @@ def test_plan_prints_no_python_none():
 
 def test_report_rounds_numbers_lists_backends_in_recipe_order_and_an_imported_run_has_no_feasibility(gated_run, tmp_path):
     from openjev_repro.evidence.recipe import load_recipe
+    from openjev_repro.evidence.records import BackendsRecord
     from openjev_repro.evidence.rundir import RunDir
     from openjev_repro.results.report import _gate_lines, render_report, run_facts_of
     from openjev_repro.results.statistics import summarize
@@ -203,7 +204,7 @@ def test_report_rounds_numbers_lists_backends_in_recipe_order_and_an_imported_ru
     assert "6.003e-06" in line and "ratio 1.067 |" in line and "0.001" in line and "1.06727" not in line, line
     backends = {"backends": {"a-raw": {"weights_fingerprint": "wfp1:" + "0" * 64},
                              "b-fast": {"weights_fingerprint": "wfp1:" + "1" * 64}}}
-    facts = run_facts_of(RunDir(tmp_path), backends, ["b-fast", "a-raw"])
+    facts = run_facts_of(RunDir(tmp_path), BackendsRecord.from_json(backends), ["b-fast", "a-raw"])
     assert [f.split(":")[0] for f in facts] == ["- b-fast", "- a-raw"]
     run, _ = gated_run
     recipe = load_recipe(run / "recipe.yaml")

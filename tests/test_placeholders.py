@@ -52,7 +52,7 @@ def test_plan_leaves_launch_names_and_earlier_aux_ports_for_the_runner(tmp_path)
     aux = [{"name": "worker", "command": ["{python}", "w", "--port", "{port}"]}]
     path = _recipe(tmp_path, ["{python}", "s", "--port", "{port}", "--worker", "{port.worker}", "--in", "{inputs}",
                               "--run", "{run}", "--host", "{host}", "--name", "{backend}"], aux)
-    plan = resolve_plan(resolve_recipe(path, apply_lock=False))
+    plan = resolve_plan(resolve_recipe(path, apply_lock=False)).to_json()
     argv = plan["backends"][0]["command"]["argv"]
     assert argv[:6] == ["{python}", "s", "--port", "{port}", "--worker", "{port.worker}"]
     assert argv[7] == str(tmp_path / "inputs") and argv[8:] == ["--run", "{run}", "--host", "{host}", "--name", "{backend}"]

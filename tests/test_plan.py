@@ -28,7 +28,7 @@ def test_three_published_recipes_exist():
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_plan_renders_and_is_json(path, tmp_path):
-    plan = resolve_plan(resolve_recipe(path, inputs_root_override=tmp_path, apply_lock=False))
+    plan = resolve_plan(resolve_recipe(path, inputs_root_override=tmp_path, apply_lock=False)).to_json()
     assert json.loads(json.dumps(plan)) == plan
     assert plan["inputs_root"] == str(tmp_path)
     assert plan["needs_preparation"] and "requests/jevbench-noul-74.jsonl" in plan["unpinned"]
@@ -46,7 +46,7 @@ def test_plan_renders_and_is_json(path, tmp_path):
 
 def test_hf_comparison_plan():
     path = ROOT / "recipes/open-jev-h200-hf-comparison-2026-10-03.yaml"
-    plan = resolve_plan(resolve_recipe(path, apply_lock=False))
+    plan = resolve_plan(resolve_recipe(path, apply_lock=False)).to_json()
     by = {b["name"]: b for b in plan["backends"]}
     assert set(by) == {"hf", "native", "fast"}
     hf = by["hf"]["aux"][0]
@@ -73,7 +73,7 @@ def test_hf_comparison_plan():
 
 def test_cuda_graph_plan_gates_and_passes():
     path = ROOT / "recipes/open-jev-h200-cuda-graph-2026-10-03.yaml"
-    plan = resolve_plan(resolve_recipe(path, apply_lock=False))
+    plan = resolve_plan(resolve_recipe(path, apply_lock=False)).to_json()
     gates = {g["name"]: g for g in plan["gates"]}
     assert gates["short-mean-reduction"]["min_percent"] == 3.0 and gates["short-mean-reduction"]["every_pass"]
     assert gates["mixed-mean-reduction"]["min_percent"] == 2.0 and gates["mixed-mean-reduction"]["workload"] == "jevbench-noul-74"
@@ -100,7 +100,7 @@ def test_packed_silu_plan_traces(tmp_path):
     text = path.read_text().replace("  enabled: false", "  enabled: true")
     enabled = tmp_path / path.name
     enabled.write_text(text)
-    plan = resolve_plan(resolve_recipe(enabled, inputs_root_override=tmp_path, apply_lock=False))
+    plan = resolve_plan(resolve_recipe(enabled, inputs_root_override=tmp_path, apply_lock=False)).to_json()
     items = plan["traces"]["items"]
     assert len(items) == 18 and {i["tokens"] for i in items} == {107, 936, 3399}
     assert {i["wrap"] for i in items if i["backend"] != "fast"} == {"worker"}
@@ -175,3 +175,18 @@ def test_invoke_plan_bad_recipe_is_one_line_error(tmp_path):
     done = _invoke("plan", "--recipe", str(path))
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert f"{path}:{_line_of(path, 'revision: main')}" in done.stderr
+
+
+def test_plan_is_a_typed_record_whose_json_is_plan_json(tmp_path):
+    """resolve_plan returns evidence.plan.Plan: attributes for `invoke plan`, to_json() for plan.json."""
+    from openjev_repro.evidence.plan import PLAN_FORMAT_VERSION, Plan
+
+    plan = resolve_plan(resolve_recipe(RECIPES[0], inputs_root_override=tmp_path, apply_lock=False))
+    assert isinstance(plan, Plan) and plan.format_version == PLAN_FORMAT_VERSION
+    assert plan.study.id == "open-jev-h200-cuda-graph-2026-10-03" and plan.controls.gpu is not None
+    first = plan.backends[0]
+    assert first.start_order == [a.name for a in first.aux] + ["command"] and first.launched
+    assert [s.label() for s in plan.passes[0].steps][:2] == ["first", "warmup"]
+    data = plan.to_json()
+    assert data["format_version"] == PLAN_FORMAT_VERSION and data["needs_preparation"] is plan.needs_preparation
+    assert json.loads(json.dumps(data)) == data  # plain JSON: what the runner writes and `--json` prints

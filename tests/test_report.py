@@ -17,6 +17,7 @@ from test_results import RECIPE, recipe, study_rows
 
 from openjev_repro.errors import EvidenceError
 from openjev_repro.evidence.files import write_json_atomic
+from openjev_repro.evidence.records import StateRecord
 from openjev_repro.evidence.rows import RowWriter
 from openjev_repro.evidence.rundir import ENVELOPE_NAME, RunDir
 from openjev_repro.results.report import PLOT_NAMES, RunInfo, plot_figures, render_report, write_plots, write_report
@@ -129,7 +130,7 @@ def test_report_states_rules_gates_and_failures(rendered):
 
 def test_incomplete_state_gets_a_banner_at_top_and_bottom():
     rows, rec = study_rows(), recipe()
-    text = render_report(summarize(rows, rec), rows, rec, state={"status": "running", "error": None})
+    text = render_report(summarize(rows, rec), rows, rec, state=StateRecord("running"))
     lines = [row for row in text.splitlines() if row.strip()]
     assert lines[1].startswith("> **INCOMPLETE RUN**") and lines[-1].startswith("> **INCOMPLETE RUN**")
 

@@ -5,12 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from openjev_repro.evidence.records import BackendsRecord
 from openjev_repro.evidence.rows import Row
 from openjev_repro.results.floor import floor_lines, floor_ms, hardware_of
 from openjev_repro.results.row_table import RowTable
 
 P = 24_000_000_000
 HARDWARE = {"gpu": "Test GPU", "matmul_bf16_tflops": 800.0, "copy_tbps": 4.0}
+
+
+def _record(backends: dict) -> BackendsRecord:
+    """backends.json's record of these backends' /health facts."""
+    return BackendsRecord.from_json({"format_version": 1, "backends": backends})
 
 
 def _row(backend: str, phase: str, pass_index: int, seq: int, start_ms: float, latency_ms: float,
@@ -32,8 +38,10 @@ def test_floor_is_the_weight_read_or_the_matmuls_whichever_is_longer() -> None:
 def test_no_backend_measured_means_no_section() -> None:
     table = RowTable.from_rows([_row("a", "measured", 1, 0, 0, 10, 100)])
     absent = {"available": False, "reason": "not in the backend's /health"}
-    assert floor_lines({"a": {"hardware": absent, "non_embedding_parameters": absent}}, table) == []
-    assert hardware_of({"a": {"hardware": {**HARDWARE, "copy_tbps": 0}, "non_embedding_parameters": P}}) is None
+    assert floor_lines(_record({"a": {"hardware": absent, "non_embedding_parameters": absent}}), table) == []
+    assert hardware_of(_record({"a": {"hardware": {**HARDWARE, "copy_tbps": 0}, "non_embedding_parameters": P}})) is None
+    assert hardware_of(_record({"a": {"hardware": HARDWARE, "non_embedding_parameters": P}}))[1:] == (
+        BackendsRecord.from_json({"backends": {"a": {"hardware": HARDWARE}}}).backends["a"].hardware, P)
 
 
 def test_ratios_and_capture_cost_per_new_length() -> None:
@@ -44,7 +52,7 @@ def test_ratios_and_capture_cost_per_new_length() -> None:
     rows += [_row("e", "measured", 1, i, 20_000 + i * 100, 120, 1000) for i in range(4)]
     backends = {"g": {"hardware": HARDWARE, "non_embedding_parameters": P, "cuda_graphs": {"capacity": 64}},
                 "e": {"cuda_graphs": None}}
-    lines = floor_lines(backends, RowTable.from_rows(rows))
+    lines = floor_lines(_record(backends), RowTable.from_rows(rows))
     text = "\n".join(lines)
     assert "Measured by g on Test GPU" in text and "800.0 TFLOP/s" in text and "4.000 TB/s" in text
     g = next(line for line in lines if line.startswith("| g |"))

@@ -33,7 +33,6 @@ baseline), beside the probability differences (a changed prompt shows as a token
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -42,11 +41,11 @@ import numpy as np
 
 from ..decision import YES_THRESHOLD
 from ..errors import EvidenceError, RecipeError, RunIncomplete
-from ..evidence.files import check_format
 from ..evidence.recipe import parse_recipe, read_yaml
 from ..evidence.rows import Row
 from ..evidence.rundir import RunDir
 from ..evidence.summary import LatencyKey
+from ..evidence.tolerances import LIMIT_KEYS, TOLERANCE_KEYS, Tolerances
 from ..results.row_table import RowTable, as_table, read_table
 from ..results.statistics import (
     BOOTSTRAP_METHOD,
@@ -75,9 +74,6 @@ __all__ = [
 ]
 
 COMPARE_FORMAT_VERSION = 1
-LIMIT_KEYS = {"max_mean_ratio", "min_mean_ratio", "max_p95_ratio", "max_probability_delta", "decisions_must_match",
-              "weights_must_match"}
-TOLERANCE_KEYS = {"format_version", "backends", "per_backend", *LIMIT_KEYS}
 N_BOOT = 2000
 _STATS: tuple[LatencyKey, ...] = ("mean_ms", "p50_ms", "p95_jevbench_ms", "p95_nearest_rank_ms")
 
@@ -91,50 +87,13 @@ def load_tolerances(path: Path) -> dict[str, Any]:
 
 
 def check_tolerances(data: Any, path: Path) -> dict[str, Any]:
-    """A parsed tolerances mapping, checked (keys, per_backend, limit types); raises RecipeError naming path."""
-    check_format(data, (1,), f"{path} (a tolerances file)")
-    unknown = sorted(str(k) for k in set(data) - TOLERANCE_KEYS)
-    if unknown:
-        raise RecipeError(f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(TOLERANCE_KEYS))}.")
-    _check_limits(path, "", data)
-    _check_mapping(path, data.get("backends", {}))
-    _check_per_backend(path, data.get("per_backend", {}))
-    return data
-
-
-def _check_per_backend(path: Path, per_backend: Any) -> None:
-    if not isinstance(per_backend, dict) or not all(isinstance(n, str) for n in per_backend):
-        raise RecipeError(f"{path}: per_backend maps a baseline backend name to its limits.")
-    for name, limits in per_backend.items():
-        if not isinstance(limits, dict) or not limits:
-            raise RecipeError(f"{path}: per_backend.{name} is a mapping of limits ({', '.join(sorted(LIMIT_KEYS))}).")
-        unknown = sorted(str(k) for k in set(limits) - LIMIT_KEYS)
-        if unknown:
-            raise RecipeError(f"{path}: per_backend.{name}: unknown keys {', '.join(unknown)}; "
-                              f"known: {', '.join(sorted(LIMIT_KEYS))}.")
-        _check_limits(path, f"per_backend.{name}.", limits)
-
-
-def _check_mapping(path: Path, mapping: Any) -> None:
-    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
-        raise RecipeError(f"{path}: backends maps a baseline backend name to a candidate backend name "
-                          "(e.g. backends: {hf: hf-new}).")
-
-
-def _check_limits(path: Path, where: str, limits: dict) -> None:
-    for key in sorted(LIMIT_KEYS & set(limits)):
-        value = limits[key]
-        if key in ("decisions_must_match", "weights_must_match"):
-            if not isinstance(value, bool):
-                raise RecipeError(f"{path}: {where}{key} must be true or false, not {value!r}.")
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise RecipeError(f"{path}: {where}{key} must be a finite number >= 0, not {value!r}.")
+    """A parsed tolerances mapping, checked (`evidence.tolerances.Tolerances.parse`); RecipeError naming path."""
+    return Tolerances.parse(data, path).to_json()
 
 
 def limits_for(tolerances: dict, baseline_backend: str) -> dict[str, Any]:
     """The top-level limits with the backend's own (per_backend) replacing them key by key."""
-    own = (tolerances.get("per_backend") or {}).get(baseline_backend) or {}
-    return {**{k: v for k, v in tolerances.items() if k in LIMIT_KEYS}, **own}
+    return Tolerances.of(tolerances).limits_for(baseline_backend).to_json()
 
 
 def _load(directory: Path) -> tuple[RowTable, Any, dict[str, str | None]]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import json
 import os
 import stat
 import tarfile
@@ -105,8 +104,7 @@ def _prepare(run: RunDir, key: Any, aggregate_only: bool = True) -> tuple[dict[s
     subjects = [{"name": n, "digest": {"sha256": members[n]}} for n in sorted(members, key=PurePosixPath)]
     statement = build_statement(run, signed=key is not None, aggregate_only=aggregate_only, subjects=subjects,
                                 extra={"omitted": omitted, "source_envelope": SOURCE_ENVELOPE})
-    payload = json.dumps(statement, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
-    return members, {SOURCE_ENVELOPE: source_bytes, ENVELOPE_NAME: envelope_bytes(make_envelope(payload, key))}
+    return members, {SOURCE_ENVELOPE: source_bytes, ENVELOPE_NAME: envelope_bytes(make_envelope(statement.payload(), key))}
 
 
 def _check_source(run: RunDir) -> None:

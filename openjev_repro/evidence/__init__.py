@@ -5,6 +5,10 @@
     summary.py   summary.json's shape as TypedDicts, and read_summary
     files.py     the one atomic writer (files and directories), JSON and JSONL readers, format check
     rundir.py    the run directory: layout, state file, entry walk, output guard
+    plan.py      plan.json's record (`Plan`), what `resolve_plan` returns and `invoke plan` prints
+    records.py   the records of state, host, environment, backends and import JSON files
+    statement.py the signed statement's record and its one shape check (`Statement.parse`)
+    tolerances.py the tolerances file's record (`Tolerances.parse`, `limits_for`)
 
 Every other package may import this one; it imports only the foundations
 (tests/test_import_graph.py holds the rule).

@@ -9,8 +9,8 @@ Subjects are every evidence file of the run (`RunDir.evidence_files()`). The pre
 carries the full recipe, resolved pins, input hashes, environment, timing boundary, client
 overhead calibration, summary.json and gate outcomes, so a reader needs nothing else.
 
-Predicate format history (the version is in the predicate type URI and `format_version`):
-    1  (2026-11) first version.
+The statement's record, its shape check and the predicate's format history are in
+evidence/statement.py (`Statement`); `build_statement` returns one, `read_statement` checks with it.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EvidenceError, RunIncomplete, VerificationError
-from ..evidence.files import check_format, read_json, write_bytes_atomic
+from ..evidence.files import read_json, write_bytes_atomic
 from ..evidence.recipe import safe_yaml
 from ..evidence.rundir import ENVELOPE_NAME, READABLE_VERSIONS, RunDir, Status
+from ..evidence.statement import PREDICATE_FORMAT_VERSION, PREDICATE_TYPE, STATEMENT_TYPE, Statement
 from ..evidence.summary import read_summary
 from ..hashing import hash_file
 from ..limits import MAX_JSON_DEPTH, loads_bounded
@@ -39,13 +40,10 @@ __all__ = [
     "TIMING_BOUNDARY",
     "build_statement",
     "read_statement",
+    "read_statement_record",
     "subjects_of",
     "write_manifest",
 ]
-
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PREDICATE_TYPE = "https://openjev-repro.dev/study-result/v1"
-PREDICATE_FORMAT_VERSION = 1
 
 # What a latency row measures (the contract of openjev_repro.evidence.rows). A run's plan.json may
 # state its own boundary under "timing_boundary"; this is the default.
@@ -123,8 +121,8 @@ def _timing_boundary(plan: dict, calibration: dict) -> Any:
 
 def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
                     extra: dict[str, Any] | None = None, subjects: list[dict[str, Any]] | None = None
-                    ) -> dict[str, Any]:
-    """The statement for a run directory as it is on disk now.
+                    ) -> Statement:
+    """The statement for a run directory as it is on disk now (its record; `.payload()` is what is signed).
 
     `subjects` replaces hashing every evidence file, for a caller that already holds the
     digests (publish, after one verification); it must list every file, as `subjects_of` would."""
@@ -150,12 +148,12 @@ def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     predicate.update(extra or {})
-    return {
+    return Statement.parse({
         "_type": STATEMENT_TYPE,
         "subject": subjects if subjects is not None else subjects_of(run),
         "predicateType": PREDICATE_TYPE,
         "predicate": predicate,
-    }
+    }, str(run.file(ENVELOPE_NAME)))
 
 
 def write_manifest(run_dir: Path, *, key_path: Path | None) -> Path:
@@ -173,15 +171,24 @@ def write_manifest(run_dir: Path, *, key_path: Path | None) -> Path:
     if out.exists():
         raise EvidenceError(f"{out} already exists; a run's manifest is written once and never replaced.")
     key = load_private_key(key_path) if key_path is not None else None
-    statement = build_statement(run, signed=key is not None)
-    payload = json.dumps(statement, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    envelope = make_envelope(payload, key)
+    envelope = make_envelope(build_statement(run, signed=key is not None).payload(), key)
     write_bytes_atomic(out, envelope_bytes(envelope))  # fsynced; no temporary file survives a failure
     return out
 
 
 def read_statement(envelope_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(envelope, statement) of an envelope file, checked for shape but not for signature."""
+    """(envelope, statement) of an envelope file, checked for shape (`Statement.parse`) but not for signature."""
+    envelope, statement, _ = _read(envelope_path)
+    return envelope, statement
+
+
+def read_statement_record(envelope_path: Path) -> tuple[dict[str, Any], Statement]:
+    """(envelope, the statement's record) of an envelope file, checked for shape but not for signature."""
+    envelope, _, record = _read(envelope_path)
+    return envelope, record
+
+
+def _read(envelope_path: Path) -> tuple[dict[str, Any], dict[str, Any], Statement]:
     try:
         data = Path(envelope_path).read_bytes()
     except FileNotFoundError as exc:
@@ -193,59 +200,4 @@ def read_statement(envelope_path: Path) -> tuple[dict[str, Any], dict[str, Any]]
         statement = loads_bounded(payload_of(envelope).decode("utf-8"), max_depth=MAX_JSON_DEPTH)
     except ValueError as exc:  # bad UTF-8, syntax, nesting, huge integers
         raise VerificationError(f"The payload of {envelope_path} is not JSON ({exc}).") from None
-    if not isinstance(statement, dict) or statement.get("_type") != STATEMENT_TYPE:
-        raise VerificationError(f"The payload of {envelope_path} is not an in-toto Statement v1.")
-    if statement.get("predicateType") != PREDICATE_TYPE:
-        raise VerificationError(
-            f"{envelope_path} has predicate type {statement.get('predicateType')!r}; this tool reads {PREDICATE_TYPE}."
-        )
-    check_format(statement.get("predicate"), (PREDICATE_FORMAT_VERSION,), f"{envelope_path}: predicate")
-    problem = _statement_problem(statement)
-    if problem:
-        raise VerificationError(f"The statement of {envelope_path} is malformed: {problem}.")
-    return envelope, statement
-
-
-_SHA256_HEX = frozenset("0123456789abcdef")
-
-
-def _subject_ok(s: Any) -> bool:
-    digest = s.get("digest") if isinstance(s, dict) else None
-    sha = digest.get("sha256") if isinstance(digest, dict) else None
-    return (isinstance(s, dict) and set(s) == {"name", "digest"} and isinstance(s["name"], str)
-            and isinstance(sha, str) and len(sha) == 64 and set(sha) <= _SHA256_HEX)
-
-
-def _aggregate_problem(predicate: dict[str, Any]) -> str | None:
-    """What an aggregate-only predicate lacks: the omitted files and the source envelope."""
-    omitted = predicate.get("omitted", [])
-    if not isinstance(omitted, list) or not all(
-        isinstance(o, dict) and isinstance(o.get("name"), str) and isinstance(o.get("sha256"), str) for o in omitted
-    ):
-        return "predicate.omitted is not a list of {name, sha256} strings"
-    if not isinstance(predicate.get("source_envelope"), str):
-        return "predicate.source_envelope is not a file name"
-    return None
-
-
-def _predicate_problem(predicate: dict[str, Any]) -> str | None:
-    for key in ("signed", "aggregate_only"):
-        if not isinstance(predicate.get(key, False), bool):
-            return f"predicate.{key} is not true or false"
-    for key in ("state", "summary"):
-        if not isinstance(predicate.get(key), dict):
-            return f"predicate.{key} is not an object"
-    if not isinstance(predicate.get("gates", []), list):
-        return "predicate.gates is not a list"
-    return _aggregate_problem(predicate) if predicate.get("aggregate_only") else None
-
-
-def _statement_problem(statement: dict[str, Any]) -> str | None:
-    """The first field of a statement that does not have the shape this tool writes; None if all do."""
-    subjects = statement.get("subject")
-    if not isinstance(subjects, list):
-        return "subject is not a list"
-    for i, s in enumerate(subjects):
-        if not _subject_ok(s):
-            return f"subject[{i}] is not {{name: string, digest: {{sha256: 64 hex digits}}}}"
-    return _predicate_problem(statement["predicate"])
+    return envelope, statement, Statement.parse(statement, str(envelope_path))

@@ -219,7 +219,7 @@ def plan_study(opts: StudyOptions) -> StudyPlan:
     from ..study.plan import resolve_plan
 
     study = resolve_recipe(opts.recipe_path, inputs_root_override=opts.inputs_root)
-    return StudyPlan(study=study, planned=resolve_plan(study, runtime=opts.runtime))
+    return StudyPlan(study=study, planned=resolve_plan(study, runtime=opts.runtime).to_json())
 
 
 @dataclass

@@ -8,7 +8,7 @@ the time to read every weight once, or to do the weight matmuls of T tokens at t
 matmul rate, whichever is longer (attention, the recurrent state and elementwise work are left
 out, so no implementation can reach it). The copy bandwidth and the matmul rate are the ones a
 backend measured on the run's own GPU (`python -m openjev_repro.backend --measure-hardware`,
-recorded in backends.json as `hardware`); P is what that backend reports as
+recorded in backends.json as `hardware`, read as `evidence.records.HardwareFigures`); P is what that backend reports as
 `non_embedding_parameters`. A run whose backends measured nothing has no floor section.
 
 `floor_lines` states, per backend, the measured mean, P50 and P95 (JevBench rank) over every
@@ -20,10 +20,9 @@ the median measured latency of that length).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from ..evidence.records import BackendsRecord, HardwareFigures
 from .row_table import RowTable
 from .statistics import mean, median, p95_jevbench
 
@@ -40,15 +39,11 @@ def floor_ms(tokens: np.ndarray, parameters: int, copy_tbps: float, matmul_tflop
     return np.maximum(read, compute)
 
 
-def hardware_of(backends: dict[str, Any]) -> tuple[str, dict[str, Any], int] | None:
-    """(backend, its hardware figures, its parameter count) of the first backend that measured them."""
-    for name, info in sorted(backends.items()):
-        hardware = info.get("hardware") if isinstance(info, dict) else None
-        parameters = info.get("non_embedding_parameters") if isinstance(info, dict) else None
-        if (isinstance(hardware, dict) and isinstance(hardware.get("copy_tbps"), (int, float))
-                and isinstance(hardware.get("matmul_bf16_tflops"), (int, float)) and isinstance(parameters, int)
-                and hardware["copy_tbps"] > 0 and hardware["matmul_bf16_tflops"] > 0 and parameters > 0):
-            return name, hardware, parameters
+def hardware_of(backends: BackendsRecord) -> tuple[str, HardwareFigures, int] | None:
+    """(backend, its hardware figures, its parameter count) of the first backend (by name) that measured them."""
+    for name, facts in sorted(backends.backends.items()):
+        if facts.floor_figures is not None:
+            return name, *facts.floor_figures
     return None
 
 
@@ -81,20 +76,37 @@ def _capture_cost(t: RowTable, rows: np.ndarray, measured: np.ndarray) -> str:
     return f"{median(costs):.1f} ms median over {len(costs)} lengths (max {max(costs):.1f} ms)"
 
 
-def floor_lines(backends: dict[str, Any], table: RowTable) -> list[str]:
+def _header(source: str, hardware: HardwareFigures, parameters: int) -> list[str]:
+    copy, rate = hardware.copy_tbps, hardware.matmul_bf16_tflops
+    return [(f"Measured by {source} on {hardware.gpu} before serving: dense BF16 matmul "
+             f"{rate:.1f} TFLOP/s, device copy {copy:.3f} TB/s (read + written); {parameters:,} non-embedding "
+             f"parameters, so reading the weights once takes {2 * parameters / (copy * 1e12) * 1e3:.2f} ms. "
+             "floor(T) = max(2·P / copy bandwidth, 2·P·T / matmul rate); ratios are measured / floor."), "",
+            ("| backend | requests | mean ms | floor | ratio | P50 ms | floor | ratio | P95 ms | floor | ratio "
+             f"| {SHORT_TOKENS[0]}–{SHORT_TOKENS[1]}-token mean ms | floor | ratio |"),
+            "| --- |" + " ---: |" * 13]
+
+
+def _row_cells(name: str, table: RowTable, idx: np.ndarray, hardware: HardwareFigures, parameters: int) -> str:
+    """One backend's table row: measured figures, their floors and ratios, then the short requests'."""
+    latency = table.latency_ms[idx]
+    floors = floor_ms(table.input_tokens[idx], parameters, hardware.copy_tbps, hardware.matmul_bf16_tflops)
+    short = (table.input_tokens[idx] >= SHORT_TOKENS[0]) & (table.input_tokens[idx] <= SHORT_TOKENS[1])
+    cells = [name, str(len(idx))]
+    for got, low in zip(_figures(latency), _figures(floors), strict=True):
+        cells += [_ms(got), _ms(low), _ratio(got, low)]
+    short_got, short_low = mean(latency[short].tolist()), mean(floors[short].tolist())
+    cells += [_ms(short_got), _ms(short_low), _ratio(short_got, short_low)]
+    return "| " + " | ".join(cells) + " |"
+
+
+def floor_lines(backends: BackendsRecord, table: RowTable) -> list[str]:
     """Markdown lines of the hardware-floor section ([] when no backend measured the hardware)."""
     found = hardware_of(backends)
     if found is None:
         return []
     source, hardware, parameters = found
-    copy, rate = float(hardware["copy_tbps"]), float(hardware["matmul_bf16_tflops"])
-    lines = [(f"Measured by {source} on {hardware.get('gpu', 'its GPU')} before serving: dense BF16 matmul "
-             f"{rate:.1f} TFLOP/s, device copy {copy:.3f} TB/s (read + written); {parameters:,} non-embedding "
-             f"parameters, so reading the weights once takes {2 * parameters / (copy * 1e12) * 1e3:.2f} ms. "
-             "floor(T) = max(2·P / copy bandwidth, 2·P·T / matmul rate); ratios are measured / floor."), "",
-             ("| backend | requests | mean ms | floor | ratio | P50 ms | floor | ratio | P95 ms | floor | ratio "
-             f"| {SHORT_TOKENS[0]}–{SHORT_TOKENS[1]}-token mean ms | floor | ratio |"),
-             "| --- |" + " ---: |" * 13]
+    lines = _header(source, hardware, parameters)
     ok_measured = table.phase.equals("measured") & table.ok & table.has_input_tokens
     captures = []
     for name in sorted({b for b in table.backend.strings() if b is not None}):
@@ -102,20 +114,11 @@ def floor_lines(backends: dict[str, Any], table: RowTable) -> list[str]:
         idx = np.flatnonzero(mine & ok_measured)
         if not len(idx):
             continue
-        latency = table.latency_ms[idx]
-        floors = floor_ms(table.input_tokens[idx], parameters, copy, rate)
-        short = (table.input_tokens[idx] >= SHORT_TOKENS[0]) & (table.input_tokens[idx] <= SHORT_TOKENS[1])
-        cells = [name, str(len(idx))]
-        for got, low in zip(_figures(latency), _figures(floors), strict=True):
-            cells += [_ms(got), _ms(low), _ratio(got, low)]
-        short_got, short_low = mean(latency[short].tolist()), mean(floors[short].tolist())
-        cells += [_ms(short_got), _ms(short_low), _ratio(short_got, short_low)]
-        lines.append("| " + " | ".join(cells) + " |")
-        graphs = backends.get(name, {}).get("cuda_graphs") if isinstance(backends.get(name), dict) else None
-        if isinstance(graphs, dict) and graphs.get("capacity"):
+        lines.append(_row_cells(name, table, idx, hardware, parameters))
+        facts = backends.backends.get(name)
+        if facts is not None and facts.cuda_graph_capacity:
             every = np.flatnonzero(mine & table.ok & table.has_input_tokens)
-            captures.append(f"- {name}: capture cost per new length "
-                            f"{_capture_cost(table, every, idx)}")
+            captures.append(f"- {name}: capture cost per new length {_capture_cost(table, every, idx)}")
     if captures:
         lines += ["", *captures]
     return lines

@@ -19,12 +19,26 @@ from typing import Any
 import numpy as np
 
 from ..decision import YES_THRESHOLD
-from ..errors import EvidenceError, UnsupportedFormat
+from ..errors import EvidenceError
 from ..evidence.files import write_bytes_atomic
 from ..evidence.recipe import Recipe, load_recipe
+from ..evidence.records import (
+    BackendFacts,
+    BackendsRecord,
+    EnvironmentRecord,
+    HostRecord,
+    ImportRecord,
+    PublishedGate,
+    StateRecord,
+    backends_of,
+    environment_of,
+    host_of,
+    import_of,
+    state_of,
+)
 from ..evidence.rows import Row
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status, guard_output
-from ..evidence.summary import GateResult, LatencyKey, PassStats, Summary, WorkloadSummary
+from ..evidence.summary import BackendSummary, GateResult, LatencyKey, PassStats, Summary, WorkloadSummary
 from .energy import GPU_FILE, read_gpu_events
 from .floor import floor_lines
 from .gpu_report import energy_lines
@@ -88,11 +102,10 @@ def recorded_drift(run: RunDir) -> list[str]:
     return [str(d) for d in found] if isinstance(found, list) else ["environment_check.json lists no differences"]
 
 
-def incomplete_banner(state: dict) -> str:
-    status = state.get("status", "unknown")
-    why = f" Error: {state['error']}" if state.get("error") else ""
+def incomplete_banner(state: StateRecord) -> str:
+    why = f" Error: {state.error}" if state.error else ""
     return (
-        f"> **INCOMPLETE RUN** - state.json status is {status!r}, not 'complete'. The figures below cover only "
+        f"> **INCOMPLETE RUN** - state.json status is {state.status!r}, not 'complete'. The figures below cover only "
         f"the requests that finished; they are not the study's result and must not be cited as such.{why}"
     )
 
@@ -131,13 +144,20 @@ def _latency_notes(wl: WorkloadSummary) -> list[str]:
     if pooled:
         out.append("Pooled over all measured passes (the CDF plot's marks): " + "; ".join(pooled) + ".")
     for name, b in wl["backends"].items():
-        if b["overall"]["errors"]:
-            out.append(f"**{name}: {b['overall']['errors']} failed measured request(s)**, excluded from latency "
-                       f"statistics and counted as not correct.")
-        if b["decision_mismatches"]:
-            ids = ", ".join(sorted({m["id"] for m in b["decision_mismatches"]}))
-            out.append(f"**{name}: {len(b['decision_mismatches'])} rows record a decision that differs from "
-                       f"p >= {YES_THRESHOLD} of their probability** ({ids}); correctness uses the recomputed decision.")
+        out += _failure_notes(name, b)
+    return out
+
+
+def _failure_notes(name: str, b: BackendSummary) -> list[str]:
+    """A backend's failed measured requests and rows whose recorded decision contradicts their probability."""
+    out = []
+    if b["overall"]["errors"]:
+        out.append(f"**{name}: {b['overall']['errors']} failed measured request(s)**, excluded from latency "
+                   f"statistics and counted as not correct.")
+    if b["decision_mismatches"]:
+        ids = ", ".join(sorted({m["id"] for m in b["decision_mismatches"]}))
+        out.append(f"**{name}: {len(b['decision_mismatches'])} rows record a decision that differs from "
+                   f"p >= {YES_THRESHOLD} of their probability** ({ids}); correctness uses the recomputed decision.")
     return out
 
 
@@ -233,74 +253,72 @@ def _gate_lines(gates: list[GateResult]) -> list[str]:
     return lines
 
 
-def _imported_lines(imported: dict) -> list[str]:
+def _imported_lines(imported: ImportRecord) -> list[str]:
     from .imported import cleanup_line, figure_lines
 
     out = [*_published_study_lines(imported), "## Published figures (imported evidence)", "",
            ("Each figure their summary.json publishes, recomputed from the imported rows: EXACT bit for bit, "
            "WITHIN half a unit of its last printed decimal (at most 15 significant digits), DIFF otherwise."), "",
-           "```", *figure_lines(imported), "```", ""]
-    absent = imported.get("absent") or []
-    if absent:
-        out += [f"Listed in their manifest but not present, not verified: {', '.join(absent)}.", ""]
-    cleanup = cleanup_line(imported.get("cleanup") or {})
+           "```", *figure_lines(dict(imported.raw)), "```", ""]
+    if imported.absent:
+        out += [f"Listed in their manifest but not present, not verified: {', '.join(imported.absent)}.", ""]
+    cleanup = cleanup_line(dict(imported.cleanup))
     if cleanup:
         out += [cleanup, ""]
-    conclusion = (imported.get("published") or {}).get("conclusion")
-    if conclusion:
-        out += [f"Their published conclusion (quoted, not ours): \"{conclusion}\"", ""]
+    if imported.conclusion:
+        out += [f"Their published conclusion (quoted, not ours): \"{imported.conclusion}\"", ""]
     return out
 
 
-def _published_study_lines(imported: dict) -> list[str]:
+def _published_study_lines(imported: ImportRecord) -> list[str]:
     """What the published study says about itself: date, hardware, arms, hypothesis, every gate and its outcome."""
-    study: dict = imported["study"] if isinstance(imported.get("study"), dict) else {}
+    study = imported.study
     out = ["## Published study (imported, not measured by us)", "",
-           f"- Date (published): {study.get('date') or 'not published'}"]
-    out += [f"- Hardware (published): {h}" for h in study.get("hardware") or []] or ["- Hardware: not published"]
-    for arm, description in (study.get("arms") or {}).items():
-        out.append(f"- Arm {arm}: {description or 'no description published'}")
-    for key, label in (("hypothesis", "Hypothesis"), ("independent_variable", "Independent variable")):
-        if study.get(key):
-            out.append(f"- {label} (quoted): \"{study[key]}\"")
-    out += [f"- Provenance: {imported.get('provenance', 'verified')}", ""]
-    return out + _published_gate_rows(imported.get("published_gates") or [])
+           f"- Date (published): {study.date or 'not published'}"]
+    out += [f"- Hardware (published): {h}" for h in study.hardware] or ["- Hardware: not published"]
+    out += [f"- Arm {arm}: {description or 'no description published'}" for arm, description in study.arms.items()]
+    for value, label in ((study.hypothesis, "Hypothesis"), (study.independent_variable, "Independent variable")):
+        if value:
+            out.append(f"- {label} (quoted): \"{value}\"")
+    out += [f"- Provenance: {imported.provenance}", ""]
+    return out + _published_gate_rows(imported.published_gates)
 
 
-def _published_gate_rows(gates: list[dict]) -> list[str]:
+_PUBLISHED_OUTCOME = {True: "passed", False: "**FAILED**", None: "not published"}
+
+
+def _published_gate_rows(gates: Sequence[PublishedGate]) -> list[str]:
     if not gates:
         return ["The published evidence declares no gate or acceptance criterion.", ""]
     out = ["| published gate or criterion | published outcome | criterion |", "| --- | --- | --- |"]
     for g in gates:
-        outcome = {True: "passed", False: "**FAILED**", None: "not published"}.get(g.get("outcome"), "?")
-        criterion = str(g.get("criterion") or "").replace("|", "\\|")
-        out.append(f"| {g.get('name')} | {outcome} | {criterion} |")
+        criterion = g.criterion.replace("|", "\\|")  # a pipe would split the table cell
+        out.append(f"| {g.name} | {_PUBLISHED_OUTCOME.get(g.outcome, '?')} | {criterion} |")
     return out + [""]
 
 
-def imported_note(imported: dict) -> str:
-    folder = imported.get("evidence_folder") or ""
-    where = f"{imported.get('source')}/{folder}" if folder else str(imported.get("source"))
-    provenance = imported.get("provenance", "verified")
-    if provenance != "verified":
-        checked = f"{provenance}; the sha256 of every imported file is recorded"
+def imported_note(imported: ImportRecord) -> str:
+    folder = imported.evidence_folder
+    where = f"{imported.source}/{folder}" if folder else str(imported.source)
+    if imported.provenance != "verified":
+        checked = f"{imported.provenance}; the sha256 of every imported file is recorded"
     else:
-        checked = f"{imported.get('files_verified', '?')} files verified against their {imported.get('digests_file') or 'manifest.json'}"
-    return (f"Imported from {where} ({imported.get('format', 'unknown')} format), not measured by us: "
+        checked = f"{imported.files_verified} files verified against their {imported.digests_file}"
+    return (f"Imported from {where} ({imported.format} format), not measured by us: "
             f"{checked}; unsigned.")
 
 
-def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: dict | None = None,
-                  notes: Iterable[str] = (), run: RunInfo | None = None, imported: dict | None = None,
+def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: StateRecord | None = None,
+                  notes: Iterable[str] = (), run: RunInfo | None = None, imported: ImportRecord | None = None,
                   run_facts: Iterable[str] = (), floor: Iterable[str] = (), drift: Sequence[str] = (),
                   servers: Iterable[str] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
 
-    `state` is the run's state.json: unless its status is "complete" the report opens (and
+    `state` is the run's state.json record: unless its status is "complete" the report opens (and
     closes) with an INCOMPLETE RUN banner. None means the summary does not come from a run
     directory (no banner). `notes` are extra warnings printed under the title. `run` names
     the run, when and where it ran (the study date is the recipe's, the run's its own). `imported`
-    is an imported run's import.json: its status "imported" is complete, and the published figures
+    is an imported run's import.json record: its status "imported" is complete, and the published figures
     are listed next to ours. `run_facts` are lines about the weights and the GPU (`run_facts_of`),
     shown in their own section when present. `floor` is the hardware-floor section (`floor.floor_lines`),
     present when a backend measured the GPU. `drift` are the environment differences a study run
@@ -309,34 +327,15 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     launched or reached by URL, readiness, connections, whether TCP connects were timed).
     """
     done = (Status.COMPLETE, Status.IMPORTED) if imported is not None else (Status.COMPLETE,)
-    banner = [incomplete_banner(state), ""] if state is not None and state.get("status") not in done else []
+    banner = [incomplete_banner(state), ""] if state is not None and state.status not in done else []
     out = [f"# Study {summary['study_id']}", "", *banner, *drift_banner(drift)]
-    if imported is not None:
-        out += [f"> **{imported_note(imported)}**", ""]
-    out += [recipe.study.purpose.strip(), ""]
-    out += [f"- Study date (recipe): {recipe.study.date.isoformat()}"]
-    if run is not None:
-        out += [f"- Run: {run.describe()}",
-                f"- Hardware: {run.hardware}"]
-    out += [""]
-    out += [f"> **{n}**" for n in notes] + ([""] if notes else [])
+    out += _header_lines(recipe, run, imported, list(notes))
     t = as_table(rows)
-    excluded = int(sum(t.phase.equals(ph).sum() for ph in ("first", "warmup", "feasibility")))
+    out += _method_lines(t)
     # an imported run has only measured passes: its determinism line must not speak of feasibility passes
     passes_word = "feasibility and measured passes" if t.phase.equals("feasibility").any() else "measured passes"
-    out += [
-        ("P50 is the median. P95 JevBench rank is `sorted[int(0.95*N)-1]`; P95 nearest rank is "
-        "`sorted[ceil(0.95*N)-1]`. Means are `fsum / N` over successful measured requests; the first "
-        f"inference, warm-up and feasibility passes ({excluded} requests) are excluded. Correct / N counts the "
-        f"first measured pass, decision yes when p >= {YES_THRESHOLD}. Pass ranges are observed, not confidence intervals."),
-        "",
-    ]
     for name, wl in summary["workloads"].items():
-        out += [f"## Workload {name}", "", *_table(recipe, wl), "", *_descriptions(recipe, wl)]
-        out += [*_latency_notes(wl), ""]
-        out += ["Speed:", "", *_comparison_lines(wl), ""]
-        out += ["Agreement (first measured pass, paired by case id and position):", "", *_agreement_lines(wl, t, name), ""]
-        out += ["Determinism:", "", *_stability_lines(wl, passes_word), ""]
+        out += _workload_lines(recipe, name, wl, t, passes_word)
     if imported is not None:
         out += _imported_lines(imported)
     out += ["## Gates", "", *_gate_lines(summary["gates"]), ""]
@@ -349,6 +348,34 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     if banner:
         out += [banner[0], ""]
     return "\n".join(out)
+
+
+def _header_lines(recipe: Recipe, run: RunInfo | None, imported: ImportRecord | None, notes: list[str]) -> list[str]:
+    """Under the title: the imported note, the purpose, the study date, the run and its hardware, the notes."""
+    out = [f"> **{imported_note(imported)}**", ""] if imported is not None else []
+    out += [recipe.study.purpose.strip(), "", f"- Study date (recipe): {recipe.study.date.isoformat()}"]
+    if run is not None:
+        out += [f"- Run: {run.describe()}", f"- Hardware: {run.hardware}"]
+    return out + [""] + [f"> **{n}**" for n in notes] + ([""] if notes else [])
+
+
+def _method_lines(t: RowTable) -> list[str]:
+    excluded = int(sum(t.phase.equals(ph).sum() for ph in ("first", "warmup", "feasibility")))
+    return [
+        ("P50 is the median. P95 JevBench rank is `sorted[int(0.95*N)-1]`; P95 nearest rank is "
+        "`sorted[ceil(0.95*N)-1]`. Means are `fsum / N` over successful measured requests; the first "
+        f"inference, warm-up and feasibility passes ({excluded} requests) are excluded. Correct / N counts the "
+        f"first measured pass, decision yes when p >= {YES_THRESHOLD}. Pass ranges are observed, not confidence intervals."),
+        "",
+    ]
+
+
+def _workload_lines(recipe: Recipe, name: str, wl: WorkloadSummary, t: RowTable, passes_word: str) -> list[str]:
+    return [f"## Workload {name}", "", *_table(recipe, wl), "", *_descriptions(recipe, wl),
+            *_latency_notes(wl), "",
+            "Speed:", "", *_comparison_lines(wl), "",
+            "Agreement (first measured pass, paired by case id and position):", "", *_agreement_lines(wl, t, name), "",
+            "Determinism:", "", *_stability_lines(wl, passes_word), ""]
 
 
 # --- the run's own facts (for the report header and the plot titles) ------------------------
@@ -380,61 +407,41 @@ def _utc(moment: datetime) -> str:
 def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
     """When the run started: state.json's started_utc, else the UTC stamp in the run directory's
     name; a renamed older run falls back to state.json's last update (labelled as such)."""
-    state = run.state()
-    hardware = _hardware(run, recipe)
+    state = StateRecord.from_json(run.state())
+    hardware = _hardware(environment_of(run), recipe)
     try:
-        if state.get("started_utc"):
-            return RunInfo(run.path.name, _utc(datetime.fromisoformat(str(state["started_utc"]))), hardware)
+        if state.started_utc:
+            return RunInfo(run.path.name, _utc(datetime.fromisoformat(state.started_utc)), hardware)
         stamp = _RUN_STAMP.search(run.path.name)
         if stamp:
             moment = datetime.strptime(stamp.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
             return RunInfo(run.path.name, _utc(moment), hardware)
-        if isinstance(state.get("updated_unix"), (int, float)):
-            moment = datetime.fromtimestamp(state["updated_unix"], UTC)
+        if state.updated_unix is not None:
+            moment = datetime.fromtimestamp(state.updated_unix, UTC)
             return RunInfo(run.path.name, _utc(moment), hardware, when="state last updated")
     except (ValueError, OverflowError, OSError):
         pass
     return RunInfo(run.path.name, None, hardware)
 
 
-def imported_run_info(run_id: str, imported: dict) -> RunInfo:
+def imported_run_info(run_id: str, imported: ImportRecord) -> RunInfo:
     """An imported run's facts are the published study's: its own date and hardware, never the import's."""
-    study: dict = imported["study"] if isinstance(imported.get("study"), dict) else {}
-    lines = [str(h) for h in study.get("hardware") or []]
-    named = [h.split(": ", 1)[1] for h in lines if h.split(": ", 1)[0] in ("hardware_name", "gpu")]
-    uuid = [h.split(": ", 1)[1] for h in lines if h.startswith("gpu_uuid: ")]
+    study = imported.study
+    named, uuid = study.hardware_value("hardware_name", "gpu"), study.hardware_value("gpu_uuid")
     hardware = ", ".join(named[:1] + uuid[:1]) or "hardware not published"
-    date = study.get("date")
-    return RunInfo(run_id, str(date) if date else None, hardware, when="published", imported=True)
+    return RunInfo(run_id, str(study.date) if study.date else None, hardware, when="published", imported=True)
 
 
-def _environment_of(run: RunDir) -> dict:
-    """environment.json, or {} when absent or unreadable (a newer format is still refused)."""
-    try:
-        env = run.read("environment.json") if run.file("environment.json").is_file() else {}
-    except UnsupportedFormat:
-        raise
-    except (OSError, ValueError, EvidenceError):
-        env = {}
-    return env
-
-
-def _mapping(value: Any) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
-def _hardware(run: RunDir, recipe: Recipe) -> str:
-    env = _environment_of(run)
-    devices = (env.get("gpus") or {}).get("devices") or []
-    run_time = _mapping(_mapping(env.get("gpu_override")).get("run_time"))
-    pinned = run_time.get("uuid") or (recipe.controls.gpu.uuid if recipe.controls and recipe.controls.gpu else None)
-    names = [d.get("name") for d in devices if d.get("name") and (pinned is None or d.get("uuid") == pinned)]
+def _hardware(env: EnvironmentRecord, recipe: Recipe) -> str:
+    """The GPU the run used (the run-time override, else the recipe's pin), or the CPU without a GPU."""
+    pin = recipe.controls.gpu if recipe.controls else None
+    pinned = env.run_time_uuid or (pin.uuid if pin is not None else None)
+    names = env.gpu_names(pinned)
     if names:
-        return ", ".join(sorted(set(names)))
-    if pinned is not None and any(d.get("name") for d in devices):
+        return ", ".join(names)
+    if pinned is not None and env.gpu_names(None):
         return f"pinned GPU {pinned} not in environment.json"
-    cpu = (env.get("host") or {}).get("cpu_model")
-    return f"CPU only ({cpu})" if cpu else "hardware not recorded"
+    return f"CPU only ({env.cpu_model})" if env.cpu_model else "hardware not recorded"
 
 
 # --- plots -----------------------------------------------------------------------------
@@ -609,41 +616,42 @@ def write_plots(rows: RowTable | Iterable[Row], out_dir: Path, study_id: str = "
 # --- a run directory -------------------------------------------------------------------
 
 
-def _load_run(run: RunDir) -> tuple[dict, Recipe, RowTable]:
-    state = run.effective_state()  # a "running" run whose study died is reported incomplete
+def _load_run(run: RunDir) -> tuple[StateRecord, Recipe, RowTable]:
+    state = state_of(run)  # a "running" run whose study died is reported incomplete
     recipe = load_recipe(run.file("recipe.yaml"))
-    if run.rows_path.exists() or state.get("status") == Status.COMPLETE:
+    if run.rows_path.exists() or state.status == Status.COMPLETE:
         rows = read_table(run.rows_path)
     else:
         rows = RowTable.from_rows([])  # a run that stopped before its first request
     return state, recipe, rows
 
 
-def run_facts_of(run: RunDir, backends: dict, order: Sequence[str] = ()) -> list[str]:
-    """Report lines from backends.json's content `backends` (weights fingerprints, threads; {} when the run
+def _override_line(host: HostRecord | None) -> list[str]:
+    override = host.gpu_override if host is not None else None
+    if override is None:
+        return []
+    return [(f"- GPU override ({override.source}): ran on index {override.run_time.index} `{override.run_time.uuid}`; "
+            f"the recipe pins index {override.recipe.index} `{override.recipe.uuid}` (recipe unchanged).")]
+
+
+def _weights_line(name: str, facts: BackendFacts) -> str:
+    if facts.weights_fingerprint is None:
+        return f"- {name}: no weights fingerprint reported"
+    merged = facts.merged_weights_fingerprint
+    extra = f", merged `{merged[:17]}…`" if merged is not None else ""
+    return (f"- {name}: weights `{facts.weights_fingerprint[:17]}…` ({facts.weights_fingerprint_scope}{extra}), "
+            f"torch threads {facts.torch_threads}/{facts.torch_interop_threads} (intra/inter-op)")
+
+
+def run_facts_of(run: RunDir, backends: BackendsRecord, order: Sequence[str] = ()) -> list[str]:
+    """Report lines from backends.json (weights fingerprints, threads; an empty record when the run
     has none) and host.json's gpu_override.
 
     Runs from before these files had them give no lines, so their signed reports render unchanged.
     """
-    lines = []
-    host = run.read("host.json") if run.file("host.json").is_file() else {}
-    override = host.get("gpu_override") if isinstance(host, dict) else None
-    if isinstance(override, dict):
-        recipe_gpu, run_gpu = override.get("recipe") or {}, override.get("run_time") or {}
-        lines.append(f"- GPU override ({override.get('source')}): ran on index {run_gpu.get('index')} "
-                     f"`{run_gpu.get('uuid')}`; the recipe pins index {recipe_gpu.get('index')} "
-                     f"`{recipe_gpu.get('uuid')}` (recipe unchanged).")
     rank = {name: k for k, name in enumerate(order)}  # the recipe's order, then any other by name
-    for name, info in sorted((backends.get("backends") or {}).items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])):
-        fingerprint = info.get("weights_fingerprint")
-        if not isinstance(fingerprint, str):
-            lines.append(f"- {name}: no weights fingerprint reported")
-            continue
-        merged = info.get("merged_weights_fingerprint")
-        extra = f", merged `{merged[:17]}…`" if isinstance(merged, str) else ""
-        lines.append(f"- {name}: weights `{fingerprint[:17]}…` ({info.get('weights_fingerprint_scope')}{extra}), "
-                     f"torch threads {info.get('torch_threads')}/{info.get('torch_interop_threads')} (intra/inter-op)")
-    return lines
+    ordered = sorted(backends.backends.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
+    return _override_line(host_of(run)) + [_weights_line(name, facts) for name, facts in ordered]
 
 
 def _summary_notes(run: RunDir, summary: Summary) -> list[str]:
@@ -657,10 +665,39 @@ def _summary_notes(run: RunDir, summary: Summary) -> list[str]:
     return []
 
 
-def _servers_of(run: RunDir, backends: dict, recipe: Recipe) -> list[str]:
+def _servers_of(run: RunDir, backends: BackendsRecord, recipe: Recipe) -> list[str]:
     """The Servers and connections section (none for runs without servers.json, so their reports stay as signed)."""
     servers = run.read("servers.json") if run.file("servers.json").is_file() else {}
-    return server_lines(servers, backends, [b.name for b in recipe.backends])
+    return server_lines(servers, dict(backends.raw), [b.name for b in recipe.backends])
+
+
+def _render_run(run: RunDir, as_status: str | None) -> tuple[str, RowTable, Summary, RunInfo]:
+    """report.md's text of a run directory, with what its plots need."""
+    state, recipe, rows = _load_run(run)
+    if as_status is not None:  # the runner renders the report of a run it is about to call complete
+        state = state.as_status(as_status)
+    summary = summarize(rows, recipe, gpu=read_gpu_events(run.file(GPU_FILE)) if run.file(GPU_FILE).is_file() else None)
+    imported = import_of(run)
+    info = imported_run_info(run.path.name, imported) if imported is not None else run_info(run, recipe)
+    backends = backends_of(run)
+    text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
+                         imported=imported, run_facts=run_facts_of(run, backends, [b.name for b in recipe.backends]),
+                         floor=floor_lines(backends, rows), drift=recorded_drift(run),
+                         servers=_servers_of(run, backends, recipe))
+    return text, rows, summary, info
+
+
+def _refuse_changing_signed(run: RunDir, target: Path, files: dict[str, bytes]) -> bool:
+    """True when target is the signed run itself (then nothing is written); EvidenceError if a file would change."""
+    signed = target.resolve() == run.path.resolve() and run.file(ENVELOPE_NAME).exists()
+    for name, data in files.items() if signed else ():
+        path = target / name
+        if not (path.exists() and path.read_bytes() == data):
+            raise EvidenceError(
+                f"{run.path} is signed and its {name} is absent or differs from the one rendered now; "
+                f"pass an output directory (invoke report --out DIR) instead of changing signed evidence."
+            )
+    return signed
 
 
 def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str | None = None,
@@ -673,29 +710,11 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     run = RunDir.open(Path(run_dir))
     if out_dir is not None and Path(out_dir).resolve() != run.path.resolve():
         guard_output(Path(out_dir), directory=True)  # never into another run (signed or not) or over a file
-    state, recipe, rows = _load_run(run)
-    if as_status is not None:  # the runner renders the report of a run it is about to call complete
-        state = dict(state, status=as_status)
-    summary = summarize(rows, recipe, gpu=read_gpu_events(run.file(GPU_FILE)) if run.file(GPU_FILE).is_file() else None)
-    imported = run.read("import.json") if run.file("import.json").is_file() else None
-    info = imported_run_info(run.path.name, imported) if imported is not None else run_info(run, recipe)
-    backends = run.read("backends.json") if run.file("backends.json").is_file() else {}
-    text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
-                         imported=imported, run_facts=run_facts_of(run, backends, [b.name for b in recipe.backends]),
-                         floor=floor_lines(backends.get("backends") or {}, rows), drift=recorded_drift(run),
-                         servers=_servers_of(run, backends, recipe))
+    text, rows, summary, info = _render_run(run, as_status)
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
     files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows, summary["study_id"], info) if plots else {})}
-    signed = target.resolve() == run.path.resolve() and run.file(ENVELOPE_NAME).exists()
-    for name, data in files.items():
-        path = target / name
-        if signed and not (path.exists() and path.read_bytes() == data):
-            raise EvidenceError(
-                f"{run.path} is signed and its {name} is absent or differs from the one rendered now; "
-                f"pass an output directory (invoke report --out DIR) instead of changing signed evidence."
-            )
-    if not signed:
+    if not _refuse_changing_signed(run, target, files):
         for name, data in files.items():
             _write_atomic(target / name, data)
     return target / "report.md"

@@ -226,16 +226,7 @@ class _Index:
         """The first row (in file order) of an undeclared backend or workload, or repeating a key, is an error."""
         if not len(t):
             return
-        known_b = np.array([v in {b.name for b in recipe.backends} for v in t.backend.values])
-        known_w = np.array([v in {w.name for w in recipe.workloads} for v in t.workload.values])
-        unknown = ~(known_b[t.backend.codes] & known_w[t.workload.codes])
-        first_unknown = int(np.argmax(unknown)) if unknown.any() else len(t)
-        order = np.lexsort((np.arange(len(t)), t.seq, t.pass_index, t.phase.codes, t.backend.codes, t.workload.codes))
-        same = np.ones(len(t) - 1, dtype=bool)
-        for col in (t.seq, t.pass_index, t.phase.codes, t.backend.codes, t.workload.codes):
-            same &= col[order[1:]] == col[order[:-1]]
-        repeats = order[1:][same]
-        first_repeat = int(repeats.min()) if len(repeats) else len(t)
+        first_unknown, first_repeat = _Index._first_undeclared(t, recipe), _Index._first_repeat(t)
         if first_unknown < len(t) and first_unknown <= first_repeat:
             r = t.row(first_unknown)
             raise EvidenceError(
@@ -248,6 +239,24 @@ class _Index:
                 f"Two rows share backend {r.backend}, workload {r.workload}, {r.phase} pass "
                 f"{r.pass_index}, seq {r.seq}; the rows file is corrupt."
             )
+
+    @staticmethod
+    def _first_undeclared(t: RowTable, recipe: Recipe) -> int:
+        """The file position of the first row of a backend or workload the recipe does not declare (len(t): none)."""
+        known_b = np.array([v in {b.name for b in recipe.backends} for v in t.backend.values])
+        known_w = np.array([v in {w.name for w in recipe.workloads} for v in t.workload.values])
+        unknown = ~(known_b[t.backend.codes] & known_w[t.workload.codes])
+        return int(np.argmax(unknown)) if unknown.any() else len(t)
+
+    @staticmethod
+    def _first_repeat(t: RowTable) -> int:
+        """The file position of the first row repeating an earlier row's (workload, backend, phase, pass, seq)."""
+        order = np.lexsort((np.arange(len(t)), t.seq, t.pass_index, t.phase.codes, t.backend.codes, t.workload.codes))
+        same = np.ones(len(t) - 1, dtype=bool)
+        for col in (t.seq, t.pass_index, t.phase.codes, t.backend.codes, t.workload.codes):
+            same &= col[order[1:]] == col[order[:-1]]
+        repeats = order[1:][same]
+        return int(repeats.min()) if len(repeats) else len(t)
 
     def passes(self, workload: str, backend: str, phase: str, expected: int) -> list[int]:
         """Expected pass indices 1..expected plus any extra index present in the rows."""
@@ -324,26 +333,36 @@ def _stability(t: RowTable, groups: list[np.ndarray]) -> Stability:
             "stability_errors": errors, "stability_incomplete": incomplete}
 
 
+def _pass_rows(index: _Index, workload: str, backend: str, phase: str, expected: int) -> dict[int, np.ndarray]:
+    """pass index -> its row indices, for the expected passes and any extra one present."""
+    return {p: index.rows(workload, backend, phase, p) for p in index.passes(workload, backend, phase, expected)}
+
+
+def _joined(rows: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(rows) if rows else _NONE
+
+
+def _mean_range(passes: list[PassStats]) -> list[float] | None:
+    """[lowest, highest] pass mean, None when no pass has one."""
+    means = [p["mean_ms"] for p in passes if p["mean_ms"] is not None]
+    return [min(means), max(means)] if means else None
+
+
 def _backend_summary(index: _Index, recipe: Recipe, workload: str, backend: str) -> BackendSummary:
     t = index.table
     n_feas, n_meas = recipe.passes_for(next(w for w in recipe.workloads if w.name == workload))
-    meas_idx = index.passes(workload, backend, _MEASURED, n_meas)
-    feas_idx = index.passes(workload, backend, _FEASIBILITY, n_feas)
-    meas_rows = [index.rows(workload, backend, _MEASURED, p) for p in meas_idx]
-    feas_rows = [index.rows(workload, backend, _FEASIBILITY, p) for p in feas_idx]
-    measured = [_pass_stats(t, p, rows) for p, rows in zip(meas_idx, meas_rows, strict=True)]
-    overall = _overall_stats(t, np.concatenate(meas_rows) if meas_rows else _NONE)
-    means = [p["mean_ms"] for p in measured if p["mean_ms"] is not None]
-    first = meas_rows[0] if meas_rows else _NONE
-    timed = feas_rows + meas_rows
+    meas = _pass_rows(index, workload, backend, _MEASURED, n_meas)
+    feas = _pass_rows(index, workload, backend, _FEASIBILITY, n_feas)
+    measured = [_pass_stats(t, p, rows) for p, rows in meas.items()]
+    meas_rows, timed = list(meas.values()), [*feas.values(), *meas.values()]
     return {
         "measured": measured,
-        "feasibility": [_pass_stats(t, p, rows) for p, rows in zip(feas_idx, feas_rows, strict=True)],
-        "overall": overall,
-        "pass_mean_range_ms": [min(means), max(means)] if means else None,
-        **_correctness(t, first),
+        "feasibility": [_pass_stats(t, p, rows) for p, rows in feas.items()],
+        "overall": _overall_stats(t, _joined(meas_rows)),
+        "pass_mean_range_ms": _mean_range(measured),
+        **_correctness(t, next(iter(meas_rows), _NONE)),
         "correct_by_pass": [_correctness(t, rows)["correct"] for rows in meas_rows],
-        "decision_mismatches": _decision_mismatches(t, np.concatenate(timed) if timed else _NONE),
+        "decision_mismatches": _decision_mismatches(t, _joined(timed)),
         **_stability(t, timed),
         "excluded_requests": {ph: index.excluded.get((workload, backend, ph), 0) for ph in ("first", "warmup")},
     }

@@ -1,0 +1,344 @@
+"""Typed records of a run's JSON files, read from the dicts their writers wrote.
+
+    StateRecord         state.json        status (a `Status` word), steps, error, owner, start time
+    HostRecord          host.json         the GPU override (what the report states of host.json)
+    EnvironmentRecord   environment.json  GPU devices, the GPU override, the CPU model
+    BackendsRecord      backends.json     per backend: weights fingerprints, threads, measured hardware
+    ImportRecord        import.json       where imported evidence came from, what the published study says
+    GpuOverride, GpuRef, GpuDevice, BackendFacts, HardwareFigures, PublishedStudy, PublishedGate: their parts
+
+Each record has the file's `format_version` and `from_json(data)`, which reads every version
+this tool reads (`rundir.READABLE_VERSIONS`; the caller has checked it, e.g. `RunDir.read`)
+and every older file of that version: a field an older writer did not write, or wrote with
+another shape, reads as None (the report then prints what it printed for such a file, so the
+committed reports re-render byte for byte). The records only read: the writers still write
+the dicts through `files.write_json_atomic`, so no file's bytes change.
+
+`state_of`, `host_of`, `environment_of`, `backends_of` and `import_of` read them from a run directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import EvidenceError, UnsupportedFormat
+from .rundir import RunDir, Status
+
+__all__ = [
+    "BackendFacts",
+    "BackendsRecord",
+    "EnvironmentRecord",
+    "GpuDevice",
+    "GpuOverride",
+    "GpuRef",
+    "HardwareFigures",
+    "HostRecord",
+    "ImportRecord",
+    "PublishedGate",
+    "PublishedStudy",
+    "StateRecord",
+    "backends_of",
+    "environment_of",
+    "host_of",
+    "import_of",
+    "state_of",
+]
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _number(value: Any) -> float | None:
+    return value if isinstance(value, (int, float)) else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+# --- state.json ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StateRecord:
+    """state.json (format history in rundir.py), as read; `status` is the plain word written."""
+
+    status: str
+    attempted: tuple[str, ...] = ()
+    finished: tuple[str, ...] = ()
+    error: str | None = None
+    started_utc: str | None = None  # absent before 2026-11's additive field
+    updated_unix: float | None = None
+    stale: bool = False  # a "running" state whose study died, reported incomplete (RunDir.effective_state)
+    format_version: int = 1
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StateRecord:
+        return cls(status=str(data.get("status", "unknown")), attempted=tuple(data.get("attempted") or ()),
+                   finished=tuple(data.get("finished") or ()), error=data.get("error") or None,
+                   started_utc=str(data["started_utc"]) if data.get("started_utc") else None,
+                   updated_unix=_number(data.get("updated_unix")), stale=bool(data.get("stale")),
+                   format_version=int(data.get("format_version", 1)))
+
+    @property
+    def known_status(self) -> Status | None:
+        """The status as a `Status`, None for a word this tool does not write."""
+        return Status(self.status) if self.status in Status._value2member_map_ else None
+
+    def as_status(self, status: str) -> StateRecord:
+        """The same state with another status (the runner renders the report of a run it is about to complete)."""
+        return StateRecord(str(status), self.attempted, self.finished, self.error, self.started_utc,
+                           self.updated_unix, self.stale, self.format_version)
+
+
+def state_of(run: RunDir) -> StateRecord:
+    """The run's effective state: a "running" state whose study has died reads as incomplete."""
+    return StateRecord.from_json(run.effective_state())
+
+
+# --- the GPU override (host.json and environment.json) ----------------------------------
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    index: int | None
+    uuid: str | None
+
+    @classmethod
+    def from_json(cls, data: Any) -> GpuRef:
+        data = _mapping(data)
+        return cls(data.get("index"), data.get("uuid"))
+
+
+@dataclass(frozen=True)
+class GpuOverride:
+    """A run on another GPU than the recipe pins (issue 11): where it ran, what the recipe says, who said so."""
+
+    source: str | None
+    recipe: GpuRef
+    run_time: GpuRef
+
+    @classmethod
+    def from_json(cls, data: Any) -> GpuOverride | None:
+        if not isinstance(data, Mapping):
+            return None
+        return cls(data.get("source"), GpuRef.from_json(data.get("recipe")), GpuRef.from_json(data.get("run_time")))
+
+
+@dataclass(frozen=True)
+class HostRecord:
+    """host.json (openjev_repro.host), the part a report states: the GPU override."""
+
+    gpu_override: GpuOverride | None = None
+    format_version: int = 1
+
+    @classmethod
+    def from_json(cls, data: Any) -> HostRecord:
+        data = _mapping(data)
+        return cls(GpuOverride.from_json(data.get("gpu_override")), int(data.get("format_version", 1)))
+
+
+def host_of(run: RunDir) -> HostRecord | None:
+    """host.json's record, None for a run without one."""
+    return HostRecord.from_json(run.read("host.json")) if run.file("host.json").is_file() else None
+
+
+# --- environment.json ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    name: str | None
+    uuid: str | None
+
+
+@dataclass(frozen=True)
+class EnvironmentRecord:
+    """environment.json (manifest/environment.py), the parts a report states: GPUs, override, CPU."""
+
+    gpu_devices: tuple[GpuDevice, ...] = ()
+    gpu_override: GpuOverride | None = None
+    cpu_model: str | None = None
+    format_version: int | None = None  # None: no environment.json, or an unreadable one
+
+    @classmethod
+    def from_json(cls, data: Any) -> EnvironmentRecord:
+        data = _mapping(data)
+        devices = _mapping(data.get("gpus")).get("devices") or []
+        return cls(tuple(GpuDevice(d.get("name"), d.get("uuid")) for d in devices if isinstance(d, Mapping)),
+                   GpuOverride.from_json(data.get("gpu_override")), _mapping(data.get("host")).get("cpu_model"),
+                   data.get("format_version"))
+
+    def gpu_names(self, uuid: str | None) -> list[str]:
+        """The distinct names of the GPUs listed (only the one with `uuid`, when given), sorted."""
+        return sorted({d.name for d in self.gpu_devices if d.name and (uuid is None or d.uuid == uuid)})
+
+    @property
+    def run_time_uuid(self) -> str | None:
+        """The GPU the run used when it overrode the recipe's pin."""
+        return self.gpu_override.run_time.uuid if self.gpu_override is not None else None
+
+
+def environment_of(run: RunDir) -> EnvironmentRecord:
+    """environment.json's record; empty when absent or unreadable (a newer format is still refused)."""
+    try:
+        return EnvironmentRecord.from_json(run.read("environment.json")) if run.file("environment.json").is_file() \
+            else EnvironmentRecord()
+    except UnsupportedFormat:
+        raise
+    except (OSError, ValueError, EvidenceError):
+        return EnvironmentRecord()
+
+
+# --- backends.json ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HardwareFigures:
+    """What a backend measured on its GPU before serving (`--measure-hardware`)."""
+
+    copy_tbps: float
+    matmul_bf16_tflops: float
+    gpu: Any = "its GPU"  # the GPU's name as the backend reported it
+
+    @classmethod
+    def from_json(cls, data: Any) -> HardwareFigures | None:
+        """The figures when both rates are positive numbers; None otherwise (not measured, or unavailable)."""
+        data = _mapping(data)
+        copy, rate = _number(data.get("copy_tbps")), _number(data.get("matmul_bf16_tflops"))
+        if copy is None or rate is None or copy <= 0 or rate <= 0:
+            return None
+        return cls(float(copy), float(rate), data.get("gpu", "its GPU"))
+
+
+@dataclass(frozen=True)
+class BackendFacts:
+    """One backend's /health facts after readiness, as backends.json records them."""
+
+    weights_fingerprint: str | None = None
+    merged_weights_fingerprint: str | None = None  # a string only when the backend merged its adapter
+    weights_fingerprint_scope: Any = None
+    torch_threads: Any = None
+    torch_interop_threads: Any = None
+    hardware: HardwareFigures | None = None
+    non_embedding_parameters: int | None = None
+    cuda_graph_capacity: Any = None  # truthy when the backend replays CUDA Graphs
+
+    @classmethod
+    def from_json(cls, data: Any) -> BackendFacts:
+        data = _mapping(data)
+        parameters = data.get("non_embedding_parameters")
+        return cls(weights_fingerprint=_text(data.get("weights_fingerprint")),
+                   merged_weights_fingerprint=_text(data.get("merged_weights_fingerprint")),
+                   weights_fingerprint_scope=data.get("weights_fingerprint_scope"),
+                   torch_threads=data.get("torch_threads"), torch_interop_threads=data.get("torch_interop_threads"),
+                   hardware=HardwareFigures.from_json(data.get("hardware")),
+                   non_embedding_parameters=parameters if isinstance(parameters, int) and parameters > 0 else None,
+                   cuda_graph_capacity=_mapping(data.get("cuda_graphs")).get("capacity"))
+
+    @property
+    def floor_figures(self) -> tuple[HardwareFigures, int] | None:
+        """(hardware, non-embedding parameters) when the backend measured both; the floor needs them."""
+        if self.hardware is None or self.non_embedding_parameters is None:
+            return None
+        return self.hardware, self.non_embedding_parameters
+
+
+@dataclass(frozen=True)
+class BackendsRecord:
+    """backends.json: per backend (by name, in the file's order) what it reported once ready."""
+
+    backends: Mapping[str, BackendFacts] = field(default_factory=dict)
+    source: str | None = None
+    format_version: int | None = None  # None: no backends.json
+    raw: Mapping[str, Any] = field(default_factory=dict)  # the file's content, for readers not typed yet
+
+    @classmethod
+    def from_json(cls, data: Any) -> BackendsRecord:
+        data = _mapping(data)
+        backends = _mapping(data.get("backends"))
+        return cls({name: BackendFacts.from_json(info) for name, info in backends.items()}, data.get("source"),
+                   data.get("format_version"), data)
+
+
+def backends_of(run: RunDir) -> BackendsRecord:
+    """backends.json's record; empty for a run without one."""
+    return BackendsRecord.from_json(run.read("backends.json")) if run.file("backends.json").is_file() else BackendsRecord()
+
+
+# --- import.json -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PublishedStudy:
+    """What imported evidence says about its own study (quoted, never ours)."""
+
+    date: Any = None
+    hardware: tuple[str, ...] = ()  # "key: value" lines, e.g. "gpu: NVIDIA H200"
+    arms: Mapping[str, Any] = field(default_factory=dict)  # arm -> its published description
+    hypothesis: Any = None
+    independent_variable: Any = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> PublishedStudy:
+        data = _mapping(data)
+        return cls(data.get("date"), tuple(str(h) for h in data.get("hardware") or ()), _mapping(data.get("arms")),
+                   data.get("hypothesis"), data.get("independent_variable"))
+
+    def hardware_value(self, *keys: str) -> list[str]:
+        """The values of the hardware lines whose key is one of `keys`, in order."""
+        return [h.split(": ", 1)[1] for h in self.hardware if ": " in h and h.split(": ", 1)[0] in keys]
+
+
+@dataclass(frozen=True)
+class PublishedGate:
+    name: Any
+    outcome: Any  # True (passed), False (failed), None (not published); anything else is not ours to read
+    criterion: str = ""
+
+    @classmethod
+    def from_json(cls, data: Any) -> PublishedGate:
+        data = _mapping(data)
+        return cls(data.get("name"), data.get("outcome"), str(data.get("criterion") or ""))
+
+
+@dataclass(frozen=True)
+class ImportRecord:
+    """import.json (audit/importer.py): another project's evidence, converted, and what it publishes.
+
+    `raw` is the file's content, for the figure and cleanup lines (results/imported.py) that read it whole.
+    """
+
+    source: Any = None
+    format: Any = "unknown"
+    evidence_folder: str = ""
+    provenance: Any = "verified"  # "verified" against their digests file, or why not
+    files_verified: Any = "?"
+    digests_file: str = "manifest.json"
+    absent: tuple[Any, ...] = ()  # listed in their manifest but not present
+    cleanup: Mapping[str, Any] = field(default_factory=dict)
+    conclusion: Any = None
+    study: PublishedStudy = field(default_factory=PublishedStudy)
+    published_gates: tuple[PublishedGate, ...] = ()
+    format_version: int | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Any) -> ImportRecord:
+        data = _mapping(data)
+        return cls(source=data.get("source"), format=data.get("format", "unknown"),
+                   evidence_folder=data.get("evidence_folder") or "", provenance=data.get("provenance", "verified"),
+                   files_verified=data.get("files_verified", "?"), digests_file=data.get("digests_file") or "manifest.json",
+                   absent=tuple(data.get("absent") or ()), cleanup=_mapping(data.get("cleanup")),
+                   conclusion=_mapping(data.get("published")).get("conclusion"),
+                   study=PublishedStudy.from_json(data.get("study")),
+                   published_gates=tuple(PublishedGate.from_json(g) for g in data.get("published_gates") or ()),
+                   format_version=data.get("format_version"), raw=data)
+
+
+def import_of(run: RunDir) -> ImportRecord | None:
+    """import.json's record, None for a run that was not imported."""
+    return ImportRecord.from_json(run.read("import.json")) if run.file("import.json").is_file() else None

@@ -1,0 +1,142 @@
+"""The typed records of a run's files read every committed run, and keep the bytes their files had."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from openjev_repro.errors import UnsupportedFormat, VerificationError
+from openjev_repro.evidence.records import (
+    BackendsRecord,
+    EnvironmentRecord,
+    ImportRecord,
+    StateRecord,
+    backends_of,
+    environment_of,
+    host_of,
+    import_of,
+    state_of,
+)
+from openjev_repro.evidence.rundir import RunDir, Status
+from openjev_repro.evidence.statement import Statement
+from openjev_repro.manifest.dsse import parse_envelope, payload_of
+from openjev_repro.manifest.statement import read_statement, read_statement_record
+
+REPO = Path(__file__).resolve().parents[1]
+COMMITTED = sorted(p.parent for p in (REPO / "results").glob("*/*/manifest.dsse.json"))
+
+
+def test_committed_runs_exist():
+    assert len(COMMITTED) >= 3, COMMITTED
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_committed_run_reads_through_its_records(path):
+    run = RunDir.open(path)
+    state = state_of(run)
+    assert state.known_status is Status.COMPLETE and state.format_version == 1 and state.finished
+    host = host_of(run)
+    assert host is not None and host.format_version == 1
+    env = environment_of(run)
+    assert env.format_version in (1, 2) and env.gpu_names(None) == ["NVIDIA H200"]
+    backends = backends_of(run)
+    assert backends.format_version == 1 and len(backends.backends) == 3
+    assert all(f.weights_fingerprint and f.weights_fingerprint.startswith("wfp1:") for f in backends.backends.values())
+    assert import_of(run) is None
+
+
+def test_the_fast_run_records_its_gpu_override_and_one_backends_hardware():
+    run = RunDir.open(REPO / "results" / "h200-fast-27b-shape" / "run")
+    override = host_of(run).gpu_override
+    assert override is not None and override.source == "cli" and override.run_time.uuid != override.recipe.uuid
+    measured = {name: f.floor_figures for name, f in backends_of(run).backends.items() if f.floor_figures}
+    assert list(measured) == ["reference-fast-graph64"]
+    hardware, parameters = measured["reference-fast-graph64"]
+    assert hardware.gpu == "NVIDIA H200" and hardware.copy_tbps > 0 and parameters > 10**10
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_committed_statement_re_encodes_to_its_signed_payload(path):
+    """The record's payload() is byte for byte what was signed: build_statement's bytes did not change."""
+    envelope, statement = read_statement_record(path / "manifest.dsse.json")
+    assert statement.payload() == payload_of(envelope)
+    assert statement.format_version == 1 and statement.signed and not statement.aggregate_only
+    assert statement.state == RunDir.open(path).state()
+    assert set(statement.digests) == {p.relative_to(path).as_posix() for p in RunDir.open(path).evidence_files()}
+    _, as_dict = read_statement(path / "manifest.dsse.json")
+    assert as_dict == statement.to_json()
+
+
+def _statement(**predicate) -> dict:
+    signed = json.loads(payload_of(parse_envelope((COMMITTED[0] / "manifest.dsse.json").read_bytes(), source="x")))
+    signed["predicate"].update(predicate)
+    return signed
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"signed": "yes"}, "predicate.signed is not true or false"),
+    ({"state": []}, "predicate.state is not an object"),
+    ({"gates": {}}, "predicate.gates is not a list"),
+    ({"aggregate_only": True, "omitted": [{"name": 1}]}, "predicate.omitted is not a list of {name, sha256} strings"),
+    ({"aggregate_only": True, "omitted": []}, "predicate.source_envelope is not a file name"),
+])
+def test_a_malformed_predicate_is_named(change, message):
+    with pytest.raises(VerificationError, match=f"The statement of here is malformed: {message}".replace("{", r"\{")
+                       .replace("}", r"\}")):
+        Statement.parse(_statement(**change), "here")
+
+
+def test_a_statement_of_another_type_or_version_is_refused():
+    data = _statement()
+    with pytest.raises(VerificationError, match="not an in-toto Statement v1"):
+        Statement.parse({**data, "_type": "x"}, "here")
+    with pytest.raises(UnsupportedFormat, match="here: predicate"):
+        Statement.parse(_statement(format_version=2), "here")
+    bad = {**data, "subject": [{"name": "a", "digest": {"sha256": "0" * 63}}]}
+    with pytest.raises(VerificationError, match=r"subject\[0\] is not"):
+        Statement.parse(bad, "here")
+
+
+def test_older_files_read_with_absent_fields_as_none():
+    """A field an older writer did not write (or wrote in another shape) reads as None, never fails."""
+    assert StateRecord.from_json({"status": "running"}) == StateRecord("running")
+    assert StateRecord.from_json({"status": "later-word"}).known_status is None
+    env = EnvironmentRecord.from_json({"format_version": 1, "gpus": {"devices": [{"name": "A", "uuid": "u"}, "junk"]}})
+    assert env.gpu_override is None and env.run_time_uuid is None and env.gpu_names("u") == ["A"]
+    facts = BackendsRecord.from_json({"backends": {"b": {"merged_weights_fingerprint": {"available": False},
+                                                         "hardware": {"copy_tbps": 0, "matmul_bf16_tflops": 1}}}})
+    assert facts.backends["b"].merged_weights_fingerprint is None and facts.backends["b"].floor_figures is None
+    imported = ImportRecord.from_json({"format_version": 2, "study": {"hardware": ["gpu: H200", "gpu_uuid: GPU-1"]}})
+    assert imported.provenance == "verified" and imported.study.hardware_value("gpu") == ["H200"]
+    assert imported.digests_file == "manifest.json" and imported.published_gates == ()
+
+
+def test_the_committed_tolerances_read_as_a_record():
+    from openjev_repro.evidence.recipe import read_yaml
+    from openjev_repro.evidence.tolerances import Tolerances
+
+    path = REPO / "manifests" / "tolerances" / "h200-reference-rerun.yaml"
+    tolerances = Tolerances.parse(read_yaml(path, "tolerances"), path)
+    assert tolerances.format_version == 1 and tolerances.to_json() == read_yaml(path, "tolerances")
+    raw = tolerances.limits_for("reference-raw").values
+    assert raw["max_mean_ratio"] == 1.30 and raw["max_p95_ratio"] == 1.15 and raw["decisions_must_match"] is True
+    assert tolerances.limits_for("another").values == tolerances.limits.values  # no own limits: the top-level ones
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"format_version": 1, "max_mean_ratio": float("inf")}, "t.yaml: max_mean_ratio must be a finite number >= 0"),
+    ({"format_version": 1, "per_backend": {"a": {"weights_must_match": 1}}},
+     "t.yaml: per_backend.a.weights_must_match must be true or false, not 1."),
+    ({"format_version": 1, "per_backend": {"a": {"max_ratio": 1}}}, "t.yaml: per_backend.a: unknown keys max_ratio"),
+    ({"format_version": 1, "backends": {"a": 1}}, "t.yaml: backends maps a baseline backend name"),
+    ({"format_version": 1, "speed": 1}, "t.yaml: unknown keys speed; known: backends, decisions_must_match"),
+])
+def test_a_bad_tolerance_is_named_with_its_file_and_key(data, message):
+    from openjev_repro.errors import RecipeError
+    from openjev_repro.evidence.tolerances import Tolerances
+
+    with pytest.raises(RecipeError) as caught:
+        Tolerances.parse(data, "t.yaml")
+    assert str(caught.value).startswith(message), caught.value

@@ -1,0 +1,33 @@
+"""Every committed run's report re-renders byte for byte: a change of the report code changes no word.
+
+`write_report(run, out)` is what `invoke report RUN --out DIR` calls; it renders into a fresh
+directory outside the run (the committed run is only read). The signed report.md of these runs
+was rendered by older report code (and the run directories were renamed to run/ and rerun/
+afterwards), so the reference is what the report code rendered from them on 2026-12-02, kept in
+tests/fixtures/rendered/<study>--<run>.md. A deliberate change of the report regenerates them
+(and says so in its commit); any other change of these bytes is a regression.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from openjev_repro.results.report import write_report
+
+REPO = Path(__file__).resolve().parents[1]
+RENDERED = REPO / "tests" / "fixtures" / "rendered"
+COMMITTED = sorted(p.parent for p in (REPO / "results").glob("*/*/report.md") if p.parent.name in ("run", "rerun"))
+
+
+def test_every_committed_run_has_a_reference_rendering():
+    assert len(COMMITTED) >= 3, COMMITTED  # the reference run and its rerun, the fast run
+    assert sorted(f"{r.parent.name}--{r.name}.md" for r in COMMITTED) == sorted(p.name for p in RENDERED.glob("*.md"))
+
+
+@pytest.mark.parametrize("run", COMMITTED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_committed_report_re_renders_byte_identically(run, tmp_path):
+    before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in run.iterdir()}
+    out = write_report(run, tmp_path / "out", plots=False)
+    assert out == tmp_path / "out" / "report.md"
+    assert out.read_bytes() == (RENDERED / f"{run.parent.name}--{run.name}.md").read_bytes()
+    assert {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in run.iterdir()} == before  # only read
