@@ -10,6 +10,12 @@ Format history:
        connection for this request because the server had closed the previous one (or an error
        had); false when it reused the open connection or made the first one; null when not
        recorded (older runs, imported evidence).
+       Load levels (2026-12, issue 29), written only when set, so a run without a `load` in its
+       recipe writes byte for byte the rows it wrote before: `level` (the load level id,
+       `closed-c{N}` or `open-r{rate:g}`), `scheduled_ns` (open loop: when the request was due to
+       be sent, on the clock of `start_ns`; `start_ns` stays the actual send), `connection` (the
+       index of the client connection/worker that sent it) and `server_queue_ms` (the server's
+       own queue time, from its `X-Queue-Time-Ms` response header, when it sends one).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Literal, Self, get_args
 from ..errors import EvidenceError
 from .files import read_jsonl
 
-__all__ = ["OPTIONAL_FIELDS", "ROW_FORMAT_VERSION", "Phase", "Row", "RowWriter", "read_rows"]
+__all__ = ["ALWAYS_WRITTEN_FIELDS", "OPTIONAL_FIELDS", "ROW_FORMAT_VERSION", "Phase", "Row", "RowWriter", "read_rows"]
 
 ROW_FORMAT_VERSION = 1
 
@@ -52,6 +58,11 @@ class Row:
     error: str | None  # why this request failed; None when it succeeded
     v: int = ROW_FORMAT_VERSION
     reconnected: bool | None = None  # a new connection was opened for it after an earlier one closed
+    # Load levels (issue 29): serialized only when not None (see _SPARSE_FIELDS).
+    level: str | None = None  # load level id: closed-c{N} or open-r{rate:g}
+    scheduled_ns: int | None = None  # open loop: the scheduled send time (clock of start_ns)
+    connection: int | None = None  # index of the client connection (worker) that sent it
+    server_queue_ms: float | None = None  # the server's X-Queue-Time-Ms header, when it sent one
 
     @property
     def latency_ns(self) -> int:
@@ -62,12 +73,30 @@ class Row:
         return (self.end_ns - self.start_ns) / 1e6
 
     @property
+    def from_schedule_ns(self) -> int:
+        """Latency from the scheduled send time (open loop), else from the actual send.
+
+        Open-loop latency is measured from the schedule, so a client or server stall that delays
+        sends is counted in the latency of every request it delayed (no coordinated omission)."""
+        origin = self.start_ns if self.scheduled_ns is None else self.scheduled_ns
+        return self.end_ns - origin
+
+    @property
+    def late_ns(self) -> int | None:
+        """How late the request was sent against its schedule; None when it had no schedule."""
+        return None if self.scheduled_ns is None else self.start_ns - self.scheduled_ns
+
+    @property
     def ok(self) -> bool:
         return self.error is None
 
     def to_json(self) -> str:
         # Every field is a scalar, so a shallow dict equals dataclasses.asdict (which deep-copies, ~10x slower).
-        return json.dumps({name: getattr(self, name) for name in _FIELD_NAMES}, sort_keys=True, allow_nan=False)
+        data = {name: getattr(self, name) for name in _FIELD_NAMES}
+        for name in _SPARSE_FIELDS:
+            if data[name] is None:
+                del data[name]
+        return json.dumps(data, sort_keys=True, allow_nan=False)
 
     @classmethod
     def from_dict(cls, data: dict) -> Row:
@@ -88,7 +117,12 @@ class Row:
 
 _FIELD_NAMES = tuple(f.name for f in fields(Row))
 # Fields added to format 1 later: a row without them (an older run) reads with their default.
-OPTIONAL_FIELDS = frozenset({"reconnected"})
+# Load-level fields are also left out of a row that does not set them (a default run's rows stay
+# byte for byte what they were before load levels existed).
+_SPARSE_FIELDS = ("level", "scheduled_ns", "connection", "server_queue_ms")
+OPTIONAL_FIELDS = frozenset({"reconnected", *_SPARSE_FIELDS})
+# The fields every row's line holds (a row without load fields holds exactly these).
+ALWAYS_WRITTEN_FIELDS = tuple(name for name in _FIELD_NAMES if name not in _SPARSE_FIELDS)
 _PHASES = get_args(Phase)
 
 

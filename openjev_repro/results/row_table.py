@@ -38,6 +38,7 @@ __all__ = ["CHUNK_BYTES", "Interned", "RowTable", "as_table", "chunks", "read_ta
 CHUNK_BYTES = 8 << 20  # rows are decoded 8 MiB at a time, so memory stays bounded
 
 _ROW_FIELDS = tuple(f for f in Row.__dataclass_fields__)
+_LOAD_COLUMNS = ("level", "scheduled_ns", "connection", "server_queue_ms")  # Row's load-level fields
 
 
 class _RowStruct(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -60,6 +61,10 @@ class _RowStruct(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     error: str | None
     v: int
     reconnected: bool | None = None  # optional (rows.OPTIONAL_FIELDS): absent in older runs
+    level: str | None = None  # load-level fields: optional, absent from runs without a load
+    scheduled_ns: int | None = None
+    connection: int | None = None
+    server_queue_ms: float | None = None
 
 
 _DECODER = msgspec.json.Decoder(_RowStruct)
@@ -134,6 +139,10 @@ class RowTable:
     ok: np.ndarray  # bool: error is None
     status: list[int | None]
     reconnected: list[bool | None]
+    level: list[str | None]  # load-level columns (all None in a run without a load)
+    scheduled_ns: list[int | None]
+    connection: list[int | None]
+    server_queue_ms: list[float | None]
     body_sha256: list[str | None]
     error: list[str | None]
     _latency_ms: np.ndarray | None = field(default=None, repr=False)
@@ -170,6 +179,7 @@ class RowTable:
                 status=list(columns["status"]), body_sha256=list(columns["body_sha256"]),
                 error=list(columns["error"]),
                 reconnected=list(columns.get("reconnected") or [None] * len(columns["status"])),
+                **{name: list(columns.get(name) or [None] * len(columns["status"])) for name in _LOAD_COLUMNS},
             )
         except (TypeError, ValueError, OverflowError) as exc:
             raise EvidenceError(f"rows hold a value of the wrong type ({exc}).") from exc
@@ -191,7 +201,7 @@ class RowTable:
         strings: dict[str, Any] = {name: _concat([getattr(t, name) for t in tables])
                    for name in ("ids", "backend", "workload", "phase", "decision", "label")}
         lists: dict[str, Any] = {name: [x for t in tables for x in getattr(t, name)] for name in ("status", "body_sha256", "error",
-                                                                                       "reconnected")}
+                                                                                       "reconnected", *_LOAD_COLUMNS)}
         return cls(**arrays, **strings, **lists)
 
     # --- reading back ------------------------------------------------------------------
@@ -205,7 +215,7 @@ class RowTable:
             probability=float(self.probability[i]) if self.has_probability[i] else None,
             decision=self.decision.values[self.decision.codes[i]], label=self.label.values[self.label.codes[i]],
             input_tokens=int(self.input_tokens[i]) if self.has_input_tokens[i] else None, error=self.error[i],
-            reconnected=self.reconnected[i],
+            reconnected=self.reconnected[i], **{name: getattr(self, name)[i] for name in _LOAD_COLUMNS},
         )
 
     def rows(self) -> Iterator[Row]:

@@ -8,7 +8,6 @@ refuses, so what is accepted and every message are unchanged; a malformed row is
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import hashlib
 import json
@@ -25,7 +24,7 @@ from typing import Any
 import msgspec
 
 from ...errors import EvidenceError, InputMismatch
-from ...evidence.rows import Row
+from ...evidence.rows import ALWAYS_WRITTEN_FIELDS, Row
 
 MAX_INT = 2**63 - 1  # what a signed 64-bit nanosecond clock holds
 MAX_TOKENS = 2**31 - 1
@@ -69,7 +68,7 @@ _CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure
                                    check_circular=False).encode
 _ROW_JSON = json.JSONEncoder(sort_keys=True, allow_nan=False, check_circular=False).encode
 _RESPONSE_JSON = json.JSONEncoder(sort_keys=True, check_circular=False).encode
-_ROW_FIELDS = tuple(f.name for f in dataclasses.fields(Row))
+_ROW_FIELDS = ALWAYS_WRITTEN_FIELDS  # an imported row has no load-level fields
 _row_values = operator.attrgetter(*_ROW_FIELDS)  # what asdict(row) holds, without its deep copies
 _WRITE_BUFFER = 1 << 20
 
