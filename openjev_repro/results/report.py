@@ -28,6 +28,7 @@ from ..evidence.summary import GateResult, LatencyKey, PassStats, Summary, Workl
 from .energy import GPU_FILE, read_gpu_events
 from .floor import floor_lines
 from .gpu_report import energy_lines
+from .load_report import load_lines, load_plot_bytes, load_plot_lines
 from .row_table import RowTable, as_table, read_table
 from .servers import server_lines
 from .statistics import latency_stats, pair_by_id_and_seq, summarize
@@ -339,13 +340,14 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
         out += ["Determinism:", "", *_stability_lines(wl, passes_word), ""]
     if imported is not None:
         out += _imported_lines(imported)
+    out += load_lines(summary)  # load runs only (results/load_report.py)
     out += ["## Gates", "", *_gate_lines(summary["gates"]), ""]
     out += energy_lines(summary)
     for title, section in (("Weights and GPU", list(run_facts)), ("Servers and connections", list(servers)),
                            ("Hardware floor", list(floor))):
         out += [f"## {title}", "", *section, ""] if section else []  # a run without the data gets no section
     out += [("Plots: latency_vs_tokens.png (measured latency against input tokens), latency_cdf.png "
-            "(CDF of measured latency)."), ""]
+            "(CDF of measured latency)."), *load_plot_lines(summary), ""]
     if banner:
         out += [banner[0], ""]
     return "\n".join(out)
@@ -687,6 +689,7 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
     files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows, summary["study_id"], info) if plots else {})}
+    files.update(load_plot_bytes(summary, info, enabled=plots))  # load runs only
     signed = target.resolve() == run.path.resolve() and run.file(ENVELOPE_NAME).exists()
     for name, data in files.items():
         path = target / name
