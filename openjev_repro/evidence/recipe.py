@@ -12,11 +12,15 @@ Format history:
        `environment` (study level) and `Backend.environment` (what each backend must report
        once ready, checked before measuring), `controls.idle_window_s`, gate `gpu_not_throttled`.
        `Backend.url` (a running server instead of a command), `Backend.readiness`, `Backend.cwd`.
+       `Workload.load` (issue 29): a closed concurrency ladder and/or open-loop arrival rates,
+       each level run with the protocol's feasibility and measured passes (absent: one closed
+       level at concurrency 1, today's protocol, evidence unchanged).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -43,7 +47,10 @@ __all__ = [
     "Gate",
     "InputFile",
     "Inputs",
+    "Load",
+    "LoadLevel",
     "NoAliasLoader",
+    "OpenLoad",
     "Pins",
     "Preparation",
     "PrepareStep",
@@ -149,6 +156,58 @@ class Selection(StrictModel):
     first: Annotated[int, Field(ge=1)] | None = None  # the first N after filtering
 
 
+MAX_CONCURRENCY = 256  # connections of one closed-loop level
+MAX_RATE_PER_S = 100_000.0  # arrivals per second of one open-loop level
+
+
+@dataclass(frozen=True)
+class LoadLevel:
+    """One load level of a workload: `closed` (N workers, each its own connection, sending the
+    next request as soon as its previous one is answered) or `open` (requests sent at precomputed
+    arrival times, `rate_per_s` on average, whatever the server does)."""
+
+    id: str  # closed-c{N} or open-r{rate:g}
+    kind: Literal["closed", "open"]
+    concurrency: int | None = None  # closed
+    rate_per_s: float | None = None  # open
+    arrivals: Literal["poisson", "fixed"] | None = None  # open
+    seed: int | None = None  # open, poisson: the arrival gaps' seed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+class OpenLoad(StrictModel):
+    rates_per_s: Annotated[list[Annotated[float, Field(gt=0, le=MAX_RATE_PER_S, allow_inf_nan=False)]],
+                           Field(min_length=1)]
+    arrivals: Literal["poisson", "fixed"] = "poisson"  # poisson: seeded exponential gaps; fixed: 1/rate
+    seed: Annotated[int, Field(ge=0)] = 0
+
+
+class Load(StrictModel):
+    """A workload's load levels: the closed ladder ascending, then the open rates ascending."""
+
+    closed: list[Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]] = []
+    open: OpenLoad | None = None
+    latency_bound_ms: Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S * 1e3, allow_inf_nan=False)] | None = None
+
+    @model_validator(mode="after")
+    def _levels_distinct(self) -> Load:
+        ids = [level.id for level in self.levels()]
+        if not ids:
+            raise ValueError("load declares no level: give `closed` concurrencies and/or `open.rates_per_s`")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"load levels repeat: {', '.join(sorted({i for i in ids if ids.count(i) > 1}))}")
+        return self
+
+    def levels(self) -> list[LoadLevel]:
+        closed = [LoadLevel(f"closed-c{n}", "closed", concurrency=n) for n in sorted(self.closed)]
+        spec = self.open
+        rates = sorted(spec.rates_per_s) if spec is not None else []
+        return closed + [LoadLevel(f"open-r{rate:g}", "open", rate_per_s=rate, arrivals=spec.arrivals,
+                                   seed=spec.seed) for rate in rates if spec is not None]
+
+
 class Workload(StrictModel):
     name: Annotated[str, Field(pattern=NAME_RE)]
     requests: str  # path under inputs.root; must be a declared input
@@ -157,6 +216,11 @@ class Workload(StrictModel):
     order: Literal["file"] = "file"
     feasibility_passes: Passes | None = None  # None: protocol's value
     measured_passes: Annotated[int, Field(ge=1, le=MAX_PASSES)] | None = None
+    load: Load | None = None  # None: one closed level at concurrency 1 (rows carry no level)
+
+    def levels(self) -> list[LoadLevel] | None:
+        """The declared load levels in run order; None when the workload declares no load."""
+        return None if self.load is None else self.load.levels()
 
 
 class Artifact(StrictModel):
@@ -603,7 +667,17 @@ class Recipe(StrictModel):
         return paths + [a.path for b in self.backends for a in b.artifacts if a.sha256 == UNPINNED]
 
     def passes_for(self, workload: Workload) -> tuple[int, int]:
-        """(feasibility, measured) pass counts of a workload."""
+        """(feasibility, measured) pass counts of a workload, over all its load levels.
+
+        Each level runs `passes_per_level`; pass indexes run on across levels (level k's passes
+        follow level k-1's), so every pass of a (backend, workload, phase) has its own index."""
+        feas, meas = self.passes_per_level(workload)
+        levels = workload.levels()
+        count = 1 if levels is None else len(levels)
+        return feas * count, meas * count
+
+    def passes_per_level(self, workload: Workload) -> tuple[int, int]:
+        """(feasibility, measured) pass counts of one load level (of the workload when it has no load)."""
         feas = self.protocol.feasibility_passes if workload.feasibility_passes is None else workload.feasibility_passes
         meas = self.protocol.measured_passes if workload.measured_passes is None else workload.measured_passes
         return feas, meas
