@@ -138,3 +138,19 @@ def test_row_order_does_not_change_any_figure():
     rows = run_rows("a") + run_rows("b", t0=10**12)
     recipe = parse_recipe(RECIPE)
     assert load_summary(RowTable.from_rows(rows[::-1]), recipe) == load_summary(RowTable.from_rows(rows), recipe)
+
+
+def test_a_request_that_failed_before_it_was_timed_adds_no_time():
+    """The runner records start_ns = end_ns = 0 for a request that got no response (a reset, a refused connect)."""
+    def untimed(r: Row) -> Row:
+        return Row(**{**r.__dict__, "start_ns": 0, "end_ns": 0, "status": None, "error": "ConnectionResetError"})
+
+    rows = [untimed(r) if r.pass_index in (3, 5) and r.seq == 1 and r.phase == "measured" else r for r in run_rows()]
+    load = load_summary(RowTable.from_rows(rows), parse_recipe(RECIPE))
+    assert load is not None
+    _, c2, op = load["workloads"]["mixed"]["backends"]["a"]
+    assert c2["passes"][0]["duration_s"] == 0.02 and c2["errors"] == 1
+    # open loop: the pass lasts from the first schedule to the last response (10 ms); the unanswered
+    # request has no lag (it was never timed) and is counted as an error
+    assert op["passes"][0]["duration_s"] == 0.01 and op["errors"] == 1
+    assert op["schedule"] == {"scheduled": 3, "late_sends": 0, "max_lag_ms": 0.0, "mean_lag_ms": 0.0}

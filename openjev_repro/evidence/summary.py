@@ -183,7 +183,7 @@ class LevelPass(_LevelPassIndex):
 class ScheduleAdherence(TypedDict):
     """Open loop: how far the client kept the schedule (lag = actual send - scheduled send)."""
 
-    scheduled: int  # rows with a scheduled send time
+    scheduled: int  # timed rows with a scheduled send time
     late_sends: int  # sent more than load.LATE_AFTER_MS after their scheduled time
     max_lag_ms: float | None
     mean_lag_ms: float | None

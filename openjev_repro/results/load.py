@@ -59,11 +59,12 @@ LOAD_RULES = {
     "latency": "open loop: (end_ns - scheduled_ns) / 1e6, from each request's scheduled send (no coordinated "
                "omission); closed loop: (end_ns - start_ns) / 1e6",
     "p99_ms": "sorted(latencies)[ceil(0.99 * N) - 1] (nearest rank)",
-    "duration_s": "sum over measured passes of (last end_ns - first scheduled_ns, else first start_ns) / 1e9",
+    "duration_s": "sum over measured passes of (last end_ns - first scheduled_ns, else first start_ns) / 1e9; "
+                  "a request that failed before it was timed (start_ns = end_ns = 0) adds no time",
     "throughput_per_s": "successful measured requests / duration_s",
     "goodput_per_s": "successful measured requests with latency <= latency_bound_ms / duration_s",
     "late_sends": f"open loop: requests sent more than {LATE_AFTER_MS:g} ms after their scheduled time "
-                  "(lag = start_ns - scheduled_ns)",
+                  "(lag = start_ns - scheduled_ns, over requests that were timed)",
 }
 _MEASURED = "measured"
 
@@ -128,11 +129,17 @@ class LevelColumns:
         """From the schedule where the row has one, else from the actual send."""
         return (self.t.end_ns[idx] - self.origin_ns[idx]) / 1e6
 
+    def timed(self, idx: np.ndarray) -> np.ndarray:
+        """The rows at idx that carry times (a request that failed before it was timed records 0 and 0)."""
+        return idx[self.t.end_ns[idx] > 0]
+
     def duration_s(self, idx: np.ndarray) -> float | None:
-        """First scheduled (or actual) send to last response of some rows, in seconds."""
-        if not len(idx):
+        """First scheduled (or actual) send to last response of some rows, in seconds; None when none was timed."""
+        timed = self.timed(idx)
+        if not len(timed):
             return None
-        return int(self.t.end_ns[idx].max() - self.origin_ns[idx].min()) / 1e9
+        origins = self.origin_ns[idx[self.has_schedule[idx] | (self.t.end_ns[idx] > 0)]]
+        return int(self.t.end_ns[timed].max() - origins.min()) / 1e9
 
 
 # --- one level -------------------------------------------------------------------------
@@ -151,7 +158,8 @@ def _pass(cols: LevelColumns, pass_index: int, idx: np.ndarray) -> LevelPass:
 
 
 def _adherence(cols: LevelColumns, idx: np.ndarray) -> ScheduleAdherence:
-    lag_ms = cols.lag_ns[idx[cols.has_schedule[idx]]] / 1e6
+    sent = cols.timed(idx)
+    lag_ms = cols.lag_ns[sent[cols.has_schedule[sent]]] / 1e6
     values = lag_ms.tolist()
     return {"scheduled": len(values), "late_sends": int((lag_ms > LATE_AFTER_MS).sum()),
             "max_lag_ms": max(values) if values else None,
