@@ -51,7 +51,9 @@ __all__ = [
     "declared_levels",
     "has_load",
     "latency_bound_ms",
+    "level_stats",
     "load_summary",
+    "spec_of",
 ]
 
 LATE_AFTER_MS = 1.0  # an open-loop send more than this after its scheduled time counts as late
@@ -194,7 +196,24 @@ def _rates(passes: list[LevelPass], ok: int, within: int | None) -> _Rates:
             "goodput_per_s": _per_second(within, duration)}
 
 
-def _level_stats(cols: LevelColumns, spec: LevelSpec, idx: np.ndarray, bound: float | None) -> LevelStats:
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def spec_of(level: str) -> LevelSpec:
+    """What a level id alone says (for rows without their recipe): open-r{rate} is open loop, else closed."""
+    if level.startswith("open-r"):
+        return {"level": level, "mode": "open", "concurrency": None, "rate_per_s": _number(level[6:]), "arrivals": None}
+    concurrency = level[8:] if level.startswith("closed-c") else ""
+    return {"level": level, "mode": "closed", "concurrency": int(concurrency) if concurrency.isdigit() else None,
+            "rate_per_s": None, "arrivals": None}
+
+
+def level_stats(cols: LevelColumns, spec: LevelSpec, idx: np.ndarray, bound: float | None) -> LevelStats:
+    """Every figure of one level from its measured rows `idx` (`bound`: the goodput's latency bound, or None)."""
     ok = idx[cols.t.ok[idx]]
     latencies = cols.latency_ms(ok)
     passes = _passes(cols, idx)
@@ -222,7 +241,7 @@ def _level_stats(cols: LevelColumns, spec: LevelSpec, idx: np.ndarray, bound: fl
 def _workload(cols: LevelColumns, recipe: Recipe, workload: Workload) -> LoadWorkload:
     levels = declared_levels(workload)
     bound = latency_bound_ms(workload)
-    backends = {b.name: [_level_stats(cols, spec, cols.measured(workload.name, b.name, spec["level"]), bound)
+    backends = {b.name: [level_stats(cols, spec, cols.measured(workload.name, b.name, spec["level"]), bound)
                          for spec in levels] for b in recipe.backends}
     return {"latency_bound_ms": bound, "levels": levels, "backends": backends}
 
