@@ -28,7 +28,7 @@ def test_the_report_has_one_row_per_backend_and_level_with_its_figures():
     assert table[2].split(" | ")[2] == "10 requests/s, fixed arrivals (open loop)"
     assert table[2].split(" | ")[-2:] == ["1 of 4 / 30.000", "2.000 / 2.500 |"]
     assert "latency bound of 25 ms" in section
-    assert "- **a at open-r10: the client did not keep the schedule**: 1 of 4 requests" in section
+    assert "- **a at open-r10: the client fell behind its schedule**: 1 of 4 requests" in section
     assert "- **a at closed-c2: 1 of 4 measured requests failed**" in section
     assert f"Load plot: {LOAD_PLOT}" in text
 

@@ -82,7 +82,7 @@ def _warnings(backend: str, s: LevelStats) -> list[str]:
                    "(rejected or unanswered); they count in no latency, throughput or goodput.")
     a = s["schedule"]
     if a is not None and a["late_sends"]:
-        out.append(f"- **{backend} at {s['level']}: the client did not keep the schedule**: {a['late_sends']} of "
+        out.append(f"- **{backend} at {s['level']}: the client fell behind its schedule**: {a['late_sends']} of "
                    f"{a['scheduled']} requests were sent more than {LATE_AFTER_MS:g} ms late (max lag "
                    f"{_ms(a['max_lag_ms'])} ms); their latency still counts from the scheduled time.")
     return out
@@ -174,7 +174,7 @@ def _references(axes: Sequence[Any], wl: LoadWorkload, mode: str) -> None:
     bound = wl["latency_bound_ms"]
     if mode == "open":
         rates = sorted({float(spec["rate_per_s"] or 0) for spec in wl["levels"] if spec["mode"] == "open"})
-        bottom.plot(rates, rates, color="0.5", lw=0.8, ls="-.", label="offered rate")
+        bottom.plot(rates, rates, color="0.5", lw=0.8, ls="-.", marker="_", ms=24, mew=1.5, label="offered rate")
     if bound is not None:
         top.axhline(bound, color="0.5", lw=0.8, ls="-.", label=f"latency bound {bound:g} ms")
 
@@ -215,6 +215,7 @@ def load_plot_figure(summary: Summary, run: _Run | None = None) -> Any:
         top.set(ylabel="latency (ms)", title=f"workload {name}, {mode} loop", xlabel=label)
         bottom.set(ylabel="successful decisions per second", xlabel=label)
         for ax in (top, bottom):
+            ax.set_ylim(0, ax.get_ylim()[1] * 1.08)  # from zero: a small difference is not drawn as a large one
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=8, loc="best")
     fig.suptitle(_title(summary["study_id"], run, list(load["workloads"])), fontsize=10)
