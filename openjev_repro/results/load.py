@@ -95,7 +95,7 @@ def latency_bound_ms(workload: Workload) -> float | None:
 def _filled(column: Sequence[Any], dtype: type, absent: Any) -> tuple[np.ndarray, np.ndarray]:
     """(values with `absent` where None, mask of present values)."""
     present = np.fromiter((v is not None for v in column), dtype=bool, count=len(column))
-    values = np.array([absent if v is None else v for v in column], dtype=dtype)
+    values: np.ndarray = np.array([absent if v is None else v for v in column], dtype=dtype)
     return values, present
 
 

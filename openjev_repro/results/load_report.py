@@ -24,9 +24,14 @@ _MS, _RATE = 3, 2  # printed digits: milliseconds, requests per second
 class _Run(Protocol):
     """What the plot title reads of report.RunInfo (not imported: report imports this module)."""
 
-    run_id: str
-    hardware: str
-    imported: bool
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def hardware(self) -> str: ...
+
+    @property
+    def imported(self) -> bool: ...
 
     @property
     def date(self) -> str: ...
