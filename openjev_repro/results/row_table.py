@@ -179,7 +179,8 @@ class RowTable:
                 status=list(columns["status"]), body_sha256=list(columns["body_sha256"]),
                 error=list(columns["error"]),
                 reconnected=list(columns.get("reconnected") or [None] * len(columns["status"])),
-                **{name: list(columns.get(name) or [None] * len(columns["status"])) for name in _LOAD_COLUMNS},
+                level=_column(columns, "level"), scheduled_ns=_column(columns, "scheduled_ns"),
+                connection=_column(columns, "connection"), server_queue_ms=_column(columns, "server_queue_ms"),
             )
         except (TypeError, ValueError, OverflowError) as exc:
             raise EvidenceError(f"rows hold a value of the wrong type ({exc}).") from exc
@@ -257,6 +258,11 @@ class RowTable:
         for (workload, backend, index), rows in found:
             out.setdefault((str(workload), str(backend)), {})[int(index)] = rows
         return out
+
+
+def _column(columns: dict[str, list], name: str) -> list:
+    """An optional field's column as a list (all None when the rows lack the field)."""
+    return list(columns.get(name) or [None] * len(columns["status"]))
 
 
 def _present(column: Sequence[object]) -> np.ndarray:
