@@ -113,3 +113,15 @@ def test_an_undeclared_level_is_named():
     rows += run_rows("b", t0=10**12)
     problems = level_problems(RowTable.from_rows(rows), parse_recipe(RECIPE))
     assert problems[0] == "mixed: timed rows of level(s) closed-c8 (declared: closed-c1, closed-c2, open-r10)"
+
+
+def test_a_signed_summary_without_its_load_section_fails_in_one_short_line(tmp_path):
+    run, private, public = signed_load_run(tmp_path)
+    summary = run.read("summary.json")
+    del summary["load"]
+    write_json_atomic(run.file("summary.json"), summary)
+    _resign(run, private)
+    checks = _checks(run, public)
+    assert checks["load levels recomputed"] == (
+        False, "recomputed from rows differs from the signed summary at load: absent from the signed summary")
+    assert checks["statistics recomputed"][0] is False

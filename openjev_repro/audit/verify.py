@@ -688,7 +688,8 @@ def _load_levels(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Ch
         return []
     problems = level_problems(ev.table, ev.recipe)
     ours = json.loads(json.dumps(load_summary(ev.table, ev.recipe), allow_nan=False))
-    diff = first_difference(ours, (predicate.get("summary") or {}).get("load"), "load")
+    signed = (predicate.get("summary") or {}).get("load")
+    diff = first_difference(ours, signed, "load") if isinstance(signed, dict) else "load: absent from the signed summary"
     figures = sum(len(wl["levels"]) * len(wl["backends"]) for wl in ours["workloads"].values())
     return [Check("load levels", not problems, "; ".join(problems[:6]) if problems
                   else "every load workload ran its declared levels, each with its passes and schedule"),
