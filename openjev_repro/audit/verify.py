@@ -181,7 +181,7 @@ def verify_dir(directory: Path, *, pubkey: Path | None = None, allow_unsigned: b
         ev.preload()  # the rows parse here, while the files hash
         subjects = _subject_digests(statement, present, checks, hashing)
     aggregate_only = bool(predicate.get("aggregate_only"))
-    for step in (_complete, _copied_files, _case_ids, _protocol_passes, _responses, _recomputed, _load_levels):
+    for step in (_complete, _copied_files, _case_ids, _protocol_passes, _responses, _recomputed):
         try:
             checks.extend(step(ev, predicate, aggregate_only))
         except UnsupportedFormat as exc:
@@ -675,7 +675,7 @@ def _recomputed(ev: Evidence, predicate: dict, aggregate_only: bool,
     checks.append(Check("gates recomputed", diff is None,
                         f"recomputed gate outcomes differ at {diff}" if diff
                         else f"{len(ours.get('gates', []))} gate outcomes equal the signed ones"))
-    return checks
+    return checks + _load_levels(ev, predicate, aggregate_only)  # load runs only
 
 
 def _load_levels(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check]:
