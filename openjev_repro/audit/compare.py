@@ -57,6 +57,7 @@ from ..results.statistics import (
 from ..results.tokens import token_differences, token_phrase
 from .bundle import opened
 from .environment_diff import RunEnvironment, environment_differences, explanations, project_note
+from .load_compare import level_failures, level_lines, level_pairs
 
 __all__ = [
     "COMPARABLE_STATUSES",
@@ -340,8 +341,9 @@ def _verdict(pairs: list[dict], tolerances: dict | None, unmatched: list[str]) -
     for p in pairs:
         where = f"{p['workload']}/{p['baseline_backend']}→{p['candidate_backend']}"
         pair_failures, pair_checked = _check_pair(p, limits_for(tolerances or {}, p["baseline_backend"]), where)
-        failures += pair_failures
-        checked += pair_checked
+        level_failed, level_checked = level_failures(p, limits_for(tolerances or {}, p["baseline_backend"]), where)
+        failures += pair_failures + level_failed
+        checked += pair_checked + level_checked
         if p["errors"]["candidate"] or p["errors"]["baseline"]:
             failures.append(f"{where}: failed requests in the measured passes ({p['errors']})")
     return _verdict_record(failures, checked, tolerances)
@@ -371,6 +373,7 @@ def compare_rows(base_rows: RowTable | Iterable[Row], cand_rows: RowTable | Iter
         other = mapping.get(name, name)
         if (workload, other) in cand:
             pair = _pair(workload, name, other, tb, base[(workload, name)], tc, cand[(workload, other)], seed)
+            pair.update(level_pairs(tb, tc, workload, name, other, seed))  # load runs only
             fb, fc = fingerprints[0].get(name), fingerprints[1].get(other)
             pair["weights_fingerprint"] = {"baseline": fb, "candidate": fc,
                                            "same": None if fb is None or fc is None else fb == fc}
@@ -442,6 +445,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         if w.get("baseline") or w.get("candidate"):
             same = {True: "same", False: "DIFFERENT", None: "not comparable"}[w.get("same")]
             lines.append(f"- weights fingerprint: {same} (baseline {w.get('baseline')}, candidate {w.get('candidate')})")
+        lines += level_lines(p)  # load runs only
         lines += ["", *_environment_lines(p.get("environment")), ""]
     return "\n".join(lines + _verdict_lines(result["verdict"])) + "\n"
 

@@ -675,4 +675,23 @@ def _recomputed(ev: Evidence, predicate: dict, aggregate_only: bool,
     checks.append(Check("gates recomputed", diff is None,
                         f"recomputed gate outcomes differ at {diff}" if diff
                         else f"{len(ours.get('gates', []))} gate outcomes equal the signed ones"))
-    return checks
+    return checks + _load_levels(ev, predicate, aggregate_only)  # load runs only
+
+
+def _load_levels(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check]:
+    """Load runs only (no check for a recipe without a load): the rows are the declared levels with their
+    passes and schedules, and every per-level figure recomputed from them equals the signed `load` section."""
+    from ..results.load import has_load, load_summary
+    from ..results.load_protocol import level_problems
+
+    if not has_load(ev.recipe):
+        return []
+    problems = level_problems(ev.table, ev.recipe)
+    ours = json.loads(json.dumps(load_summary(ev.table, ev.recipe), allow_nan=False))
+    signed = (predicate.get("summary") or {}).get("load")
+    diff = first_difference(ours, signed, "load") if isinstance(signed, dict) else "load: absent from the signed summary"
+    figures = sum(len(wl["levels"]) * len(wl["backends"]) for wl in ours["workloads"].values())
+    return [Check("load levels", not problems, "; ".join(problems[:6]) if problems
+                  else "every load workload ran its declared levels, each with its passes and schedule"),
+            Check("load levels recomputed", diff is None, f"recomputed from rows differs from the signed summary at {diff}"
+                  if diff else f"{figures} (backend, level) figure sets recomputed from rows.jsonl equal the signed ones")]

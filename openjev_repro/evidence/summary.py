@@ -26,8 +26,15 @@ __all__ = [
     "GateResult",
     "LatencyKey",
     "LatencyStats",
+    "LevelPass",
+    "LevelSpec",
+    "LevelStats",
+    "LoadSummary",
+    "LoadWorkload",
     "OverallStats",
     "PassStats",
+    "QueueStats",
+    "ScheduleAdherence",
     "Speed",
     "Stability",
     "Summary",
@@ -147,6 +154,77 @@ class GateResult(TypedDict):
     detail: str
 
 
+# --- load runs only (recipes with a workload `load`; results/load.py, docs/load.md) -----------
+
+
+class LevelSpec(TypedDict):
+    """One declared load level: a closed-loop concurrency or an open-loop arrival rate."""
+
+    level: str  # closed-c{N} or open-r{rate:g}
+    mode: Literal["closed", "open"]
+    concurrency: int | None  # closed loop: N workers, each with its own connection
+    rate_per_s: float | None  # open loop: offered arrivals per second
+    arrivals: str | None  # open loop: poisson or fixed
+
+
+_LevelPassIndex = TypedDict("_LevelPassIndex", {"pass": int})
+
+
+class LevelPass(_LevelPassIndex):
+    """One measured pass of a level: its requests, failures, mean latency and throughput."""
+
+    requests: int
+    errors: int
+    mean_ms: float | None
+    duration_s: float | None  # last end - first scheduled (open) or first send (closed)
+    throughput_per_s: float | None
+
+
+class ScheduleAdherence(TypedDict):
+    """Open loop: how far the client kept the schedule (lag = actual send - scheduled send)."""
+
+    scheduled: int  # timed rows with a scheduled send time
+    late_sends: int  # sent more than load.LATE_AFTER_MS after their scheduled time
+    max_lag_ms: float | None
+    mean_lag_ms: float | None
+
+
+class QueueStats(TypedDict):
+    """The server's own queue time (its X-Queue-Time-Ms header) over successful requests that carry one."""
+
+    n: int
+    mean_ms: float | None
+    p95_jevbench_ms: float | None
+
+
+class LevelStats(OverallStats):
+    """One (backend, level): latency (from the schedule in open loop), throughput, goodput, adherence."""
+
+    level: str
+    latency_from: Literal["schedule", "send"]
+    p99_ms: float | None
+    passes: list[LevelPass]
+    pass_mean_range_ms: list[float] | None
+    duration_s: float | None  # the measured passes' durations summed
+    throughput_per_s: float | None  # successful requests / duration_s
+    within_bound: int | None  # successful requests with latency <= latency_bound_ms; None without a bound
+    goodput_per_s: float | None  # within_bound / duration_s
+    connections: int  # distinct client connections that sent the level's measured requests
+    schedule: ScheduleAdherence | None  # None in closed loop
+    server_queue: QueueStats | None  # None when no response carried a queue time
+
+
+class LoadWorkload(TypedDict):
+    latency_bound_ms: float | None
+    levels: list[LevelSpec]  # in the recipe's order: closed ladder ascending, then open rates ascending
+    backends: dict[str, list[LevelStats]]  # one entry per level, in `levels` order
+
+
+class LoadSummary(TypedDict):
+    rules: dict[str, str]
+    workloads: dict[str, LoadWorkload]  # only the workloads that declare a load
+
+
 class Summary(TypedDict):
     format_version: int
     study_id: str
@@ -157,6 +235,7 @@ class Summary(TypedDict):
     gates: list[GateResult]
     energy: NotRequired[dict]  # runs from 2026-12 on (results/energy.py); absent in older summaries
     gpu_state: NotRequired[dict]
+    load: NotRequired[LoadSummary]  # only runs whose recipe declares a load (results/load.py)
 
 
 def read_summary(path: Path) -> Summary:

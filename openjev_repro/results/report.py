@@ -42,6 +42,7 @@ from ..evidence.summary import BackendSummary, GateResult, LatencyKey, PassStats
 from .energy import GPU_FILE, read_gpu_events
 from .floor import floor_lines
 from .gpu_report import energy_lines
+from .load_report import load_lines, load_plot_bytes, load_plot_lines
 from .row_table import RowTable, as_table, read_table
 from .servers import server_lines
 from .statistics import latency_stats, pair_by_id_and_seq, summarize
@@ -338,13 +339,14 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
         out += _workload_lines(recipe, name, wl, t, passes_word)
     if imported is not None:
         out += _imported_lines(imported)
+    out += load_lines(summary)  # load runs only (results/load_report.py)
     out += ["## Gates", "", *_gate_lines(summary["gates"]), ""]
     out += energy_lines(summary)
     for title, section in (("Weights and GPU", list(run_facts)), ("Servers and connections", list(servers)),
                            ("Hardware floor", list(floor))):
         out += [f"## {title}", "", *section, ""] if section else []  # a run without the data gets no section
     out += [("Plots: latency_vs_tokens.png (measured latency against input tokens), latency_cdf.png "
-            "(CDF of measured latency)."), ""]
+            "(CDF of measured latency)."), *load_plot_lines(summary), ""]
     if banner:
         out += [banner[0], ""]
     return "\n".join(out)
@@ -714,6 +716,7 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
     files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows, summary["study_id"], info) if plots else {})}
+    files.update(load_plot_bytes(summary, info, enabled=plots))  # load runs only
     if not _refuse_changing_signed(run, target, files):
         for name, data in files.items():
             _write_atomic(target / name, data)

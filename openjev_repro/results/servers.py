@@ -48,6 +48,8 @@ def _connections(info: dict[str, Any]) -> str:
     versions = "/".join(f"HTTP/{v}" for v in (found if isinstance(found, list) else [])) or "no response"
     if opened == 1 and not conn.get("closed_by_server"):
         return f"1 connection for {requests} requests, kept open ({versions})"
+    if opened and not conn.get("closed_by_server"):  # several client connections (load levels), none closed
+        return f"{opened} connections for {requests} requests, each kept open ({versions})"
     return (f"{opened} connections for {requests} requests: the server closed {conn.get('closed_by_server')} "
             f"({versions}), so {conn.get('reconnected_requests')} requests were sent on a new connection")
 
@@ -68,6 +70,9 @@ def _boundary(entries: dict[str, dict[str, Any]]) -> str:
     renewed = [name for name, info in entries.items()
                if isinstance(n := _dict(info.get("connections")).get("reconnected_requests"), int) and n > 0]
     line = "Timing boundary: no TCP connect is inside any latency (the client connects before a request's clock starts)."
+    if not renewed and any(_dict(info.get("connections")).get("connections_opened", 1) != 1 for info in entries.values()):
+        return line + (" No server closed a connection: every request went out on a connection already open "
+                       "(load levels open theirs before their first pass).")
     if not renewed:
         return line + " Every backend served all its requests over one persistent connection."
     return line + (f" {', '.join(renewed)}: the server closed its connections, so those requests did not share "

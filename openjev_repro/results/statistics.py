@@ -41,7 +41,6 @@ from ..evidence.summary import (
     Correctness,
     DecisionMismatch,
     GateResult,
-    LatencyStats,
     OverallStats,
     PassStats,
     Speed,
@@ -50,6 +49,8 @@ from ..evidence.summary import (
     WorkloadSummary,
 )
 from .energy import energy_and_state
+from .latency import latency_stats
+from .load import load_summary
 from .row_table import RowTable, as_table
 
 __all__ = [
@@ -106,28 +107,6 @@ def p95_nearest_rank(values: Sequence[float]) -> float | None:
     if not values:
         return None
     return sorted(values)[math.ceil(0.95 * len(values)) - 1]
-
-
-def latency_stats(latencies_ms: Sequence[float] | np.ndarray) -> LatencyStats:
-    """n, mean, median, both P95 rules, min and max of a list of latencies (None when empty).
-
-    The values are sorted once (numpy for an array) and every figure is read from the sorted
-    Python floats with the rules above, so an array and the same values in a list give
-    identical results."""
-    s = np.sort(latencies_ms).tolist() if isinstance(latencies_ms, np.ndarray) else sorted(latencies_ms)
-    n = len(s)
-    if n == 0:
-        return {"n": 0, "mean_ms": None, "p50_ms": None, "p95_jevbench_ms": None, "p95_nearest_rank_ms": None,
-                "min_ms": None, "max_ms": None}
-    return {
-        "n": n,
-        "mean_ms": math.fsum(s) / n,
-        "p50_ms": s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2,
-        "p95_jevbench_ms": s[int(0.95 * n) - 1],
-        "p95_nearest_rank_ms": s[math.ceil(0.95 * n) - 1],
-        "min_ms": s[0],
-        "max_ms": s[-1],
-    }
 
 
 def token_bucket(input_tokens: int | None) -> str | None:
@@ -628,4 +607,7 @@ def summarize(rows: RowTable | Iterable[Row], recipe: Recipe, gpu: list[dict] | 
     }
     if state is not None:
         summary["energy"], summary["gpu_state"] = energy, state
+    load = load_summary(index.table, recipe)  # recipes with a workload `load` only (results/load.py)
+    if load is not None:
+        summary["load"] = load
     return summary
