@@ -65,6 +65,32 @@ def batched_scores(model, group: list[list[int]]) -> list[float]:
         return [float(v) for v in model.head(hidden.float())[:, 0]]
 
 
+def time_groups(model, groups: list[list[list[int]]], passes: int) -> tuple[dict, dict]:
+    """(per-request seconds of every timed group, the scores of the last pass) for each way;
+    pass 0 warms up, untimed; which way goes first alternates per group."""
+    times: dict[str, list[float]] = {"alone": [], "batched": []}
+    scores: dict[str, list[float]] = {}
+    for number in range(passes + 1):
+        scores = {"alone": [], "batched": []}
+        for index, group in enumerate(groups):
+            for way in (("alone", "batched") if index % 2 == 0 else ("batched", "alone")):
+                started = time.perf_counter()
+                out = [model.score(ids) for ids in group] if way == "alone" else batched_scores(model, group)
+                if number:
+                    times[way].append((time.perf_counter() - started) / len(group))
+                scores[way].extend(out)
+    return times, scores
+
+
+def compare(times: dict, scores: dict, temperature: float) -> dict:
+    prob = {way: [1 / (1 + math.exp(-s / temperature)) for s in values] for way, values in scores.items()}
+    pairs = list(zip(prob["alone"], prob["batched"], strict=True))
+    alone, batched = statistics.fmean(times["alone"]) * 1000, statistics.fmean(times["batched"]) * 1000
+    return {"alone_ms_per_request": round(alone, 3), "batched_ms_per_request": round(batched, 3),
+            "speedup": round(alone / batched, 3), "max_abs_dp": max(abs(a - b) for a, b in pairs),
+            "bit_identical": sum(a == b for a, b in pairs), "decisions_differing": sum((a >= 0.5) != (b >= 0.5) for a, b in pairs)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", type=Path, required=True)
@@ -77,28 +103,9 @@ def main() -> int:
     requests = [json.loads(line) for line in args.requests.read_text().splitlines()]
     seqs = candidate_ids(model, requests)  # noul: one candidate per request
     groups = [seqs[i:i + args.group] for i in range(0, len(seqs), args.group)]
-    times: dict[str, list[float]] = {"alone": [], "batched": []}
-    scores: dict[str, list[float]] = {}
-    for number in range(args.passes + 1):  # pass 0 warms up, untimed
-        got: dict[str, list[float]] = {"alone": [], "batched": []}
-        for index, group in enumerate(groups):
-            order = ("alone", "batched") if index % 2 == 0 else ("batched", "alone")
-            for way in order:
-                started = time.perf_counter()
-                out = [model.score(ids) for ids in group] if way == "alone" else batched_scores(model, group)
-                if number:
-                    times[way].append((time.perf_counter() - started) / len(group))
-                got[way].extend(out)
-        scores = got
-    temperature = model.temperature
-    prob = {way: [1 / (1 + math.exp(-s / temperature)) for s in values] for way, values in scores.items()}
-    diffs = [abs(a - b) for a, b in zip(prob["alone"], prob["batched"], strict=True)]
-    flips = sum((a >= 0.5) != (b >= 0.5) for a, b in zip(prob["alone"], prob["batched"], strict=True))
-    alone, batched = statistics.fmean(times["alone"]) * 1000, statistics.fmean(times["batched"]) * 1000
+    times, scores = time_groups(model, groups, args.passes)
     print(json.dumps({"requests": len(seqs), "group": args.group, "passes": args.passes, "threads": args.threads,
-                      "alone_ms_per_request": round(alone, 3), "batched_ms_per_request": round(batched, 3),
-                      "speedup": round(alone / batched, 3), "max_abs_dp": max(diffs),
-                      "bit_identical": sum(d == 0.0 for d in diffs), "decisions_differing": flips}, indent=1))
+                      **compare(times, scores, model.temperature)}, indent=1))
     return 0
 
 

@@ -51,6 +51,17 @@ def overhead_ms(conn: http.client.HTTPConnection, body: bytes) -> float:
     return (latency - json.loads(data)["metadata"]["inference_seconds"]) * 1000
 
 
+def alternate(conns: list[http.client.HTTPConnection], bodies: list[bytes], passes: int) -> list[list[float]]:
+    """Every body to every server in turn, which goes first alternating; the overheads per server."""
+    got: list[list[float]] = [[] for _ in conns]
+    for number in range(passes):
+        for index, body in enumerate(bodies):
+            order = list(range(len(conns)))
+            for which in order if (index + number) % 2 == 0 else order[::-1]:
+                got[which].append(overhead_ms(conns[which], body))
+    return got
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkout", type=Path, action="append", required=True)
@@ -61,14 +72,9 @@ def main() -> int:
     bodies = [json.dumps({"model": "open-jev", "state": t["state"], "questions": {"q": t["question"]}}).encode()
               for t in map(json.loads, args.requests.read_text().splitlines())]
     servers = [start(c.resolve(), args.checkpoint, Path(f"/tmp/side-by-side-{n}.log")) for n, c in enumerate(args.checkout)]
-    conns = [http.client.HTTPConnection("127.0.0.1", port, timeout=120) for _, port in servers]
-    got: list[list[float]] = [[] for _ in servers]
     try:
-        for number in range(args.passes):
-            for index, body in enumerate(bodies):
-                order = range(len(conns)) if (index + number) % 2 == 0 else reversed(range(len(conns)))
-                for which in order:
-                    got[which].append(overhead_ms(conns[which], body))
+        got = alternate([http.client.HTTPConnection("127.0.0.1", port, timeout=120) for _, port in servers],
+                        bodies, args.passes)
     finally:
         for proc, _ in servers:
             proc.terminate()
