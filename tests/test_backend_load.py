@@ -129,6 +129,9 @@ def test_concurrent_clients_get_the_answers_of_sequential_ones(default_queue) ->
         assert one.json()["answers"] == other.json()["answers"]  # nothing batched: bit-identical answers
         assert set(other.json()) == BODY_KEYS and "queue" not in other.text.lower()  # the header, not the body
         assert float(other.headers["X-Queue-Time-Ms"]) >= 0
+    # They were concurrent: one of them waited at least the whole inference of another.
+    waited_ms = max(float(response.headers["X-Queue-Time-Ms"]) for response in together)
+    assert waited_ms >= 1000 * min(response.json()["metadata"]["inference_seconds"] for response in together)
     state = serving(default_queue)
     assert state.pop("admitted") >= 2 * len(bodies)
     assert state == {"workers": 1, "batching": False, "order": "arrival", "max_queue": 32, "waiting": 0,
