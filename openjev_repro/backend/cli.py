@@ -31,6 +31,7 @@ from .server import (
     IDLE_TIMEOUT_S,
     MAX_CANDIDATES,
     MAX_CONNECTIONS,
+    MAX_QUEUE,
     ReferenceServer,
 )
 
@@ -96,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compute-timeout", type=float, default=COMPUTE_TIMEOUT_S, metavar="S",
                    help=f"end an inference that holds the model longer than this with 503 "
                         f"(default {COMPUTE_TIMEOUT_S:.0f}; 0: no limit)")
+    p.add_argument("--max-queue", type=int, default=MAX_QUEUE, metavar="N",
+                   help=f"inference requests waiting for the model behind the running one; one more gets 503 "
+                        f"queue_full with Retry-After (default {MAX_QUEUE}; 0: a busy model refuses)")
     return p
 
 
@@ -148,6 +152,8 @@ def _limits_error(args: argparse.Namespace) -> str | None:
         return "--idle-timeout and --header-timeout must be in (0, 86400] s, --max-connections >= 1."
     if not (1 <= args.max_candidates <= MAX_CANDIDATES and 0 <= args.compute_timeout <= 86400):
         return f"--max-candidates must be in [1, {MAX_CANDIDATES}] and --compute-timeout in [0, 86400] s."
+    if not 0 <= args.max_queue <= 1_000_000:
+        return "--max-queue must be in [0, 1000000]."
     return None
 
 
@@ -203,7 +209,8 @@ def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
     try:
         server = ReferenceServer((args.host, args.port), meta, idle_timeout_s=args.idle_timeout,
                                  header_timeout_s=args.header_timeout, max_connections=args.max_connections,
-                                 max_candidates=args.max_candidates, compute_timeout_s=args.compute_timeout)
+                                 max_candidates=args.max_candidates, compute_timeout_s=args.compute_timeout,
+                                 max_queue=args.max_queue)
     except OSError as exc:
         print(f"error: cannot bind {args.host}:{args.port} ({exc}).", file=sys.stderr)
         return 2

@@ -2,7 +2,7 @@
 
 A stdlib ThreadingHTTPServer: every connection has its own thread, which parses, tokenizes and
 writes; every inference runs on one long-lived model thread (so torch's per-thread state is
-built once, not per connection) and is serialised by one lock (concurrency 1, requests queue),
+built once, not per connection) and takes the model in its turn (one at a time, requests queue),
 so /health answers while an inference runs. Every accepted socket has Nagle off and a response
 leaves in one send: until 2026-12-01 the head and body went out in two writes with Nagle on, so
 each response waited for the client's delayed ACK (about 40 ms on Linux loopback), which was most
@@ -26,9 +26,17 @@ One request holds the model at most `compute_timeout_s` (default 120 s, `--compu
 past it, the inference stops before its next candidate and the request gets 503
 `compute_deadline`. A request with more candidate sequences than `max_candidates` (upstream's
 65536 by default, `--max-candidates` lowers it) is 400 before any inference. /health and
-/v1/models never wait for the model. Inferences queue on one lock in arrival order, so a small
+/v1/models never wait for the model. Inferences queue in arrival order, so a small
 request behind a huge one waits until the huge one ends: at most the compute deadline per
 request ahead of it (docs/backend.md).
+
+Under concurrent load (backend/model_queue.py): inferences take the model first in first out, at
+most `max_queue` waiting behind the running one (`--max-queue`, default 32); one more is answered
+503 `queue_full` at once, with `Retry-After` (seconds) and `Retry-After-Ms`. Every response whose
+request took the model carries `X-Queue-Time-Ms`: from the request read whole to its inference
+start (parsing, tokenizing and the wait in line); the body is the same with or without it. No
+batching: each candidate runs alone, so an answer never depends on what else is queued. /health
+`serving` says so.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..limits import JsonLimitError, NonFiniteNumber, has_lone_surrogate, loads_bounded
+from .model_queue import MAX_QUEUE, ModelQueue, Ticket
 from .prompts import MODEL_ALIASES, RequestInvalid, accepted_models, parse_request
 
 __all__ = [
@@ -55,6 +64,7 @@ __all__ = [
     "MAX_BODY_BYTES",
     "MAX_CANDIDATES",
     "MAX_CONNECTIONS",
+    "MAX_QUEUE",
     "ComputeDeadline",
     "ReferenceServer",
 ]
@@ -131,7 +141,7 @@ class ReferenceServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], static_meta: dict[str, Any], *,
                  idle_timeout_s: float = IDLE_TIMEOUT_S, header_timeout_s: float = HEADER_TIMEOUT_S,
                  max_connections: int = MAX_CONNECTIONS, max_candidates: int = MAX_CANDIDATES,
-                 compute_timeout_s: float = COMPUTE_TIMEOUT_S):
+                 compute_timeout_s: float = COMPUTE_TIMEOUT_S, max_queue: int = MAX_QUEUE):
         super().__init__(address, _Handler)
         self.idle_timeout_s, self.header_timeout_s = idle_timeout_s, header_timeout_s
         self.max_connections = max_connections
@@ -141,7 +151,7 @@ class ReferenceServer(ThreadingHTTPServer):
         self.status = "loading"
         self.static_meta = static_meta          # checkpoint_sha256, base_revision, code_commit, ...
         self.model_names: tuple[str, ...] = accepted_models(static_meta["base_model_id"])
-        self.lock = threading.Lock()
+        self.queue = ModelQueue(max_queue)  # inferences one at a time, in arrival order, bounded
         self.deadlines = Deadlines()
         self.served = 0
         # One thread for every inference, warm-up included: torch's per-thread state is built once.
@@ -196,11 +206,12 @@ class ReferenceServer(ThreadingHTTPServer):
             return 503, {"status": self.status, "model": self.static_meta["base_model_id"]}
         return 200, {"status": "ready", "model": MODEL_ALIASES[0], "method": self.static_meta["method"],
                      "base_model": self.static_meta["base_model_id"], "max_length": self.model.settings.max_length,
-                     "served": self.served, "busy": self.lock.locked(), **self.model.describe()}
+                     "served": self.served, "busy": self.queue.busy, **self.model.describe(),
+                     "serving": self.queue.describe()}
 
     # ------------------------------------------------------------ inference
 
-    def infer(self, raw: bytes) -> tuple[int, dict[str, Any]]:
+    def infer(self, raw: bytes, ticket: Ticket | None = None) -> tuple[int, dict[str, Any]]:
         refused, body = _parse_body(raw)
         if refused:
             return refused
@@ -212,7 +223,7 @@ class ReferenceServer(ThreadingHTTPServer):
         if len(candidates) > self.max_candidates:
             return 400, _error("validation_error", f"the request has {len(candidates)} candidate sequences, over "
                                f"this server's limit of {self.max_candidates} (--max-candidates).", "questions")
-        with self.lock:
+        with self.queue.turn(ticket):
             started = time.perf_counter()
             try:
                 answers = self._answer(state, questions, candidates)
@@ -283,6 +294,16 @@ def _refuse_busy(request: socket.socket, limit: int) -> None:
         pass
 
 
+def _queue_full(queue: ModelQueue) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """503 for a request that finds max_queue requests already waiting: when to retry, in seconds
+    (HTTP's whole seconds, at least 1) and in milliseconds (Retry-After-Ms, which SDKs prefer)."""
+    retry_ms = queue.retry_after_ms()
+    message = (f"{queue.max_queue} requests are already waiting for the model (--max-queue); "
+               f"retry in about {retry_ms} ms.")
+    return 503, _error("queue_full", message), {"Retry-After": str(max(1, -(-retry_ms // 1000))),
+                                                  "Retry-After-Ms": str(retry_ms)}
+
+
 def _error(kind: str, message: str, field: str | None = None) -> dict[str, Any]:
     error: dict[str, Any] = {"type": kind, "message": message}
     if field is not None:
@@ -337,7 +358,7 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
+    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         try:
             data = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
         except ValueError:  # a NaN or infinity in an answer: never sent as non-standard JSON
@@ -346,6 +367,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
@@ -400,6 +423,7 @@ class _Handler(BaseHTTPRequestHandler):
                                    f"{MAX_BODY_BYTES}-byte (4 MiB) limit."))
             return
         raw = self.rfile.read(length)
+        received = time.perf_counter()  # the request is read whole: its queue time starts
         self._received()
         if len(raw) < length:  # cut off (deadline) or the client hung up mid-body
             self.close_connection = True
@@ -408,7 +432,22 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(503, {"status": self.server.status, "error": {"type": "not_ready",
                                                                      "message": "the model is still loading."}})
             return
-        self._send(*self.server.infer(raw))
+        self._infer_in_turn(raw, received)
+
+    def _infer_in_turn(self, raw: bytes, received: float) -> None:
+        """Admit the request to the model's queue (503 queue_full when full), infer in its turn,
+        answer with X-Queue-Time-Ms when it reached the model."""
+        queue = self.server.queue
+        ticket = queue.admit(received)
+        if ticket is None:
+            self._send(*_queue_full(queue))
+            return
+        try:
+            status, payload = self.server.infer(raw, ticket)
+        finally:
+            queue.leave(ticket)
+        waited = ticket.queue_ms
+        self._send(status, payload, None if waited is None else {"X-Queue-Time-Ms": f"{waited:.3f}"})
 
     def _drain_or_close(self) -> None:
         length = self._content_length()  # framing checked first

@@ -1,0 +1,154 @@
+"""The reference backend under concurrent load: a bounded first-in-first-out queue in front of the
+one model, 503 queue_full with Retry-After when it is full, X-Queue-Time-Ms on every response that
+reached the model, /health `serving`. Real server processes on loopback ports, real concurrent
+HTTP clients; requests whose state holds SLOW_MARK hold the model for a known time
+(tests/servers/faulty_backend.py), so the queue fills when the test says."""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SLOW_MARK = "PLEASE-BE-SLOW"
+FAULTY = str(Path(__file__).parent / "servers" / "faulty_backend.py")
+# A script's sys.path starts at its own folder: the checkout's package first, not an installed one.
+CHECKOUT_FIRST = {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+BODY_KEYS = {"model", "answers", "usage", "metadata"}
+
+
+def _faulty(start_server, checkpoint: Path, slow_seconds: float, *flags: str):
+    server = start_server(["--checkpoint", str(checkpoint), "--mode", "raw", "--max-length", "4096", *flags],
+                          env=CHECKOUT_FIRST, program=[FAULTY, "--slow-on", SLOW_MARK, "--slow-seconds", str(slow_seconds)])
+    server.wait_ready()
+    return server
+
+
+@pytest.fixture(scope="module")
+def one_waits(start_server, fixture_checkpoint: Path):
+    """At most one request waits behind the running one; marked requests hold the model 2 s."""
+    return _faulty(start_server, fixture_checkpoint, 2.0, "--max-queue", "1")
+
+
+@pytest.fixture(scope="module")
+def default_queue(start_server, fixture_checkpoint: Path):
+    """The default queue bound; marked requests hold the model 1 s."""
+    return _faulty(start_server, fixture_checkpoint, 1.0)
+
+
+def noul(state: str = "The meeting is on Monday.") -> dict:
+    return {"model": "open-jev", "state": state,
+            "questions": {"q": {"type": "noul", "instructions": "Is the meeting on Monday?"}}}
+
+
+def post(server, body: dict) -> httpx.Response:
+    """One request on its own connection (a client of its own), as concurrent clients send them."""
+    return httpx.post(f"{server.url}/v1/systemone", content=json.dumps(body).encode(),
+                      headers={"Content-Type": "application/json"}, timeout=60)
+
+
+def serving(server) -> dict:
+    return httpx.get(f"{server.url}/health", timeout=10).json()["serving"]
+
+
+def await_health(server, ready, timeout: float = 20.0) -> dict:
+    """Poll /health (it never waits for the model) until `ready(health)`; the health body."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        health = httpx.get(f"{server.url}/health", timeout=10).json()
+        if ready(health):
+            return health
+        time.sleep(0.01)
+    raise TimeoutError(f"/health never reached the awaited state: {health}")
+
+
+def timed_post(server, body: dict) -> tuple[httpx.Response, float, float]:
+    sent = time.monotonic()
+    response = post(server, body)
+    return response, sent, time.monotonic()
+
+
+# ------------------------------------------------------------------ queue full
+
+def test_a_full_queue_is_503_queue_full_with_retry_after(one_waits) -> None:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        holder = pool.submit(timed_post, one_waits, noul(f"{SLOW_MARK} first"))
+        await_health(one_waits, lambda h: h["busy"])
+        waiter = pool.submit(timed_post, one_waits, noul(f"{SLOW_MARK} second"))
+        await_health(one_waits, lambda h: h["serving"]["waiting"] == 1)
+        started = time.monotonic()
+        refused = post(one_waits, noul("one request too many"))
+        refused_in = time.monotonic() - started
+        (held, _, held_end), (waited, waiter_sent, waiter_end) = holder.result(), waiter.result()
+    assert refused.status_code == 503 and refused_in < 1.0  # at once, not after a wait in line
+    error = refused.json()["error"]
+    assert error["type"] == "queue_full" and "--max-queue" in error["message"]
+    assert int(refused.headers["Retry-After"]) >= 1 and int(refused.headers["Retry-After-Ms"]) >= 1
+    assert "X-Queue-Time-Ms" not in refused.headers  # it never reached the model
+    assert held.status_code == 200 and waited.status_code == 200
+    # The waiter took the model when the holder let go: its queue time spans the holder's rest.
+    queue_ms = float(waited.headers["X-Queue-Time-Ms"])
+    assert queue_ms >= (held_end - waiter_sent) * 1000 - 250
+    assert queue_ms <= (waiter_end - waiter_sent - 2.0) * 1000 + 50  # its own 2 s inference came after
+    state = serving(one_waits)
+    assert state["refused"] == 1 and state["waiting"] == 0 and state["max_queue"] == 1
+    assert post(one_waits, noul()).status_code == 200  # a place again once the queue drained
+
+
+# ------------------------------------------------------------------ order, answers, headers
+
+def test_waiting_requests_take_the_model_in_arrival_order(default_queue) -> None:
+    with ThreadPoolExecutor(max_workers=5) as pool:
+        before = serving(default_queue)["admitted"]
+        futures: list[Future] = []
+        for number in range(5):  # each sent once the one before it is admitted
+            futures.append(pool.submit(timed_post, default_queue, noul(f"{SLOW_MARK} {number}")))
+            await_health(default_queue, lambda h, n=number: h["serving"]["admitted"] > before + n)
+        results = [future.result() for future in futures]
+    assert all(response.status_code == 200 for response, _, _ in results)
+    ends = [end for _, _, end in results]
+    assert ends == sorted(ends)  # each holds the model 1 s: the order of the ends is the order of turns
+    queue_ms = [float(response.headers["X-Queue-Time-Ms"]) for response, _, _ in results[1:]]
+    assert min(queue_ms) > 0 and max(queue_ms) >= 2000  # the last one waited for at least two turns
+
+
+def test_concurrent_clients_get_the_answers_of_sequential_ones(default_queue) -> None:
+    bodies = [noul(f"Request {number}: the meeting is on {day}.") for number, day in
+              enumerate(["Monday", "Tuesday", "Friday", "a holiday"] * 3)]
+    alone = [post(default_queue, body) for body in bodies]
+    with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
+        together = list(pool.map(lambda body: post(default_queue, body), bodies))
+    for one, other in zip(alone, together, strict=True):
+        assert one.status_code == other.status_code == 200
+        assert one.json()["answers"] == other.json()["answers"]  # nothing batched: bit-identical answers
+        assert set(other.json()) == BODY_KEYS and "queue" not in other.text.lower()  # the header, not the body
+        assert float(other.headers["X-Queue-Time-Ms"]) >= 0
+    # They were concurrent: one of them waited at least the whole inference of another.
+    waited_ms = max(float(response.headers["X-Queue-Time-Ms"]) for response in together)
+    assert waited_ms >= 1000 * min(response.json()["metadata"]["inference_seconds"] for response in together)
+    state = serving(default_queue)
+    assert state.pop("admitted") >= 2 * len(bodies)
+    assert state == {"workers": 1, "batching": False, "order": "arrival", "max_queue": 32, "waiting": 0,
+                     "refused": 0, "queue_time_header": "X-Queue-Time-Ms"}
+
+
+def test_an_idle_server_reports_a_short_queue_time(default_queue) -> None:
+    response = post(default_queue, noul())
+    assert response.status_code == 200 and 0 <= float(response.headers["X-Queue-Time-Ms"]) < 500
+    invalid = post(default_queue, {"model": "open-jev", "state": "x", "questions": {}})
+    assert invalid.status_code == 422 and "X-Queue-Time-Ms" not in invalid.headers  # refused before its turn
+
+
+# ------------------------------------------------------------------ the flag
+
+@pytest.mark.parametrize("value", ["-1", "1000001"])
+def test_max_queue_out_of_range_is_one_error_line(start_server, fixture_checkpoint: Path, value: str) -> None:
+    server = start_server(["--checkpoint", str(fixture_checkpoint), "--max-queue", value])
+    assert server.proc.wait(timeout=60) == 2
+    assert server.log.read_text().strip().splitlines() == ["error: --max-queue must be in [0, 1000000]."]
