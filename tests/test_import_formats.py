@@ -70,6 +70,10 @@ def test_report_states_the_published_date_hardware_arms_and_gates(tmp_path):
     assert "- Study date (recipe): 2026-01-06" in text and "- Run: run, published 2026-01-06" in text
     assert "- Hardware: One SYNTHETIC-GPU, SM00, GPU-00000000-0000-0000-0000-000000000000" in text
     assert "| single_mean | **FAILED** | single_mean_max_regression_percent: 2 |" in text
+    # a criterion with no published pass/fail shows the value they published for it, if any
+    assert ("| maximum_probability_or_score_drift | not published | maximum_probability_or_score_drift: 0.001; "
+            "published value maximum_drift: 0.0 |") in text
+    assert "| decision_flips | not published | decision_flips: 0 |" in text
     assert "- Arm candidate:" in text and "hardware not recorded" not in text
 
 
