@@ -26,6 +26,7 @@ def test_published_experiments_are_shipped():
         "open-jev-h200-packed-silu-2026-10-02.yaml",
         "system1-omni-decider-2b-rtx4090-2026-10-07.yaml",
         "system1-omni-prefill-packing-h200-2026-10-06.yaml",
+        "system1-omni-public231-leaderboard-h800-2026-10-07.yaml",
     ]
 
 

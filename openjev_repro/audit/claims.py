@@ -203,6 +203,8 @@ BOOLEAN_DERIVATIONS = {
     "and": "every listed true/false figure or claim is true (format 3)",
 }
 _BOOLEAN_VERSION = {"within": 3, "all": 3, "any": 3, "and": 3}
+# The operators format 3 adds (a test asserts the committed claims-3 files use them).
+FORMAT_3_OPERATORS = frozenset({k for k, spec in DERIVATIONS.items() if spec[3] == 3} | set(_BOOLEAN_VERSION))
 _OPS = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
 _VERSION_1_ARITY = {"difference": 2, "product": 2}
 _SELECTING = {"rounded", "max", "min", "percentile", "median"}  # may not print more decimals than their inputs
