@@ -17,6 +17,7 @@ from pathlib import Path
 
 import published_layouts as layouts
 import pytest
+import yaml
 
 from openjev_repro.audit.importer import detect_format, import_evidence
 from openjev_repro.errors import EvidenceError, InputMismatch
@@ -106,6 +107,10 @@ def test_provenance_json_unlisted_summary_is_recorded_not_verified(tmp_path):
     assert record["provenance"] == "partly verified: summary.json not listed in provenance.json"
     assert record["study"]["date"] == "2026-10-06"  # from the folder's name: nothing else publishes one
     assert {g["name"]: g["outcome"] for g in record["published_gates"]} == {"parity off": True, "parity all": True}
+    # off_div_all_median: "off" is the study's reference, so it is the run's first (baseline) arm
+    recipe = yaml.safe_load((tmp_path / "run" / "recipe.yaml").read_text())
+    assert [b["name"] for b in recipe["backends"]] == ["off", "all"]
+    assert recipe["backends"][0]["description"].startswith("mode off of the published study (summary.json cache_off")
 
 
 def test_sha256sums_checks_both_digest_levels(tmp_path):

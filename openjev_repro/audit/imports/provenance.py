@@ -136,6 +136,27 @@ def _read_rows(root: Path, names: list[str]) -> list[Sample]:
     return samples
 
 
+def _mode_descriptions(data: dict[str, Any], summary: dict[str, Any], modes: set[str]) -> dict[str, str]:
+    """Each mode as the published study names it: its summary.json entry and provenance.json's `measurement.modes`."""
+    measurement = data.get("measurement")
+    how = measurement.get("modes") if isinstance(measurement, dict) else None
+    how_text = f"; their modes: {how.strip()[:300]}" if isinstance(how, str) and how.strip() else ""
+    return {m: f"mode {m} of the published study (summary.json {'cache_' + m if 'cache_' + m in summary else m}"
+               f"{how_text})" for m in modes}
+
+
+_RATIO_KEY = re.compile(r"^(?P<a>[a-z0-9][a-z0-9_]*?)_div_(?P<b>[a-z0-9][a-z0-9_]*?)_median$")
+
+
+def _reference_first(summary: dict[str, Any], modes: set[str]) -> list[str]:
+    """[a, b] when summary.json publishes `<a>_div_<b>_median` (a over b: a is the reference); [] otherwise."""
+    for key in sorted(summary):
+        match = _RATIO_KEY.match(key)
+        if match and {match["a"], match["b"]} == modes:
+            return [match["a"], match["b"]]
+    return []
+
+
 def import_provenance(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None) -> dict:
     """Verify `src` against its provenance.json and convert its raw rows into the new run `out`."""
     root = Path(src).resolve()
@@ -153,7 +174,10 @@ def import_provenance(src: Path, out: Path, *, workload: str = "mixed", subdir: 
     if not isinstance(summary, dict):
         raise EvidenceError(f"{SUMMARY_NAME}: not a JSON object.")
     notes = [f"{n}: present but not listed in {PROVENANCE_NAME}: imported, not verified" for n in unlisted]
-    layout = Layout(fmt="provenance-json", root=root, samples=_read_rows(root, raw), summary=summary,
+    samples = _read_rows(root, raw)
+    layout = Layout(fmt="provenance-json", root=root, samples=samples, summary=summary,
+                    arm_descriptions=_mode_descriptions(data, summary, {s.arm for s in samples}),
+                    arm_order=_reference_first(summary, {s.arm for s in samples}),
                     files=[PROVENANCE_NAME, *sorted(set(raw) | {SUMMARY_NAME})],
                     provenance="verified" if not set(raw + [SUMMARY_NAME]) & set(unlisted) else
                     f"partly verified: {', '.join(sorted(set(raw + [SUMMARY_NAME]) & set(unlisted)))} not listed "

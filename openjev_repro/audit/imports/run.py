@@ -79,7 +79,7 @@ def imported_recipe(source: Path, folder: str, workloads: dict[str, tuple[str, i
     """The recipe of an imported run. `workloads`: name -> (a file of its rows, measured passes).
 
     `study` holds what the source publishes about itself: `date` (its own, not the import's),
-    `hypothesis`, and per arm a `description`.
+    `hypothesis`, and per arm a `description`. `arms` in their order: the reference (baseline) first.
     """
     study = study or {}
     passes = max(p for _, p in workloads.values())
@@ -97,7 +97,7 @@ def imported_recipe(source: Path, folder: str, workloads: dict[str, tuple[str, i
         "workloads": [{"name": w, "requests": first, "feasibility_passes": 0, "measured_passes": p}
                       for w, (first, p) in workloads.items()],
         "backends": [{"name": a, "command": ["imported"], "description": str(described.get(a) or "imported arm")}
-                     for a in sorted(arms)],
+                     for a in arms],  # in the order given: the reference arm first
         "protocol": {"feasibility_passes": 0, "measured_passes": passes},
         "notes": [note],
     }
