@@ -151,6 +151,19 @@ def test_unknown_layout_and_unknown_format_are_one_error_line(tmp_path):
 COPIES = Path(os.environ.get("OPENJEV_PUBLISHED_COPIES", ROOT / ".cache" / "published"))
 REAL = {"gdn-20261003": "system1-omni", "jev_vl-review-20261006": "provenance-json",
         "prefill_batching-20261006": "timings-csv"}
+# What each real report must state about the published study (its date, hardware, first arm, a gate)
+# and how many of its figures the import compares.
+REAL_FACTS = {
+    "gdn-20261003": (23, ["- Run: run, published 2026-10-03",
+                          "- Hardware: H200 (archived reported name NVIDIA L20X), GPU-cbf66259-f4ab-0ede-1811-82037dde5924",
+                          "- Arm baseline: baseline arm of the published study", "| accepted_e2e_latency_gate | **FAILED** |"]),
+    "jev_vl-review-20261006": (19, ["- Run: run, published 2026-10-06", "- Hardware: NVIDIA H800 80GB",
+                                    "- all vs off: 2.79x by mean", "| parity off | passed | max_abs_dp 0.021545 <= tol 0.025 |"]),
+    "prefill_batching-20261006": (90, ["- Run: run, published 2026-10-06",
+                                       "- Hardware: One H200, SM90, 132 SMs; driver/scheduler label L20X",
+                                       "- Arm candidate: arm candidate of the published study",
+                                       "| multi_question | passed | multi_question_mean_reduction_percent: 15 |"]),
+}
 
 
 @pytest.mark.parametrize("name", sorted(REAL))
@@ -163,9 +176,13 @@ def test_real_published_layout_imports_with_auto(tmp_path, name):
     assert proc.returncode == 0, proc.stderr
     record = json.loads((tmp_path / "run" / "import.json").read_text())
     assert record["format"] == REAL[name] and record["figure_counts"]["mismatch"] == 0
+    compared, lines = REAL_FACTS[name]
+    assert record["figure_counts"]["compared"] == compared
     assert record["study"]["date"] and record["study"]["hardware"]
     report = cli("report", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "out"))
-    assert report.returncode == 0 and "## Published study" in (tmp_path / "out" / "report.md").read_text()
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert report.returncode == 0 and "## Published study" in text
+    assert [line for line in lines if line not in text] == []
 
 
 def test_system1_omni_report_states_the_published_date_hardware_arms_and_failed_gate(tmp_path):
