@@ -171,7 +171,8 @@ def test_real_published_layout_imports_with_auto(tmp_path, name):
     src = COPIES / name
     if not src.is_dir():
         pytest.skip(f"no local copy of the public {name} artefact at {src} (set OPENJEV_PUBLISHED_COPIES; "
-                    "rebuild it from the public text files, see docs/manifest.md; never committed)")
+                    "rebuild it with scripts/published-copies.sh or from the public text files, see docs/manifest.md; "
+                    "never committed)")
     proc = cli("import-evidence", "--src", str(src), "--out", str(tmp_path / "run"), "--format", "auto")
     assert proc.returncode == 0, proc.stderr
     record = json.loads((tmp_path / "run" / "import.json").read_text())
