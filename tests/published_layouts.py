@@ -74,7 +74,7 @@ def timings_csv(out: Path, seed: int = 1) -> Path:
             "independent_variable": "synthetic packing on or off", "gpu": "One SYNTHETIC-GPU, SM00",
             "gpu_uuid": "GPU-00000000-0000-0000-0000-000000000000",
             "acceptance": {"multi_question_mean_reduction_percent": 15, "single_mean_max_regression_percent": 2,
-                           "decision_flips": 0}},
+                           "decision_flips": 0, "maximum_probability_or_score_drift": 0.001}},
         "status": "complete", "results": results, "reductions": reductions,
         "gates": {"multi_question": True, "single_mean": False},
         "measured_requests": len(every), "measured_decisions": sum(d for _, d in every), "maximum_drift": 0.0}

@@ -25,7 +25,9 @@ def test_published_experiments_are_shipped():
         "open-jev-h200-hf-comparison-2026-10-03.yaml",
         "open-jev-h200-packed-silu-2026-10-02.yaml",
         "system1-omni-decider-2b-rtx4090-2026-10-07.yaml",
+        "system1-omni-lfm2-350m-l40s-2026-09-28.yaml",
         "system1-omni-prefill-packing-h200-2026-10-06.yaml",
+        "system1-omni-public231-leaderboard-h800-2026-10-07.yaml",
     ]
 
 
@@ -42,6 +44,11 @@ def test_the_findings_are_exactly_these():
         "fixed.graph8": ("18.882", "18.883", True),
         "fast.mean.spread": ("6.436", "6.437", True),
         "gap_closed.long_silu": ("94.19", "94.20", True),
+        # lfm2 RESULTS.md's token-target reuse "p50 change": printed from the unrounded p50s
+        "reuse.c16.short.b32.change": ("-3.81", "-3.82", True),
+        "reuse.c16.short.all.change": ("-3.94", "-3.96", True),
+        "reuse.c16.long.b32.change": ("-1.28", "-1.27", True),
+        "reuse.c16.long.all.change": ("-2.07", "-2.06", True),
     }
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import published_layouts as layouts
 import pytest
+import yaml
 
 from openjev_repro.audit.importer import detect_format, import_evidence
 from openjev_repro.errors import EvidenceError, InputMismatch
@@ -70,6 +71,10 @@ def test_report_states_the_published_date_hardware_arms_and_gates(tmp_path):
     assert "- Study date (recipe): 2026-01-06" in text and "- Run: run, published 2026-01-06" in text
     assert "- Hardware: One SYNTHETIC-GPU, SM00, GPU-00000000-0000-0000-0000-000000000000" in text
     assert "| single_mean | **FAILED** | single_mean_max_regression_percent: 2 |" in text
+    # a criterion with no published pass/fail shows the value they published for it, if any
+    assert ("| maximum_probability_or_score_drift | not published | maximum_probability_or_score_drift: 0.001; "
+            "published value maximum_drift: 0.0 |") in text
+    assert "| decision_flips | not published | decision_flips: 0 |" in text
     assert "- Arm candidate:" in text and "hardware not recorded" not in text
 
 
@@ -103,6 +108,10 @@ def test_provenance_json_unlisted_summary_is_recorded_not_verified(tmp_path):
     assert record["provenance"] == "partly verified: summary.json not listed in provenance.json"
     assert record["study"]["date"] == "2026-10-06"  # from the folder's name: nothing else publishes one
     assert {g["name"]: g["outcome"] for g in record["published_gates"]} == {"parity off": True, "parity all": True}
+    # off_div_all_median: "off" is the study's reference, so it is the run's first (baseline) arm
+    recipe = yaml.safe_load((tmp_path / "run" / "recipe.yaml").read_text())
+    assert [b["name"] for b in recipe["backends"]] == ["off", "all"]
+    assert recipe["backends"][0]["description"].startswith("mode off of the published study (summary.json cache_off")
 
 
 def test_sha256sums_checks_both_digest_levels(tmp_path):
@@ -143,6 +152,19 @@ def test_unknown_layout_and_unknown_format_are_one_error_line(tmp_path):
 COPIES = Path(os.environ.get("OPENJEV_PUBLISHED_COPIES", ROOT / ".cache" / "published"))
 REAL = {"gdn-20261003": "system1-omni", "jev_vl-review-20261006": "provenance-json",
         "prefill_batching-20261006": "timings-csv"}
+# What each real report must state about the published study (its date, hardware, first arm, a gate)
+# and how many of its figures the import compares.
+REAL_FACTS = {
+    "gdn-20261003": (23, ["- Run: run, published 2026-10-03",
+                          "- Hardware: H200 (archived reported name NVIDIA L20X), GPU-cbf66259-f4ab-0ede-1811-82037dde5924",
+                          "- Arm baseline: baseline arm of the published study", "| accepted_e2e_latency_gate | **FAILED** |"]),
+    "jev_vl-review-20261006": (19, ["- Run: run, published 2026-10-06", "- Hardware: NVIDIA H800 80GB",
+                                    "- all vs off: 2.79x by mean", "| parity off | passed | max_abs_dp 0.021545 <= tol 0.025 |"]),
+    "prefill_batching-20261006": (90, ["- Run: run, published 2026-10-06",
+                                       "- Hardware: One H200, SM90, 132 SMs; driver/scheduler label L20X",
+                                       "- Arm candidate: arm candidate of the published study",
+                                       "| multi_question | passed | multi_question_mean_reduction_percent: 15 |"]),
+}
 
 
 @pytest.mark.parametrize("name", sorted(REAL))
@@ -150,14 +172,19 @@ def test_real_published_layout_imports_with_auto(tmp_path, name):
     src = COPIES / name
     if not src.is_dir():
         pytest.skip(f"no local copy of the public {name} artefact at {src} (set OPENJEV_PUBLISHED_COPIES; "
-                    "rebuild it from the public text files, see docs/manifest.md; never committed)")
+                    "rebuild it with scripts/published-copies.sh or from the public text files, see docs/manifest.md; "
+                    "never committed)")
     proc = cli("import-evidence", "--src", str(src), "--out", str(tmp_path / "run"), "--format", "auto")
     assert proc.returncode == 0, proc.stderr
     record = json.loads((tmp_path / "run" / "import.json").read_text())
     assert record["format"] == REAL[name] and record["figure_counts"]["mismatch"] == 0
+    compared, lines = REAL_FACTS[name]
+    assert record["figure_counts"]["compared"] == compared
     assert record["study"]["date"] and record["study"]["hardware"]
     report = cli("report", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "out"))
-    assert report.returncode == 0 and "## Published study" in (tmp_path / "out" / "report.md").read_text()
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert report.returncode == 0 and "## Published study" in text
+    assert [line for line in lines if line not in text] == []
 
 
 def test_system1_omni_report_states_the_published_date_hardware_arms_and_failed_gate(tmp_path):

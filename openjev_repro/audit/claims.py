@@ -203,6 +203,8 @@ BOOLEAN_DERIVATIONS = {
     "and": "every listed true/false figure or claim is true (format 3)",
 }
 _BOOLEAN_VERSION = {"within": 3, "all": 3, "any": 3, "and": 3}
+# The operators format 3 adds (a test asserts the committed claims-3 files use them).
+FORMAT_3_OPERATORS = frozenset({k for k, spec in DERIVATIONS.items() if spec[3] == 3} | set(_BOOLEAN_VERSION))
 _OPS = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
 _VERSION_1_ARITY = {"difference": 2, "product": 2}
 _SELECTING = {"rounded", "max", "min", "percentile", "median"}  # may not print more decimals than their inputs
@@ -242,13 +244,29 @@ def _text_field(spec: dict, key: str, where: str) -> str:
     return value
 
 
+def _check_known_keys(name: str, spec: dict, where: str) -> None:
+    """Format 3: a figure or claim holds only the keys its kind knows."""
+    unknown = sorted(set(map(str, spec)) - (_CLAIM_KEYS if "derive" in spec else _FIGURE_KEYS))
+    if unknown:
+        raise RecipeError(f"{where}: {name!r} has unknown keys {unknown}.")
+
+
+def _declared_decimals(name: str, spec: dict, raw: Any, decimals: int, where: str) -> int:
+    """The decimals a YAML number declares it was printed with (a quoted value carries its own)."""
+    if isinstance(raw, str) or "decimals" not in spec:
+        return decimals
+    declared = spec["decimals"]
+    if not isinstance(declared, int) or isinstance(declared, bool) or not 0 <= declared <= MAX_DECIMALS:
+        raise RecipeError(f"{where}: {name!r} decimals {str(declared)[:40]!r} is not an integer in "
+                          f"[0, {MAX_DECIMALS}].")
+    return declared or decimals
+
+
 def _figure(name: str, spec: Any, where: str, version: int = 2) -> Figure:
     if not isinstance(spec, dict):
         spec = {"value": spec}
     if version >= 3:
-        unknown = sorted(set(map(str, spec)) - (_CLAIM_KEYS if "derive" in spec else _FIGURE_KEYS))
-        if unknown:
-            raise RecipeError(f"{where}: {name!r} has unknown keys {unknown}.")
+        _check_known_keys(name, spec, where)
     raw = spec.get("value")
     unit, place = _text_field(spec, "unit", where), _text_field(spec, "where", where)
     if isinstance(raw, bool):
@@ -256,29 +274,30 @@ def _figure(name: str, spec: Any, where: str, version: int = 2) -> Figure:
     value = _decimal(raw, f"figure {name!r}", where)
     exponent = value.as_tuple().exponent
     assert isinstance(exponent, int)
-    decimals = max(-exponent, 0)
-    if not isinstance(raw, str) and "decimals" in spec:
-        declared = spec["decimals"]
-        if not isinstance(declared, int) or isinstance(declared, bool) or not 0 <= declared <= MAX_DECIMALS:
-            raise RecipeError(f"{where}: {name!r} decimals {str(declared)[:40]!r} is not an integer in "
-                              f"[0, {MAX_DECIMALS}].")
-        decimals = declared or decimals
-    return Figure(name, value, decimals, unit, place)
+    return Figure(name, value, _declared_decimals(name, spec, raw, max(-exponent, 0), where), unit, place)
 
 
 _GROUPED = {"ratio", "percent_lower", "percent_change"}  # format 3: a side may be a group, taken as its mean
+
+
+def _check_from(inputs: Any, groups: list[list[Any]], where: str) -> None:
+    if any(not isinstance(n, str) for g in groups for n in g):
+        raise RecipeError(f"{where}: `from` holds something other than figure names.")
+    if sum(len(g) for g in groups) > MAX_ITEMS:
+        raise RecipeError(f"{where}: `from` names more than {MAX_ITEMS} figures.")
+
+
+def _takes_groups(kind: str, version: int) -> bool:
+    """Whether `from` may hold groups: the true/false comparisons, and format 3's grouped sides."""
+    return not (kind in DERIVATIONS or kind == "and") or (version >= 3 and kind in _GROUPED)
 
 
 def _groups(inputs: Any, where: str, kind: str, version: int = 2) -> list[list[str]]:
     if not isinstance(inputs, list) or not inputs:
         raise RecipeError(f"{where}: `from` is a list of figure names (or, for booleans, of groups).")
     groups = [g if isinstance(g, list) else [g] for g in inputs]
-    if any(not isinstance(n, str) for g in groups for n in g):
-        raise RecipeError(f"{where}: `from` holds something other than figure names.")
-    if sum(len(g) for g in groups) > MAX_ITEMS:
-        raise RecipeError(f"{where}: `from` names more than {MAX_ITEMS} figures.")
-    grouped = version >= 3 and kind in _GROUPED
-    if (kind in DERIVATIONS or kind == "and") and not grouped and any(isinstance(g, list) for g in inputs):
+    _check_from(inputs, groups, where)
+    if not _takes_groups(kind, version) and any(isinstance(g, list) for g in inputs):
         raise RecipeError(f"{where}: {kind} takes a flat list of figures; groups are for "
                           f"{', '.join(sorted(set(BOOLEAN_DERIVATIONS) - {'and'}))}.")
     return groups
@@ -295,41 +314,49 @@ def _count_text(least: int, most: int | None) -> str:
     return f"{least}" if least == most else f"at least {least}" if most is None else f"{least} to {most}"
 
 
-def _check_numeric_shape(kind: str, claim: dict, version: int, where: str) -> None:
-    inputs = claim["from"]
+def _check_count(kind: str, n: int, version: int, where: str) -> None:
     _, least, most, introduced, _ = DERIVATIONS[kind]
     if introduced > version:
         raise RecipeError(f"{where}: {kind} needs format_version {introduced}.")
     if version == 1 and kind in _VERSION_1_ARITY:
         most = _VERSION_1_ARITY[kind]
-        if len(inputs) > most:
-            raise RecipeError(f"{where}: {kind} takes {most} figures in format_version 1, got {len(inputs)}; "
+        if n > most:
+            raise RecipeError(f"{where}: {kind} takes {most} figures in format_version 1, got {n}; "
                               "n-ary needs format_version 2.")
-    if len(inputs) < least or (most is not None and len(inputs) > most):
-        raise RecipeError(f"{where}: {kind} takes {_count_text(least, most)} figures, got {len(inputs)}.")
+    if n < least or (most is not None and n > most):
+        raise RecipeError(f"{where}: {kind} takes {_count_text(least, most)} figures, got {n}.")
+
+
+def _check_numeric_shape(kind: str, claim: dict, version: int, where: str) -> None:
+    n = len(claim["from"])
+    _check_count(kind, n, version, where)
     if kind == "percentile":
-        _check_percentile(claim, len(inputs), where)
+        _check_percentile(claim, n, where)
     elif "q" in claim or "rule" in claim:
         raise RecipeError(f"{where}: q and rule belong to percentile, not {kind}.")
     if kind == "rank" and claim.get("order", "ascending") not in ("ascending", "descending"):
         raise RecipeError(f"{where}: rank order is ascending or descending, got {str(claim.get('order'))[:40]!r}.")
 
 
-def _check_boolean_shape(kind: str, claim: dict, groups: list[list[str]], version: int, where: str) -> None:
-    inputs = claim["from"]
-    if _BOOLEAN_VERSION.get(kind, 1) > version:
-        raise RecipeError(f"{where}: {kind} needs format_version {_BOOLEAN_VERSION[kind]}.")
-    if kind == "and":
-        return
-    if len(groups) != 2:
-        raise RecipeError(f"{where}: {kind} compares two sides, got {len(groups)}; write [a, b] or [[a, c], b].")
-    if kind in ("at_least", "at_most") and all(isinstance(g, list) and len(g) > 1 for g in inputs):
+def _check_sides(kind: str, claim: dict, groups: list[list[str]], where: str) -> None:
+    """The two sides of a true/false comparison, as its kind needs them."""
+    if kind in ("at_least", "at_most") and all(isinstance(g, list) and len(g) > 1 for g in claim["from"]):
         raise RecipeError(f"{where}: {kind} between two groups is ambiguous (pairwise or every pair?); "
                           "make one side a single figure, or use all_below.")
     if kind in ("all", "any") and (claim.get("op") not in _OPS or len(groups[1]) != 1):
         raise RecipeError(f"{where}: {kind} needs op: one of {' '.join(_OPS)} and `from: [[members...], bound]`.")
     if kind == "within":
         _check_within(claim, groups, where)
+
+
+def _check_boolean_shape(kind: str, claim: dict, groups: list[list[str]], version: int, where: str) -> None:
+    if _BOOLEAN_VERSION.get(kind, 1) > version:
+        raise RecipeError(f"{where}: {kind} needs format_version {_BOOLEAN_VERSION[kind]}.")
+    if kind == "and":
+        return
+    if len(groups) != 2:
+        raise RecipeError(f"{where}: {kind} compares two sides, got {len(groups)}; write [a, b] or [[a, c], b].")
+    _check_sides(kind, claim, groups, where)
 
 
 def _check_within(claim: dict, groups: list[list[str]], where: str) -> None:
@@ -359,8 +386,8 @@ _RANK_WORDS = {1: ("fastest", "first", "highest", "largest", "lowest", "smallest
 _NUMBER_IN_TEXT = re.compile(r"[-+]?\d+(?:\.\d+)?")
 
 
-def _check_printed(claim: dict, stated: Figure, seen: dict[str, str], where: str) -> None:
-    """Format 3: the claim's printed text shows its stated value, and no other claim states that text."""
+def _printed_key(claim: dict, stated: Figure, seen: dict[str, str], where: str) -> str:
+    """The claim's printed text, stripped; refused when missing or already stated by another claim."""
     printed = claim.get("printed")
     if not isinstance(printed, str) or not printed.strip():
         raise RecipeError(f"{where}: {stated.name} needs `printed`: the text of the report it checks, e.g. \"−3.81%\".")
@@ -369,13 +396,27 @@ def _check_printed(claim: dict, stated: Figure, seen: dict[str, str], where: str
         raise RecipeError(f"{where}: {stated.name} states the printed text {key!r} that {seen[key]} already states; "
                           "one printed figure is one claim.")
     seen[key] = stated.name
-    if isinstance(stated.value, bool):
-        return
-    if claim.get("derive") == "rank" and any(w in key.lower() for w in _RANK_WORDS.get(int(stated.value), ())):
-        return  # a rank may be printed as a word: "fastest", "second", ...
+    return key
+
+
+def _rank_word(claim: dict, value: Decimal, key: str) -> bool:
+    """A rank may be printed as a word: "fastest", "second", ..."""
+    return claim.get("derive") == "rank" and any(w in key.lower() for w in _RANK_WORDS.get(int(value), ()))
+
+
+def _shows(key: str, value: Decimal) -> bool:
+    """Whether the text shows `value` with its sign and decimals (minus sign, commas and thin spaces allowed)."""
     normal = key.replace("\u2212", "-").replace(",", "").replace("\u2009", "").replace("\u202f", "")
     shown = [Decimal(m) for m in _NUMBER_IN_TEXT.findall(normal)]
-    if not any(v == stated.value and v.as_tuple() == stated.value.as_tuple() for v in shown):
+    return any(v == value and v.as_tuple() == value.as_tuple() for v in shown)
+
+
+def _check_printed(claim: dict, stated: Figure, seen: dict[str, str], where: str) -> None:
+    """Format 3: the claim's printed text shows its stated value, and no other claim states that text."""
+    key = _printed_key(claim, stated, seen, where)
+    if isinstance(stated.value, bool) or _rank_word(claim, stated.value, key):
+        return
+    if not _shows(key, stated.value):
         raise RecipeError(f"{where}: {stated.name} states {stated.value} but its printed text {key!r} does not show "
                           "that value with that sign and those decimals.")
 
@@ -386,24 +427,30 @@ def _same_unit(units: list[str], kind: str, where: str) -> str:
     return units[0] if units else ""
 
 
+_PERCENT_KINDS = ("percent_lower", "percent_change", "percent_gap_closed", "relative_range")
+
+
+def _expected_units(kind: str, unit: str) -> set[str]:
+    """The units a derivation of figures in `unit` may be stated in."""
+    if kind in _PERCENT_KINDS:
+        return _PERCENT_UNITS
+    if kind == "ratio":
+        return _RATIO_UNITS
+    if kind == "rank":
+        return {"", "rank"}
+    return {unit}
+
+
 def _check_units(kind: str, stated: Figure, inputs: list[Figure], claim: dict, where: str) -> None:
     """Format 3: units are declared on every figure and numeric claim, and the derivation's unit must match."""
     if "unit" not in claim and kind in DERIVATIONS:
         raise RecipeError(f"{where}: {stated.name} declares no unit (format 3 needs `unit`; \"\" is dimensionless).")
-    units = [f.unit for f in inputs]
     if kind in ("and", "product"):
         return  # true/false, or a unit the file declares (products multiply units)
-    unit = _same_unit(units, kind, where)
+    unit = _same_unit([f.unit for f in inputs], kind, where)
     if kind in BOOLEAN_DERIVATIONS:
         return
-    if kind in ("percent_lower", "percent_change", "percent_gap_closed", "relative_range"):
-        expected: set[str] = _PERCENT_UNITS
-    elif kind == "ratio":
-        expected = _RATIO_UNITS
-    elif kind == "rank":
-        expected = {"", "rank"}
-    else:
-        expected = {unit}
+    expected = _expected_units(kind, unit)
     if stated.unit not in expected:
         raise RecipeError(f"{where}: {stated.name} is in {stated.unit!r}, but {kind} of figures in {unit!r} is in "
                           f"{' or '.join(repr(u) for u in sorted(expected))}.")
@@ -452,26 +499,39 @@ def _claim_figure(claim: Any, i: int, figures: dict[str, Figure], version: int, 
     return where, stated
 
 
-def _sections(data: Any, source: str) -> tuple[int, dict, list]:
-    """format_version, figures and claims of a claims file, each of the right type and size."""
-    if not isinstance(data, dict) or data.get("format_version") not in CLAIMS_FORMAT_VERSIONS \
-            or isinstance(data.get("format_version"), bool):
+def _version(data: Any, source: str) -> int:
+    version = data.get("format_version") if isinstance(data, dict) else None
+    if version not in CLAIMS_FORMAT_VERSIONS or isinstance(version, bool):
         raise RecipeError(f"{source}: not a claims file with format_version "
                           f"{', '.join(map(str, CLAIMS_FORMAT_VERSIONS[:-1]))} or {CLAIMS_FORMAT_VERSIONS[-1]}.")
-    version = int(data["format_version"])
-    if version >= 3 and set(map(str, data)) - _TOP_KEYS:
-        raise RecipeError(f"{source}: unknown keys {sorted(set(map(str, data)) - _TOP_KEYS)}.")
-    raw_figures, raw_claims = data.get("figures") or {}, data.get("claims") or []
+    return int(version)
+
+
+def _check_section_types(raw_figures: Any, raw_claims: Any, source: str) -> None:
     if not isinstance(raw_figures, dict):
         raise RecipeError(f"{source}: figures is a mapping of name to value.")
     if not isinstance(raw_claims, list):
         raise RecipeError(f"{source}: claims is a list.")
     if len(raw_figures) + len(raw_claims) > MAX_ITEMS:
         raise RecipeError(f"{source}: more than {MAX_ITEMS} figures and claims.")
+
+
+def _check_format_3_units(raw_figures: dict, source: str) -> None:
+    """Format 3: a unit on every figure."""
+    undeclared = [n for n, spec in raw_figures.items() if not isinstance(spec, dict) or "unit" not in spec]
+    if undeclared:
+        raise RecipeError(f"{source}: figures {undeclared[:5]} declare no unit (format 3 needs `unit`).")
+
+
+def _sections(data: Any, source: str) -> tuple[int, dict, list]:
+    """format_version, figures and claims of a claims file, each of the right type and size."""
+    version = _version(data, source)
+    raw_figures, raw_claims = data.get("figures") or {}, data.get("claims") or []
+    if version >= 3 and set(map(str, data)) - _TOP_KEYS:
+        raise RecipeError(f"{source}: unknown keys {sorted(set(map(str, data)) - _TOP_KEYS)}.")
+    _check_section_types(raw_figures, raw_claims, source)
     if version >= 3:
-        undeclared = [n for n, spec in raw_figures.items() if not isinstance(spec, dict) or "unit" not in spec]
-        if undeclared:
-            raise RecipeError(f"{source}: figures {undeclared[:5]} declare no unit (format 3 needs `unit`).")
+        _check_format_3_units(raw_figures, source)
     return version, raw_figures, raw_claims
 
 
@@ -503,22 +563,42 @@ def _half(f: Figure) -> Decimal:
     return Decimal(5).scaleb(-f.decimals - 1)
 
 
-def _boolean(kind: str, groups: list[list[Any]], claim: dict) -> bool:
-    if kind == "and":
-        return all(x is True for g in groups for x in g)
-    if kind == "disjoint_ranges":
+def _disjoint(groups: list[list[Any]], _: dict) -> bool:
+    a, b = groups
+    return max(a) < min(b) or max(b) < min(a)
+
+
+def _within(groups: list[list[Any]], claim: dict) -> bool:
+    return abs(groups[0][0] - groups[1][0]) <= _decimal(claim["tolerance"], "tolerance", "")
+
+
+def _held(groups: list[list[Any]], claim: dict) -> list[bool]:
+    test = _OPS[claim["op"]]
+    return [test(x, groups[1][0]) for x in groups[0]]
+
+
+def _one_against_every(kind: str) -> Callable[[list[list[Any]], dict], bool]:
+    """at_least / at_most: one side is one figure; it must hold against every member of the other."""
+    def holds(groups: list[list[Any]], _: dict) -> bool:
         a, b = groups
-        return max(a) < min(b) or max(b) < min(a)
-    if kind == "all_below":
-        return max(groups[0]) < min(groups[1])
-    if kind == "within":
-        return abs(groups[0][0] - groups[1][0]) <= _decimal(claim["tolerance"], "tolerance", "")
-    if kind in ("all", "any"):
-        test = _OPS[claim["op"]]
-        held = [test(x, groups[1][0]) for x in groups[0]]
-        return all(held) if kind == "all" else any(held)
-    a, b = groups  # one side is one figure: it must hold against every member of the other
-    return all(x >= y if kind == "at_least" else x <= y for x in a for y in b)
+        return all(x >= y if kind == "at_least" else x <= y for x in a for y in b)
+    return holds
+
+
+_BOOLEANS: dict[str, Callable[[list[list[Any]], dict], bool]] = {
+    "and": lambda groups, _: all(x is True for g in groups for x in g),
+    "disjoint_ranges": _disjoint,
+    "all_below": lambda groups, _: max(groups[0]) < min(groups[1]),
+    "within": _within,
+    "all": lambda groups, claim: all(_held(groups, claim)),
+    "any": lambda groups, claim: any(_held(groups, claim)),
+    "at_least": _one_against_every("at_least"),
+    "at_most": _one_against_every("at_most"),
+}
+
+
+def _boolean(kind: str, groups: list[list[Any]], claim: dict) -> bool:
+    return _BOOLEANS[kind](groups, claim)
 
 
 _INFINITE = (Decimal("-Infinity"), Decimal("Infinity"))
@@ -540,32 +620,51 @@ def _rank_bounds(lo_in: Values, hi_in: Values, claim: dict) -> tuple[Decimal, De
     return Decimal(1 + sum(1 for _, hi in others if hi < tlo)), Decimal(1 + sum(1 for lo, _ in others if lo < thi))
 
 
+def _spread_bounds(lo_in: Values, hi_in: Values) -> tuple[Decimal, Decimal]:
+    return max(Decimal(0), max(lo_in) - min(hi_in)), max(hi_in) - min(lo_in)
+
+
+def _relative_range_bounds(lo_in: Values, hi_in: Values, claim: dict) -> tuple[Decimal, Decimal]:
+    (spread_lo, spread_hi), mean_lo, mean_hi = _spread_bounds(lo_in, hi_in), _mean(lo_in, claim), _mean(hi_in, claim)
+    if mean_lo <= 0:
+        return _INFINITE
+    return spread_lo / mean_hi * 100, spread_hi / mean_lo * 100
+
+
+_DIVISORS = {"ratio": [1], "percent_lower": [0], "percent_change": [0]}
+
+
+def _divisor_spans_zero(kind: str, lo_in: Values, hi_in: Values) -> bool:
+    """Whether a divisor's interval holds zero (then every value is reachable)."""
+    if kind == "percent_gap_closed":
+        return lo_in[0] - hi_in[2] <= 0 <= hi_in[0] - lo_in[2]
+    return any(lo_in[i] <= 0 <= hi_in[i] for i in _DIVISORS.get(kind, []))
+
+
+def _corner_bounds(kind: str, function: Callable[[Values, dict], Decimal], lo_in: Values, hi_in: Values,
+                   claim: dict) -> tuple[Decimal, Decimal]:
+    """The extremes over every corner of the input box (monotone in each input between the corners)."""
+    if kind == "difference" and len(lo_in) > _CORNER_LIMIT:
+        return function(lo_in[:1] + hi_in[1:], claim), function(hi_in[:1] + lo_in[1:], claim)
+    if _divisor_spans_zero(kind, lo_in, hi_in):
+        return _INFINITE
+    corners = [function([hi if s > 0 else lo for lo, hi, s in zip(lo_in, hi_in, signs, strict=True)], claim)
+               for signs in itertools.product((-1, 1), repeat=len(lo_in))]
+    return min(corners), max(corners)
+
+
 def _bounds(kind: str, function: Callable[[Values, dict], Decimal], lo_in: Values, hi_in: Values,
             claim: dict) -> tuple[Decimal, Decimal]:
     """The least and greatest value the derivation takes when each input lies in its interval."""
     if kind in ("spread", "range"):
-        return max(Decimal(0), max(lo_in) - min(hi_in)), max(hi_in) - min(lo_in)
+        return _spread_bounds(lo_in, hi_in)
     if kind in _INCREASING or (kind == "product" and min(lo_in) >= 0):
         return function(lo_in, claim), function(hi_in, claim)
-    if kind == "product":
-        return _product_bounds(lo_in, hi_in)
-    if kind == "rank":
-        return _rank_bounds(lo_in, hi_in, claim)
-    if kind == "relative_range":
-        spread_lo, spread_hi = max(Decimal(0), max(lo_in) - min(hi_in)), max(hi_in) - min(lo_in)
-        mean_lo, mean_hi = _mean(lo_in, claim), _mean(hi_in, claim)
-        if mean_lo <= 0:
-            return _INFINITE
-        return spread_lo / mean_hi * 100, spread_hi / mean_lo * 100
-    if kind == "difference" and len(lo_in) > _CORNER_LIMIT:
-        return function(lo_in[:1] + hi_in[1:], claim), function(hi_in[:1] + lo_in[1:], claim)
-    divisors = {"ratio": [1], "percent_lower": [0], "percent_change": [0], "percent_gap_closed": []}.get(kind, [])
-    if any(lo_in[i] <= 0 <= hi_in[i] for i in divisors) or (
-            kind == "percent_gap_closed" and lo_in[0] - hi_in[2] <= 0 <= hi_in[0] - lo_in[2]):
-        return _INFINITE  # a divisor's interval holds zero: every value is reachable
-    corners = [function([hi if s > 0 else lo for lo, hi, s in zip(lo_in, hi_in, signs, strict=True)], claim)
-               for signs in itertools.product((-1, 1), repeat=len(lo_in))]
-    return min(corners), max(corners)
+    special = {"product": lambda: _product_bounds(lo_in, hi_in), "rank": lambda: _rank_bounds(lo_in, hi_in, claim),
+               "relative_range": lambda: _relative_range_bounds(lo_in, hi_in, claim)}
+    if kind in special:
+        return special[kind]()
+    return _corner_bounds(kind, function, lo_in, hi_in, claim)
 
 
 def _side(values: Values) -> Decimal:
@@ -610,30 +709,48 @@ def _status(recomputed: Decimal, stated: Decimal, version: int) -> str:
     return "exact"
 
 
+def _sides(claim: dict) -> list[list[str]]:
+    return [g if isinstance(g, list) else [g] for g in claim["from"]]  # a group (format 3) is its mean
+
+
+def _side_values(claim: dict, figures: dict[str, Figure]) -> Values:
+    """Each side's value: a figure, or (format 3) the mean of a group."""
+    return [_side([figures[n].value for n in side]) for side in _sides(claim)]  # type: ignore[misc]
+
+
+def _interval_bounds(kind: str, function: Callable[[Values, dict], Decimal], claim: dict,
+                     intervals: dict[str, tuple[Decimal, Decimal]]) -> tuple[Decimal, Decimal]:
+    sides = _sides(claim)
+    return _bounds(kind, function, [_side([intervals[n][0] for n in side]) for side in sides],
+                   [_side([intervals[n][1] for n in side]) for side in sides], claim)
+
+
 def _check(claim: dict, figures: dict[str, Figure], intervals: dict[str, tuple[Decimal, Decimal]],
            version: int = 2) -> ClaimResult:
     kind, stated = claim["derive"], figures[claim["name"]]
     if kind in BOOLEAN_DERIVATIONS:
         return _check_boolean(claim, figures)
     function = DERIVATIONS[kind][0]
-    sides = [g if isinstance(g, list) else [g] for g in claim["from"]]  # a group (format 3) is its mean
-    inputs = [figures[n] for side in sides for n in side]
-    values = [_side([figures[n].value for n in side]) for side in sides]  # type: ignore[misc]
-    exact = _exact(kind, function, values, claim, f"claim {claim['name']}")
-    lo, hi = _bounds(kind, function, [_side([intervals[n][0] for n in side]) for side in sides],
-                     [_side([intervals[n][1] for n in side]) for side in sides], claim)
+    exact = _exact(kind, function, _side_values(claim, figures), claim, f"claim {claim['name']}")
+    lo, hi = _interval_bounds(kind, function, claim, intervals)
     assert isinstance(stated.value, Decimal)
     recomputed = _round(exact, stated.decimals)
-    s_lo, s_hi = stated.value - _half(stated), stated.value + _half(stated)
-    reachable = not (hi < s_lo or lo > s_hi)
-    status = _status(recomputed, stated.value, version)
-    detail = _selecting_detail(kind, stated, inputs)
-    if detail:
-        status, reachable = "mismatch", False
-    if version >= 3 and reachable:  # carried into the claims that use this one
-        intervals[claim["name"]] = (max(lo, s_lo), min(hi, s_hi))
+    detail = _selecting_detail(kind, stated, [figures[n] for side in _sides(claim) for n in side])
+    status = "mismatch" if detail else _status(recomputed, stated.value, version)
+    reached = None if detail else _reached(stated, lo, hi)
+    if version >= 3 and reached:  # carried into the claims that use this one
+        intervals[claim["name"]] = reached
     return ClaimResult(stated=str(stated.value), recomputed=str(recomputed), status=status,
-                       within_rounding=reachable, detail=detail, **_common(claim))
+                       within_rounding=reached is not None, detail=detail, **_common(claim))
+
+
+def _reached(stated: Figure, lo: Decimal, hi: Decimal) -> tuple[Decimal, Decimal] | None:
+    """The part of the stated figure's rounding interval that [lo, hi] reaches; None if it reaches none."""
+    assert isinstance(stated.value, Decimal)
+    s_lo, s_hi = stated.value - _half(stated), stated.value + _half(stated)
+    if hi < s_lo or lo > s_hi:
+        return None
+    return max(lo, s_lo), min(hi, s_hi)
 
 
 def check_claims(parsed: dict[str, Any]) -> list[ClaimResult]:
@@ -648,26 +765,30 @@ def check_claims(parsed: dict[str, Any]) -> list[ClaimResult]:
 
 
 
+def _mark(r: ClaimResult) -> str:
+    if r.status == "exact":
+        return "STALE" if r.expected_mismatch else "OK"
+    return "FINDING" if r.expected_mismatch else "FAIL"
+
+
+def _note(r: ClaimResult) -> str:
+    if r.detail:
+        return f" ({r.detail})"
+    if r.status == "exact":
+        return ""
+    return " (reachable within the inputs' rounding)" if r.within_rounding else " (not reachable even within rounding)"
+
+
+def _result_line(r: ClaimResult, width: int, derive_width: int) -> str:
+    line = (f"{_mark(r):<7} {r.name.ljust(width)}  {r.derive.ljust(derive_width)} stated {r.stated:>10}  "
+            f"recomputed {r.recomputed:>10}{_note(r)}")
+    return line + (f"\n        finding: {r.finding}" if r.finding else "")
+
+
 def format_results(results: list[ClaimResult]) -> str:
     width = max((len(r.name) for r in results), default=0)
     derive_width = max((len(r.derive) for r in results), default=0) + 1
-    lines = []
-    for r in results:
-        if r.status == "exact":
-            mark = "STALE" if r.expected_mismatch else "OK"
-        else:
-            mark = "FINDING" if r.expected_mismatch else "FAIL"
-        if r.detail:
-            note = f" ({r.detail})"
-        elif r.status == "exact":
-            note = ""
-        else:
-            note = (" (reachable within the inputs' rounding)" if r.within_rounding
-                    else " (not reachable even within rounding)")
-        line = f"{mark:<7} {r.name.ljust(width)}  {r.derive.ljust(derive_width)} stated {r.stated:>10}  recomputed {r.recomputed:>10}{note}"
-        if r.finding:
-            line += f"\n        finding: {r.finding}"
-        lines.append(line)
+    lines = [_result_line(r, width, derive_width) for r in results]
     failed = sum(r.failed for r in results)
     findings = sum(1 for r in results if r.status == "mismatch" and r.expected_mismatch)
     lines.append(f"{len(results)} claims: {failed} failed, {findings} declared findings.")

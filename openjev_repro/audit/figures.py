@@ -108,6 +108,43 @@ def baseline_and_candidates(arms: Iterable[str]) -> tuple[str, list[str]]:
     return base, [n for n in names if n != base]
 
 
+def _no_rows(arm: str, index: int | None) -> dict[str, Any]:
+    """A published arm or pass that no imported row backs: a mismatch."""
+    return {"arm": arm, "pass": index, "figure": "rows", "published": "present", "ours": None,
+            "status": "mismatch", "difference": None, "half_unit": None, "rule": None, "matches": False}
+
+
+def _pass_index(p: Any, arm_name: Any) -> int:
+    if not isinstance(p, dict) or not _count(p.get("pass", 0)):
+        raise EvidenceError(f"summary.json: {arm_name}.passes holds {p!r}, not an object with an integer pass.")
+    return int(p.get("pass", 0))
+
+
+def _ours_of_pass(rows: list[float], max_delta: dict[tuple[str, int], float] | None, key: tuple[str, int]
+                  ) -> dict[str, Any]:
+    stats = latency_stats(rows)
+    ours: dict[str, Any] = {"mean_ms": stats["mean_ms"], "p50_ms": stats["p50_ms"],
+                            "p95_ms": {"jevbench": stats["p95_jevbench_ms"],
+                                       "nearest_rank": stats["p95_nearest_rank_ms"]},
+                            "requests": stats["n"]}
+    if max_delta is not None:
+        ours["max_probability_delta"] = max_delta.get(key)
+    return ours
+
+
+def _pass_figures(arm: str, arm_name: Any, entry: dict, latencies: dict[tuple[str, int], list[float]],
+                  max_delta: dict[tuple[str, int], float] | None) -> list[dict[str, Any]]:
+    passes = entry.get("passes", [])
+    if not isinstance(passes, list):
+        raise EvidenceError(f"summary.json: {arm_name}.passes is not a list.")
+    figures = []
+    for p in passes:
+        index = _pass_index(p, arm_name)
+        ours = _ours_of_pass(latencies.get((arm, index), []), max_delta, (arm, index))
+        figures += [figure(arm, index, name, p[name], value) for name, value in ours.items() if name in p]
+    return figures
+
+
 def published_figures(summary: dict, latencies: dict[tuple[str, int], list[float]],
                       max_delta: dict[tuple[str, int], float] | None = None) -> list[dict[str, Any]]:
     """Each figure their summary.json publishes next to ours, recomputed from the rows' latencies (ms)."""
@@ -120,27 +157,9 @@ def published_figures(summary: dict, latencies: dict[tuple[str, int], list[float
             raise EvidenceError(f"summary.json: arm {arm_name!r} is not an object.")
         arm_latencies = [x for (a, _), xs in sorted(latencies.items()) if a == arm for x in xs]
         if not arm_latencies:
-            figures.append({"arm": arm, "pass": None, "figure": "rows", "published": "present", "ours": None,
-                            "status": "mismatch", "difference": None, "half_unit": None, "rule": None,
-                            "matches": False})
+            figures.append(_no_rows(arm, None))
             continue
-        passes = entry.get("passes", [])
-        if not isinstance(passes, list):
-            raise EvidenceError(f"summary.json: {arm_name}.passes is not a list.")
-        for p in passes:
-            if not isinstance(p, dict) or not _count(p.get("pass", 0)):
-                raise EvidenceError(f"summary.json: {arm_name}.passes holds {p!r}, not an object with an integer pass.")
-            index = int(p.get("pass", 0))
-            stats = latency_stats(latencies.get((arm, index), []))
-            ours: dict[str, Any] = {"mean_ms": stats["mean_ms"], "p50_ms": stats["p50_ms"],
-                                    "p95_ms": {"jevbench": stats["p95_jevbench_ms"],
-                                               "nearest_rank": stats["p95_nearest_rank_ms"]},
-                                    "requests": stats["n"]}
-            if max_delta is not None:
-                ours["max_probability_delta"] = max_delta.get((arm, index))
-            for name, value in ours.items():
-                if name in p:
-                    figures.append(figure(arm, index, name, p[name], value))
+        figures += _pass_figures(arm, arm_name, entry, latencies, max_delta)
         aggregates[arm] = mean(arm_latencies)
         if "aggregate_mean_ms" in entry:
             published_aggregates[arm] = entry["aggregate_mean_ms"]
@@ -148,29 +167,43 @@ def published_figures(summary: dict, latencies: dict[tuple[str, int], list[float
     return figures + _reduction_figures(summary, aggregates, published_aggregates)
 
 
+def _aggregate_half_units(pb: Any, pc: Any) -> float:
+    """How far the published aggregates' own half units can move 100 * (1 - c / b):
+    d/db = 100 c / b^2, d/dc = -100 / b."""
+    numbers = all(isinstance(x, (int, float)) and _number(x) for x in (pb, pc))
+    if not numbers or not pb:
+        return 0.0
+    fb, fc = float(pb), float(pc)
+    return 100 * (half_unit(fc) / abs(fb) + abs(fc) * half_unit(fb) / fb ** 2)
+
+
+def _aggregate_reduction(summary: dict, key: str, aggregates: dict[str, float | None],
+                         published_aggregates: dict[str, Any], base: str, cand: str) -> dict[str, Any]:
+    b, c = aggregates[base], aggregates[cand]
+    # Their expression, 100 * (1 - candidate / baseline) of the aggregate means; the algebraically
+    # equal (b - c) / b * 100 of results.statistics.summarize differs from it in the last bits.
+    ours_pct = (1 - c / b) * 100 if b and c is not None else None
+    propagated = _aggregate_half_units(published_aggregates.get(base), published_aggregates.get(cand))
+    return figure(f"{cand} vs {base}", None, key, summary[key], ours_pct, propagated)
+
+
+def _not_compared(key: str, published: Any) -> dict[str, Any]:
+    return {"arm": None, "pass": None, "figure": key, "published": published, "ours": None,
+            "status": "not_compared", "difference": None, "half_unit": None, "rule": None,
+            "matches": False, "note": "no unambiguous baseline/candidate pair to recompute it from"}
+
+
 def _reduction_figures(summary: dict, aggregates: dict[str, float | None],
                        published_aggregates: dict[str, Any]) -> list[dict[str, Any]]:
     """Their `*_reduction_percent` figures: the aggregate one recomputed when there is one baseline/candidate pair."""
-    figures: list[dict[str, Any]] = []
     base, candidates = baseline_and_candidates(aggregates) if aggregates else ("", [])
+    pair = len(candidates) == 1 and bool(aggregates.get(base))
+    figures: list[dict[str, Any]] = []
     for key in sorted(k for k in summary if isinstance(k, str) and k.endswith("_reduction_percent")):
-        if key == "aggregate_reduction_percent" and len(candidates) == 1 and aggregates.get(base):
-            b, c = aggregates[base], aggregates[candidates[0]]
-            # Their expression, 100 * (1 - candidate / baseline) of the aggregate means; the algebraically
-            # equal (b - c) / b * 100 of results.statistics.summarize differs from it in the last bits.
-            ours_pct = (1 - c / b) * 100 if b and c is not None else None
-            # Within rounding also allows what the published aggregates' own half units can change:
-            # d/db = 100 c / b^2, d/dc = -100 / b.
-            pb, pc = published_aggregates.get(base), published_aggregates.get(candidates[0])
-            propagated = 0.0
-            if isinstance(pb, (int, float)) and isinstance(pc, (int, float)) and _number(pb) and _number(pc) and pb:
-                fb, fc = float(pb), float(pc)
-                propagated = 100 * (half_unit(fc) / abs(fb) + abs(fc) * half_unit(fb) / fb ** 2)
-            figures.append(figure(f"{candidates[0]} vs {base}", None, key, summary[key], ours_pct, propagated))
+        if key == "aggregate_reduction_percent" and pair:
+            figures.append(_aggregate_reduction(summary, key, aggregates, published_aggregates, base, candidates[0]))
         else:
-            figures.append({"arm": None, "pass": None, "figure": key, "published": summary[key], "ours": None,
-                            "status": "not_compared", "difference": None, "half_unit": None, "rule": None,
-                            "matches": False, "note": "no unambiguous baseline/candidate pair to recompute it from"})
+            figures.append(_not_compared(key, summary[key]))
     return figures
 
 
@@ -228,19 +261,40 @@ def _pass_metrics(samples: list[tuple[float, int]]) -> dict[str, Any]:
             "successful_decisions_per_second": sum(d for _, d in samples) / seconds if seconds else None}
 
 
+def _pass_half_units(pb: list[Any], pc: list[Any]) -> float:
+    """How far the published pass metrics' own half units can move 100 * (1 - mean(c) / mean(b))."""
+    if not (pb and pc and all(_number(x) for x in pb + pc)):
+        return 0.0
+    fb, fc = _fmean([float(x) for x in pb]), _fmean([float(x) for x in pc])
+    hb, hc = max(half_unit(x) for x in pb), max(half_unit(x) for x in pc)
+    return 100 * (hc / abs(fb) + abs(fc) * hb / fb ** 2) if fb else 0.0
+
+
 def _reduction(base: list[float], cand: list[float], pb: list[Any], pc: list[Any]) -> tuple[float | None, float]:
     """100 * (1 - mean(candidate pass metrics) / mean(baseline pass metrics)), and how far the published
     pass metrics' own half units can move it (d/db = 100 c / b^2, d/dc = -100 / b)."""
     b, c = _fmean(base), _fmean(cand)
     if not b:
         return None, 0.0
-    ours = 100 * (1 - c / b)
-    if all(_number(x) for x in pb + pc) and pb and pc:
-        fb, fc = _fmean([float(x) for x in pb]), _fmean([float(x) for x in pc])
-        hb = max(half_unit(x) for x in pb)
-        hc = max(half_unit(x) for x in pc)
-        return ours, 100 * (hc / abs(fb) + abs(fc) * hb / fb ** 2) if fb else 0.0
-    return ours, 0.0
+    return 100 * (1 - c / b), _pass_half_units(pb, pc)
+
+
+def _workload_figures(arm: str, workload: str, passes: Any, samples: Samples,
+                      ours_by: dict[tuple[str, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One arm and workload: each pass's published metrics against ours (kept in ours_by for reductions)."""
+    if not isinstance(passes, list):
+        raise EvidenceError(f"summary.json: results.{arm}.{workload} is not a list of passes.")
+    figures: list[dict[str, Any]] = []
+    for index, published in enumerate(passes, start=1):
+        rows = samples.get((str(arm), str(workload), index))
+        if not isinstance(published, dict) or not rows:
+            figures.append(_no_rows(f"{arm} {workload}", index))
+            continue
+        ours = _pass_metrics(rows)
+        ours_by.setdefault((str(arm), str(workload)), []).append(ours)
+        figures += [figure(f"{arm} {workload}", index, name, published[name], value)
+                    for name, value in ours.items() if name in published]
+    return figures
 
 
 def timings_figures(summary: dict, samples: Samples) -> list[dict[str, Any]]:
@@ -249,46 +303,35 @@ def timings_figures(summary: dict, samples: Samples) -> list[dict[str, Any]]:
     results = _obj(summary, "results")
     ours_by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for arm, workloads in sorted(results.items()):
-        for workload, passes in sorted((workloads or {}).items()) if isinstance(workloads, dict) else []:
-            if not isinstance(passes, list):
-                raise EvidenceError(f"summary.json: results.{arm}.{workload} is not a list of passes.")
-            for index, published in enumerate(passes, start=1):
-                rows = samples.get((str(arm), str(workload), index))
-                if not isinstance(published, dict) or not rows:
-                    figures.append({"arm": f"{arm} {workload}", "pass": index, "figure": "rows", "published": "present",
-                                    "ours": None, "status": "mismatch", "difference": None, "half_unit": None,
-                                    "rule": None, "matches": False})
-                    continue
-                ours = _pass_metrics(rows)
-                ours_by.setdefault((str(arm), str(workload)), []).append(ours)
-                for name, value in ours.items():
-                    if name in published:
-                        figures.append(figure(f"{arm} {workload}", index, name, published[name], value))
+        for workload, passes in sorted(workloads.items()) if isinstance(workloads, dict) else []:
+            figures += _workload_figures(arm, workload, passes, samples, ours_by)
     figures += _timings_reductions(summary, results, ours_by)
     figures += _timings_totals(summary, samples)
     return figures
 
 
+def _metric_reduction(results: dict, ours_by: dict, arms: tuple[str, str], workload: str, key: str,
+                      value: Any) -> dict[str, Any] | None:
+    """One published `<metric>_reduction_percent` of a workload against ours; None if we lack that metric."""
+    base, cand = arms
+    metric = key.replace("_reduction_percent", "_ms")
+    b_ours, c_ours = ours_by.get((base, workload)), ours_by.get((cand, workload))
+    if not b_ours or not c_ours or metric not in b_ours[0]:
+        return None
+    pb = [p.get(metric) for p in results[base][workload] if isinstance(p, dict)]
+    pc = [p.get(metric) for p in results[cand][workload] if isinstance(p, dict)]
+    ours, propagated = _reduction([m[metric] for m in b_ours], [m[metric] for m in c_ours], pb, pc)
+    return figure(f"{cand} vs {base} {workload}", None, key, value, ours, propagated)
+
+
 def _timings_reductions(summary: dict, results: dict, ours_by: dict) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    reductions = _obj(summary, "reductions")
     base, candidates = baseline_and_candidates(sorted(results, key=lambda a: a != "baseline")) if results else ("", [])
     if len(candidates) != 1:
-        return out
-    cand = candidates[0]
-    for workload, published in sorted(reductions.items()):
-        if not isinstance(published, dict):
-            continue
-        for key, value in sorted(published.items()):
-            metric = key.replace("_reduction_percent", "_ms")
-            b_ours, c_ours = ours_by.get((base, workload)), ours_by.get((cand, workload))
-            if not b_ours or not c_ours or metric not in b_ours[0]:
-                continue
-            pb = [p.get(metric) for p in results[base][workload] if isinstance(p, dict)]
-            pc = [p.get(metric) for p in results[cand][workload] if isinstance(p, dict)]
-            ours, propagated = _reduction([m[metric] for m in b_ours], [m[metric] for m in c_ours], pb, pc)
-            out.append(figure(f"{cand} vs {base} {workload}", None, key, value, ours, propagated))
-    return out
+        return []
+    found = [_metric_reduction(results, ours_by, (base, candidates[0]), workload, key, value)
+             for workload, published in sorted(_obj(summary, "reductions").items()) if isinstance(published, dict)
+             for key, value in sorted(published.items())]
+    return [f for f in found if f is not None]
 
 
 def _timings_totals(summary: dict, samples: Samples) -> list[dict[str, Any]]:
@@ -332,6 +375,12 @@ def provenance_figures(summary: dict, samples: Samples) -> list[dict[str, Any]]:
         every = _seconds_of(samples, mode)
         medians[mode] = _median(every)
         figures += _mode_figures(key, published, every, None) + _mode_passes(key, published, samples, mode)
+    return figures + _ratio_figures(summary, medians)
+
+
+def _ratio_figures(summary: dict, medians: dict[str, float]) -> list[dict[str, Any]]:
+    """Their `<a>_div_<b>_median` ratios against the ratio of our medians."""
+    figures: list[dict[str, Any]] = []
     for key in sorted(k for k in summary if isinstance(k, str) and k.endswith("_median") and "_div_" in k):
         a, b = key[: -len("_median")].split("_div_", 1)
         if a in medians and b in medians and medians[b]:

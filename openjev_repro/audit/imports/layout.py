@@ -41,6 +41,8 @@ class Layout:
     meta: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     note: str = ""
+    arm_descriptions: dict[str, str] = field(default_factory=dict)  # what the published study says each arm is
+    arm_order: list[str] = field(default_factory=list)  # the study's reference arm first, when it says which
 
 
 def folder_date(name: str) -> str | None:
@@ -61,8 +63,11 @@ def finish(layout: Layout, out: Path) -> dict:
     """Write the imported run at `out`; returns import.json's content."""
     imported = {name: hash_file(layout.root / name) for name in layout.files}
     arms = sorted({s.arm for s in layout.samples})
+    if sorted(layout.arm_order) == arms:
+        arms = list(layout.arm_order)
     study = study_facts(*layout.documents, arms=arms,
-                        descriptions={a: f"arm {a} of the published study" for a in arms})
+                        descriptions={a: layout.arm_descriptions.get(a, f"arm {a} of the published study")
+                                      for a in arms})
     if study["date"] is None:
         study["date"] = folder_date(layout.root.name)
     with new_run(out, layout.root) as tmp:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -38,12 +37,18 @@ class SourceManifest:
     meta: dict[str, Any] = field(default_factory=dict)  # every other top-level field
 
 
-def _entry(path: Any, spec: Any, where: str) -> tuple[str, dict[str, Any]]:
+def _check_path(path: Any, where: str) -> str:
+    """A listed file name: a normalised relative POSIX path inside the folder, not manifest.json."""
     if not isinstance(path, str) or not path or "\\" in path:
         raise InputMismatch(f"{where}: file name {path!r} is not a relative POSIX path.")
     pure = PurePosixPath(path)
     if pure.is_absolute() or ".." in pure.parts or str(pure) != path or path == MANIFEST_NAME:
         raise InputMismatch(f"{where}: file name {path!r} leaves the directory or is not normalised.")
+    return path
+
+
+def _entry(path: Any, spec: Any, where: str) -> tuple[str, dict[str, Any]]:
+    path = _check_path(path, where)
     entry = {"sha256": spec} if isinstance(spec, str) else dict(spec) if isinstance(spec, dict) else None
     if entry is None:
         raise InputMismatch(f"{where}: {path}: entry is {type(spec).__name__}, not a sha256 string or an object.")
@@ -55,13 +60,19 @@ def _entry(path: Any, spec: Any, where: str) -> tuple[str, dict[str, Any]]:
     return path, entry
 
 
+def _is_size(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**63 - 1
+
+
+def _is_hex64(value: Any) -> bool:
+    return isinstance(value, str) and bool(_HEX64.match(value))
+
+
 def _check_optional(entry: dict[str, Any], path: str, where: str) -> None:
     """The optional fields of one manifest entry: bytes, source_sha256, source, normalization."""
-    size = entry.get("bytes")
-    if "bytes" in entry and (not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= 2**63 - 1):
-        raise InputMismatch(f"{where}: {path}: bytes {str(size)[:30]} is not a non-negative integer.")
-    if "source_sha256" in entry and (not isinstance(entry["source_sha256"], str)
-                                     or not _HEX64.match(entry["source_sha256"])):
+    if "bytes" in entry and not _is_size(entry["bytes"]):
+        raise InputMismatch(f"{where}: {path}: bytes {str(entry['bytes'])[:30]} is not a non-negative integer.")
+    if "source_sha256" in entry and not _is_hex64(entry["source_sha256"]):
         raise InputMismatch(f"{where}: {path}: source_sha256 {str(entry['source_sha256'])[:70]!r} is not 64 hex digits.")
     for key in ("source", "normalization"):
         if key in entry and not isinstance(entry[key], str):
@@ -80,27 +91,30 @@ def read_finite_json(path: Path, name: str) -> Any:
     return data
 
 
+def _listed_items(listing: Any, where: str) -> list[tuple[Any, Any]]:
+    """(path, spec) of each listed file: from a {path: digest | object} mapping or a [{path, ...}] list."""
+    if isinstance(listing, dict):
+        return list(listing.items())
+    if not isinstance(listing, list):
+        raise InputMismatch(f"{where}: files is {type(listing).__name__}, not an object or a list.")
+    items = []
+    for item in listing:
+        if not isinstance(item, dict):
+            raise InputMismatch(f"{where}: a files entry is {type(item).__name__}, not an object.")
+        rest = {k: v for k, v in item.items() if k not in ("path", "name")}
+        items.append((item.get("path", item.get("name")), rest))
+    return items
+
+
 def read_source_manifest(root: Path) -> SourceManifest:
     """Their manifest.json: `files` as a {path: digest | object} mapping or a [{path, sha256, ...}] list."""
     where = str(Path(root) / MANIFEST_NAME)
     data = read_finite_json(Path(root) / MANIFEST_NAME, where)
     if not isinstance(data, dict):
         raise InputMismatch(f"{where}: not a JSON object.")
-    listing = data.get("files", data)
     meta = {k: v for k, v in data.items() if k != "files"} if "files" in data else {}
     entries: dict[str, dict[str, Any]] = {}
-    if isinstance(listing, dict):
-        items: Iterable[tuple[Any, Any]] = listing.items()
-    elif isinstance(listing, list):
-        items = []
-        for item in listing:
-            if not isinstance(item, dict):
-                raise InputMismatch(f"{where}: a files entry is {type(item).__name__}, not an object.")
-            rest = {k: v for k, v in item.items() if k not in ("path", "name")}
-            items.append((item.get("path", item.get("name")), rest))
-    else:
-        raise InputMismatch(f"{where}: files is {type(listing).__name__}, not an object or a list.")
-    for raw_path, spec in items:
+    for raw_path, spec in _listed_items(data.get("files", data), where):
         path, entry = _entry(raw_path, spec, where)
         if path in entries:
             raise InputMismatch(f"{where}: {path} is listed twice.")
@@ -131,56 +145,70 @@ def locate_source(src: Path) -> Path:
                         "point --src at the folder that holds their manifest.json.")
 
 
+def _listed_state(path: Path, entry: dict[str, Any], name: str) -> str:
+    """"" when the listed file is present with its bytes and sha256, "absent", or the problem."""
+    if path.is_symlink():
+        return f"{name}: is a symbolic link, not a file"
+    if not path.exists():
+        return "absent"
+    if not path.is_file():
+        return f"{name}: is not a regular file"
+    if "bytes" in entry and path.stat().st_size != entry["bytes"]:
+        return f"{name}: {path.stat().st_size} bytes, the manifest says {entry['bytes']}"
+    got = hash_file(path)
+    if got != entry["sha256"]:
+        return f"{name}: sha256 {got[:12]}… differs from the manifest's {entry['sha256'][:12]}…"
+    return ""
+
+
+def _unlisted(manifest: SourceManifest) -> list[str]:
+    """Every present file (or linked folder) under root that the manifest does not list."""
+    root = manifest.root
+
+    def unreadable(exc: OSError) -> None:
+        raise InputMismatch(f"{exc.filename}: cannot be listed ({exc.strerror}); nothing was imported.")
+
+    out = []
+    for folder, dirs, files in os.walk(root, onerror=unreadable):
+        dirs.sort()
+        for item in sorted(files) + [d for d in dirs if Path(folder, d).is_symlink()]:
+            rel = Path(folder, item).relative_to(root).as_posix()
+            if rel != MANIFEST_NAME and rel not in manifest.entries:
+                out.append(f"{rel}: present but not in {MANIFEST_NAME}")
+    return out
+
+
 def verify_source(manifest: SourceManifest) -> dict[str, list[str]]:
     """Every listed file that is present has its bytes and sha256; no present file is unlisted.
 
     Returns {"verified": [...], "absent": [...]}; raises InputMismatch naming every problem.
     """
     root = manifest.root
-    problems, verified, absent = [], [], []
-    for name, entry in sorted(manifest.entries.items()):
-        path = root / name
-        if path.is_symlink():
-            problems.append(f"{name}: is a symbolic link, not a file")
-        elif not path.exists():
-            absent.append(name)
-        elif not path.is_file():
-            problems.append(f"{name}: is not a regular file")
-        elif "bytes" in entry and path.stat().st_size != entry["bytes"]:
-            problems.append(f"{name}: {path.stat().st_size} bytes, the manifest says {entry['bytes']}")
-        else:
-            got = hash_file(path)
-            if got != entry["sha256"]:
-                problems.append(f"{name}: sha256 {got[:12]}… differs from the manifest's {entry['sha256'][:12]}…")
-            else:
-                verified.append(name)
-    def unreadable(exc: OSError) -> None:
-        raise InputMismatch(f"{exc.filename}: cannot be listed ({exc.strerror}); nothing was imported.")
-
-    for folder, dirs, files in os.walk(root, onerror=unreadable):
-        dirs.sort()
-        for item in sorted(files) + [d for d in dirs if Path(folder, d).is_symlink()]:
-            rel = Path(folder, item).relative_to(root).as_posix()
-            if rel != MANIFEST_NAME and rel not in manifest.entries:
-                problems.append(f"{rel}: present but not in {MANIFEST_NAME}")
+    states = {name: _listed_state(root / name, entry, name) for name, entry in sorted(manifest.entries.items())}
+    problems = [state for state in states.values() if state not in ("", "absent")] + _unlisted(manifest)
     if problems:
         raise InputMismatch(f"{root} does not match its {MANIFEST_NAME}: " + "; ".join(problems)
                             + ". Nothing was imported; fetch the evidence again.")
+    verified = [name for name, state in states.items() if not state]
     if not verified:
         raise InputMismatch(f"{root}: none of the files {MANIFEST_NAME} lists is present.")
-    return {"verified": verified, "absent": absent}
+    return {"verified": verified, "absent": [name for name, state in states.items() if state == "absent"]}
+
+
+def _subdir_folder(root: Path, subdir: str) -> str:
+    pure = PurePosixPath(subdir.strip("/") or ".")
+    if pure.is_absolute() or ".." in pure.parts:
+        raise InputMismatch(f"--subdir {subdir!r} must be a folder inside {root}.")
+    folder = "" if str(pure) == "." else str(pure)
+    if not (root / folder).is_dir():
+        raise InputMismatch(f"--subdir {subdir!r}: {root / folder} is not a folder.")
+    return folder
 
 
 def evidence_folder(root: Path, src: Path, subdir: str | None, verified: list[str]) -> str:
     """The evidence folder, relative to root ('' for root itself)."""
     if subdir is not None:
-        pure = PurePosixPath(subdir.strip("/") or ".")
-        if pure.is_absolute() or ".." in pure.parts:
-            raise InputMismatch(f"--subdir {subdir!r} must be a folder inside {root}.")
-        folder = "" if str(pure) == "." else str(pure)
-        if not (root / folder).is_dir():
-            raise InputMismatch(f"--subdir {subdir!r}: {root / folder} is not a folder.")
-        return folder
+        return _subdir_folder(root, subdir)
     if src != root:
         return src.relative_to(root).as_posix()
     folders = sorted({str(PurePosixPath(n).parent) for n in verified if FILE_RE.match(PurePosixPath(n).name)})
@@ -189,4 +217,3 @@ def evidence_folder(root: Path, src: Path, subdir: str | None, verified: list[st
     if len(folders) > 1:
         raise InputMismatch(f"{root}: arm files in several folders ({', '.join(folders)}); name one with --subdir.")
     return "" if folders[0] == "." else folders[0]
-

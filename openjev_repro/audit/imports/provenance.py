@@ -64,18 +64,27 @@ def read_listing(root: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]
     return data, entries
 
 
-def _verify(root: Path, entries: dict[str, dict[str, Any]]) -> tuple[list[str], list[str], list[str]]:
-    """(verified, absent, unlisted); InputMismatch naming every listed file whose sha256 differs."""
-    states = {name: file_state(root / name, entry["sha256"], PROVENANCE_NAME) for name, entry in sorted(entries.items())}
-    verified = [n for n, state in states.items() if not state]
-    absent = [n for n, state in states.items() if state == "absent"]
+def _check_states(root: Path, states: dict[str, str]) -> None:
+    """InputMismatch naming every listed file that is present but wrong (absent is not wrong)."""
     problems = [f"{n}: {state}" for n, state in states.items() if state not in ("", "absent")]
     if problems:
         raise InputMismatch(f"{root} does not match its {PROVENANCE_NAME}: " + "; ".join(problems)
                             + ". Nothing was imported; fetch the evidence again.")
+
+
+def _unlisted(root: Path, entries: dict[str, dict[str, Any]]) -> list[str]:
+    """Regular files in the folder that the listing does not name (provenance.json itself aside)."""
     present = sorted(p.name for p in root.iterdir() if p.is_file() and not p.is_symlink())
-    unlisted = [n for n in present if n not in entries and n != PROVENANCE_NAME]
-    return verified, absent, unlisted
+    return [n for n in present if n not in entries and n != PROVENANCE_NAME]
+
+
+def _verify(root: Path, entries: dict[str, dict[str, Any]]) -> tuple[list[str], list[str], list[str]]:
+    """(verified, absent, unlisted); InputMismatch naming every listed file whose sha256 differs."""
+    states = {name: file_state(root / name, entry["sha256"], PROVENANCE_NAME) for name, entry in sorted(entries.items())}
+    _check_states(root, states)
+    verified = [n for n, state in states.items() if not state]
+    absent = [n for n, state in states.items() if state == "absent"]
+    return verified, absent, _unlisted(root, entries)
 
 
 def _start_ns(start: Any, where: str) -> int | None:
@@ -136,6 +145,57 @@ def _read_rows(root: Path, names: list[str]) -> list[Sample]:
     return samples
 
 
+def _mode_descriptions(data: dict[str, Any], summary: dict[str, Any], modes: set[str]) -> dict[str, str]:
+    """Each mode as the published study names it: its summary.json entry and provenance.json's `measurement.modes`."""
+    measurement = data.get("measurement")
+    how = measurement.get("modes") if isinstance(measurement, dict) else None
+    how_text = f"; their modes: {how.strip()[:300]}" if isinstance(how, str) and how.strip() else ""
+    return {m: f"mode {m} of the published study (summary.json {'cache_' + m if 'cache_' + m in summary else m}"
+               f"{how_text})" for m in modes}
+
+
+_RATIO_KEY = re.compile(r"^(?P<a>[a-z0-9][a-z0-9_]*?)_div_(?P<b>[a-z0-9][a-z0-9_]*?)_median$")
+
+
+def _reference_first(summary: dict[str, Any], modes: set[str]) -> list[str]:
+    """[a, b] when summary.json publishes `<a>_div_<b>_median` (a over b: a is the reference); [] otherwise."""
+    for key in sorted(summary):
+        match = _RATIO_KEY.match(key)
+        if match and {match["a"], match["b"]} == modes:
+            return [match["a"], match["b"]]
+    return []
+
+
+def _imported_files(root: Path, verified: list[str], unlisted: list[str]) -> list[str]:
+    """The raw files and summary.json to import, each present (listed and verified, or unlisted)."""
+    present = verified + unlisted
+    raw = sorted(n for n in present if _RAW.match(n))
+    if not raw:
+        raise InputMismatch(f"{root}: no raw-<mode>-c<n>-p<pass>.jsonl is present.")
+    if SUMMARY_NAME not in present:
+        raise InputMismatch(f"{SUMMARY_NAME}: not present; the published figures come from it.")
+    return raw
+
+
+def _provenance(imported: list[str], unlisted: list[str]) -> str:
+    """"verified", or which imported files the listing does not name."""
+    unverified = sorted(set(imported) & set(unlisted))
+    if not unverified:
+        return "verified"
+    return f"partly verified: {', '.join(unverified)} not listed in {PROVENANCE_NAME}"
+
+
+def _summary(root: Path) -> dict[str, Any]:
+    summary = read_finite_json(root / SUMMARY_NAME, SUMMARY_NAME)
+    if not isinstance(summary, dict):
+        raise EvidenceError(f"{SUMMARY_NAME}: not a JSON object.")
+    return summary
+
+
+_NOTE = ("Imported evidence (provenance-json): latencies are their client_s; passes count from 0 in their files and "
+         "from 1 here; rows carry no probabilities.")
+
+
 def import_provenance(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None) -> dict:
     """Verify `src` against its provenance.json and convert its raw rows into the new run `out`."""
     root = Path(src).resolve()
@@ -144,23 +204,18 @@ def import_provenance(src: Path, out: Path, *, workload: str = "mixed", subdir: 
                             "not the provenance-json layout.")
     data, entries = read_listing(root)
     verified, absent, unlisted = _verify(root, entries)
-    raw = sorted(n for n in verified + unlisted if _RAW.match(n))
-    if not raw:
-        raise InputMismatch(f"{root}: no raw-<mode>-c<n>-p<pass>.jsonl is present.")
-    if SUMMARY_NAME not in verified + unlisted:
-        raise InputMismatch(f"{SUMMARY_NAME}: not present; the published figures come from it.")
-    summary = read_finite_json(root / SUMMARY_NAME, SUMMARY_NAME)
-    if not isinstance(summary, dict):
-        raise EvidenceError(f"{SUMMARY_NAME}: not a JSON object.")
-    notes = [f"{n}: present but not listed in {PROVENANCE_NAME}: imported, not verified" for n in unlisted]
-    layout = Layout(fmt="provenance-json", root=root, samples=_read_rows(root, raw), summary=summary,
+    raw = _imported_files(root, verified, unlisted)
+    summary = _summary(root)
+    samples = _read_rows(root, raw)
+    modes = {s.arm for s in samples}
+    layout = Layout(fmt="provenance-json", root=root, samples=samples, summary=summary,
+                    arm_descriptions=_mode_descriptions(data, summary, modes),
+                    arm_order=_reference_first(summary, modes),
                     files=[PROVENANCE_NAME, *sorted(set(raw) | {SUMMARY_NAME})],
-                    provenance="verified" if not set(raw + [SUMMARY_NAME]) & set(unlisted) else
-                    f"partly verified: {', '.join(sorted(set(raw + [SUMMARY_NAME]) & set(unlisted)))} not listed "
-                    f"in {PROVENANCE_NAME}",
+                    provenance=_provenance([*raw, SUMMARY_NAME], unlisted),
                     digests_file=PROVENANCE_NAME, verified=verified, source_digests=entries,
                     documents=[data, summary], meta={k: v for k, v in data.items() if k != "files"},
-                    absent=absent, notes=notes,
-                    note=("Imported evidence (provenance-json): latencies are their client_s; passes count from 0 in "
-                          "their files and from 1 here; rows carry no probabilities."))
+                    absent=absent, notes=[f"{n}: present but not listed in {PROVENANCE_NAME}: imported, not verified"
+                                          for n in unlisted],
+                    note=_NOTE)
     return finish(layout, out)

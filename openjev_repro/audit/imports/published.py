@@ -13,6 +13,7 @@ from typing import Any
 
 __all__ = ["published_gates", "study_facts"]
 
+
 def _obj(doc: Any, key: str) -> dict[str, Any]:
     """doc[key] when doc is an object and that value is an object too; {} otherwise."""
     value = doc.get(key) if isinstance(doc, dict) else None
@@ -98,14 +99,44 @@ def _declared_gates(doc: dict) -> list[dict[str, Any]]:
     return gates
 
 
+# A criterion's measured value under another top-level key (prefill_batching's summary.json
+# limits `maximum_probability_or_score_drift` and `request_failures`, and publishes
+# `maximum_drift` and `failures`); a key of the criterion's own name is looked up too.
+_MEASURED_AS = {"maximum_probability_or_score_drift": ("maximum_drift",), "request_failures": ("failures",)}
+
+
+def _published_value(name: str, docs: tuple[Any, ...]) -> str | None:
+    """`key: value` of the number the documents publish for criterion `name`; None if none."""
+    for key in (name, *_MEASURED_AS.get(name, ())):
+        for doc in docs:
+            value = doc.get(key) if isinstance(doc, dict) else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return f"{key}: {value}"
+    return None
+
+
+def _criterion_gate(name: str, criterion: str, docs: tuple[Any, ...]) -> dict[str, Any]:
+    """A criterion no gate reports on: no published outcome, and the value they published, if any."""
+    value = _published_value(name, docs)
+    text = f"{criterion}; published value {value}" if value else criterion
+    return {"name": name, "criterion": text[:_TEXT_LIMIT], "outcome": None}
+
+
 def published_gates(*docs: Any) -> list[dict[str, Any]]:
     """Every gate or acceptance criterion with its published outcome (True, False or None: not published)."""
     gates = [g for doc in docs if isinstance(doc, dict) for g in _declared_gates(doc)]
     named = {g["name"] for g in gates}
     for name, criterion in _criteria(*docs).items():
-        match = next((g for g in gates if g["criterion"] is None and (name in g["name"] or g["name"] in name)), None)
+        match = _gate_of(name, gates)
         if match is not None:
             match["criterion"] = criterion
         elif name not in named:
-            gates.append({"name": name, "criterion": criterion, "outcome": None})
+            gates.append(_criterion_gate(name, criterion, docs))
     return gates
+
+
+def _gate_of(criterion_name: str, gates: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first gate still without a criterion whose name contains, or is contained in, the criterion's."""
+    def related(gate: dict[str, Any]) -> bool:
+        return criterion_name in gate["name"] or gate["name"] in criterion_name
+    return next((g for g in gates if g["criterion"] is None and related(g)), None)

@@ -15,7 +15,7 @@ import math
 import operator
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -114,21 +114,26 @@ def _id_problems(case: Any) -> list[str]:
     return []
 
 
+def _checks_are_booleans(checks: Any) -> bool:
+    return isinstance(checks, dict) and all(isinstance(v, bool) for v in checks.values())
+
+
+# Each value check of one of their rows: (holds, what is wrong when it does not).
+_VALUE_CHECKS: tuple[tuple[Callable[[_TheirRow], bool], Callable[[_TheirRow], str]], ...] = (
+    (lambda r: _number(r.latency_s) and r.latency_s >= 0,
+     lambda r: f"latency_s {r.latency_s!r} is not a finite number >= 0"),
+    (lambda r: _number(r.probability_yes) and 0 <= r.probability_yes <= 1,
+     lambda r: f"probability_yes {r.probability_yes!r} is not a number in [0, 1]"),
+    (lambda r: _number(r.probability_delta),
+     lambda r: f"probability_delta {r.probability_delta!r} is not a finite number"),
+    (lambda r: r.predicted in ("yes", "no"), lambda r: f"predicted {r.predicted!r} is not 'yes' or 'no'"),
+    (lambda r: isinstance(r.raw, dict), lambda r: "raw is not a JSON object"),
+    (lambda r: _checks_are_booleans(r.checks), lambda r: "checks is not an object of booleans"),
+)
+
+
 def _value_problems(row: _TheirRow) -> list[str]:
-    problems = []
-    if not _number(row.latency_s) or row.latency_s < 0:
-        problems.append(f"latency_s {row.latency_s!r} is not a finite number >= 0")
-    if not _number(row.probability_yes) or not 0 <= row.probability_yes <= 1:
-        problems.append(f"probability_yes {row.probability_yes!r} is not a number in [0, 1]")
-    if not _number(row.probability_delta):
-        problems.append(f"probability_delta {row.probability_delta!r} is not a finite number")
-    if row.predicted not in ("yes", "no"):
-        problems.append(f"predicted {row.predicted!r} is not 'yes' or 'no'")
-    if not isinstance(row.raw, dict):
-        problems.append("raw is not a JSON object")
-    if not isinstance(row.checks, dict) or not all(isinstance(v, bool) for v in row.checks.values()):
-        problems.append("checks is not an object of booleans")
-    return problems
+    return [message(row) for holds, message in _VALUE_CHECKS if not holds(row)]
 
 
 def _clock_problems(start: Any, end: Any) -> list[str]:
@@ -158,27 +163,34 @@ def _checked(row: _TheirRow, where: str) -> _TheirRow:
     return row
 
 
-def _row(their: _TheirRow, arm: str, workload: str, pass_index: int, seq: int, where: str) -> tuple[Row, str, str]:
-    """Our row, its line of rows.jsonl (byte for byte `Row.to_json`) and the body it hashes."""
+def _body(raw: Any, where: str) -> str:
+    """Their raw response as canonical JSON (what the row's body_sha256 hashes)."""
     try:
-        body = _CANONICAL_JSON(their.raw)
+        return _CANONICAL_JSON(raw)
     except ValueError:
         raise EvidenceError(f"{where}: raw holds NaN or Infinity, which JSON does not allow.") from None
     except RecursionError:  # msgspec may decode a level or two deeper than json.loads: the same error
         raise EvidenceError(f"{where}: JSON nested too deeply.") from None
-    checks = their.checks
-    failed = sorted(k for k, v in checks.items() if v is False and k != "correct")
+
+
+def _label(checks: dict[str, Any], predicted: str) -> str | None:
+    """Their rows carry correctness, not the label: the label is what makes `correct` true."""
+    if not isinstance(checks.get("correct"), bool):
+        return None
+    return predicted if checks["correct"] else {"yes": "no", "no": "yes"}[predicted]
+
+
+def _row(their: _TheirRow, arm: str, workload: str, pass_index: int, seq: int, where: str) -> tuple[Row, str, str]:
+    """Our row, its line of rows.jsonl (byte for byte `Row.to_json`) and the body it hashes."""
+    body = _body(their.raw, where)
+    failed = sorted(k for k, v in their.checks.items() if v is False and k != "correct")
     predicted = "yes" if their.predicted == "yes" else "no"  # checked; one shared string each for 100k rows
-    label = None
-    if isinstance(checks.get("correct"), bool):
-        # Their rows carry correctness, not the label: the label is what makes `correct` true.
-        label = predicted if checks["correct"] else {"yes": "no", "no": "yes"}[predicted]
     usage = their.raw.get("usage") or {}
     # Rows stay in memory for `summarize`: the passes of every arm share one interned string per case id.
     row = Row(id=sys.intern(their.id), backend=arm, workload=workload, phase="measured", pass_index=pass_index, seq=seq,
               start_ns=their.client_start_monotonic_ns, end_ns=their.client_end_monotonic_ns, status=None,
               body_sha256=hashlib.sha256(body.encode("utf-8")).hexdigest(), probability=float(their.probability_yes),
-              decision=predicted, label=label, input_tokens=usage.get("input_tokens"),
+              decision=predicted, label=_label(their.checks, predicted), input_tokens=usage.get("input_tokens"),
               error=f"checks failed: {', '.join(failed)}" if failed else None)
     return row, _ROW_JSON(dict(zip(_ROW_FIELDS, _row_values(row), strict=True))), body
 
@@ -207,6 +219,69 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+@dataclass
+class _PassWriter:
+    """Where one arm's rows go while its pass files are read."""
+    out: ArmRead
+    rows_file: Any
+    responses: Any
+    arm: str
+    workload: str
+
+
+def _open_row_file(root: Path, name: str) -> Any:
+    try:
+        return open(root / name, encoding="utf-8")  # the caller closes it (`with`)
+    except OSError as exc:
+        raise EvidenceError(f"{name}: cannot be read ({exc.strerror or exc}).") from None
+
+
+def _write_line(w: _PassWriter, their: _TheirRow, index: int, seq: int, where: str) -> float:
+    """One of their rows into rows.jsonl and responses/<arm>.jsonl; returns its |probability_delta|."""
+    row, row_line, body = _row(their, w.arm, w.workload, index, seq, where)
+    if abs(their.latency_s * 1e9 - row.latency_ns) > 1e6:
+        w.out.notes.append(f"{where}: latency_s {their.latency_s} differs from the client ns by over 1 ms")
+    w.rows_file.write(row_line + "\n")
+    w.responses.write(_RESPONSE_JSON({
+        "backend": w.arm, "workload": w.workload, "phase": "measured", "pass_index": index,
+        "seq": seq, "id": row.id, "body": body, "probability_delta": their.probability_delta}) + "\n")
+    w.out.rows.append(row)
+    w.out.latencies[(w.arm, index)].append(row.latency_ms)
+    return abs(their.probability_delta)
+
+
+def _read_pass(root: Path, name: str, index: int, w: _PassWriter) -> set[str]:
+    """One pass file of an arm: every row written; returns its case ids."""
+    ids: set[str] = set()
+    key = (w.arm, index)
+    w.out.latencies.setdefault(key, [])
+    w.out.arms.setdefault(w.arm, []).append(index)
+    delta = 0.0
+    with _open_row_file(root, name) as fh:
+        for seq, line in enumerate(_lines(fh, name)):
+            where = f"{name}:{seq + 1}"
+            if not line.strip():
+                raise EvidenceError(f"{where}: empty line; a row file holds one JSON object per line.")
+            their = _their_row(line, where)
+            case = sys.intern(their.id)
+            if case in ids:
+                raise EvidenceError(f"{where}: duplicate case id {case}; a pass holds each case once.")
+            ids.add(case)
+            delta = max(delta, _write_line(w, their, index, seq, where))
+    if not ids:
+        raise EvidenceError(f"{name}: holds no rows.")
+    w.out.max_delta[key] = delta
+    return ids
+
+
+def _same_cases(name: str, reference: set[str], ids: set[str]) -> None:
+    if ids != reference:
+        missing, extra = sorted(reference - ids), sorted(ids - reference)
+        raise EvidenceError(f"{name}: case ids differ from the arm's first pass "
+                            f"(missing {', '.join(missing[:5]) or 'none'}; "
+                            f"extra {', '.join(extra[:5]) or 'none'}).")
+
+
 def read_arm_files(root: Path, files: list[tuple[str, int, str]], workload: str, run: Path) -> ArmRead:
     """Stream every arm file into rows.jsonl and responses/<arm>.jsonl under `run` (buffered writes: the
     run is a temporary directory renamed into place only when complete, so a crash leaves no partial run)."""
@@ -216,48 +291,12 @@ def read_arm_files(root: Path, files: list[tuple[str, int, str]], workload: str,
             reference: set[str] | None = None
             with open(run / "responses" / f"{arm}.jsonl", "w", encoding="utf-8",
                       buffering=_WRITE_BUFFER) as responses:
+                writer = _PassWriter(out, rows_file, responses, arm, workload)
                 for _, index, name in sorted(f for f in files if f[0] == arm):
-                    ids: set[str] = set()
-                    key = (arm, index)
-                    lat, delta = out.latencies.setdefault(key, []), 0.0
-                    out.arms.setdefault(arm, []).append(index)
-                    try:
-                        fh = open(root / name, encoding="utf-8")  # noqa: SIM115 - closed by `with fh` below
-                    except OSError as exc:
-                        raise EvidenceError(f"{name}: cannot be read ({exc.strerror or exc}).") from None
-                    with fh:
-                        for seq, line in enumerate(_lines(fh, name)):
-                            where = f"{name}:{seq + 1}"
-                            if not line.strip():
-                                raise EvidenceError(f"{where}: empty line; a row file holds one JSON object per line.")
-                            their = _their_row(line, where)
-                            case = sys.intern(their.id)
-                            if case in ids:
-                                raise EvidenceError(f"{where}: duplicate case id {case}; "
-                                                    "a pass holds each case once.")
-                            ids.add(case)
-                            row, row_line, body = _row(their, arm, workload, index, seq, where)
-                            if abs(their.latency_s * 1e9 - row.latency_ns) > 1e6:
-                                out.notes.append(f"{where}: latency_s {their.latency_s} differs from the "
-                                                 "client ns by over 1 ms")
-                            rows_file.write(row_line + "\n")
-                            responses.write(_RESPONSE_JSON({
-                                "backend": arm, "workload": workload, "phase": "measured", "pass_index": index,
-                                "seq": seq, "id": row.id, "body": body,
-                                "probability_delta": their.probability_delta}) + "\n")
-                            out.rows.append(row)
-                            lat.append(row.latency_ms)
-                            delta = max(delta, abs(their.probability_delta))
-                    if not ids:
-                        raise EvidenceError(f"{name}: holds no rows.")
-                    out.max_delta[key] = delta
+                    ids = _read_pass(root, name, index, writer)
                     if reference is None:
                         reference = ids
-                    elif ids != reference:
-                        missing, extra = sorted(reference - ids), sorted(ids - reference)
-                        raise EvidenceError(f"{name}: case ids differ from the arm's first pass "
-                                            f"(missing {', '.join(missing[:5]) or 'none'}; "
-                                            f"extra {', '.join(extra[:5]) or 'none'}).")
+                    _same_cases(name, reference, ids)
     return out
 
 
@@ -270,19 +309,8 @@ def _lines(fh: Any, name: str) -> Iterable[str]:
 
 
 
-def arm_files(folder: str, verified: list[str]) -> list[tuple[str, int, str]]:
-    files, seen = [], set()
-    for name in verified:
-        pure = PurePosixPath(name)
-        match = FILE_RE.match(pure.name)
-        if match and (str(pure.parent) if str(pure.parent) != "." else "") == folder:
-            key = (match["arm"].lower(), int(match["pass"]))
-            if key in seen:
-                raise EvidenceError(f"{name}: arm {key[0]} pass {key[1]} appears twice (arm names ignore case).")
-            seen.add(key)
-            files.append((key[0], key[1], name))
-    if not files:
-        raise InputMismatch(f"{folder or '.'}: holds no verified <arm>-measured-<pass>.jsonl file.")
+def _check_passes(files: list[tuple[str, int, str]]) -> None:
+    """Every arm has passes 1..N, and every arm the same N."""
     by_arm: dict[str, list[int]] = {}
     for arm, index, _ in files:
         by_arm.setdefault(arm, []).append(index)
@@ -292,5 +320,24 @@ def arm_files(folder: str, verified: list[str]) -> list[tuple[str, int, str]]:
             raise EvidenceError(f"arm {arm} has passes {passes}; they must be 1..N with none missing.")
     if len({len(p) for p in counts.values()}) != 1:
         raise EvidenceError(f"arms have different numbers of passes ({counts}); the import needs them equal.")
-    return files
 
+
+def _in_folder(pure: PurePosixPath, folder: str) -> bool:
+    return (str(pure.parent) if str(pure.parent) != "." else "") == folder
+
+
+def arm_files(folder: str, verified: list[str]) -> list[tuple[str, int, str]]:
+    files, seen = [], set()
+    for name in verified:
+        pure = PurePosixPath(name)
+        match = FILE_RE.match(pure.name)
+        if match and _in_folder(pure, folder):
+            key = (match["arm"].lower(), int(match["pass"]))
+            if key in seen:
+                raise EvidenceError(f"{name}: arm {key[0]} pass {key[1]} appears twice (arm names ignore case).")
+            seen.add(key)
+            files.append((key[0], key[1], name))
+    if not files:
+        raise InputMismatch(f"{folder or '.'}: holds no verified <arm>-measured-<pass>.jsonl file.")
+    _check_passes(files)
+    return files

@@ -73,31 +73,36 @@ def new_run(out: Path, root: Path) -> Iterator[Path]:
                             "nothing was written.") from None
 
 
+def _study_id(source: Path) -> str:
+    return re.sub(r"[^a-z0-9_.-]+", "-", f"imported-{source.name}".lower()).strip("-.")[:80] or "imported"
+
+
+def _purpose(source: Path, folder: str, fmt: str, hypothesis: str | None) -> str:
+    purpose = f"Per-request evidence imported from {source / folder if folder else source} ({fmt} format); not measured here."
+    return purpose + (f" Their hypothesis (quoted): \"{hypothesis}\"" if hypothesis else "")
+
+
 def imported_recipe(source: Path, folder: str, workloads: dict[str, tuple[str, int]], arms: list[str],
                     verified: list[tuple[str, str]], *, fmt: str, study: dict[str, Any] | None = None,
                     note: str) -> dict:
     """The recipe of an imported run. `workloads`: name -> (a file of its rows, measured passes).
 
     `study` holds what the source publishes about itself: `date` (its own, not the import's),
-    `hypothesis`, and per arm a `description`.
+    `hypothesis`, and per arm a `description`. `arms` in their order: the reference (baseline) first.
     """
     study = study or {}
     passes = max(p for _, p in workloads.values())
-    study_id = re.sub(r"[^a-z0-9_.-]+", "-", f"imported-{source.name}".lower()).strip("-.")[:80] or "imported"
-    purpose = f"Per-request evidence imported from {source / folder if folder else source} ({fmt} format); not measured here."
-    if study.get("hypothesis"):
-        purpose += f" Their hypothesis (quoted): \"{study['hypothesis']}\""
     described = study.get("arms") or {}
     return {
         "format_version": 1,
-        "study": {"id": study_id, "date": study.get("date") or date.today().isoformat(),
-                  "purpose": purpose, "source": str(source)},
+        "study": {"id": _study_id(source), "date": study.get("date") or date.today().isoformat(),
+                  "purpose": _purpose(source, folder, fmt, study.get("hypothesis")), "source": str(source)},
         "inputs": {"root": str(source),
                    "files": [{"path": n, "sha256": s, "role": "imported-evidence"} for n, s in verified]},
         "workloads": [{"name": w, "requests": first, "feasibility_passes": 0, "measured_passes": p}
                       for w, (first, p) in workloads.items()],
         "backends": [{"name": a, "command": ["imported"], "description": str(described.get(a) or "imported arm")}
-                     for a in sorted(arms)],
+                     for a in arms],  # in the order given: the reference arm first
         "protocol": {"feasibility_passes": 0, "measured_passes": passes},
         "notes": [note],
     }

@@ -73,27 +73,34 @@ def _inflate(path: Path) -> bytes:
     return data
 
 
+def _member_check(root: Path, name: str, digest: str, originals: dict[str, str]) -> tuple[str, list[str], str]:
+    """("verified" | "absent" | "bad", its problems, the original whose second digest level was checked or "")."""
+    state = file_state(root / name, digest, SUMS_NAME)
+    if state == "absent":
+        return "absent", [], ""
+    if state:
+        return "bad", [f"{name}: {state}"], ""
+    original = name[: -len(".gz")] if name.endswith(".gz") else ""
+    problem = _original_problem(root / name, original, originals)
+    return "verified", [problem] if problem else [], original if original in originals and not problem else ""
+
+
 def _verify(root: Path, sums: dict[str, str], originals: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
     """(verified, absent, originals verified); InputMismatch naming every digest that differs."""
-    problems, verified, absent, inner = [], [], [], []
+    problems: list[str] = []
+    by_kind: dict[str, list[str]] = {"verified": [], "absent": [], "bad": []}
+    inner: list[str] = []
     for name, digest in sorted(sums.items()):
-        state = file_state(root / name, digest, SUMS_NAME)
-        if state == "absent":
-            absent.append(name)
-        elif state:
-            problems.append(f"{name}: {state}")
-        else:
-            verified.append(name)
-            original = name[: -len(".gz")] if name.endswith(".gz") else ""
-            problem = _original_problem(root / name, original, originals)
-            problems += [problem] if problem else []
-            inner += [original] if original in originals and not problem else []
+        kind, found, original = _member_check(root, name, digest, originals)
+        by_kind[kind].append(name)
+        problems += found
+        inner += [original] if original else []
     present = sorted(p.name for p in root.iterdir() if p.is_file())
     problems += [f"{n}: present but not in {SUMS_NAME}" for n in present if n not in sums and n != SUMS_NAME]
     if problems:
         raise InputMismatch(f"{root} does not match its {SUMS_NAME}: " + "; ".join(problems)
                             + ". Nothing was imported; fetch the evidence again.")
-    return verified, absent, inner
+    return by_kind["verified"], by_kind["absent"], inner
 
 
 def _original_problem(path: Path, original: str, originals: dict[str, str]) -> str:

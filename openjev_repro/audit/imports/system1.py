@@ -112,6 +112,22 @@ def _read_source(src: Path, out: Path, subdir: str | None) -> _Source:
                    _optional_json(root, f"{prefix}plan.json", checked["verified"]))
 
 
+_PUBLISHED_KEYS = ("completed", "accepted_e2e_latency_gate", "conclusion")
+
+
+def _normalization(manifest: Any, verified: list[str]) -> list[dict[str, Any]]:
+    """Each display copy's normalization note, and whether that file was present."""
+    return [{"path": n, "note": e["normalization"], "present": n in verified}
+            for n, e in sorted(manifest.entries.items()) if "normalization" in e]
+
+
+def _per_arm_records(arms: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Their per-arm readiness and first-inference records, as published."""
+    described = {a: e for a, e in arms.items() if isinstance(e, dict)}
+    return {"readiness": {a: e.get("readiness") for a, e in described.items()},
+            "first_inference": {a: e["first_inference"] for a, e in described.items() if "first_inference" in e}}
+
+
 def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None) -> dict:
     """Verify and convert their evidence into a new run directory `out`; returns import.json's content."""
     src, out = Path(src), Path(out)
@@ -136,16 +152,12 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
             "provenance": "verified", "digests_file": "manifest.json",
             "files_verified": len(checked["verified"]), "verified": checked["verified"], "absent": checked["absent"],
             "source_manifest": manifest.entries, "source_manifest_meta": manifest.meta,
-            "normalization": [{"path": n, "note": e["normalization"], "present": n in checked["verified"]}
-                              for n, e in sorted(manifest.entries.items()) if "normalization" in e],
+            "normalization": _normalization(manifest, checked["verified"]),
             "rows": len(read.rows), "converted": converted_files(tmp),
             "figures": figures, "figure_counts": figure_counts(figures),
-            "readiness": {a: e.get("readiness") for a, e in arms.items() if isinstance(e, dict)},
-            "first_inference": {a: e.get("first_inference") for a, e in arms.items()
-                                if isinstance(e, dict) and "first_inference" in e},
+            **_per_arm_records(arms),
             "cleanup": _cleanup(their_summary, cleanup_json),
-            "published": {k: their_summary[k] for k in ("completed", "accepted_e2e_latency_gate", "conclusion")
-                          if k in their_summary},
+            "published": {k: their_summary[k] for k in _PUBLISHED_KEYS if k in their_summary},
             "study": study, "published_gates": published_gates(their_summary, plan),
             "notes": read.notes,
         }

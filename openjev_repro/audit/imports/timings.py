@@ -62,7 +62,8 @@ def _decisions(text: str, where: str) -> int:
     return check_int(int(text), where, "decisions", MAX_INT)
 
 
-def _read_csv(path: Path) -> list[Sample]:
+def _csv_table(path: Path) -> list[list[str]]:
+    """The CSV's cells, row by row: a regular UTF-8 file under MAX_CSV_BYTES with at least a header."""
     if path.is_symlink() or not path.is_file():
         raise InputMismatch(f"{path}: not a regular file.")
     if path.stat().st_size > MAX_CSV_BYTES:
@@ -74,21 +75,34 @@ def _read_csv(path: Path) -> list[Sample]:
     table = list(csv.reader(text.splitlines()))
     if not table:
         raise EvidenceError(f"{CSV_NAME}: empty.")
-    columns = _columns(table[0])
-    samples, seen = [], set()
+    return table
+
+
+def _case(cells: list[str], width: int, where: str, seen: set[tuple[str, str]]) -> tuple[str, str]:
+    """(workload, request id) of one CSV row, checked and not seen before."""
+    if len(cells) != width:
+        raise EvidenceError(f"{where}: {len(cells)} cells, the header has {width}.")
+    workload, case = cells[0], check_id(cells[1], where)
+    if not _NAME.match(workload):
+        raise EvidenceError(f"{where}: workload {workload[:40]!r} is not a name (letters, digits, _ . -).")
+    if (workload, case) in seen:
+        raise EvidenceError(f"{where}: request {case} of workload {workload} appears twice.")
+    seen.add((workload, case))
+    return workload, case
+
+
+def _read_csv(path: Path) -> list[Sample]:
+    table = _csv_table(path)
+    header = table[0]
+    columns = _columns(header)
+    samples: list[Sample] = []
+    seen: set[tuple[str, str]] = set()
     for number, cells in enumerate(table[1:], start=2):
         where = f"{CSV_NAME}:{number}"
-        if len(cells) != len(table[0]):
-            raise EvidenceError(f"{where}: {len(cells)} cells, the header has {len(table[0])}.")
-        workload, case = cells[0], check_id(cells[1], where)
-        if not _NAME.match(workload):
-            raise EvidenceError(f"{where}: workload {workload[:40]!r} is not a name (letters, digits, _ . -).")
-        if (workload, case) in seen:
-            raise EvidenceError(f"{where}: request {case} of workload {workload} appears twice.")
-        seen.add((workload, case))
+        workload, case = _case(cells, len(header), where, seen)
         decisions = _decisions(cells[2], where)
         for arm, index, column in columns:
-            seconds = _float(cells[column], where, table[0][column])
+            seconds = _float(cells[column], where, header[column])
             samples.append(Sample(id=case, arm=arm, workload=workload, pass_index=index, seconds=seconds,
                                   decisions=decisions, body={"workload": workload, "request_id": case,
                                                              "decisions": decisions, "seconds": seconds}))
