@@ -76,6 +76,9 @@ def test_report_states_the_published_date_hardware_arms_and_gates(tmp_path):
             "published value maximum_drift: 0.0 |") in text
     assert "| decision_flips | not published | decision_flips: 0 |" in text
     assert "- Arm candidate:" in text and "hardware not recorded" not in text
+    # latencies only: nothing failed, so the report says agreement and determinism were not assessed
+    assert "Agreement and determinism: not assessed; the rows carry no probabilities" in text
+    assert "failed or unpaired" not in text and "failed or missing requests" not in text
 
 
 def test_plots_of_an_imported_run_say_imported_and_the_published_date(tmp_path):

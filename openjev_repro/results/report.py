@@ -373,11 +373,23 @@ def _method_lines(t: RowTable) -> list[str]:
 
 
 def _workload_lines(recipe: Recipe, name: str, wl: WorkloadSummary, t: RowTable, passes_word: str) -> list[str]:
-    return [f"## Workload {name}", "", *_table(recipe, wl), "", *_descriptions(recipe, wl),
-            *_latency_notes(wl), "",
-            "Speed:", "", *_comparison_lines(wl), "",
-            "Agreement (first measured pass, paired by case id and position):", "", *_agreement_lines(wl, t, name), "",
-            "Determinism:", "", *_stability_lines(wl, passes_word), ""]
+    out = [f"## Workload {name}", "", *_table(recipe, wl), "", *_descriptions(recipe, wl),
+           *_latency_notes(wl), "", "Speed:", "", *_comparison_lines(wl), ""]
+    if _answered_without_probabilities(t, name):
+        # imported evidence that publishes latencies only: nothing failed, there is simply nothing to compare
+        return out + [NO_PROBABILITIES_LINE, ""]
+    return out + ["Agreement (first measured pass, paired by case id and position):", "",
+                  *_agreement_lines(wl, t, name), "", "Determinism:", "", *_stability_lines(wl, passes_word), ""]
+
+
+NO_PROBABILITIES_LINE = ("Agreement and determinism: not assessed; the rows carry no probabilities (the published "
+                         "evidence records latencies only).")
+
+
+def _answered_without_probabilities(t: RowTable, workload: str) -> bool:
+    """The workload's successful measured rows exist and none carries a probability."""
+    answered = t.workload.equals(workload) & t.phase.equals("measured") & t.ok
+    return bool(answered.any()) and not bool(t.has_probability[answered].any())
 
 
 # --- the run's own facts (for the report header and the plot titles) ------------------------
