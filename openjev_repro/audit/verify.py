@@ -60,8 +60,10 @@ __all__ = [
 ]
 
 
-# What damaged files raise while being read (JSON and UTF-8 errors are ValueErrors).
-_BAD_EVIDENCE = (ReproError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError, OSError)
+# What damaged files raise while being read (JSON, UTF-8 and base64 errors are ValueErrors). A KeyError,
+# TypeError or AttributeError is a bug of this tool, never damaged evidence: it is not caught, so it
+# shows as one (every field a check reads is checked for its kind first, raising EvidenceError).
+_BAD_EVIDENCE = (ReproError, ValueError, yaml.YAMLError, OSError)
 # What a content check may meet besides: evidence nested or sized to exhaust the reader.
 _DAMAGE = (*_BAD_EVIDENCE, RecursionError, MemoryError)
 
@@ -330,8 +332,8 @@ def _converted_files(ev: Evidence, record: dict, _: bool) -> list[Check]:
 
 
 def _imported_source(ev: Evidence, record: dict, source: Path | None) -> list[Check]:
-    entries = record.get("source_manifest") or {}
-    verified = record.get("verified") or [n for n in entries]
+    entries = _record_field(record, "source_manifest", dict, {})
+    verified = _recorded_names(record, "verified", list(entries))
     if source is None:  # a path inside import.json is never followed: the run is unsigned, so it is its word
         return [Check("source files", None, f"not re-hashed: pass --source DIR to check the published files "
                       f"(imported from {record.get('source')}) again; at import {len(verified)} were checked "
@@ -383,31 +385,36 @@ def _imported_statistics(ev: Evidence, record: dict, _: bool) -> list[Check]:
     checks = [Check("statistics recomputed", diff is None,
                     f"recomputed from rows differs from summary.json at {diff}" if diff
                     else "every statistic recomputed from rows.jsonl equals summary.json exactly")]
-    figures = record.get("figures") or []
     if record.get("format_version") == 1:
         return checks + [Check("published figures", None, "import.json format 1: re-import to record figure status")]
+    figures = _record_field(record, "figures", list, [])
     if record.get("format", "system1-omni") != "system1-omni":
-        recomputed = json.loads(json.dumps(layout_figures(str(record.get("format")), record.get("published_summary")
-                                                          or {}, _imported_samples(run))))
-        return checks + [_figures_check(recomputed, figures, record)]
-    # Rows in file order within each (arm, pass), as the import appended them.
+        published = _record_field(record, "published_summary", dict, {})
+        recomputed = json.loads(json.dumps(layout_figures(str(record.get("format")), published,
+                                                          _imported_samples(run))))
+    else:
+        recomputed = _system1_figures(ev, _checked_figures(figures))
+    return checks + [_figures_check(recomputed, figures, record)]
+
+
+def _system1_figures(ev: Evidence, figures: list[dict]) -> list:
+    """The figures of a system1-omni import recomputed from its rows (in file order within each
+    (arm, pass), as the import appended them) and the probability deltas its responses keep."""
+    t = ev.table
     latencies = {(backend, index): t.latency_ms[idx].tolist() for (backend, index), idx in
                  t.groups(np.flatnonzero(t.phase.equals("measured")), ("backend", "pass_index")).items()}
     deltas: dict[tuple[str, int], float] = {}
-    for path in sorted(run.path.glob("responses/*.jsonl")):
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            entry = check_response_entry(json.loads(line), f"{path.name}:{number}")
-            if "probability_delta" in entry:
-                key = (entry["backend"], entry["pass_index"])
-                deltas[key] = max(deltas.get(key, 0.0), abs(entry["probability_delta"]))
-    recomputed = json.loads(json.dumps(published_figures(summary_from_figures(figures), latencies, deltas)))
-    checks.append(_figures_check(recomputed, figures, record))
-    return checks
+    for where, entry in _imported_entries(ev.run):
+        if "probability_delta" in entry:
+            backend, index, delta = _entry_fields(entry, where, ("backend", _NAME), ("pass_index", _INDEX),
+                                                  ("probability_delta", _NUMBER))
+            deltas[(backend, index)] = max(deltas.get((backend, index), 0.0), abs(delta))
+    return json.loads(json.dumps(published_figures(summary_from_figures(figures), latencies, deltas)))
 
 
 def _figures_check(recomputed: list, figures: list, record: dict) -> Check:
     diff = first_difference(recomputed, figures)
-    counts = record.get("figure_counts") or {}
+    counts = _record_field(record, "figure_counts", dict, {})
     return Check("published figures", diff is None,
                  f"recomputed figures differ from import.json at {diff}" if diff else
                  f"{len(figures)} published figures recomputed from the rows: {counts.get('exact')} exact, "
@@ -417,12 +424,87 @@ def _figures_check(recomputed: list, figures: list, record: dict) -> Check:
 def _imported_samples(run: RunDir) -> Samples:
     """The published seconds and decisions the import kept in responses/, per (arm, workload, pass)."""
     samples: Samples = {}
+    for where, entry in _imported_entries(run):
+        backend, workload, index, seconds, decisions = _entry_fields(
+            entry, where, ("backend", _NAME), ("workload", _NAME), ("pass_index", _INDEX), ("seconds", _NUMBER_TEXT),
+            ("decisions", _NUMBER_TEXT))
+        samples.setdefault((backend, workload, index), []).append((float(seconds), int(decisions)))
+    return samples
+
+
+# --- the kinds of what an imported run's files hold (checked before a check reads them) ---------------
+
+_KIND_NAMES = {dict: "an object", list: "a list"}
+_KEY = (str, int, float)  # a value that names a row: a JSON scalar (never an array or object)
+_NAME = (str,)  # an arm or workload of a responses line, as the import writes it
+_INDEX = (int,)  # a pass number, as the import writes it
+_NUMBER = (int, float)
+_NUMBER_TEXT = (int, float, str)  # converted with float() or int(), which refuse bad text with a ValueError
+
+
+_FIELD_KINDS = {_NAME: "a name", _INDEX: "a whole number", _NUMBER: "a number", _NUMBER_TEXT: "a number"}
+
+
+def _record_field(record: dict, name: str, kind: type, default: Any) -> Any:
+    """import.json's `name` (`default` when absent or empty); EvidenceError when it is not of `kind`."""
+    value = record.get(name) or default
+    if not isinstance(value, kind):
+        raise EvidenceError(f"import.json: {name} is not {_KIND_NAMES[kind]}")
+    return value
+
+
+def _recorded_names(record: dict, name: str, default: list) -> list:
+    """import.json's list of file names `name` (`default` when absent or empty)."""
+    names = _record_field(record, name, list, default)
+    if not all(isinstance(n, str) for n in names):
+        raise EvidenceError(f"import.json: {name} is not a list of file names")
+    return names
+
+
+def _checked_figures(figures: list) -> list[dict]:
+    """import.json's system1-omni figures, each with the fields `summary_from_figures` reads."""
+    for i, figure in enumerate(figures):
+        problem = _figure_problem(figure)
+        if problem:
+            raise EvidenceError(f"import.json: figures[{i}] {problem}")
+    return figures
+
+
+def _figure_problem(figure: Any) -> str | None:
+    if not isinstance(figure, dict) or not isinstance(figure.get("figure"), str):
+        return "is not an object with a figure name"
+    missing = [name for name in _figure_fields(figure) if name not in figure]
+    if missing:
+        return f"lacks {' and '.join(missing)}"
+    if not all(isinstance(figure.get(name), (*_KEY, type(None))) for name in ("arm", "pass")):
+        return "has an arm or pass that is not a name or number"
+    return None
+
+
+def _figure_fields(figure: dict) -> tuple[str, ...]:
+    """The fields `summary_from_figures` reads of this figure."""
+    if figure["figure"].endswith("_reduction_percent"):
+        return ("published",)
+    if figure.get("arm") is None or figure["figure"] == "rows":
+        return ("arm",)
+    return ("arm", "pass", "published")
+
+
+def _imported_entries(run: RunDir) -> Iterator[tuple[str, dict]]:
+    """('FILE:LINE', entry) of each responses/*.jsonl line of an imported run, in a format this tool reads."""
     for path in sorted(run.path.glob("responses/*.jsonl")):
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            entry = check_response_entry(json.loads(line), f"{path.name}:{number}")
-            key = (entry["backend"], entry["workload"], entry["pass_index"])
-            samples.setdefault(key, []).append((float(entry["seconds"]), int(entry["decisions"])))
-    return samples
+            where = f"{path.name}:{number}"
+            yield where, check_response_entry(json.loads(line), where)
+
+
+def _entry_fields(entry: dict, where: str, *fields: tuple[str, tuple[type, ...]]) -> tuple:
+    """The values of `fields` ((name, kinds) pairs) of a responses line; EvidenceError naming the first
+    that is absent or of another kind."""
+    for name, kinds in fields:
+        if not isinstance(entry.get(name), kinds):
+            raise EvidenceError(f"{where}: {name} is absent or not {_FIELD_KINDS[kinds]}")
+    return tuple(entry[name] for name, _ in fields)
 
 
 # --- signature and digests -------------------------------------------------------------
@@ -612,9 +694,18 @@ def _case_ids(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check
     run, rows = ev.run, ev.table
     problems = check_case_ids(rows, {w.name: w.repeat for w in ev.recipe.workloads})
     plan = run.read("plan.json") if run.file("plan.json").is_file() else {}
-    problems += check_planned_order(rows, plan.get("case_ids"))
+    problems += check_planned_order(rows, _planned_case_ids(plan))
     return [Check("case ids", not problems, "; ".join(problems[:6]) if problems
                   else f"{len(rows)} rows; every timed pass holds the same case ids")]
+
+
+def _planned_case_ids(plan: dict) -> dict[str, list[str]] | None:
+    """plan.json's case_ids (workload -> ids in order); EvidenceError when it is not that."""
+    planned = plan.get("case_ids")
+    if planned and not (isinstance(planned, dict) and all(
+            isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in planned.values())):
+        raise EvidenceError("plan.json: case_ids is not an object of case id lists, one per workload")
+    return planned
 
 
 def _protocol_passes(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check]:
