@@ -241,8 +241,8 @@ def _source_manifest(run: RunDir, predicate: dict, subjects: dict[str, str], pub
     return checks
 
 
-def _source_subjects_check(name: str, subjects: dict[str, str], omitted: list[dict], signed: dict[str, str]) -> Check:
-    wrong = [n for n, digest in subjects.items() if n != name and signed.get(n) != digest]
+def _source_subjects_check(name: str, subjects: dict[str, str], omitted: list[dict], signed: dict[Any, str]) -> Check:
+    wrong: list[Any] = [n for n, digest in subjects.items() if n != name and signed.get(n) != digest]
     wrong += [o.get("name") for o in omitted if signed.get(o.get("name")) != o.get("sha256")]
     if wrong:
         return Check("source manifest", False, f"differ from the run's own manifest: {', '.join(map(str, wrong))}")
@@ -434,7 +434,7 @@ def _imported_samples(run: RunDir) -> Samples:
 
 # --- the kinds of what an imported run's files hold (checked before a check reads them) ---------------
 
-_KIND_NAMES = {dict: "an object", list: "a list"}
+_KIND_NAMES: dict[type, str] = {dict: "an object", list: "a list"}
 _KEY = (str, int, float)  # a value that names a row: a JSON scalar (never an array or object)
 _NAME = (str,)  # an arm or workload of a responses line, as the import writes it
 _INDEX = (int,)  # a pass number, as the import writes it
