@@ -172,7 +172,7 @@ def test_a_response_body_that_is_not_text_fails_its_check(tmp_path):
 
 
 def test_an_error_of_verify_itself_is_raised_not_reported_as_damage(tmp_path, monkeypatch):
-    import openjev_repro.audit.verify as verify
+    from openjev_repro.audit import verify
 
     run, _, public = signed_run(tmp_path)
 
