@@ -143,3 +143,60 @@ def test_a_case_missing_from_every_pass_is_caught_by_the_plan(tmp_path):
     assert check_case_ids([r for r in dropped if r.seq < 5], {"mixed": 1}) == []
     problems = check_planned_order(dropped, {"mixed": planned})
     assert problems and all("missing case-05" in p for p in problems)
+
+
+# --- damaged evidence is a failed check; a bug of verify is never called damage (issue 23 item 4) ---------
+
+
+def test_a_malformed_plan_case_ids_fails_its_check(tmp_path):
+    run = build_run(tmp_path)
+    plan = json.loads(run.file("plan.json").read_text())
+    write_json_atomic(run.file("plan.json"), {**plan, "case_ids": {"mixed": [["case-00"]]}})
+    write_manifest(run.path, key_path=None)
+    checks = {c.name: c for c in verify_path(run.path, allow_unsigned=True)}
+    assert checks["case ids"].passed is False
+    assert checks["case ids"].detail == ("EvidenceError: plan.json: case_ids is not an object of case id lists, "
+                                         "one per workload")
+
+
+def test_a_response_body_that_is_not_text_fails_its_check(tmp_path):
+    run = build_run(tmp_path)
+    path = run.file("responses/hf.jsonl")
+    lines = path.read_text().splitlines()
+    lines[0] = json.dumps({**json.loads(lines[0]), "body": 7})
+    path.write_text("\n".join(lines) + "\n")
+    write_manifest(run.path, key_path=None)
+    checks = {c.name: c for c in verify_path(run.path, allow_unsigned=True)}
+    assert checks["responses"].passed is False
+    assert checks["responses"].detail == "EvidenceError: hf.jsonl:1 has a body that is not a string"
+
+
+def test_an_error_of_verify_itself_is_raised_not_reported_as_damage(tmp_path, monkeypatch):
+    from openjev_repro.audit import verify
+
+    run, _, public = signed_run(tmp_path)
+
+    def broken(ev, predicate, aggregate_only):
+        return predicate["no such key"]  # a programming error inside a check
+
+    monkeypatch.setattr(verify, "_complete", broken)
+    with pytest.raises(KeyError, match="no such key"):
+        verify_path(run.path, pubkey=public)
+
+
+@pytest.mark.parametrize(("field", "value", "detail"), [
+    ("figures", 7, "EvidenceError: import.json: figures is not a list"),
+    ("figures", [{"arm": "baseline"}], "EvidenceError: import.json: figures[0] is not an object with a figure name"),
+    ("figure_counts", [1], "EvidenceError: import.json: figure_counts is not an object"),
+])
+def test_a_malformed_import_record_fails_its_check(tmp_path, field, value, detail):
+    from openjev_repro.audit.importer import import_evidence
+
+    artifacts = ROOT / "tests" / "fixtures" / "system1" / "artifacts"
+    import_evidence(artifacts, tmp_path / "run")
+    record_path = tmp_path / "run" / "import.json"
+    write_json_atomic(record_path, {**json.loads(record_path.read_text()), field: value})
+    checks = {c.name: c for c in verify_path(tmp_path / "run", source=artifacts)}
+    assert checks["imported statistics"].passed is False
+    assert checks["imported statistics"].detail == detail
+    assert checks["source files"].passed is True

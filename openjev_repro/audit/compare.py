@@ -129,18 +129,13 @@ def run_status(directory: Path) -> str:
 def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = None, seed: int = 20261003,
                  allow_incomplete: bool = False) -> dict:
     """Compare two runs; an incomplete one is refused unless allow_incomplete, and then named in the verdict."""
-    incomplete = []
+    incomplete: list[str] = []
     environments: list[RunEnvironment] = []
     with contextlib.ExitStack() as stack:
         loaded = []
         for role, path in (("baseline", baseline), ("candidate", candidate)):
             directory = stack.enter_context(opened(path))
-            status = run_status(directory)
-            if status not in COMPARABLE_STATUSES:
-                if not allow_incomplete:
-                    raise RunIncomplete(f"The {role} {path} is not a complete run (status {status!r}); its passes "
-                                        "may be partial. Pass --allow-incomplete to compare it anyway.")
-                incomplete.append(f"{role} {path} (status {status!r})")
+            incomplete += _incomplete(role, path, directory, allow_incomplete)
             loaded.append(_load(directory))
             environments.append(RunEnvironment(directory))
         base, cand = loaded
@@ -153,14 +148,30 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = N
         result["verdict"]["incomplete_runs"] = incomplete
     _explain(result, *environments)
     for pair in result["pairs"]:  # an imported run's arms against each other: their published reduction too
-        name = f"{pair['candidate_backend']} vs {pair['baseline_backend']}"
-        ratio = pair["metrics"]["overall.mean_ms"]["ratio"]
-        for f in published:
-            if f["arm"] == name and f["figure"].endswith("_reduction_percent"):
-                pair.setdefault("published", {})[f["figure"]] = {
-                    "published": f["published"], "status": f.get("status"),
-                    "ours": None if ratio is None else (1 - ratio) * 100}
+        _add_published(pair, published)
     return result
+
+
+def _incomplete(role: str, path: Path, directory: Path, allow_incomplete: bool) -> list[str]:
+    """[] for a complete run; RunIncomplete for another, unless allowed: then the line naming it."""
+    status = run_status(directory)
+    if status in COMPARABLE_STATUSES:
+        return []
+    if not allow_incomplete:
+        raise RunIncomplete(f"The {role} {path} is not a complete run (status {status!r}); its passes "
+                            "may be partial. Pass --allow-incomplete to compare it anyway.")
+    return [f"{role} {path} (status {status!r})"]
+
+
+def _add_published(pair: dict[str, Any], published: list[dict[str, Any]]) -> None:
+    """The published reductions of this pair's arms (an imported run), beside ours."""
+    name = f"{pair['candidate_backend']} vs {pair['baseline_backend']}"
+    ratio = pair["metrics"]["overall.mean_ms"]["ratio"]
+    for f in published:
+        if f["arm"] == name and f["figure"].endswith("_reduction_percent"):
+            pair.setdefault("published", {})[f["figure"]] = {
+                "published": f["published"], "status": f.get("status"),
+                "ours": None if ratio is None else (1 - ratio) * 100}
 
 
 def _published_figures(directory: Path) -> list[dict[str, Any]]:
@@ -213,28 +224,46 @@ def _pair(workload: str, base_name: str, cand_name: str, tb: RowTable, base: _Pa
           seed: int) -> dict[str, Any]:
     lat_b = np.concatenate([_ok_latencies(tb, base[p]) for p in sorted(base)])
     lat_c = np.concatenate([_ok_latencies(tc, cand[p]) for p in sorted(cand)])
-    sb, sc = latency_stats(lat_b), latency_stats(lat_c)
-    metrics = {f"overall.{k}": _metric(sb[k], sc[k]) for k in _STATS}
-    means_b = {p: latency_stats(_ok_latencies(tb, rows))["mean_ms"] for p, rows in base.items()}
-    means_c = {p: latency_stats(_ok_latencies(tc, rows))["mean_ms"] for p, rows in cand.items()}
-    for p in sorted(set(means_b) | set(means_c)):
-        metrics[f"pass{p}.mean_ms"] = _metric(means_b.get(p), means_c.get(p))
-    range_b, range_c = _range(means_b.values()), _range(means_c.values())
-    disjoint = ranges_disjoint(range_b, range_c)
-    ci = bootstrap_mean_diff_ci(lat_b, lat_c, seed=seed, n_boot=N_BOOT) if len(lat_b) and len(lat_c) else None
+    means_b, means_c = _pass_means(tb, base), _pass_means(tc, cand)
     return {
         "workload": workload, "baseline_backend": base_name, "candidate_backend": cand_name,
-        "errors": {"baseline": sum(int((~tb.ok[rows]).sum()) for rows in base.values()),
-                   "candidate": sum(int((~tc.ok[rows]).sum()) for rows in cand.values())},
-        "metrics": metrics,
-        "pass_mean_ranges_ms": {"baseline": range_b, "candidate": range_c,
-                                "overlap": None if disjoint is None else not disjoint},
-        "bootstrap": {"mean_diff_ci95_ms": list(ci) if ci else None, "seed": seed, "n_boot": N_BOOT,
-                      "method_version": BOOTSTRAP_METHOD["version"],
-                      "of": "mean(candidate) - mean(baseline), measured latencies"},
+        "errors": {"baseline": _errors(tb, base), "candidate": _errors(tc, cand)},
+        "metrics": _pair_metrics(lat_b, lat_c, means_b, means_c),
+        "pass_mean_ranges_ms": _pass_mean_ranges(means_b, means_c),
+        "bootstrap": _bootstrap(lat_b, lat_c, seed),
         **_answers(tb, base[min(base)], tc, cand[min(cand)]),
         "input_tokens": _input_tokens(tb, base[min(base)], tc, cand[min(cand)]),
     }
+
+
+def _pass_means(t: RowTable, passes: _Passes) -> dict[int, float | None]:
+    return {p: latency_stats(_ok_latencies(t, rows))["mean_ms"] for p, rows in passes.items()}
+
+
+def _errors(t: RowTable, passes: _Passes) -> int:
+    return sum(int((~t.ok[rows]).sum()) for rows in passes.values())
+
+
+def _pair_metrics(lat_b: np.ndarray, lat_c: np.ndarray, means_b: dict[int, float | None],
+                  means_c: dict[int, float | None]) -> dict[str, dict[str, float | None]]:
+    sb, sc = latency_stats(lat_b), latency_stats(lat_c)
+    metrics = {f"overall.{k}": _metric(sb[k], sc[k]) for k in _STATS}
+    for p in sorted(set(means_b) | set(means_c)):
+        metrics[f"pass{p}.mean_ms"] = _metric(means_b.get(p), means_c.get(p))
+    return metrics
+
+
+def _pass_mean_ranges(means_b: dict[int, float | None], means_c: dict[int, float | None]) -> dict[str, Any]:
+    range_b, range_c = _range(means_b.values()), _range(means_c.values())
+    disjoint = ranges_disjoint(range_b, range_c)
+    return {"baseline": range_b, "candidate": range_c, "overlap": None if disjoint is None else not disjoint}
+
+
+def _bootstrap(lat_b: np.ndarray, lat_c: np.ndarray, seed: int) -> dict[str, Any]:
+    ci = bootstrap_mean_diff_ci(lat_b, lat_c, seed=seed, n_boot=N_BOOT) if len(lat_b) and len(lat_c) else None
+    return {"mean_diff_ci95_ms": list(ci) if ci else None, "seed": seed, "n_boot": N_BOOT,
+            "method_version": BOOTSTRAP_METHOD["version"],
+            "of": "mean(candidate) - mean(baseline), measured latencies"}
 
 
 def _input_tokens(tb: RowTable, base: np.ndarray, tc: RowTable, cand: np.ndarray) -> dict[str, Any]:
@@ -422,32 +451,43 @@ def _environment_lines(env: dict[str, Any] | None) -> list[str]:
 def to_markdown(result: dict[str, Any]) -> str:
     lines = []
     for p in result["pairs"]:
-        lines += [f"### {p['workload']}: {p['baseline_backend']} (baseline) vs {p['candidate_backend']} (candidate)", "",
-                  "| metric | baseline (ms) | candidate (ms) | delta (ms) | ratio |", "| --- | ---: | ---: | ---: | ---: |"]
-        for name, m in p["metrics"].items():
-            lines.append(f"| {name} | {_fmt(m['baseline'])} | {_fmt(m['candidate'])} | {_fmt(m['delta'])} | {_fmt(m['ratio'], 4)} |")
-        ci = p["bootstrap"]["mean_diff_ci95_ms"]
-        r = p["pass_mean_ranges_ms"]
-        a = p["answers"]
-        lines += ["", f"- pass mean ranges overlap: {r['overlap']}",
-                  (f"- bootstrap 95% interval of the mean difference: "
-                  f"{'—' if ci is None else f'[{ci[0]:.3f}, {ci[1]:.3f}] ms'} (seed {p['bootstrap']['seed']}, "
-                  f"bootstrap method v{p['bootstrap'].get('method_version', 1)})"),
-                  f"- decision flips: {len(a['decision_flips'])} of {a['paired']} paired cases"
-                  + _flip_ids(a["decision_flips"]),
-                  f"- max |probability delta|: {a['max_abs_probability_delta']!r}"]
-        if "input_tokens" in p:  # absent from compare JSON written before token counts were compared
-            lines.append(f"- {token_phrase(p['input_tokens'], 'candidate', 'baseline')}")
-        for figure, v in (p.get("published") or {}).items():
-            lines.append(f"- published {figure} (imported run): {v['published']!r}; ours {v['ours']!r} "
-                         f"({(v['status'] or 'unknown').replace('_', ' ')} at import)")
-        w = p.get("weights_fingerprint") or {}
-        if w.get("baseline") or w.get("candidate"):
-            same = {True: "same", False: "DIFFERENT", None: "not comparable"}[w.get("same")]
-            lines.append(f"- weights fingerprint: {same} (baseline {w.get('baseline')}, candidate {w.get('candidate')})")
-        lines += level_lines(p)  # load runs only
-        lines += ["", *_environment_lines(p.get("environment")), ""]
+        lines += _pair_lines(p)
     return "\n".join(lines + _verdict_lines(result["verdict"])) + "\n"
+
+
+def _pair_lines(p: dict[str, Any]) -> list[str]:
+    """One pair's section: its metric table, then one line per finding, then its environment differences."""
+    lines = [f"### {p['workload']}: {p['baseline_backend']} (baseline) vs {p['candidate_backend']} (candidate)", "",
+             "| metric | baseline (ms) | candidate (ms) | delta (ms) | ratio |", "| --- | ---: | ---: | ---: | ---: |"]
+    for name, m in p["metrics"].items():
+        lines.append(f"| {name} | {_fmt(m['baseline'])} | {_fmt(m['candidate'])} | {_fmt(m['delta'])} | {_fmt(m['ratio'], 4)} |")
+    ci = p["bootstrap"]["mean_diff_ci95_ms"]
+    r = p["pass_mean_ranges_ms"]
+    a = p["answers"]
+    lines += ["", f"- pass mean ranges overlap: {r['overlap']}",
+              (f"- bootstrap 95% interval of the mean difference: "
+              f"{'—' if ci is None else f'[{ci[0]:.3f}, {ci[1]:.3f}] ms'} (seed {p['bootstrap']['seed']}, "
+              f"bootstrap method v{p['bootstrap'].get('method_version', 1)})"),
+              f"- decision flips: {len(a['decision_flips'])} of {a['paired']} paired cases"
+              + _flip_ids(a["decision_flips"]),
+              f"- max |probability delta|: {a['max_abs_probability_delta']!r}"]
+    if "input_tokens" in p:  # absent from compare JSON written before token counts were compared
+        lines.append(f"- {token_phrase(p['input_tokens'], 'candidate', 'baseline')}")
+    lines += _published_lines(p.get("published") or {}) + _weights_lines(p.get("weights_fingerprint") or {})
+    lines += level_lines(p)  # load runs only
+    return lines + ["", *_environment_lines(p.get("environment")), ""]
+
+
+def _published_lines(published: dict[str, Any]) -> list[str]:
+    return [f"- published {figure} (imported run): {v['published']!r}; ours {v['ours']!r} "
+            f"({(v['status'] or 'unknown').replace('_', ' ')} at import)" for figure, v in published.items()]
+
+
+def _weights_lines(w: dict[str, Any]) -> list[str]:
+    if not (w.get("baseline") or w.get("candidate")):
+        return []
+    same = {True: "same", False: "DIFFERENT", None: "not comparable"}[w.get("same")]
+    return [f"- weights fingerprint: {same} (baseline {w.get('baseline')}, candidate {w.get('candidate')})"]
 
 
 def _verdict_lines(v: dict[str, Any]) -> list[str]:

@@ -85,26 +85,35 @@ def _prepare(run: RunDir, key: Any, aggregate_only: bool = True) -> tuple[dict[s
 
     Nothing is opened before the tree is walked (evidence.scan_tree): every member is a regular
     file the walk found, so the tar thread never follows a link or blocks on a FIFO."""
-    files, problems = scan_tree(run.path)
-    if problems:
-        raise VerificationError(f"{run.path} does not verify (run entries: {'; '.join(problems[:6])}); "
-                                "only verified runs are published.")
-    present = {p.relative_to(run.path).as_posix() for p in files}
+    present = _present_files(run)
     source_bytes = run.file(ENVELOPE_NAME).read_bytes()
     _, source = read_statement(run.file(ENVELOPE_NAME))
     signed = {s["name"]: s["digest"]["sha256"] for s in source["subject"]}
     dropped = {n for n in signed if aggregate_only and is_omitted(n)}  # --include-bodies keeps them all
     omitted = [{"name": n, "sha256": signed[n]} for n in signed if n in dropped]
     members = {n: d for n, d in signed.items() if n not in dropped}
-    absent = sorted(str(n) for n in members if n not in present or n == ENVELOPE_NAME)
-    if absent:
-        raise VerificationError(f"{run.path} does not verify (subject digests: {', '.join(absent[:5])} "
-                                "listed but absent); only verified runs are published.")
+    _require_members(run, members, present)
     members[SOURCE_ENVELOPE] = hashlib.sha256(source_bytes).hexdigest()
     subjects = [{"name": n, "digest": {"sha256": members[n]}} for n in sorted(members, key=PurePosixPath)]
     statement = build_statement(run, signed=key is not None, aggregate_only=aggregate_only, subjects=subjects,
                                 extra={"omitted": omitted, "source_envelope": SOURCE_ENVELOPE})
     return members, {SOURCE_ENVELOPE: source_bytes, ENVELOPE_NAME: envelope_bytes(make_envelope(statement.payload(), key))}
+
+
+def _present_files(run: RunDir) -> set[str]:
+    """The relative names of the run's files; VerificationError when it holds anything but regular files."""
+    files, problems = scan_tree(run.path)
+    if problems:
+        raise VerificationError(f"{run.path} does not verify (run entries: {'; '.join(problems[:6])}); "
+                                "only verified runs are published.")
+    return {p.relative_to(run.path).as_posix() for p in files}
+
+
+def _require_members(run: RunDir, members: dict[str, str], present: set[str]) -> None:
+    absent = sorted(str(n) for n in members if n not in present or n == ENVELOPE_NAME)
+    if absent:
+        raise VerificationError(f"{run.path} does not verify (subject digests: {', '.join(absent[:5])} "
+                                "listed but absent); only verified runs are published.")
 
 
 def _check_source(run: RunDir) -> None:

@@ -60,8 +60,12 @@ __all__ = [
 ]
 
 
-# What damaged files raise while being read (JSON and UTF-8 errors are ValueErrors).
-_BAD_EVIDENCE = (ReproError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError, OSError)
+# What damaged files raise while being read (JSON, UTF-8 and base64 errors are ValueErrors). A KeyError,
+# TypeError or AttributeError is a bug of this tool, never damaged evidence: it is not caught, so it
+# shows as one (every field a check reads is checked for its kind first, raising EvidenceError).
+_BAD_EVIDENCE = (ReproError, ValueError, yaml.YAMLError, OSError)
+# What a content check may meet besides: evidence nested or sized to exhaust the reader.
+_DAMAGE = (*_BAD_EVIDENCE, RecursionError, MemoryError)
 
 
 @dataclass(frozen=True)
@@ -161,8 +165,7 @@ def verify_dir(directory: Path, *, pubkey: Path | None = None, allow_unsigned: b
     except OSError as exc:
         return [Check("run entries", False, f"cannot list {root}: {exc.strerror or exc}")]
     if problems:
-        return [Check("run entries", False, "only regular files may be in a run or bundle: " + "; ".join(problems[:6])
-                      + (f" (and {len(problems) - 6} more)" if len(problems) > 6 else ""))]
+        return [_entries_check(problems)]
     ev = evidence if evidence is not None else Evidence(RunDir(root))
     if not (root / ENVELOPE_NAME).exists() and (root / "import.json").is_file():
         return verify_imported(ev.run, pubkey=pubkey, evidence=ev, source=source)
@@ -170,11 +173,21 @@ def verify_dir(directory: Path, *, pubkey: Path | None = None, allow_unsigned: b
         envelope, statement = read_statement(root / ENVELOPE_NAME)
     except _BAD_EVIDENCE as exc:
         return [Check("envelope", False, str(exc))]
-    checks = [Check("envelope", True, "canonical DSSE envelope with an in-toto Statement v1")]
-    predicate = statement["predicate"]
-    checks.append(_signature(envelope, predicate, pubkey, allow_unsigned))
-    run = ev.run
-    present = {p.relative_to(root).as_posix() for p in files if p != root / ENVELOPE_NAME}
+    return _verify_signed(ev, files, envelope, statement, pubkey, allow_unsigned)
+
+
+def _entries_check(problems: list[str]) -> Check:
+    more = f" (and {len(problems) - 6} more)" if len(problems) > 6 else ""
+    return Check("run entries", False, "only regular files may be in a run or bundle: " + "; ".join(problems[:6]) + more)
+
+
+def _verify_signed(ev: Evidence, files: list[Path], envelope: dict, statement: dict, pubkey: Path | None,
+                   allow_unsigned: bool) -> list[Check]:
+    """The checks of a run (or bundle) whose envelope and statement have the shape this tool writes."""
+    run, predicate = ev.run, statement["predicate"]
+    checks = [Check("envelope", True, "canonical DSSE envelope with an in-toto Statement v1"),
+              _signature(envelope, predicate, pubkey, allow_unsigned)]
+    present = {p.relative_to(run.path).as_posix() for p in files if p != run.path / ENVELOPE_NAME}
     # Hash every subject in background threads (hashlib releases the GIL) while the rows are parsed.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-hash") as pool:
         hashing = pool.submit(_hash_subjects, statement, run, present)
@@ -182,19 +195,31 @@ def verify_dir(directory: Path, *, pubkey: Path | None = None, allow_unsigned: b
         subjects = _subject_digests(statement, present, checks, hashing)
     aggregate_only = bool(predicate.get("aggregate_only"))
     for step in (_complete, _copied_files, _case_ids, _protocol_passes, _responses, _recomputed):
-        try:
-            checks.extend(step(ev, predicate, aggregate_only))
-        except UnsupportedFormat as exc:
-            # A file as signed in a newer format: this tool cannot judge the run at all. A file
-            # changed after signing (a failed check above) is tampering, reported as such.
-            if not any(c.passed is False for c in checks):
-                raise
-            checks.append(Check(step.__name__.strip("_").replace("_", " "), False, str(exc)))
-        except (*_BAD_EVIDENCE, RecursionError, MemoryError) as exc:  # damaged evidence is a failed check
-            checks.append(Check(step.__name__.strip("_").replace("_", " "), False, f"{type(exc).__name__}: {exc}"))
+        checks.extend(_signed_step(step, ev, predicate, aggregate_only, checks))
     if aggregate_only:
         checks.extend(_source_manifest(run, predicate, subjects, pubkey))
     return checks
+
+
+_Step = Callable[[Evidence, dict, bool], list[Check]]
+
+
+def _step_name(step: _Step) -> str:
+    return step.__name__.strip("_").replace("_", " ")
+
+
+def _signed_step(step: _Step, ev: Evidence, predicate: dict, aggregate_only: bool, earlier: list[Check]) -> list[Check]:
+    """One content check; damaged evidence (never a bug of this tool) is its failed check."""
+    try:
+        return step(ev, predicate, aggregate_only)
+    except UnsupportedFormat as exc:
+        # A file as signed in a newer format: this tool cannot judge the run at all. A file
+        # changed after signing (a failed check above) is tampering, reported as such.
+        if not any(c.passed is False for c in earlier):
+            raise
+        return [Check(_step_name(step), False, str(exc))]
+    except _DAMAGE as exc:  # damaged evidence is a failed check
+        return [Check(_step_name(step), False, f"{type(exc).__name__}: {exc}")]
 
 
 def _source_manifest(run: RunDir, predicate: dict, subjects: dict[str, str], pubkey: Path | None) -> list[Check]:
@@ -209,20 +234,34 @@ def _source_manifest(run: RunDir, predicate: dict, subjects: dict[str, str], pub
     except _BAD_EVIDENCE as exc:
         return [Check("source manifest", False, str(exc))]
     signed = {s["name"]: s["digest"]["sha256"] for s in source.get("subject", [])}
-    wrong = [n for n, digest in subjects.items() if n != name and signed.get(n) != digest]
-    wrong += [o.get("name") for o in omitted if signed.get(o.get("name")) != o.get("sha256")]
-    checks = [Check("source manifest", not wrong, f"differ from the run's own manifest: {', '.join(map(str, wrong))}"
-                    if wrong else f"every file and omitted hash equals the run's signed subject ({len(signed)} subjects)")]
+    checks = [_source_subjects_check(str(name), subjects, omitted, signed)]
     if envelope["signatures"] and pubkey is not None:
-        try:
-            verify_envelope(envelope, load_public_key(pubkey))
-            checks.append(Check("source signature", True, "the run's own manifest is signed by the same key"))
-        except ReproError as exc:
-            checks.append(Check("source signature", None, f"not by the given key ({exc})"))
-    names = ", ".join(sorted({o.get("name", "?").split("/", 1)[0] + "/" for o in omitted})) or "nothing"
-    checks.append(Check("omitted files", None, f"aggregate-only bundle omits {len(omitted)} files ({names}); "
-                        "their hashes are listed but their content cannot be inspected"))
+        checks.append(_source_signature(envelope, pubkey))
+    checks.append(_omitted_check(omitted))
     return checks
+
+
+def _source_subjects_check(name: str, subjects: dict[str, str], omitted: list[dict], signed: dict[Any, str]) -> Check:
+    wrong: list[Any] = [n for n, digest in subjects.items() if n != name and signed.get(n) != digest]
+    wrong += [o.get("name") for o in omitted if signed.get(o.get("name")) != o.get("sha256")]
+    if wrong:
+        return Check("source manifest", False, f"differ from the run's own manifest: {', '.join(map(str, wrong))}")
+    return Check("source manifest", True,
+                 f"every file and omitted hash equals the run's signed subject ({len(signed)} subjects)")
+
+
+def _source_signature(envelope: dict, pubkey: Path) -> Check:
+    try:
+        verify_envelope(envelope, load_public_key(pubkey))
+    except ReproError as exc:
+        return Check("source signature", None, f"not by the given key ({exc})")
+    return Check("source signature", True, "the run's own manifest is signed by the same key")
+
+
+def _omitted_check(omitted: list[dict]) -> Check:
+    names = ", ".join(sorted({o.get("name", "?").split("/", 1)[0] + "/" for o in omitted})) or "nothing"
+    return Check("omitted files", None, f"aggregate-only bundle omits {len(omitted)} files ({names}); "
+                 "their hashes are listed but their content cannot be inspected")
 
 
 # --- imported runs -----------------------------------------------------------------------
@@ -256,13 +295,18 @@ def verify_imported(run: RunDir, *, pubkey: Path | None = None, evidence: Eviden
         return _imported_source(e, r, source)
 
     for step in (_converted_files, imported_source, _case_ids, _responses, _imported_statistics):
-        try:
-            checks.extend(step(ev, record, False))
-        except UnsupportedFormat:
-            raise
-        except (*_BAD_EVIDENCE, RecursionError, MemoryError) as exc:
-            checks.append(Check(step.__name__.strip("_").replace("_", " "), False, f"{type(exc).__name__}: {exc}"))
+        checks.extend(_imported_step(step, ev, record))
     return checks
+
+
+def _imported_step(step: _Step, ev: Evidence, record: dict) -> list[Check]:
+    """One check of an imported run; a file in a format this tool does not read is no verdict."""
+    try:
+        return step(ev, record, False)
+    except UnsupportedFormat:
+        raise
+    except _DAMAGE as exc:
+        return [Check(_step_name(step), False, f"{type(exc).__name__}: {exc}")]
 
 
 def _converted_files(ev: Evidence, record: dict, _: bool) -> list[Check]:
@@ -288,8 +332,8 @@ def _converted_files(ev: Evidence, record: dict, _: bool) -> list[Check]:
 
 
 def _imported_source(ev: Evidence, record: dict, source: Path | None) -> list[Check]:
-    entries = record.get("source_manifest") or {}
-    verified = record.get("verified") or [n for n in entries]
+    entries = _record_field(record, "source_manifest", dict, {})
+    verified = _recorded_names(record, "verified", list(entries))
     if source is None:  # a path inside import.json is never followed: the run is unsigned, so it is its word
         return [Check("source files", None, f"not re-hashed: pass --source DIR to check the published files "
                       f"(imported from {record.get('source')}) again; at import {len(verified)} were checked "
@@ -297,30 +341,39 @@ def _imported_source(ev: Evidence, record: dict, source: Path | None) -> list[Ch
     root = Path(source)
     if not root.is_dir():
         return [Check("source files", False, f"--source {root} is not a directory")]
-    bad = []
     digests = record.get("digests_file") or "manifest.json"
-    for name in verified:
-        entry = entries.get(name)
-        want = entry.get("sha256") if isinstance(entry, dict) else entry
-        path = root / name
-        if not _safe_name(name) or not path.is_file():
-            bad.append(f"{name} was verified at import but is absent now")
-        elif hash_file(path) != want:
-            bad.append(f"{name} differs from the sha256 their {digests} lists")
     imported: dict = record["imported_files"] if isinstance(record.get("imported_files"), dict) else {}
-    for name, want in sorted(imported.items()):
-        path = root / name
-        if not _safe_name(name) or not path.is_file():
-            bad.append(f"{name} was imported but is absent now")
-        elif hash_file(path) != want:
-            bad.append(f"{name} differs from the sha256 recorded at import")
+    bad = _rehashed(root, [(name, _listed_sha256(entries.get(name))) for name in verified],
+                    "was verified at import but is absent now", f"differs from the sha256 their {digests} lists")
+    bad += _rehashed(root, sorted(imported.items()), "was imported but is absent now",
+                     "differs from the sha256 recorded at import")
     if bad:
         return [Check("source files", False, "; ".join(bad[:6]))]
-    detail = f"{len(verified)} source files at {root} still match their {digests} digests"
+    return [Check("source files", True, _source_detail(record, root, len(verified), len(imported), digests))]
+
+
+def _source_detail(record: dict, root: Path, verified: int, imported: int, digests: str) -> str:
     if record.get("provenance", "verified") != "verified":
-        detail = (f"{record.get('provenance')}; the {len(imported)} files imported from {root} still match "
-                  "the sha256 recorded at import")
-    return [Check("source files", True, detail)]
+        return (f"{record.get('provenance')}; the {imported} files imported from {root} still match "
+                "the sha256 recorded at import")
+    return f"{verified} source files at {root} still match their {digests} digests"
+
+
+def _listed_sha256(entry: Any) -> Any:
+    """A source manifest entry's sha256: the entry itself, or its "sha256" field."""
+    return entry.get("sha256") if isinstance(entry, dict) else entry
+
+
+def _rehashed(root: Path, expected: Iterable[tuple[Any, Any]], absent: str, differs: str) -> list[str]:
+    """'NAME ABSENT' or 'NAME DIFFERS' for each (name, sha256) whose file under root is not there or not that."""
+    bad = []
+    for name, want in expected:
+        path = root / name if _safe_name(name) else None
+        if path is None or not path.is_file():
+            bad.append(f"{name} {absent}")
+        elif hash_file(path) != want:
+            bad.append(f"{name} {differs}")
+    return bad
 
 
 def _imported_statistics(ev: Evidence, record: dict, _: bool) -> list[Check]:
@@ -332,31 +385,36 @@ def _imported_statistics(ev: Evidence, record: dict, _: bool) -> list[Check]:
     checks = [Check("statistics recomputed", diff is None,
                     f"recomputed from rows differs from summary.json at {diff}" if diff
                     else "every statistic recomputed from rows.jsonl equals summary.json exactly")]
-    figures = record.get("figures") or []
     if record.get("format_version") == 1:
         return checks + [Check("published figures", None, "import.json format 1: re-import to record figure status")]
+    figures = _record_field(record, "figures", list, [])
     if record.get("format", "system1-omni") != "system1-omni":
-        recomputed = json.loads(json.dumps(layout_figures(str(record.get("format")), record.get("published_summary")
-                                                          or {}, _imported_samples(run))))
-        return checks + [_figures_check(recomputed, figures, record)]
-    # Rows in file order within each (arm, pass), as the import appended them.
+        published = _record_field(record, "published_summary", dict, {})
+        recomputed = json.loads(json.dumps(layout_figures(str(record.get("format")), published,
+                                                          _imported_samples(run))))
+    else:
+        recomputed = _system1_figures(ev, _checked_figures(figures))
+    return checks + [_figures_check(recomputed, figures, record)]
+
+
+def _system1_figures(ev: Evidence, figures: list[dict]) -> list:
+    """The figures of a system1-omni import recomputed from its rows (in file order within each
+    (arm, pass), as the import appended them) and the probability deltas its responses keep."""
+    t = ev.table
     latencies = {(backend, index): t.latency_ms[idx].tolist() for (backend, index), idx in
                  t.groups(np.flatnonzero(t.phase.equals("measured")), ("backend", "pass_index")).items()}
     deltas: dict[tuple[str, int], float] = {}
-    for path in sorted(run.path.glob("responses/*.jsonl")):
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            entry = check_response_entry(json.loads(line), f"{path.name}:{number}")
-            if "probability_delta" in entry:
-                key = (entry["backend"], entry["pass_index"])
-                deltas[key] = max(deltas.get(key, 0.0), abs(entry["probability_delta"]))
-    recomputed = json.loads(json.dumps(published_figures(summary_from_figures(figures), latencies, deltas)))
-    checks.append(_figures_check(recomputed, figures, record))
-    return checks
+    for where, entry in _imported_entries(ev.run):
+        if "probability_delta" in entry:
+            backend, index, delta = _entry_fields(entry, where, ("backend", _NAME), ("pass_index", _INDEX),
+                                                  ("probability_delta", _NUMBER))
+            deltas[(backend, index)] = max(deltas.get((backend, index), 0.0), abs(delta))
+    return json.loads(json.dumps(published_figures(summary_from_figures(figures), latencies, deltas)))
 
 
 def _figures_check(recomputed: list, figures: list, record: dict) -> Check:
     diff = first_difference(recomputed, figures)
-    counts = record.get("figure_counts") or {}
+    counts = _record_field(record, "figure_counts", dict, {})
     return Check("published figures", diff is None,
                  f"recomputed figures differ from import.json at {diff}" if diff else
                  f"{len(figures)} published figures recomputed from the rows: {counts.get('exact')} exact, "
@@ -366,12 +424,87 @@ def _figures_check(recomputed: list, figures: list, record: dict) -> Check:
 def _imported_samples(run: RunDir) -> Samples:
     """The published seconds and decisions the import kept in responses/, per (arm, workload, pass)."""
     samples: Samples = {}
+    for where, entry in _imported_entries(run):
+        backend, workload, index, seconds, decisions = _entry_fields(
+            entry, where, ("backend", _NAME), ("workload", _NAME), ("pass_index", _INDEX), ("seconds", _NUMBER_TEXT),
+            ("decisions", _NUMBER_TEXT))
+        samples.setdefault((backend, workload, index), []).append((float(seconds), int(decisions)))
+    return samples
+
+
+# --- the kinds of what an imported run's files hold (checked before a check reads them) ---------------
+
+_KIND_NAMES: dict[type, str] = {dict: "an object", list: "a list"}
+_KEY = (str, int, float)  # a value that names a row: a JSON scalar (never an array or object)
+_NAME = (str,)  # an arm or workload of a responses line, as the import writes it
+_INDEX = (int,)  # a pass number, as the import writes it
+_NUMBER = (int, float)
+_NUMBER_TEXT = (int, float, str)  # converted with float() or int(), which refuse bad text with a ValueError
+
+
+_FIELD_KINDS = {_NAME: "a name", _INDEX: "a whole number", _NUMBER: "a number", _NUMBER_TEXT: "a number"}
+
+
+def _record_field(record: dict, name: str, kind: type, default: Any) -> Any:
+    """import.json's `name` (`default` when absent or empty); EvidenceError when it is not of `kind`."""
+    value = record.get(name) or default
+    if not isinstance(value, kind):
+        raise EvidenceError(f"import.json: {name} is not {_KIND_NAMES[kind]}")
+    return value
+
+
+def _recorded_names(record: dict, name: str, default: list) -> list:
+    """import.json's list of file names `name` (`default` when absent or empty)."""
+    names = _record_field(record, name, list, default)
+    if not all(isinstance(n, str) for n in names):
+        raise EvidenceError(f"import.json: {name} is not a list of file names")
+    return names
+
+
+def _checked_figures(figures: list) -> list[dict]:
+    """import.json's system1-omni figures, each with the fields `summary_from_figures` reads."""
+    for i, figure in enumerate(figures):
+        problem = _figure_problem(figure)
+        if problem:
+            raise EvidenceError(f"import.json: figures[{i}] {problem}")
+    return figures
+
+
+def _figure_problem(figure: Any) -> str | None:
+    if not isinstance(figure, dict) or not isinstance(figure.get("figure"), str):
+        return "is not an object with a figure name"
+    missing = [name for name in _figure_fields(figure) if name not in figure]
+    if missing:
+        return f"lacks {' and '.join(missing)}"
+    if not all(isinstance(figure.get(name), (*_KEY, type(None))) for name in ("arm", "pass")):
+        return "has an arm or pass that is not a name or number"
+    return None
+
+
+def _figure_fields(figure: dict) -> tuple[str, ...]:
+    """The fields `summary_from_figures` reads of this figure."""
+    if figure["figure"].endswith("_reduction_percent"):
+        return ("published",)
+    if figure.get("arm") is None or figure["figure"] == "rows":
+        return ("arm",)
+    return ("arm", "pass", "published")
+
+
+def _imported_entries(run: RunDir) -> Iterator[tuple[str, dict]]:
+    """('FILE:LINE', entry) of each responses/*.jsonl line of an imported run, in a format this tool reads."""
     for path in sorted(run.path.glob("responses/*.jsonl")):
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            entry = check_response_entry(json.loads(line), f"{path.name}:{number}")
-            key = (entry["backend"], entry["workload"], entry["pass_index"])
-            samples.setdefault(key, []).append((float(entry["seconds"]), int(entry["decisions"])))
-    return samples
+            where = f"{path.name}:{number}"
+            yield where, check_response_entry(json.loads(line), where)
+
+
+def _entry_fields(entry: dict, where: str, *fields: tuple[str, tuple[type, ...]]) -> tuple:
+    """The values of `fields` ((name, kinds) pairs) of a responses line; EvidenceError naming the first
+    that is absent or of another kind."""
+    for name, kinds in fields:
+        if not isinstance(entry.get(name), kinds):
+            raise EvidenceError(f"{where}: {name} is absent or not {_FIELD_KINDS[kinds]}")
+    return tuple(entry[name] for name, _ in fields)
 
 
 # --- signature and digests -------------------------------------------------------------
@@ -416,25 +549,14 @@ def _hash_subjects(statement: dict, run: RunDir, present: set[str]) -> dict[str,
 
 def _subject_digests(statement: dict, present: set[str], checks: list[Check], hashing: Future) -> dict[str, str]:
     subjects = statement.get("subject") or []
-    names = [s.get("name") for s in subjects if isinstance(s, dict)]
     bad: list[str] = []
-    listed: dict[str, str] = {}
     try:
         digests = hashing.result()
     except ReproError as exc:  # a file vanished or cannot be read while hashing
         digests = {}
         bad.append(str(exc))
-    for s in subjects:
-        name = s.get("name") if isinstance(s, dict) else None
-        want = (s.get("digest") or {}).get("sha256") if isinstance(s, dict) else None
-        if not isinstance(name, str) or not _safe_name(name) or not isinstance(want, str):
-            bad.append(f"malformed subject {str(s)[:80]!r}")
-            continue
-        if name not in present or name not in digests:  # only files the walk found: never through a link
-            bad.append(f"{name} is listed but absent")
-        elif digests[name] != want:
-            bad.append(f"{name} has a different sha256 than signed")
-        listed[name] = want
+    listed = _listed_subjects(subjects, present, digests, bad)
+    names = [s.get("name") for s in subjects if isinstance(s, dict)]
     if len(set(names)) != len(names):
         bad.append("a subject is listed twice")
     checks.append(Check("subject digests", not bad and bool(listed),
@@ -443,6 +565,28 @@ def _subject_digests(statement: dict, present: set[str], checks: list[Check], ha
     checks.append(Check("no unlisted files", not unlisted,
                         f"not in the manifest: {', '.join(unlisted[:10])}" if unlisted
                         else "every file is a subject (hidden names included; only regular files)"))
+    return listed
+
+
+def _subject_name_and_sha256(subject: Any) -> tuple[Any, Any]:
+    if not isinstance(subject, dict):
+        return None, None
+    return subject.get("name"), (subject.get("digest") or {}).get("sha256")
+
+
+def _listed_subjects(subjects: list, present: set[str], digests: dict[str, str], bad: list[str]) -> dict[str, str]:
+    """name -> signed sha256 of each well-formed subject; what is wrong with any subject goes to `bad`."""
+    listed: dict[str, str] = {}
+    for s in subjects:
+        name, want = _subject_name_and_sha256(s)
+        if not isinstance(name, str) or not _safe_name(name) or not isinstance(want, str):
+            bad.append(f"malformed subject {str(s)[:80]!r}")
+            continue
+        if name not in present or name not in digests:  # only files the walk found: never through a link
+            bad.append(f"{name} is listed but absent")
+        elif digests[name] != want:
+            bad.append(f"{name} has a different sha256 than signed")
+        listed[name] = want
     return listed
 
 
@@ -463,19 +607,31 @@ def _copied_files(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[C
     recipe_bytes = run.file("recipe.yaml").read_bytes()
     if hashlib.sha256(recipe_bytes).hexdigest() != predicate.get("recipe_sha256"):
         problems.append("recipe.yaml sha256")
-    if recipe_json(recipe_bytes) != predicate.get("recipe"):
+    if _recorded_recipe(recipe_bytes) != predicate.get("recipe"):
         problems.append("recipe.yaml content")
     if run.read("summary.json") != predicate.get("summary"):
         problems.append("summary.json")
-    for key, name in OPTIONAL_FILES.items():
-        read = run.read if name in READABLE_VERSIONS else lambda n: read_json(run.file(n))
-        on_disk = read(name) if run.file(name).is_file() else None
-        signed = predicate.get(key)
-        absent_signed = isinstance(signed, dict) and signed.get("available") is False and on_disk is None
-        if not absent_signed and on_disk != signed:
-            problems.append(name)
+    problems += [name for key, name in OPTIONAL_FILES.items() if not _copy_matches(run, name, predicate.get(key))]
     return [Check("signed copies", not problems, "differ from the signed predicate: " + ", ".join(problems)
                   if problems else "recipe, summary and run files equal the signed predicate")]
+
+
+def _recorded_recipe(recipe_bytes: bytes) -> Any:
+    """recipe.yaml as a predicate records it; EvidenceError for YAML that JSON cannot hold (bytes, sets, date keys)."""
+    try:
+        return recipe_json(recipe_bytes)
+    except TypeError as exc:  # raised by json.dumps on the file's values, never by this tool's own code
+        raise EvidenceError(str(exc)) from None
+
+
+def _copy_matches(run: RunDir, name: str, signed: Any) -> bool:
+    """An optional run file equals its signed copy (or is absent, as the predicate records)."""
+    if not run.file(name).is_file():
+        on_disk = None
+    else:
+        on_disk = run.read(name) if name in READABLE_VERSIONS else read_json(run.file(name))
+    absent_signed = isinstance(signed, dict) and signed.get("available") is False and on_disk is None
+    return absent_signed or on_disk == signed
 
 
 def _timed_passes(t: RowTable) -> dict[tuple, np.ndarray]:
@@ -538,9 +694,18 @@ def _case_ids(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check
     run, rows = ev.run, ev.table
     problems = check_case_ids(rows, {w.name: w.repeat for w in ev.recipe.workloads})
     plan = run.read("plan.json") if run.file("plan.json").is_file() else {}
-    problems += check_planned_order(rows, plan.get("case_ids"))
+    problems += check_planned_order(rows, _planned_case_ids(plan))
     return [Check("case ids", not problems, "; ".join(problems[:6]) if problems
                   else f"{len(rows)} rows; every timed pass holds the same case ids")]
+
+
+def _planned_case_ids(plan: dict) -> dict[str, list[str]] | None:
+    """plan.json's case_ids (workload -> ids in order); EvidenceError when it is not that."""
+    planned = plan.get("case_ids")
+    if planned and not (isinstance(planned, dict) and all(
+            isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in planned.values())):
+        raise EvidenceError("plan.json: case_ids is not an object of case id lists, one per workload")
+    return planned
 
 
 def _protocol_passes(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check]:
@@ -590,23 +755,48 @@ def _responses(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Chec
     wrong, seen = [], 0
     for path in sorted(ev.run.path.glob("responses/*.jsonl")):
         for before, entries in _response_chunks(path):
-            newer = next((i for i, e in enumerate(entries) if e.v is not msgspec.UNSET and e.v not in RESPONSE_VERSIONS), None)
-            if newer is not None:
-                check_response_entry({"v": entries[newer].v}, f"{path.name}:{before + newer + 1}")
-            at = [i for i, e in enumerate(entries) if e.body is not msgspec.UNSET or e.body_base64 is not msgspec.UNSET]
-            have = [entries[i] for i in at]
-            seen += len(have)
-            for i, e in zip(at, have, strict=True):
-                if msgspec.UNSET in (e.backend, e.workload, e.phase, e.pass_index, e.seq):
-                    raise EvidenceError(f"{path.name}:{before + i + 1} lacks one of {', '.join(_KEY_FIELDS)}")
-            # C loops throughout: encode, hash, look up, compare.
-            bodies = [e.body.encode("utf-8") if e.body is not msgspec.UNSET else base64.b64decode(e.body_base64)
-                      for e in have]
-            digests = map(operator.methodcaller("hexdigest"), map(hashlib.sha256, bodies))
-            expected = map(hashes.get, zip(*(map(operator.attrgetter(name), have) for name in _KEY_FIELDS), strict=True))
-            wrong += [f"{path.name}:{before + i + 1}" for i, got, want in zip(at, digests, expected, strict=True) if got != want]
+            at = _body_lines(path, before, entries)
+            seen += len(at)
+            wrong += _wrong_bodies(path, before, at, [entries[i] for i in at], hashes)
     return [Check("response bodies", not wrong, f"bodies whose sha256 differs from their row: {', '.join(wrong[:5])}"
                   if wrong else f"{seen} bodies match their rows' body_sha256")]
+
+
+def _body_lines(path: Path, before: int, entries: list[_ResponseEntry]) -> list[int]:
+    """Indices of the chunk's entries that carry a body, each checked for the fields that find its row.
+
+    UnsupportedFormat for an entry in a newer format; EvidenceError for one that lacks a key field or
+    whose body or key is not a JSON value of the kind written."""
+    newer = next((i for i, e in enumerate(entries) if e.v is not msgspec.UNSET and e.v not in RESPONSE_VERSIONS), None)
+    if newer is not None:
+        check_response_entry({"v": entries[newer].v}, f"{path.name}:{before + newer + 1}")
+    at = [i for i, e in enumerate(entries) if e.body is not msgspec.UNSET or e.body_base64 is not msgspec.UNSET]
+    for i in at:
+        problem = _entry_problem(entries[i])
+        if problem:
+            raise EvidenceError(f"{path.name}:{before + i + 1} {problem}")
+    return at
+
+
+def _entry_problem(e: _ResponseEntry) -> str | None:
+    keys = tuple(getattr(e, name) for name in _KEY_FIELDS)
+    if msgspec.UNSET in keys:
+        return f"lacks one of {', '.join(_KEY_FIELDS)}"
+    if any(isinstance(k, (list, dict)) for k in keys):
+        return f"has an array or object as one of {', '.join(_KEY_FIELDS)}"
+    body = e.body if e.body is not msgspec.UNSET else e.body_base64
+    if not isinstance(body, str):
+        return "has a body that is not a string"
+    return None
+
+
+def _wrong_bodies(path: Path, before: int, at: list[int], have: list[_ResponseEntry], hashes: dict) -> list[str]:
+    """'FILE:LINE' of each body whose sha256 is not its row's body_sha256 (C loops throughout: encode, hash,
+    look up, compare)."""
+    bodies = [e.body.encode("utf-8") if e.body is not msgspec.UNSET else base64.b64decode(e.body_base64) for e in have]
+    digests = map(operator.methodcaller("hexdigest"), map(hashlib.sha256, bodies))
+    expected = map(hashes.get, zip(*(map(operator.attrgetter(name), have) for name in _KEY_FIELDS), strict=True))
+    return [f"{path.name}:{before + i + 1}" for i, got, want in zip(at, digests, expected, strict=True) if got != want]
 
 
 def _response_chunks(path: Path) -> Iterator[tuple[int, list[_ResponseEntry]]]:
@@ -635,22 +825,30 @@ def _response_chunks(path: Path) -> Iterator[tuple[int, list[_ResponseEntry]]]:
 def first_difference(a: Any, b: Any, path: str = "") -> str | None:
     """The first JSON path where two values differ, with both values; None when equal."""
     if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b), key=str):
-            if key not in a or key not in b:
-                return f"{path}.{key}: present on one side only"
-            diff = first_difference(a[key], b[key], f"{path}.{key}")
-            if diff:
-                return diff
-        return None
+        return _first_key_difference(a, b, path)
     if isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            return f"{path}: {len(a)} vs {len(b)} items"
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            diff = first_difference(x, y, f"{path}[{i}]")
-            if diff:
-                return diff
-        return None
+        return _first_item_difference(a, b, path)
     return None if (a == b and type(a) is type(b)) else f"{path or '(top)'}: {a!r} vs {b!r}"
+
+
+def _first_key_difference(a: dict, b: dict, path: str) -> str | None:
+    for key in sorted(set(a) | set(b), key=str):
+        if key not in a or key not in b:
+            return f"{path}.{key}: present on one side only"
+        diff = first_difference(a[key], b[key], f"{path}.{key}")
+        if diff:
+            return diff
+    return None
+
+
+def _first_item_difference(a: list, b: list, path: str) -> str | None:
+    if len(a) != len(b):
+        return f"{path}: {len(a)} vs {len(b)} items"
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        diff = first_difference(x, y, f"{path}[{i}]")
+        if diff:
+            return diff
+    return None
 
 
 def _recomputed(ev: Evidence, predicate: dict, aggregate_only: bool,

@@ -65,29 +65,39 @@ def _collection_checks(directory: Path, pubkey: str | None) -> list:
 @user_errors
 def verify(c, run, pubkey=None, allow_unsigned=False, source=None, fail_on_gates=False):
     """Check signature, digests, completeness and every recomputed statistic; non-zero exit on any failure."""
-    from ..audit.verify import format_checks, verify_path
-    from ..manifest.keys import trusted_public_key
+    from ..audit.verify import format_checks
 
     if not Path(run).exists():
         raise EvidenceError(f"No run directory, bundle or collect directory at {run}.")
     _refuse_what_has_no_manifest(Path(run))
-    if pubkey:  # the user's key, never one inside the evidence (or, for a collection, its submission)
-        trusted_public_key(Path(pubkey), Path(run), *([Path(run).parent] if (Path(run) / "summary.dsse.json").is_file() else []))
-    if (Path(run) / "summary.dsse.json").is_file() and not (Path(run) / "manifest.dsse.json").exists():
-        checks = _collection_checks(Path(run), pubkey)
-    else:
-        checks = verify_path(Path(run), pubkey=Path(pubkey) if pubkey else None, allow_unsigned=allow_unsigned,
-                             source=Path(source) if source else None)
+    collection = (Path(run) / "summary.dsse.json").is_file()
+    checks = _verify_checks(Path(run), collection, pubkey, allow_unsigned, source)
     print(format_checks(checks))
     failed = [c for c in checks if c.passed is False]
     if failed:
         raise Exit(f"error: {run} does not verify ({len(failed)} of {len(checks)} checks failed; FAIL lines above).",
                    code=1)
-    if fail_on_gates and not (Path(run) / "summary.dsse.json").is_file():
+    if fail_on_gates and not collection:
         from ..audit.bundle import opened
 
         with opened(Path(run)) as directory:
             exit_on_failed_gates(directory / "summary.json", str(run))
+
+
+def _verify_checks(run: Path, collection: bool, pubkey: str | None, allow_unsigned: bool, source: str | None) -> list:
+    """The checks of a run, bundle or collect directory (a collection: its signed summary's checks)."""
+    from ..audit.verify import verify_path
+    from ..manifest.keys import trusted_public_key
+
+    if pubkey:  # the user's key, never one inside the evidence (or, for a collection, its submission)
+        trusted_public_key(Path(pubkey), run, *([run.parent] if collection else []))
+    if collection and not (run / "manifest.dsse.json").exists():
+        return _collection_checks(run, pubkey)
+    return verify_path(run, pubkey=_path_or_none(pubkey), allow_unsigned=allow_unsigned, source=_path_or_none(source))
+
+
+def _path_or_none(option: str | None) -> Path | None:
+    return Path(option) if option else None
 
 
 @task(help={"baseline": "baseline run directory (or bundle)", "candidate": "candidate run directory (or bundle)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from invoke import Exit, task
 
@@ -83,8 +84,6 @@ def status_task(c, submission=None, json_=False, wait=False):
     Also records the final Slurm state of ended tasks in their attempt records and runs."""
     import time as clock
 
-    from rich.table import Table
-
     from ..cluster.slurm import TERMINAL
     from ..cluster.status import replicate_status
     from ..cluster.submission import Submission
@@ -98,20 +97,33 @@ def status_task(c, submission=None, json_=False, wait=False):
     if json_:
         sys.stdout.write(json.dumps({"submission": str(sub.path), "replicates": rows}, indent=2) + "\n")
         return
-    table = Table(title=f"{sub.id} ({len(rows)} replicates)")
+    from .output import console, keep_words_whole
+
+    out = console()
+    # a pipe gets it unwrapped, a terminal at its width, names whole
+    out.print(keep_words_whole(_status_table(sub.id, rows), out.width))
+
+
+def _status_table(title: str, rows: list[dict]) -> Any:
+    """The replicates' rich table: Slurm state and evidence state, one row each."""
+    from rich.table import Table
+
+    table = Table(title=f"{title} ({len(rows)} replicates)")
     for column in ("replicate", "job", "Slurm state", "reason", "node", "evidence", "runs", "run / error"):
         table.add_column(column)
     for r in rows:
         s = r["slurm"]
-        detail = Path(r["run"]).name if r["run"] else ""
-        if r["error"]:
-            detail += f": {r['error'].splitlines()[0]}"
         table.add_row(str(r["replicate"]), s["job"] or "", s["state"], s["reason"] or "", s["node"] or "",
-                      r["evidence"], str(r["runs"]), detail)
-    from .output import console, keep_words_whole
+                      r["evidence"], str(r["runs"]), _run_or_error(r))
+    return table
 
-    out = console()
-    out.print(keep_words_whole(table, out.width))  # a pipe gets it unwrapped, a terminal at its width, names whole
+
+def _run_or_error(r: dict) -> str:
+    """The replicate's run folder name, and the first line of its error if it has one."""
+    detail = Path(r["run"]).name if r["run"] else ""
+    if r["error"]:
+        detail += f": {r['error'].splitlines()[0]}"
+    return detail
 
 
 @task(name="collect", help={

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from invoke import Exit, task
 
 from . import user_errors
@@ -47,6 +49,19 @@ def build(c, backend=None, offline=False, no_cache=False, check_reproducible=Fal
     if not backend:
         raise Exit("error: --backend is required (hf, fast, native or reference).", code=1)
     spec = load_spec(backend, offline)
+    _check_source_option(spec, backend, source, target)
+    if check_reproducible:
+        _check_reproducible(check(spec))
+        return
+    record = build_image(spec, no_cache=no_cache, source=Path(source) if source else None, target=target)
+    print(f"built {record['tag']} image {record['image_id']} layers {', '.join(record['diff_ids'])} "
+          f"in {record['duration_s']} s; record {record_path(spec)}")
+
+
+def _check_source_option(spec: Any, backend: str, source: str | None, target: str | None) -> None:
+    """--source is given where the image compiles upstream code (unless only its toolchain is built), and is a folder."""
+    from pathlib import Path
+
     if spec.source_required and not source and target != "toolchain":
         src = spec.sources[0]
         raise Exit(f"error: --source is required for the {backend} image: a git checkout of {src.url} holding "
@@ -54,15 +69,13 @@ def build(c, backend=None, offline=False, no_cache=False, check_reproducible=Fal
                    code=1)
     if source and not Path(source).is_dir():
         raise Exit(f"error: --source {source} is not a directory.", code=1)
-    if check_reproducible:
-        diffs = check(spec)
-        if diffs:
-            print(f"NOT reproducible: {len(diffs)} files differ between two builds:")
-            for d in diffs[:200]:
-                print(f"  {d}")
-            raise Exit("error: the two builds differ (files listed above).", code=1)
-        print("reproducible: both builds have identical root filesystems (same layer diff IDs)")
-        return
-    record = build_image(spec, no_cache=no_cache, source=Path(source) if source else None, target=target)
-    print(f"built {record['tag']} image {record['image_id']} layers {', '.join(record['diff_ids'])} "
-          f"in {record['duration_s']} s; record {record_path(spec)}")
+
+
+def _check_reproducible(diffs: list[str]) -> None:
+    """Print the outcome of two builds from scratch; exit 1 naming every file that differs."""
+    if diffs:
+        print(f"NOT reproducible: {len(diffs)} files differ between two builds:")
+        for d in diffs[:200]:
+            print(f"  {d}")
+        raise Exit("error: the two builds differ (files listed above).", code=1)
+    print("reproducible: both builds have identical root filesystems (same layer diff IDs)")

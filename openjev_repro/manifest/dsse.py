@@ -66,21 +66,32 @@ def parse_envelope(data: bytes, source: str = "envelope") -> dict[str, Any]:
         envelope = loads_bounded(data.decode("utf-8"), max_depth=3)
     except ValueError as exc:  # bad UTF-8, syntax, nesting, huge integers
         raise VerificationError(f"{source} is not valid JSON ({exc}); it is truncated or damaged.") from None
-    if not isinstance(envelope, dict) or set(envelope) != {"payload", "payloadType", "signatures"}:
-        raise VerificationError(f"{source} is not a DSSE envelope (payload, payloadType, signatures).")
-    if envelope["payloadType"] != PAYLOAD_TYPE:
-        raise VerificationError(f"{source} has payloadType {envelope['payloadType']!r:.80}, expected {PAYLOAD_TYPE!r}.")
-    if not isinstance(envelope["payload"], str):
-        raise VerificationError(f"{source}: payload is not a base64 string.")
-    signatures = envelope["signatures"]
-    if not isinstance(signatures, list) or not all(
-        isinstance(s, dict) and set(s) == {"keyid", "sig"} and all(isinstance(v, str) for v in s.values())
-        for s in signatures
-    ):
-        raise VerificationError(f"{source}: signatures is not a list of {{keyid, sig}} strings.")
+    problem = _envelope_problem(envelope)
+    if problem:
+        raise VerificationError(f"{source}{problem}")
     if envelope_bytes(envelope) != data:
         raise VerificationError(f"{source} is not in canonical form; it was edited after it was written.")
     return envelope
+
+
+def _envelope_problem(envelope: Any) -> str | None:
+    """What follows the source's name in the error for an envelope not of the DSSE shape; None if it is."""
+    if not isinstance(envelope, dict) or set(envelope) != {"payload", "payloadType", "signatures"}:
+        return " is not a DSSE envelope (payload, payloadType, signatures)."
+    if envelope["payloadType"] != PAYLOAD_TYPE:
+        return f" has payloadType {envelope['payloadType']!r:.80}, expected {PAYLOAD_TYPE!r}."
+    if not isinstance(envelope["payload"], str):
+        return ": payload is not a base64 string."
+    if not _signatures_ok(envelope["signatures"]):
+        return ": signatures is not a list of {keyid, sig} strings."
+    return None
+
+
+def _signatures_ok(signatures: Any) -> bool:
+    return isinstance(signatures, list) and all(
+        isinstance(s, dict) and set(s) == {"keyid", "sig"} and all(isinstance(v, str) for v in s.values())
+        for s in signatures
+    )
 
 
 def payload_of(envelope: dict[str, Any]) -> bytes:

@@ -65,24 +65,75 @@ def _read(path: str) -> str | None:
 # --- host --------------------------------------------------------------------------------
 
 
-def collect_host() -> dict[str, Any]:
+def _cpu_model() -> str | None:
+    """The first "model name" of /proc/cpuinfo; None when it names none."""
     cpuinfo = _read("/proc/cpuinfo") or ""
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines()
-                  if line.startswith("model name")), None)
+    return next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines()
+                 if line.startswith("model name")), None)
+
+
+def _memory_total_bytes() -> int | None:
     meminfo = _read("/proc/meminfo") or ""
     mem_kib = next((int(line.split()[1]) for line in meminfo.splitlines() if line.startswith("MemTotal:")), None)
+    return mem_kib * 1024 if mem_kib is not None else None
+
+
+def _affinity() -> list[int] | None:
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+
+
+def _or_absent(value: Any, reason: str) -> Any:
+    """`value`, or the record of its absence when it is empty or None."""
+    return value if value else absent(reason)
+
+
+def collect_host() -> dict[str, Any]:
+    model = _cpu_model()
+    mem_bytes = _memory_total_bytes()
+    affinity = _affinity()
     nodes = sorted(p.name for p in Path("/sys/devices/system/node").glob("node[0-9]*"))
     return {
         "available": True,
         "hostname": platform.node(),
-        "cpu_model": model if model else absent("/proc/cpuinfo names no model"),
+        "cpu_model": _or_absent(model, "/proc/cpuinfo names no model"),
         "cpu_count": os.cpu_count(),
-        "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else absent("no sched_getaffinity"),
+        "cpu_affinity": affinity if affinity is not None else absent("no sched_getaffinity"),
         "numa_nodes": [int(n[4:]) for n in nodes] if nodes else absent("no /sys/devices/system/node"),
         "kernel": platform.release(),
         "os": platform.platform(),
-        "memory_total_bytes": mem_kib * 1024 if mem_kib is not None else absent("no MemTotal in /proc/meminfo"),
+        "memory_total_bytes": mem_bytes if mem_bytes is not None else absent("no MemTotal in /proc/meminfo"),
     }
+
+
+_CPUFREQ_FILES = ("scaling_driver", "scaling_governor", "energy_performance_preference",
+                  "scaling_min_freq", "scaling_max_freq", "cpuinfo_max_freq")
+
+
+def _policy_values(policies: list[Path], name: str) -> dict[str, int]:
+    """{content of `name`: number of CPU policies holding it} over the policies where it is readable."""
+    seen: dict[str, int] = {}
+    for policy in policies:
+        text = _read(str(policy / name))
+        if text is not None:
+            seen[text.strip()] = seen.get(text.strip(), 0) + 1
+    return dict(sorted(seen.items()))
+
+
+def _cur_freq(policies: list[Path]) -> Any:
+    cur = [int(v) for v in (_read(str(p / "scaling_cur_freq")) for p in policies) if v and v.strip().isdigit()]
+    if not cur:
+        return absent("no readable scaling_cur_freq")
+    return {"min": min(cur), "max": max(cur), "mean": round(sum(cur) / len(cur))}
+
+
+def _cpufreq(root: Path) -> Any:
+    policies = sorted(root.glob("cpu[0-9]*/cpufreq"))
+    if not policies:
+        return absent(f"no {root}/cpu*/cpufreq (no cpufreq driver, or a container/VM hides it)")
+    return {"cpus": len(policies),
+            **{name: _policy_values(policies, name) for name in _CPUFREQ_FILES},
+            "scaling_cur_freq_khz": _cur_freq(policies),
+            "boost": _or_absent((_read(str(root / "cpufreq" / "boost")) or "").strip(), "no cpufreq/boost")}
 
 
 def collect_cpu(root: Path = CPUFREQ_ROOT) -> dict[str, Any]:
@@ -93,35 +144,15 @@ def collect_cpu(root: Path = CPUFREQ_ROOT) -> dict[str, Any]:
     as {value: number of CPUs} so a host with mixed settings shows it; absent in most containers
     and VMs, which is then recorded as such.
     """
-    cpuinfo = _read("/proc/cpuinfo") or ""
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines()
-                  if line.startswith("model name")), None)
-    policies = sorted(root.glob("cpu[0-9]*/cpufreq"))
-    cpufreq: Any = absent(f"no {root}/cpu*/cpufreq (no cpufreq driver, or a container/VM hides it)")
-    if policies:
-        def values(name: str) -> dict[str, int]:
-            seen: dict[str, int] = {}
-            for policy in policies:
-                text = _read(str(policy / name))
-                if text is not None:
-                    seen[text.strip()] = seen.get(text.strip(), 0) + 1
-            return dict(sorted(seen.items()))
-
-        cur = [int(v) for v in (_read(str(p / "scaling_cur_freq")) for p in policies) if v and v.strip().isdigit()]
-        cpufreq = {"cpus": len(policies),
-                   **{name: values(name) for name in ("scaling_driver", "scaling_governor",
-                                                      "energy_performance_preference",
-                                                      "scaling_min_freq", "scaling_max_freq",
-                                                      "cpuinfo_max_freq")},
-                   "scaling_cur_freq_khz": {"min": min(cur), "max": max(cur), "mean": round(sum(cur) / len(cur))}
-                   if cur else absent("no readable scaling_cur_freq"),
-                   "boost": (_read(str(root / "cpufreq" / "boost")) or "").strip() or absent("no cpufreq/boost")}
+    model = _cpu_model()
+    cpufreq = _cpufreq(root)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    affinity = _affinity()
     return {
         "available": True,
-        "model": model if model else absent("/proc/cpuinfo names no model"),
+        "model": _or_absent(model, "/proc/cpuinfo names no model"),
         "cores_online": os.cpu_count(),
-        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else absent("no affinity"),
+        "cores_usable": len(affinity) if affinity is not None else absent("no affinity"),
         "cpufreq": cpufreq,
         "load_average_1_5_15": [round(v, 2) for v in load] if load else absent("no os.getloadavg"),
         "thread_env": {name: os.environ.get(name) for name in THREAD_ENV},
