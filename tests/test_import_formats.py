@@ -241,3 +241,16 @@ def test_hostile_values_in_the_other_layouts_are_one_error_line(tmp_path, fmt, e
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_provenance_summary_whose_passes_is_not_a_list_is_one_error_line(tmp_path):
+    src = layouts.provenance_json(tmp_path / "src")
+    summary = json.loads((src / "summary.json").read_text())
+    mode = next(k for k, v in summary.items() if isinstance(v, dict) and "passes" in v)
+    summary[mode]["passes"] = 3
+    (src / "summary.json").write_text(json.dumps(summary))
+    proc = cli("import-evidence", "--src", str(src), "--out", str(tmp_path / "run"), "--format", "auto")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: summary.json: {mode}.passes is 3, not a list of passes."], proc.stderr
+    assert not (tmp_path / "run").exists()

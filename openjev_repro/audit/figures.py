@@ -353,7 +353,10 @@ def _mode_figures(key: str, published: dict, seconds: list[float], pass_index: i
 
 def _mode_passes(key: str, published: dict, samples: Samples, mode: str) -> list[dict[str, Any]]:
     figures: list[dict[str, Any]] = []
-    for p in published.get("passes") or []:
+    passes = published.get("passes") or []
+    if not isinstance(passes, list):
+        raise EvidenceError(f"summary.json: {key}.passes is {str(passes)[:80]}, not a list of passes.")
+    for p in passes:
         if not isinstance(p, dict) or not _count(p.get("pass")):
             raise EvidenceError(f"summary.json: {key}.passes holds {str(p)[:80]}, not an object with a pass.")
         seconds = _seconds_of(samples, mode, p["pass"])
