@@ -42,7 +42,7 @@ def _collection_checks(directory: Path, pubkey: str | None) -> list:
                             "half of the key collect signed with (yours, never one inside the submission).")
     try:
         keyid = verify_summary(directory, Path(pubkey))
-    except (VerificationError, EvidenceError, ValueError, KeyError, TypeError) as exc:
+    except (VerificationError, EvidenceError, ValueError) as exc:
         return [Check("collection signature and digests", False, str(exc).splitlines()[0] if str(exc) else repr(exc))]
     envelope = json.loads((directory / "summary.dsse.json").read_text(encoding="utf-8"))
     from ..manifest.dsse import payload_of

@@ -212,13 +212,27 @@ def verify_summary(directory: Path, pubkey: Path) -> str:
     envelope = parse_envelope((Path(directory) / SUMMARY_ENVELOPE).read_bytes(), SUMMARY_ENVELOPE)
     signer = verify_envelope(envelope, load_public_key(pubkey))
     statement = json.loads(payload_of(envelope))
-    if statement.get("predicateType") != SUMMARY_PREDICATE_TYPE:
+    if not isinstance(statement, dict) or statement.get("predicateType") != SUMMARY_PREDICATE_TYPE:
         raise VerificationError(f"{directory}: not a cross-host summary envelope.")
-    for subject in statement["subject"]:
-        digest = hash_file(Path(directory) / subject["name"])
-        if digest != subject["digest"]["sha256"]:
-            raise VerificationError(f"{directory}/{subject['name']} changed after it was signed.")
+    for name, sha256 in _signed_subjects(statement, directory):
+        if hash_file(Path(directory) / name) != sha256:
+            raise VerificationError(f"{directory}/{name} changed after it was signed.")
     return signer
+
+
+def _signed_subjects(statement: dict[str, Any], directory: Path) -> list[tuple[str, str]]:
+    """(file name, sha256) of each subject; a subject of another shape, or naming a path, is damaged evidence."""
+    subjects = statement.get("subject")
+    out = []
+    for subject in subjects if isinstance(subjects, list) else [None]:
+        name = subject.get("name") if isinstance(subject, dict) else None
+        digest = subject.get("digest") if isinstance(subject, dict) else None
+        sha256 = digest.get("sha256") if isinstance(digest, dict) else None
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", "..") or not isinstance(sha256, str):
+            raise EvidenceError(f"{directory}: the signed summary's subject {str(subject)[:80]} is not "
+                                "{name: a file of this directory, digest: {sha256}}.")
+        out.append((name, sha256))
+    return out
 
 
 def _fmt(value: Any, digits: int = 3) -> str:

@@ -65,3 +65,25 @@ def test_verify_never_trusts_a_key_inside_the_run(tmp_path):
     write_manifest(run.path, key_path=private)
     line = one_error_line(invoke("verify", "--run", str(run.path), "--pubkey", str(run.path / "logs" / "my.pub")))
     assert "lies inside" in line and "never trusted" in line
+
+
+def test_verify_of_a_collection_whose_signed_subject_names_a_path_is_one_failed_check(tmp_path):
+    """A validly signed summary whose subject is not a file of the directory (here `../x`, or not an object) is
+    damaged evidence: a failed check, never a traceback and never a file hashed outside the collection."""
+    from openjev_repro.manifest.dsse import envelope_bytes, make_envelope, payload_of
+    from openjev_repro.manifest.keys import load_private_key
+
+    lab = keypair(tmp_path / "lab")
+    sub = _submission(tmp_path, lab, lab[0])
+    assert invoke("collect", "--submission", str(sub.path), "--pubkey", str(lab[1])).returncode == 0
+    [collected] = sub.path.glob("collect-*")
+    envelope_path = collected / "summary.dsse.json"
+    statement = json.loads(payload_of(json.loads(envelope_path.read_text())))
+    for subject in ({"name": "../x", "digest": {"sha256": "0" * 64}}, "summary.md"):
+        statement["subject"][0] = subject
+        envelope_path.write_bytes(envelope_bytes(make_envelope(json.dumps(statement).encode(),
+                                                               load_private_key(lab[0]))))
+        proc = invoke("verify", "--run", str(collected), "--pubkey", str(lab[1]))
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert "collection signature and digests" in proc.stdout and "is not {name: a file of this directory" \
+            in proc.stdout, proc.stdout
