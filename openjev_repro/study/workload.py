@@ -63,16 +63,21 @@ def select(tasks: list[Task], types: Sequence[str], ids: Sequence[str] | None = 
     """Tasks of the given types in file order (or exactly `ids` in that order), first N, each repeated."""
     chosen = [t for t in tasks if t.type in types]
     if ids is not None:
-        by_id = {t.id: t for t in chosen}
-        missing = [i for i in ids if i not in by_id]
-        if missing:
-            raise RecipeError(f"Selected case ids not in the request file: {', '.join(missing[:5])}.")
-        chosen = [by_id[i] for i in ids]
+        chosen = _exactly(chosen, ids)
     if first is not None:
         chosen = chosen[:first]
     if not chosen:
         raise RecipeError("The workload selects no requests.")
     return [t for t in chosen for _ in range(repeat)]
+
+
+def _exactly(chosen: list[Task], ids: Sequence[str]) -> list[Task]:
+    """The tasks of `ids`, in that order; an id not among `chosen` is a RecipeError."""
+    by_id = {t.id: t for t in chosen}
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise RecipeError(f"Selected case ids not in the request file: {', '.join(missing[:5])}.")
+    return [by_id[i] for i in ids]
 
 
 def request_body(task: Task, model: str = "open-jev") -> bytes:
