@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..decision import decision_of
 from ..errors import BackendCrashed, ProtocolError, RunIncomplete
@@ -38,25 +39,42 @@ class ParsedAnswer:
 
 def parse_noul_response(body: bytes) -> ParsedAnswer:
     """Check a /v1/systemone response to a single noul question; ProtocolError says what is wrong."""
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"response is not JSON ({exc.__class__.__name__}: {exc})") from None
-    try:
-        answer = data["answers"][QUESTION_ID]
-        p = answer["noul"]
-        tokens = data["usage"]["input_tokens"]
-    except (KeyError, TypeError) as exc:
-        raise ProtocolError(f"response lacks answers.{QUESTION_ID}.noul or usage.input_tokens ({exc!r})") from None
+    answer, p, tokens = _noul_fields(_json_of(body))
     if answer.get("type") != "noul":
         raise ProtocolError(f"answer type is {answer.get('type')!r}, expected 'noul'")
+    _check_probability(p)
+    tokens = _input_tokens(tokens)
+    return ParsedAnswer(float(p), decision_of(p), tokens)
+
+
+def _json_of(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"response is not JSON ({exc.__class__.__name__}: {exc})") from None
+
+
+def _noul_fields(data: Any) -> tuple[Any, Any, Any]:
+    """(answer, its noul probability, usage.input_tokens) of a response, unchecked."""
+    try:
+        answer = data["answers"][QUESTION_ID]
+        return answer, answer["noul"], data["usage"]["input_tokens"]
+    except (KeyError, TypeError) as exc:
+        raise ProtocolError(f"response lacks answers.{QUESTION_ID}.noul or usage.input_tokens ({exc!r})") from None
+
+
+def _check_probability(p: Any) -> None:
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0.0 <= p <= 1.0:
         raise ProtocolError(f"probability {p!r} is not a finite number in [0, 1]")
+
+
+def _input_tokens(tokens: Any) -> int:
+    """usage.input_tokens as one positive count (a list of per-candidate counts is summed)."""
     if isinstance(tokens, list):  # per-candidate counts; noul has one candidate
         tokens = sum(tokens)
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
         raise ProtocolError(f"usage.input_tokens {tokens!r} is not a positive integer")
-    return ParsedAnswer(float(p), decision_of(p), tokens)
+    return tokens
 
 
 class PassBudget:
