@@ -638,15 +638,12 @@ class Recipe(StrictModel):
             raise ValueError(f"gate {g.name!r}: workload {wl!r} is not a workload of this recipe")
 
     def _check_preparation(self, declared: set[str]) -> None:
-        unpinned = [f.path for f in self.inputs.files if f.sha256 == UNPINNED]
-        unpinned += [a.path for b in self.backends for a in b.artifacts if a.sha256 == UNPINNED]
+        unpinned = self.unpinned()
         if unpinned and self.preparation is None:
             raise ValueError(f"inputs {', '.join(unpinned[:3])} are unpinned; only a recipe with a "
                              "`preparation` section may leave a hash to the inputs lock")
         if self.preparation is not None:
-            for r in self.preparation.requests:
-                if r.dest not in declared:
-                    raise ValueError(f"request selection writes {r.dest!r}, which is not a declared input")
+            _check_selection_dests(self.preparation, declared)
         self._check_warmup_and_traces()
 
     def _check_warmup_and_traces(self) -> None:
@@ -691,6 +688,13 @@ class Recipe(StrictModel):
     def environment_of(self, backend: Backend) -> EnvironmentSpec:
         """The environment a backend must report: the study's defaults, then its own."""
         return self.environment.merged(backend.environment)
+
+
+def _check_selection_dests(preparation: Preparation, declared: set[str]) -> None:
+    """Every request selection of the preparation writes a declared input."""
+    for r in preparation.requests:
+        if r.dest not in declared:
+            raise ValueError(f"request selection writes {r.dest!r}, which is not a declared input")
 
 
 def _unique(names: list[str], what: str) -> None:
@@ -764,6 +768,16 @@ def _bad_scalar_line(node: yaml.Node | None) -> int:
 
 def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
     """Parse and validate recipe text; every problem names source:line and the field path."""
+    node, data = _load_yaml(text, source)
+    _check_top_level(data, source)
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise _invalid(exc, node, source) from None
+
+
+def _load_yaml(text: str, source: str) -> tuple[yaml.Node | None, Any]:
+    """The recipe's YAML node tree (for line numbers) and its data; bad YAML is a RecipeError."""
     try:
         node = yaml.compose(text, Loader=NoAliasLoader)
         data = safe_yaml(text)
@@ -774,6 +788,11 @@ def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
     except ValueError as exc:  # a scalar YAML resolves but cannot build, e.g. the date 2026-13-45
         line = _bad_scalar_line(node)
         raise RecipeError(f"{source}:{line}: not a valid value: {exc}.") from None
+    return node, data
+
+
+def _check_top_level(data: Any, source: str) -> None:
+    """A recipe is a mapping whose format_version this tool reads."""
     if not isinstance(data, dict):
         raise RecipeError(f"{source}:1: a recipe is a YAML mapping with format_version, study, inputs, ...")
     version = data.get("format_version")
@@ -781,18 +800,19 @@ def parse_recipe(text: str, source: str = "<recipe>") -> Recipe:
         raise RecipeError(
             f"{source}: format_version {version!r} is not supported; this tool reads format_version {RECIPE_FORMAT_VERSION}."
         )
-    try:
-        return Recipe.model_validate(data)
-    except ValidationError as exc:
-        lines = _line_map(node) if node is not None else {}
-        problems = []
-        for err in exc.errors():
-            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.endswith("Gate")) and p not in _GATE_KINDS)
-            line = _nearest_line(lines, loc)
-            problems.append(f"{source}:{line}: {_format_loc(loc)}: {err['msg']}")
-        if len(problems) == 1:  # one problem, one line
-            raise RecipeError(f"Recipe is invalid: {problems[0]}") from None
-        raise RecipeError("Recipe is invalid:\n  " + "\n  ".join(problems)) from None
+
+
+def _invalid(exc: ValidationError, node: yaml.Node | None, source: str) -> RecipeError:
+    """One RecipeError listing each validation problem as source:line: field: message."""
+    lines = _line_map(node) if node is not None else {}
+    problems = []
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.endswith("Gate")) and p not in _GATE_KINDS)
+        line = _nearest_line(lines, loc)
+        problems.append(f"{source}:{line}: {_format_loc(loc)}: {err['msg']}")
+    if len(problems) == 1:  # one problem, one line
+        return RecipeError(f"Recipe is invalid: {problems[0]}")
+    return RecipeError("Recipe is invalid:\n  " + "\n  ".join(problems))
 
 
 _GATE_KINDS = {"mean_reduction", "max_probability_delta", "decisions_unchanged", "probabilities_stable",
