@@ -32,6 +32,7 @@ connection is detected (readable while idle) and replaced before sending; any fa
 
 from __future__ import annotations
 
+import re
 import select
 import socket
 import struct
@@ -115,20 +116,34 @@ def build_request(
     method = method.upper()
     if not method.isalpha():
         raise ClientError(f"HTTP method {method!r} is not a token; use e.g. GET or POST.")
-    if not path.startswith("/") or any(c in path for c in " \r\n"):
+    if _request_path(path) is None:
         raise ClientError(f"request path {path!r} must start with '/' and contain no spaces or line breaks.")
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}"]
-    given = {k.lower() for k in (headers or {})}
-    for name, value in (headers or {}).items():
-        if any(c in f"{name}{value}" for c in "\r\n") or ":" in name or not name:
-            raise ClientError(f"header {name!r}: {value!r} contains a line break or a bad name.")
-        lines.append(f"{name}: {value}")
-    if "content-length" not in given and (body or method in ("POST", "PUT", "PATCH")):
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", *_header_lines(headers or {})]
+    if (body or method in _BODY_METHODS) and not _has_content_length(headers or {}):
         lines.append(f"Content-Length: {len(body)}")
     try:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
     except UnicodeEncodeError as exc:
         raise ClientError(f"request line or headers contain {exc.object[exc.start:exc.end]!r}, which HTTP/1.1 cannot carry; percent-encode it.") from None
+
+
+# A request path: '/' first, then no space or line break (what build_request refuses otherwise).
+_request_path = re.compile(r"/[^ \r\n]*").fullmatch
+_BODY_METHODS = ("POST", "PUT", "PATCH")  # a Content-Length even when the body is empty
+
+
+def _header_lines(headers: Mapping[str, str]) -> list[str]:
+    """'Name: value' lines of the given headers; a line break or a bad name is a ClientError."""
+    lines = []
+    for name, value in headers.items():
+        if any(c in f"{name}{value}" for c in "\r\n") or ":" in name or not name:
+            raise ClientError(f"header {name!r}: {value!r} contains a line break or a bad name.")
+        lines.append(f"{name}: {value}")
+    return lines
+
+
+def _has_content_length(headers: Mapping[str, str]) -> bool:
+    return "content-length" in {k.lower() for k in headers}
 
 
 class TimedClient:
