@@ -289,18 +289,9 @@ class TimedClient:
         response as that request needs (HEAD, Connection: close, Expect, Upgrade)."""
         assert self._h11 is not None
         self._response, self._pieces, self._trailers = None, [], ()
-        head_end = wire.find(b"\r\n\r\n")
-        lines = wire[:head_end].split(b"\r\n") if head_end > 0 else []
-        request_line = lines[0].split(b" ") if lines else []
-        fields = [line.split(b":", 1) for line in lines[1:]]
+        head_end, request_line, fields = _split_head(wire)
         try:
-            if len(request_line) != 3 or any(len(f) != 2 for f in fields):
-                raise h11.LocalProtocolError("not a request line and 'Name: value' headers")
-            method, target, _ = request_line
-            self._h11.send(h11.Request(method=method, target=target, headers=[(n, v.strip()) for n, v in fields]))
-            if len(wire) > head_end + 4:
-                self._h11.send_with_data_passthrough(h11.Data(data=wire[head_end + 4 :]))
-            self._h11.send(h11.EndOfMessage())
+            _send_request(self._h11, wire, head_end, request_line, fields)
         except h11.LocalProtocolError as exc:
             self._discard()
             raise ClientError(f"the request bytes are not an HTTP/1.1 request that build_request makes: {exc}; nothing was sent.") from None
@@ -401,6 +392,26 @@ class TimedClient:
             self._reconnected,
             version,
         )
+
+
+def _split_head(wire: bytes) -> tuple[int, list[bytes], list[list[bytes]]]:
+    """(where the head ends, the request line's parts, each header line split at its first ':')."""
+    head_end = wire.find(b"\r\n\r\n")
+    lines = wire[:head_end].split(b"\r\n") if head_end > 0 else []
+    request_line = lines[0].split(b" ") if lines else []
+    return head_end, request_line, [line.split(b":", 1) for line in lines[1:]]
+
+
+def _send_request(parser: h11.Connection, wire: bytes, head_end: int, request_line: list[bytes],
+                  fields: list[list[bytes]]) -> None:
+    """Hand h11 the request the wire bytes carry (head, body, end); a bad shape is h11.LocalProtocolError."""
+    if len(request_line) != 3 or any(len(f) != 2 for f in fields):
+        raise h11.LocalProtocolError("not a request line and 'Name: value' headers")
+    method, target, _ = request_line
+    parser.send(h11.Request(method=method, target=target, headers=[(n, v.strip()) for n, v in fields]))
+    if len(wire) > head_end + 4:
+        parser.send_with_data_passthrough(h11.Data(data=wire[head_end + 4 :]))
+    parser.send(h11.EndOfMessage())
 
 
 def _timeval(seconds: float) -> bytes:
