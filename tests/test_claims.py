@@ -24,6 +24,7 @@ def test_published_experiments_are_shipped():
         "open-jev-h200-cuda-graph-2026-10-03.yaml",
         "open-jev-h200-hf-comparison-2026-10-03.yaml",
         "open-jev-h200-packed-silu-2026-10-02.yaml",
+        "openjev-repro-h200-reference-rerun-2026-11-29.yaml",
         "system1-omni-decider-2b-rtx4090-2026-10-07.yaml",
         "system1-omni-lfm2-350m-l40s-2026-09-28.yaml",
         "system1-omni-prefill-packing-h200-2026-10-06.yaml",
