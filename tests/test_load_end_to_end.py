@@ -38,7 +38,7 @@ def test_a_load_study_is_summarized_reported_verified_and_compared_per_level(tmp
     assert all(lv["throughput_per_s"] > 0 and lv["within_bound"] == 12 for lv in levels)
 
     report = run.file("report.md").read_text()
-    assert "## Load levels" in report and "| one | open-r50 | 50 requests/s, fixed arrivals (open loop) | 12 / 12 |" in report
+    assert "## Load levels" in report and "| one | open-r50 | 50 requests/s, fixed arrivals (open loop); schedule drew 50.00/s | 12 / 12 |" in report
     assert run.file("latency_vs_load.png").read_bytes().startswith(b"\x89PNG")
 
     verified = invoke("verify", "--run", str(run.path), "--pubkey", str(keys / "openjev-repro.pub"), timeout=120)

@@ -25,7 +25,7 @@ def test_the_report_has_one_row_per_backend_and_level_with_its_figures():
     c1 = table[0].split(" | ")
     assert c1[2:10] == ["concurrency 1 (closed loop)", "4 / 4", "22.500", "20.000", "20.000", "40.000", "40.000",
                         f"{4 / 0.09:.2f}"]
-    assert table[2].split(" | ")[2] == "10 requests/s, fixed arrivals (open loop)"
+    assert table[2].split(" | ")[2] == "10 requests/s, fixed arrivals (open loop); schedule drew 10.00/s"
     assert table[2].split(" | ")[-2:] == ["1 of 4 / 30.000", "2.000 / 2.500 |"]
     assert "latency bound of 25 ms" in section
     assert "- **a at open-r10: the client fell behind its schedule**: 1 of 4 requests" in section

@@ -102,7 +102,8 @@ def test_open_levels_measure_from_the_schedule_and_count_late_sends():
     assert op["latency_from"] == "schedule"
     # pass 5: 10 ms and 140 - 100 = 40 ms (not the 10 ms from its late send); pass 6: 20 and 20 ms
     assert op["mean_ms"] == 90 / 4 and op["max_ms"] == 40.0 and op["within_bound"] == 3
-    assert op["schedule"] == {"scheduled": 4, "late_sends": 1, "max_lag_ms": 30.0, "mean_lag_ms": 7.5}
+    assert op["schedule"] == {"scheduled": 4, "late_sends": 1, "max_lag_ms": 30.0, "mean_lag_ms": 7.5,
+                              "scheduled_rate_per_s": 10.0}  # 2 passes x 2 sends 100 ms apart: 2 gaps in 0.2 s
     assert op["duration_s"] == 0.14 + 0.12  # first scheduled send to last response, per pass
     assert op["server_queue"] == {"n": 4, "mean_ms": 2.0, "p95_jevbench_ms": 2.5}
 
@@ -153,4 +154,5 @@ def test_a_request_that_failed_before_it_was_timed_adds_no_time():
     # open loop: the pass lasts from the first schedule to the last response (10 ms); the unanswered
     # request has no lag (it was never timed) and is counted as an error
     assert op["passes"][0]["duration_s"] == 0.01 and op["errors"] == 1
-    assert op["schedule"] == {"scheduled": 3, "late_sends": 0, "max_lag_ms": 0.0, "mean_lag_ms": 0.0}
+    assert op["schedule"] == {"scheduled": 3, "late_sends": 0, "max_lag_ms": 0.0, "mean_lag_ms": 0.0,
+                              "scheduled_rate_per_s": 10.0}  # the untimed request keeps its scheduled time

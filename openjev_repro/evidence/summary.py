@@ -187,6 +187,7 @@ class ScheduleAdherence(TypedDict):
     late_sends: int  # sent more than load.LATE_AFTER_MS after their scheduled time
     max_lag_ms: float | None
     mean_lag_ms: float | None
+    scheduled_rate_per_s: float | None  # the arrival rate the seeded schedule drew over the measured passes
 
 
 class QueueStats(TypedDict):

@@ -65,6 +65,8 @@ LOAD_RULES = {
                   "a request that failed before it was timed (start_ns = end_ns = 0) adds no time",
     "throughput_per_s": "successful measured requests / duration_s",
     "goodput_per_s": "successful measured requests with latency <= latency_bound_ms / duration_s",
+    "scheduled_rate_per_s": "open loop: sum over measured passes of (scheduled sends - 1) / sum of (last - first "
+                            "scheduled_ns) / 1e9, the rate the seeded schedule drew",
     "late_sends": f"open loop: requests sent more than {LATE_AFTER_MS:g} ms after their scheduled time "
                   "(lag = start_ns - scheduled_ns, over requests that were timed)",
 }
@@ -165,7 +167,20 @@ def _adherence(cols: LevelColumns, idx: np.ndarray) -> ScheduleAdherence:
     values = lag_ms.tolist()
     return {"scheduled": len(values), "late_sends": int((lag_ms > LATE_AFTER_MS).sum()),
             "max_lag_ms": max(values) if values else None,
-            "mean_lag_ms": math.fsum(values) / len(values) if values else None}
+            "mean_lag_ms": math.fsum(values) / len(values) if values else None,
+            "scheduled_rate_per_s": _scheduled_rate(cols, idx)}
+
+
+def _scheduled_rate(cols: LevelColumns, idx: np.ndarray) -> float | None:
+    """The arrival rate the seeded schedule actually drew: gaps / seconds between each pass's first and last
+    scheduled send, summed over passes (a short Poisson pass can draw well above or below its declared rate)."""
+    scheduled = idx[cols.has_schedule[idx]]
+    passes = cols.t.pass_index[scheduled]
+    gaps, span_ns = 0, 0
+    for p in np.unique(passes).tolist():
+        times = cols.origin_ns[scheduled[passes == p]]
+        gaps, span_ns = gaps + len(times) - 1, span_ns + int(times.max() - times.min())
+    return gaps / (span_ns / 1e9) if span_ns > 0 else None
 
 
 def _queue(cols: LevelColumns, ok: np.ndarray) -> QueueStats | None:

@@ -72,8 +72,15 @@ def _queue_cell(s: LevelStats) -> str:
     return "not reported" if q is None else f"{_ms(q['mean_ms'])} / {_ms(q['p95_jevbench_ms'])}"
 
 
+def _offered_cell(spec: LevelSpec, s: LevelStats) -> str:
+    """The declared load; in open loop also the rate its seeded schedule drew (throughput follows that one)."""
+    a = s["schedule"]
+    drew = a.get("scheduled_rate_per_s") if a is not None else None
+    return offered(spec) + ("" if drew is None else f"; schedule drew {_rate(drew)}/s")
+
+
 def _row(backend: str, spec: LevelSpec, s: LevelStats) -> str:
-    cells = [backend, spec["level"], offered(spec), f"{s['n']} / {s['requests']}", _ms(s["mean_ms"]),
+    cells = [backend, spec["level"], _offered_cell(spec, s), f"{s['n']} / {s['requests']}", _ms(s["mean_ms"]),
              _ms(s["p50_ms"]), _ms(s["p95_jevbench_ms"]), _ms(s["p95_nearest_rank_ms"]), _ms(s["p99_ms"]),
              _rate(s["throughput_per_s"]), _rate(s["goodput_per_s"]), _adherence_cell(s), _queue_cell(s)]
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
