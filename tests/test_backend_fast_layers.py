@@ -127,8 +127,9 @@ def test_every_fusion_scores_like_the_library_and_is_reported(fixture_checkpoint
     plain, fused = _model(fixture_checkpoint), _model(fixture_checkpoint, FUSIONS)
     config = plain.backbone.config
     linear = sum(1 for kind in config.layer_types if kind == "linear_attention")
-    assert fused.info["fusions"] == (f"conv-silu, concat-in-proj, concat-gate-up, add-norm ({linear} linear attention, "
-                                     f"{config.num_hidden_layers} MLPs, {config.num_hidden_layers} layers)")
+    assert fused.info["fusions"] == (f"conv-silu, concat-in-proj, concat-gate-up, add-norm, gated-norm, grouped-qk "
+                                     f"({linear} linear attention, {config.num_hidden_layers} MLPs, "
+                                     f"{config.num_hidden_layers} layers, {linear} gated norms)")
     assert fused.describe()["fusions"] == fused.info["fusions"]
     assert fused.info["weights_fingerprint"] == plain.info["weights_fingerprint"]   # taken before concatenating
     assert fused.info["non_embedding_parameters"] == plain.info["non_embedding_parameters"]
@@ -138,12 +139,45 @@ def test_every_fusion_scores_like_the_library_and_is_reported(fixture_checkpoint
         assert float((a - b).norm() / a.norm()) < 1e-5, length
 
 
+def test_gated_norm_function_is_the_library_module_bit_for_bit() -> None:
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
+
+    from openjev_repro.backend.fast_layers import gated_rms_norm
+
+    for seed, dtype in enumerate((torch.float32, torch.bfloat16)):
+        g = torch.Generator().manual_seed(40 + seed)
+        norm = qwen.Qwen3_5RMSNormGated(128, eps=1e-6).to(dtype)
+        with torch.no_grad():
+            norm.weight.copy_(torch.randn(128, generator=g).to(dtype))
+        x, z = (torch.randn(301, 128, generator=g).to(dtype) * 3 for _ in range(2))
+        expect = norm(x, z)
+        got = gated_rms_norm(x, z, norm.weight, norm.variance_epsilon)
+        assert got.dtype == dtype and torch.equal(got, expect), dtype
+        assert not torch.equal(got, gated_rms_norm(x, -z, norm.weight, norm.variance_epsilon))   # the gate counts
+
+
+@pytest.mark.parametrize("fusions", [("gated-norm",), ("grouped-qk",), ("gated-norm", "grouped-qk", "add-norm")])
+def test_gated_norm_and_grouped_qk_are_bit_identical_eager(fixture_checkpoint: Path, fusions: tuple[str, ...]) -> None:
+    # eager, the gated norm is the library's arithmetic; with the PyTorch reference kernel (no FLA here)
+    # grouped-qk still repeats q and k, so both must leave every bit as it was (the GPU check of FLA's
+    # grouped heads against the repeated ones is scripts/h200-kernel-check.py)
+    plain, fused = _model(fixture_checkpoint), _model(fixture_checkpoint, fusions)
+    config = plain.backbone.config
+    if "gated-norm" in fusions:
+        linear = sum(1 for kind in config.layer_types if kind == "linear_attention")
+        assert f"{linear} gated norms" in fused.info["fusions"]
+    for length in (1, 97):
+        ids = torch.randint(0, config.vocab_size, (1, length), generator=torch.Generator().manual_seed(7 + length))
+        assert torch.equal(_scores(plain, ids), _scores(fused, ids)), length
+
+
 def test_library_classes_untouched(fixture_checkpoint: Path) -> None:
     from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
 
     fused = _model(fixture_checkpoint, FUSIONS)
     assert qwen.Qwen3_5GatedDeltaNet.forward.__qualname__ == "Qwen3_5GatedDeltaNet.forward"
     assert qwen.Qwen3_5DecoderLayer.forward.__qualname__ == "Qwen3_5DecoderLayer.forward"
+    assert qwen.Qwen3_5RMSNormGated.forward.__qualname__ == "Qwen3_5RMSNormGated.forward"
     assert any("forward" in vars(m) for m in fused.backbone.modules())
 
 
