@@ -127,7 +127,7 @@ def test_every_fusion_scores_like_the_library_and_is_reported(fixture_checkpoint
     plain, fused = _model(fixture_checkpoint), _model(fixture_checkpoint, FUSIONS)
     config = plain.backbone.config
     linear = sum(1 for kind in config.layer_types if kind == "linear_attention")
-    assert fused.info["fusions"] == (f"conv-silu, concat-in-proj, concat-gate-up, add-norm, gated-norm, grouped-qk "
+    assert fused.info["fusions"] == (f"conv-silu, concat-in-proj, concat-gate-up, add-norm, gated-norm, grouped-qk, beta-g "
                                      f"({linear} linear attention, {config.num_hidden_layers} MLPs, "
                                      f"{config.num_hidden_layers} layers, {linear} gated norms)")
     assert fused.describe()["fusions"] == fused.info["fusions"]
@@ -156,8 +156,21 @@ def test_gated_norm_function_is_the_library_module_bit_for_bit() -> None:
         assert not torch.equal(got, gated_rms_norm(x, -z, norm.weight, norm.variance_epsilon))   # the gate counts
 
 
-@pytest.mark.parametrize("fusions", [("gated-norm",), ("grouped-qk",), ("gated-norm", "grouped-qk", "add-norm")])
-def test_gated_norm_and_grouped_qk_are_bit_identical_eager(fixture_checkpoint: Path, fusions: tuple[str, ...]) -> None:
+def test_beta_and_decay_is_the_library_arithmetic() -> None:
+    from openjev_repro.backend.fast_layers import beta_and_decay
+
+    g = torch.Generator().manual_seed(5)
+    b, a = (torch.randn(1, 77, 48, generator=g).bfloat16() * 4 for _ in range(2))
+    a_log, dt_bias = torch.randn(48, generator=g), torch.randn(48, generator=g)
+    beta, decay = beta_and_decay(b, a, a_log, dt_bias)
+    assert torch.equal(beta, b.sigmoid())
+    assert torch.equal(decay, -a_log.float().exp() * torch.nn.functional.softplus(a.float() + dt_bias))
+    assert decay.dtype == torch.float32 and bool((decay < 0).all())
+
+
+@pytest.mark.parametrize("fusions", [("gated-norm",), ("grouped-qk",), ("beta-g",),
+                                     ("add-norm", "gated-norm", "grouped-qk", "beta-g")])
+def test_gated_norm_grouped_qk_beta_g_are_bit_identical_eager(fixture_checkpoint: Path, fusions: tuple[str, ...]) -> None:
     # eager, the gated norm is the library's arithmetic; with the PyTorch reference kernel (no FLA here)
     # grouped-qk still repeats q and k, so both must leave every bit as it was (the GPU check of FLA's
     # grouped heads against the repeated ones is scripts/h200-kernel-check.py)
