@@ -14,7 +14,8 @@
     gated-norm    the linear attention's gated RMSNorm (`Qwen3_5RMSNormGated`: norm, weight, times
                   SiLU(z)) as one function: one kernel with `--compile` instead of about ten (the H200
                   profile of 2026-12-01 put it at about 13.5 ms of 2312 tokens); eager it is the
-                  library's arithmetic, bit for bit
+                  library's arithmetic, bit for bit; compiled with Inductor's precision-cast emulation,
+                  so the library's intermediate BF16 roundings stay (without it 35% of the outputs moved)
     grouped-qk    hand FLA's chunked gated delta rule the 16 query/key heads as they are, instead of
                   `repeat_interleave` to the 48 value heads (FLA 0.6.0 maps value head i to key head
                   i // 3 itself, "GVA"); with the PyTorch reference kernel q and k are still repeated
@@ -74,6 +75,9 @@ def gated_rms_norm(x: Any, gate: Any, weight: Any, eps: float) -> Any:
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
     h = weight * h.to(x.dtype)
     return (h * torch.nn.functional.silu(gate.float())).to(x.dtype)
+
+
+gated_rms_norm.keep_roundings = True   # type: ignore[attr-defined]  # compiled, the BF16 roundings stay (fusion.py)
 
 
 def beta_and_decay(b: Any, a: Any, a_log: Any, dt_bias: Any) -> tuple[Any, Any]:
