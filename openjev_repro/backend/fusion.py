@@ -49,7 +49,8 @@ def compile_function(fn: Callable[..., Any]) -> Callable[..., Any]:
     output in 35% of its elements on the H200 and the probabilities 0.024 from raw (profile-2026-12-02)."""
     import torch
 
-    options = {"emulate_precision_casts": True} if getattr(fn, "keep_roundings", False) else None
+    options: dict[str, str | int | bool | Callable[..., Any]] | None = (
+        {"emulate_precision_casts": True} if getattr(fn, "keep_roundings", False) else None)
     return torch.compile(fn, dynamic=True, options=options)
 
 
