@@ -36,10 +36,22 @@ FAST = Path(__file__).resolve().parents[1] / "results" / "h200-fast-27b-shape"
 
 
 def test_committed_fast_study_verifies_and_its_report_has_the_floor():
-    """The fast study (issue 18) verifies with its key; its signed report states the floor ratios."""
+    """The first fast study (issue 18, now run-2026-12-01/) verifies with its key; its signed report states the floor ratios."""
+    checks = verify_path(FAST / "run-2026-12-01", pubkey=FAST / "signing-key-2026-12-01.pub")
+    failed = [c for c in checks if c.passed is False]
+    assert not failed, failed
+    report = (FAST / "run-2026-12-01" / "report.md").read_text()
+    assert "## Hardware floor" in report and "766.0 TFLOP/s" in report and "4.244 TB/s" in report
+    assert "| reference-fast-graph64 | 148 | 67.22 | 29.95 | 2.24× |" in report
+
+
+def test_committed_fast_study_2026_12_02_verifies_and_passes_the_decision_rule():
+    """The signed study of issue 28 (run/) verifies with its key; its gates include the decision rule, all passed."""
     checks = verify_path(FAST / "run", pubkey=FAST / "signing-key.pub")
     failed = [c for c in checks if c.passed is False]
     assert not failed, failed
     report = (FAST / "run" / "report.md").read_text()
-    assert "## Hardware floor" in report and "766.0 TFLOP/s" in report and "4.244 TB/s" in report
-    assert "| reference-fast-graph64 | 148 | 67.22 | 29.95 | 2.24× |" in report
+    assert "| reference-fast-best | 148 | 50.56 | 30.40 | 1.66× |" in report
+    assert "| best-decisions-match-raw | decisions_unchanged | PASSED |" in report
+    assert "| best-probability-delta-vs-raw | max_probability_delta | PASSED |" in report
+    assert "FAILED" not in report

@@ -11,6 +11,17 @@
     add-norm      each layer's residual add and the following RMSNorm as one function (one kernel with
                   `--compile`, which compiles it like `fusion.py`'s norm; eager it is the library's
                   arithmetic)
+    gated-norm    the linear attention's gated RMSNorm (`Qwen3_5RMSNormGated`: norm, weight, times
+                  SiLU(z)) as one function: one kernel with `--compile` instead of about ten (the H200
+                  profile of 2026-12-01 put it at about 13.5 ms of 2312 tokens); eager it is the
+                  library's arithmetic, bit for bit; compiled with Inductor's precision-cast emulation,
+                  so the library's intermediate BF16 roundings stay (without it 35% of the outputs moved)
+    grouped-qk    hand FLA's chunked gated delta rule the 16 query/key heads as they are, instead of
+                  `repeat_interleave` to the 48 value heads (FLA 0.6.0 maps value head i to key head
+                  i // 3 itself, "GVA"); with the PyTorch reference kernel q and k are still repeated
+    beta-g        the delta rule's beta = sigmoid(b) and decay g = -exp(A_log) * softplus(a + dt_bias) as
+                  one function: one kernel with `--compile` instead of about eight per layer; eager it is
+                  the library's arithmetic
 
 Only module instances are patched (their `forward`), never the library's classes. The patched forwards
 serve this backend's one case only: batch 1, no cache, no padding mask; anything else goes to the
@@ -25,11 +36,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import BackendError
-from .kernels import _kernel
+from .kernels import _implementation, _kernel
 
-__all__ = ["ALL", "FUSIONS", "add_rms_norm", "apply_fusions", "parse_fusions"]
+__all__ = ["ALL", "FUSIONS", "add_rms_norm", "apply_fusions", "beta_and_decay", "gated_rms_norm", "parse_fusions"]
 
-FUSIONS = ("conv-silu", "concat-in-proj", "concat-gate-up", "add-norm")
+FUSIONS = ("conv-silu", "concat-in-proj", "concat-gate-up", "add-norm", "gated-norm", "grouped-qk", "beta-g")
 ALL = ("conv-silu", "concat-in-proj", "add-norm")   # what `all` means: the fusions that measured faster
 
 
@@ -54,6 +65,26 @@ def add_rms_norm(residual: Any, update: Any, weight: Any, eps: float) -> tuple[A
     h = total.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
     return total, (h * (1.0 + weight.float())).type_as(total)
+
+
+def gated_rms_norm(x: Any, gate: Any, weight: Any, eps: float) -> Any:
+    """Qwen3.5's gated RMSNorm, the library's arithmetic: FP32 norm, cast, times weight, times SiLU(gate) in FP32."""
+    import torch
+
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    h = weight * h.to(x.dtype)
+    return (h * torch.nn.functional.silu(gate.float())).to(x.dtype)
+
+
+gated_rms_norm.keep_roundings = True   # type: ignore[attr-defined]  # compiled, the BF16 roundings stay (fusion.py)
+
+
+def beta_and_decay(b: Any, a: Any, a_log: Any, dt_bias: Any) -> tuple[Any, Any]:
+    """The delta rule's (beta, g), the library's arithmetic: sigmoid(b); -exp(A_log) * softplus(a + dt_bias) in FP32."""
+    import torch
+
+    return b.sigmoid(), -a_log.float().exp() * torch.nn.functional.softplus(a.float() + dt_bias)
 
 
 # ----------------------------------------------------------------------------- Gated DeltaNet
@@ -109,12 +140,12 @@ def gated_deltanet_forward(self: Any, hidden_states: Any, cache_params: Any = No
     query = query.reshape(batch, seq_len, -1, self.head_k_dim)
     key = key.reshape(batch, seq_len, -1, self.head_k_dim)
     value = value.reshape(batch, seq_len, -1, self.head_v_dim)
-    beta = b.sigmoid()
-    g = -self.A_log.float().exp() * torch.nn.functional.softplus(a.float() + self.dt_bias)
-    if self.num_v_heads // self.num_k_heads > 1:
+    beta, g = getattr(self, "beta_g", beta_and_decay)(b, a, self.A_log, self.dt_bias)
+    chunk = _kernel(self, "chunk_gated_delta_rule", "torch_chunk_gated_delta_rule")
+    grouped = getattr(self, "grouped_qk", False) and not _implementation(chunk)[1]   # FLA takes H < HV itself
+    if self.num_v_heads // self.num_k_heads > 1 and not grouped:
         query = query.repeat_interleave(self.num_v_heads // self.num_k_heads, dim=2)
         key = key.repeat_interleave(self.num_v_heads // self.num_k_heads, dim=2)
-    chunk = _kernel(self, "chunk_gated_delta_rule", "torch_chunk_gated_delta_rule")
     core, _state = chunk(query, key, value, g=g, beta=beta, initial_state=None, output_final_state=False,
                          use_qk_l2norm_in_kernel=True)
     core = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
@@ -164,28 +195,50 @@ def _identity(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+def _gated_norm_forward(gated_norm: Callable[..., Any]) -> Callable[..., Any]:
+    def forward(self: Any, hidden_states: Any, gate: Any = None) -> Any:
+        if gate is None:   # the library's module would fail too; keep its own error
+            return self.library_forward(hidden_states, gate)
+        eps = getattr(self, "variance_epsilon", getattr(self, "eps", 1e-6))
+        return gated_norm(hidden_states, gate, self.weight, eps)
+    return forward
+
+
 def _set_forward(module: Any, forward: Callable[..., Any]) -> None:
     setattr(module, "forward", types.MethodType(forward, module))  # noqa: B010 - this instance only, on purpose
 
 
-def _patch(module: Any, qwen: Any, fusions: set[str], gate_mul: Callable[..., Any],
-           add_norm: Callable[..., Any]) -> str | None:
+_LINEAR_ATTENTION = {"conv-silu", "concat-in-proj", "grouped-qk", "beta-g"}
+
+
+def _patch_linear_attention(attn: Any, fusions: set[str], compiled: dict[str, Callable[..., Any]]) -> None:
+    if "concat-in-proj" in fusions:
+        _concat_linear_attention(attn)
+    setattr(attn, "fused_conv", "conv-silu" in fusions)  # noqa: B010
+    setattr(attn, "grouped_qk", "grouped-qk" in fusions)  # noqa: B010
+    if "beta-g" in fusions:
+        setattr(attn, "beta_g", compiled["beta-g"])  # noqa: B010
+    setattr(attn, "library_forward", attn.forward)  # noqa: B010
+    _set_forward(attn, gated_deltanet_forward)
+
+
+def _patch(module: Any, qwen: Any, fusions: set[str], compiled: dict[str, Callable[..., Any]]) -> str | None:
     """Patch one module if a fusion applies to it; the name it is counted under, or None."""
     kind = type(module)
-    if kind is qwen.Qwen3_5GatedDeltaNet and fusions & {"conv-silu", "concat-in-proj"}:
-        if "concat-in-proj" in fusions:
-            _concat_linear_attention(module)
-        setattr(module, "fused_conv", "conv-silu" in fusions)  # noqa: B010
-        setattr(module, "library_forward", module.forward)  # noqa: B010
-        _set_forward(module, gated_deltanet_forward)
+    if kind is qwen.Qwen3_5GatedDeltaNet and fusions & _LINEAR_ATTENTION:
+        _patch_linear_attention(module, fusions, compiled)
         return "linear attention"
     if kind is qwen.Qwen3_5MLP and "concat-gate-up" in fusions:
         _concat_mlp(module)
-        _set_forward(module, _mlp_forward(gate_mul))
+        _set_forward(module, _mlp_forward(compiled["gate-mul"]))
         return "MLPs"
     if kind is qwen.Qwen3_5DecoderLayer and "add-norm" in fusions:
-        _set_forward(module, _layer_forward(add_norm))
+        _set_forward(module, _layer_forward(compiled["add-norm"]))
         return "layers"
+    if kind is qwen.Qwen3_5RMSNormGated and "gated-norm" in fusions:
+        setattr(module, "library_forward", module.forward)  # noqa: B010
+        _set_forward(module, _gated_norm_forward(compiled["gated-norm"]))
+        return "gated norms"
     return None
 
 
@@ -200,10 +253,12 @@ def apply_fusions(model: Any, fusions: tuple[str, ...],
     from .fusion import silu_mul
 
     compile_fn = compiler or _identity
-    gate_mul, add_norm = compile_fn(silu_mul), compile_fn(add_rms_norm)   # compiled once, shared by all layers
-    counts = {"linear attention": 0, "MLPs": 0, "layers": 0}
+    compiled = {name: compile_fn(fn) for name, fn in   # compiled once, shared by all layers
+                (("gate-mul", silu_mul), ("add-norm", add_rms_norm), ("gated-norm", gated_rms_norm),
+                 ("beta-g", beta_and_decay))}
+    counts = {"linear attention": 0, "MLPs": 0, "layers": 0, "gated norms": 0}
     for module in model.modules():
-        patched = _patch(module, qwen, set(fusions), gate_mul, add_norm)
+        patched = _patch(module, qwen, set(fusions), compiled)
         if patched:
             counts[patched] += 1
     done = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
