@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "openjev_repro"
 
 TARGET_PER_10K = 25.0  # C or worse per 10,000 physical lines (docs/design.md)
 TARGET_D_OR_WORSE = 0
-CEILING_PER_10K = 2.0  # 2026-12-02: 1 (backend/kernels.py) in 27,565 lines = 0.4; 103 in 24,027 the day before
+CEILING_PER_10K = 2.0  # 2026-12-02: none graded C or worse in 27,673 lines; 103 in 24,027 the day before
 CEILING_D_OR_WORSE = 0  # none since the importer and claims splits and backend/cli.py's option checks
 
 _GRADED = re.compile(r"^\s+[FMC] \d+:\d+ (?P<name>\S+) - (?P<grade>[A-F]) \((?P<score>\d+)\)$")
@@ -60,8 +60,9 @@ def test_complexity_stays_under_the_ceiling():
                                         f"= {per_10k:.1f} per 10k; by package: {_by_package(graded)}")
 
 
-def test_the_ceilings_only_move_toward_the_target():
-    assert TARGET_D_OR_WORSE <= CEILING_D_OR_WORSE and TARGET_PER_10K <= CEILING_PER_10K
+def test_the_ceilings_hold_the_target():
+    """The target is met (2026-12-02), so the ceilings may never again be set above it."""
+    assert CEILING_D_OR_WORSE <= TARGET_D_OR_WORSE and CEILING_PER_10K <= TARGET_PER_10K
 
 
 def test_the_parser_reads_radons_lines():

@@ -39,16 +39,32 @@ def block_optional_kernels() -> list[str]:
     """Make every availability check for FLA and causal-conv1d answer False; return what was patched."""
     from transformers.utils import import_utils
 
-    patched: list[str] = []
-    for package in _PACKAGES:  # `import fla` now raises ImportError in this process
+    return [*_hide_packages(), *_patch_checks(import_utils), *_patch_copied_checks(import_utils),
+            *_unbind_modeling_kernels()]
+
+
+def _hide_packages() -> list[str]:
+    """`import fla` and `import causal_conv1d` raise ImportError in this process from now on."""
+    patched = []
+    for package in _PACKAGES:
         if sys.modules.get(package, "absent") is not None:
             sys.modules[package] = None  # type: ignore[assignment]
             patched.append(f"sys.modules[{package!r}]")
+    return patched
+
+
+def _patch_checks(import_utils: Any) -> list[str]:
+    patched = []
     for name in _CHECKS:
         if hasattr(import_utils, name):
             setattr(import_utils, name, _false)
             patched.append(f"transformers.utils.import_utils.{name}")
-    # Copies bound by `from ... import name` in modules imported before us.
+    return patched
+
+
+def _patch_copied_checks(import_utils: Any) -> list[str]:
+    """Copies bound by `from ... import name` in transformers modules imported before us."""
+    patched = []
     for mod_name, module in list(sys.modules.items()):
         if not mod_name.startswith("transformers") or module is None or module is import_utils:
             continue
@@ -57,14 +73,21 @@ def block_optional_kernels() -> list[str]:
             if callable(namespace.get(name)) and namespace[name] is not _false:
                 setattr(module, name, _false)
                 patched.append(f"{mod_name}.{name}")
+    return patched
+
+
+def _unbind_modeling_kernels() -> list[str]:
+    """If the modeling module was imported already, undo its import-time kernel bindings."""
     modeling = sys.modules.get(_MODELING)
-    if modeling is not None:  # imported already: undo its import-time kernel bindings
-        for name in _KERNEL_GLOBALS:
-            if modeling.__dict__.get(name) is not None:
-                setattr(modeling, name, None)
-                patched.append(f"{_MODELING}.{name}")
-        if hasattr(modeling, "is_fast_path_available"):
-            modeling.__dict__["is_fast_path_available"] = False
+    if modeling is None:
+        return []
+    patched = []
+    for name in _KERNEL_GLOBALS:
+        if modeling.__dict__.get(name) is not None:
+            setattr(modeling, name, None)
+            patched.append(f"{_MODELING}.{name}")
+    if hasattr(modeling, "is_fast_path_available"):
+        modeling.__dict__["is_fast_path_available"] = False
     return patched
 
 
