@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EvidenceError, UnsupportedFormat
-from .rundir import RunDir, Status
+from .rundir import RunDir
+from .state import StateRecord
 
 __all__ = [
     "BackendFacts",
@@ -59,39 +60,7 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-# --- state.json ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StateRecord:
-    """state.json (format history in rundir.py), as read; `status` is the plain word written."""
-
-    status: str
-    attempted: tuple[str, ...] = ()
-    finished: tuple[str, ...] = ()
-    error: str | None = None
-    started_utc: str | None = None  # absent before 2026-11's additive field
-    updated_unix: float | None = None
-    stale: bool = False  # a "running" state whose study died, reported incomplete (RunDir.effective_state)
-    format_version: int = 1
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> StateRecord:
-        return cls(status=str(data.get("status", "unknown")), attempted=tuple(data.get("attempted") or ()),
-                   finished=tuple(data.get("finished") or ()), error=data.get("error") or None,
-                   started_utc=str(data["started_utc"]) if data.get("started_utc") else None,
-                   updated_unix=_number(data.get("updated_unix")), stale=bool(data.get("stale")),
-                   format_version=int(data.get("format_version", 1)))
-
-    @property
-    def known_status(self) -> Status | None:
-        """The status as a `Status`, None for a word this tool does not write."""
-        return Status(self.status) if self.status in Status._value2member_map_ else None
-
-    def as_status(self, status: str) -> StateRecord:
-        """The same state with another status (the runner renders the report of a run it is about to complete)."""
-        return StateRecord(str(status), self.attempted, self.finished, self.error, self.started_utc,
-                           self.updated_unix, self.stale, self.format_version)
+# --- state.json (the record is in state.py, beside Status) -----------------------------
 
 
 def state_of(run: RunDir) -> StateRecord:
@@ -128,17 +97,49 @@ class GpuOverride:
         return cls(data.get("source"), GpuRef.from_json(data.get("recipe")), GpuRef.from_json(data.get("run_time")))
 
 
+_HOST_NAMED = frozenset({"format_version", "reservation", "device", "binding", "cleanup", "memory", "controlled",
+                         "gpu_override", "slurm"})
+
+
 @dataclass(frozen=True)
 class HostRecord:
-    """host.json (openjev_repro.host), the part a report states: the GPU override."""
+    """host.json (openjev_repro.host.session), what the host session writes; its parts as written.
 
-    gpu_override: GpuOverride | None = None
+    reservation, device, binding, cleanup and memory are always written (null when the study did
+    not use them); controlled, gpu_override and slurm only when the writer knew them.
+    """
+
+    reservation: Any = None
+    device: Any = None
+    binding: Any = None
+    cleanup: Any = None  # {"passed": bool, ...} when a GPU was controlled
+    memory: Any = None
+    controlled: bool | None = None
+    override: Any = None  # gpu_override as written; `gpu_override` reads it
+    slurm: Any = None
     format_version: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)  # keys a later writer adds
 
     @classmethod
     def from_json(cls, data: Any) -> HostRecord:
         data = _mapping(data)
-        return cls(GpuOverride.from_json(data.get("gpu_override")), int(data.get("format_version", 1)))
+        controlled = data.get("controlled")
+        return cls(data.get("reservation"), data.get("device"), data.get("binding"), data.get("cleanup"),
+                   data.get("memory"), controlled if isinstance(controlled, bool) else None,
+                   data.get("gpu_override"), data.get("slurm"), int(data.get("format_version", 1)),
+                   {key: value for key, value in data.items() if key not in _HOST_NAMED})
+
+    def to_json(self) -> dict[str, Any]:
+        """The dict host.json holds."""
+        optional = {"controlled": self.controlled, "gpu_override": self.override, "slurm": self.slurm}
+        return {**self.extra, "format_version": self.format_version, "reservation": self.reservation,
+                "device": self.device, "binding": self.binding, "cleanup": self.cleanup, "memory": self.memory,
+                **{key: value for key, value in optional.items() if value is not None}}
+
+    @property
+    def gpu_override(self) -> GpuOverride | None:
+        """The GPU override (issue 11), None when the run used the recipe's GPU."""
+        return GpuOverride.from_json(self.override)
 
 
 def host_of(run: RunDir) -> HostRecord | None:

@@ -37,13 +37,15 @@ import shutil
 import socket
 import stat
 import time
+from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from ..errors import EvidenceError
 from .files import check_format, fsync_directory, read_versioned, write_json_atomic
+from .state import STATE_FORMAT_VERSION, StateRecord, Status
 
 __all__ = [
     "BACKENDS_FORMAT_VERSION",
@@ -67,16 +69,6 @@ __all__ = [
     "unsigned_reason",
 ]
 
-STATE_FORMAT_VERSION = 1
-
-
-class Status(StrEnum):
-    """state.json's status. A str: it is written, read and compared as the plain word."""
-
-    RUNNING = "running"  # the study is (or was, if stale) writing the run
-    COMPLETE = "complete"  # every pass done, summary and report written; the manifest follows
-    INCOMPLETE = "incomplete"  # stopped before the end: never reported, compared or signed as complete
-    IMPORTED = "imported"  # another project's published evidence, converted (audit/importer.py)
 ENVELOPE_NAME = "manifest.dsse.json"
 # Written by the runner with these versions (the other files' writers hold their own constants).
 INPUTS_FORMAT_VERSION = 1
@@ -275,8 +267,8 @@ class RunDir:
         try:
             (path / "logs").mkdir()
             (path / "responses").mkdir()
-            run.write_state({"status": Status.RUNNING, "attempted": [], "finished": [], "error": None, "owner": _owner(),
-                             "started_utc": now.isoformat(timespec="seconds")})
+            run.write_state(StateRecord(Status.RUNNING.value, owner=_owner(),
+                                        started_utc=now.isoformat(timespec="seconds")))
         except BaseException:  # a directory without its state file is no run: leave nothing behind
             shutil.rmtree(path, ignore_errors=True)
             raise
@@ -310,25 +302,25 @@ class RunDir:
     def state(self) -> dict:
         return self.read("state.json")
 
-    def write_state(self, state: dict) -> None:
-        state = dict(state, format_version=STATE_FORMAT_VERSION, updated_unix=round(time.time(), 3))
-        write_json_atomic(self.path / "state.json", state)
+    def state_record(self) -> StateRecord:
+        """state.json as written (no stale check: `effective_state` and `records.state_of` make that)."""
+        return StateRecord.from_json(self.state())
 
-    def update_state(self, **changes: Any) -> dict:
-        state = self.state()
-        state.update(changes)
-        self.write_state(state)
-        return state
+    def write_state(self, state: StateRecord | Mapping[str, Any]) -> StateRecord:
+        """Write the state (a mapping is read as a record first) with this version and the time; return it."""
+        record = state if isinstance(state, StateRecord) else StateRecord.from_json(state)
+        record = replace(record, format_version=STATE_FORMAT_VERSION, updated_unix=round(time.time(), 3))
+        write_json_atomic(self.path / "state.json", record.to_json())
+        return record
+
+    def update_state(self, **changes: Any) -> StateRecord:
+        return self.write_state(self.state_record().changed(**changes))
 
     def attempt(self, step: str) -> None:
-        state = self.state()
-        state["attempted"].append(step)
-        self.write_state(state)
+        self.write_state(self.state_record().attempting(step))
 
     def finish(self, step: str) -> None:
-        state = self.state()
-        state["finished"].append(step)
-        self.write_state(state)
+        self.write_state(self.state_record().finishing(step))
 
     def effective_state(self) -> dict:
         """state.json, with a "running" status whose study has died reported as "incomplete" (stale)."""

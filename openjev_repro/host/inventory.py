@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..evidence.records import HostRecord
 from .driver import GpuDriver
 from .numa import numa_summary, pci_numa_node
 from .reservation import holder_of
@@ -58,7 +59,6 @@ def format_inventory(inv: dict) -> str:
 
 
 def host_record(reservation: dict | None = None, device: dict | None = None, binding: dict | None = None,
-                cleanup: dict | None = None, memory: dict | None = None) -> dict:
-    """The content of host.json."""
-    return {"format_version": HOST_FORMAT_VERSION, "reservation": reservation, "device": device,
-            "binding": binding, "cleanup": cleanup, "memory": memory}
+                cleanup: dict | None = None, memory: dict | None = None) -> HostRecord:
+    """The record host.json holds (the session adds controlled, gpu_override and slurm)."""
+    return HostRecord(reservation, device, binding, cleanup, memory, format_version=HOST_FORMAT_VERSION)

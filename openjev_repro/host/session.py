@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Self
 
 from ..errors import RunIncomplete
 from ..evidence.files import write_json_atomic
 from ..evidence.recipe import Controls, parse_duration
+from ..evidence.records import HostRecord
 from .allocation import slurm_record
 from .detect import detect_driver
 from .device import check_cleanup, check_device
@@ -49,7 +51,7 @@ class HostSession:
         self.bindings: dict[str, dict] = {}
         self.deadline: float | None = None
         self._pids: list[int] = []
-        self.record: dict = {}  # host.json's record, once the session is left
+        self.record: HostRecord | None = None  # host.json's record, once the session is left
 
     def __enter__(self) -> Self:
         """Resolve the GPU (an override's, else the recipe's), reserve it, check it, start sampling.
@@ -65,7 +67,7 @@ class HostSession:
     def __exit__(self, *exc_info: object) -> None:
         """close() with every process tracked, then host.json written into the run directory."""
         self.record = self.close(self._pids)
-        write_json_atomic(self.run_path / "host.json", self.record)
+        write_json_atomic(self.run_path / "host.json", self.record.to_json())
 
     def track_process(self, pid: int) -> None:
         """A process the study started (and stopped): cleanup checks that nothing of it is left on the GPU."""
@@ -144,7 +146,7 @@ class HostSession:
             write_unavailable(path, "the recipe controls no GPU (controls.gpu is absent), so no GPU state "
                                     "or energy was sampled")
 
-    def close(self, pids: list[int]) -> dict:
+    def close(self, pids: list[int]) -> HostRecord:
         """Stop sampling, check cleanup, release the GPU; write memory.jsonl and return host.json's record
         (the runner writes it into the run directory)."""
         cleanup = None
@@ -162,14 +164,10 @@ class HostSession:
         record = host_record(self.reservation.to_dict() if self.reservation else None, self.device,
                              {"prefix": self.command_prefix(), "effective": self.bindings},
                              cleanup, self.sampler.summary() if self.sampler else None)
-        record["controlled"] = self.controls.gpu is not None
-        if self.gpu_override is not None:
-            record["gpu_override"] = self.override_record or {
-                **self.gpu_override.declared(self.recipe_gpu), "resolved": False}
-        slurm = slurm_record()  # job, array index, node and allocated GPU when run as a Slurm task
-        if slurm is not None:
-            record["slurm"] = slurm
-        return record
+        override = None if self.gpu_override is None else self.override_record or {
+            **self.gpu_override.declared(self.recipe_gpu), "resolved": False}
+        # slurm: job, array index, node and allocated GPU when run as a Slurm task
+        return replace(record, controlled=self.controls.gpu is not None, override=override, slurm=slurm_record())
 
 
 def _starting_state(driver: GpuDriver, uuid: str) -> dict:

@@ -35,6 +35,7 @@ from typing import Any
 from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
 from ..evidence.files import write_json_atomic
 from ..evidence.recipe import AuxProcess, Backend, LoadLevel, Recipe, Workload, parse_server_url
+from ..evidence.records import HostRecord
 from ..evidence.rows import Phase, RowWriter, read_rows
 from ..evidence.rundir import (
     BACKENDS_FORMAT_VERSION,
@@ -189,8 +190,8 @@ def mark_incomplete(run: RunDir, error: str) -> bool:
         run.update_state(status=Status.INCOMPLETE, error=error)
         return True
     try:
-        state = dict(run.state(), status=Status.INCOMPLETE, error=error[:500])
-        data = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode()
+        state = run.state_record().changed(status=Status.INCOMPLETE, error=error[:500])
+        data = (json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n").encode()
         with open(run.file("state.json"), "r+b") as fh:
             fh.write(data)
             fh.truncate()
@@ -373,9 +374,9 @@ def step_backends(ctx: StudyRun) -> None:
     _check_after_backends(ctx, host.record, failures)
 
 
-def _check_after_backends(ctx: StudyRun, host_record: dict, failures: int) -> None:
+def _check_after_backends(ctx: StudyRun, host_record: HostRecord | None, failures: int) -> None:
     """The GPU left clean, every process gone, no timed request failed; else the study stops here."""
-    cleanup = host_record.get("cleanup")
+    cleanup = host_record.cleanup if host_record is not None else None
     if cleanup is not None and not cleanup.get("passed"):
         raise BackendError(f"Cleanup checks failed after the study: {cleanup}.")
     leftovers = [r for r in ctx.records if _left_alive(r)]

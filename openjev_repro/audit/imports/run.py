@@ -22,6 +22,7 @@ from ...evidence.files import atomic_directory, write_json_atomic
 from ...evidence.recipe import parse_recipe
 from ...evidence.rows import Row
 from ...evidence.rundir import RunDir, enclosing_run
+from ...evidence.state import StateRecord, Status
 from ...hashing import hash_file
 from ...results.statistics import summarize
 
@@ -129,4 +130,4 @@ def converted_files(run: Path) -> dict[str, str]:
 def write_record(run: Path, record: dict) -> None:
     """import.json, then state.json "imported": the last two files of an import."""
     write_json_atomic(run / "import.json", record)
-    RunDir(run).write_state({"status": "imported", "attempted": ["import"], "finished": ["import"], "error": None})
+    RunDir(run).write_state(StateRecord(Status.IMPORTED.value, attempted=("import",), finished=("import",)))
