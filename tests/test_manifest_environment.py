@@ -34,7 +34,7 @@ def test_failing_collector_is_recorded_as_absent_not_raised():
     def broken():
         raise RuntimeError("no such thing")
 
-    env = collect_environment(collectors={"ok": lambda: {"available": True, "x": 1}, "broken": broken})
+    env = collect_environment(collectors={"ok": lambda: {"available": True, "x": 1}, "broken": broken}).to_json()
     assert env == {"format_version": 2, "ok": {"available": True, "x": 1},
                    "broken": {"available": False, "reason": "RuntimeError: no such thing"}}
 
@@ -42,7 +42,7 @@ def test_failing_collector_is_recorded_as_absent_not_raised():
 def test_default_capture_on_this_host(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("format_version: 1\n")
-    env = collect_environment(backends_python={"hf": sys.executable}, recipe_path=recipe)
+    env = collect_environment(backends_python={"hf": sys.executable}, recipe_path=recipe).to_json()
     json.dumps(env, allow_nan=False)  # strict JSON
     assert env["recipe_sha256"] == hashlib.sha256(recipe.read_bytes()).hexdigest()
     assert env["host"]["cpu_count"] == os.cpu_count() and env["host"]["memory_total_bytes"] > 0

@@ -66,4 +66,4 @@ def environment(c, python=None, recipe=None, tree_digest=None):
             raise RecipeError(f"--python {item!r} is not name=/path/to/python.")
         pythons[name] = path
     env = collect_environment(backends_python=pythons, recipe_path=Path(recipe) if recipe else None)
-    print(json.dumps(env, indent=2, sort_keys=True))
+    print(json.dumps(env.to_json(), indent=2, sort_keys=True))

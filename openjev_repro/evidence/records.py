@@ -158,20 +158,41 @@ class GpuDevice:
 
 @dataclass(frozen=True)
 class EnvironmentRecord:
-    """environment.json (manifest/environment.py), the parts a report states: GPUs, override, CPU."""
+    """environment.json (manifest/environment.py): each collector's part as written, and the parts a report states.
 
-    gpu_devices: tuple[GpuDevice, ...] = ()
-    gpu_override: GpuOverride | None = None
-    cpu_model: str | None = None
+    `parts` maps a collector's name (host, cpu, gpus, orchestrator_python, backends, container_images,
+    project_git, project_source, recipe_sha256) to what it saw or why it saw nothing, plus
+    `gpu_override` when the run overrode the recipe's GPU.
+    """
+
+    parts: dict[str, Any] = field(default_factory=dict)
     format_version: int | None = None  # None: no environment.json, or an unreadable one
 
     @classmethod
     def from_json(cls, data: Any) -> EnvironmentRecord:
         data = _mapping(data)
-        devices = _mapping(data.get("gpus")).get("devices") or []
-        return cls(tuple(GpuDevice(d.get("name"), d.get("uuid")) for d in devices if isinstance(d, Mapping)),
-                   GpuOverride.from_json(data.get("gpu_override")), _mapping(data.get("host")).get("cpu_model"),
-                   data.get("format_version"))
+        return cls({key: value for key, value in data.items() if key != "format_version"}, data.get("format_version"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The dict environment.json holds."""
+        return {"format_version": self.format_version, **self.parts}
+
+    def with_gpu_override(self, declared: Any) -> EnvironmentRecord:
+        """The record with the GPU override the study was given (host/override.py's declared record)."""
+        return EnvironmentRecord({**self.parts, "gpu_override": declared}, self.format_version)
+
+    @property
+    def gpu_devices(self) -> tuple[GpuDevice, ...]:
+        devices = _mapping(self.parts.get("gpus")).get("devices") or []
+        return tuple(GpuDevice(d.get("name"), d.get("uuid")) for d in devices if isinstance(d, Mapping))
+
+    @property
+    def gpu_override(self) -> GpuOverride | None:
+        return GpuOverride.from_json(self.parts.get("gpu_override"))
+
+    @property
+    def cpu_model(self) -> str | None:
+        return _mapping(self.parts.get("host")).get("cpu_model")
 
     def gpu_names(self, uuid: str | None) -> list[str]:
         """The distinct names of the GPUs listed (only the one with `uuid`, when given), sorted."""
@@ -180,7 +201,8 @@ class EnvironmentRecord:
     @property
     def run_time_uuid(self) -> str | None:
         """The GPU the run used when it overrode the recipe's pin."""
-        return self.gpu_override.run_time.uuid if self.gpu_override is not None else None
+        override = self.gpu_override
+        return override.run_time.uuid if override is not None else None
 
 
 def environment_of(run: RunDir) -> EnvironmentRecord:

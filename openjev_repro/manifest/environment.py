@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..evidence.records import EnvironmentRecord
 from ..hashing import hash_file, source_digest
 
 __all__ = [
@@ -375,14 +376,14 @@ def default_collectors(*, backends_python: dict[str, str] | None = None,
 def collect_environment(*, backends_python: dict[str, str] | None = None,
                         collectors: dict[str, Collector] | None = None,
                         images: dict[str, dict] | None = None,
-                        recipe_path: Path | None = None) -> dict[str, Any]:
+                        recipe_path: Path | None = None) -> EnvironmentRecord:
     """Run every collector; a failing collector is recorded as absent with its reason."""
     if collectors is None:
         collectors = default_collectors(backends_python=backends_python, images=images, recipe_path=recipe_path)
-    env: dict[str, Any] = {"format_version": ENVIRONMENT_FORMAT_VERSION}
+    parts: dict[str, Any] = {}
     for name, collector in collectors.items():
         try:
-            env[name] = collector()
+            parts[name] = collector()
         except Exception as exc:  # noqa: BLE001 - capture never stops a study; it says what it could not see
-            env[name] = absent(f"{type(exc).__name__}: {exc}")
-    return env
+            parts[name] = absent(f"{type(exc).__name__}: {exc}")
+    return EnvironmentRecord(parts, ENVIRONMENT_FORMAT_VERSION)

@@ -35,7 +35,7 @@ from typing import Any
 from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
 from ..evidence.files import write_json_atomic
 from ..evidence.recipe import AuxProcess, Backend, LoadLevel, Recipe, Workload, parse_server_url
-from ..evidence.records import HostRecord
+from ..evidence.records import EnvironmentRecord, HostRecord
 from ..evidence.rows import Phase, RowWriter, read_rows
 from ..evidence.rundir import (
     BACKENDS_FORMAT_VERSION,
@@ -345,9 +345,10 @@ def step_plan(ctx: StudyRun) -> None:
 def step_environment(ctx: StudyRun) -> None:
     environment = _environment(ctx.recipe, ctx.opts, ctx.reaper)
     if ctx.opts.gpu_override is not None:
-        environment["gpu_override"] = ctx.opts.gpu_override.declared(ctx.recipe.controls.gpu)
-    write_json_atomic(ctx.run.file("environment.json"), environment)
-    ctx.envcheck = EnvironmentCheck(ctx.run, ctx.opts.allow_environment_drift, _project(environment), environment)
+        environment = environment.with_gpu_override(ctx.opts.gpu_override.declared(ctx.recipe.controls.gpu))
+    data = environment.to_json()
+    write_json_atomic(ctx.run.file("environment.json"), data)
+    ctx.envcheck = EnvironmentCheck(ctx.run, ctx.opts.allow_environment_drift, _project(data), data)
 
 
 def step_calibration(ctx: StudyRun) -> None:
@@ -708,7 +709,7 @@ def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phas
 # --- integration points with the other concerns -------------------------------------------
 
 
-def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = None) -> dict:
+def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = None) -> EnvironmentRecord:
     from ..manifest.environment import collect_environment
 
     # Package versions come from each backend's own interpreter (local runtime only; an image's
