@@ -20,7 +20,7 @@ the dicts through `files.write_json_atomic`, so no file's bytes change.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import EvidenceError, UnsupportedFormat
@@ -272,19 +272,41 @@ class BackendFacts:
 
 @dataclass(frozen=True)
 class BackendsRecord:
-    """backends.json: per backend (by name, in the file's order) what it reported once ready."""
+    """backends.json: per backend (by name, in the file's order) what it reported once ready.
 
-    backends: Mapping[str, BackendFacts] = field(default_factory=dict)
+    `entries` holds each backend's entry as written (the runner's IDENTITY_KEYS from /health, and
+    `autotune_after_passes` when known); `backends` reads them as `BackendFacts`.
+    """
+
+    entries: dict[str, Any] = field(default_factory=dict)
     source: str | None = None
     format_version: int | None = None  # None: no backends.json
-    raw: Mapping[str, Any] = field(default_factory=dict)  # the file's content, for readers not typed yet
+    extra: dict[str, Any] = field(default_factory=dict)  # top-level keys a later writer adds
 
     @classmethod
     def from_json(cls, data: Any) -> BackendsRecord:
         data = _mapping(data)
-        backends = _mapping(data.get("backends"))
-        return cls({name: BackendFacts.from_json(info) for name, info in backends.items()}, data.get("source"),
-                   data.get("format_version"), data)
+        return cls(dict(_mapping(data.get("backends"))), data.get("source"), data.get("format_version"),
+                   {key: value for key, value in data.items() if key not in ("backends", "source", "format_version")})
+
+    def to_json(self) -> dict[str, Any]:
+        """The dict backends.json holds."""
+        optional = {"source": self.source, "format_version": self.format_version}
+        return {**self.extra, **{key: value for key, value in optional.items() if value is not None},
+                "backends": dict(self.entries)}
+
+    def with_entry(self, name: str, entry: dict[str, Any]) -> BackendsRecord:
+        """The record with backend `name`'s entry set (added, or replaced in its place)."""
+        return replace(self, entries={**self.entries, name: entry})
+
+    @property
+    def backends(self) -> dict[str, BackendFacts]:
+        return {name: BackendFacts.from_json(info) for name, info in self.entries.items()}
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The file's content, for readers not typed yet."""
+        return self.to_json()
 
 
 def backends_of(run: RunDir) -> BackendsRecord:

@@ -35,7 +35,7 @@ from typing import Any
 from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
 from ..evidence.files import write_json_atomic
 from ..evidence.recipe import AuxProcess, Backend, LoadLevel, Recipe, Workload, parse_server_url
-from ..evidence.records import EnvironmentRecord, HostRecord
+from ..evidence.records import BackendsRecord, EnvironmentRecord, HostRecord, backends_of
 from ..evidence.rows import Phase, RowWriter, read_rows
 from ..evidence.rundir import (
     BACKENDS_FORMAT_VERSION,
@@ -428,9 +428,9 @@ def _record_after_passes(run: RunDir, name: str, handle: RunningBackend) -> None
         health = {"available": False, "reason": str(exc)}
     write_json_atomic(run.file(f"logs/{name}.health-after.json"), health)
     if isinstance(health.get("autotune"), dict):
-        data = run.read("backends.json")
-        data["backends"][name]["autotune_after_passes"] = health["autotune"]
-        write_json_atomic(run.file("backends.json"), data)
+        record = backends_of(run)
+        record = record.with_entry(name, {**record.entries[name], "autotune_after_passes": health["autotune"]})
+        write_json_atomic(run.file("backends.json"), record.to_json())
 
 
 def _pinned_triton_cache(ctx: StudyRun, backend: Backend) -> dict[str, str]:
@@ -530,11 +530,10 @@ IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_wei
 def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
     """backends.json: per backend, its weights fingerprint and thread settings from /health, after ready."""
     path = run.file("backends.json")
-    data: dict[str, Any] = run.read("backends.json") if path.is_file() else {
-        "format_version": BACKENDS_FORMAT_VERSION, "source": "/health after ready", "backends": {}}
+    record = backends_of(run) if path.is_file() else BackendsRecord({}, "/health after ready", BACKENDS_FORMAT_VERSION)
     absent = {"available": False, "reason": "not in the backend's /health"}
-    data["backends"][name] = {key: health.get(key, absent) for key in IDENTITY_KEYS}
-    write_json_atomic(path, data)
+    record = record.with_entry(name, {key: health.get(key, absent) for key in IDENTITY_KEYS})
+    write_json_atomic(path, record.to_json())
 
 
 def _port_for(name: str, fixed: int | None, host: str) -> int:
