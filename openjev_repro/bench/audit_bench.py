@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import ReproError
 from ..evidence.files import read_jsonl, write_json_atomic
 from ..evidence.recipe import load_recipe
-from ..evidence.rundir import ENVELOPE_NAME, RunDir, check_response_entry
+from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status, check_response_entry
 from ..hashing import hash_file
 from ..manifest.keys import generate_keypair
 from ..manifest.statement import write_manifest
@@ -141,7 +141,7 @@ def synthesize_run(source: Path, out: Path, k: int, key: Path) -> Path:
     source, out = Path(source), Path(out)
     if out.exists():
         raise AuditBenchError(f"{out} already exists.")
-    if RunDir(source).state().get("status") != "complete":
+    if RunDir(source).state_record().status != Status.COMPLETE:
         raise AuditBenchError(f"{source} is not a complete run.")
     _copy_unchanged(source, out)
     rows = [json.loads(line) for line in (source / "rows.jsonl").read_text(encoding="utf-8").splitlines() if line]

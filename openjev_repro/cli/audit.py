@@ -21,9 +21,10 @@ def _refuse_what_has_no_manifest(path: Path) -> None:
     if not state.is_file():
         raise EvidenceError(f"{path} is no run directory, bundle or collect directory (no manifest.dsse.json or "
                             "summary.dsse.json in it); a submission's are in its replicate-*/ and collect-*/ folders.")
+    from ..evidence.records import state_of
     from ..evidence.rundir import RunDir
 
-    status = RunDir.open(path).effective_state().get("status")
+    status = state_of(RunDir.open(path)).status
     if status == "complete":
         raise EvidenceError(f"{path} is a complete run without a manifest; sign it with "
                             f"`invoke sign --run {path} --key K` (or write an UNSIGNED one without --key).")

@@ -21,6 +21,7 @@ __all__ = ["report_task"]
 @user_errors
 def report_task(c, run, out=None, fail_on_gates=False):
     """Print a run's Markdown report and write report.md and two plots. Exit 1 if the run is not complete."""
+    from ..evidence.records import state_of
     from ..evidence.rundir import RunDir, Status
     from ..results.report import PLOT_NAMES, write_report
     from .output import print_markdown
@@ -30,7 +31,7 @@ def report_task(c, run, out=None, fail_on_gates=False):
     sys.stdout.write(f"\nreport: {path}\n")
     for name in PLOT_NAMES:
         sys.stdout.write(f"plot: {path.parent / name}\n")
-    status = RunDir.open(Path(run)).effective_state().get("status")
+    status = state_of(RunDir.open(Path(run))).status
     imported = status == Status.IMPORTED and (Path(run) / "import.json").is_file()  # complete, not measured by us
     if status != Status.COMPLETE and not imported:
         raise Exit(f"error: INCOMPLETE RUN: {run} has status {status!r}; the report above is partial.", code=1)

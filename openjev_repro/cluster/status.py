@@ -42,10 +42,10 @@ def _mark_attempt_run(directory: Path, attempt: dict, state: JobState, final: di
     if not run_name or not (directory / run_name / "state.json").is_file():
         return
     run = RunDir(directory / run_name)
-    current = run.state()
-    if current.get("status") != Status.COMPLETE:
+    current = run.state_record()
+    if current.status != Status.COMPLETE:
         cause = f"{SLURM_CAUSE} ({state.state}" + (f", reason {state.reason})" if state.reason else ")")
-        run.update_state(status=Status.INCOMPLETE, slurm_end=final, error=with_slurm_cause(current.get("error"), cause))
+        run.update_state(status=Status.INCOMPLETE, slurm_end=final, error=with_slurm_cause(current.error, cause))
 
 
 def _settle_attempt(directory: Path, attempt: dict, states: dict[tuple[int, int | None], JobState]) -> None:
@@ -67,7 +67,7 @@ def _settle_latest_run(sub: Submission, k: int, states: dict[tuple[int, int | No
     state = states.get((job, k)) if job is not None else None
     if not runs or state is None or state.state not in TERMINAL or runs[-1].status == "unreadable":
         return
-    if RunDir(runs[-1].path).state().get("status") == Status.RUNNING:  # stale or not: its file says so
+    if RunDir(runs[-1].path).state_record().status == Status.RUNNING:  # stale or not: its file says so
         RunDir(runs[-1].path).update_state(status=Status.INCOMPLETE, slurm_end=_final(state),
                                            error=f"its Slurm task ended ({state.state}) while it was running")
 

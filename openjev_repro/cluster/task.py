@@ -95,10 +95,10 @@ def _mark_incomplete(run_path: Path, slurm_end: dict[str, Any] | None, why: str)
     if not (run_path / "state.json").is_file():
         return
     run = RunDir(run_path)
-    state = run.state()
-    if state.get("status") == Status.COMPLETE:
+    state = run.state_record()
+    if state.status == Status.COMPLETE:
         return
-    error = state.get("error") if state.get("status") != Status.RUNNING else None
+    error = state.error if state.status != Status.RUNNING else None
     changes: dict[str, Any] = {"status": Status.INCOMPLETE,
                                "error": with_slurm_cause(error, why) if slurm_end is not None else (error or why)}
     if slurm_end is not None:
@@ -137,7 +137,7 @@ def _after_termination(attempt: _Attempt, run: Path | None, terminated: dict[str
 
 def _after_exit(attempt: _Attempt, run: Path | None, code: int) -> int:
     """The study exited: complete only with status 0 and a run whose state says complete."""
-    status = RunDir(run).state().get("status") if run is not None else None
+    status = RunDir(run).state_record().status if run is not None else None
     if code == 0 and status == Status.COMPLETE:
         attempt.write(outcome="complete", run=run.name if run else None, ended_utc=utc_now(), exit_code=0)
         return 0

@@ -6,7 +6,8 @@
     files.py     the one atomic writer (files and directories), JSON and JSONL readers, format check
     rundir.py    the run directory: layout, state file, entry walk, output guard
     plan.py      plan.json's record (`Plan`), what `resolve_plan` returns and `invoke plan` prints
-    records.py   the records of state, host, environment, backends and import JSON files
+    state.py     state.json's record (`StateRecord`) and `Status`
+    records.py   the records of host, environment, backends and import JSON files (StateRecord re-exported)
     statement.py the signed statement's record and its one shape check (`Statement.parse`)
     tolerances.py the tolerances file's record (`Tolerances.parse`, `limits_for`)
 

@@ -11,8 +11,10 @@ Each record has the file's `format_version` and `from_json(data)`, which reads e
 this tool reads (`rundir.READABLE_VERSIONS`; the caller has checked it, e.g. `RunDir.read`)
 and every older file of that version: a field an older writer did not write, or wrote with
 another shape, reads as None (the report then prints what it printed for such a file, so the
-committed reports re-render byte for byte). The records only read: the writers still write
-the dicts through `files.write_json_atomic`, so no file's bytes change.
+committed reports re-render byte for byte). The writers build these records and write
+`to_json()` through `files.write_json_atomic`; keys a record does not name travel in its
+`extra` (or, for environment.json, its `parts`), so `from_json(data).to_json() == data` and no
+file's bytes change.
 
 `state_of`, `host_of`, `environment_of`, `backends_of` and `import_of` read them from a run directory.
 """
