@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from openjev_repro.errors import UnsupportedFormat, VerificationError
+from openjev_repro.evidence.files import json_text
 from openjev_repro.evidence.records import (
     BackendsRecord,
     EnvironmentRecord,
+    HostRecord,
     ImportRecord,
     StateRecord,
     backends_of,
@@ -142,3 +144,27 @@ def test_a_bad_tolerance_is_named_with_its_file_and_key(data, message):
     with pytest.raises(RecipeError) as caught:
         Tolerances.parse(data, "t.yaml")
     assert str(caught.value).startswith(message), caught.value
+
+
+WRITTEN = {"state.json": StateRecord, "host.json": HostRecord, "environment.json": EnvironmentRecord,
+           "backends.json": BackendsRecord}
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_record_written_back_gives_the_committed_file_byte_for_byte(path):
+    for name, record in WRITTEN.items():
+        if (path / name).is_file():
+            data = RunDir(path).read(name)
+            text = json_text(record.from_json(data).to_json(), indent=2, sort_keys=True)
+            assert text.encode() == (path / name).read_bytes(), name
+
+
+def test_the_state_a_run_dir_writes_is_its_record(tmp_path):
+    run = RunDir.create(tmp_path, "s")
+    run.attempt("inputs")
+    run.finish("inputs")
+    record = run.update_state(status=Status.INCOMPLETE, error="stopped", slurm_end={"state": "TIMEOUT"})
+    assert record == run.state_record() and record.extra == {"slurm_end": {"state": "TIMEOUT"}}
+    assert record.attempted == record.finished == ("inputs",) and record.owner is not None
+    assert json.loads(run.file("state.json").read_text()) == record.to_json()
+    assert "stale" not in record.to_json() and "signing_requested" not in record.to_json()
