@@ -113,11 +113,8 @@ def _projections(self: Any, hidden: Any) -> tuple[Any, Any, Any, Any]:
 
 
 def _conv(self: Any, mixed_qkv: Any) -> Any:
-    """The causal conv + SiLU on [B, T, C]: the fused kernel, or the library's own path."""
+    """The library's causal conv + SiLU on [B, T, C] (the fused kernel is called by the forward itself)."""
     weight = self.conv1d.weight.squeeze(1)
-    if self.fused_conv:
-        from .conv_silu import conv_silu
-        return conv_silu(mixed_qkv, weight, self.conv1d.bias)
     library = _kernel(self, "causal_conv1d_fn", "causal_conv1d_fn")
     x = mixed_qkv.transpose(1, 2)
     if library is None:   # Transformers 5.10 without causal-conv1d: the module's own conv
@@ -135,8 +132,12 @@ def gated_deltanet_forward(self: Any, hidden_states: Any, cache_params: Any = No
         return self.library_forward(hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
     batch, seq_len, _ = hidden_states.shape
     mixed_qkv, z, b, a = _projections(self, hidden_states)
-    mixed_qkv = _conv(self, mixed_qkv)
-    query, key, value = torch.split(mixed_qkv, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
+    if self.fused_conv:   # q, k and v come out of the kernel contiguous: FLA copies none of them
+        from .conv_silu import conv_silu
+        query, key, value = conv_silu(mixed_qkv, self.conv1d.weight.squeeze(1), self.conv1d.bias,
+                                      splits=(self.key_dim, self.key_dim, self.value_dim))
+    else:
+        query, key, value = torch.split(_conv(self, mixed_qkv), [self.key_dim, self.key_dim, self.value_dim], dim=-1)
     query = query.reshape(batch, seq_len, -1, self.head_k_dim)
     key = key.reshape(batch, seq_len, -1, self.head_k_dim)
     value = value.reshape(batch, seq_len, -1, self.head_v_dim)
@@ -148,7 +149,10 @@ def gated_deltanet_forward(self: Any, hidden_states: Any, cache_params: Any = No
         key = key.repeat_interleave(self.num_v_heads // self.num_k_heads, dim=2)
     core, _state = chunk(query, key, value, g=g, beta=beta, initial_state=None, output_final_state=False,
                          use_qk_l2norm_in_kernel=True)
-    core = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
+    if hasattr(self.norm, "library_forward"):   # the gated-norm fusion reads z in place: no copy of the slice
+        core = self.norm(core, z.view(batch, seq_len, -1, self.head_v_dim))
+    else:
+        core = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
     return self.out_proj(core.reshape(batch, seq_len, -1))
 
 
