@@ -136,7 +136,7 @@ print(json.dumps(out))
 def test_triton_conv_silu_writes_q_k_v_contiguous_with_the_same_values(fixture_checkpoint: Path) -> None:
     """With `splits` the kernel stores q, k and v as three contiguous tensors (a channel block that divides
     the widths) or splits afterwards: bit for bit the parts of the one-tensor output. The fixture model with
-    conv-silu and gated-norm (kernel under the interpreter, z read in place) scores like the library."""
+    conv-silu and gated-norm (kernel under the interpreter) scores like the library."""
     done = subprocess.run([sys.executable, "-c", _SPLIT, str(fixture_checkpoint)], capture_output=True, text=True,
                           env=_interpreter_env(), timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -135,7 +135,7 @@ def conv_silu_triton(x: Any, weight: Any, bias: Any = None, activation: bool = T
     block = split_block(splits) if splits is not None and sum(splits) == channels else None
     y = torch.empty((batch, time, channels), dtype=x.dtype, device=x.device)
     grid = (triton.cdiv(time, BLOCK_T), triton.cdiv(channels, block or BLOCK_C), batch)
-    first, second = splits[:2] if block else (0, 0)
+    first, second = (splits[0], splits[1]) if block and splits else (0, 0)
     _KERNEL[grid](x, weight, bias if bias is not None else weight, y, time, channels, x.stride(0), x.stride(1),
                   y.stride(0), y.stride(1), first, second, K=weight.shape[1], HAS_BIAS=bias is not None,
                   SILU=activation, SPLIT=block is not None, BT=BLOCK_T, BC=block or BLOCK_C)

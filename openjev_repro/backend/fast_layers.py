@@ -149,10 +149,10 @@ def gated_deltanet_forward(self: Any, hidden_states: Any, cache_params: Any = No
         key = key.repeat_interleave(self.num_v_heads // self.num_k_heads, dim=2)
     core, _state = chunk(query, key, value, g=g, beta=beta, initial_state=None, output_final_state=False,
                          use_qk_l2norm_in_kernel=True)
-    if hasattr(self.norm, "library_forward"):   # the gated-norm fusion reads z in place: no copy of the slice
-        core = self.norm(core, z.view(batch, seq_len, -1, self.head_v_dim))
-    else:
-        core = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
+    # z stays copied to [T * heads, head dim]: reading it in place (a strided view into the compiled gated
+    # norm) measured 0.3 ms faster on the H200 but gave other probabilities in each process
+    # (results/h200-fast-27b-shape/profile-2026-12-02b/README.md).
+    core = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
     return self.out_proj(core.reshape(batch, seq_len, -1))
 
 
