@@ -11,6 +11,16 @@
                  2312 tokens: bits that differ, relative error to FP64, time of each
     grouped-qk   FLA's chunk_gated_delta_rule with q/k repeated to 48 heads (repeat_interleave
                  timed with it) against the 16 grouped heads (--fuse grouped-qk): bits, time
+    gemm-choice  every GEMM shape of one fast-mode forward (with its calls per forward) at short
+                 lengths, four ways: F.linear on the [out, in] weight (what runs today) and x @ W^T
+                 on a [in, out] copy, each under cuBLAS and cuBLASLt (preferred_blas_library), plus
+                 Inductor's max-autotune GEMM at 100 rows: time, weight TB/s, bits against today's
+    silu-mul     the MLP's silu(gate) * up as fast mode compiles it (dynamic lengths) against eager
+                 and a static-shape compile, at 100 and 2312 tokens: time and TB/s (read + written)
+    gates        backend/gate_kernels.py on the GPU (--fuse silu-mul, triton-gated-norm) against the
+                 library's eager arithmetic and the compiled functions they replace, at 1, 100, 2312
+                 and 3399 tokens (the gated norm's z a column slice of the projection, read in place):
+                 bits that differ, time of each in a CUDA Graph
 
 Usage (repo on PYTHONPATH): python3 scripts/h200-kernel-check.py --out $OUT/kernel-check.json
 """
@@ -73,6 +83,155 @@ def gemm_checks(torch) -> list[dict]:
                    "bit_identical": bool(torch.equal(split, f(x, cat)))}
             out.append(row)
             print("gemm", json.dumps(row), flush=True)
+    return out
+
+
+# (in, out, calls per forward) of fast mode with concat-in-proj at the 27B text shape
+FORWARD_GEMMS = {"mlp gate / up": (5120, 17408, 128), "mlp down": (17408, 5120, 64),
+                 "linear-attention in (concat)": (5120, 16480, 48), "attention / linear-attention out": (6144, 5120, 64),
+                 "attention q (+gate)": (5120, 12288, 16), "attention k / v": (5120, 1024, 32)}
+
+
+def graph_ms(torch, fn, repeat: int = 20, replays: int = 15) -> float:
+    """GPU time of one `fn()` in ms, as the backend runs it: `repeat` calls captured in one CUDA Graph,
+    the median of `replays` timed replays divided by `repeat` (no launch gaps, no Python in the time)."""
+    from openjev_repro.backend.hardware import median_event_ms
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(repeat):
+            fn()
+    ms = median_event_ms(torch, graph.replay, 3, replays) / repeat
+    del graph
+    return ms
+
+
+def gemm_choice_checks(torch) -> list[dict]:
+    f = torch.nn.functional.linear
+    library = torch.backends.cuda.preferred_blas_library()
+    out = []
+    for name, (k, n, calls) in FORWARD_GEMMS.items():
+        w = (torch.randn(n, k, device="cuda") * 0.02).bfloat16()
+        wt = w.t().contiguous()
+        for m in (64, 100, 185, 300, 936):
+            x = torch.randn(1, m, k, device="cuda").bfloat16()
+            row = {"gemm": name, "rows": m, "in": k, "out": n, "calls_per_forward": calls}
+            ref = f(x, w)
+            for blas in ("cublas", "cublaslt"):
+                torch.backends.cuda.preferred_blas_library(blas)
+                for layout, fn in (("linear", lambda x=x, w=w: f(x, w)), ("nn", lambda x=x, wt=wt: x @ wt)):
+                    ms = graph_ms(torch, fn)
+                    row[f"{layout}_{blas}_ms"] = ms
+                    row[f"{layout}_{blas}_weight_tbps"] = w.numel() * 2 / (ms / 1e3) / 1e12
+                    row[f"{layout}_{blas}_bit_identical"] = bool(torch.equal(fn(), ref))
+            torch.backends.cuda.preferred_blas_library(library)
+            if m == 100:
+                try:
+                    tuned = torch.compile(lambda x, w: f(x, w), mode="max-autotune-no-cudagraphs", dynamic=False)
+                    tuned(x, w)
+                    ms = graph_ms(torch, lambda x=x, w=w, tuned=tuned: tuned(x, w))
+                    row["inductor_max_autotune_ms"] = ms
+                    row["inductor_max_autotune_weight_tbps"] = w.numel() * 2 / (ms / 1e3) / 1e12
+                    row["inductor_max_autotune_bit_identical"] = bool(torch.equal(tuned(x, w), ref))
+                except Exception as exc:  # noqa: BLE001 - a diagnostic: record why and go on
+                    row["inductor_max_autotune_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            out.append(row)
+            print("gemm-choice", json.dumps(row), flush=True)
+        del w, wt
+    torch.backends.cuda.preferred_blas_library(library)
+    return out
+
+
+def _triton_silu_mul(torch):
+    """A plain Triton silu(gate) * up with eager's BF16 rounding of silu(gate): what a hand kernel reaches."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def kernel(g_ptr, u_ptr, o_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        g = tl.load(g_ptr + offs, mask=mask).to(tl.float32)
+        u = tl.load(u_ptr + offs, mask=mask).to(tl.float32)
+        s = (g / (1.0 + tl.exp(-g))).to(tl.bfloat16).to(tl.float32)
+        tl.store(o_ptr + offs, (s * u).to(tl.bfloat16), mask=mask)
+
+    def run(gate, up):
+        out = torch.empty_like(gate)
+        n = gate.numel()
+        kernel[(triton.cdiv(n, 4096),)](gate, up, out, n, BLOCK=4096, num_warps=8)
+        return out
+    return run
+
+
+def silu_mul_checks(torch) -> list[dict]:
+    from openjev_repro.backend.fusion import compile_function, silu_mul
+
+    triton_silu_mul = _triton_silu_mul(torch)
+    dynamic = compile_function(silu_mul)
+    out = []
+    for t in (100, 2312):
+        g = torch.Generator(device="cuda").manual_seed(t)
+        gate = torch.randn(1, t, 17408, device="cuda", generator=g).bfloat16()
+        up = torch.randn(1, t, 17408, device="cuda", generator=g).bfloat16()
+        static = torch.compile(silu_mul, dynamic=False)
+        row = {"tokens": t, "bytes": gate.numel() * 2 * 3}
+        ref = silu_mul(gate, up)
+        for label, fn in (("eager", silu_mul), ("compiled_dynamic", dynamic), ("compiled_static", static),
+                          ("triton_bf16_rounded", triton_silu_mul)):
+            ms = graph_ms(torch, lambda fn=fn, gate=gate, up=up: fn(gate, up))
+            row[f"{label}_ms"] = ms
+            row[f"{label}_tbps"] = row["bytes"] / (ms / 1e3) / 1e12
+            row[f"{label}_bit_identical_to_eager"] = bool(torch.equal(fn(gate, up), ref))
+        out.append(row)
+        print("silu-mul", json.dumps(row), flush=True)
+    return out
+
+
+def gates_checks(torch) -> list[dict]:
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
+
+    from openjev_repro.backend import gate_kernels
+    from openjev_repro.backend.fast_layers import gated_rms_norm
+    from openjev_repro.backend.fusion import compile_function, silu_mul
+
+    compiled_mul, compiled_norm = compile_function(silu_mul), compile_function(gated_rms_norm)
+    out = []
+    heads, dim = 48, 128
+    for t in (1, 100, 2312, 3399):
+        g = torch.Generator(device="cuda").manual_seed(7 + t)
+        gate = (torch.randn(1, t, 17408, device="cuda", generator=g) * 2).bfloat16()
+        up = torch.randn(1, t, 17408, device="cuda", generator=g).bfloat16()
+        eager = silu_mul(gate, up)
+        kernel = gate_kernels.silu_mul(gate, up)
+        row = {"tokens": t, "silu_mul_bits_differ": int((kernel != eager).sum()), "silu_mul_elements": eager.numel(),
+               "silu_mul_compiled_bits_differ": int((compiled_mul(gate, up) != eager).sum()),
+               "silu_mul_kernel_ms": graph_ms(torch, lambda gate=gate, up=up: gate_kernels.silu_mul(gate, up)),
+               "silu_mul_compiled_ms": graph_ms(torch, lambda gate=gate, up=up: compiled_mul(gate, up))}
+        x = torch.randn(t * heads, dim, device="cuda", generator=g).bfloat16()
+        proj = torch.randn(t, 16480, device="cuda", generator=g).bfloat16()
+        z = proj[:, 10240:10240 + heads * dim]
+        norm = qwen.Qwen3_5RMSNormGated(dim, eps=1e-6).to("cuda", torch.bfloat16).requires_grad_(False)
+        with torch.no_grad():
+            norm.weight.copy_((1 + 0.2 * torch.randn(dim, device="cuda", generator=g)).bfloat16())
+        library = norm(x, z.reshape(-1, dim))
+        kernel = gate_kernels.gated_rms_norm(x, z, norm.weight, 1e-6)
+        row.update({"gated_norm_bits_differ": int((kernel != library).sum()), "gated_norm_elements": library.numel(),
+                    "gated_norm_max_abs_diff": float((kernel.float() - library.float()).abs().max()),
+                    "gated_norm_compiled_bits_differ": int((compiled_norm(x, z.reshape(-1, dim), norm.weight, 1e-6)
+                                                            != library).sum()),
+                    "gated_norm_kernel_ms": graph_ms(torch, lambda x=x, z=z, w=norm.weight:
+                                                     gate_kernels.gated_rms_norm(x, z, w, 1e-6)),
+                    "gated_norm_compiled_with_z_copy_ms": graph_ms(torch, lambda x=x, z=z, w=norm.weight:
+                                                                   compiled_norm(x, z.reshape(-1, dim), w, 1e-6))})
+        out.append(row)
+        print("gates", json.dumps(row), flush=True)
     return out
 
 
@@ -149,7 +308,8 @@ def main() -> int:
 
     result = {"torch": torch.__version__, "device": torch.cuda.get_device_name()}
     checks = {"conv": conv_checks, "gemm": gemm_checks, "gated-norm": gated_norm_checks,
-              "grouped-qk": grouped_qk_checks}
+              "grouped-qk": grouped_qk_checks, "gemm-choice": gemm_choice_checks, "silu-mul": silu_mul_checks,
+              "gates": gates_checks}
     for name in args.checks.split(","):
         result[name] = checks[name](torch)
         args.out.write_text(json.dumps(result, indent=1) + "\n")   # after every check, so a cut-short run keeps it

@@ -14,13 +14,13 @@ add-norm alone (the same operations), within FP32 rounding for the concatenated 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from triton_interpreter import interpreter_env
 
 from openjev_repro.backend.conv_silu import conv_silu_reference
 from openjev_repro.backend.fast_layers import ALL, FUSIONS, parse_fusions
@@ -71,21 +71,8 @@ print(json.dumps(out))
 """
 
 
-def _interpreter_env() -> dict[str, str]:
-    """The environment of a subprocess that runs Triton kernels under the interpreter; skip (or, with
-    OPENJEV_REQUIRE_TRITON=1, fail) where triton cannot be imported."""
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("OPENJEV_TRITON_PATH", "")) if p)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
-    probe = subprocess.run([sys.executable, "-c", "import triton"], capture_output=True, text=True, env=env, check=False)
-    if probe.returncode != 0:
-        if os.environ.get("OPENJEV_REQUIRE_TRITON") == "1":
-            pytest.fail(f"OPENJEV_REQUIRE_TRITON=1 but triton does not import from {path}: {probe.stderr[-300:]}")
-        pytest.skip("triton is not importable (set OPENJEV_TRITON_PATH; .ci/run installs it)")
-    return env
-
-
 def test_triton_conv_silu_matches_the_reference_under_the_interpreter() -> None:
-    env = _interpreter_env()
+    env = interpreter_env()
     done = subprocess.run([sys.executable, "-c", _INTERPRETED], capture_output=True, text=True, env=env,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -138,7 +125,7 @@ def test_triton_conv_silu_writes_q_k_v_contiguous_with_the_same_values(fixture_c
     the widths) or splits afterwards: bit for bit the parts of the one-tensor output. The fixture model with
     conv-silu and gated-norm (kernel under the interpreter) scores like the library."""
     done = subprocess.run([sys.executable, "-c", _SPLIT, str(fixture_checkpoint)], capture_output=True, text=True,
-                          env=_interpreter_env(), timeout=600, check=False)
+                          env=interpreter_env(), timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     *cases, model = json.loads(done.stdout.strip().splitlines()[-1])
     assert [c["block"] for c in cases] == [64, 256, None, 32]      # the in-kernel split ran, and the fallback

@@ -77,8 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fast mode on CUDA: fuse every RMSNorm and MLP SiLU gate into one kernel each with "
                         "torch.compile (compiled at the first inference)")
     p.add_argument("--fuse", default="", metavar="LIST",
-                   help="fast mode: comma list of fusions (conv-silu, concat-in-proj, concat-gate-up, add-norm), all or none; "
-                        "reported in /health as fusions (docs/backend.md)")
+                   help="fast mode: comma list of fusions (conv-silu, concat-in-proj, concat-gate-up, add-norm, gated-norm, "
+                        "grouped-qk, beta-g, silu-mul, triton-gated-norm), all or none; reported in /health as "
+                        "fusions (docs/backend.md)")
     p.add_argument("--prompt-ids", choices=("template", "cached"), default="template",
                    help="template: every candidate through the chat template; cached: the template's fixed "
                         "token ids kept, only the user text tokenised (checked at load; /health prompt_ids)")

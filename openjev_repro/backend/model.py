@@ -50,7 +50,7 @@ class Settings:
     compile: bool = False         # fast mode, CUDA only: fused RMSNorm and SiLU gate (fusion.py, torch.compile)
     prompt_format: str = DEFAULT_PROMPT_FORMAT   # prompts.PROMPT_FORMATS: how requests become prompts
     prompt_ids: str = "template"  # template | cached (template_ids.py: only the user text is tokenised)
-    fusions: tuple[str, ...] = ()  # fast mode: fast_layers.FUSIONS to apply (conv-silu, concat-in-proj, concat-gate-up, add-norm)
+    fusions: tuple[str, ...] = ()  # fast mode: fast_layers.FUSIONS to apply (`--fuse`)
 
 
 @dataclass(frozen=True)
