@@ -172,7 +172,8 @@ def test_every_fusion_scores_like_the_library_and_is_reported(fixture_checkpoint
     plain, fused = _model(fixture_checkpoint), _model(fixture_checkpoint, FUSIONS)
     config = plain.backbone.config
     linear = sum(1 for kind in config.layer_types if kind == "linear_attention")
-    assert fused.info["fusions"] == (f"conv-silu, concat-in-proj, concat-gate-up, add-norm, gated-norm, grouped-qk, beta-g "
+    assert fused.info["fusions"] == (f"conv-silu, concat-in-proj, concat-gate-up, add-norm, gated-norm, grouped-qk, beta-g, "
+                                     f"silu-mul, triton-gated-norm "
                                      f"({linear} linear attention, {config.num_hidden_layers} MLPs, "
                                      f"{config.num_hidden_layers} layers, {linear} gated norms)")
     assert fused.describe()["fusions"] == fused.info["fusions"]
