@@ -89,6 +89,12 @@ def main() -> int:
     p.add_argument("--config", type=Path, default=REPO / "recipes" / "configs" / "qwen3_5-27b-text.json")
     p.add_argument("--tokenizer", type=Path, default=REPO / ".cache" / "demo" / "checkpoint" / "base")
     p.add_argument("--requests", type=Path, default=REPO / ".cache" / "demo" / "requests" / "h200-74-lengths.jsonl")
+    p.add_argument("--prompt-format", default="criteria-hidden", choices=("upstream", "criteria-hidden"),
+                   help="the backend's --prompt-format (criteria-hidden: as the earlier profiles ran; upstream with "
+                        "h200-74-lengths-upstream.jsonl)")
+    p.add_argument("--raw-run", type=Path, default=RAW_RUN,
+                   help="the run whose reference-raw rows (first measured pass) vs_raw compares with; its requests "
+                        "must be the ones given with --requests")
     args = p.parse_args()
     if args.out.exists():
         p.error(f"{args.out} exists; outputs never overwrite evidence")
@@ -107,7 +113,8 @@ def main() -> int:
     def save() -> None:  # after every phase, so a run cut short still leaves what it measured
         (args.out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
 
-    result: dict = {"format_version": 1, "merge": args.merge, "cuda_graphs": args.cuda_graphs, "compile": args.compile, "fuse": args.fuse}
+    result: dict = {"format_version": 1, "merge": args.merge, "cuda_graphs": args.cuda_graphs, "compile": args.compile, "fuse": args.fuse,
+                    "prompt_format": args.prompt_format, "requests": args.requests.name, "raw_run": str(args.raw_run)}
     if not args.skip_hardware:
         result["hardware"] = hardware(torch)
         print("hardware", json.dumps(result["hardware"])[:400], flush=True)
@@ -120,7 +127,7 @@ def main() -> int:
              for t in tasks]
     cuda = args.device == "cuda"
     settings = Settings(mode="fast", device=args.device, max_length=16384, cuda_graphs=args.cuda_graphs if cuda else 0,
-                        compile=args.compile, prompt_format="criteria-hidden",  # as the recipe profiled
+                        compile=args.compile, prompt_format=args.prompt_format,
                         fusions=parse_fusions(args.fuse), prompt_ids=args.prompt_ids)
     t0 = time.perf_counter()
     model = DecisionModel.from_random(args.config, args.tokenizer, 0, settings)
@@ -193,7 +200,7 @@ def main() -> int:
     print("http", json.dumps(result["http"]), flush=True)
     save()
 
-    rows = [json.loads(line) for line in (RAW_RUN / "rows.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (args.raw_run / "rows.jsonl").read_text().splitlines()]
     raw = {r["id"]: r["probability"] for r in rows if r["backend"] == "reference-raw" and r["phase"] == "measured"
            and r["pass_index"] == 1}
     diffs = {k: abs(probs[k] - raw[k]) for k in raw if k in probs}
