@@ -17,7 +17,7 @@
                  Inductor's max-autotune GEMM at 100 rows: time, weight TB/s, bits against today's
     silu-mul     the MLP's silu(gate) * up as fast mode compiles it (dynamic lengths) against eager
                  and a static-shape compile, at 100 and 2312 tokens: time and TB/s (read + written)
-    gates        backend/gate_kernels.py on the GPU (--fuse silu-mul, triton-gated-norm) against the
+    gates        backend/gate_kernels.py on the GPU (--fuse silu-mul, silu-mul-fp32, triton-gated-norm) against the
                  library's eager arithmetic and the compiled functions they replace, at 1, 100, 2312
                  and 3399 tokens (the gated norm's z a column slice of the projection, read in place):
                  bits that differ, time of each in a CUDA Graph
@@ -212,6 +212,8 @@ def gates_checks(torch) -> list[dict]:
         kernel = gate_kernels.silu_mul(gate, up)
         row = {"tokens": t, "silu_mul_bits_differ": int((kernel != eager).sum()), "silu_mul_elements": eager.numel(),
                "silu_mul_compiled_bits_differ": int((compiled_mul(gate, up) != eager).sum()),
+               "silu_mul_fp32_bits_differ_from_compiled": int((gate_kernels.silu_mul_fp32(gate, up)
+                                                               != compiled_mul(gate, up)).sum()),
                "silu_mul_kernel_ms": graph_ms(torch, lambda gate=gate, up=up: gate_kernels.silu_mul(gate, up)),
                "silu_mul_compiled_ms": graph_ms(torch, lambda gate=gate, up=up: compiled_mul(gate, up))}
         x = torch.randn(t * heads, dim, device="cuda", generator=g).bfloat16()

@@ -173,7 +173,7 @@ def test_every_fusion_scores_like_the_library_and_is_reported(fixture_checkpoint
     config = plain.backbone.config
     linear = sum(1 for kind in config.layer_types if kind == "linear_attention")
     assert fused.info["fusions"] == (f"conv-silu, concat-in-proj, concat-gate-up, add-norm, gated-norm, grouped-qk, beta-g, "
-                                     f"silu-mul, triton-gated-norm "
+                                     f"silu-mul, silu-mul-fp32, triton-gated-norm "
                                      f"({linear} linear attention, {config.num_hidden_layers} MLPs, "
                                      f"{config.num_hidden_layers} layers, {linear} gated norms)")
     assert fused.describe()["fusions"] == fused.info["fusions"]

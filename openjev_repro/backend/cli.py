@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "torch.compile (compiled at the first inference)")
     p.add_argument("--fuse", default="", metavar="LIST",
                    help="fast mode: comma list of fusions (conv-silu, concat-in-proj, concat-gate-up, add-norm, gated-norm, "
-                        "grouped-qk, beta-g, silu-mul, triton-gated-norm), all or none; reported in /health as "
+                        "grouped-qk, beta-g, silu-mul, silu-mul-fp32, triton-gated-norm), all or none; reported in /health as "
                         "fusions (docs/backend.md)")
     p.add_argument("--prompt-ids", choices=("template", "cached"), default="template",
                    help="template: every candidate through the chat template; cached: the template's fixed "

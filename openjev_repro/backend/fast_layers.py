@@ -25,6 +25,8 @@
     silu-mul      the MLP's silu(gate) * up as one fixed-size Triton kernel (`gate_kernels.py`) with the
                   library's roundings, in place of Inductor's dynamic-length kernel under `--compile`
                   (2.20 -> 4.18 TB/s at 2312 tokens on the H200)
+    silu-mul-fp32 the same kernel in FP32 with one rounding at the end, the arithmetic of Inductor's fused
+                  kernel (the rounded one moved a probability past the decision rule: profile-2026-12-02c)
     triton-gated-norm  the linear attention's gated RMSNorm as one fixed-size Triton kernel
                   (`gate_kernels.py`) that reads z in place in the projection (no copy), in place of
                   `gated-norm`'s compiled function
@@ -48,7 +50,7 @@ from .kernels import _implementation, _kernel
 __all__ = ["ALL", "FUSIONS", "add_rms_norm", "apply_fusions", "beta_and_decay", "gated_rms_norm", "parse_fusions"]
 
 FUSIONS = ("conv-silu", "concat-in-proj", "concat-gate-up", "add-norm", "gated-norm", "grouped-qk", "beta-g",
-           "silu-mul", "triton-gated-norm")
+           "silu-mul", "silu-mul-fp32", "triton-gated-norm")
 ALL = ("conv-silu", "concat-in-proj", "add-norm")   # what `all` means: the fusions that measured faster
 
 
@@ -244,18 +246,28 @@ def _patch_linear_attention(attn: Any, fusions: set[str], compiled: dict[str, Ca
     _set_forward(attn, gated_deltanet_forward)
 
 
+def _gate_mul(fusions: set[str]) -> Callable[[Any, Any], Any] | None:
+    """The Triton MLP gate a fusion names (`silu-mul` wins over `silu-mul-fp32`), or None."""
+    if "silu-mul" in fusions:
+        return gate_kernels.silu_mul
+    if "silu-mul-fp32" in fusions:
+        return gate_kernels.silu_mul_fp32
+    return None
+
+
 def _patch(module: Any, qwen: Any, fusions: set[str], compiled: dict[str, Callable[..., Any]]) -> str | None:
     """Patch one module if a fusion applies to it; the name it is counted under, or None."""
     kind = type(module)
     if kind is qwen.Qwen3_5GatedDeltaNet and fusions & _LINEAR_ATTENTION:
         _patch_linear_attention(module, fusions, compiled)
         return "linear attention"
+    gate_mul = _gate_mul(fusions)
     if kind is qwen.Qwen3_5MLP and "concat-gate-up" in fusions:
         _concat_mlp(module)
-        _set_forward(module, _mlp_forward(gate_kernels.silu_mul if "silu-mul" in fusions else compiled["gate-mul"]))
+        _set_forward(module, _mlp_forward(gate_mul or compiled["gate-mul"]))
         return "MLPs"
-    if kind is qwen.Qwen3_5MLP and "silu-mul" in fusions:
-        _set_forward(module, _mlp_separate_forward(gate_kernels.silu_mul))
+    if kind is qwen.Qwen3_5MLP and gate_mul is not None:
+        _set_forward(module, _mlp_separate_forward(gate_mul))
         return "MLPs"
     if kind is qwen.Qwen3_5DecoderLayer and "add-norm" in fusions:
         _set_forward(module, _layer_forward(compiled["add-norm"]))

@@ -1,4 +1,4 @@
-"""Fast mode's two gates as fixed-size Triton kernels (`--fuse silu-mul`, `--fuse triton-gated-norm`).
+"""Fast mode's two gates as fixed-size Triton kernels (`--fuse silu-mul` or `silu-mul-fp32`, `triton-gated-norm`).
 
 `--compile` fuses the MLP's `silu(gate) * up` and the linear attention's gated RMSNorm with Inductor for
 dynamic lengths. On the H200 those dynamic-shape kernels ran at about half the copy bandwidth: at 2312
@@ -8,12 +8,18 @@ took 57.2 us (4.22 TB/s), and the gated norm 68.8 us a call for 85 MB (`scripts/
 serve 74 lengths, so here each gate is one Triton kernel with fixed block sizes, for any length:
 
     silu_mul          out = round(round(silu(gate)) * up)          silu in FP32 on the BF16 gate
+    (rounded=False)   out = round(gate * sigmoid(gate) * up)        all in FP32, one rounding: the
+                                                                   arithmetic Inductor fuses it to
     gated_rms_norm    h = round(x * rsqrt(mean(x^2) + eps))         FP32, mean over the last dim
                       out = round(round(weight * h) * silu(gate))  silu(gate) in FP32
 
 with round() the cast to the input dtype: the rounding points of the library's eager arithmetic
-(`torch.nn.functional.silu(gate) * up`; `Qwen3_5RMSNormGated`), which Inductor's fused kernels drop
-for `silu(gate) * up`. The gated norm reads the gate (the projection's z) in place through a token
+(`torch.nn.functional.silu(gate) * up`; `Qwen3_5RMSNormGated`), which Inductor's fused kernel drops
+for `silu(gate) * up`; `silu-mul-fp32` keeps Inductor's single rounding instead, so that the kernel's
+speed comes without moving the probabilities of the compiled configuration (whether it matches
+Inductor's kernel bit for bit on the GPU is for `scripts/h200-kernel-check.py --checks gates`). On
+the H200 the rounded kernel was bit-identical to eager; in the signed study of 2026-12-02 it moved
+one probability 0.0219 from raw, past the 0.0204 rule (results/h200-fast-27b-shape/profile-2026-12-02c/). The gated norm reads the gate (the projection's z) in place through a token
 stride, so the [tokens, heads * dim] column slice of the wider projection needs no copy.
 
 No autotuning: the same input gives the same bits in every process. The sum of squares is a tree
@@ -28,7 +34,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["NORM_ROWS", "SILU_BLOCK", "gated_rms_norm", "gated_rms_norm_reference", "silu_mul", "silu_mul_reference"]
+__all__ = ["NORM_ROWS", "SILU_BLOCK", "gated_rms_norm", "gated_rms_norm_reference", "silu_mul", "silu_mul_fp32",
+           "silu_mul_reference"]
 
 SILU_BLOCK = 4096   # elements a program; 8 warps (4.18 TB/s at 2312 tokens on the H200)
 NORM_ROWS = 16      # rows of `dim` elements a program
@@ -44,10 +51,13 @@ def _use_triton(t: Any) -> bool:
     return triton_available()
 
 
-def silu_mul_reference(gate: Any, up: Any) -> Any:
+def silu_mul_reference(gate: Any, up: Any, rounded: bool = True) -> Any:
     import torch
 
-    return torch.nn.functional.silu(gate) * up
+    if rounded:
+        return torch.nn.functional.silu(gate) * up
+    g = gate.float()
+    return (g * torch.sigmoid(g) * up.float()).to(gate.dtype)
 
 
 def gated_rms_norm_reference(x: Any, gate: Any, weight: Any, eps: float) -> Any:
@@ -66,12 +76,15 @@ def _build() -> None:
     import triton.language as tl
 
     @triton.jit
-    def silu_mul_kernel(g_ptr, u_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    def silu_mul_kernel(g_ptr, u_ptr, o_ptr, n, ROUNDED: tl.constexpr, BLOCK: tl.constexpr):
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         ok = offs < n
         g = tl.load(g_ptr + offs, mask=ok, other=0.0).to(tl.float32)
         u = tl.load(u_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-        s = (g / (1.0 + tl.exp(-g))).to(o_ptr.dtype.element_ty).to(tl.float32)
+        if ROUNDED:
+            s = (g / (1.0 + tl.exp(-g))).to(o_ptr.dtype.element_ty).to(tl.float32)
+        else:
+            s = g * tl.sigmoid(g)
         tl.store(o_ptr + offs, (s * u).to(o_ptr.dtype.element_ty), mask=ok)
 
     @triton.jit
@@ -100,10 +113,11 @@ def _kernel(name: str) -> Any:
     return _KERNELS[name]
 
 
-def silu_mul(gate: Any, up: Any) -> Any:
-    """silu(gate) * up with the library's roundings: one Triton kernel where it can run, else the reference."""
+def silu_mul(gate: Any, up: Any, rounded: bool = True) -> Any:
+    """silu(gate) * up, with the library's roundings or (rounded=False) in FP32 with one rounding: one
+    Triton kernel where it can run, else the reference."""
     if not _use_triton(gate) or gate.shape != up.shape or gate.dtype != up.dtype:
-        return silu_mul_reference(gate, up)
+        return silu_mul_reference(gate, up, rounded)
     import torch
     import triton
 
@@ -111,7 +125,8 @@ def silu_mul(gate: Any, up: Any) -> Any:
     out = torch.empty_like(gate)
     n = gate.numel()
     if n:
-        _kernel("silu_mul")[(triton.cdiv(n, SILU_BLOCK),)](gate, up, out, n, BLOCK=SILU_BLOCK, num_warps=8)
+        _kernel("silu_mul")[(triton.cdiv(n, SILU_BLOCK),)](gate, up, out, n, ROUNDED=rounded,
+                                                            BLOCK=SILU_BLOCK, num_warps=8)
     return out
 
 
@@ -135,3 +150,8 @@ def gated_rms_norm(x: Any, gate: Any, weight: Any, eps: float) -> Any:
                                                              gate.stride(0), float(eps), DIM=dim, BD=block,
                                                              BR=NORM_ROWS, num_warps=4)
     return out
+
+
+def silu_mul_fp32(gate: Any, up: Any) -> Any:
+    """`silu_mul(gate, up, rounded=False)`: Inductor's arithmetic for silu(gate) * up (`--fuse silu-mul-fp32`)."""
+    return silu_mul(gate, up, rounded=False)
