@@ -82,7 +82,7 @@ def main() -> int:
     p.add_argument("--cuda-graphs", type=int, default=64)
     p.add_argument("--skip-hardware", action="store_true")
     p.add_argument("--compile", action="store_true", help="the backend's --compile (fused RMSNorm and SiLU gate)")
-    p.add_argument("--prompt-ids", default="template", choices=("template", "cached"))
+    p.add_argument("--prompt-ids", default="template", choices=("template", "cached", "cached-parallel"))
     p.add_argument("--fuse", default="", help="the backend's --fuse list (conv-silu, concat-in-proj, concat-gate-up, add-norm, all)")
     p.add_argument("--skip-profile", action="store_true")
     p.add_argument("--device", default="cuda", help="cpu: a dry run of the script on a small config")

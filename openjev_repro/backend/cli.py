@@ -80,9 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fast mode: comma list of fusions (conv-silu, concat-in-proj, concat-gate-up, add-norm, gated-norm, "
                         "grouped-qk, beta-g, silu-mul, silu-mul-fp32, triton-gated-norm), all or none; reported in /health as "
                         "fusions (docs/backend.md)")
-    p.add_argument("--prompt-ids", choices=("template", "cached"), default="template",
+    p.add_argument("--prompt-ids", choices=("template", "cached", "cached-parallel"), default="template",
                    help="template: every candidate through the chat template; cached: the template's fixed "
-                        "token ids kept, only the user text tokenised (checked at load; /health prompt_ids)")
+                        "token ids kept, only the user text tokenised (checked at load; /health prompt_ids); "
+                        "cached-parallel: as cached, long user texts tokenised in pieces at once where the "
+                        "ids stay the same (checked at load; /health prompt_ids_parallel)")
     p.add_argument("--torch-threads", "--threads", dest="threads", type=int, default=0, metavar="N",
                    help="torch intra-op CPU threads, applied with torch.set_num_threads and reported in /health "
                         "as torch_threads (0: torch's default, which follows OMP_NUM_THREADS or the core count)")

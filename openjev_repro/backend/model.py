@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 METHOD = "scalar_head"
+PROMPT_IDS = ("template", "cached", "cached-parallel")   # --prompt-ids
 RANDOM_INIT_SCHEME = "openjev-repro/random-init/v2"   # change it whenever the drawn values change
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "out_proj"]
 
@@ -49,7 +50,7 @@ class Settings:
     cuda_graphs: int = 0          # fast mode, CUDA only: LRU capacity, 0 = eager
     compile: bool = False         # fast mode, CUDA only: fused RMSNorm and SiLU gate (fusion.py, torch.compile)
     prompt_format: str = DEFAULT_PROMPT_FORMAT   # prompts.PROMPT_FORMATS: how requests become prompts
-    prompt_ids: str = "template"  # template | cached (template_ids.py: only the user text is tokenised)
+    prompt_ids: str = "template"  # template | cached | cached-parallel (template_ids.py, parallel_tokens.py)
     fusions: tuple[str, ...] = ()  # fast mode: fast_layers.FUSIONS to apply (`--fuse`)
 
 
@@ -81,8 +82,8 @@ def resolve_device(settings: Settings) -> tuple[Any, Any]:
 
 
 def _check_prompt_and_fusions(settings: Settings) -> None:
-    if settings.prompt_ids not in ("template", "cached"):
-        raise BackendError(f"Unknown --prompt-ids {settings.prompt_ids!r}; use template or cached.")
+    if settings.prompt_ids not in PROMPT_IDS:
+        raise BackendError(f"Unknown --prompt-ids {settings.prompt_ids!r}; use template, cached or cached-parallel.")
     if settings.fusions and settings.mode != "fast":
         raise BackendError("--fuse is part of fast mode only; drop it for raw mode.")
 
@@ -123,9 +124,9 @@ class DecisionModel:
         self.graphs = None
         self._backbone_dtypes: list[str] | None = None
         self.template_ids = None
-        if settings.prompt_ids == "cached":
+        if settings.prompt_ids in ("cached", "cached-parallel"):
             from .template_ids import TemplateIds
-            self.template_ids = TemplateIds(tokenizer)
+            self.template_ids = TemplateIds(tokenizer, parallel=settings.prompt_ids == "cached-parallel")
         if settings.cuda_graphs:
             from .graphs import GraphCache
             self.graphs = GraphCache(settings.cuda_graphs, device, compiled=settings.compile)
@@ -261,6 +262,7 @@ class DecisionModel:
                 "compiled": self.info.get("compiled"),
                 "fusions": self.info.get("fusions"),
                 "prompt_ids": self.template_ids.status if self.template_ids else "template",
+                "prompt_ids_parallel": self.template_ids.parallel_status if self.template_ids else None,
                 "hardware": self.info.get("hardware"),
                 "non_embedding_parameters": self.info["non_embedding_parameters"],
                 **{key: self.info[key] for key in FINGERPRINT_KEYS if key in self.info},

@@ -12,12 +12,16 @@ texts take the template path. At load the cache is checked against the template 
 any difference, a sentinel the template does not keep verbatim, or a suffix that does not start with a
 special token turns the cache off (reported in /health `prompt_ids`), and every request takes the
 template path. The tests check ids identical over the fixture's 98 requests.
+
+With `parallel` (`--prompt-ids cached-parallel`) long user texts are tokenised in pieces at once
+(`parallel_tokens.py`, with its own load-time check); `parallel_status` says whether that is on.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from .parallel_tokens import ParallelEncoder
 from .prompts import chat_prompt
 
 __all__ = ["PROBES", "TemplateIds"]
@@ -30,10 +34,15 @@ PROBES = ("Context:\nThe meeting is on Monday.\n\nQuestion: Is it Monday?\n", "x
 class TemplateIds:
     """ids(text) == chat_prompt(tokenizer, text), from cached prefix/suffix ids where that is safe."""
 
-    def __init__(self, tokenizer: Any):
+    def __init__(self, tokenizer: Any, parallel: bool = False):
         self.tokenizer = tokenizer
         self.prefix: list[int] = []
         self.suffix: list[int] = []
+        self.encoder: ParallelEncoder | None = None
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if parallel and backend is not None:
+            self.encoder = ParallelEncoder(backend)
+        self.parallel_status = self.encoder.status if self.encoder else None
         self.status = self._prepare()
         self.enabled = self.status == "cached"
 
@@ -71,5 +80,6 @@ class TemplateIds:
 
     def ids(self, text: str) -> list[int]:
         if self.enabled and text and not text[0].isspace():
-            return self.prefix + self._encode(text) + self.suffix
+            user = self.encoder.encode(text) if self.encoder else self._encode(text)
+            return self.prefix + user + self.suffix
         return chat_prompt(self.tokenizer, text)
