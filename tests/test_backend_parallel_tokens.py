@@ -41,7 +41,13 @@ def test_cut_points_are_spaces_between_ascii_letters_or_digits() -> None:
     assert cut_points("no-spaces-here" * 50, 4) == [] and cut_points("a ü b", 2) == []   # nothing safe: whole
 
 
+@pytest.fixture(scope="module")
+def fixture_texts(fixture_root: Path) -> list[str]:
+    return _texts(fixture_root)
+
+
 def test_every_fixture_request_gets_the_template_paths_ids_cut_into_pieces(parallel_model: DecisionModel,
+                                                                           fixture_texts: list[str],
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     cache = parallel_model.template_ids
     assert cache is not None and cache.enabled and cache.encoder is not None
@@ -51,18 +57,10 @@ def test_every_fixture_request_gets_the_template_paths_ids_cut_into_pieces(paral
     monkeypatch.setattr(encoder, "min_chars", 1)       # cut every text that has a safe place, short ones too
     monkeypatch.setattr(encoder, "pieces", 7)
     cut = 0
-    for text in _ALL_TEXTS:
+    for text in fixture_texts:
         cut += bool(cut_points(text, 7))
         assert cache.ids(text) == chat_prompt(parallel_model.tokenizer, text)
-    assert len(_ALL_TEXTS) == 172 and cut > 150      # the check really ran on texts in pieces
-
-
-_ALL_TEXTS: list[str] = []
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _collect(fixture_root: Path) -> None:
-    _ALL_TEXTS[:] = _texts(fixture_root)
+    assert len(fixture_texts) == 172 and cut > 150      # the check really ran on texts in pieces
 
 
 def test_a_text_with_an_added_tokens_content_is_never_cut(parallel_model: DecisionModel) -> None:

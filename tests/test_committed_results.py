@@ -45,12 +45,17 @@ def test_committed_fast_study_verifies_and_its_report_has_the_floor():
     assert "| reference-fast-graph64 | 148 | 67.22 | 29.95 | 2.24× |" in report
 
 
-def test_committed_fast_study_2026_12_02_verifies_and_passes_the_decision_rule():
-    """The first signed study of issue 28 (now run-2026-12-02/) verifies with its key; all its gates passed."""
-    checks = verify_path(FAST / "run-2026-12-02", pubkey=FAST / "signing-key-2026-12-02.pub")
+def _verified_report(run: str, key: str) -> str:
+    """The run's signed report, after `verify` passed every check with that key."""
+    checks = verify_path(FAST / run, pubkey=FAST / key)
     failed = [c for c in checks if c.passed is False]
     assert not failed, failed
-    report = (FAST / "run-2026-12-02" / "report.md").read_text()
+    return (FAST / run / "report.md").read_text()
+
+
+def test_committed_fast_study_2026_12_02_verifies_and_passes_the_decision_rule():
+    """The first signed study of issue 28 (now run-2026-12-02/) verifies with its key; all its gates passed."""
+    report = _verified_report("run-2026-12-02", "signing-key-2026-12-02.pub")
     assert "| reference-fast-best | 148 | 50.56 | 30.40 | 1.66× |" in report
     assert "| best-decisions-match-raw | decisions_unchanged | PASSED |" in report
     assert "| best-probability-delta-vs-raw | max_probability_delta | PASSED |" in report
@@ -61,10 +66,7 @@ def test_committed_fast_study_on_upstreams_contract_verifies_and_reports_its_fai
     """The signed study of upstream's contract (run/) verifies with its key; its report gives the floor ratios,
     and the decision rule's max |dp| gate FAILED (0.02195 > 0.0204) while the decisions gate passed, as the
     results README says."""
-    checks = verify_path(FAST / "run", pubkey=FAST / "signing-key.pub")
-    failed = [c for c in checks if c.passed is False]
-    assert not failed, failed
-    report = (FAST / "run" / "report.md").read_text()
+    report = _verified_report("run", "signing-key.pub")
     assert "| reference-fast-best | 148 | 49.07 | 29.93 | 1.64× |" in report
     assert "| best-decisions-match-raw | decisions_unchanged | PASSED |" in report
     assert "| best-probability-delta-vs-raw | max_probability_delta | FAILED | max \\|p(reference-raw) - " in report

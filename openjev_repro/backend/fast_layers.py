@@ -77,17 +77,7 @@ def add_rms_norm(residual: Any, update: Any, weight: Any, eps: float) -> tuple[A
     return total, (h * (1.0 + weight.float())).type_as(total)
 
 
-def gated_rms_norm(x: Any, gate: Any, weight: Any, eps: float) -> Any:
-    """Qwen3.5's gated RMSNorm, the library's arithmetic: FP32 norm, cast, times weight, times SiLU(gate) in FP32."""
-    import torch
-
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    h = weight * h.to(x.dtype)
-    return (h * torch.nn.functional.silu(gate.float())).to(x.dtype)
-
-
-gated_rms_norm.keep_roundings = True   # type: ignore[attr-defined]  # compiled, the BF16 roundings stay (fusion.py)
+gated_rms_norm = gate_kernels.library_gated_rms_norm   # the library's arithmetic, compiled by `gated-norm`
 
 
 def beta_and_decay(b: Any, a: Any, a_log: Any, dt_bias: Any) -> tuple[Any, Any]:

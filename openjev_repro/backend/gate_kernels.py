@@ -19,8 +19,9 @@ for `silu(gate) * up`; `silu-mul-fp32` keeps Inductor's single rounding instead,
 speed comes without moving the probabilities of the compiled configuration (whether it matches
 Inductor's kernel bit for bit on the GPU is for `scripts/h200-kernel-check.py --checks gates`). On
 the H200 the rounded kernel was bit-identical to eager; in the signed study of 2026-12-02 it moved
-one probability 0.0219 from raw, past the 0.0204 rule (results/h200-fast-27b-shape/profile-2026-12-02c/). The gated norm reads the gate (the projection's z) in place through a token
-stride, so the [tokens, heads * dim] column slice of the wider projection needs no copy.
+one probability 0.0219 from raw, past the 0.0204 rule (results/h200-fast-27b-shape/profile-2026-12-02c/).
+The gated norm reads the gate (the projection's z) in place through a token stride, so the
+[tokens, heads * dim] column slice of the wider projection needs no copy.
 
 No autotuning: the same input gives the same bits in every process. The sum of squares is a tree
 reduction in FP32 (not torch's order), so on the GPU `gated_rms_norm` may differ from the library's
@@ -34,8 +35,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["NORM_ROWS", "SILU_BLOCK", "gated_rms_norm", "gated_rms_norm_reference", "silu_mul", "silu_mul_fp32",
-           "silu_mul_reference"]
+__all__ = ["NORM_ROWS", "SILU_BLOCK", "gated_rms_norm", "gated_rms_norm_reference", "library_gated_rms_norm",
+           "silu_mul", "silu_mul_fp32", "silu_mul_reference"]
 
 SILU_BLOCK = 4096   # elements a program; 8 warps (4.18 TB/s at 2312 tokens on the H200)
 NORM_ROWS = 16      # rows of `dim` elements a program
@@ -60,15 +61,22 @@ def silu_mul_reference(gate: Any, up: Any, rounded: bool = True) -> Any:
     return (g * torch.sigmoid(g) * up.float()).to(gate.dtype)
 
 
-def gated_rms_norm_reference(x: Any, gate: Any, weight: Any, eps: float) -> Any:
-    """The library's gated RMSNorm (`Qwen3_5RMSNormGated`) on x [rows, dim], gate reshaped to x's shape:
-    FP32 norm, cast, times weight, times SiLU(gate) in FP32, cast."""
+def library_gated_rms_norm(x: Any, gate: Any, weight: Any, eps: float) -> Any:
+    """Qwen3.5's gated RMSNorm, the library's arithmetic: FP32 norm, cast, times weight, times SiLU(gate) in FP32."""
     import torch
 
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
     h = weight * h.to(x.dtype)
-    return (h * torch.nn.functional.silu(gate.reshape(x.shape).float())).to(x.dtype)
+    return (h * torch.nn.functional.silu(gate.float())).to(x.dtype)
+
+
+library_gated_rms_norm.keep_roundings = True   # type: ignore[attr-defined]  # compiled, the BF16 roundings stay (fusion.py)
+
+
+def gated_rms_norm_reference(x: Any, gate: Any, weight: Any, eps: float) -> Any:
+    """`library_gated_rms_norm` on x [rows, dim] with the gate reshaped to x's shape."""
+    return library_gated_rms_norm(x, gate.reshape(x.shape), weight, eps)
 
 
 def _build() -> None:
@@ -134,9 +142,8 @@ def gated_rms_norm(x: Any, gate: Any, weight: Any, eps: float) -> Any:
     """Gated RMSNorm of x [rows, dim] with gate [tokens, heads * dim] (rows = tokens * heads, any token
     stride, unit stride inside a token) or gate shaped like x; out [rows, dim] in x's dtype."""
     rows, dim = x.shape
-    if gate.dim() != 2 or gate.shape[0] * gate.shape[1] != rows * dim or gate.shape[1] % dim:
-        return gated_rms_norm_reference(x, gate, weight, eps)
-    if not _use_triton(x) or gate.stride(1) != 1 or weight.numel() != dim:
+    token_layout = gate.dim() == 2 and gate.shape[0] * gate.shape[1] == rows * dim and gate.shape[1] % dim == 0
+    if not (token_layout and gate.stride(1) == 1 and weight.numel() == dim and _use_triton(x)):
         return gated_rms_norm_reference(x, gate, weight, eps)
     import torch
     import triton
