@@ -11,7 +11,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from openjev_repro.backend import parallel_tokens
 from openjev_repro.backend.model import DecisionModel, Settings
 from openjev_repro.backend.package import read_package
-from openjev_repro.backend.parallel_tokens import ParallelEncoder, cut_points
+from openjev_repro.backend.parallel_tokens import ParallelEncoder, cut_points, encode_ids
 from openjev_repro.backend.prompts import MODEL_ALIASES, chat_prompt, parse_request, render_text
 
 
@@ -63,23 +63,34 @@ def test_every_fixture_request_gets_the_template_paths_ids_cut_into_pieces(paral
     assert len(fixture_texts) == 172 and cut > 150      # the check really ran on texts in pieces
 
 
+def test_offsetless_encoding_gives_encodes_ids(parallel_model: DecisionModel, fixture_texts: list[str]) -> None:
+    backend = parallel_model.tokenizer.backend_tokenizer
+    assert hasattr(backend, "encode_batch_fast")        # the fast path is the one under test, not the fallback
+    for text in [*fixture_texts, *parallel_tokens._probes()]:
+        assert encode_ids(backend, text) == backend.encode(text, add_special_tokens=False).ids
+
+
 def test_a_text_with_an_added_tokens_content_is_never_cut(parallel_model: DecisionModel) -> None:
     encoder = parallel_model.template_ids.encoder
     special = encoder.added[0]
     text = ("word " * 1000) + special + (" more" * 1000)
-    calls = []
+    calls: list[int] = []      # texts per call of the tokenizer's batch encoder
     original = encoder.backend
     class Spy:
         def __getattr__(self, name):
-            if name == "encode_batch":
-                calls.append(name)
-            return getattr(original, name)
+            method = getattr(original, name)
+            if not name.startswith("encode_batch"):
+                return method
+            def batch(texts, **kwargs):
+                calls.append(len(texts))
+                return method(texts, **kwargs)
+            return batch
     encoder.backend = Spy()
     try:
         assert encoder.encode(text) == list(original.encode(text, add_special_tokens=False).ids)
-        assert calls == []
+        assert calls == [1]     # whole
         encoder.encode("word " * 1000)
-        assert calls == ["encode_batch"]
+        assert calls == [1, encoder.pieces]
     finally:
         encoder.backend = original
 

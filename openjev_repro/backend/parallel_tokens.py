@@ -23,12 +23,23 @@ import json
 import os
 from typing import Any
 
-__all__ = ["MAX_PIECES", "MIN_CHARS", "ParallelEncoder", "cut_points"]
+__all__ = ["MAX_PIECES", "MIN_CHARS", "ParallelEncoder", "cut_points", "encode_ids"]
 
 MIN_CHARS = 4000
 MAX_PIECES = 8
 _PRE_TOKENIZERS = {"ByteLevel", "Split", "Digits", "Sequence"}
 _WORDS = ("alpha", "Beta", "gamma42", "Ünïcödé", "日本語", "x", "7", "don't", "e-mail", "a.b", "$5", "(ok)", "—")
+
+
+def _batch(backend: Any) -> Any:
+    """The tokenizer's batch encoder that skips character offsets (tokenizers >= 0.20: about a third faster
+    than `encode` on the 74 published lengths, same ids), else the one that computes them."""
+    return getattr(backend, "encode_batch_fast", None) or backend.encode_batch
+
+
+def encode_ids(backend: Any, text: str) -> list[int]:
+    """backend.encode(text, add_special_tokens=False).ids, without computing the offsets nobody reads."""
+    return list(_batch(backend)([text], add_special_tokens=False)[0].ids)
 
 
 def _probes() -> list[str]:
@@ -103,7 +114,7 @@ class ParallelEncoder:
         return f"parallel from {self.min_chars} characters, up to {self.pieces} pieces"
 
     def _whole(self, text: str) -> list[int]:
-        return list(self.backend.encode(text, add_special_tokens=False).ids)
+        return encode_ids(self.backend, text)
 
     def encode(self, text: str) -> list[int]:
         if not self.enabled or len(text) < self.min_chars or any(a in text for a in self.added):
@@ -114,6 +125,6 @@ class ParallelEncoder:
         bounds = [0, *cuts, len(text)]
         parts = [text[a:b] for a, b in itertools.pairwise(bounds)]
         ids: list[int] = []
-        for encoding in self.backend.encode_batch(parts, add_special_tokens=False):
+        for encoding in _batch(self.backend)(parts, add_special_tokens=False):
             ids.extend(encoding.ids)
         return ids

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .parallel_tokens import ParallelEncoder
+from .parallel_tokens import ParallelEncoder, encode_ids
 from .prompts import chat_prompt
 
 __all__ = ["PROBES", "TemplateIds"]
@@ -76,7 +76,7 @@ class TemplateIds:
         return head, tail
 
     def _encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.backend_tokenizer.encode(text, add_special_tokens=False).ids)
+        return encode_ids(self.tokenizer.backend_tokenizer, text)
 
     def ids(self, text: str) -> list[int]:
         if self.enabled and text and not text[0].isspace():
