@@ -17,7 +17,7 @@ mkdir -p "$OUT/runs"
   echo "gpu $GPU"; date -u
   sha256sum "$CACHE_TAR"
   python3 -m invoke environment --tree-digest .cache/triton-fla
-  timeout "${STUDY_LIMIT:-380}" python3 -m invoke study --recipe recipes/h200-fast-27b-shape-pinned.yaml \
+  timeout "${STUDY_LIMIT:-380}" python3 -m invoke study --recipe "${RECIPE:-recipes/h200-fast-27b-shape-pinned.yaml}" \
       --out "$OUT/runs" --gpu-uuid "$GPU"
   echo "study rc=$?"; date -u
 } 2>&1 | tee "$OUT/study.log"
