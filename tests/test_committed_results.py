@@ -1,5 +1,6 @@
 """The committed H200 results still verify: signature, digests and every recomputed statistic."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,17 @@ def test_committed_fast_rerun_on_a_second_host_passes_every_gate_and_differs_onl
     assert deltas["reference-fast-eager"]["max_abs_probability_delta"] == 0.0
     assert 0.0 < deltas["reference-fast-best"]["max_abs_probability_delta"] < 0.0078
     assert not any(answers["decision_flips"] for answers in deltas.values())
+
+
+def test_committed_pinned_best_on_a_third_host_is_not_bit_identical_and_says_its_cache_changed():
+    """The best configuration with run/'s Triton cache pinned on a third host (pinned-best-host-d/, unsigned):
+    its evidence checks pass; the cache did not stay unchanged (a kernel compiled or autotuned anew there) and the
+    probabilities moved by 0.0107 with no decision flipped, as the results README says."""
+    run = FAST / "pinned-best-host-d" / "run"
+    checks = verify_path(run, allow_unsigned=True)
+    assert [c.name for c in checks if c.passed is False] == []
+    check = json.loads((run / "environment_check.json").read_text())
+    assert check["triton_cache"]["reference-fast-best"]["unchanged"] is False
+    pair = compare_runs(FAST / "run", run)["pairs"][0]
+    assert pair["candidate_backend"] == "reference-fast-best" and not pair["answers"]["decision_flips"]
+    assert 0.0106 < pair["answers"]["max_abs_probability_delta"] < 0.0108
