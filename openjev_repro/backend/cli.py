@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ReproError
+from .auth import ApiKey
 from .fast_layers import parse_fusions
 from .kernel_choice import KERNEL_CHOICES, apply_kernel_choice, check_bound, reported
 from .model import METHOD, DecisionModel, Settings
@@ -27,6 +28,7 @@ from .package import package_sha256, read_package
 from .prompts import DEFAULT_PROMPT_FORMAT, PROMPT_FORMATS
 from .server import (
     COMPUTE_TIMEOUT_S,
+    DEADLINE_CANDIDATES,
     HEADER_TIMEOUT_S,
     IDLE_TIMEOUT_S,
     MAX_CANDIDATES,
@@ -98,11 +100,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-candidates", type=int, default=MAX_CANDIDATES, metavar="N",
                    help=f"candidate sequences per request; more get 400 (default and most: upstream's {MAX_CANDIDATES})")
     p.add_argument("--compute-timeout", type=float, default=COMPUTE_TIMEOUT_S, metavar="S",
-                   help=f"end an inference that holds the model longer than this with 503 "
-                        f"(default {COMPUTE_TIMEOUT_S:.0f}; 0: no limit)")
+                   help=f"end an inference that holds the model longer than this many seconds per started "
+                        f"{DEADLINE_CANDIDATES} candidate sequences with 503 (default {COMPUTE_TIMEOUT_S:.0f}: "
+                        f"4096 noul questions get {4 * COMPUTE_TIMEOUT_S:.0f} s; 0: no limit)")
     p.add_argument("--max-queue", type=int, default=MAX_QUEUE, metavar="N",
                    help=f"inference requests waiting for the model behind the running one; one more gets 503 "
                         f"queue_full with Retry-After (default {MAX_QUEUE}; 0: a busy model refuses)")
+    key = p.add_mutually_exclusive_group()
+    key.add_argument("--api-key", metavar="KEY",
+                     help="require Authorization: Bearer KEY on every request but GET /health (off by default, as "
+                          "upstream; the key shows in the process list: prefer --api-key-env)")
+    key.add_argument("--api-key-env", metavar="VAR",
+                     help="as --api-key, the key read from the environment variable VAR")
     return p
 
 
@@ -200,6 +209,7 @@ def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
+        api_key = ApiKey.from_options(args.api_key, args.api_key_env)
         apply_kernel_choice(args.kernels, args.mode)
         meta, package = _static_meta(args)
     except ReproError as exc:
@@ -213,7 +223,7 @@ def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
         server = ReferenceServer((args.host, args.port), meta, idle_timeout_s=args.idle_timeout,
                                  header_timeout_s=args.header_timeout, max_connections=args.max_connections,
                                  max_candidates=args.max_candidates, compute_timeout_s=args.compute_timeout,
-                                 max_queue=args.max_queue)
+                                 max_queue=args.max_queue, api_key=api_key)
     except OSError as exc:
         print(f"error: cannot bind {args.host}:{args.port} ({exc}).", file=sys.stderr)
         return 2

@@ -22,9 +22,18 @@ framing (two Content-Length headers, Transfer-Encoding with Content-Length, a Tr
 other than chunked, a Content-Length that is not plain digits) is 400 and closes the connection;
 chunked alone is 411.
 
-One request holds the model at most `compute_timeout_s` (default 120 s, `--compute-timeout`):
-past it, the inference stops before its next candidate and the request gets 503
-`compute_deadline`. A request with more candidate sequences than `max_candidates` (upstream's
+The listen backlog is `LISTEN_BACKLOG` (socketserver's default of 5 made every connection past
+the fifth of a burst wait about 1 s for a SYN retransmit). An HTTP/1.0 request that asks for
+`Connection: keep-alive` gets it back, so the connection stays open and the client knows it
+(`ab -k` waited for a close that never came). With an API key (`api_key`; off by default, as
+upstream has none) every request but GET /health needs `Authorization: Bearer KEY`, else 401
+`authentication_error`; /health answers without one, but only the contract's `status`, `model`
+and `method` (backend/auth.py).
+
+One request holds the model at most `compute_timeout_s` (default 120 s, `--compute-timeout`) per
+started 1,024 candidate sequences (`compute_deadline_s`): past it, the inference stops before its
+next candidate and the request gets 503 `compute_deadline`. Scaled, so that the contract's largest
+requests fit on a CPU host (4,096 questions: 4 x 120 s) while a small request is still cut at 120 s. A request with more candidate sequences than `max_candidates` (upstream's
 65536 by default, `--max-candidates` lowers it) is 400 before any inference. /health and
 /v1/models never wait for the model. Inferences queue in arrival order, so a small
 request behind a huge one waits until the huge one ends: at most the compute deadline per
@@ -53,14 +62,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..limits import JsonLimitError, NonFiniteNumber, has_lone_surrogate, loads_bounded
+from .auth import ApiKey
 from .model_queue import MAX_QUEUE, ModelQueue, Ticket
 from .prompts import MODEL_ALIASES, RequestInvalid, accepted_models, parse_request
 
 __all__ = [
     "COMPUTE_TIMEOUT_S",
+    "DEADLINE_CANDIDATES",
     "HEADER_TIMEOUT_S",
     "IDLE_TIMEOUT_S",
     "INFERENCE_PATHS",
+    "LISTEN_BACKLOG",
     "MAX_BODY_BYTES",
     "MAX_CANDIDATES",
     "MAX_CONNECTIONS",
@@ -74,7 +86,9 @@ IDLE_TIMEOUT_S = 300.0  # between requests on one keep-alive connection
 HEADER_TIMEOUT_S = 60.0  # from a request's first byte to its last body byte
 MAX_CONNECTIONS = 64
 MAX_CANDIDATES = 65536  # upstream's limit of candidate sequences per request; --max-candidates lowers it
-COMPUTE_TIMEOUT_S = 120.0  # one request's inference; --compute-timeout (0: none)
+COMPUTE_TIMEOUT_S = 120.0  # one request's inference per started 1,024 candidates; --compute-timeout (0: none)
+DEADLINE_CANDIDATES = 1024  # the compute deadline grows by compute_timeout_s per this many candidate sequences
+LISTEN_BACKLOG = 1024  # connections the kernel completes before accept (Linux caps it at net.core.somaxconn)
 INFERENCE_PATHS = ("/v1/systemone", "/v1/inference", "/api/jev")
 WARMUP_BODY = {"model": MODEL_ALIASES[0], "state": "The server is warming up.",
                "questions": {"warmup": {"type": "noul", "instructions": "Is the server warming up?"}}}
@@ -134,15 +148,24 @@ class _DeadlineCandidates(list):
             yield item
 
 
+def compute_deadline_s(compute_timeout_s: float, candidates: int) -> float:
+    """How long a request of `candidates` sequences may hold the model: compute_timeout_s per started
+    DEADLINE_CANDIDATES (0: no limit)."""
+    return compute_timeout_s * max(1, -(-candidates // DEADLINE_CANDIDATES))
+
+
 class ReferenceServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG  # socketserver's 5 made a burst's sixth connection wait ~1 s (SYN retry)
 
     def __init__(self, address: tuple[str, int], static_meta: dict[str, Any], *,
                  idle_timeout_s: float = IDLE_TIMEOUT_S, header_timeout_s: float = HEADER_TIMEOUT_S,
                  max_connections: int = MAX_CONNECTIONS, max_candidates: int = MAX_CANDIDATES,
-                 compute_timeout_s: float = COMPUTE_TIMEOUT_S, max_queue: int = MAX_QUEUE):
+                 compute_timeout_s: float = COMPUTE_TIMEOUT_S, max_queue: int = MAX_QUEUE,
+                 api_key: ApiKey | None = None):
         super().__init__(address, _Handler)
+        self.api_key = api_key  # None: no key asked, as upstream
         self.idle_timeout_s, self.header_timeout_s = idle_timeout_s, header_timeout_s
         self.max_connections = max_connections
         self.max_candidates, self.compute_timeout_s = min(max_candidates, MAX_CANDIDATES), compute_timeout_s
@@ -201,12 +224,16 @@ class ReferenceServer(ThreadingHTTPServer):
                    "release_date": ""} for name in self.model_names]
         return {"object": "list", "data": data, "models": models}
 
-    def health(self) -> tuple[int, dict[str, Any]]:
+    def health(self, authorized: bool = True) -> tuple[int, dict[str, Any]]:
+        """GET /health: the whole report, or without the API key only the contract's fields."""
+        if self.status == "ready" and not authorized:
+            return 200, {"status": "ready", "model": MODEL_ALIASES[0], "method": self.static_meta["method"]}
         if self.status != "ready":
             return 503, {"status": self.status, "model": self.static_meta["base_model_id"]}
         return 200, {"status": "ready", "model": MODEL_ALIASES[0], "method": self.static_meta["method"],
                      "base_model": self.static_meta["base_model_id"], "max_length": self.model.settings.max_length,
                      "served": self.served, "busy": self.queue.busy, **self.model.describe(),
+                     "auth": "none" if self.api_key is None else "bearer",
                      "serving": self.queue.describe()}
 
     # ------------------------------------------------------------ inference
@@ -243,13 +270,15 @@ class ReferenceServer(ThreadingHTTPServer):
         """model.answer on the model thread, ended between two candidates once compute_timeout_s has passed."""
         if not self.compute_timeout_s:
             return self.model_thread.submit(self.model.answer, state, questions, candidates).result()
-        bounded = _DeadlineCandidates(candidates, time.monotonic() + self.compute_timeout_s)
+        allowed = compute_deadline_s(self.compute_timeout_s, len(candidates))
+        bounded = _DeadlineCandidates(candidates, time.monotonic() + allowed)
         try:
             return self.model_thread.submit(self.model.answer, state, questions, bounded).result()
         except ComputeDeadline:
-            raise ComputeDeadline(f"the inference ran past this server's compute deadline of "
-                                  f"{self.compute_timeout_s:g} s (--compute-timeout) after {bounded.scored} of "
-                                  f"{len(candidates)} candidate sequences; send fewer candidates per request.") from None
+            raise ComputeDeadline(f"the inference ran past this server's compute deadline of {allowed:g} s "
+                                  f"({self.compute_timeout_s:g} s per {DEADLINE_CANDIDATES} candidates, "
+                                  f"--compute-timeout) after {bounded.scored} of {len(candidates)} candidate "
+                                  "sequences; send fewer candidates per request.") from None
 
     def _metadata(self, seconds: float, tokens: list[int]) -> dict[str, Any]:
         model = self.model
@@ -371,6 +400,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         if self.close_connection:
             self.send_header("Connection", "close")
+        elif self.request_version == "HTTP/1.0":  # kept open on request: say so, or the client waits for a close
+            self.send_header("Connection", "keep-alive")
         self.end_headers()
         self.wfile.write(data)
 
@@ -393,13 +424,24 @@ class _Handler(BaseHTTPRequestHandler):
     def _content_length(self) -> int:
         return int((self.headers.get("Content-Length") or "0").strip())
 
+    def _authorized(self) -> bool:
+        key = self.server.api_key
+        return key is None or key.admits(self.headers.get("Authorization"))
+
+    def _refuse_unauthorized(self) -> None:
+        assert self.server.api_key is not None
+        body = self.server.api_key.refusal(self.headers.get("Authorization"))
+        self._send(401, body, {"WWW-Authenticate": 'Bearer realm="openjev-repro"'})
+
     def do_GET(self) -> None:
         self._received()
         if self._framing() or self.headers.get("Content-Length", "0").strip() not in ("", "0"):
             self.close_connection = True  # a body on a GET is never read: it must not become the next request
         path = self.path.split("?", 1)[0]
         if path == "/health":
-            self._send(*self.server.health())
+            self._send(*self.server.health(self._authorized()))
+        elif not self._authorized():
+            self._refuse_unauthorized()
         elif path == "/v1/models":
             self._send(200, self.server.models())
         else:
@@ -412,9 +454,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the body's end is unknown: nothing more is read from this connection
             self._send(problem[0], _error("length_required" if problem[0] == 411 else "bad_request", problem[1]))
             return
-        if path not in INFERENCE_PATHS:
+        if path not in INFERENCE_PATHS or not self._authorized():
             self._drain_or_close()
-            self._send(404, _error("not_found", f"no endpoint {path}; POST to /v1/systemone."))
+            if path not in INFERENCE_PATHS:
+                self._send(404, _error("not_found", f"no endpoint {path}; POST to /v1/systemone."))
+            else:
+                self._refuse_unauthorized()
             return
         length = self._content_length()
         if length > MAX_BODY_BYTES:
