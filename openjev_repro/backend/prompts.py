@@ -111,7 +111,8 @@ def _kind(value: Any) -> str:
 def _instructions(raw: dict[str, Any], path: str) -> str:
     value = raw.get("instructions")
     if value is None:
-        raise RequestInvalid("instructions are required (a string, an object or an array).", path)
+        raise RequestInvalid("instructions are required (a string, an object or an array), as in upstream's "
+                             "contract, for every question type.", path)
     if isinstance(value, str) and not value.strip():
         raise RequestInvalid("instructions must not be empty or only whitespace.", path)
     return _text(value, path, "instructions")
@@ -125,7 +126,8 @@ def _noul(qid: str, instructions: str, criteria: Any, path: str) -> Question:
                              '"false".', path)
     sides = {key: value for key, value in criteria.items() if value is not None}
     if not sides:
-        raise RequestInvalid('noul criteria must describe "true", "false" or both.', path)
+        raise RequestInvalid('noul criteria must describe "true", "false" or both, or be left out (upstream\'s '
+                             'contract needs both; one side is our extension).', path)
     rendered = {key: _text(value, f"{path}.{key}", f"noul criteria {key!r}") for key, value in sides.items()}
     return Question(qid, "noul", instructions, yes_means=rendered.get("true"), no_means=rendered.get("false"))
 

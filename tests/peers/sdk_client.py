@@ -1,18 +1,23 @@
 """Ask a /v1/systemone server through the official client, typesafe-sdk, and print what it parsed.
 
 Runs under the peer environment's interpreter (scripts/peers.sh jevcompat), never under ours:
-    .cache/peers/jevcompat/bin/python tests/peers/sdk_client.py http://127.0.0.1:8791
+    .cache/peers/jevcompat/bin/python tests/peers/sdk_client.py http://127.0.0.1:8791 [--key-env VAR] [--refused]
 stdout is one JSON object: the SDK's parsed answers (floats exactly as parsed), model and usage,
 the models the SDK lists, and the request it sent (tests/test_conformance.py replays it).
-A parse failure is the SDK's exception, exit 1.
+A parse failure is the SDK's exception, exit 1. `--key-env VAR`: the API key from that variable
+(the SDK sends it as `Authorization: Bearer`). `--refused`: instead, send each question the SDK
+builds that upstream's contract refuses, one per request, and print, per question, the request the
+SDK sent and the status, error class and message the SDK raised (or the answer, if any).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
+import os
 
-from typesafe_sdk import Choice, Noul, Score, TypeSafeClient
+from typesafe_sdk import Choice, Noul, RetryPolicy, Score, TypeSafeAPIError, TypeSafeClient
+
 
 STATE = {"ticket": "I was charged twice for my March invoice and want my money back.", "plan": "pro"}
 QUESTIONS = {
@@ -26,9 +31,34 @@ QUESTIONS = {
                    criteria=["calm", {"label": "annoyed"}, ["very", "angry"]]),
 }
 
+# Questions the SDK builds (its instructions are optional, its noul criteria sides too) that upstream's
+# contract refuses: missing instructions, noul criteria without "true" and "false" descriptions.
+REFUSED_UPSTREAM = {
+    "choice-without-instructions": Choice(criteria={"Billing": None, "Technical": None}),
+    "score-without-instructions": Score(criteria=["calm", "angry"]),
+    "noul-criteria-empty": Noul(instructions="Is the customer angry?", criteria={}),
+    "noul-criteria-both-null": Noul(instructions="Is the customer angry?", criteria={"true": None, "false": None}),
+}
 
-def main(url: str) -> int:
-    with TypeSafeClient(api_key="no-key", base_url=url, timeout=120) as client:
+
+def refused(client: TypeSafeClient) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for name, question in REFUSED_UPSTREAM.items():
+        sent = question.model_dump(mode="json")
+        try:
+            result = client.system_one(state=STATE, questions={name: question}, model="jev-latest")
+            out[name] = {"sent": sent, "status": 200, "answered": str(result)}
+        except TypeSafeAPIError as exc:
+            out[name] = {"sent": sent, "status": exc.status, "class": type(exc).__name__, "message": str(exc),
+                         "body": exc.body}
+    return out
+
+
+def main(url: str, key: str, only_refused: bool) -> int:
+    with TypeSafeClient(api_key=key, base_url=url, timeout=120, retry=RetryPolicy(max_retries=0)) as client:
+        if only_refused:
+            print(json.dumps(refused(client), ensure_ascii=False))
+            return 0
         result = client.system_one(state=STATE, questions=QUESTIONS, model="jev-latest")
         listed = client.models.list()
     out = {
@@ -50,4 +80,9 @@ def main(url: str) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1]))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("--key-env", default=None)
+    parser.add_argument("--refused", action="store_true")
+    args = parser.parse_args()
+    raise SystemExit(main(args.url, os.environ[args.key_env] if args.key_env else "no-key", args.refused))
