@@ -26,7 +26,7 @@ from studykit import SCRIPTED, write_study
 from openjev_repro.audit import verify_path
 from openjev_repro.audit.compare import compare_runs, to_markdown
 from openjev_repro.errors import BackendNotReady, RecipeError, ReproError
-from openjev_repro.evidence.recipe import parse_recipe
+from openjev_repro.evidence.recipe import load_recipe, parse_recipe
 from openjev_repro.evidence.rows import Row, read_rows
 from openjev_repro.manifest.keys import generate_keypair
 from openjev_repro.orchestrator.runner import StudyOptions, free_port, run_study
@@ -377,3 +377,53 @@ def test_a_url_with_nothing_behind_it_fails_before_any_run_directory(tmp_path):
     with pytest.raises(ReproError, match=rf"nothing accepts connections at http://127.0.0.1:{port}.*start it first"):
         run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs"))
     assert not (tmp_path / "runs").exists()  # a study that never started leaves no run directory
+
+
+# --- a url backend behind an API key: headers from the environment, never from the recipe -------------
+
+URL_KEY_VAR = "OPENJEV_TEST_THEIR_KEY"
+URL_KEY = "their-key-7f3a9c21d4e8b6"
+
+
+@pytest.fixture(scope="module")
+def keyed_backend(start_server, fixture_checkpoint: Path):
+    """Our backend with --api-key-env, run by the test as someone else's server (the study only reaches it)."""
+    server = start_server(["--checkpoint", str(fixture_checkpoint), "--mode", "raw", "--max-length", "4096",
+                           "--api-key-env", URL_KEY_VAR], env={URL_KEY_VAR: URL_KEY})
+    server.wait_ready()
+    return server
+
+
+def _keyed_recipe(tmp_path: Path, server) -> Path:
+    return write_study(tmp_path, [{"name": "theirs", "url": server.url, "model": "open-jev",
+                                   "headers_from_env": {"Authorization": URL_KEY_VAR}}],
+                       protocol={"request_timeout_s": 60.0, "ready_timeout_s": 60.0})
+
+
+def test_a_url_backend_sends_headers_from_the_environment_and_writes_no_value(tmp_path, keyed_backend, monkeypatch):
+    monkeypatch.setenv(URL_KEY_VAR, f"Bearer {URL_KEY}")
+    run = _signed_study(tmp_path, _keyed_recipe(tmp_path, keyed_backend))
+    rows = read_rows(run.path / "rows.jsonl")
+    assert rows and all(r.error is None for r in rows)  # every request carried the key (else 401)
+    assert run.read("plan.json")["backends"][0]["headers_from_env"] == {"Authorization": URL_KEY_VAR}
+    for path in (p for p in run.path.rglob("*") if p.is_file()):
+        assert URL_KEY.encode() not in path.read_bytes(), path  # the value is nowhere in the run
+
+
+def test_a_url_backend_without_its_header_variable_fails_before_any_run_directory(tmp_path, keyed_backend, monkeypatch):
+    monkeypatch.delenv(URL_KEY_VAR, raising=False)
+    with pytest.raises(ReproError, match=rf"header Authorization takes its value from the environment variable "
+                                         rf"{URL_KEY_VAR}, which is not set"):
+        run_study(StudyOptions(recipe_path=_keyed_recipe(tmp_path, keyed_backend), out_dir=tmp_path / "runs"))
+    assert not (tmp_path / "runs").exists()
+    monkeypatch.setenv(URL_KEY_VAR, f"Bearer {URL_KEY}\r\nX-Injected: 1")
+    with pytest.raises(ReproError, match="line break or another control character") as refused:
+        run_study(StudyOptions(recipe_path=_keyed_recipe(tmp_path, keyed_backend), out_dir=tmp_path / "runs"))
+    assert URL_KEY not in str(refused.value) and not (tmp_path / "runs").exists()
+
+
+def test_headers_from_env_is_only_for_url_backends(tmp_path):
+    recipe = write_study(tmp_path, [{"name": "ours", "command": ["{python}", "-c", "pass"],
+                                     "headers_from_env": {"Authorization": URL_KEY_VAR}}])
+    with pytest.raises(RecipeError, match="headers_from_env is for a `url` backend"):
+        load_recipe(recipe)

@@ -71,6 +71,7 @@ class PlanBackend:
     health: str | None
     cwd: str | None
     environment: Mapping[str, Any] | None = None  # what the backend must report once ready, when declared
+    headers_from_env: Mapping[str, str] | None = None  # a url backend's header -> variable names (never values)
 
     @property
     def launched(self) -> bool:
@@ -93,6 +94,8 @@ class PlanBackend:
             "health": self.health, "cwd": self.cwd}
         if self.environment is not None:
             out["environment"] = dict(self.environment)
+        if self.headers_from_env:
+            out["headers_from_env"] = dict(self.headers_from_env)
         return out
 
 

@@ -11,7 +11,8 @@ Format history:
        `preparation`, `pins`, `traces`, `Backend.aux` (auxiliary processes of one backend),
        `environment` (study level) and `Backend.environment` (what each backend must report
        once ready, checked before measuring), `controls.idle_window_s`, gate `gpu_not_throttled`.
-       `Backend.url` (a running server instead of a command), `Backend.readiness`, `Backend.cwd`.
+       `Backend.url` (a running server instead of a command), `Backend.readiness`, `Backend.cwd`,
+       `Backend.headers_from_env` (a url backend's request headers, valued from the environment).
        `Workload.load` (issue 29): a closed concurrency ladder and/or open-loop arrival rates,
        each level run with the protocol's feasibility and measured passes (absent: one closed
        level at concurrency 1, today's protocol, evidence unchanged).
@@ -73,6 +74,8 @@ __all__ = [
 RECIPE_FORMAT_VERSION = 1
 SHA256_RE = r"^[0-9a-f]{64}$"
 NAME_RE = r"^[a-z0-9][a-z0-9_.-]*$"
+HEADER_NAME_RE = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$"  # an HTTP field name (RFC 9110 token)
+ENV_VAR_RE = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 COMMIT_RE = r"^[0-9a-f]{40}$"
 HF_REPO_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # A hash not yet known: allowed only in recipes with a `preparation` section, filled from the
@@ -339,6 +342,9 @@ class Backend(StrictModel):
     description: str = ""
     aux: list[AuxProcess] = []  # started before command, stopped after it
     environment: EnvironmentSpec | None = None  # on top of the recipe's `environment`
+    # url backends: HTTP header name -> the environment variable holding its value (read at run time by
+    # runtime/external.py; the recipe, the plan and the evidence hold the variable's name only)
+    headers_from_env: dict[Annotated[str, Field(pattern=HEADER_NAME_RE)], Annotated[str, Field(pattern=ENV_VAR_RE)]] = {}
 
     @field_validator("endpoint", "health")
     @classmethod
@@ -350,6 +356,9 @@ class Backend(StrictModel):
         _unique([a.name for a in self.aux], "aux process")
         if self.url is None and not self.command:
             raise ValueError(f"backend {self.name!r} needs a `command` to launch, or the `url` of a running server")
+        if self.url is None and self.headers_from_env:
+            raise ValueError(f"backend {self.name!r}: headers_from_env is for a `url` backend (a launched command "
+                             "takes its settings from its own flags and `env`)")
         if self.url is not None:
             self._check_url_backend()
         return self

@@ -105,10 +105,12 @@ def check_ports(recipe: Recipe, host: str = "127.0.0.1") -> None:
 def check_servers(recipe: Recipe, timeout_s: float = 3.0) -> None:
     """Every `url` backend accepts a TCP connection now (it is a server running already, not one we start)."""
     from ..evidence.recipe import parse_server_url
+    from ..runtime.external import headers_from_environment
 
     for backend in recipe.backends:
         if backend.url is None:
             continue
+        headers_from_environment(backend.name, backend.headers_from_env)  # set, and fit for a header
         host, port = parse_server_url(backend.url)
         try:
             socket.create_connection((host, port), timeout=timeout_s).close()

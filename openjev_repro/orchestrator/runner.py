@@ -51,7 +51,7 @@ from ..host.override import GpuOverride
 from ..host.reaper import Reaper
 from ..host.session import HostSession
 from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
-from ..runtime.external import ExternalBackend
+from ..runtime.external import ExternalBackend, headers_from_environment
 from ..runtime.readiness import first_inference_hint
 from ..study.inputs import checks_table, require_all_ok, verify_inputs
 from ..study.load import LevelConnections, connection_count, merged_connections, run_level_pass
@@ -457,7 +457,8 @@ def _start(ctx: StudyRun, backend: Backend, host: HostSession, started: list[Run
         assert backend.url is not None
         address, port = parse_server_url(backend.url)
         progress.message(f"[bold]{backend.name}[/]: reaching {backend.url} (running already; not launched by the study)")
-        started.append(ExternalBackend(_spec_of(ctx.run, backend, address, port), backend.url))
+        started.append(ExternalBackend(_spec_of(ctx.run, backend, address, port), backend.url,
+                                       headers_from_environment(backend.name, backend.headers_from_env)))
         return started[-1]
     runtime = get_runtime(ctx.opts.runtime or backend.runtime, command_prefix=host.command_prefix(),
                           reaper=ctx.reaper)
@@ -589,7 +590,8 @@ def _protocol(ctx: StudyRun, backend: Backend, handle: RunningBackend, alive, pr
     run, recipe = ctx.run, ctx.recipe
     proto = recipe.protocol
     responses = ResponseLog(run.responses_path(backend.name))
-    client = TimedClient(handle.spec.host, handle.spec.port, timeout_s=proto.request_timeout_s)
+    client = TimedClient(handle.spec.host, handle.spec.port, timeout_s=proto.request_timeout_s,
+                         headers=handle.request_headers())
     runner = PassRunner(backend.name, client, backend.endpoint, rows, responses, alive)
     level_clients: list[TimedClient] = []  # the connections of load levels, counted with the main one
     try:
@@ -643,7 +645,8 @@ def _load_levels(ctx: StudyRun, backend: Backend, workload: Workload, levels: li
         count = connection_count(level, len(requests))
         ctx.progress.message(f"{backend.name}/{workload.name}: load level {level.id} over {count} connection(s)")
         with LevelConnections(lambda: TimedClient(handle_client.host, handle_client.port,
-                                                  timeout_s=proto.request_timeout_s), count) as connections:
+                                                  timeout_s=proto.request_timeout_s,
+                                                  headers=handle_client.headers), count) as connections:
             used += connections.clients
             for phase, index in _pass_plan(ctx.recipe, workload, number):
                 with _claimed_pass(ctx, backend, workload, budget, host, phase, index):

@@ -80,6 +80,10 @@ class RunningBackend(ABC):
 
     readiness: Readiness | None = None  # how it became ready (set by wait_ready)
 
+    def request_headers(self) -> dict[str, str]:
+        """Headers every request to this backend carries (none; a `url` backend's come from the environment)."""
+        return {}
+
     def base_url(self) -> str:
         host = f"[{self.spec.host}]" if ":" in self.spec.host else self.spec.host
         return f"http://{host}:{self.spec.port}"
@@ -91,7 +95,7 @@ class RunningBackend(ABC):
         health, self.readiness = poll_ready(
             self, name=spec.name, kind=spec.readiness, base_url=self.base_url(), health=spec.health_path,
             endpoint=spec.endpoint, model=spec.model, probe=probe, timeout_s=timeout_s,
-            log_hint=self.log_hint(), poll_s=poll_s)
+            log_hint=self.log_hint(), poll_s=poll_s, headers=self.request_headers())
         return health
 
     def log_hint(self) -> str:
@@ -111,5 +115,5 @@ def poll_health(backend: RunningBackend, timeout_s: float, poll_s: float = 0.2) 
     health, backend.readiness = poll_ready(
         backend, name=spec.name, kind="status-ready", base_url=backend.base_url(), health=spec.health_path,
         endpoint=spec.endpoint, model=spec.model, probe=None, timeout_s=timeout_s, log_hint=backend.log_hint(),
-        poll_s=poll_s)
+        poll_s=poll_s, headers=backend.request_headers())
     return health

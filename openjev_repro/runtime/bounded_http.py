@@ -25,16 +25,16 @@ def get_within(host: str, port: int, path: str, seconds: float, max_bytes: int =
 
 
 def request_within(host: str, port: int, path: str, seconds: float, *, body: bytes | None,
-                   max_bytes: int = 1 << 20) -> tuple[int, bytes]:
+                   max_bytes: int = 1 << 20, headers: tuple[tuple[str, str], ...] = ()) -> tuple[int, bytes]:
     """(status, body) of `GET path` (body None) or a JSON `POST path`, within `seconds` over the whole exchange."""
     deadline = time.monotonic() + seconds
     with socket.create_connection((host, port), timeout=max(seconds, 1e-3)) as sock:
         parser = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_bytes)
         hostname = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        headers = [("Host", hostname), ("Connection", "close")]
+        fields = [("Host", hostname), ("Connection", "close"), *headers]
         if body is not None:
-            headers += [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
-        request = h11.Request(method="GET" if body is None else "POST", target=path, headers=headers)
+            fields += [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        request = h11.Request(method="GET" if body is None else "POST", target=path, headers=fields)
         out = parser.send(request) + (parser.send(h11.Data(data=body)) if body else b"")
         sock.sendall(out + parser.send(h11.EndOfMessage()))
         return _read(sock, parser, deadline, max_bytes)

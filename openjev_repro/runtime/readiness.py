@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -66,12 +67,14 @@ def first_inference_hint(status: int | None, body: bytes | str, *, model: str, e
     return ""
 
 
-def _fetch(url: str, data: bytes | None, seconds: float) -> tuple[int, bytes]:
+def _fetch(url: str, data: bytes | None, seconds: float,
+           headers: tuple[tuple[str, str], ...] = ()) -> tuple[int, bytes]:
     """One GET (or POST of `data`) ended by `seconds` on the wall clock, however slowly the answer trickles."""
     parts = urlsplit(url)
     if parts.hostname is None:
         raise ValueError(f"no host in {url!r}")
-    return request_within(parts.hostname, parts.port or 80, parts.path or "/", max(seconds, 1e-3), body=data)
+    return request_within(parts.hostname, parts.port or 80, parts.path or "/", max(seconds, 1e-3), body=data,
+                          headers=headers)
 
 
 def _status_ready(status: int, body: bytes) -> tuple[bool, dict]:
@@ -111,12 +114,13 @@ class _Target:
     model: str
     endpoint: str
     log_hint: str
+    headers: tuple[tuple[str, str], ...] = ()  # a url backend's, from the environment
 
     def attempt(self, seconds: float) -> tuple[bool, dict, str]:
         """(ready, health body, last answer in words) of one poll ended within `seconds`;
         raises BackendNotReady on a refused first inference."""
         try:
-            status, body = _fetch(self.url, self.data, seconds)
+            status, body = _fetch(self.url, self.data, seconds, self.headers)
         except (OSError, ValueError, h11.ProtocolError) as exc:
             return False, {}, str(exc)
         refused = _refused(self.kind, status, body, {"model": self.model, "endpoint": self.endpoint})
@@ -130,11 +134,11 @@ class _Target:
 
 def poll_ready(backend: _Polled, *, name: str, kind: str, base_url: str, health: str, endpoint: str,
                model: str, probe: bytes | None, timeout_s: float, log_hint: str,
-               poll_s: float = 0.2) -> tuple[dict, Readiness]:
+               poll_s: float = 0.2, headers: Mapping[str, str] | None = None) -> tuple[dict, Readiness]:
     """Poll until ready; return (the health body as a dict, {} when there is none, and the Readiness)."""
     first = kind == "first-inference"
     target = _Target(name, kind, base_url + (endpoint if first else health), (probe or b"{}") if first else None,
-                     model, endpoint, log_hint)
+                     model, endpoint, log_hint, tuple((headers or {}).items()))
     started = time.monotonic()
     deadline = started + timeout_s  # one wall-clock deadline for the whole wait, polls included
     last, attempts = "no answer yet", 0

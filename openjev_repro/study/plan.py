@@ -128,7 +128,8 @@ def _backend(recipe: Recipe, b: Backend, values: dict[str, str], runtime: str | 
     declared = recipe.environment_of(b).model_dump(mode="json", exclude_defaults=True)
     return PlanBackend(name=b.name, runtime=runtime or b.runtime, image=b.image, description=b.description,
                        aux=aux, command=command, endpoint=b.endpoint, model=b.model, url=b.url,
-                       readiness=b.readiness, health=b.health, cwd=b.cwd, environment=declared or None)
+                       readiness=b.readiness, health=b.health, cwd=b.cwd, environment=declared or None,
+                       headers_from_env=b.headers_from_env or None)
 
 
 def _steps(recipe: Recipe) -> tuple[PlanStep, ...]:

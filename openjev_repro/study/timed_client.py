@@ -154,10 +154,12 @@ class TimedClient:
     the time left when a response takes more than one recv.
     """
 
-    def __init__(self, host: str, port: int, timeout_s: float = 60.0) -> None:
+    def __init__(self, host: str, port: int, timeout_s: float = 60.0,
+                 headers: Mapping[str, str] | None = None) -> None:
         self.host = host
         self.port = port
         self.timeout_s = timeout_s
+        self.headers = dict(headers or {})  # sent with every request (a url backend's, from the environment)
         self.connections_opened = 0
         self.closed_by_server = 0  # connections the server closed (after a response, or while idle)
         self.reconnected_requests = 0  # requests that had to open a new connection after an earlier one closed
@@ -184,6 +186,8 @@ class TimedClient:
         headers: dict[str, str] | None = None,
     ) -> TimedResponse:
         """Send one request and return its response with client-side timestamps."""
+        if self.headers:
+            headers = {**self.headers, **(headers or {})}
         return self.send_prepared(build_request(method, path, self._host_header, body, headers))
 
     def send_prepared(self, wire: bytes) -> TimedResponse:

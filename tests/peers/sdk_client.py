@@ -18,7 +18,6 @@ import os
 
 from typesafe_sdk import Choice, Noul, RetryPolicy, Score, TypeSafeAPIError, TypeSafeClient
 
-
 STATE = {"ticket": "I was charged twice for my March invoice and want my money back.", "plan": "pro"}
 QUESTIONS = {
     "refund": Noul(instructions="Does the customer want money back?",
