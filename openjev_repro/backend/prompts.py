@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from ..errors import ProtocolError
 
@@ -38,6 +41,8 @@ __all__ = [
     "MODEL_ALIASES",
     "PROMPT_FORMATS",
     "Question",
+    "QuestionBody",
+    "RequestBody",
     "RequestInvalid",
     "accepted_models",
     "candidate_texts",
@@ -97,118 +102,156 @@ def accepted_models(base_model_id: str) -> tuple[str, ...]:
 
 # ------------------------------------------------------------ validation
 
-def _text(value: Any, path: str, what: str) -> str:
+# A text of the contract: a string as it is, an object or an array rendered as JSON.
+JsonText = str | dict[str, object] | list[object]
+
+
+def _text(value: object, path: str, what: str) -> str:
     """A description, instruction or level: a string, an object or an array, rendered."""
     if not isinstance(value, (str, dict, list)):
         raise RequestInvalid(f"{what} must be {TEXT_KINDS}, got {_kind(value)}.", path)
     return render_value(value)
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _instructions(raw: dict[str, Any], path: str) -> str:
-    value = raw.get("instructions")
-    if value is None:
-        raise RequestInvalid("instructions are required (a string, an object or an array), as in upstream's "
-                             "contract, for every question type.", path)
-    if isinstance(value, str) and not value.strip():
-        raise RequestInvalid("instructions must not be empty or only whitespace.", path)
-    return _text(value, path, "instructions")
+def _decoded(value: object, kind: Any, path: str) -> Any:
+    """`value` as the typed body `kind` (msgspec.convert); a mismatch is RequestInvalid naming the field:
+    msgspec's path (`$.criteria.true`) under `path`, or the missing field's name."""
+    try:
+        return msgspec.convert(value, kind)
+    except msgspec.ValidationError as exc:
+        text, at, where = str(exc).partition(" - at `$")
+        missing = re.fullmatch(r"Object missing required field `(.+)`", text)
+        inner = where.removesuffix("`").removeprefix(".") if at else ""
+        field = ".".join(part for part in (path, inner, missing.group(1) if missing else "") if part)
+        hint = ' (type is "noul", "choice" or "score")' if field.endswith(".type") else ""
+        raise RequestInvalid(f"{field or 'the body'}: {text}{hint}.", field) from None
 
 
-def _noul(qid: str, instructions: str, criteria: Any, path: str) -> Question:
-    if criteria is None:
-        return Question(qid, "noul", instructions)
-    if not isinstance(criteria, dict) or not set(criteria) <= {"true", "false"}:
-        raise RequestInvalid('noul criteria must be omitted, null or an object with the keys "true" and/or '
-                             '"false".', path)
-    sides = {key: value for key, value in criteria.items() if value is not None}
-    if not sides:
-        raise RequestInvalid('noul criteria must describe "true", "false" or both, or be left out (upstream\'s '
-                             'contract needs both; one side is our extension).', path)
-    rendered = {key: _text(value, f"{path}.{key}", f"noul criteria {key!r}") for key, value in sides.items()}
-    return Question(qid, "noul", instructions, yes_means=rendered.get("true"), no_means=rendered.get("false"))
+class NoulCriteria(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """noul criteria: what "true" and "false" mean. Upstream needs both; one side is our extension."""
+
+    true: JsonText | None = None
+    false: JsonText | None = None
 
 
-def _choice(qid: str, instructions: str, criteria: Any, path: str) -> Question:
-    if not isinstance(criteria, dict):
-        raise RequestInvalid("choice criteria must be an object mapping option name to description.", path)
-    if not 1 <= len(criteria) <= MAX_CHOICES:
-        raise RequestInvalid(f"choice criteria must have 1 to {MAX_CHOICES} options, got {len(criteria)}.", path)
-    descriptions = tuple(None if value is None else _text(value, f"{path}.{name}", "a choice description")
-                         for name, value in criteria.items())
-    return Question(qid, "choice", instructions, keys=tuple(criteria), descriptions=descriptions)
+class _QuestionBody(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """One question of the request body, decoded once; `question` applies the type's rules and renders it.
+    Unknown fields are ignored, as in a request's top level."""
+
+    instructions: JsonText | None = None
+
+    def rendered_instructions(self, path: str) -> str:
+        if self.instructions is None:
+            raise RequestInvalid("instructions are required (a string, an object or an array), as in upstream's "
+                                 "contract, for every question type.", f"{path}.instructions")
+        if isinstance(self.instructions, str) and not self.instructions.strip():
+            raise RequestInvalid("instructions must not be empty or only whitespace.", f"{path}.instructions")
+        return render_value(self.instructions)
+
+    def question(self, qid: str, path: str) -> Question:
+        raise NotImplementedError
 
 
-def _score(qid: str, instructions: str, criteria: Any, path: str) -> Question:
-    low, high = SCORE_LEVELS
-    if not isinstance(criteria, list):
-        raise RequestInvalid("score criteria must be an array of levels.", path)
-    if not low <= len(criteria) <= high:
-        raise RequestInvalid(f"score criteria must have {low} to {high} levels, got {len(criteria)}.", path)
-    rendered = []
-    for index, level in enumerate(criteria):
-        if isinstance(level, (int, float)) and not isinstance(level, bool):
-            if not math.isfinite(level):
-                raise RequestInvalid("a score level must be a finite number.", f"{path}[{index}]")
-            rendered.append(render_value(level))   # numbers too: our extension of upstream
-        else:
-            rendered.append(_text(level, f"{path}[{index}]", "a score level (or a number)"))
-    return Question(qid, "score", instructions, keys=tuple(str(i) for i in range(len(criteria))),
-                    descriptions=tuple(rendered), levels=tuple(criteria))
+class NoulBody(_QuestionBody, frozen=True, tag="noul"):
+    criteria: NoulCriteria | None = None
+
+    def question(self, qid: str, path: str) -> Question:
+        instructions = self.rendered_instructions(path)
+        if self.criteria is None:
+            return Question(qid, "noul", instructions)
+        yes, no = self.criteria.true, self.criteria.false
+        if yes is None and no is None:
+            raise RequestInvalid('noul criteria must describe "true", "false" or both, or be left out (upstream\'s '
+                                 'contract needs both; one side is our extension).', f"{path}.criteria")
+        return Question(qid, "noul", instructions, yes_means=None if yes is None else render_value(yes),
+                        no_means=None if no is None else render_value(no))
 
 
-BUILDERS = {"noul": _noul, "choice": _choice, "score": _score}
+class ChoiceBody(_QuestionBody, frozen=True, tag="choice"):
+    criteria: dict[str, object]  # option name -> description (a text, or null: the name alone)
+
+    def question(self, qid: str, path: str) -> Question:
+        instructions = self.rendered_instructions(path)
+        options = self.criteria
+        if not 1 <= len(options) <= MAX_CHOICES:
+            raise RequestInvalid(f"choice criteria must have 1 to {MAX_CHOICES} options, got {len(options)}.",
+                                 f"{path}.criteria")
+        descriptions = tuple(None if value is None else _text(value, f"{path}.criteria.{name}", "a choice description")
+                             for name, value in options.items())
+        return Question(qid, "choice", instructions, keys=tuple(options), descriptions=descriptions)
 
 
-def _question(qid: str, raw: Any) -> Question:
-    path = f"questions.{qid}"
-    if not isinstance(raw, dict):
-        raise RequestInvalid("each question must be an object.", path)
-    kind = raw.get("type")
-    if kind not in BUILDERS:
-        raise RequestInvalid('type must be "noul", "choice" or "score".', f"{path}.type")
-    instructions = _instructions(raw, f"{path}.instructions")
-    return BUILDERS[kind](qid, instructions, raw.get("criteria"), f"{path}.criteria")
+class ScoreBody(_QuestionBody, frozen=True, tag="score"):
+    criteria: list[object]  # the levels, lowest first
+
+    def question(self, qid: str, path: str) -> Question:
+        instructions = self.rendered_instructions(path)
+        low, high = SCORE_LEVELS
+        levels = self.criteria
+        if not low <= len(levels) <= high:
+            raise RequestInvalid(f"score criteria must have {low} to {high} levels, got {len(levels)}.",
+                                 f"{path}.criteria")
+        return Question(qid, "score", instructions, keys=tuple(str(i) for i in range(len(levels))),
+                        descriptions=tuple(_level(level, f"{path}.criteria[{i}]") for i, level in enumerate(levels)),
+                        levels=tuple(levels))
 
 
-def _model(body: dict[str, Any], accepted: tuple[str, ...]) -> str:
-    model = body.get("model")
-    if model is None:
-        return MODEL_ALIASES[0]
-    if not isinstance(model, str):
-        raise RequestInvalid("model must be a string or null.", "model")
-    if model not in accepted:
-        raise RequestInvalid(f"unknown model {model!r}; accepted: {', '.join(accepted)} (or no model).", "model")
-    return model
+def _level(level: object, path: str) -> str:
+    """A score level rendered: a text, or a finite number (our extension of upstream)."""
+    if isinstance(level, (int, float)) and not isinstance(level, bool):
+        if not math.isfinite(level):
+            raise RequestInvalid("a score level must be a finite number.", path)
+        return render_value(level)
+    return _text(level, path, "a score level (or a number)")
 
 
-def _candidate_count(questions: list[Question]) -> int:
-    return sum(len(q.keys) if q.type != "noul" else 1 for q in questions)
+QuestionBody = NoulBody | ChoiceBody | ScoreBody
 
 
-def parse_request(body: Any, accepted: tuple[str, ...]) -> tuple[str, Any, list[Question]]:
+class RequestBody(msgspec.Struct, frozen=True, kw_only=True):
+    """The body of POST /v1/systemone, decoded once. Unknown top-level fields are ignored (jevcompat's
+    request.unknown-fields); each question is decoded on its own, so an error names its id."""
+
+    state: JsonText
+    questions: dict[str, object]
+    model: str | None = None
+
+    def model_name(self, accepted: tuple[str, ...]) -> str:
+        """The name the response echoes: the one asked for, or open-jev for none."""
+        if self.model is None:
+            return MODEL_ALIASES[0]
+        if self.model not in accepted:
+            raise RequestInvalid(f"unknown model {self.model!r}; accepted: {', '.join(accepted)} (or no model).",
+                                 "model")
+        return self.model
+
+    def parsed_questions(self) -> list[Question]:
+        if not self.questions:
+            raise RequestInvalid("questions must be a non-empty object mapping id to question.", "questions")
+        if len(self.questions) > MAX_QUESTIONS:
+            raise RequestInvalid(f"at most {MAX_QUESTIONS} questions per request, got {len(self.questions)}.",
+                                 "questions")
+        parsed: list[Question] = []
+        for qid, raw in self.questions.items():
+            body: _QuestionBody = _decoded(raw, QuestionBody, f"questions.{qid}")
+            parsed.append(body.question(qid, f"questions.{qid}"))
+        count = sum(len(q.keys) if q.type != "noul" else 1 for q in parsed)
+        if count > MAX_CANDIDATES:
+            raise RequestInvalid(f"at most {MAX_CANDIDATES} candidate sequences per request, got {count}.",
+                                 "questions")
+        return parsed
+
+
+def parse_request(body: object, accepted: tuple[str, ...]) -> tuple[str, JsonText, list[Question]]:
     """Validate a decoded JSON body; return (model name, state, questions in request order)."""
     if not isinstance(body, dict):
         raise RequestInvalid("the request body must be a JSON object.", "")
-    model = _model(body, accepted)
-    if "state" not in body:
-        raise RequestInvalid("state is required (a string, object or array).", "state")
-    state = body["state"]
-    if not isinstance(state, (str, dict, list)):
-        raise RequestInvalid("state must be a string, object or array.", "state")
-    questions = body.get("questions")
-    if not isinstance(questions, dict) or not questions:
-        raise RequestInvalid("questions must be a non-empty object mapping id to question.", "questions")
-    if len(questions) > MAX_QUESTIONS:
-        raise RequestInvalid(f"at most {MAX_QUESTIONS} questions per request, got {len(questions)}.", "questions")
-    parsed = [_question(str(qid), raw) for qid, raw in questions.items()]
-    count = _candidate_count(parsed)
-    if count > MAX_CANDIDATES:
-        raise RequestInvalid(f"at most {MAX_CANDIDATES} candidate sequences per request, got {count}.", "questions")
-    return model, state, parsed
+    request: RequestBody = _decoded(body, RequestBody, "")
+    return request.model_name(accepted), request.state, request.parsed_questions()
 
 
 # ------------------------------------------------------------ rendering
