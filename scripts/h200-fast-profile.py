@@ -106,7 +106,7 @@ def main() -> int:
     from openjev_repro.backend.fast_layers import parse_fusions
     from openjev_repro.backend.model import DecisionModel, Settings
     from openjev_repro.backend.prompts import MODEL_ALIASES, parse_request
-    from openjev_repro.backend.server import ReferenceServer
+    from openjev_repro.backend.server import ReferenceServer, StaticMeta
     from openjev_repro.study.timed_client import TimedClient
 
     torch.set_num_threads(4)
@@ -181,9 +181,9 @@ def main() -> int:
     print("in-process", json.dumps(result["in_process"]), flush=True)
     save()
 
-    server = ReferenceServer(("127.0.0.1", 0), {"base_model_id": "random-init", "method": "scalar_head",
-                                               "checkpoint_sha256": None, "base_revision": "seed-0",
-                                               "code_commit": "diagnostic"})
+    server = ReferenceServer(("127.0.0.1", 0), StaticMeta(base_model_id="random-init", method="scalar_head",
+                                                          checkpoint_sha256=None, base_revision="seed-0",
+                                                          code_commit="diagnostic"))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     server.attach(model)
     client = TimedClient("127.0.0.1", server.server_address[1], timeout_s=120)

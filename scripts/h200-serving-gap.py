@@ -73,7 +73,7 @@ def main() -> int:
 
     from openjev_repro.backend.model import DecisionModel, Settings
     from openjev_repro.backend.prompts import MODEL_ALIASES, parse_request
-    from openjev_repro.backend.server import ReferenceServer
+    from openjev_repro.backend.server import ReferenceServer, StaticMeta
     from openjev_repro.study.timed_client import TimedClient
 
     torch.set_num_threads(args.torch_threads)
@@ -104,9 +104,9 @@ def main() -> int:
     def on_worker(i: int) -> float:
         return worker.submit(in_process, i).result()
 
-    server = ReferenceServer(("127.0.0.1", 0), {"base_model_id": "random-init", "method": "scalar_head",
-                                               "checkpoint_sha256": None, "base_revision": "seed-0",
-                                               "code_commit": "diagnostic"})
+    server = ReferenceServer(("127.0.0.1", 0), StaticMeta(base_model_id="random-init", method="scalar_head",
+                                                          checkpoint_sha256=None, base_revision="seed-0",
+                                                          code_commit="diagnostic"))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     server.attach(model)
     client = TimedClient("127.0.0.1", server.server_address[1], timeout_s=120)

@@ -35,6 +35,7 @@ from .server import (
     MAX_CONNECTIONS,
     MAX_QUEUE,
     ReferenceServer,
+    StaticMeta,
 )
 
 __all__ = [
@@ -120,8 +121,8 @@ def _event(name: str, **fields: Any) -> None:
 
 
 def _code_commit() -> str:
-    if os.environ.get("OPENJEV_CODE_COMMIT"):
-        return os.environ["OPENJEV_CODE_COMMIT"]
+    if given := os.environ.get("OPENJEV_CODE_COMMIT"):
+        return given
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
                              text=True, timeout=5, check=False)
@@ -130,22 +131,21 @@ def _code_commit() -> str:
         return "unknown"
 
 
-def _static_meta(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+def _static_meta(args: argparse.Namespace) -> tuple[StaticMeta, Any]:
     """Check the checkpoint (cheap, before binding) and collect the metadata that never changes."""
     if parse_fusions(args.fuse) and args.mode != "fast":
         raise ReproError("--fuse is part of fast mode only; use --mode fast or drop the flag.")
     if args.checkpoint is not None:
         package = read_package(args.checkpoint)
-        meta: dict[str, str | None] = {"base_model_id": package.base_model_id, "base_revision": package.base_revision,
-                "checkpoint_sha256": package_sha256(package.root)}
-        return meta, package
+        return StaticMeta(base_model_id=package.base_model_id, base_revision=package.base_revision,
+                          checkpoint_sha256=package_sha256(package.root), method=METHOD,
+                          code_commit=_code_commit()), package
     if args.tokenizer is None:
         raise ReproError("--random-init needs --tokenizer DIR (the fixture's base/ directory will do).")
     if not args.random_init.is_file():
         raise ReproError(f"Model config {args.random_init} does not exist.")
-    meta = {"base_model_id": f"random-init:{args.random_init.stem}", "base_revision": f"seed-{args.seed}",
-            "checkpoint_sha256": None}
-    return meta, None
+    return StaticMeta(base_model_id=f"random-init:{args.random_init.stem}", base_revision=f"seed-{args.seed}",
+                      checkpoint_sha256=None, method=METHOD, code_commit=_code_commit()), None
 
 
 def load_model(args: argparse.Namespace, package: Any) -> DecisionModel:
@@ -215,7 +215,6 @@ def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
     except ReproError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    meta.update(method=METHOD, code_commit=_code_commit())
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)

@@ -61,6 +61,8 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import msgspec
+
 from ..limits import JsonLimitError, NonFiniteNumber, has_lone_surrogate, loads_bounded
 from .auth import ApiKey
 from .model_queue import MAX_QUEUE, ModelQueue, Ticket
@@ -79,6 +81,7 @@ __all__ = [
     "MAX_QUEUE",
     "ComputeDeadline",
     "ReferenceServer",
+    "StaticMeta",
 ]
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -154,12 +157,22 @@ def compute_deadline_s(compute_timeout_s: float, candidates: int) -> float:
     return compute_timeout_s * max(1, -(-candidates // DEADLINE_CANDIDATES))
 
 
+class StaticMeta(msgspec.Struct, frozen=True, kw_only=True):
+    """What never changes while the server runs, in every response's metadata and in /health."""
+
+    base_model_id: str
+    base_revision: str | None
+    checkpoint_sha256: str | None  # None for --random-init
+    method: str
+    code_commit: str
+
+
 class ReferenceServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = LISTEN_BACKLOG  # socketserver's 5 made a burst's sixth connection wait ~1 s (SYN retry)
 
-    def __init__(self, address: tuple[str, int], static_meta: dict[str, Any], *,
+    def __init__(self, address: tuple[str, int], static_meta: StaticMeta, *,
                  idle_timeout_s: float = IDLE_TIMEOUT_S, header_timeout_s: float = HEADER_TIMEOUT_S,
                  max_connections: int = MAX_CONNECTIONS, max_candidates: int = MAX_CANDIDATES,
                  compute_timeout_s: float = COMPUTE_TIMEOUT_S, max_queue: int = MAX_QUEUE,
@@ -172,8 +185,8 @@ class ReferenceServer(ThreadingHTTPServer):
         self._slots = threading.BoundedSemaphore(max_connections)
         self.model: Any = None
         self.status = "loading"
-        self.static_meta = static_meta          # checkpoint_sha256, base_revision, code_commit, ...
-        self.model_names: tuple[str, ...] = accepted_models(static_meta["base_model_id"])
+        self.static_meta = static_meta
+        self.model_names: tuple[str, ...] = accepted_models(static_meta.base_model_id)
         self.queue = ModelQueue(max_queue)  # inferences one at a time, in arrival order, bounded
         self.deadlines = Deadlines()
         self.served = 0
@@ -218,20 +231,20 @@ class ReferenceServer(ThreadingHTTPServer):
     def models(self) -> dict[str, Any]:
         """GET /v1/models: the names this server answers to, as a list of the OpenAI shape (`data`) and of
         the official SDK's (`models`: name, description, release_date; no release date is known: "")."""
-        base = self.static_meta["base_model_id"]
+        meta = self.static_meta
         data = [{"id": name, "object": "model", "owned_by": "openjev-repro"} for name in self.model_names]
-        models = [{"name": name, "description": f"Open-Jev DecisionModel on {base} ({self.static_meta['method']})",
+        models = [{"name": name, "description": f"Open-Jev DecisionModel on {meta.base_model_id} ({meta.method})",
                    "release_date": ""} for name in self.model_names]
         return {"object": "list", "data": data, "models": models}
 
     def health(self, authorized: bool = True) -> tuple[int, dict[str, Any]]:
         """GET /health: the whole report, or without the API key only the contract's fields."""
         if self.status == "ready" and not authorized:
-            return 200, {"status": "ready", "model": MODEL_ALIASES[0], "method": self.static_meta["method"]}
+            return 200, {"status": "ready", "model": MODEL_ALIASES[0], "method": self.static_meta.method}
         if self.status != "ready":
-            return 503, {"status": self.status, "model": self.static_meta["base_model_id"]}
-        return 200, {"status": "ready", "model": MODEL_ALIASES[0], "method": self.static_meta["method"],
-                     "base_model": self.static_meta["base_model_id"], "max_length": self.model.settings.max_length,
+            return 503, {"status": self.status, "model": self.static_meta.base_model_id}
+        return 200, {"status": "ready", "model": MODEL_ALIASES[0], "method": self.static_meta.method,
+                     "base_model": self.static_meta.base_model_id, "max_length": self.model.settings.max_length,
                      "served": self.served, "busy": self.queue.busy, **self.model.describe(),
                      "auth": "none" if self.api_key is None else "bearer",
                      "serving": self.queue.describe()}
@@ -281,14 +294,14 @@ class ReferenceServer(ThreadingHTTPServer):
                                   "sequences; send fewer candidates per request.") from None
 
     def _metadata(self, seconds: float, tokens: list[int]) -> dict[str, Any]:
-        model = self.model
-        return {"method": self.static_meta["method"], "temperature": model.temperature,
+        model, meta = self.model, self.static_meta
+        return {"method": meta.method, "temperature": model.temperature,
                 "candidate_sequences": len(tokens), "candidate_tokens": tokens,
                 "inference_seconds": seconds, "prefix_cache": False,
-                "checkpoint_sha256": self.static_meta["checkpoint_sha256"],
-                "base_revision": self.static_meta["base_revision"], "max_length": model.settings.max_length,
+                "checkpoint_sha256": meta.checkpoint_sha256,
+                "base_revision": meta.base_revision, "max_length": model.settings.max_length,
                 "backbone_parameter_dtypes": model.backbone_dtypes(),
-                "code_commit": self.static_meta["code_commit"], "mode": model.settings.mode,
+                "code_commit": meta.code_commit, "mode": model.settings.mode,
                 "prompt_format": model.settings.prompt_format,
                 "device": str(model.device), "implementations": model.info["implementations"],
                 "cuda_graphs": model.graphs.stats() if model.graphs else None}
