@@ -12,10 +12,10 @@ import threading
 
 import httpx
 
-from openjev_repro.backend.server import ReferenceServer
+from openjev_repro.backend.server import ReferenceServer, StaticMeta
 
-META = {"base_model_id": "none", "method": "scalar_head", "checkpoint_sha256": None, "base_revision": None,
-        "code_commit": None}
+META = StaticMeta(base_model_id="none", method="scalar_head", checkpoint_sha256=None, base_revision=None,
+                  code_commit="test")
 
 
 class RecordingServer(ReferenceServer):

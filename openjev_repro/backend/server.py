@@ -58,6 +58,9 @@ import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from email.message import Message
+from email.utils import formatdate
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -129,6 +132,39 @@ class Deadlines:
                 callbacks = [self._due.pop(k)[1] for k in expired]
             for callback in callbacks:
                 callback()
+
+
+class RequestHead(msgspec.Struct, frozen=True):
+    """What the server reads of a request's headers, read once per request."""
+
+    lengths: tuple[str, ...]  # every Content-Length given
+    codings: tuple[str, ...]  # every Transfer-Encoding given
+    authorization: str | None
+
+    @classmethod
+    def of(cls, headers: Message) -> RequestHead:
+        return cls(tuple(headers.get_all("Content-Length") or ()), tuple(headers.get_all("Transfer-Encoding") or ()),
+                   headers.get("Authorization"))
+
+    def framing_problem(self) -> tuple[int, str] | None:
+        """An ambiguous or unsupported body framing (RFC 9112 section 6): (status, message), else None."""
+        lengths, codings = self.lengths, self.codings
+        if codings and lengths:
+            return 400, "a request with both Transfer-Encoding and Content-Length is ambiguous."
+        if len(lengths) > 1:
+            return 400, "a request with more than one Content-Length header is ambiguous."
+        if codings:
+            if ",".join(codings).strip().lower() == "chunked":
+                return 411, "send the body with a Content-Length, not chunked."
+            return 400, f"Transfer-Encoding {','.join(codings)[:40]!r} is not supported; send a Content-Length."
+        if lengths and not re.fullmatch(r"[0-9]{1,18}", lengths[0].strip()):
+            return 400, "Content-Length is not a non-negative integer."
+        return None
+
+    @property
+    def content_length(self) -> int:
+        """The body's length once framing_problem() found none (0 without a Content-Length)."""
+        return int(self.lengths[0]) if self.lengths and self.lengths[0].strip().isdigit() else 0
 
 
 class ComputeDeadline(Exception):
@@ -289,9 +325,9 @@ class ReferenceServer(ThreadingHTTPServer):
             return self.model_thread.submit(self.model.answer, state, questions, bounded).result()
         except ComputeDeadline:
             raise ComputeDeadline(f"the inference ran past this server's compute deadline of {allowed:g} s "
-                                  f"({self.compute_timeout_s:g} s per {DEADLINE_CANDIDATES} candidates, "
-                                  f"--compute-timeout) after {bounded.scored} of {len(candidates)} candidate "
-                                  "sequences; send fewer candidates per request.") from None
+                                  f"(--compute-timeout) after {bounded.scored} of {len(candidates)} candidate "
+                                  f"sequences ({self.compute_timeout_s:g} s per started {DEADLINE_CANDIDATES}); "
+                                  "send fewer candidates per request.") from None
 
     def _metadata(self, seconds: float, tokens: list[int]) -> dict[str, Any]:
         model, meta = self.model, self.static_meta
@@ -353,6 +389,19 @@ def _error(kind: str, message: str, field: str | None = None) -> dict[str, Any]:
     return {"error": error}
 
 
+_PHRASES = {status.value: status.phrase for status in HTTPStatus}
+_SERVER = f"{BaseHTTPRequestHandler.server_version} {BaseHTTPRequestHandler.sys_version}"
+_date = (0, "")  # (second, its HTTP date): formatted once a second, not per response
+
+
+def _http_date() -> str:
+    global _date
+    now = int(time.time())
+    if _date[0] != now:
+        _date = (now, formatdate(now, usegmt=True))
+    return _date[1]
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     wbufsize = 1 << 16  # head and body leave in one send (handle_one_request flushes after each response)
@@ -401,60 +450,41 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        """The response, head and body, in one write: the head formatted at once (send_response and
+        send_header format the date and log per call and write per header)."""
         try:
             data = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
         except ValueError:  # a NaN or infinity in an answer: never sent as non-standard JSON
             status, payload = 500, _error("inference_error", "the answer holds a non-finite number.")
             data = json.dumps(payload).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
+        extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items()) if headers else ""
         if self.close_connection:
-            self.send_header("Connection", "close")
+            extra += "Connection: close\r\n"
         elif self.request_version == "HTTP/1.0":  # kept open on request: say so, or the client waits for a close
-            self.send_header("Connection", "keep-alive")
-        self.end_headers()
-        self.wfile.write(data)
+            extra += "Connection: keep-alive\r\n"
+        head = (f"HTTP/1.1 {status} {_PHRASES[status]}\r\nServer: {_SERVER}\r\nDate: {_http_date()}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n{extra}\r\n")
+        self.wfile.write(head.encode("latin-1") + data)
 
-    def _framing(self) -> tuple[int, str] | None:
-        """An ambiguous or unsupported body framing (RFC 9112 section 6): (status, message), else None."""
-        lengths = self.headers.get_all("Content-Length") or []
-        codings = self.headers.get_all("Transfer-Encoding") or []
-        if codings and lengths:
-            return 400, "a request with both Transfer-Encoding and Content-Length is ambiguous."
-        if len(lengths) > 1:
-            return 400, "a request with more than one Content-Length header is ambiguous."
-        if codings:
-            if ",".join(codings).strip().lower() == "chunked":
-                return 411, "send the body with a Content-Length, not chunked."
-            return 400, f"Transfer-Encoding {','.join(codings)[:40]!r} is not supported; send a Content-Length."
-        if lengths and not re.fullmatch(r"[0-9]{1,18}", lengths[0].strip()):
-            return 400, "Content-Length is not a non-negative integer."
-        return None
-
-    def _content_length(self) -> int:
-        return int((self.headers.get("Content-Length") or "0").strip())
-
-    def _authorized(self) -> bool:
+    def _authorized(self, head: RequestHead) -> bool:
+        """No key asked, or the request carries it; else answer 401 and say False."""
         key = self.server.api_key
-        return key is None or key.admits(self.headers.get("Authorization"))
-
-    def _refuse_unauthorized(self) -> None:
-        assert self.server.api_key is not None
-        body = self.server.api_key.refusal(self.headers.get("Authorization"))
-        self._send(401, body, {"WWW-Authenticate": 'Bearer realm="openjev-repro"'})
+        if key is None or key.admits(head.authorization):
+            return True
+        self._send(401, key.refusal(head.authorization), {"WWW-Authenticate": 'Bearer realm="openjev-repro"'})
+        return False
 
     def do_GET(self) -> None:
         self._received()
-        if self._framing() or self.headers.get("Content-Length", "0").strip() not in ("", "0"):
+        head = RequestHead.of(self.headers)
+        if head.framing_problem() or head.content_length:
             self.close_connection = True  # a body on a GET is never read: it must not become the next request
         path = self.path.split("?", 1)[0]
         if path == "/health":
-            self._send(*self.server.health(self._authorized()))
-        elif not self._authorized():
-            self._refuse_unauthorized()
+            key = self.server.api_key
+            self._send(*self.server.health(authorized=key is None or key.admits(head.authorization)))
+        elif not self._authorized(head):
+            return
         elif path == "/v1/models":
             self._send(200, self.server.models())
         else:
@@ -462,19 +492,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
-        problem = self._framing()
+        head = RequestHead.of(self.headers)
+        problem = head.framing_problem()
         if problem:
             self.close_connection = True  # the body's end is unknown: nothing more is read from this connection
             self._send(problem[0], _error("length_required" if problem[0] == 411 else "bad_request", problem[1]))
             return
-        if path not in INFERENCE_PATHS or not self._authorized():
-            self._drain_or_close()
+        length = head.content_length
+        key = self.server.api_key
+        if path not in INFERENCE_PATHS or (key is not None and not key.admits(head.authorization)):
+            self._drain_or_close(length)  # an unread body must not be read as the next request
             if path not in INFERENCE_PATHS:
                 self._send(404, _error("not_found", f"no endpoint {path}; POST to /v1/systemone."))
             else:
-                self._refuse_unauthorized()
+                self._authorized(head)
             return
-        length = self._content_length()
         if length > MAX_BODY_BYTES:
             self.close_connection = True  # the unread body must not be parsed as the next request
             self._send(413, _error("payload_too_large", f"the body has {length} bytes, over the "
@@ -507,8 +539,7 @@ class _Handler(BaseHTTPRequestHandler):
         waited = ticket.queue_ms
         self._send(status, payload, None if waited is None else {"X-Queue-Time-Ms": f"{waited:.3f}"})
 
-    def _drain_or_close(self) -> None:
-        length = self._content_length()  # framing checked first
+    def _drain_or_close(self, length: int) -> None:
         if length <= MAX_BODY_BYTES:
             self.rfile.read(length)
         else:
