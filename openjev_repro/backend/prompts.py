@@ -118,17 +118,21 @@ def _kind(value: object) -> str:
 
 
 def _decoded(value: object, kind: Any, path: str) -> Any:
-    """`value` as the typed body `kind` (msgspec.convert); a mismatch is RequestInvalid naming the field:
-    msgspec's path (`$.criteria.true`) under `path`, or the missing field's name."""
+    """`value` as the typed body `kind` (msgspec.convert); a mismatch is RequestInvalid naming the field."""
     try:
         return msgspec.convert(value, kind)
     except msgspec.ValidationError as exc:
-        text, at, where = str(exc).partition(" - at `$")
-        missing = re.fullmatch(r"Object missing required field `(.+)`", text)
-        inner = where.removesuffix("`").removeprefix(".") if at else ""
-        field = ".".join(part for part in (path, inner, missing.group(1) if missing else "") if part)
-        hint = ' (type is "noul", "choice" or "score")' if field.endswith(".type") else ""
-        raise RequestInvalid(f"{field or 'the body'}: {text}{hint}.", field) from None
+        raise _invalid(exc, path) from None
+
+
+def _invalid(exc: msgspec.ValidationError, path: str) -> RequestInvalid:
+    """msgspec's mismatch as RequestInvalid: its path (`$.criteria.true`) under `path`, or the missing field."""
+    text, at, where = str(exc).partition(" - at `$")
+    missing = re.fullmatch(r"Object missing required field `(.+)`", text)
+    inner = where.removesuffix("`").removeprefix(".") if at else ""
+    field = ".".join(part for part in (path, inner, missing.group(1) if missing else "") if part)
+    hint = ' (type is "noul", "choice" or "score")' if field.endswith(".type") else ""
+    return RequestInvalid(f"{field or 'the body'}: {text}{hint}.", field)
 
 
 class NoulCriteria(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -213,12 +217,24 @@ QuestionBody = NoulBody | ChoiceBody | ScoreBody
 
 
 class RequestBody(msgspec.Struct, frozen=True, kw_only=True):
-    """The body of POST /v1/systemone, decoded once. Unknown top-level fields are ignored (jevcompat's
-    request.unknown-fields); each question is decoded on its own, so an error names its id."""
+    """The body of POST /v1/systemone, decoded once (one msgspec.convert). Unknown top-level fields are
+    ignored (jevcompat's request.unknown-fields). msgspec's error path does not name a map's key, so
+    `decode` finds a failing question again on its own to name its id."""
 
     state: JsonText
-    questions: dict[str, object]
+    questions: dict[str, QuestionBody]
     model: str | None = None
+
+    @classmethod
+    def decode(cls, body: object) -> RequestBody:
+        try:
+            return msgspec.convert(body, cls)
+        except msgspec.ValidationError as exc:
+            if str(exc).endswith("`$.questions[...]`") or "`$.questions[...]." in str(exc):
+                assert isinstance(body, dict)
+                for qid, raw in body["questions"].items():
+                    _decoded(raw, QuestionBody, f"questions.{qid}")
+            raise _invalid(exc, "") from None
 
     def model_name(self, accepted: tuple[str, ...]) -> str:
         """The name the response echoes: the one asked for, or open-jev for none."""
@@ -235,10 +251,7 @@ class RequestBody(msgspec.Struct, frozen=True, kw_only=True):
         if len(self.questions) > MAX_QUESTIONS:
             raise RequestInvalid(f"at most {MAX_QUESTIONS} questions per request, got {len(self.questions)}.",
                                  "questions")
-        parsed: list[Question] = []
-        for qid, raw in self.questions.items():
-            body: _QuestionBody = _decoded(raw, QuestionBody, f"questions.{qid}")
-            parsed.append(body.question(qid, f"questions.{qid}"))
+        parsed = [body.question(qid, f"questions.{qid}") for qid, body in self.questions.items()]
         count = sum(len(q.keys) if q.type != "noul" else 1 for q in parsed)
         if count > MAX_CANDIDATES:
             raise RequestInvalid(f"at most {MAX_CANDIDATES} candidate sequences per request, got {count}.",
@@ -250,7 +263,7 @@ def parse_request(body: object, accepted: tuple[str, ...]) -> tuple[str, JsonTex
     """Validate a decoded JSON body; return (model name, state, questions in request order)."""
     if not isinstance(body, dict):
         raise RequestInvalid("the request body must be a JSON object.", "")
-    request: RequestBody = _decoded(body, RequestBody, "")
+    request = RequestBody.decode(body)
     return request.model_name(accepted), request.state, request.parsed_questions()
 
 
