@@ -127,6 +127,26 @@ def test_verify_recomputes_the_family_table(traced_run):
     assert all(c.passed is not False for c in checks.values()), [c for c in checks.values() if c.passed is False]
 
 
+def test_the_report_shows_the_kernel_families_as_a_table_and_a_plot(traced_run, tmp_path):
+    from openjev_repro.results.report import write_report
+
+    run, _, _ = traced_run
+    text = run.file("report.md").read_text()
+    section = text.split("## Kernel families (traces)", 1)[1].split("\n## ", 1)[0]
+    assert "107 tokens (2 traces of fast, 2 traces of fast-fused):" in section
+    assert "| family | fast ms (CPU ops) | fast-fused ms (CPU ops) | fast-fused vs fast |" in section
+    table = read_kernel_families(run.path)
+    assert table is not None
+    silu = [t.families["silu"] for t in table.at("fast", 110)]
+    mean_ms = sum(f.time_us for f in silu) / len(silu) / 1000
+    assert f"| silu | {mean_ms:.3f} (" in section.split("110 tokens", 1)[1]
+    assert "graph launches / kernel launches / graph captures: fast 0 / 0 / 0; fast-fused 0 / 0 / 0." in section
+    assert run.file("kernel_families.png").read_bytes()[:4] == b"\x89PNG"
+    rendered = write_report(run.path, tmp_path / "again")  # the signed report and plot render again byte for byte
+    assert rendered.read_bytes() == run.file("report.md").read_bytes()
+    assert (tmp_path / "again/kernel_families.png").read_bytes() == run.file("kernel_families.png").read_bytes()
+
+
 def _changed_copy(run_path: Path, tmp_path: Path) -> Path:
     """A copy of the run whose first trace has one kernel event 1 µs longer (a valid trace, other numbers)."""
     copy = tmp_path / "copy"
