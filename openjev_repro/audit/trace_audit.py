@@ -9,6 +9,7 @@ that traces.json does not list fails too. Runs without torch traces get no check
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,9 @@ def _outcome(passed: bool | None, detail: str) -> list[Outcome]:
     return [(CHECK_NAME, passed, detail)]
 
 
-def kernel_families_recomputed(run_dir: Path, recipe: Recipe, aggregate_only: bool) -> list[Outcome]:
+def kernel_families_recomputed(run_dir: Path, recipe: Recipe, aggregate_only: bool,
+                               first_difference: Callable[[Any, Any], str | None]) -> list[Outcome]:
+    """The check's outcome (none for a run without torch traces); `first_difference(ours, signed)` is verify's."""
     run_dir = Path(run_dir)
     signed = read_kernel_families(run_dir)
     if signed is None:
@@ -62,29 +65,8 @@ def kernel_families_recomputed(run_dir: Path, recipe: Recipe, aggregate_only: bo
         more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
         return _outcome(False, f"trace files changed since {FAMILIES_FILE} was computed (sha256 differs): "
                                f"{', '.join(changed[:4])}{more}")
-    difference = _first_difference(ours.to_json(), signed.to_json())
+    difference = first_difference(ours.to_json(), signed.to_json())
     if difference:
         return _outcome(False, f"recomputed from the trace files, {FAMILIES_FILE} differs at {difference}")
     return _outcome(True, f"{len(ours.traces)} traces: sha256, kernel counts, launches and "
                           f"{len(ours.families)} families' device time equal {FAMILIES_FILE}")
-
-
-def _first_difference(ours: Any, signed: Any, path: str = "") -> str | None:
-    """The path of the first value that differs (dict keys sorted, list items in order), else None."""
-    if isinstance(ours, dict) and isinstance(signed, dict):
-        for key in sorted(set(ours) | set(signed)):
-            found = _first_difference(ours.get(key), signed.get(key), f"{path}.{key}")
-            if found:
-                return found
-        return None
-    if isinstance(ours, list) and isinstance(signed, list):
-        if len(ours) != len(signed):
-            return f"{path or '$'} ({len(ours)} recomputed against {len(signed)} signed)"
-        for number, (a, b) in enumerate(zip(ours, signed, strict=True)):
-            found = _first_difference(a, b, f"{path}[{number}]")
-            if found:
-                return found
-        return None
-    if type(ours) is not type(signed) or ours != signed:
-        return f"{path or '$'} ({str(ours)[:70]} recomputed, {str(signed)[:70]} signed)"
-    return None

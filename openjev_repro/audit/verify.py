@@ -880,7 +880,7 @@ def _recomputed(ev: Evidence, predicate: dict, aggregate_only: bool,
 
 
 def _kernel_families(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check]:
-    return [Check(*outcome) for outcome in _trace_outcomes(ev.run.path, ev.recipe, aggregate_only)]  # issue 43
+    return [Check(*outcome) for outcome in _trace_outcomes(ev.run.path, ev.recipe, aggregate_only, first_difference)]
 
 
 def _load_levels(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check]:

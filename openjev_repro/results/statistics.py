@@ -594,7 +594,8 @@ def summarize(rows: RowTable | Iterable[Row], recipe: Recipe, gpu: list[dict] | 
     """The content of summary.json: a pure, deterministic function of the rows and the recipe
     (and of gpu.jsonl's events where the run has one: `energy` and `gpu_state`).
 
-    `rows` is a RowTable (`row_table.read_table`) or any iterable of Row objects."""
+    `rows` is a RowTable (`row_table.read_table`) or any iterable of Row objects. `kernel_families` is
+    the run's kernel-families.json (`trace_gates.trace_inputs`), read by the trace gates only."""
     index = _Index(as_table(rows), recipe)
     index.kernel_families = kernel_families  # the trace gates' data (results/trace_gates.trace_inputs)
     workloads = {w.name: _workload_summary(index, recipe, w.name) for w in recipe.workloads}
