@@ -245,3 +245,19 @@ def test_the_committed_packed_silu_recipe_loads():
     kinds = {g.kind for g in recipe.gates}
     assert {"kernel_time_reduction", "graph_replay", "decisions_unchanged", "max_probability_delta",
             "mean_reduction"} <= kinds
+
+
+def test_nsys_traces_are_recorded_as_not_taken(tmp_path, fixture_root, monkeypatch):
+    from openjev_repro.study.traces import write_trace_families
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no nsys here, even on a host with Nsight
+    root = tmp_path / "inputs"
+    root.mkdir()
+    recipe = parse_recipe(json.dumps(_recipe(root, _inputs(fixture_root, root), profiler="nsys")), "traced.yaml")
+    run = tmp_path / "run"
+    run.mkdir()
+    write_trace_families(run, recipe, root)
+    skipped = json.loads((run / "traces/skipped.json").read_text())
+    assert skipped["status"] == "skipped" and "not on PATH" in skipped["reason"]
+    assert len(skipped["planned"]) == 3 * 2 * 2  # 3 backends, 2 lengths, 2 each
+    assert not (run / "kernel-families.json").exists()

@@ -145,7 +145,7 @@ class TracesRecord(_Record, frozen=True):
     format_version: Literal[2]
     profiler: Literal["torch"]
     header: str
-    entries: list[TraceEntry]
+    entries: Annotated[list[TraceEntry], msgspec.Meta(max_length=100_000)]
 
 
 class FamilyFigures(_Record, frozen=True):

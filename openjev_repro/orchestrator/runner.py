@@ -316,7 +316,7 @@ def _execute(ctx: StudyRun) -> None:
     with _step(ctx.run, "calibration"):
         step_calibration(ctx)
     step_backends(ctx)
-    write_trace_families(ctx.run.path, ctx.recipe)  # kernel-families.json from traces/ (issue 43)
+    write_trace_families(ctx.run.path, ctx.recipe, ctx.root)  # kernel-families.json from traces/ (issue 43)
     with _step(ctx.run, "summary"):
         step_summary(ctx)
     step_sign(ctx)

@@ -158,10 +158,10 @@ class TraceTarget:
                 and self.backend in (traces.backends or [b.name for b in self.recipe.backends]))
 
 
-def _token_counts(target: TraceTarget, traces: Traces) -> list[int]:
+def _token_counts(root: Path, traces: Traces) -> list[int]:
     if traces.token_counts is None:
         raise RecipeError("traces.token_counts is required: traced requests are picked by their input token count.")
-    path = target.root / traces.token_counts
+    path = root / traces.token_counts
     try:
         counts = json.loads(path.read_text(encoding="utf-8"))["input_tokens"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -224,7 +224,7 @@ def trace_backend(target: TraceTarget, say: Callable[[str], None]) -> None:
         return
     traces = target.recipe.traces
     assert traces is not None
-    items = [i for i in plan_traces(target.recipe, _token_counts(target, traces)) if i.backend == target.backend]
+    items = [i for i in plan_traces(target.recipe, _token_counts(target.root, traces)) if i.backend == target.backend]
     requests = target.requests[traces.workload]
     reason = _not_traceable(target.health)
     timeout = target.recipe.protocol.request_timeout_s + 120.0  # the profiler's own work comes on top
@@ -251,8 +251,20 @@ def _record(run_dir: Path, entries: list[TraceEntry]) -> None:
     write_json_atomic(run_dir / TRACES_RECORD, record.to_json(), indent=1, sort_keys=True)
 
 
-def write_trace_families(run_dir: Path, recipe: Recipe) -> None:
-    """kernel-families.json once every backend is traced (torch profiler only)."""
+def write_trace_families(run_dir: Path, recipe: Recipe, root: Path) -> None:
+    """After every backend: kernel-families.json from the torch profiler's traces, or, for `nsys`,
+    traces/skipped.json saying why no trace was taken (the runner does not launch under nsys)."""
     traces = recipe.traces
-    if traces is not None and traces.enabled and traces.profiler == "torch":
+    if traces is None or not traces.enabled:
+        return
+    if traces.profiler == "torch":
         write_kernel_families(run_dir, traces.families)
+        return
+    counts = _token_counts(root, traces)
+    reason = ("Nsight Systems (nsys) is not on PATH on this host" if shutil.which("nsys") is None else
+              "the study runner does not launch backends under Nsight Systems; run study.traces.run_traces "
+              "by hand, or trace our backend with traces.profiler torch (docs/traces.md)")
+    out = run_dir / "traces"
+    out.mkdir(exist_ok=True)
+    _write(out / "skipped.json", {"format_version": TRACES_FORMAT_VERSION, "status": "skipped", "reason": reason,
+                                  "planned": [i.to_dict() for i in plan_traces(recipe, counts)]})
