@@ -261,3 +261,20 @@ def test_nsys_traces_are_recorded_as_not_taken(tmp_path, fixture_root, monkeypat
     assert skipped["status"] == "skipped" and "not on PATH" in skipped["reason"]
     assert len(skipped["planned"]) == 3 * 2 * 2  # 3 backends, 2 lengths, 2 each
     assert not (run / "kernel-families.json").exists()
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ('{"input_tokens": [107, "936"]}', r"\$\.input_tokens\[1\]"),
+    ('{"input_tokens": [107, -1]}', r"\$\.input_tokens\[1\]"),
+    ('[107]', "Expected `object`"),
+    ('{"input_tokens": [1e999]}', "input_tokens"),
+])
+def test_a_bad_token_counts_file_is_one_recipe_error(tmp_path, fixture_root, content, message):
+    root = tmp_path / "inputs"
+    root.mkdir()
+    recipe = parse_recipe(json.dumps(_recipe(root, _inputs(fixture_root, root))), "traced.yaml")
+    (root / "tokens.json").write_text(content)
+    target = TraceTarget(tmp_path, root, recipe, "fast", "127.0.0.1", 9, {"status": "ready"}, {"mixed": []})
+    with pytest.raises(RecipeError, match=message) as caught:
+        trace_backend(target, print)
+    assert "\n" not in str(caught.value)

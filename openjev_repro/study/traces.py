@@ -24,13 +24,14 @@ traces.json of the torch profiler: format 2 (evidence/kernel_families.py).
 from __future__ import annotations
 
 import http.client
-import json
 import shutil
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Annotated, Protocol
+
+import msgspec
 
 from ..errors import BackendError, RecipeError
 from ..evidence.files import write_json_atomic
@@ -158,26 +159,54 @@ class TraceTarget:
                 and self.backend in (traces.backends or [b.name for b in self.recipe.backends]))
 
 
+class _TokenCounts(msgspec.Struct):
+    """traces.token_counts: {"input_tokens": [...]} in request order (other keys, e.g. `source`, ignored)."""
+
+    input_tokens: list[Annotated[int, msgspec.Meta(ge=0, le=10_000_000)]]
+
+
+class _TraceControl(msgspec.Struct):
+    allowed: bool = False
+
+
+class _Health(msgspec.Struct):
+    """The part of a backend's /health the trace step reads: our backend's `tracing` (backend/tracing.py)."""
+
+    tracing: _TraceControl | None = None
+
+
+class _Usage(msgspec.Struct):
+    input_tokens: int | None = None
+
+
+class _Answer(msgspec.Struct):
+    """The part of a traced request's answer the trace step checks."""
+
+    usage: _Usage = msgspec.field(default_factory=_Usage)
+
+
 def _token_counts(root: Path, traces: Traces) -> list[int]:
     if traces.token_counts is None:
         raise RecipeError("traces.token_counts is required: traced requests are picked by their input token count.")
     path = root / traces.token_counts
     try:
-        counts = json.loads(path.read_text(encoding="utf-8"))["input_tokens"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RecipeError(f"traces.token_counts {path}: not a JSON object with input_tokens ({exc}).") from None
-    if not isinstance(counts, list) or not all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
-        raise RecipeError(f"traces.token_counts {path}: input_tokens is not a list of integers.")
-    return counts
+        return msgspec.json.decode(path.read_bytes(), type=_TokenCounts).input_tokens
+    except OSError as exc:
+        raise RecipeError(f"traces.token_counts {path}: {exc.strerror or exc}.") from None
+    except msgspec.DecodeError as exc:  # ValidationError included: says the field, e.g. `$.input_tokens[3]`
+        raise RecipeError(f"traces.token_counts {path}: {exc}.") from None
 
 
 def _not_traceable(health: dict) -> str | None:
     """Why this backend's requests cannot be traced from the study, or None when they can."""
-    tracing = health.get("tracing")
-    if not isinstance(tracing, dict):
+    try:
+        tracing = msgspec.convert(health, _Health).tracing
+    except msgspec.ValidationError as exc:
+        return f"the backend's /health `tracing` is not our trace control's ({exc})"
+    if tracing is None:
         return ("the backend has no trace control (/health has no `tracing`): a backend that is not ours "
                 "cannot be traced from outside; Nsight Systems wrapping its process is the way, where nsys exists")
-    if tracing.get("allowed") is not True:
+    if not tracing.allowed:
         return "our backend was started without --trace-dir (recipe: add --trace-dir {run}/traces to its command)"
     return None
 
@@ -210,11 +239,10 @@ def _traced_request(target: TraceTarget, item: TraceItem, request: Request, time
     return relative
 
 
-def _input_tokens(body: bytes) -> object:
+def _input_tokens(body: bytes) -> int | None:
     try:
-        usage = json.loads(body).get("usage")
-        return usage.get("input_tokens") if isinstance(usage, dict) else None
-    except (ValueError, AttributeError):
+        return msgspec.json.decode(body, type=_Answer).usage.input_tokens
+    except msgspec.DecodeError:
         return None
 
 
