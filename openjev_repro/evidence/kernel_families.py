@@ -107,6 +107,17 @@ class TraceMeta(_Record, frozen=True):
     graphs_before: GraphStats | None
     graphs_after: GraphStats | None
 
+    @property
+    def device_events(self) -> Literal["kernel", "cpu_op"]:
+        """What counts as a kernel: device kernels on CUDA, CPU ops on a CPU."""
+        return "kernel" if self.device.startswith("cuda") else "cpu_op"
+
+    def captures(self) -> int:
+        """Graphs the backend captured during the traced request (its own counter)."""
+        if self.graphs_before is None or self.graphs_after is None:
+            return 0
+        return self.graphs_after.captures - self.graphs_before.captures
+
 
 class _Event(msgspec.Struct):
     """One Kineto chrome-trace event; Kineto writes many more keys, which are not read."""
@@ -120,6 +131,23 @@ class _Event(msgspec.Struct):
 class _Trace(msgspec.Struct):
     traceEvents: list[_Event]  # Kineto's key
     openjev: TraceMeta | msgspec.UnsetType = msgspec.UNSET
+
+    def meta(self) -> TraceMeta:
+        if isinstance(self.openjev, msgspec.UnsetType):
+            raise EvidenceError("the trace has no `openjev` key: it was not written by our backend's trace control")
+        return self.openjev
+
+    def kernels(self, kind: str) -> list[_Event]:
+        """The complete events of one category, each with a duration."""
+        found = [e for e in self.traceEvents if e.cat == kind and e.ph == "X"]
+        bad = next((e for e in found if not 0 <= e.dur <= 1e15), None)
+        if bad is not None:
+            raise EvidenceError(f"a {kind} event ({bad.name[:60]!r}) lasts {bad.dur!r} µs, not a duration")
+        return found
+
+    def calls(self, api: re.Pattern[str]) -> int:
+        """Runtime and driver API calls whose whole name matches `api`."""
+        return sum(1 for e in self.traceEvents if e.cat in _API_CATEGORIES and api.fullmatch(e.name))
 
 
 class TraceEntry(_Record, frozen=True):
@@ -225,28 +253,18 @@ def _read_trace(path: Path, where: str) -> tuple[_Trace, str]:
     return _decode(data, _Trace, where), hashlib.sha256(raw).hexdigest()
 
 
+def _family(kernels: list[_Event], patterns: list[re.Pattern[str]]) -> FamilyFigures:
+    members = [e.dur for e in kernels if any(p.search(e.name) for p in patterns)]
+    return FamilyFigures(kernels=len(members), time_us=math.fsum(members))
+
+
 def _figures(trace: _Trace, patterns: dict[str, list[re.Pattern[str]]]) -> dict:
-    meta = trace.openjev
-    if isinstance(meta, msgspec.UnsetType):
-        raise EvidenceError("the trace has no `openjev` key: it was not written by our backend's trace control")
-    kind = "kernel" if meta.device.startswith("cuda") else "cpu_op"
-    kernels = [e for e in trace.traceEvents if e.cat == kind and e.ph == "X"]
-    bad = next((e for e in kernels if not 0 <= e.dur <= 1e15), None)
-    if bad is not None:
-        raise EvidenceError(f"a {kind} event ({bad.name[:60]!r}) lasts {bad.dur!r} µs, not a duration")
-    calls = [e.name for e in trace.traceEvents if e.cat in _API_CATEGORIES]
-    captured = 0
-    if meta.graphs_before is not None and meta.graphs_after is not None:
-        captured = meta.graphs_after.captures - meta.graphs_before.captures
-    families = {}
-    for name, compiled in patterns.items():
-        members = [e.dur for e in kernels if any(p.search(e.name) for p in compiled)]
-        families[name] = FamilyFigures(kernels=len(members), time_us=math.fsum(members))
-    return {"device": meta.device, "device_events": kind, "kernels": len(kernels),
-            "time_us": math.fsum(e.dur for e in kernels),
-            "kernel_launches": sum(1 for c in calls if _LAUNCH.fullmatch(c)),
-            "graph_launches": sum(1 for c in calls if _GRAPH_LAUNCH.fullmatch(c)),
-            "captures": max(captured, sum(1 for c in calls if _CAPTURE.fullmatch(c))), "families": families}
+    meta = trace.meta()
+    kernels = trace.kernels(meta.device_events)
+    return {"device": meta.device, "device_events": meta.device_events, "kernels": len(kernels),
+            "time_us": math.fsum(e.dur for e in kernels), "kernel_launches": trace.calls(_LAUNCH),
+            "graph_launches": trace.calls(_GRAPH_LAUNCH), "captures": max(meta.captures(), trace.calls(_CAPTURE)),
+            "families": {name: _family(kernels, compiled) for name, compiled in patterns.items()}}
 
 
 def _done(record: TracesRecord) -> Iterator[TraceEntry]:
