@@ -412,9 +412,9 @@ def _run_backend(ctx: StudyRun, backend: Backend, rows: RowWriter, budget: PassB
             host.record_binding(process.spec.name, process.pid)
         alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
         failures = _protocol(ctx, backend, handle, alive, prepared, rows, budget, host, server)
+        _record_after_passes(run, backend.name, handle)
         trace_backend(TraceTarget(run.path, ctx.root, recipe, backend.name, handle.spec.host, handle.spec.port,
                                   health, prepared), progress.message)  # after the timed passes, never timed
-        _record_after_passes(run, backend.name, handle)
         return failures
     finally:
         _stop_all(ctx, started, host)
