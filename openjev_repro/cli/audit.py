@@ -146,8 +146,7 @@ def claims(c, file):
     from ..audit.claims import check_claims, format_results, load_claims
 
     loaded = load_claims(Path(file))
-    meta = loaded.get("meta") or {}
-    what = " · ".join(str(meta[k]) for k in ("report", "experiment") if meta.get(k)) or "a report"
+    what = " · ".join(str(part) for part in (loaded.report, loaded.experiment) if part) or "a report"
     print(f"claims of {what} ({file}):")  # which report's figures are checked
     results = check_claims(loaded)
     print(format_results(results))
