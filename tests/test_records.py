@@ -124,9 +124,9 @@ def test_the_committed_tolerances_read_as_a_record():
     path = REPO / "manifests" / "tolerances" / "h200-reference-rerun.yaml"
     tolerances = Tolerances.parse(read_yaml(path, "tolerances"), path)
     assert tolerances.format_version == 1 and tolerances.to_json() == read_yaml(path, "tolerances")
-    raw = tolerances.limits_for("reference-raw").values
-    assert raw["max_mean_ratio"] == 1.30 and raw["max_p95_ratio"] == 1.15 and raw["decisions_must_match"] is True
-    assert tolerances.limits_for("another").values == tolerances.limits.values  # no own limits: the top-level ones
+    raw = tolerances.limits_for("reference-raw")
+    assert raw.max_mean_ratio == 1.30 and raw.max_p95_ratio == 1.15 and raw.decisions_must_match is True
+    assert tolerances.limits_for("another") == tolerances.limits  # no own limits: the top-level ones
 
 
 @pytest.mark.parametrize(("data", "message"), [

@@ -119,12 +119,12 @@ def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003, al
                           allow_incomplete=allow_incomplete)
     markdown = to_markdown(result)
     if out:
-        Path(out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        Path(out).write_text(json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n")
         Path(out).with_suffix(".md").write_text(markdown)
     from .output import print_markdown
 
     print_markdown(markdown)  # rendered on a terminal, as `invoke report` does; verbatim through a pipe
-    if result["verdict"]["passed"] is False:
+    if result.verdict.passed is False:
         raise Exit(code=1)
 
 
