@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -209,11 +210,11 @@ class Answers:
     def paired(self) -> int:
         return len(self.ids)
 
-    @property
+    @functools.cached_property
     def max_abs_probability_delta(self) -> float | None:
-        return max(np.abs(self.candidate - self.baseline).tolist(), default=None)
+        return float(np.abs(self.candidate - self.baseline).max()) if self.paired else None
 
-    @property
+    @functools.cached_property
     def decision_flips(self) -> list[Flip]:
         yes_b, yes_c = self.baseline >= YES_THRESHOLD, self.candidate >= YES_THRESHOLD
         word = {True: "yes", False: "no"}
