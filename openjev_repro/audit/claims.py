@@ -89,6 +89,7 @@ __all__ = [
     "format_results",
     "load_claims",
     "parse_claims",
+    "summary_line",
 ]
 
 CLAIMS_FORMAT_VERSION = 3  # written by this version; every version in CLAIMS_FORMAT_VERSIONS is read
@@ -271,6 +272,22 @@ class ClaimResult:
     @property
     def failed(self) -> bool:
         return (self.status == "mismatch") != self.expected_mismatch
+
+    @property
+    def mark(self) -> str:
+        """OK, FAIL, FINDING (a declared mismatch) or STALE (a declared mismatch that now reproduces)."""
+        if self.status == "exact":
+            return "STALE" if self.expected_mismatch else "OK"
+        return "FINDING" if self.expected_mismatch else "FAIL"
+
+    @property
+    def note(self) -> str:
+        """Why it does not reproduce: beyond its value, or whether rounding could reach it ("" when exact)."""
+        if self.detail:
+            return self.detail
+        if self.status == "exact":
+            return ""
+        return "reachable within the inputs' rounding" if self.within_rounding else "not reachable even within rounding"
 
 
 # --- claims: one class per kind ---------------------------------------------------------------------
@@ -950,29 +967,19 @@ def check_claims(parsed: ClaimsFile) -> list[ClaimResult]:
 
 # --- the printed results -------------------------------------------------------------------------------
 
-def _mark(r: ClaimResult) -> str:
-    if r.status == "exact":
-        return "STALE" if r.expected_mismatch else "OK"
-    return "FINDING" if r.expected_mismatch else "FAIL"
-
-
-def _note(r: ClaimResult) -> str:
-    if r.detail:
-        return f" ({r.detail})"
-    if r.status == "exact":
-        return ""
-    return " (reachable within the inputs' rounding)" if r.within_rounding else " (not reachable even within rounding)"
-
-
 def format_results(results: list[ClaimResult]) -> str:
+    """One line per claim (and its finding), then the count: the text a pipe gets."""
     width = max((len(r.name) for r in results), default=0)
     derive_width = max((len(r.derive) for r in results), default=0) + 1
     lines = []
     for r in results:
-        lines.append(f"{_mark(r):<7} {r.name.ljust(width)}  {r.derive.ljust(derive_width)} stated {r.stated:>10}  "
-                     f"recomputed {r.recomputed:>10}{_note(r)}")
+        lines.append(f"{r.mark:<7} {r.name.ljust(width)}  {r.derive.ljust(derive_width)} stated {r.stated:>10}  "
+                     f"recomputed {r.recomputed:>10}{f' ({r.note})' if r.note else ''}")
         lines += [f"        finding: {r.finding}"] if r.finding else []
+    return "\n".join([*lines, summary_line(results)])
+
+
+def summary_line(results: list[ClaimResult]) -> str:
     failed = sum(r.failed for r in results)
     findings = sum(1 for r in results if r.status == "mismatch" and r.expected_mismatch)
-    lines.append(f"{len(results)} claims: {failed} failed, {findings} declared findings.")
-    return "\n".join(lines)
+    return f"{len(results)} claims: {failed} failed, {findings} declared findings."

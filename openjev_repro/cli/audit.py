@@ -143,15 +143,47 @@ def _guard_outputs(out: Path) -> None:
 @user_errors
 def claims(c, file):
     """Recompute every derived figure of a published report from its base figures; non-zero exit on a mismatch."""
-    from ..audit.claims import check_claims, format_results, load_claims
+    from ..audit.claims import check_claims, load_claims
 
     loaded = load_claims(Path(file))
     what = " · ".join(str(part) for part in (loaded.report, loaded.experiment) if part) or "a report"
-    print(f"claims of {what} ({file}):")  # which report's figures are checked
+    header = f"claims of {what} ({file}):"  # which report's figures are checked
     results = check_claims(loaded)
-    print(format_results(results))
+    _print_claims(header, results)
     if any(r.failed for r in results):
         raise Exit(code=1)
+
+
+def _print_claims(header: str, results: list) -> None:
+    """A table at the terminal's width (words whole, nothing cut); through a pipe, one line per claim."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..audit.claims import format_results, summary_line
+    from .output import console
+
+    out = console()
+    if not out.is_terminal:
+        print(header)
+        print(format_results(results))
+        return
+    mark, stated, recomputed = (max(len(title), *(len(cell) for cell in cells)) for title, cells in (
+        ("FINDING", [r.mark for r in results]), ("stated", [r.stated for r in results]),
+        ("recomputed", [r.recomputed for r in results])))
+    room = out.width - mark - stated - recomputed - 4  # the claim and the derivation share the rest, 1 space apart
+    claim = max(8, min(max(len(r.name) for r in results), room - 19))  # whole when there is room (else it folds)
+    table = Table(box=None, padding=(0, 1, 0, 0), show_edge=False, pad_edge=False)
+    table.add_column("", no_wrap=True, width=mark)
+    table.add_column("claim", overflow="fold", width=claim)
+    table.add_column("stated", justify="right", no_wrap=True, width=stated)
+    table.add_column("recomputed", justify="right", no_wrap=True, width=recomputed)
+    table.add_column("derivation", width=max(18, room - claim))  # then why it does not reproduce, and the finding
+    for r in results:
+        why = "; ".join(part for part in (r.derive, r.note, f"finding: {r.finding}" if r.finding else "") if part)
+        table.add_row(*(Text(cell) for cell in (r.mark, r.name, r.stated, r.recomputed, why)))
+    out.print(Text(header))
+    out.print(table)
+    out.print(Text(summary_line(results)))
 
 
 @task(name="import-evidence",
