@@ -489,12 +489,16 @@ def _children(b: object, c: object, path: str) -> dict[str, tuple[object, object
     """The settings under two values of a recipe dump, by path (_ABSENT where one has none); None for two
     values that are single settings (numbers, text, lists without names)."""
     if isinstance(b, dict) and isinstance(c, dict):
-        return {f"{path}.{k}" if path else str(k): (b.get(k, _ABSENT), c.get(k, _ABSENT)) for k in [*b, *c]}
+        return {f"{path}.{_key(k)}" if path else _key(k): (b.get(k, _ABSENT), c.get(k, _ABSENT)) for k in [*b, *c]}
     named_b, named_c = _named(b), _named(c)
     if named_b is None or named_c is None:
         return None
-    return {f"{path}[{json.dumps(k)[1:-1]}]": (named_b.get(k, _ABSENT), named_c.get(k, _ABSENT))
-            for k in [*named_b, *named_c]}
+    return {f"{path}[{_key(k)}]": (named_b.get(k, _ABSENT), named_c.get(k, _ABSENT)) for k in [*named_b, *named_c]}
+
+
+def _key(key: object) -> str:
+    """A key or a name as one printable line (a recipe's own text: control characters escaped)."""
+    return json.dumps(str(key), ensure_ascii=False)[1:-1]
 
 
 def _differing(b: object, c: object, path: str) -> Iterator[tuple[str, str, str]]:

@@ -180,3 +180,15 @@ def test_an_open_level_of_other_arrivals_or_another_seed_is_never_compared_silen
     assert proc.returncode == 1 and "| open-r10 |" in proc.stdout  # the level's figures are shown, and it fails
     assert proc.stdout.split("**Verdict:", 1)[1].splitlines()[:2] == [
         " FAIL**", f"- the recipes measure differently: {line}"]
+
+
+def test_recipe_text_with_control_characters_stays_on_its_line(tmp_path):
+    a = build_run(tmp_path / "a", seed=1)
+    forged = "extra.jsonl\nerror: forged\x1b[2J"
+    b = _with_recipe(build_run(tmp_path / "b", seed=2),
+                     lambda r: r["inputs"]["files"].append({"path": forged, "sha256": "0" * 64}))
+    proc = _compare(a, b)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and "\x1b" not in proc.stdout
+    assert not any(line.startswith("error:") for line in proc.stdout.splitlines())
+    assert ('- the recipes differ beyond their backends: inputs.files[extra.jsonl\\nerror: forged\\u001b[2J]: '
+            'absent vs {"path": "extra.jsonl\\nerror: forged\\u001b[2J", "sha256": "…') in proc.stdout
