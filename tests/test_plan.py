@@ -185,7 +185,7 @@ def test_plan_is_a_typed_record_whose_json_is_plan_json(tmp_path):
     assert isinstance(plan, Plan) and plan.format_version == PLAN_FORMAT_VERSION
     assert plan.study.id == "open-jev-h200-cuda-graph-2026-10-03" and plan.controls.gpu is not None
     first = plan.backends[0]
-    assert first.start_order == [a.name for a in first.aux] + ["command"] and first.launched
+    assert first.start_order == (*[a.name for a in first.aux], "command") and first.is_launched
     assert [s.label() for s in plan.passes[0].steps][:2] == ["first", "warmup"]
     data = plan.to_json()
     assert data["format_version"] == PLAN_FORMAT_VERSION and data["needs_preparation"] is plan.needs_preparation

@@ -54,10 +54,10 @@ def _load_lines(steps: tuple[PlanStep, ...]) -> list[str]:
     levels: dict[tuple[str, str], dict[str, Any]] = {}
     passes: dict[tuple[str, str], list[str]] = {}
     for x in steps:
-        if x.level is not None and x.workload is not None:
+        if isinstance(x.level, str) and isinstance(x.workload, str) and x.load:
             key = (x.workload, x.level)
-            spec = levels.setdefault(key, {k: v for k, v in (x.load or {}).items() if k != "id"})
-            if x.latency_bound_ms is not None:
+            spec = levels.setdefault(key, {k: v for k, v in x.load.to_json().items() if k != "id"})
+            if x.latency_bound_ms:
                 spec["latency_bound_ms"] = x.latency_bound_ms
             passes.setdefault(key, []).append(f"{x.phase}#{x.index}")
     return [f"load level {workload}/{level}: " + ", ".join(f"{k}={v}" for k, v in spec.items())
@@ -76,7 +76,7 @@ def _pass_and_gate_lines(p: Plan) -> list[str]:
         out.append("passes per backend: " + ", ".join(step.label() for step in s.steps))
         out += _load_lines(s.steps)
     if p.traces.enabled:
-        out.append(f"traces: {len(p.traces.items)} (opt-in, Nsight Systems, outside timed passes)")
+        out.append(f"traces: {len(p.traces.items or ())} (opt-in, Nsight Systems, outside timed passes)")
     return out + ["gates:", *(_gate_line(g) for g in p.gates)]
 
 

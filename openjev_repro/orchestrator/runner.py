@@ -32,13 +32,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
+from ..evidence.decoding import decode
 from ..evidence.files import write_json_atomic
 from ..evidence.recipe import AuxProcess, Backend, LoadLevel, Recipe, Workload, parse_server_url
-from ..evidence.records import BackendsRecord, EnvironmentRecord, HostRecord, backends_of
+from ..evidence.records import (
+    Autotune,
+    BackendFacts,
+    BackendsRecord,
+    CalibrationRecord,
+    EnvironmentRecord,
+    HostRecord,
+    InputsRecord,
+    RecordedGpuOverride,
+    backends_of,
+)
 from ..evidence.rows import Phase, RowWriter, read_rows
 from ..evidence.rundir import (
-    BACKENDS_FORMAT_VERSION,
     INPUTS_FORMAT_VERSION,
     PROCESSES_FORMAT_VERSION,
     SERVERS_FORMAT_VERSION,
@@ -324,8 +336,9 @@ def step_inputs(ctx: StudyRun) -> None:
     """Hash every declared input; inputs.json records each; any mismatch stops the study."""
     recipe, root = ctx.recipe, ctx.root
     checks = verify_inputs(recipe, root, console=ctx.progress.console)
-    write_json_atomic(ctx.run.file("inputs.json"), {
-        "format_version": INPUTS_FORMAT_VERSION, "root": str(root), "files": [c.to_dict() for c in checks]})
+    record = InputsRecord.from_json({"format_version": INPUTS_FORMAT_VERSION, "root": str(root),
+                                     "files": [c.to_dict() for c in checks]})
+    write_json_atomic(ctx.run.file("inputs.json"), record.to_json())
     if any(c.status != "ok" for c in checks) and ctx.progress.console is not None:
         ctx.progress.console.print(checks_table(checks, root))
     require_all_ok(checks, root, input_fix(ctx.plan.study))
@@ -345,17 +358,16 @@ def step_plan(ctx: StudyRun) -> None:
 def step_environment(ctx: StudyRun) -> None:
     environment = _environment(ctx.recipe, ctx.opts, ctx.reaper)
     if ctx.opts.gpu_override is not None:
-        environment = environment.with_gpu_override(ctx.opts.gpu_override.declared(ctx.recipe.controls.gpu))
-    data = environment.to_json()
-    write_json_atomic(ctx.run.file("environment.json"), data)
-    ctx.envcheck = EnvironmentCheck(ctx.run, ctx.opts.allow_environment_drift, _project(data), data)
+        declared = ctx.opts.gpu_override.declared(ctx.recipe.controls.gpu)
+        environment = environment.with_gpu_override(decode(declared, RecordedGpuOverride, "gpu override"))
+    write_json_atomic(ctx.run.file("environment.json"), environment.to_json())
+    ctx.envcheck = EnvironmentCheck(ctx.run, ctx.opts.allow_environment_drift, environment)
 
 
 def step_calibration(ctx: StudyRun) -> None:
     calibration = _calibrate()
-    write_json_atomic(ctx.run.file("calibration.json"), calibration)
-    ctx.progress.message(f"client overhead on loopback: p50 {calibration.get('p50_us', '?')} µs, "
-                         f"p99 {calibration.get('p99_us', '?')} µs")
+    write_json_atomic(ctx.run.file("calibration.json"), calibration.to_json())
+    ctx.progress.message(f"client overhead on loopback: p50 {calibration.p50_us} µs, p99 {calibration.p99_us} µs")
 
 
 def step_backends(ctx: StudyRun) -> None:
@@ -377,9 +389,8 @@ def step_backends(ctx: StudyRun) -> None:
 
 def _check_after_backends(ctx: StudyRun, host_record: HostRecord | None, failures: int) -> None:
     """The GPU left clean, every process gone, no timed request failed; else the study stops here."""
-    cleanup = host_record.cleanup if host_record is not None else None
-    if cleanup is not None and not cleanup.get("passed"):
-        raise BackendError(f"Cleanup checks failed after the study: {cleanup}.")
+    if host_record is not None and host_record.cleanup is not None and not host_record.cleanup.passed:
+        raise BackendError(f"Cleanup checks failed after the study: {host_record.cleanup.to_json()}.")
     leftovers = [r for r in ctx.records if _left_alive(r)]
     if leftovers:
         raise BackendError(f"Processes still alive after stop: {', '.join(r.ident for r in leftovers)}.")
@@ -427,10 +438,12 @@ def _record_after_passes(run: RunDir, name: str, handle: RunningBackend) -> None
     except BackendError as exc:
         health = {"available": False, "reason": str(exc)}
     write_json_atomic(run.file(f"logs/{name}.health-after.json"), health)
-    if isinstance(health.get("autotune"), dict):
+    autotune = health.get("autotune")
+    if isinstance(autotune, dict):
         record = backends_of(run)
-        record = record.with_entry(name, {**record.entries[name], "autotune_after_passes": health["autotune"]})
-        write_json_atomic(run.file("backends.json"), record.to_json())
+        entry = msgspec.structs.replace(record.backends[name], autotune_after_passes=decode(
+            autotune, Autotune, f"{name}'s /health autotune"))
+        write_json_atomic(run.file("backends.json"), record.with_entry(name, entry).to_json())
 
 
 def _pinned_triton_cache(ctx: StudyRun, backend: Backend) -> dict[str, str]:
@@ -528,12 +541,13 @@ IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_wei
 
 
 def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
-    """backends.json: per backend, its weights fingerprint and thread settings from /health, after ready."""
+    """backends.json: per backend, its weights fingerprint and thread settings from /health, after ready.
+
+    A key /health lacks, or holds in another shape than BackendFacts says, is left out (the whole
+    /health is in logs/<backend>.health.json)."""
     path = run.file("backends.json")
-    record = backends_of(run) if path.is_file() else BackendsRecord({}, "/health after ready", BACKENDS_FORMAT_VERSION)
-    absent = {"available": False, "reason": "not in the backend's /health"}
-    record = record.with_entry(name, {key: health.get(key, absent) for key in IDENTITY_KEYS})
-    write_json_atomic(path, record.to_json())
+    record = backends_of(run) if path.is_file() else BackendsRecord.started()
+    write_json_atomic(path, record.with_entry(name, BackendFacts.from_health(health, IDENTITY_KEYS)).to_json())
 
 
 def _port_for(name: str, fixed: int | None, host: str) -> int:
@@ -724,15 +738,6 @@ def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = Non
                                images=_image_digests(recipe, opts, reaper))
 
 
-def _project(environment: dict) -> dict:
-    """The project code this study runs: git commit and dirty flag (as the tree's metadata says) and
-    the digest of the package's source files as they are on disk."""
-    git, source = environment.get("project_git"), environment.get("project_source")
-    git = git if isinstance(git, dict) else {}
-    source = source if isinstance(source, dict) else {}
-    return {"commit": git.get("commit"), "dirty": git.get("dirty"), "source_sha256": source.get("sha256")}
-
-
 def _image_digests(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = None) -> dict[str, dict]:
     """Image id, repo digests, layer diff IDs and every package inside each docker backend's image
     (a missing image fails here)."""
@@ -754,10 +759,10 @@ def _image_digests(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = N
     return found
 
 
-def _calibrate() -> dict:
+def _calibrate() -> CalibrationRecord:
     from ..bench.calibration import calibrate_client_overhead
 
-    return dict(calibrate_client_overhead(), timing_boundary=TIMING_BOUNDARY)
+    return CalibrationRecord.from_json(dict(calibrate_client_overhead(), timing_boundary=TIMING_BOUNDARY))
 
 
 def step_summary(ctx: StudyRun) -> None:
