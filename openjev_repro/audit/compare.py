@@ -56,7 +56,7 @@ from msgspec import UNSET, UnsetType
 from ..decision import YES_THRESHOLD
 from ..errors import EvidenceError, RecipeError, RunIncomplete
 from ..evidence.recipe import Recipe, parse_recipe, read_yaml
-from ..evidence.records import backends_of
+from ..evidence.records import backends_of, import_of, state_of
 from ..evidence.rows import Row
 from ..evidence.rundir import RunDir
 from ..evidence.tolerances import LIMIT_KEYS, TOLERANCE_KEYS, Limits, Tolerances
@@ -657,7 +657,7 @@ def run_status(directory: Path) -> str:
     """The run's status; a "running" run whose study died reads "incomplete"; no state.json reads "unknown"."""
     if not (Path(directory) / "state.json").is_file():
         return "unknown"
-    return str(RunDir(Path(directory)).effective_state().get("status"))
+    return str(state_of(RunDir(Path(directory))).status)
 
 
 @dataclass(frozen=True)
@@ -674,11 +674,9 @@ class Run:
         recipe_path = Path(directory) / "recipe.yaml"
         if not recipe_path.is_file():
             raise EvidenceError(f"{directory} has no recipe.yaml; compare reads run directories or bundles.")
-        run = RunDir(Path(directory))
-        fingerprints = {name: facts.weights_fingerprint for name, facts in backends_of(run).backends.items()}
         return cls(read_table(Path(directory) / "rows.jsonl"),
-                   parse_recipe(recipe_path.read_text(encoding="utf-8"), str(recipe_path)), fingerprints,
-                   RunEnvironment(directory))
+                   parse_recipe(recipe_path.read_text(encoding="utf-8"), str(recipe_path)),
+                   backends_of(RunDir(Path(directory))).fingerprints(), RunEnvironment(directory))
 
 
 def _incomplete(role: str, path: Path, directory: Path, allow_incomplete: bool) -> list[str]:
@@ -693,12 +691,9 @@ def _incomplete(role: str, path: Path, directory: Path, allow_incomplete: bool) 
 
 
 def _published_figures(directory: Path) -> list[PublishedFigure]:
-    """An imported run's published figures; entries of another shape are skipped."""
-    if not (directory / "import.json").is_file():
-        return []
-    record = RunDir(directory).read("import.json")
-    figures = record.get("figures") if isinstance(record, dict) else None
-    return [f for f in map(_figure, figures if isinstance(figures, list) else []) if f is not None]
+    """An imported run's published figures (none for a study's run); entries of another shape are skipped."""
+    record = import_of(RunDir(directory))
+    return [f for f in map(_figure, record.figures if record else ()) if f is not None]
 
 
 def _figure(entry: object) -> PublishedFigure | None:

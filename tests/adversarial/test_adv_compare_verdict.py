@@ -115,17 +115,30 @@ def test_out_never_lets_one_output_overwrite_another(runs, tmp_path):
     assert (tmp_path / "x.md").read_text().startswith("### mixed") and proc.returncode == 0
 
 
-@pytest.mark.parametrize("figures", ['"x"', '["x", 1]', '{"a": 1}',
-                                     '[{"arm": "hf vs hf", "figure": 5, "published": "1"}]',
-                                     '[{"arm": "hf vs hf", "figure": "mean_reduction_percent"}]'])
-def test_hostile_import_records_are_ignored(tmp_path, figures):
+@pytest.mark.parametrize("figures, error", [
+    ('"x"', "Expected `array`, got `str` - at `$.figures`"),
+    ('["x", 1]', "Expected `object`, got `str` - at `$.figures[0]`"),
+    ('{"a": 1}', "Expected `array`, got `object` - at `$.figures`"),
+])
+def test_a_damaged_import_record_is_one_error_line(tmp_path, figures, error):
     run = build_run(tmp_path / "r", seed=1)
-    (run.path / "import.json").write_text('{"format_version": 1, "figures": ' + figures + "}")
+    (run.path / "import.json").write_text('{"format_version": 1, "format": "x", "source": "s", "files_verified": 0, '
+                                          '"rows": 0, "figures": ' + figures + "}")
+    line = one_error_line(invoke("compare", "--baseline", str(run.path), "--candidate", str(run.path)))
+    assert "import.json" in line and error in line
+    (run.path / "import.json").write_text("[1, 2]")
+    assert "import.json" in one_error_line(invoke("compare", "--baseline", str(run.path), "--candidate", str(run.path)))
+
+
+@pytest.mark.parametrize("figures", ['[{"arm": "hf vs hf", "figure": 5, "published": "1"}]',
+                                     '[{"arm": "hf vs hf", "figure": "mean_reduction_percent"}]'])
+def test_published_figures_of_another_shape_are_ignored(tmp_path, figures):
+    run = build_run(tmp_path / "r", seed=1)
+    (run.path / "import.json").write_text('{"format_version": 1, "format": "x", "source": "s", "files_verified": 0, '
+                                          '"rows": 0, "figures": ' + figures + "}")
     proc = invoke("compare", "--baseline", str(run.path), "--candidate", str(run.path))
     assert proc.returncode == 0 and "Traceback" not in proc.stderr and "**Verdict: no limits declared**" in proc.stdout
     assert "published" not in proc.stdout
-    (run.path / "import.json").write_text("[1, 2]")
-    assert "import.json" in one_error_line(invoke("compare", "--baseline", str(run.path), "--candidate", str(run.path)))
 
 
 def _with_recipe(run, change):
