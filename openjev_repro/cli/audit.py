@@ -109,7 +109,8 @@ def _path_or_none(option: str | None) -> Path | None:
 @user_errors
 def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003, allow_incomplete=False):
     """Compare two runs backend by backend; exit 1 when a declared limit is exceeded, a backend has no
-    counterpart, or a measured request failed (with or without --tolerances)."""
+    counterpart, a measured request failed, or the recipes differ in what was measured (with or without
+    --tolerances)."""
     from ..audit.compare import compare_runs, load_tolerances, to_markdown
 
     if out:
