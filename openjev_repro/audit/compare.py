@@ -290,7 +290,20 @@ class Pair:
         return f"{self.workload}/{self.baseline_backend}→{self.candidate_backend}"
 
     def failures(self, limits: Limits) -> Findings:
-        """The declared limits this pair exceeds (and every limit checked); failed requests always fail."""
+        """The declared limits this pair exceeds (and every limit checked), at every load level too; a level
+        in one run only and a failed request fail whatever the limits."""
+        where = self.where
+        found = self._figures_within(limits) + self._answers_and_weights(limits)
+        found.failures.extend(f"{where}: level {u} has no counterpart" for u in self.unmatched_levels)
+        for level in self.levels or []:
+            found += Findings(*level.failures(limits, where))
+        if self.errors.baseline or self.errors.candidate:
+            counts = f"{{'baseline': {self.errors.baseline}, 'candidate': {self.errors.candidate}}}"
+            found.failures.append(f"{where}: failed requests in the measured passes ({counts})")
+        return found
+
+    def _figures_within(self, limits: Limits) -> Findings:
+        """The pooled mean and P95 ratios and the largest probability delta against their limits."""
         where, found = self.where, Findings()
         mean, delta = self.overall.mean_ms, self.answers.max_abs_probability_delta
         for limit, label, value in ((limits.max_mean_ratio, "mean ratio", mean.ratio),
@@ -305,10 +318,6 @@ class Pair:
             if mean.ratio_failure("mean ratio", limits.min_mean_ratio, above=False):
                 found.failures.append(f"{where}: mean ratio {shown(mean.ratio)} is below {limits.min_mean_ratio} "
                                       "(much faster than the baseline is a finding too)")
-        found += self._answers_and_weights(limits)
-        found.failures.extend(f"{where}: level {u} has no counterpart" for u in self.unmatched_levels)
-        for level in self.levels or []:
-            found += Findings(*level.failures(limits, where))
         return found
 
     def _answers_and_weights(self, limits: Limits) -> Findings:
@@ -325,12 +334,6 @@ class Pair:
                 found.failures.append(f"{where}: weights fingerprints differ or are missing "
                                       f"(baseline {w.baseline}, candidate {w.candidate})")
         return found
-
-    def request_failures(self) -> list[str]:
-        if not (self.errors.baseline or self.errors.candidate):
-            return []
-        counts = f"{{'baseline': {self.errors.baseline}, 'candidate': {self.errors.candidate}}}"
-        return [f"{self.where}: failed requests in the measured passes ({counts})"]
 
     def explanations(self) -> list[str]:
         """The recorded environment differences that can explain differing answers (environment_diff.py)."""
@@ -585,7 +588,6 @@ def _verdict(pairs: list[Pair], tolerances: Tolerances | None, unmatched: list[s
     found = Findings([f"backend {name} has no counterpart in the other run" for name in unmatched])
     for p in pairs:
         found += p.failures(limits_for(p.baseline_backend))
-        found.failures.extend(p.request_failures())
     found.failures.extend(f"the recipes measure differently: {d.text()}" for d in recipes if d.measured)
     passed = False if found.failures else (True if found.checked else None)
     return Verdict(passed, found.failures, found.checked,
