@@ -89,6 +89,7 @@ __all__ = [
     "format_results",
     "load_claims",
     "parse_claims",
+    "printable",
     "summary_line",
 ]
 
@@ -108,6 +109,7 @@ Values = list[Decimal]
 Interval = tuple[Decimal, Decimal]
 _INFINITE: Interval = (Decimal("-Infinity"), Decimal("Infinity"))
 Printed = str | int | float | bool  # a value as YAML gives it
+Name = Annotated[str, Meta(min_length=1, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")]  # one printable line
 
 
 # --- the file as written -------------------------------------------------------------------------
@@ -125,7 +127,7 @@ class FigureSpec(msgspec.Struct, frozen=True, kw_only=True):
 class ClaimSpec(FigureSpec, frozen=True, kw_only=True, rename={"inputs": "from"}):
     """A claim as written: a stated figure, its derivation and that derivation's parameters."""
 
-    name: Annotated[str, Meta(min_length=1)]
+    name: Name
     derive: str
     inputs: list[str | list[str]] | UnsetType = UNSET
     expect: str = ""
@@ -149,12 +151,12 @@ class FileSpec(msgspec.Struct, frozen=True, kw_only=True):
     format_version: int
     report: str | None = None
     experiment: str | None = None
-    figures: dict[str, FigureSpec | Printed] | None = None
+    figures: dict[Name, FigureSpec | Printed] | None = None
     claims: list[ClaimSpec] | None = None
 
 
 class StrictFileSpec(FileSpec, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    figures: dict[str, StrictFigureSpec | Printed] | None = None  # type: ignore[assignment]
+    figures: dict[Name, StrictFigureSpec | Printed] | None = None  # type: ignore[assignment]
     claims: list[StrictClaimSpec] | None = None  # type: ignore[assignment]
     source: str | None = None
     notes: str | list[str] | None = None
@@ -975,8 +977,16 @@ def format_results(results: list[ClaimResult]) -> str:
     for r in results:
         lines.append(f"{r.mark:<7} {r.name.ljust(width)}  {r.derive.ljust(derive_width)} stated {r.stated:>10}  "
                      f"recomputed {r.recomputed:>10}{f' ({r.note})' if r.note else ''}")
-        lines += [f"        finding: {r.finding}"] if r.finding else []
+        lines += [f"        finding: {printable(r.finding)}"] if r.finding else []
     return "\n".join([*lines, summary_line(results)])
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """A file's own text on one line: control characters shown as escapes."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
 def summary_line(results: list[ClaimResult]) -> str:

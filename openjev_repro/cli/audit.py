@@ -144,10 +144,10 @@ def _guard_outputs(out: Path) -> None:
 @user_errors
 def claims(c, file):
     """Recompute every derived figure of a published report from its base figures; non-zero exit on a mismatch."""
-    from ..audit.claims import check_claims, load_claims
+    from ..audit.claims import check_claims, load_claims, printable
 
     loaded = load_claims(Path(file))
-    what = " · ".join(str(part) for part in (loaded.report, loaded.experiment) if part) or "a report"
+    what = " · ".join(printable(part) for part in (loaded.report, loaded.experiment) if part) or "a report"
     header = f"claims of {what} ({file}):"  # which report's figures are checked
     results = check_claims(loaded)
     _print_claims(header, results)
@@ -160,7 +160,7 @@ def _print_claims(header: str, results: list) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from ..audit.claims import format_results, summary_line
+    from ..audit.claims import format_results, printable, summary_line
     from .output import console
 
     out = console()
@@ -180,7 +180,8 @@ def _print_claims(header: str, results: list) -> None:
     table.add_column("recomputed", justify="right", no_wrap=True, width=recomputed)
     table.add_column("derivation", width=max(18, room - claim))  # then why it does not reproduce, and the finding
     for r in results:
-        why = "; ".join(part for part in (r.derive, r.note, f"finding: {r.finding}" if r.finding else "") if part)
+        why = "; ".join(part for part in (r.derive, r.note, f"finding: {printable(r.finding)}" if r.finding else "")
+                        if part)
         table.add_row(*(Text(cell) for cell in (r.mark, r.name, r.stated, r.recomputed, why)))
     out.print(Text(header))
     out.print(table)

@@ -100,3 +100,18 @@ def test_a_rank_in_words_must_mean_the_stated_rank(tmp_path, target, value, prin
 def test_a_rank_in_words_that_mean_it_passes(tmp_path, target, value, printed, order):
     proc = invoke("claims", "--file", str(_rank_file(tmp_path, target, value, printed, order)))
     assert proc.returncode == 0 and "OK      r  rank" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_text_of_a_claims_file_never_forges_a_line(tmp_path):
+    forged = "x\nerror: forged\x1b[2J"
+    line = one_error_line(invoke("claims", "--file", str(claims_file(tmp_path, [], {forged: "1"}))))
+    assert "Expected `str` matching regex" in line and "at `key` in `$.figures`" in line
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"format_version": 2, "report": forged, "figures": {"a": "1", "b": "1"},
+                                    "claims": [{"name": "m", "value": "1", "derive": "mean_of", "from": ["a", "b"],
+                                                "expect": "mismatch", "finding": forged}]}))
+    proc = invoke("claims", "--file", str(path))
+    assert proc.returncode == 1 and "\x1b" not in proc.stdout and "error:" not in proc.stdout.replace(
+        "x\\nerror: forged", "")
+    assert proc.stdout.splitlines()[0] == f"claims of x\\nerror: forged\\x1b[2J ({path}):"
+    assert "        finding: x\\nerror: forged\\x1b[2J" in proc.stdout.splitlines()
