@@ -672,7 +672,7 @@ class Run:
     environment: RunEnvironment
 
     @classmethod
-    def read(cls, directory: Path) -> Run:
+    def at(cls, directory: Path) -> Run:
         recipe_path = Path(directory) / "recipe.yaml"
         if not recipe_path.is_file():
             raise EvidenceError(f"{directory} has no recipe.yaml; compare reads run directories or bundles.")
@@ -720,7 +720,7 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: Tolerances | Ma
         for role, path in (("baseline", baseline), ("candidate", candidate)):
             directory = stack.enter_context(opened(path))
             incomplete += _incomplete(role, path, directory, allow_incomplete)
-            runs.append(Run.read(directory))
+            runs.append(Run.at(directory))
         same_run = Path(baseline).resolve() == Path(candidate).resolve()
         published = _published_figures(Path(baseline)) if same_run else []
     b, c = runs
