@@ -283,6 +283,12 @@ class ClaimResult:
         return "FINDING" if self.expected_mismatch else "FAIL"
 
     @property
+    def reading(self) -> str:
+        """Its derivation, then why it does not reproduce and the finding declared: one text that wraps."""
+        found = [f"finding: {printable(self.finding)}"] if self.finding else []
+        return "; ".join(part for part in (self.derive, self.note, *found) if part)
+
+    @property
     def note(self) -> str:
         """Why it does not reproduce: beyond its value, or whether rounding could reach it ("" when exact)."""
         if self.detail:
@@ -698,13 +704,12 @@ class Rank(NumericClaim):
     def words_rank(self, text: str) -> int | None:
         """The rank the text states in words ("fastest": 1, "second slowest" of 5: 4), None if it uses none."""
         words = _WORD.findall(text.lower())
-        ordinals = [_ORDINALS.get(w) or int(w[:-2]) for w in words if w in _ORDINALS or w[:1].isdigit()]
-        place = ordinals[0] if ordinals else 1
-        last = _LAST_WORDS | (_LOW_WORDS if self.descending else _HIGH_WORDS)
-        if last.intersection(words):
-            return len(self.sides) + 1 - place  # counted from the last place
-        first = _FIRST_WORDS | (_HIGH_WORDS if self.descending else _LOW_WORDS)
-        return place if ordinals or first.intersection(words) else None
+        ordinal = next((_ORDINALS[w] if w in _ORDINALS else int(w[:-2]) for w in words
+                        if w in _ORDINALS or w[:1].isdigit()), None)
+        high, low = (_HIGH_WORDS, _LOW_WORDS) if self.descending else (_LOW_WORDS, _HIGH_WORDS)
+        if (_LAST_WORDS | low).intersection(words):
+            return len(self.sides) + 1 - (ordinal or 1)  # counted from the last place
+        return ordinal or (1 if (_FIRST_WORDS | high).intersection(words) else None)
 
     def check_printed(self, text: str) -> None:
         in_words = self.words_rank(text)

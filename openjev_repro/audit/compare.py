@@ -553,6 +553,20 @@ class Verdict(msgspec.Struct, frozen=True, omit_defaults=True):
     project_code: str | None | UnsetType = UNSET
     environment_drift: list[str] | UnsetType = UNSET
 
+    @classmethod
+    def of(cls, found: Findings, tolerances: Tolerances | None, recipes: list[RecipeDifference]) -> Verdict:
+        """FAIL on any failure; else PASS when a limit was checked; else no verdict, and where limits come from."""
+        passed = False if found.failures else (True if found.checked else None)
+        note = UNSET if found.checked else NO_LIMITS if tolerances else f"{NO_LIMITS}: {TOLERANCES_HINT}"
+        return cls(passed, found.failures, found.checked, note=note,
+                   tolerances=tolerances.to_json() if tolerances else UNSET, recipe_differences=recipes or UNSET)
+
+    def _recipe_lines(self) -> list[str]:
+        listed = [d.text() for d in self.recipe_differences or [] if not d.measured]
+        lines = [f"- the recipes differ beyond their backends: {text}" for text in listed[:MARKDOWN_RECIPE_LINES]]
+        more = len(listed) - MARKDOWN_RECIPE_LINES
+        return lines + ([f"- … and {more} more recipe differences (all in the --out JSON)"] if more > 0 else [])
+
     @property
     def headline(self) -> str:
         verdict = NO_LIMITS if self.passed is None else ("PASS" if self.passed else "FAIL")
@@ -573,10 +587,7 @@ class Verdict(msgspec.Struct, frozen=True, omit_defaults=True):
     def differences(self) -> list[str]:
         """The recipe differences that do not fail it (the first ones), the environment's explanations,
         drift and project code."""
-        listed = [d.text() for d in self.recipe_differences or [] if not d.measured]
-        lines = [f"- the recipes differ beyond their backends: {text}" for text in listed[:MARKDOWN_RECIPE_LINES]]
-        if len(listed) > MARKDOWN_RECIPE_LINES:
-            lines.append(f"- … and {len(listed) - MARKDOWN_RECIPE_LINES} more recipe differences (all in the --out JSON)")
+        lines = self._recipe_lines()
         lines += [f"- explained by the environment: {e}" for e in self.explanations or []]
         lines += [f"- {d}" for d in self.environment_drift or []]
         return lines + ([f"- {self.project_code}"] if self.project_code else [])
@@ -584,15 +595,11 @@ class Verdict(msgspec.Struct, frozen=True, omit_defaults=True):
 
 def _verdict(pairs: list[Pair], tolerances: Tolerances | None, unmatched: list[str],
              recipes: list[RecipeDifference]) -> Verdict:
-    limits_for = tolerances.limits_for if tolerances else lambda _: Limits()  # no file: no limit
     found = Findings([f"backend {name} has no counterpart in the other run" for name in unmatched])
     for p in pairs:
-        found += p.failures(limits_for(p.baseline_backend))
+        found += p.failures(tolerances.limits_for(p.baseline_backend) if tolerances else Limits())
     found.failures.extend(f"the recipes measure differently: {d.text()}" for d in recipes if d.measured)
-    passed = False if found.failures else (True if found.checked else None)
-    return Verdict(passed, found.failures, found.checked,
-                   note=UNSET if found.checked else NO_LIMITS if tolerances else f"{NO_LIMITS}: {TOLERANCES_HINT}",
-                   tolerances=tolerances.to_json() if tolerances else UNSET, recipe_differences=recipes or UNSET)
+    return Verdict.of(found, tolerances, recipes)
 
 
 # --- the comparison ---------------------------------------------------------------------------------------------

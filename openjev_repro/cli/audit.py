@@ -160,7 +160,7 @@ def _print_claims(header: str, results: list) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from ..audit.claims import format_results, printable, summary_line
+    from ..audit.claims import format_results, summary_line
     from .output import console
 
     out = console()
@@ -168,9 +168,9 @@ def _print_claims(header: str, results: list) -> None:
         print(header)
         print(format_results(results))
         return
-    mark, stated, recomputed = (max(len(title), *(len(cell) for cell in cells)) for title, cells in (
-        ("FINDING", [r.mark for r in results]), ("stated", [r.stated for r in results]),
-        ("recomputed", [r.recomputed for r in results])))
+    mark = len("FINDING")
+    stated, recomputed = (max(len(title), *map(len, cells)) for title, cells in (
+        ("stated", [r.stated for r in results]), ("recomputed", [r.recomputed for r in results])))
     room = out.width - mark - stated - recomputed - 4  # the claim and the derivation share the rest, 1 space apart
     claim = max(8, min(max(len(r.name) for r in results), room - 19))  # whole when there is room (else it folds)
     table = Table(box=None, padding=(0, 1, 0, 0), show_edge=False, pad_edge=False)
@@ -180,9 +180,7 @@ def _print_claims(header: str, results: list) -> None:
     table.add_column("recomputed", justify="right", no_wrap=True, width=recomputed)
     table.add_column("derivation", width=max(18, room - claim))  # then why it does not reproduce, and the finding
     for r in results:
-        why = "; ".join(part for part in (r.derive, r.note, f"finding: {printable(r.finding)}" if r.finding else "")
-                        if part)
-        table.add_row(*(Text(cell) for cell in (r.mark, r.name, r.stated, r.recomputed, why)))
+        table.add_row(*(Text(cell) for cell in (r.mark, r.name, r.stated, r.recomputed, r.reading)))
     out.print(Text(header))
     out.print(table)
     out.print(Text(summary_line(results)))
