@@ -15,6 +15,7 @@ Format history:
        `Workload.load` (issue 29): a closed concurrency ladder and/or open-loop arrival rates,
        each level run with the protocol's feasibility and measured passes (absent: one closed
        level at concurrency 1, today's protocol, evidence unchanged).
+       `Backend.kernel_caches` (issue 39): fresh or pinned Triton/Inductor caches of a launched backend.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ __all__ = [
     "Gate",
     "InputFile",
     "Inputs",
+    "KernelCachePin",
+    "KernelCaches",
     "Load",
     "LoadLevel",
     "NoAliasLoader",
@@ -262,6 +265,36 @@ class TritonCache(StrictModel):
         return _relative_path(value)
 
 
+KernelCacheKind = Literal["triton", "inductor"]
+
+
+class KernelCachePin(StrictModel):
+    """An archive made by `invoke kernel-cache` (under inputs.root) and the sha256 of its bytes."""
+
+    archive: str
+    sha256: Annotated[str, Field(pattern=SHA256_RE)]
+
+    @field_validator("archive")
+    @classmethod
+    def _inside_root(cls, value: str) -> str:
+        return _relative_path(value)
+
+
+class KernelCaches(StrictModel):
+    """The kernel caches the study gives one launched backend (issue 39, openjev_repro/study/kernel_caches.py):
+    each kind a fresh directory beside the run (triton: TRITON_CACHE_DIR, FLA's autotune results too;
+    inductor: TORCHINDUCTOR_CACHE_DIR), filled from the `pinned` archives, which must stay unchanged."""
+
+    kinds: Annotated[list[KernelCacheKind], Field(min_length=1)]
+    pinned: list[KernelCachePin] = []
+
+    @model_validator(mode="after")
+    def _distinct(self) -> KernelCaches:
+        _unique(list(self.kinds), "kernel cache kind")
+        _unique([p.archive for p in self.pinned], "kernel cache archive")
+        return self
+
+
 class EnvironmentSpec(StrictModel):
     """What a backend must report once ready (its /health, else environment.json): checked before
     the first inference; each difference stops the study unless --allow-environment-drift."""
@@ -339,6 +372,7 @@ class Backend(StrictModel):
     description: str = ""
     aux: list[AuxProcess] = []  # started before command, stopped after it
     environment: EnvironmentSpec | None = None  # on top of the recipe's `environment`
+    kernel_caches: KernelCaches | None = None  # fresh or pinned kernel caches (issue 39)
 
     @field_validator("endpoint", "health")
     @classmethod
@@ -352,6 +386,10 @@ class Backend(StrictModel):
             raise ValueError(f"backend {self.name!r} needs a `command` to launch, or the `url` of a running server")
         if self.url is not None:
             self._check_url_backend()
+        caches = self.kernel_caches.kinds if self.kernel_caches is not None else []
+        named = sorted({"triton": "TRITON_CACHE_DIR", "inductor": "TORCHINDUCTOR_CACHE_DIR"}[k] for k in caches)
+        if set(named) & set(self.env):
+            raise ValueError(f"backend {self.name!r}: kernel_caches sets {', '.join(named)}; `env` cannot set it too")
         return self
 
     def _check_url_backend(self) -> None:
@@ -361,7 +399,10 @@ class Backend(StrictModel):
             raise ValueError(f"backend {self.name!r} has both `command` and `url`; give one "
                              "(url: a server already running, which the study does not launch)")
         launch_only = [f for f in ("image", "cwd", "port") if getattr(self, f) is not None]
-        launch_only += [f for f in ("env", "aux") if getattr(self, f)] + (["runtime"] if self.runtime != "local" else [])
+        launch_only += [f for f in ("env", "aux", "kernel_caches") if getattr(self, f)]
+        launch_only += ["runtime"] if self.runtime != "local" else []
+        if self.environment is not None and self.environment.triton_cache is not None:
+            launch_only.append("environment.triton_cache")
         if launch_only:
             raise ValueError(f"backend {self.name!r} is reached by `url`, so {', '.join(launch_only)} "
                              "(which apply to a launched command) cannot be set")
@@ -624,6 +665,10 @@ class Recipe(StrictModel):
         _unique([g.name for g in self.gates], "gate")
         for g in self.gates:
             self._check_gate(g)
+        pinned = [b.name for b in self.backends if not b.launched and self.environment.triton_cache is not None]
+        if pinned:
+            raise ValueError(f"environment.triton_cache pins a cache, but backend {pinned[0]!r} is reached by `url`, "
+                             "not launched by the study: the pin could not apply to it")
         return self
 
     def _check_gate(self, g: Any) -> None:

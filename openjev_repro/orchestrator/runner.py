@@ -53,6 +53,7 @@ from ..host.session import HostSession
 from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
 from ..runtime.external import ExternalBackend
 from ..runtime.readiness import first_inference_hint
+from ..study import kernel_caches
 from ..study.inputs import checks_table, require_all_ok, verify_inputs
 from ..study.load import LevelConnections, connection_count, merged_connections, run_level_pass
 from ..study.passes import PassBudget, PassRunner, ResponseLog
@@ -411,12 +412,15 @@ def _run_backend(ctx: StudyRun, backend: Backend, rows: RowWriter, budget: PassB
         alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
         failures = _protocol(ctx, backend, handle, alive, prepared, rows, budget, host, server)
         _record_after_passes(run, backend.name, handle)
-        return failures
     finally:
         _stop_all(ctx, started, host)
         _record_server(run, backend.name, server)
         if ctx.envcheck is not None:
             ctx.envcheck.close_cache(backend.name)
+        kernel_caches.close_caches(run, backend.name)
+    for difference in kernel_caches.refuse_changed(run, backend.name, ctx.opts.allow_environment_drift):
+        progress.message(f"[yellow]environment drift (allowed)[/]: {difference}")
+    return failures
 
 
 def _record_after_passes(run: RunDir, name: str, handle: RunningBackend) -> None:
@@ -471,6 +475,7 @@ def _start(ctx: StudyRun, backend: Backend, host: HostSession, started: list[Run
             started[-1].wait_ready(aux.ready_timeout_s or recipe.protocol.ready_timeout_s)
     spec = _launch_spec(ctx, backend, aux_ports, host.gpu_uuid)
     spec.env.update(_pinned_triton_cache(ctx, backend))
+    spec.env.update(kernel_caches.open_caches(ctx.run, backend, ctx.root, ctx.opts.runtime or backend.runtime))
     progress.message(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
     started.append(runtime.launch(spec))
     return started[-1]
