@@ -14,7 +14,6 @@ import tarfile
 from pathlib import Path
 
 import yaml
-
 from studykit import sha256
 
 REPO = Path(__file__).resolve().parents[1]

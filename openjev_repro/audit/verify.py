@@ -47,6 +47,7 @@ from ..results.energy import GPU_FILE, read_gpu_events
 from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
 from .bundle import opened
 from .figures import Samples, layout_figures, published_figures, summary_from_figures
+from .identity_check import runtime_identity
 
 __all__ = [
     "Check",
@@ -194,7 +195,7 @@ def _verify_signed(ev: Evidence, files: list[Path], envelope: dict, statement: d
         ev.preload()  # the rows parse here, while the files hash
         subjects = _subject_digests(statement, present, checks, hashing)
     aggregate_only = bool(predicate.get("aggregate_only"))
-    for step in (_complete, _copied_files, _case_ids, _protocol_passes, _responses, _recomputed):
+    for step in (_complete, _copied_files, _case_ids, _protocol_passes, _responses, _recomputed, runtime_identity):
         checks.extend(_signed_step(step, ev, predicate, aggregate_only, checks))
     if aggregate_only:
         checks.extend(_source_manifest(run, predicate, subjects, pubkey))

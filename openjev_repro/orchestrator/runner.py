@@ -431,10 +431,13 @@ def _record_after_passes(run: RunDir, name: str, handle: RunningBackend) -> None
     except BackendError as exc:
         health = {"available": False, "reason": str(exc)}
     write_json_atomic(run.file(f"logs/{name}.health-after.json"), health)
-    if isinstance(health.get("autotune"), dict):
+    # runtime_identity (issue 39): after the passes it names every library mapped and kernel tuned by then
+    after = {key: health[source] for source, key in (("autotune", "autotune_after_passes"),
+                                                     ("runtime_identity", "runtime_identity"))
+             if isinstance(health.get(source), dict)}
+    if after:
         record = backends_of(run)
-        record = record.with_entry(name, {**record.entries[name], "autotune_after_passes": health["autotune"]})
-        write_json_atomic(run.file("backends.json"), record.to_json())
+        write_json_atomic(run.file("backends.json"), record.with_entry(name, {**record.entries[name], **after}).to_json())
 
 
 def _pinned_triton_cache(ctx: StudyRun, backend: Backend) -> dict[str, str]:
@@ -529,7 +532,8 @@ IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_wei
                  "weights_fingerprint_seconds", "weights_bytes", "mode", "device", "dtype", "lora",
                  "implementations", "torch_threads", "torch_interop_threads", "thread_env", "base_model",
                  "cuda_graphs", "compiled", "hardware", "non_embedding_parameters", "prompt_format",
-                 "kernels", "packages", "source_sha256")  # the last three: runs from 2026-12 on
+                 "kernels", "packages", "source_sha256",  # these three: runs from 2026-12 on
+                 "runtime_identity")  # issue 39: shared objects, versions as loaded, kernel caches, autotune
 
 
 def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
