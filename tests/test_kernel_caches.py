@@ -157,7 +157,7 @@ def test_hostile_archive_members_are_refused_before_anything_is_written(tmp_path
 def test_kernel_cache_task_errors_are_one_line(tmp_path):
     run = run_study(StudyOptions(recipe_path=_study(tmp_path / "a", [_backend()]), out_dir=tmp_path / "runs"))
     out = tmp_path / "x.tar.xz"
-    cases = [(["--backend", "nope"], "records no kernel caches for backend 'nope'"),
+    cases = [(["--backend", "nope"], "The run records no kernel caches for backend 'nope'"),
              (["--backend", "one", "--kind", "cuda"], "--kind 'cuda': give triton or inductor")]
     for args, words in cases:
         done = _invoke("kernel-cache", "--run", str(run.path), "--out", str(out), *args)

@@ -70,7 +70,8 @@ def test_health_reports_the_shared_objects_versions_caches_and_autotune_choices(
     assert identity["autotune"] == {
         "inductor/cabc/triton_red_fused_mean_0": {"RBLOCK": 1024, "XBLOCK": 1, "found_by_coordesc": False,
                                                   "num_warps": 8},
-        "triton/ABCDEF/l2norm_fwd_kernel": {"BT": 16, "num_stages": 3, "num_warps": 4, "pre_hook": None}}
+        "triton/ABCDEF/l2norm_fwd_kernel": {"BT": 16, "maxnreg": None, "num_ctas": None, "num_stages": 3,
+                                            "num_warps": 4}}
 
 
 @pytest.mark.parametrize("change", [

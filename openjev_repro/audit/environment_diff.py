@@ -290,10 +290,9 @@ def _dict_differences(item: str, a: dict, b: dict) -> list[Difference]:
 
 
 def _item_differences(item: str, a: Any, b: Any) -> list[Difference]:
-    if item == "libraries" and isinstance(a, dict) and isinstance(b, dict):
-        return _library_differences(a, b)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return _dict_differences(item, a, b)
+    both = isinstance(a, dict) and isinstance(b, dict)
+    if both:
+        return _library_differences(a, b) if item == "libraries" else _dict_differences(item, a, b)
     if isinstance(a, dict) or isinstance(b, dict):
         return [Difference(item, f"{item}: recorded by one run only")]
     return [] if a == b else [Difference(item, f"{item}: {a or 'not recorded'} vs {b or 'not recorded'}")]
@@ -343,12 +342,14 @@ class _Pair(msgspec.Struct, frozen=True):
 
 
 def _explanation_texts(found: list[Difference]) -> list[str]:
+    """What can explain a drift, in words: FLA in one run only, autotuned choices, each other difference."""
+    items = {d.item for d in found}
     fla = any(d.item in ("packages", "implementations") and "fla" in d.text.lower() for d in found)
-    tuned = [d for d in found if d.item == "autotune"]
     texts = ["FLA kernels in one run and not the other"] if fla else []
-    texts += [f"autotuned kernels chose differently ({len(tuned)} listed below)"] if tuned else []
+    tuned = sum(d.item == "autotune" for d in found)
+    texts += [f"autotuned kernels chose differently ({tuned} listed below)"] if tuned else []
     texts += [d.text for d in found if d.item not in ("drift", "autotune")]
-    return texts + (["the allowed environment drift listed below"] if any(d.item == "drift" for d in found) else [])
+    return texts + (["the allowed environment drift listed below"] if "drift" in items else [])
 
 
 def explanations(pair: dict[str, Any]) -> list[str]:

@@ -18,8 +18,11 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from ..evidence.identity import CacheDigest, LoadedLibrary, RuntimeIdentity, RuntimeVersions
 from ..hashing import hash_file, tree_digest
@@ -29,7 +32,7 @@ __all__ = ["RuntimeIdentityReporter", "autotune_choices", "mapped_libraries"]
 MAPS = Path("/proc/self/maps")
 CACHE_ENV = {"triton": "TRITON_CACHE_DIR", "inductor": "TORCHINDUCTOR_CACHE_DIR"}
 MAX_CHOICE_BYTES = 1 << 20  # an autotune file larger than this is not one
-VOLATILE = {"time_taken_ms"}  # measured anew on every tuning, not a choice
+VOLATILE = {"time_taken_ms", "kwargs"}  # measured anew on every tuning, not a choice
 _KERNEL_DEF = re.compile(r"^def (triton_\w+)\(", re.MULTILINE)
 
 
@@ -43,10 +46,6 @@ def mapped_libraries(maps: Path = MAPS) -> list[Path]:
     return [Path(p) for p in sorted(found) if Path(p).is_file()]
 
 
-def _loaded(fragment: str) -> Path | None:
-    return next((p for p in mapped_libraries() if p.name.startswith(fragment)), None)
-
-
 def _int_call(library: Path, function: str, *args: int) -> int | None:
     """An `int f(..., int *out)` of a loaded library (0: success), or None when it cannot be asked."""
     try:
@@ -57,30 +56,63 @@ def _int_call(library: Path, function: str, *args: int) -> int | None:
     return out.value if status == 0 else None
 
 
+def _cublas(library: Path) -> str | None:
+    parts = [_int_call(library, "cublasGetProperty", kind) for kind in (0, 1, 2)]  # major, minor, patch
+    return None if None in parts else ".".join(map(str, parts))
+
+
+def _cudnn(library: Path) -> str | None:
+    try:
+        return str(ctypes.CDLL(str(library)).cudnnGetVersion())
+    except (OSError, AttributeError):
+        return None
+
+
+def _asked(function: str) -> Callable[[Path], str | None]:
+    def ask(library: Path) -> str | None:
+        value = _int_call(library, function)
+        return None if value is None else str(value)
+    return ask
+
+
+# RuntimeVersions field -> (the loaded library's file name starts so, how that library is asked its version)
+_LIBRARIES: dict[str, tuple[str, Callable[[Path], str | None]]] = {
+    "cuda_runtime": ("libcudart", _asked("cudaRuntimeGetVersion")), "cublas": ("libcublas.", _cublas),
+    "cudnn": ("libcudnn.", _cudnn), "nccl": ("libnccl", _asked("ncclGetVersion"))}
+
+
+def _module_version(name: str) -> str | None:
+    module = sys.modules.get(name)  # loaded by the backend, not imported here
+    return str(module.__version__) if module is not None and hasattr(module, "__version__") else None
+
+
 def _versions() -> RuntimeVersions:
     """What the loaded libraries say of themselves (None for a library this process has not loaded)."""
-    torch = sys.modules.get("torch")
-    cudart, cublas, cudnn, nccl = (_loaded(name) for name in ("libcudart", "libcublas.", "libcudnn.", "libnccl"))
-    runtime = _int_call(cudart, "cudaRuntimeGetVersion") if cudart else None
-    parts = [_int_call(cublas, "cublasGetProperty", kind) for kind in (0, 1, 2)] if cublas else []
-    cudnn_version = getattr(ctypes.CDLL(str(cudnn)), "cudnnGetVersion", lambda: None)() if cudnn else None
-    nccl_version = _int_call(nccl, "ncclGetVersion") if nccl else None
-    triton = sys.modules.get("triton")
-    return RuntimeVersions(
-        torch=str(torch.__version__) if torch and hasattr(torch, "__version__") else None,
-        cuda_runtime=str(runtime) if runtime is not None else None,
-        cublas=".".join(map(str, parts)) if parts and None not in parts else None,
-        cudnn=str(cudnn_version) if cudnn_version is not None else None,
-        nccl=str(nccl_version) if nccl_version is not None else None,
-        triton=str(triton.__version__) if triton and hasattr(triton, "__version__") else None)
+    mapped = mapped_libraries()
+    found = {field: next((p for p in mapped if p.name.startswith(prefix)), None)
+             for field, (prefix, _) in _LIBRARIES.items()}
+    asked = {field: ask(path) for field, (_, ask) in _LIBRARIES.items() if (path := found[field]) is not None}
+    return RuntimeVersions(torch=_module_version("torch"), triton=_module_version("triton"), **asked)
 
 
 def _scalars(config: dict[str, Any]) -> dict[str, Any]:
-    """A configuration's parameters (a Triton Config's `kwargs` merged in), scalars only."""
-    kwargs = config.get("kwargs")
-    flat = {**config, **(kwargs if isinstance(kwargs, dict) else {})}
-    return {str(k): v for k, v in sorted(flat.items()) if k not in VOLATILE and k != "kwargs"
+    """A configuration's parameters, scalars only (what is measured anew each time left out)."""
+    return {str(k): v for k, v in sorted(config.items()) if k not in VOLATILE
             and (v is None or isinstance(v, (bool, int, str)))}
+
+
+class _TritonConfig(msgspec.Struct, frozen=True):
+    """A triton.Config as Triton's autotuner writes it to `<kernel>.autotune.json` (other keys left alone)."""
+
+    kwargs: dict[str, int | float | str | bool | None] = {}
+    num_warps: int | None = None
+    num_stages: int | None = None
+    num_ctas: int | None = None
+    maxnreg: int | None = None
+
+
+class _TritonAutotune(msgspec.Struct, frozen=True):
+    configs_timings: list[tuple[_TritonConfig, list[float] | float]] = []
 
 
 def _read_json(path: Path) -> Any:
@@ -93,12 +125,16 @@ def _read_json(path: Path) -> Any:
 
 
 def _triton_choice(path: Path) -> dict[str, Any] | None:
-    """Triton's autotune cache file: the configuration with the least timing."""
-    data = _read_json(path)
-    pairs = data.get("configs_timings") if isinstance(data, dict) else None
-    timed = [(t if isinstance(t, list) else [t], c) for c, t in pairs or [] if isinstance(c, dict)] \
-        if isinstance(pairs, list) and all(isinstance(p, list) and len(p) == 2 for p in pairs) else []
-    return _scalars(min(timed, key=lambda item: item[0])[1]) if timed else None
+    """Triton's autotune cache file: the configuration it timed fastest."""
+    try:
+        tuned = msgspec.json.decode(path.read_bytes(), type=_TritonAutotune) if path.stat().st_size < MAX_CHOICE_BYTES \
+            else None
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    if not tuned or not tuned.configs_timings:
+        return None
+    best = min(tuned.configs_timings, key=lambda pair: pair[1] if isinstance(pair[1], list) else [pair[1]])[0]
+    return _scalars({**msgspec.structs.asdict(best), **best.kwargs, "kwargs": None})
 
 
 def _inductor_choice(path: Path) -> tuple[str, dict[str, Any]] | None:

@@ -398,11 +398,11 @@ class Backend(StrictModel):
         if self.command:
             raise ValueError(f"backend {self.name!r} has both `command` and `url`; give one "
                              "(url: a server already running, which the study does not launch)")
-        launch_only = [f for f in ("image", "cwd", "port") if getattr(self, f) is not None]
-        launch_only += [f for f in ("env", "aux", "kernel_caches") if getattr(self, f)]
-        launch_only += ["runtime"] if self.runtime != "local" else []
-        if self.environment is not None and self.environment.triton_cache is not None:
-            launch_only.append("environment.triton_cache")
+        given = {"image": self.image is not None, "cwd": self.cwd is not None, "port": self.port is not None,
+                 "env": bool(self.env), "aux": bool(self.aux), "kernel_caches": self.kernel_caches is not None,
+                 "runtime": self.runtime != "local",
+                 "environment.triton_cache": bool(self.environment and self.environment.triton_cache)}
+        launch_only = [name for name, set_ in given.items() if set_]
         if launch_only:
             raise ValueError(f"backend {self.name!r} is reached by `url`, so {', '.join(launch_only)} "
                              "(which apply to a launched command) cannot be set")
@@ -665,11 +665,15 @@ class Recipe(StrictModel):
         _unique([g.name for g in self.gates], "gate")
         for g in self.gates:
             self._check_gate(g)
-        pinned = [b.name for b in self.backends if not b.launched and self.environment.triton_cache is not None]
-        if pinned:
-            raise ValueError(f"environment.triton_cache pins a cache, but backend {pinned[0]!r} is reached by `url`, "
-                             "not launched by the study: the pin could not apply to it")
+        self._check_url_pins()
         return self
+
+    def _check_url_pins(self) -> None:
+        """The study-level Triton cache pin applies to every backend: none may be reached by `url`."""
+        reached = [b.name for b in self.backends if not b.launched]
+        if reached and self.environment.triton_cache is not None:
+            raise ValueError(f"environment.triton_cache pins a cache, but backend {reached[0]!r} is reached by "
+                             "`url`, not launched by the study: the pin could not apply to it")
 
     def _check_gate(self, g: Any) -> None:
         """A gate names only backends and workloads of this recipe."""

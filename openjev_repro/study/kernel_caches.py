@@ -122,6 +122,18 @@ class KernelCachesRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     def with_backend(self, name: str, caches: tuple[CacheRecord, ...]) -> KernelCachesRecord:
         return msgspec.structs.replace(self, backends={**self.backends, name: caches})
 
+    def folders(self, name: str, parent: Path, kinds: list[str] | None) -> dict[str, Path]:
+        """kind -> folder (under `parent`, the run's parent folder) of backend `name`'s caches of `kinds`."""
+        if name not in self.backends:
+            raise RecipeError(f"The run records no kernel caches for backend {name!r} (backends with kernel "
+                              f"caches: {', '.join(sorted(self.backends)) or 'none'}).")
+        found: dict[str, Path] = {c.kind: parent / c.directory for c in self.backends[name]
+                                  if c.kind in (kinds or KIND_ENV)}
+        missing = sorted(set(kinds or ()) - set(found))
+        if missing:
+            raise RecipeError(f"Backend {name} had no {', '.join(missing)} cache in that run.")
+        return found
+
     def differences(self, name: str) -> list[str]:
         return [d for c in self.backends.get(name, ()) if (d := c.difference(name)) is not None]
 
@@ -282,16 +294,7 @@ def refuse_changed(run: RunDir, name: str, allow_drift: bool) -> list[str]:
 
 def run_caches(run: RunDir, name: str, kinds: list[str] | None = None) -> dict[str, Path]:
     """kind -> folder of the caches backend `name` used in a run (those of `kinds`, or all)."""
-    record = KernelCachesRecord.read(run)
-    if record is None or name not in record.backends:
-        known = ", ".join(sorted(record.backends)) if record else ""
-        raise RecipeError(f"{run.path} records no kernel caches for backend {name!r}"
-                          + (f" (it has: {known})." if known else " (no backend declared kernel_caches)."))
-    found: dict[str, Path] = {c.kind: run.path.parent / c.directory for c in record.backends[name]
-                              if kinds is None or c.kind in kinds}
-    missing = sorted(set(kinds or ()) - set(found))
-    if missing:
-        raise RecipeError(f"Backend {name} of {run.path} had no {', '.join(missing)} cache.")
+    found = (KernelCachesRecord.read(run) or KernelCachesRecord()).folders(name, run.path.parent, kinds)
     gone = [str(p) for p in found.values() if not p.is_dir() or p.is_symlink()]
     if gone:
         raise RecipeError(f"The kernel cache folder {gone[0]} of that run is gone (caches live beside the run, "

@@ -22,8 +22,11 @@ def _write_once(path: Path, text: str) -> None:
 
 
 def _choice(config: str) -> dict:
+    """A triton.Config as Triton's autotuner writes it: block sizes in `kwargs`, warps beside them."""
     pairs = dict(item.split("=", 1) for item in config.split(",") if "=" in item)
-    return {key: int(value) if value.isdigit() else value for key, value in pairs.items()}
+    values = {key: int(value) if value.isdigit() else value for key, value in pairs.items()}
+    return {"kwargs": {k: v for k, v in values.items() if not k.startswith("num_")},
+            **{k: v for k, v in values.items() if k.startswith("num_")}}
 
 
 def main() -> None:
