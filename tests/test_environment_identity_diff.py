@@ -108,3 +108,12 @@ def test_a_run_recording_no_identity_says_not_recorded_and_never_crashes_on_odd_
     _edit(b, "environment.json", lambda d: d.update(cpu=[1, 2], gpus={"devices": [None]}, container_images=7))
     env = compare_runs(a, b)["pairs"][0]["environment"]
     assert "libraries" in env["not_recorded"]
+
+
+def test_the_image_each_backend_ran_in_is_compared(two_runs, tmp_path):
+    a, b = _copies(two_runs, tmp_path)
+    for run, digest in ((a, A), (b, B)):
+        _edit(run, "environment.json", lambda d, digest=digest: d.update(container_images={"one": {
+            "reference": "openjev-repro/reference-cpu:offline", "id": f"sha256:{digest}", "repo_digests": []}}))
+    texts = [d["text"] for d in compare_runs(a, b)["pairs"][0]["environment"]["differences"]]
+    assert f"container_image: sha256:{A} vs sha256:{B}" in texts
