@@ -120,6 +120,8 @@ def test_pins_on_a_backend_the_study_does_not_launch_are_one_recipe_error(tmp_pa
     twice = _backend(caches={"kinds": ["triton"]}, TRITON_CACHE_DIR="/tmp/x")
     assert "`env` cannot set it too" in _recipe_error(tmp_path / "d", [twice])
     assert "repeat" in _recipe_error(tmp_path / "e", [_backend(caches={"kinds": ["triton", "triton"]})]).lower()
+    docker = {**_backend(caches={"kinds": ["inductor"]}), "runtime": "docker", "image": "x"}
+    assert "need the local runtime" in _recipe_error(tmp_path / "f", [docker])
 
 
 def test_the_cli_refuses_a_url_pin_in_one_error_line(tmp_path):

@@ -294,6 +294,15 @@ class KernelCaches(StrictModel):
         _unique([p.archive for p in self.pinned], "kernel cache archive")
         return self
 
+    def check_launch(self, backend: str, runtime: str, env: dict[str, str]) -> None:
+        """The study points a local backend at the caches: `env` may not name them, docker cannot write them."""
+        named = sorted({"triton": "TRITON_CACHE_DIR", "inductor": "TORCHINDUCTOR_CACHE_DIR"}[k] for k in self.kinds)
+        if set(named) & set(env):
+            raise ValueError(f"backend {backend!r}: kernel_caches sets {', '.join(named)}; `env` cannot set it too")
+        if runtime != "local":
+            raise ValueError(f"backend {backend!r}: kernel_caches need the local runtime (the study's cache folders "
+                             f"are not mounted into a {runtime} container)")
+
 
 class EnvironmentSpec(StrictModel):
     """What a backend must report once ready (its /health, else environment.json): checked before
@@ -386,10 +395,8 @@ class Backend(StrictModel):
             raise ValueError(f"backend {self.name!r} needs a `command` to launch, or the `url` of a running server")
         if self.url is not None:
             self._check_url_backend()
-        caches = self.kernel_caches.kinds if self.kernel_caches is not None else []
-        named = sorted({"triton": "TRITON_CACHE_DIR", "inductor": "TORCHINDUCTOR_CACHE_DIR"}[k] for k in caches)
-        if set(named) & set(self.env):
-            raise ValueError(f"backend {self.name!r}: kernel_caches sets {', '.join(named)}; `env` cannot set it too")
+        if self.kernel_caches is not None:
+            self.kernel_caches.check_launch(self.name, self.runtime, self.env)
         return self
 
     def _check_url_backend(self) -> None:
