@@ -32,7 +32,7 @@ BACKENDS=${BACKENDS:-reference-fast-eager reference-fast-best}
 WORK=${WORK:-/tmp/identity-call}
 FIXTURE=${FIXTURE:-.cache/demo}  # the recipes' tokenizer and requests (`invoke fixture`, ~10 s)
 LOG=$OUT/identity-call.log
-SPLIT_BYTES=$((15 * 1024 * 1024))
+SPLIT_BYTES=${SPLIT_BYTES:-$((15 * 1024 * 1024))}  # one returned file stays under the device's 16 MiB
 
 say() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$LOG"; }
 run() { "$@" 2>&1 | tee -a "$LOG"; return "${PIPESTATUS[0]}"; }
