@@ -90,6 +90,9 @@ def test_a_pinned_cache_that_changes_stops_the_study_unless_drift_is_allowed(tmp
     allowed = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs3", allow_environment_drift=True))
     assert allowed.state()["status"] == "complete"
     assert _recorded(allowed)["triton"].changed is True
+    check = json.loads(allowed.file("environment_check.json").read_text())
+    assert any("the pinned triton cache changed" in d for d in check["differences"])
+    assert "the pinned triton cache changed" in allowed.file("report.md").read_text()  # the drift banner
 
 
 def test_a_pinned_archive_with_another_digest_stops_the_study_before_the_backend_starts(tmp_path):

@@ -157,6 +157,12 @@ class EnvironmentCheck:
                     "kernel autotuned or compiled anew on this host"}
         write_json_atomic(self.run.file(CHECK_FILE), self.data)
 
+    def add_differences(self, found: list[str]) -> None:
+        """Differences found after a backend ran (a pinned kernel cache that changed), measured with drift allowed."""
+        if found:
+            self.data["differences"] += found
+            write_json_atomic(self.run.file(CHECK_FILE), self.data)
+
     def check(self, name: str, spec: EnvironmentSpec, health: dict) -> list[str]:
         seen = observed(health, self.environment, name)
         found = differences(spec, seen, self.data["project"].get("source_sha256"))

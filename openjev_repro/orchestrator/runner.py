@@ -418,7 +418,10 @@ def _run_backend(ctx: StudyRun, backend: Backend, rows: RowWriter, budget: PassB
         if ctx.envcheck is not None:
             ctx.envcheck.close_cache(backend.name)
         kernel_caches.close_caches(run, backend.name)
-    for difference in kernel_caches.refuse_changed(run, backend.name, ctx.opts.allow_environment_drift):
+    changed = kernel_caches.refuse_changed(run, backend.name, ctx.opts.allow_environment_drift)
+    if ctx.envcheck is not None:  # allowed: in environment_check.json, so the report's drift banner names it
+        ctx.envcheck.add_differences(changed)
+    for difference in changed:
         progress.message(f"[yellow]environment drift (allowed)[/]: {difference}")
     return failures
 
