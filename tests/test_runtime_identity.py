@@ -121,7 +121,9 @@ def test_the_scan_of_maps_lists_each_mapped_shared_object_once(tmp_path):
     lib = Path(sys.executable).resolve()  # any real file stands in for a mapped path
     so = tmp_path / "libfake.so.1"
     so.write_bytes(b"\x7fELF")
-    maps.write_text(f"7f00-7f01 r--p 0 08:01 1 {so}\n7f01-7f02 r-xp 0 08:01 1 {so}\n"
+    sock = tmp_path / "x.sock"
+    sock.write_bytes(b"")
+    maps.write_text(f"7f00-7f01 r--p 0 08:01 1 {so}\n7f01-7f02 r-xp 0 08:01 1 {so}\n7f05-7f06 r--p 0 08:01 4 {sock}\n"
                     f"7f02-7f03 r--p 0 08:01 2 {lib}\n7f03-7f04 rw-p 0 00:00 0 [heap]\n"
                     f"7f04-7f05 r--p 0 08:01 3 {tmp_path}/gone.so (deleted)\n")
     assert mapped_libraries(maps) == [so]

@@ -34,6 +34,7 @@ CACHE_ENV = {"triton": "TRITON_CACHE_DIR", "inductor": "TORCHINDUCTOR_CACHE_DIR"
 MAX_CHOICE_BYTES = 1 << 20  # an autotune file larger than this is not one
 VOLATILE = {"time_taken_ms", "kwargs"}  # measured anew on every tuning, not a choice
 _KERNEL_DEF = re.compile(r"^def (triton_\w+)\(", re.MULTILINE)
+_SHARED_OBJECT = re.compile(r"\.so(\.[0-9][0-9.]*)?$")  # libz.so, libz.so.1.3, not x.sock
 
 
 def mapped_libraries(maps: Path = MAPS) -> list[Path]:
@@ -41,7 +42,7 @@ def mapped_libraries(maps: Path = MAPS) -> list[Path]:
     found = set()
     for line in maps.read_text(errors="replace").splitlines():
         parts = line.split(maxsplit=5)
-        if len(parts) == 6 and parts[5].startswith("/") and ".so" in Path(parts[5]).name:
+        if len(parts) == 6 and parts[5].startswith("/") and _SHARED_OBJECT.search(Path(parts[5]).name):
             found.add(parts[5])
     return [Path(p) for p in sorted(found) if Path(p).is_file()]
 
