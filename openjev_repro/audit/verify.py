@@ -48,6 +48,7 @@ from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_ta
 from ..results.trace_gates import trace_inputs
 from .bundle import opened
 from .figures import Samples, layout_figures, published_figures, summary_from_figures
+from .identity_check import runtime_identity_verdict
 from .trace_audit import kernel_families_recomputed as _trace_outcomes
 
 __all__ = [
@@ -196,7 +197,8 @@ def _verify_signed(ev: Evidence, files: list[Path], envelope: dict, statement: d
         ev.preload()  # the rows parse here, while the files hash
         subjects = _subject_digests(statement, present, checks, hashing)
     aggregate_only = bool(predicate.get("aggregate_only"))
-    for step in (_complete, _copied_files, _case_ids, _protocol_passes, _responses, _recomputed, _kernel_families):
+    for step in (_complete, _copied_files, _case_ids, _protocol_passes, _responses, _recomputed, _kernel_families,
+                 _runtime_identity):
         checks.extend(_signed_step(step, ev, predicate, aggregate_only, checks))
     if aggregate_only:
         checks.extend(_source_manifest(run, predicate, subjects, pubkey))
@@ -204,6 +206,12 @@ def _verify_signed(ev: Evidence, files: list[Path], envelope: dict, statement: d
 
 
 _Step = Callable[[Evidence, dict, bool], list[Check]]
+
+
+def _runtime_identity(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check]:
+    """Issue 39: backends.json runtime_identity and kernel_caches.json well-formed (no check when absent)."""
+    verdict = runtime_identity_verdict(ev.run)
+    return [] if verdict is None else [Check("runtime identity", *verdict)]
 
 
 def _step_name(step: _Step) -> str:

@@ -32,6 +32,7 @@ import msgspec
 
 from ..errors import EvidenceError, UnsupportedFormat
 from .decoding import UNSET, Count, Finite, Int64, Number, Quoted, Record, Text, Unavailable, UnsetType, decode
+from .identity import RuntimeIdentity
 from .plan import Plan
 from .rundir import (
     BACKENDS_FORMAT_VERSION,
@@ -578,6 +579,7 @@ class BackendFacts(Record, frozen=True, kw_only=True):
     packages: dict[str, Text | None] | UnsetType = UNSET
     source_sha256: Text | Unavailable | UnsetType = UNSET
     autotune_after_passes: Autotune | UnsetType = UNSET
+    runtime_identity: RuntimeIdentity | UnsetType = UNSET  # issue 39: what the process loaded (absent: none reported)
 
     @classmethod
     def from_health(cls, health: dict[str, object], keys: tuple[str, ...]) -> BackendFacts:
