@@ -37,7 +37,7 @@ def make_run(tmp_path: Path, status: str = "complete", summary: bool = True, err
         for row in study_rows():
             writer.write(row)
     if summary:
-        write_json_atomic(run.file("summary.json"), summarize(study_rows(), recipe()))
+        write_json_atomic(run.file("summary.json"), summarize(study_rows(), recipe()).to_json())
     return run.path
 
 
@@ -241,7 +241,7 @@ def test_write_report_on_a_complete_run(tmp_path):
 def test_missing_or_wrong_summary_is_said(tmp_path):
     run = make_run(tmp_path, summary=False)
     assert "summary.json is absent" in write_report(run).read_text(encoding="utf-8")
-    data = summarize(study_rows(), recipe())
+    data = summarize(study_rows(), recipe()).to_json()
     data["workloads"]["mixed"]["backends"]["hf"]["overall"]["mean_ms"] = 1.0
     write_json_atomic(run / "summary.json", data)
     assert "SUMMARY MISMATCH" in write_report(run).read_text(encoding="utf-8")

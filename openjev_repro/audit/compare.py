@@ -237,7 +237,7 @@ def _pair(workload: str, base_name: str, cand_name: str, tb: RowTable, base: _Pa
 
 
 def _pass_means(t: RowTable, passes: _Passes) -> dict[int, float | None]:
-    return {p: latency_stats(_ok_latencies(t, rows))["mean_ms"] for p, rows in passes.items()}
+    return {p: latency_stats(_ok_latencies(t, rows)).mean_ms for p, rows in passes.items()}
 
 
 def _errors(t: RowTable, passes: _Passes) -> int:
@@ -247,7 +247,7 @@ def _errors(t: RowTable, passes: _Passes) -> int:
 def _pair_metrics(lat_b: np.ndarray, lat_c: np.ndarray, means_b: dict[int, float | None],
                   means_c: dict[int, float | None]) -> dict[str, dict[str, float | None]]:
     sb, sc = latency_stats(lat_b), latency_stats(lat_c)
-    metrics = {f"overall.{k}": _metric(sb[k], sc[k]) for k in _STATS}
+    metrics = {f"overall.{k}": _metric(sb.figure(k), sc.figure(k)) for k in _STATS}
     for p in sorted(set(means_b) | set(means_c)):
         metrics[f"pass{p}.mean_ms"] = _metric(means_b.get(p), means_c.get(p))
     return metrics

@@ -51,8 +51,8 @@ def _side(stats: dict[str, Any]) -> dict[str, Any]:
 def _level_pair(level: str, base: tuple[LevelColumns, np.ndarray], cand: tuple[LevelColumns, np.ndarray],
                 seed: int) -> dict[str, Any]:
     spec = spec_of(level)
-    sb: dict[str, Any] = dict(level_stats(base[0], spec, base[1], None))
-    sc: dict[str, Any] = dict(level_stats(cand[0], spec, cand[1], None))
+    sb: dict[str, Any] = level_stats(base[0], spec, base[1], None).to_json()
+    sc: dict[str, Any] = level_stats(cand[0], spec, cand[1], None).to_json()
     lat_b, lat_c = (cols.latency_ms(idx[cols.t.ok[idx]]) for cols, idx in (base, cand))
     ci = bootstrap_mean_diff_ci(lat_b, lat_c, seed=seed, n_boot=N_BOOT) if len(lat_b) and len(lat_c) else None
     return {"level": level, "latency_from": sb["latency_from"], "baseline": _side(sb), "candidate": _side(sc),

@@ -27,8 +27,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
+import msgspec
 import numpy as np
 
 from ..evidence.recipe import Recipe, Workload
@@ -41,7 +42,7 @@ from ..evidence.summary import (
     QueueStats,
     ScheduleAdherence,
 )
-from .latency import latency_stats, p99_nearest_rank
+from .latency import latency_stats, overall_stats, p99_nearest_rank
 from .row_table import Interned, RowTable
 
 __all__ = [
@@ -83,8 +84,8 @@ def has_load(recipe: Recipe) -> bool:
 
 def declared_levels(workload: Workload) -> list[LevelSpec]:
     """The workload's levels in run order (the recipe's: closed ladder ascending, then open rates ascending)."""
-    return [{"level": level.id, "mode": level.kind, "concurrency": level.concurrency, "rate_per_s": level.rate_per_s,
-             "arrivals": level.arrivals} for level in workload.levels() or []]
+    return [LevelSpec(level=level.id, mode=level.kind, concurrency=level.concurrency, rate_per_s=level.rate_per_s,
+                      arrivals=level.arrivals) for level in workload.levels() or []]
 
 
 def latency_bound_ms(workload: Workload) -> float | None:
@@ -156,19 +157,19 @@ def _per_second(count: int | None, seconds: float | None) -> float | None:
 def _pass(cols: LevelColumns, pass_index: int, idx: np.ndarray) -> LevelPass:
     ok = idx[cols.t.ok[idx]]
     duration = cols.duration_s(idx)
-    return {"pass": pass_index, "requests": len(idx), "errors": len(idx) - len(ok),
-            "mean_ms": latency_stats(cols.latency_ms(ok))["mean_ms"], "duration_s": duration,
-            "throughput_per_s": _per_second(len(ok), duration)}
+    return LevelPass(index=pass_index, requests=len(idx), errors=len(idx) - len(ok),
+                     mean_ms=latency_stats(cols.latency_ms(ok)).mean_ms, duration_s=duration,
+                     throughput_per_s=_per_second(len(ok), duration))
 
 
 def _adherence(cols: LevelColumns, idx: np.ndarray) -> ScheduleAdherence:
     sent = cols.timed(idx)
     lag_ms = cols.lag_ns[sent[cols.has_schedule[sent]]] / 1e6
     values = lag_ms.tolist()
-    return {"scheduled": len(values), "late_sends": int((lag_ms > LATE_AFTER_MS).sum()),
-            "max_lag_ms": max(values) if values else None,
-            "mean_lag_ms": math.fsum(values) / len(values) if values else None,
-            "scheduled_rate_per_s": _scheduled_rate(cols, idx)}
+    return ScheduleAdherence(scheduled=len(values), late_sends=int((lag_ms > LATE_AFTER_MS).sum()),
+                             max_lag_ms=max(values) if values else None,
+                             mean_lag_ms=math.fsum(values) / len(values) if values else None,
+                             scheduled_rate_per_s=_scheduled_rate(cols, idx))
 
 
 def _scheduled_rate(cols: LevelColumns, idx: np.ndarray) -> float | None:
@@ -188,7 +189,7 @@ def _queue(cols: LevelColumns, ok: np.ndarray) -> QueueStats | None:
     if not len(values):
         return None
     stats = latency_stats(values)
-    return {"n": stats["n"], "mean_ms": stats["mean_ms"], "p95_jevbench_ms": stats["p95_jevbench_ms"]}
+    return QueueStats(n=stats.n, mean_ms=stats.mean_ms, p95_jevbench_ms=stats.p95_jevbench_ms)
 
 
 def _passes(cols: LevelColumns, idx: np.ndarray) -> list[LevelPass]:
@@ -196,19 +197,10 @@ def _passes(cols: LevelColumns, idx: np.ndarray) -> list[LevelPass]:
     return [_pass(cols, p, idx[passes == p]) for p in np.unique(passes).tolist()]
 
 
-class _Rates(TypedDict):
-    duration_s: float | None
-    throughput_per_s: float | None
-    within_bound: int | None
-    goodput_per_s: float | None
-
-
-def _rates(passes: list[LevelPass], ok: int, within: int | None) -> _Rates:
-    """Duration, throughput and goodput of a level's measured passes."""
-    durations = [p["duration_s"] for p in passes if p["duration_s"] is not None]
-    duration = math.fsum(durations) if durations else None
-    return {"duration_s": duration, "throughput_per_s": _per_second(ok, duration), "within_bound": within,
-            "goodput_per_s": _per_second(within, duration)}
+def _duration_s(passes: list[LevelPass]) -> float | None:
+    """The measured passes' durations summed; None when no pass was timed."""
+    durations = [p.duration_s for p in passes if p.duration_s is not None]
+    return math.fsum(durations) if durations else None
 
 
 def _number(text: str) -> float | None:
@@ -221,10 +213,10 @@ def _number(text: str) -> float | None:
 def spec_of(level: str) -> LevelSpec:
     """What a level id alone says (for rows without their recipe): open-r{rate} is open loop, else closed."""
     if level.startswith("open-r"):
-        return {"level": level, "mode": "open", "concurrency": None, "rate_per_s": _number(level[6:]), "arrivals": None}
+        return LevelSpec(level=level, mode="open", concurrency=None, rate_per_s=_number(level[6:]), arrivals=None)
     concurrency = level[8:] if level.startswith("closed-c") else ""
-    return {"level": level, "mode": "closed", "concurrency": int(concurrency) if concurrency.isdigit() else None,
-            "rate_per_s": None, "arrivals": None}
+    return LevelSpec(level=level, mode="closed", concurrency=int(concurrency) if concurrency.isdigit() else None,
+                     rate_per_s=None, arrivals=None)
 
 
 def level_stats(cols: LevelColumns, spec: LevelSpec, idx: np.ndarray, bound: float | None) -> LevelStats:
@@ -232,22 +224,23 @@ def level_stats(cols: LevelColumns, spec: LevelSpec, idx: np.ndarray, bound: flo
     ok = idx[cols.t.ok[idx]]
     latencies = cols.latency_ms(ok)
     passes = _passes(cols, idx)
-    means = [p["mean_ms"] for p in passes if p["mean_ms"] is not None]
+    means = [p.mean_ms for p in passes if p.mean_ms is not None]
     connections = cols.connection[idx]
-    open_loop = spec["mode"] == "open"
-    return {
-        "level": spec["level"],
-        "latency_from": "schedule" if open_loop else "send",
-        "requests": len(idx), "errors": len(idx) - len(ok),
-        **latency_stats(latencies),
-        "p99_ms": p99_nearest_rank(latencies),
-        "passes": passes,
-        "pass_mean_range_ms": [min(means), max(means)] if means else None,
-        **_rates(passes, len(ok), None if bound is None else int((latencies <= bound).sum())),
-        "connections": len(np.unique(connections[connections >= 0])),
-        "schedule": _adherence(cols, idx) if open_loop else None,
-        "server_queue": _queue(cols, ok),
-    }
+    duration = _duration_s(passes)
+    within = None if bound is None else int((latencies <= bound).sum())
+    return LevelStats(
+        level=spec.level,
+        latency_from="schedule" if spec.open_loop else "send",
+        **msgspec.structs.asdict(overall_stats(latencies, len(idx))),
+        p99_ms=p99_nearest_rank(latencies),
+        passes=passes,
+        pass_mean_range_ms=[min(means), max(means)] if means else None,
+        duration_s=duration, throughput_per_s=_per_second(len(ok), duration),
+        within_bound=within, goodput_per_s=_per_second(within, duration),
+        connections=len(np.unique(connections[connections >= 0])),
+        schedule=_adherence(cols, idx) if spec.open_loop else None,
+        server_queue=_queue(cols, ok),
+    )
 
 
 # --- the summary section ---------------------------------------------------------------
@@ -256,9 +249,9 @@ def level_stats(cols: LevelColumns, spec: LevelSpec, idx: np.ndarray, bound: flo
 def _workload(cols: LevelColumns, recipe: Recipe, workload: Workload) -> LoadWorkload:
     levels = declared_levels(workload)
     bound = latency_bound_ms(workload)
-    backends = {b.name: [level_stats(cols, spec, cols.measured(workload.name, b.name, spec["level"]), bound)
+    backends = {b.name: [level_stats(cols, spec, cols.measured(workload.name, b.name, spec.level), bound)
                          for spec in levels] for b in recipe.backends}
-    return {"latency_bound_ms": bound, "levels": levels, "backends": backends}
+    return LoadWorkload(latency_bound_ms=bound, levels=levels, backends=backends)
 
 
 def load_summary(t: RowTable, recipe: Recipe) -> LoadSummary | None:
@@ -267,4 +260,4 @@ def load_summary(t: RowTable, recipe: Recipe) -> LoadSummary | None:
         return None
     cols = LevelColumns.of(t)
     workloads = {w.name: _workload(cols, recipe, w) for w in recipe.workloads if w.load is not None}
-    return {"rules": dict(LOAD_RULES), "workloads": workloads}
+    return LoadSummary(rules=dict(LOAD_RULES), workloads=workloads)

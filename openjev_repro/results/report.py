@@ -80,7 +80,7 @@ def _yes(v: bool | None) -> str:
 
 
 def _per_pass(passes: list[PassStats], key: LatencyKey) -> str:
-    return " / ".join(_ms(p[key]) for p in passes) or "n/a"
+    return " / ".join(_ms(p.figure(key)) for p in passes) or "n/a"
 
 
 ENVIRONMENT_CHECK = "environment_check.json"  # written by study/environment_check.py
@@ -99,7 +99,7 @@ def recorded_drift(run: RunDir) -> list[str]:
     """environment_check.json's differences (none for runs from before the check)."""
     if not run.file(ENVIRONMENT_CHECK).is_file():
         return []
-    found = run.read(ENVIRONMENT_CHECK).get("differences")
+    found = run.read(ENVIRONMENT_CHECK).get("differences")  # environment_check.json: lane core's record
     return [str(d) for d in found] if isinstance(found, list) else ["environment_check.json lists no differences"]
 
 
@@ -116,7 +116,7 @@ def incomplete_banner(state: StateRecord) -> str:
 
 def _descriptions(recipe: Recipe, wl: WorkloadSummary) -> list[str]:
     """Each configuration's description under the table, so the table itself stays narrow."""
-    lines = [f"- {name}: {recipe.backend(name).description}" for name in wl["backends"]
+    lines = [f"- {name}: {recipe.backend(name).description}" for name in wl.backends
              if recipe.backend(name).description]
     return ["Configurations:", "", *lines, ""] if lines else []
 
@@ -125,26 +125,25 @@ def _table(recipe: Recipe, wl: WorkloadSummary) -> list[str]:
     head = ["Configuration", "Successful measured requests", "Overall mean (ms)", "Mean, per pass (ms)", "P50, per pass (ms)",
             "P95 JevBench rank, per pass (ms)", "P95 nearest rank, per pass (ms)", "Correct / N"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for name, b in wl["backends"].items():
-        m = b["measured"]
-        cells = [name, str(b["overall"]["n"]), _ms(b["overall"]["mean_ms"]), _per_pass(m, "mean_ms"),
+    for name, b in wl.backends.items():
+        m = b.measured
+        cells = [name, str(b.overall.n), _ms(b.overall.mean_ms), _per_pass(m, "mean_ms"),
                  _per_pass(m, "p50_ms"), _per_pass(m, "p95_jevbench_ms"), _per_pass(m, "p95_nearest_rank_ms"),
-                 f"{b['correct']} / {b['labelled']}" if b["labelled"] else "n/a (no labels)"]
+                 f"{b.correct} / {b.labelled}" if b.labelled else "n/a (no labels)"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return lines
 
 
 def _latency_notes(wl: WorkloadSummary) -> list[str]:
     out = []
-    feas = [f"{n} {_per_pass(b['feasibility'], 'mean_ms')} ms" for n, b in wl["backends"].items() if b["feasibility"]]
+    feas = [f"{n} {_per_pass(b.feasibility, 'mean_ms')} ms" for n, b in wl.backends.items() if b.feasibility]
     if feas:
         out.append("Excluded feasibility pass means: " + "; ".join(feas) + ".")
-    pooled = [f"{n} P50 {b['overall']['p50_ms']:.3f}, P95 JevBench rank {b['overall']['p95_jevbench_ms']:.3f} ms"
-              for n, b in wl["backends"].items()
-              if b["overall"].get("p50_ms") is not None and b["overall"].get("p95_jevbench_ms") is not None]
+    pooled = [f"{n} P50 {p50:.3f}, P95 JevBench rank {p95:.3f} ms" for n, b in wl.backends.items()
+              if (p50 := b.overall.p50_ms) is not None and (p95 := b.overall.p95_jevbench_ms) is not None]
     if pooled:
         out.append("Pooled over all measured passes (the CDF plot's marks): " + "; ".join(pooled) + ".")
-    for name, b in wl["backends"].items():
+    for name, b in wl.backends.items():
         out += _failure_notes(name, b)
     return out
 
@@ -152,28 +151,28 @@ def _latency_notes(wl: WorkloadSummary) -> list[str]:
 def _failure_notes(name: str, b: BackendSummary) -> list[str]:
     """A backend's failed measured requests and rows whose recorded decision contradicts their probability."""
     out = []
-    if b["overall"]["errors"]:
-        out.append(f"**{name}: {b['overall']['errors']} failed measured request(s)**, excluded from latency "
+    if b.overall.errors:
+        out.append(f"**{name}: {b.overall.errors} failed measured request(s)**, excluded from latency "
                    f"statistics and counted as not correct.")
-    if b["decision_mismatches"]:
-        ids = ", ".join(sorted({m["id"] for m in b["decision_mismatches"]}))
-        out.append(f"**{name}: {len(b['decision_mismatches'])} rows record a decision that differs from "
+    if b.decision_mismatches:
+        ids = ", ".join(sorted({m.id for m in b.decision_mismatches}))
+        out.append(f"**{name}: {len(b.decision_mismatches)} rows record a decision that differs from "
                    f"p >= {YES_THRESHOLD} of their probability** ({ids}); correctness uses the recomputed decision.")
     return out
 
 
 def _comparison_lines(wl: WorkloadSummary) -> list[str]:
     out = []
-    for c in wl["comparisons"]:
-        if c["speedup"] is None or c["percent_lower"] is None:  # percent_lower: None for a zero baseline mean
-            out.append(f"- {c['candidate']} vs {c['baseline']}: no comparable measured means.")
+    for c in wl.comparisons:
+        if c.speedup is None or c.percent_lower is None:  # percent_lower: None for a zero baseline mean
+            out.append(f"- {c.candidate} vs {c.baseline}: no comparable measured means.")
             continue
         out.append(
-            f"- {c['candidate']} vs {c['baseline']}: {c['speedup']:.{DIGITS['speedup']}f}x by mean "
-            f"({_ms(c['baseline_mean_ms'])} -> {_ms(c['candidate_mean_ms'])} ms, "
-            f"{_percent_change(c['percent_lower'])}); pass mean ranges disjoint: "
-            f"{_yes(c['disjoint_ranges'])}; every {c['candidate']} pass mean below every {c['baseline']} "
-            f"pass mean: {_yes(c['every_pass_lower'])}."
+            f"- {c.candidate} vs {c.baseline}: {c.speedup:.{DIGITS['speedup']}f}x by mean "
+            f"({_ms(c.baseline_mean_ms)} -> {_ms(c.candidate_mean_ms)} ms, "
+            f"{_percent_change(c.percent_lower)}); pass mean ranges disjoint: "
+            f"{_yes(c.disjoint_ranges)}; every {c.candidate} pass mean below every {c.baseline} "
+            f"pass mean: {_yes(c.every_pass_lower)}."
         )
     return out
 
@@ -206,32 +205,32 @@ def _tokens_of(t: RowTable, first: dict[str, np.ndarray], a: str, b: str) -> str
 def _agreement_lines(wl: WorkloadSummary, t: RowTable | None = None, workload: str = "") -> list[str]:
     out = []
     first = _first_passes(t, workload) if t is not None else {}
-    for c in wl["comparisons"]:
-        buckets = "; ".join(f"{k}: {_prob(v)}" for k, v in c["max_probability_delta_by_tokens"].items())
-        differing = f"; differing: {', '.join(c['differing_ids'])}" if c["differing_ids"] else ""
-        missing = c["pair_errors"] + c["unpaired"]
+    for c in wl.comparisons:
+        buckets = "; ".join(f"{k}: {_prob(v)}" for k, v in c.max_probability_delta_by_tokens.items())
+        differing = f"; differing: {', '.join(c.differing_ids)}" if c.differing_ids else ""
+        missing = c.pair_errors + c.unpaired
         gaps = f"; {missing} requests failed or unpaired" if missing else ""
         out.append(
-            f"- {c['baseline']} / {c['candidate']}: {c['agreement']} / {c['n']} thresholded decisions agree"
-            f"{differing}; max probability difference {_prob(c['max_probability_delta'])} "
+            f"- {c.baseline} / {c.candidate}: {c.agreement} / {c.n} thresholded decisions agree"
+            f"{differing}; max probability difference {_prob(c.max_probability_delta)} "
             f"(input tokens {buckets}){gaps}"
-            + (f"; {_tokens_of(t, first, c['baseline'], c['candidate'])}." if t is not None else ".")
+            + (f"; {_tokens_of(t, first, c.baseline, c.candidate)}." if t is not None else ".")
         )
     return out
 
 
 def _stability_lines(wl: WorkloadSummary, passes: str = "feasibility and measured passes") -> list[str]:
     out = []
-    for name, b in wl["backends"].items():
-        if b["probabilities_stable"] is None:
-            why = "fewer than two passes" if b["stability_passes"] < 2 else "no rows"
+    for name, b in wl.backends.items():
+        if b.probabilities_stable is None:
+            why = "fewer than two passes" if b.stability_passes < 2 else "no rows"
             out.append(f"- {name}: {why}; stability not assessed.")
             continue
-        what = "exactly unchanged" if b["probabilities_stable"] else "NOT exactly unchanged"
-        extra = f" (changed: {', '.join(b['stability_changed_ids'])})" if b["stability_changed_ids"] else ""
-        gaps = b["stability_errors"] + b["stability_incomplete"]
+        what = "exactly unchanged" if b.probabilities_stable else "NOT exactly unchanged"
+        extra = f" (changed: {', '.join(b.stability_changed_ids)})" if b.stability_changed_ids else ""
+        gaps = b.stability_errors + b.stability_incomplete
         extra += f" ({gaps} failed or missing requests)" if gaps else ""
-        out.append(f"- {name}: probabilities {what} across its {b['stability_passes']} {passes}{extra}.")
+        out.append(f"- {name}: probabilities {what} across its {b.stability_passes} {passes}{extra}.")
     return out
 
 
@@ -248,9 +247,8 @@ def _gate_lines(gates: list[GateResult]) -> list[str]:
         return ["No gates were declared."]
     lines = ["| Gate | Kind | Outcome | Detail |", "| --- | --- | --- | --- |"]
     for g in gates:
-        outcome = "not evaluated" if not g["evaluated"] else ("PASSED" if g["passed"] else "FAILED")
-        detail = rounded_text(g["detail"]).replace("|", "\\|")  # a pipe would split the table cell
-        lines.append(f"| {g['name']} | {g['kind']} | {outcome} | {detail} |")
+        detail = rounded_text(g.detail).replace("|", "\\|")  # a pipe would split the table cell
+        lines.append(f"| {g.name} | {g.kind} | {g.outcome} | {detail} |")
     return lines
 
 
@@ -329,18 +327,18 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     """
     done = (Status.COMPLETE, Status.IMPORTED) if imported is not None else (Status.COMPLETE,)
     banner = [incomplete_banner(state), ""] if state is not None and state.status not in done else []
-    out = [f"# Study {summary['study_id']}", "", *banner, *drift_banner(drift)]
+    out = [f"# Study {summary.study_id}", "", *banner, *drift_banner(drift)]
     out += _header_lines(recipe, run, imported, list(notes))
     t = as_table(rows)
     out += _method_lines(t)
     # an imported run has only measured passes: its determinism line must not speak of feasibility passes
     passes_word = "feasibility and measured passes" if t.phase.equals("feasibility").any() else "measured passes"
-    for name, wl in summary["workloads"].items():
+    for name, wl in summary.workloads.items():
         out += _workload_lines(recipe, name, wl, t, passes_word)
     if imported is not None:
         out += _imported_lines(imported)
     out += load_lines(summary)  # load runs only (results/load_report.py)
-    out += ["## Gates", "", *_gate_lines(summary["gates"]), ""]
+    out += ["## Gates", "", *_gate_lines(summary.gates), ""]
     out += energy_lines(summary)
     for title, section in (("Weights and GPU", list(run_facts)), ("Servers and connections", list(servers)),
                            ("Hardware floor", list(floor))):
@@ -562,7 +560,7 @@ def _cdf_backend(ax, panels: _Panels, b: str, by_pass: dict[int, np.ndarray]) ->
             ax.step(lat, np.arange(1, len(lat) + 1) / len(lat), where="post", color=colour,
                     ls=PASS_LINES[n % len(PASS_LINES)], lw=1.6)
     stats = latency_stats(t.latency_ms[np.concatenate(list(by_pass.values()))])
-    p50, p95 = stats["p50_ms"], stats["p95_jevbench_ms"]
+    p50, p95 = stats.p50_ms, stats.p95_jevbench_ms
     if p50 is None or p95 is None:
         return None
     ax.plot([p50], [YES_THRESHOLD], marker="o", mfc="white", ms=8, mew=2, color=colour, ls="none", zorder=5)
@@ -673,7 +671,7 @@ def _summary_notes(run: RunDir, summary: Summary) -> list[str]:
     if not path.exists():
         return ["summary.json is absent; every figure below was computed from rows.jsonl."]
     stored = run.read("summary.json")
-    if stored != json.loads(json.dumps(summary, allow_nan=False)):
+    if stored != json.loads(json.dumps(summary.to_json(), allow_nan=False)):
         return [("SUMMARY MISMATCH: summary.json differs from the summary recomputed from rows.jsonl and "
                 "recipe.yaml; this report shows the recomputation. Run `invoke verify` on this run.")]
     return []
@@ -727,7 +725,7 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     text, rows, summary, info = _render_run(run, as_status)
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
-    files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows, summary["study_id"], info) if plots else {})}
+    files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows, summary.study_id, info) if plots else {})}
     files.update(load_plot_bytes(summary, info, enabled=plots))  # load runs only
     if not _refuse_changing_signed(run, target, files):
         for name, data in files.items():
