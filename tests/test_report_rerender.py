@@ -32,3 +32,22 @@ def test_committed_report_re_renders_byte_identically(run, tmp_path):
     assert out == tmp_path / "out" / "report.md"
     assert out.read_bytes() == (RENDERED / f"{run.parent.name}--{run.name}.md").read_bytes()
     assert {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in run.iterdir()} == before  # only read
+
+
+def _snapshot(run: Path) -> dict[Path, tuple[int, bytes]]:
+    return {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in run.rglob("*") if p.is_file()}
+
+
+def test_a_committed_signed_run_re_reports_in_place_printing_its_report_and_changing_nothing():
+    """Issue 41 item 3: the run is named by the id the study recorded, not by the folder it was moved to
+    (`run`), so `invoke report --run results/.../run` renders report.md and both plots identical to the
+    signed ones: it prints the report, exits 0 and writes nothing."""
+    from invoking import invoke
+
+    run = REPO / "results" / "h200-fast-27b-shape" / "run"
+    before = _snapshot(run)
+    done = invoke("report", "--run", str(run), timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "h200-fast-27b-shape-20261202T212525Z-04b59b, started 2026-12-02 21:25:25 UTC" in done.stdout
+    assert "Run: run," not in done.stdout and f"report: {run / 'report.md'}" in done.stdout
+    assert _snapshot(run) == before

@@ -395,7 +395,7 @@ def _answered_without_probabilities(t: RowTable, workload: str) -> bool:
 
 @dataclass(frozen=True)
 class RunInfo:
-    run_id: str  # the run directory's name
+    run_id: str  # the run's id as the study named it (`recorded_run_id`)
     started: str | None  # "YYYY-MM-DD HH:MM:SS UTC"; None when not recorded
     hardware: str  # the GPU the run used (the run-time override, else the pinned one), or the CPU without a GPU
     when: str = "started"  # what `started` is: the start, or (older runs) the last state update
@@ -416,24 +416,44 @@ def _utc(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+_SIGNED_RUN_LINE = re.compile(r"^- Run: ([A-Za-z0-9][A-Za-z0-9._-]{0,200}), ", re.M)
+
+
+def recorded_run_id(run: RunDir, study_id: str) -> str:
+    """The run's id as the study named it: the directory's own name while it is the study's
+    `<study id>-<UTC stamp>-<hex>`; for a signed run kept under another name (results/.../run) the id its
+    signed report.md names (the study wrote it there, and verify checks that file's digest); else the
+    directory's name. Never the folder a copy happens to sit in when the study recorded better."""
+    name = run.path.name
+    if name.startswith(f"{study_id}-") and _RUN_STAMP.search(name):
+        return name
+    signed_report = run.file("report.md")
+    if run.file(ENVELOPE_NAME).is_file() and signed_report.is_file():
+        found = _SIGNED_RUN_LINE.search(signed_report.read_text(encoding="utf-8", errors="replace")[:20_000])
+        if found and found.group(1).startswith(f"{study_id}-"):
+            return found.group(1)
+    return name
+
+
 def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
-    """When the run started: state.json's started_utc, else the UTC stamp in the run directory's
-    name; a renamed older run falls back to state.json's last update (labelled as such)."""
+    """When the run started: state.json's started_utc, else the UTC stamp in the run's id; a renamed
+    older run falls back to state.json's last update (labelled as such)."""
     state = StateRecord.from_json(run.state())
     hardware = _hardware(environment_of(run), recipe)
+    run_id = recorded_run_id(run, recipe.study.id)
     try:
         if state.started_utc:
-            return RunInfo(run.path.name, _utc(datetime.fromisoformat(state.started_utc)), hardware)
-        stamp = _RUN_STAMP.search(run.path.name)
+            return RunInfo(run_id, _utc(datetime.fromisoformat(state.started_utc)), hardware)
+        stamp = _RUN_STAMP.search(run_id)
         if stamp:
             moment = datetime.strptime(stamp.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
-            return RunInfo(run.path.name, _utc(moment), hardware)
+            return RunInfo(run_id, _utc(moment), hardware)
         if state.updated_unix is not None:
             moment = datetime.fromtimestamp(state.updated_unix, UTC)
-            return RunInfo(run.path.name, _utc(moment), hardware, when="state last updated")
+            return RunInfo(run_id, _utc(moment), hardware, when="state last updated")
     except (ValueError, OverflowError, OSError):
         pass
-    return RunInfo(run.path.name, None, hardware)
+    return RunInfo(run_id, None, hardware)
 
 
 def imported_run_info(run_id: str, imported: ImportRecord) -> RunInfo:
