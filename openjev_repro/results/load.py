@@ -131,8 +131,8 @@ class LevelColumns:
         return np.flatnonzero(mask & self.level.equals(level))
 
     def latency_ms(self, idx: np.ndarray) -> np.ndarray:
-        """From the schedule where the row has one, else from the actual send."""
-        return (self.t.end_ns[idx] - self.origin_ns[idx]) / 1e6
+        """From the schedule where the row has one, else from the actual send (`RowTable.latency_ms`)."""
+        return self.t.latency_ms[idx]
 
     def timed(self, idx: np.ndarray) -> np.ndarray:
         """The rows at idx that carry times (a request that failed before it was timed records 0 and 0)."""

@@ -102,8 +102,8 @@ def _workload_lines(name: str, wl: LoadWorkload) -> list[str]:
            ("Each level ran its own excluded feasibility pass(es) and measured passes; figures cover the measured "
             "passes. Open-loop latency runs from each request's scheduled send time (a stall counts against every "
             "request it delayed: no coordinated omission); closed-loop latency from the actual send. Throughput is "
-            f"successful requests per second of the measured passes' durations. {goodput} The workload's tables "
-            "above pool every level's measured passes; this table gives each level on its own."), "",
+            f"successful requests per second of the measured passes' durations; the offered load column gives, in "
+            f"open loop, the rate declared and the rate the seeded schedule drew. {goodput}"), "",
            "| " + " | ".join(_HEAD) + " |", "|" + " --- |" * len(_HEAD)]
     warnings: list[str] = []
     for backend, spec, s in wl.rows():

@@ -38,7 +38,7 @@ from ..evidence.records import (
 )
 from ..evidence.rows import Row
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status, guard_output
-from ..evidence.summary import BackendSummary, GateResult, LatencyKey, PassStats, Summary, WorkloadSummary
+from ..evidence.summary import BackendSummary, GateResult, LatencyKey, PassStats, Pooled, Summary, WorkloadSummary
 from .energy import GPU_FILE, read_gpu_events
 from .floor import floor_lines
 from .gpu_report import energy_lines
@@ -370,9 +370,22 @@ def _method_lines(t: RowTable) -> list[str]:
     ]
 
 
+def _pooled_lines(pooled: Pooled) -> list[str]:
+    """A load workload's latency is per level (the Load levels section); never one row pooling levels."""
+    rule = "from each request's scheduled send" if pooled.latency_from == "schedule" else "from the actual send"
+    others = (f"; {', '.join(pooled.not_pooled)} (another timing rule) are in the per-level table only"
+              if pooled.not_pooled else "")
+    return [("This workload ran at load levels: its latency, throughput and schedule figures are per level, in "
+             "the Load levels section below. summary.json's workload figures and the gates pool only levels of "
+             f"one timing rule: {', '.join(pooled.levels)} (latency {rule}){others}."), ""]
+
+
 def _workload_lines(recipe: Recipe, name: str, wl: WorkloadSummary, t: RowTable, passes_word: str) -> list[str]:
-    out = [f"## Workload {name}", "", *_table(recipe, wl), "", *_descriptions(recipe, wl),
-           *_latency_notes(wl), "", "Speed:", "", *_comparison_lines(wl), ""]
+    if isinstance(wl.pooled, Pooled):
+        out = [f"## Workload {name}", "", *_pooled_lines(wl.pooled), *_descriptions(recipe, wl)]
+    else:
+        out = [f"## Workload {name}", "", *_table(recipe, wl), "", *_descriptions(recipe, wl),
+               *_latency_notes(wl), "", "Speed:", "", *_comparison_lines(wl), ""]
     if _answered_without_probabilities(t, name):
         # imported evidence that publishes latencies only: nothing failed, there is simply nothing to compare
         return out + [NO_PROBABILITIES_LINE, ""]
@@ -416,7 +429,7 @@ def _utc(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-_SIGNED_RUN_LINE = re.compile(r"^- Run: ([A-Za-z0-9][A-Za-z0-9._-]{0,200}), ", re.M)
+_SIGNED_RUN_LINE = re.compile(r"^- Run: ([A-Za-z0-9][A-Za-z0-9._-]{0,200}), ", re.MULTILINE)
 
 
 def recorded_run_id(run: RunDir, study_id: str) -> str:

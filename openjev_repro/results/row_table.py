@@ -25,10 +25,11 @@ import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
+from msgspec import Meta
 
 from ..errors import EvidenceError
 from ..evidence.rows import ROW_FORMAT_VERSION, Phase, Row, read_rows
@@ -41,6 +42,13 @@ _ROW_FIELDS = tuple(f for f in Row.__dataclass_fields__)
 _LOAD_COLUMNS = ("level", "scheduled_ns", "connection", "server_queue_ms")  # Row's load-level fields
 
 
+# Bounds checked while decoding, so no arithmetic on a column can overflow or meet a non-finite value:
+# times and counts fit int64, queue times are finite and below a year.
+_Int64 = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+_Small = Annotated[int, Meta(ge=0, le=2**31 - 1)]
+_QueueMs = Annotated[float, Meta(ge=0, le=3.2e10)]
+
+
 class _RowStruct(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """The typed shape of one rows.jsonl line (every field required, as `Row.from_dict` demands)."""
 
@@ -48,23 +56,23 @@ class _RowStruct(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     backend: str
     workload: str
     phase: Phase
-    pass_index: int
-    seq: int
-    start_ns: int
-    end_ns: int
+    pass_index: _Small
+    seq: _Small
+    start_ns: _Int64
+    end_ns: _Int64
     status: int | None
     body_sha256: str | None
     probability: float | None
     decision: str | None
     label: str | None
-    input_tokens: int | None
+    input_tokens: _Int64 | None
     error: str | None
     v: int
     reconnected: bool | None = None  # optional (rows.OPTIONAL_FIELDS): absent in older runs
     level: str | None = None  # load-level fields: optional, absent from runs without a load
-    scheduled_ns: int | None = None
-    connection: int | None = None
-    server_queue_ms: float | None = None
+    scheduled_ns: _Int64 | None = None
+    connection: _Small | None = None
+    server_queue_ms: _QueueMs | None = None
 
 
 _DECODER = msgspec.json.Decoder(_RowStruct)
@@ -152,16 +160,21 @@ class RowTable:
 
     @property
     def latency_ms(self) -> np.ndarray:
-        """`(end_ns - start_ns) / 1e6` of every row (float64, computed once)."""
+        """Every row's latency (float64, computed once): `(end_ns - scheduled_ns) / 1e6` for a row of an
+        open-loop level, which carries its scheduled send (a stall counts against every request it delayed:
+        no coordinated omission, docs/load.md), else `(end_ns - start_ns) / 1e6`."""
         if self._latency_ms is None:
-            self._latency_ms = (self.end_ns - self.start_ns) / 1e6
+            scheduled, has_schedule = _optional(self.scheduled_ns, np.int64)
+            self._latency_ms = (self.end_ns - np.where(has_schedule, scheduled, self.start_ns)) / 1e6
         return self._latency_ms
 
     # --- building ----------------------------------------------------------------------
 
     @classmethod
     def from_columns(cls, columns: dict[str, list]) -> RowTable:
-        """A table from one Python list per Row field (all of one length)."""
+        """A table from one Python list per Row field (all of one length); EvidenceError for a load field out
+        of the bounds `_RowStruct` holds a decoded line to (rows built in memory never met the decoder)."""
+        _check_bounds(columns)
         probability, has_probability = _optional(columns["probability"], np.float64)
         tokens, has_tokens = _optional(columns["input_tokens"], np.int64)
         try:
@@ -258,6 +271,16 @@ class RowTable:
         for (workload, backend, index), rows in found:
             out.setdefault((str(workload), str(backend)), {})[int(index)] = rows
         return out
+
+
+_BOUNDS = {"scheduled_ns": (0, 2**63 - 1), "connection": (0, 2**31 - 1), "server_queue_ms": (0, 3.2e10)}
+
+
+def _check_bounds(columns: dict[str, list]) -> None:
+    for name, (low, high) in _BOUNDS.items():
+        bad = next((v for v in columns.get(name) or () if v is not None and not low <= v <= high), None)
+        if bad is not None:
+            raise EvidenceError(f"a row's {name} is {bad!r}, outside {low}..{high:g}; the rows are not a run's.")
 
 
 def _column(columns: dict[str, list], name: str) -> list:

@@ -43,6 +43,7 @@ from ..evidence.recipe import (
     MeanReductionGate,
     ProbabilitiesStableGate,
     Recipe,
+    Workload,
 )
 from ..evidence.rows import Row
 from ..evidence.summary import (
@@ -56,6 +57,7 @@ from ..evidence.summary import (
     GpuState,
     OverallStats,
     PassStats,
+    Pooled,
     Summary,
     TokenBuckets,
     WorkloadSummary,
@@ -356,14 +358,46 @@ def _mean_range(passes: list[PassStats]) -> list[float] | None:
     return [min(means), max(means)] if means else None
 
 
-def _backend_summary(index: _Index, recipe: Recipe, workload: str, backend: str) -> BackendSummary:
+def pooled_levels(workload: Workload) -> Pooled | None:
+    """Which levels a load workload's pooled figures cover: never levels of two timing rules. The open
+    levels (latency from the schedule) when it declares any, else its closed ladder (from the send); None
+    for a workload without a load (its figures pool its measured passes, as always)."""
+    levels = workload.levels()
+    if levels is None:
+        return None
+    open_levels = [level.id for level in levels if level.kind == "open"]
+    pooled = open_levels or [level.id for level in levels]
+    return Pooled(levels=pooled, latency_from="schedule" if open_levels else "send",
+                  not_pooled=[level.id for level in levels if level.id not in pooled])
+
+
+def _pooled_passes(recipe: Recipe, workload: Workload, pooled: Pooled | None, phase: str) -> set[int] | None:
+    """The pass indexes of the pooled levels (a level's passes follow the previous level's); None: every pass."""
+    if pooled is None:
+        return None
+    per_level = recipe.passes_per_level(workload)[0 if phase == _FEASIBILITY else 1]
+    ids = [level.id for level in workload.levels() or []]
+    return {k * per_level + i for k, level in enumerate(ids) if level in pooled.levels for i in range(1, per_level + 1)}
+
+
+def _latency_rows(index: _Index, recipe: Recipe, workload: Workload, backend: str, phase: str) -> dict[int, np.ndarray]:
+    """pass index -> row indices of the passes whose latencies the workload's figures pool."""
+    expected = recipe.passes_for(workload)[0 if phase == _FEASIBILITY else 1]
+    found = _pass_rows(index, workload.name, backend, phase, expected)
+    keep = _pooled_passes(recipe, workload, pooled_levels(workload), phase)
+    return found if keep is None else {p: rows for p, rows in found.items() if p in keep}
+
+
+def _backend_summary(index: _Index, recipe: Recipe, workload: Workload, backend: str) -> BackendSummary:
     t = index.table
-    n_feas, n_meas = recipe.passes_for(next(w for w in recipe.workloads if w.name == workload))
-    meas = _pass_rows(index, workload, backend, _MEASURED, n_meas)
-    feas = _pass_rows(index, workload, backend, _FEASIBILITY, n_feas)
+    meas = _latency_rows(index, recipe, workload, backend, _MEASURED)
+    feas = _latency_rows(index, recipe, workload, backend, _FEASIBILITY)
     measured = [_pass_stats(t, p, rows) for p, rows in meas.items()]
-    meas_rows, timed = list(meas.values()), [*feas.values(), *meas.values()]
-    first = _Correctness.of(t, next(iter(meas_rows), _NONE))
+    meas_rows = list(meas.values())
+    n_feas, n_meas = recipe.passes_for(workload)
+    timed = [*_pass_rows(index, workload.name, backend, _FEASIBILITY, n_feas).values(),
+             *_pass_rows(index, workload.name, backend, _MEASURED, n_meas).values()]
+    first = _Correctness.of(t, _first_measured(index, workload.name, backend))
     stability = _stability(t, timed)
     return BackendSummary(
         measured=measured,
@@ -376,8 +410,8 @@ def _backend_summary(index: _Index, recipe: Recipe, workload: str, backend: str)
         probabilities_stable=stability.stable, stability_passes=stability.passes,
         stability_changed_ids=stability.changed_ids, stability_errors=stability.errors,
         stability_incomplete=stability.incomplete,
-        excluded_requests=ExcludedRequests(first=index.excluded.get((workload, backend, "first"), 0),
-                                           warmup=index.excluded.get((workload, backend, "warmup"), 0)),
+        excluded_requests=ExcludedRequests(first=index.excluded.get((workload.name, backend, "first"), 0),
+                                           warmup=index.excluded.get((workload.name, backend, "warmup"), 0)),
     )
 
 
@@ -500,12 +534,14 @@ def _comparison(index: _Index, workload: str, backends: dict[str, BackendSummary
                       max_probability_delta=ag.max_probability_delta, max_probability_delta_by_tokens=ag.by_tokens)
 
 
-def _workload_summary(index: _Index, recipe: Recipe, workload: str) -> WorkloadSummary:
+def _workload_summary(index: _Index, recipe: Recipe, workload: Workload) -> WorkloadSummary:
     names = [b.name for b in recipe.backends]
     backends = {b: _backend_summary(index, recipe, workload, b) for b in names}
     pairs = [(names[i], names[j]) for i in range(len(names)) for j in range(i + 1, len(names))]
+    pooled = pooled_levels(workload)
     return WorkloadSummary(backends=backends,
-                           comparisons=[_comparison(index, workload, backends, a, b) for a, b in pairs])
+                           comparisons=[_comparison(index, workload.name, backends, a, b) for a, b in pairs],
+                           pooled=UNSET if pooled is None else pooled)
 
 
 # --- gates -----------------------------------------------------------------------------
@@ -652,7 +688,7 @@ def summarize(rows: RowTable | Iterable[Row], recipe: Recipe, gpu: GpuLog | None
 
     `rows` is a RowTable (`row_table.read_table`) or any iterable of Row objects."""
     index = _Index(as_table(rows), recipe)
-    workloads = {w.name: _workload_summary(index, recipe, w.name) for w in recipe.workloads}
+    workloads = {w.name: _workload_summary(index, recipe, w) for w in recipe.workloads}
     energy: Energy | UnsetType = UNSET
     if gpu is not None:  # runs from 2026-12 on; older runs' summaries have neither key
         energy, index.gpu_state = energy_and_state(gpu, _measured_requests(index, recipe),
