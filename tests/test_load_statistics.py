@@ -156,3 +156,13 @@ def test_a_request_that_failed_before_it_was_timed_adds_no_time():
     assert op["passes"][0]["duration_s"] == 0.01 and op["errors"] == 1
     assert op["schedule"] == {"scheduled": 3, "late_sends": 0, "max_lag_ms": 0.0, "mean_lag_ms": 0.0,
                               "scheduled_rate_per_s": 10.0}  # the untimed request keeps its scheduled time
+
+
+def test_passes_whose_spans_overlap_in_a_stall_count_the_overlap_once():
+    """A level's passes continue one schedule: after a stall the next pass's first sends are due before the
+    previous pass's last response. Pass 5 spans 0-3000 ms, pass 6 2000-4000 ms: the level lasted 4 s, not 5."""
+    rows = sends("a", "open-r10", "measured", 5, [(0, 3000), (3000, 3010)], schedule=[0, 100], t0=7000 * MS)
+    rows += sends("a", "open-r10", "measured", 6, [(3000, 3500), (3500, 4000)], schedule=[2000, 2100], t0=7000 * MS)
+    level = load_summary(RowTable.from_rows(rows), parse_recipe(RECIPE)).to_json()["workloads"]["mixed"]["backends"]["a"][2]
+    assert [p["duration_s"] for p in level["passes"]] == [3.01, 2.0]
+    assert level["duration_s"] == 4.0 and level["throughput_per_s"] == 1.0

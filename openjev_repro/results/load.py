@@ -62,8 +62,9 @@ LOAD_RULES = {
     "latency": "open loop: (end_ns - scheduled_ns) / 1e6, from each request's scheduled send (no coordinated "
                "omission); closed loop: (end_ns - start_ns) / 1e6",
     "p99_ms": "sorted(latencies)[ceil(0.99 * N) - 1] (nearest rank)",
-    "duration_s": "sum over measured passes of (last end_ns - first scheduled_ns, else first start_ns) / 1e9; "
-                  "a request that failed before it was timed (start_ns = end_ns = 0) adds no time",
+    "duration_s": "per pass (last end_ns - first scheduled_ns, else first start_ns) / 1e9; per level the seconds "
+                  "the measured passes' spans cover together (an overlap counted once); a request that failed "
+                  "before it was timed (start_ns = end_ns = 0) adds no time",
     "throughput_per_s": "successful measured requests / duration_s",
     "goodput_per_s": "successful measured requests with latency <= latency_bound_ms / duration_s",
     "scheduled_rate_per_s": "open loop: sum over measured passes of (scheduled sends - 1) / sum of (last - first "
@@ -138,13 +139,31 @@ class LevelColumns:
         """The rows at idx that carry times (a request that failed before it was timed records 0 and 0)."""
         return idx[self.t.end_ns[idx] > 0]
 
-    def duration_s(self, idx: np.ndarray) -> float | None:
-        """First scheduled (or actual) send to last response of some rows, in seconds; None when none was timed."""
+    def span_ns(self, idx: np.ndarray) -> tuple[int, int] | None:
+        """(first scheduled or actual send, last response) of some rows; None when none was timed."""
         timed = self.timed(idx)
         if not len(timed):
             return None
         origins = self.origin_ns[idx[self.has_schedule[idx] | (self.t.end_ns[idx] > 0)]]
-        return int(self.t.end_ns[timed].max() - origins.min()) / 1e9
+        return int(origins.min()), int(self.t.end_ns[timed].max())
+
+    def duration_s(self, idx: np.ndarray) -> float | None:
+        """First scheduled (or actual) send to last response of some rows, in seconds; None when none was timed."""
+        span = self.span_ns(idx)
+        return None if span is None else (span[1] - span[0]) / 1e9
+
+    def covered_s(self, passes: list[np.ndarray]) -> float | None:
+        """The seconds the passes' spans cover together: a stall across a pass boundary makes the next pass's
+        schedule start before the previous pass's last response, and that overlap is counted once."""
+        spans = sorted(span for idx in passes if (span := self.span_ns(idx)) is not None)
+        if not spans:
+            return None
+        total, (start, end) = 0, spans[0]
+        for s, e in spans[1:]:
+            if s > end:
+                total, start = total + end - start, s
+            end = max(end, e)
+        return (total + end - start) / 1e9
 
 
 # --- one level -------------------------------------------------------------------------
@@ -192,15 +211,16 @@ def _queue(cols: LevelColumns, ok: np.ndarray) -> QueueStats | None:
     return QueueStats(n=stats.n, mean_ms=stats.mean_ms, p95_jevbench_ms=stats.p95_jevbench_ms)
 
 
+def _pass_rows(cols: LevelColumns, idx: np.ndarray) -> list[np.ndarray]:
+    passes = cols.t.pass_index[idx]
+    return [idx[passes == p] for p in np.unique(passes).tolist()]
+
+
 def _passes(cols: LevelColumns, idx: np.ndarray) -> list[LevelPass]:
     passes = cols.t.pass_index[idx]
     return [_pass(cols, p, idx[passes == p]) for p in np.unique(passes).tolist()]
 
 
-def _duration_s(passes: list[LevelPass]) -> float | None:
-    """The measured passes' durations summed; None when no pass was timed."""
-    durations = [p.duration_s for p in passes if p.duration_s is not None]
-    return math.fsum(durations) if durations else None
 
 
 def _number(text: str) -> float | None:
@@ -226,7 +246,7 @@ def level_stats(cols: LevelColumns, spec: LevelSpec, idx: np.ndarray, bound: flo
     passes = _passes(cols, idx)
     means = [p.mean_ms for p in passes if p.mean_ms is not None]
     connections = cols.connection[idx]
-    duration = _duration_s(passes)
+    duration = cols.covered_s(_pass_rows(cols, idx))
     within = None if bound is None else int((latencies <= bound).sum())
     return LevelStats(
         level=spec.level,
