@@ -171,9 +171,20 @@ def _draw(axes: Sequence[Any], wl: LoadWorkload, mode: str, colours: dict[str, s
         if bound is not None:
             bottom.plot(xs, _values(points, "goodput_per_s"), ls="--", marker="^", color=colour,
                         label=f"{backend} goodput (<= {bound:g} ms)")
-        for ax in axes:
-            ax.set_xticks(sorted(set(xs)))
+        if mode == "open":  # what the seeded schedule offered: a short Poisson pass draws its own rate
+            drawn = [float("nan") if (rate := s.drawn_rate()) is None else rate for _, s in points]
+            bottom.plot(xs, drawn, ls="none", marker="d", ms=8, mfc="white", color=colour,
+                        label=f"{backend} rate the schedule drew")
     _references(axes, wl, mode)
+    _level_ticks(axes, wl, mode)
+
+
+def _level_ticks(axes: Sequence[Any], wl: LoadWorkload, mode: str) -> None:
+    """Every point's x tick names its level: "4\nclosed-c4", so no curve is read without its level."""
+    specs = [spec for spec in wl.levels if spec.mode == mode]
+    for ax in axes:
+        ax.set_xticks([_x(spec) for spec in specs], labels=[f"{_x(spec):g}\n{spec.level}" for spec in specs],
+                      fontsize=8)
 
 
 def _references(axes: Sequence[Any], wl: LoadWorkload, mode: str) -> None:
@@ -182,7 +193,7 @@ def _references(axes: Sequence[Any], wl: LoadWorkload, mode: str) -> None:
     bound = wl.latency_bound_ms
     if mode == "open":
         rates = sorted({_x(spec) for spec in wl.levels if spec.mode == "open"})
-        bottom.plot(rates, rates, color="0.5", lw=0.8, ls="-.", marker="_", ms=24, mew=1.5, label="offered rate")
+        bottom.plot(rates, rates, color="0.5", lw=0.8, ls="-.", marker="_", ms=24, mew=1.5, label="offered rate (declared)")
     if bound is not None:
         top.axhline(bound, color="0.5", lw=0.8, ls="-.", label=f"latency bound {bound:g} ms")
 

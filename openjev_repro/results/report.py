@@ -493,17 +493,25 @@ def _hardware(env: EnvironmentRecord, recipe: Recipe) -> str:
 
 
 PASS_MARKERS = ("o", "^", "s", "D", "v", "P", "X", "*")
-PASS_LINES = ("-", "--", ":", "-.")
+PASS_LINES = ("-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (6, 2, 1, 2)))
+
+Series = int | str  # a measured pass (a run without a load) or a load level (its measured passes together)
 
 
-def _measured(t: RowTable) -> dict[str, dict[str, dict[int, np.ndarray]]]:
-    """workload -> backend -> measured pass -> row indices of successful rows (seq order), in first-seen order."""
-    out: dict[str, dict[str, dict[int, np.ndarray]]] = {}
+def _measured(t: RowTable) -> dict[str, dict[str, dict[Series, np.ndarray]]]:
+    """workload -> backend -> series -> row indices of successful rows (seq order), in first-seen order.
+
+    A series is a measured pass, or in a load run a level (its measured passes together), so every curve
+    is named by its level and no two levels share a line style."""
+    out: dict[str, dict[str, dict[Series, np.ndarray]]] = {}
     for (workload, backend), passes in t.by_pass("measured", ok_only=True).items():  # first-seen order
-        out.setdefault(workload, {})[backend] = passes
+        series: dict[Series, np.ndarray] = {}
+        for index, rows in passes.items():
+            level = t.level[int(rows[0])] if len(rows) else None
+            key: Series = index if level is None else level
+            series[key] = np.concatenate([series[key], rows]) if key in series else rows
+        out.setdefault(workload, {})[backend] = series
     return out
-
-
 def _title(fig, study_id: str, run: RunInfo | None, workloads: Sequence[str], what: str) -> None:
     """Three short lines that keep a plot's context when it is shared on its own."""
     facts = [f"workload {', '.join(workloads) or 'none'}"]
@@ -524,23 +532,32 @@ def _say_when_empty(ax: Any, workload: str) -> None:
 
 @dataclass(frozen=True)
 class _Panels:
-    """What both plots draw: measured rows by workload, backend and pass, one colour per backend."""
+    """What both plots draw: measured rows by workload, backend and series, one colour per backend."""
 
     t: RowTable
-    data: dict[str, dict[str, dict[int, np.ndarray]]]
+    data: dict[str, dict[str, dict[Series, np.ndarray]]]
     workloads: list[str]
     backends: list[str]
     colours: dict[str, str]
-    passes: list[int]
+    series: list[Series]  # passes in index order, or levels in run order
 
     @classmethod
     def of(cls, t: RowTable) -> _Panels:
         data = _measured(t)
         backends = list(dict.fromkeys(b for wl in data.values() for b in wl))
-        return cls(t, data, list(data) or [""], backends, {b: f"C{i % 10}" for i, b in enumerate(backends)},
-                   sorted({p for wl in data.values() for b in wl.values() for p in b}))
+        keys = list(dict.fromkeys(k for wl in data.values() for b in wl.values() for k in b))
+        series = sorted(keys, key=lambda k: (isinstance(k, str), k if isinstance(k, int) else keys.index(k)))
+        return cls(t, data, list(data) or [""], backends, {b: f"C{i % 10}" for i, b in enumerate(backends)}, series)
 
-    def figure(self):
+    @property
+    def levels(self) -> bool:
+        """Whether the series are load levels (pooling them would mix loads and timing rules)."""
+        return any(isinstance(k, str) for k in self.series)
+
+    def name(self, key: Series) -> str:
+        return f"level {key}" if isinstance(key, str) else f"measured pass {key}"
+
+    def figure(self) -> Any:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
@@ -548,16 +565,17 @@ class _Panels:
         FigureCanvasAgg(fig)
         return fig
 
-    def legend(self, ax, kind: str, labels: dict[str, str] | None = None) -> None:
+    def legend(self, ax: Any, kind: str, labels: dict[str, str] | None = None) -> None:
         from matplotlib.lines import Line2D
 
         handles = [Line2D([], [], color=self.colours[b], lw=2, label=(labels or {}).get(b, b)) for b in self.backends]
-        for n, p in enumerate(self.passes):
+        for n, key in enumerate(self.series):
             style: dict[str, Any] = ({"marker": PASS_MARKERS[n % len(PASS_MARKERS)], "ls": "none"} if kind == "scatter"
                                      else {"ls": PASS_LINES[n % len(PASS_LINES)]})
-            handles.append(Line2D([], [], color="0.3", label=f"measured pass {p}", **style))
-        if kind == "cdf" and self.backends:
-            pooled = f"passes {', '.join(map(str, self.passes))} pooled" if len(self.passes) > 1 else "the measured pass"
+            handles.append(Line2D([], [], color="0.3", label=self.name(key), **style))
+        if kind == "cdf" and self.backends and not self.levels:
+            passes = self.series
+            pooled = f"passes {', '.join(map(str, passes))} pooled" if len(passes) > 1 else "the measured pass"
             handles += [Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", ms=8, mew=2,
                                label=f"P50 ({pooled})"),
                         Line2D([], [], color="0.3", marker="X", ls="none", ms=9, mew=1,
@@ -566,14 +584,14 @@ class _Panels:
             ax.legend(handles=handles, fontsize=8.5, loc="lower right" if kind == "cdf" else "upper left")
 
 
-def _scatter_figure(panels: _Panels, study_id: str, run: RunInfo | None):
-    t, passes = panels.t, panels.passes
+def _scatter_figure(panels: _Panels, study_id: str, run: RunInfo | None) -> Any:
+    t = panels.t
     fig = panels.figure()
     for k, name in enumerate(panels.workloads):
         ax = fig.add_subplot(1, len(panels.workloads), k + 1)
-        for b, by_pass in panels.data.get(name, {}).items():
-            for n, p in enumerate(passes):
-                rs = by_pass.get(p, np.zeros(0, dtype=np.int64))
+        for b, by_series in panels.data.get(name, {}).items():
+            for n, key in enumerate(panels.series):
+                rs = by_series.get(key, np.zeros(0, dtype=np.int64))
                 rs = rs[t.has_input_tokens[rs]]
                 ax.scatter(t.input_tokens[rs], t.latency_ms[rs], s=22, alpha=0.75, color=panels.colours[b],
                            marker=PASS_MARKERS[n % len(PASS_MARKERS)], linewidths=0)
@@ -584,15 +602,18 @@ def _scatter_figure(panels: _Panels, study_id: str, run: RunInfo | None):
     return fig
 
 
-def _cdf_backend(ax, panels: _Panels, b: str, by_pass: dict[int, np.ndarray]) -> str | None:
-    """One backend's CDF lines (one per measured pass) and its P50/P95 marks; returns its legend label."""
+def _cdf_backend(ax: Any, panels: _Panels, b: str, by_series: dict[Series, np.ndarray]) -> str | None:
+    """One backend's CDF lines (one per series) and, unless the series are load levels, its pooled P50/P95
+    marks; returns its legend label."""
     t, colour = panels.t, panels.colours[b]
-    for n, p in enumerate(panels.passes):
-        lat = np.sort(t.latency_ms[by_pass[p]]) if p in by_pass else np.zeros(0)
+    for n, key in enumerate(panels.series):
+        lat = np.sort(t.latency_ms[by_series[key]]) if key in by_series else np.zeros(0)
         if len(lat):
             ax.step(lat, np.arange(1, len(lat) + 1) / len(lat), where="post", color=colour,
                     ls=PASS_LINES[n % len(PASS_LINES)], lw=1.6)
-    stats = latency_stats(t.latency_ms[np.concatenate(list(by_pass.values()))])
+    if panels.levels:
+        return None
+    stats = latency_stats(t.latency_ms[np.concatenate(list(by_series.values()))])
     p50, p95 = stats.p50_ms, stats.p95_jevbench_ms
     if p50 is None or p95 is None:
         return None
@@ -606,8 +627,8 @@ def _cdf_figure(panels: _Panels, study_id: str, run: RunInfo | None):
     for k, name in enumerate(panels.workloads):
         ax = fig.add_subplot(1, len(panels.workloads), k + 1)
         marks: dict[str, str] = {}
-        for b, by_pass in panels.data.get(name, {}).items():
-            label = _cdf_backend(ax, panels, b, by_pass)
+        for b, by_series in panels.data.get(name, {}).items():
+            label = _cdf_backend(ax, panels, b, by_series)
             if label is not None:
                 marks[b] = label
         ax.axhline(YES_THRESHOLD, color="0.6", lw=0.6, ls=":")
