@@ -301,3 +301,17 @@ def test_task_on_incomplete_run_is_loud_and_fails(tmp_path):
 def test_task_on_missing_dir_prints_one_line(tmp_path):
     done = invoke("report", "--run", str(tmp_path / "nope"))
     assert done.returncode == 1 and "not a run directory" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_rows_without_token_counts_draw_no_scatter_and_say_why():
+    """Issue 41 item 11: imported timings publish no token counts; the scatter draws no empty axes and no
+    legend of absent points, and says why."""
+    import dataclasses
+
+    rows = [dataclasses.replace(r, input_tokens=None) for r in study_rows()]
+    ax = plot_figures(rows, "synthetic")[PLOT_NAMES[0]].axes[0]
+    assert not ax.axison and ax.get_legend() is None
+    assert [t.get_text() for t in ax.texts] == [
+        "No plot: no measured row of this workload\ncarries an input token count\n(the evidence publishes latencies only)."]
+    with_tokens = plot_figures(study_rows(), "synthetic")[PLOT_NAMES[0]].axes[0]
+    assert with_tokens.axison and not with_tokens.texts

@@ -524,10 +524,15 @@ def _title(fig, study_id: str, run: RunInfo | None, workloads: Sequence[str], wh
     fig.suptitle(f"{what}\n{where}\n{' · '.join(facts)}", fontsize=10)
 
 
-def _say_when_empty(ax: Any, workload: str) -> None:
-    """A scatter panel with no point says why (e.g. imported timings that publish no token counts)."""
-    if workload and not any(len(c.get_offsets()) for c in ax.collections):
-        ax.text(0.5, 0.5, "no input token counts in these rows", transform=ax.transAxes, ha="center", va="center")
+def _say_when_empty(ax: Any, workload: str) -> bool:
+    """A scatter panel with no point draws no axes and says why (e.g. imported timings that publish no token
+    counts); True when it did."""
+    if not workload or any(len(c.get_offsets()) for c in ax.collections):
+        return False
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, "No plot: no measured row of this workload\ncarries an input token count\n"
+            "(the evidence publishes latencies only).", transform=ax.transAxes, ha="center", va="center")
+    return True
 
 
 @dataclass(frozen=True)
@@ -596,8 +601,8 @@ def _scatter_figure(panels: _Panels, study_id: str, run: RunInfo | None) -> Any:
                 ax.scatter(t.input_tokens[rs], t.latency_ms[rs], s=22, alpha=0.75, color=panels.colours[b],
                            marker=PASS_MARKERS[n % len(PASS_MARKERS)], linewidths=0)
         ax.set(xlabel="input tokens", ylabel="latency (ms)", title=f"workload {name}" if name else "no measured requests")
-        _say_when_empty(ax, name)
-        panels.legend(ax, "scatter")
+        if not _say_when_empty(ax, name):
+            panels.legend(ax, "scatter")
     _title(fig, study_id, run, [w for w in panels.workloads if w], "Measured latency against input tokens")
     return fig
 
