@@ -386,4 +386,4 @@ def collect_environment(*, backends_python: dict[str, str] | None = None,
             parts[name] = collector()
         except Exception as exc:  # noqa: BLE001 - capture never stops a study; it says what it could not see
             parts[name] = absent(f"{type(exc).__name__}: {exc}")
-    return EnvironmentRecord(parts, ENVIRONMENT_FORMAT_VERSION)
+    return EnvironmentRecord.from_parts(ENVIRONMENT_FORMAT_VERSION, parts)

@@ -258,10 +258,10 @@ def _imported_lines(imported: ImportRecord) -> list[str]:
     out = [*_published_study_lines(imported), "## Published figures (imported evidence)", "",
            ("Each figure their summary.json publishes, recomputed from the imported rows: EXACT bit for bit, "
            "WITHIN half a unit of its last printed decimal (at most 15 significant digits), DIFF otherwise."), "",
-           "```", *figure_lines(dict(imported.raw)), "```", ""]
+           "```", *figure_lines(imported.to_json()), "```", ""]
     if imported.absent:
         out += [f"Listed in their manifest but not present, not verified: {', '.join(imported.absent)}.", ""]
-    cleanup = cleanup_line(dict(imported.cleanup))
+    cleanup = cleanup_line(imported.cleanup_quoted)
     if cleanup:
         out += [cleanup, ""]
     if imported.conclusion:
@@ -455,13 +455,13 @@ def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
     hardware = _hardware(environment_of(run), recipe)
     run_id = recorded_run_id(run, recipe.study.id)
     try:
-        if state.started_utc:
+        if isinstance(state.started_utc, str):
             return RunInfo(run_id, _utc(datetime.fromisoformat(state.started_utc)), hardware)
         stamp = _RUN_STAMP.search(run_id)
         if stamp:
             moment = datetime.strptime(stamp.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
             return RunInfo(run_id, _utc(moment), hardware)
-        if state.updated_unix is not None:
+        if isinstance(state.updated_unix, float):
             moment = datetime.fromtimestamp(state.updated_unix, UTC)
             return RunInfo(run_id, _utc(moment), hardware, when="state last updated")
     except (ValueError, OverflowError, OSError):
@@ -698,11 +698,11 @@ def _load_run(run: RunDir) -> tuple[StateRecord, Recipe, RowTable]:
 
 
 def _override_line(host: HostRecord | None) -> list[str]:
-    override = host.gpu_override if host is not None else None
+    override = host.override if host is not None else None
     if override is None:
         return []
     return [(f"- GPU override ({override.source}): ran on index {override.run_time.index} `{override.run_time.uuid}`; "
-            f"the recipe pins index {override.recipe.index} `{override.recipe.uuid}` (recipe unchanged).")]
+            f"the recipe pins index {override.recipe_gpu.index} `{override.recipe_gpu.uuid}` (recipe unchanged).")]
 
 
 def _weights_line(name: str, facts: BackendFacts) -> str:
@@ -739,7 +739,7 @@ def _summary_notes(run: RunDir, summary: Summary) -> list[str]:
 def _servers_of(run: RunDir, backends: BackendsRecord, recipe: Recipe) -> list[str]:
     """The Servers and connections section (none for runs without servers.json, so their reports stay as signed)."""
     servers = run.read("servers.json") if run.file("servers.json").is_file() else {}
-    return server_lines(servers, dict(backends.raw), [b.name for b in recipe.backends])
+    return server_lines(servers, backends.to_json(), [b.name for b in recipe.backends])
 
 
 def _render_run(run: RunDir, as_status: str | None) -> tuple[str, RowTable, Summary, RunInfo]:

@@ -34,7 +34,7 @@ from typing import Self
 
 from ..evidence.recipe import LoadLevel
 from ..evidence.rows import Phase, Row
-from .passes import PassRunner, Via
+from .sender import PassRunner, Via
 from .timed_client import TimedClient
 from .workload import Request
 
