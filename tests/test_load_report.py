@@ -56,11 +56,15 @@ def test_the_plot_is_a_png_with_one_column_per_loop_mode_and_says_when_imported(
 
 
 def test_the_servers_section_of_a_load_run_names_its_connections():
+    from openjev_repro.evidence.records import BackendsRecord, ServersRecord
     from openjev_repro.results.servers import server_lines
 
     conn = {"connections_opened": 16, "closed_by_server": 0, "reconnected_requests": 0, "requests": 292,
             "http_versions": ["1.1"]}
-    lines = server_lines({"backends": {"one": {"connections": conn}}}, {"backends": {}}, ["one"])
+    entry = {"connections": conn, "launched": True, "owned": True, "url": None, "readiness_kind": "status-ready",
+             "health": "/health", "endpoint": "/v1/systemone", "model": None}
+    lines = server_lines(ServersRecord.from_json({"format_version": 1, "backends": {"one": entry}}), BackendsRecord(),
+                         ["one"])
     assert "16 connections for 292 requests, each kept open (HTTP/1.1)" in lines[0]
     assert "over one persistent connection" not in lines[-1]
     assert lines[-1].endswith("No server closed a connection: every request went out on a connection already open "

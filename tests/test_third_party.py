@@ -365,9 +365,18 @@ def test_compare_reports_input_token_differences_per_case():
     [], {"backends": {"a": {"launched": False, "url": "http://x:1\\nnext line"}}},
 ])
 def test_server_lines_take_hostile_servers_files(servers):
+    """A servers.json of a wrong shape is refused by its record (one line); one that decodes prints one line per
+    backend whatever its text holds."""
+    from openjev_repro.errors import EvidenceError
+    from openjev_repro.evidence.records import BackendsRecord, ServersRecord
     from openjev_repro.results.servers import server_lines
 
-    lines = server_lines(servers, {"backends": []}, ["a"])  # type: ignore[arg-type]
+    try:
+        record = ServersRecord.from_json(servers)
+    except EvidenceError as exc:
+        assert "\n" not in str(exc)
+        return
+    lines = server_lines(record, BackendsRecord(), ["a"])
     assert all(isinstance(line, str) and "\n" not in line for line in lines)
 
 

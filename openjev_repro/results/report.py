@@ -31,9 +31,11 @@ from ..evidence.records import (
     PublishedGate,
     StateRecord,
     backends_of,
+    environment_check_of,
     environment_of,
     host_of,
     import_of,
+    servers_of,
     state_of,
 )
 from ..evidence.rows import Row
@@ -83,7 +85,6 @@ def _per_pass(passes: list[PassStats], key: LatencyKey) -> str:
     return " / ".join(_ms(p.figure(key)) for p in passes) or "n/a"
 
 
-ENVIRONMENT_CHECK = "environment_check.json"  # written by study/environment_check.py
 
 
 def drift_banner(drift: Sequence[str]) -> list[str]:
@@ -97,10 +98,8 @@ def drift_banner(drift: Sequence[str]) -> list[str]:
 
 def recorded_drift(run: RunDir) -> list[str]:
     """environment_check.json's differences (none for runs from before the check)."""
-    if not run.file(ENVIRONMENT_CHECK).is_file():
-        return []
-    found = run.read(ENVIRONMENT_CHECK).get("differences")  # environment_check.json: lane core's record
-    return [str(d) for d in found] if isinstance(found, list) else ["environment_check.json lists no differences"]
+    check = environment_check_of(run)
+    return [] if check is None else list(check.differences)
 
 
 def incomplete_banner(state: StateRecord) -> str:
@@ -738,8 +737,7 @@ def _summary_notes(run: RunDir, summary: Summary) -> list[str]:
 
 def _servers_of(run: RunDir, backends: BackendsRecord, recipe: Recipe) -> list[str]:
     """The Servers and connections section (none for runs without servers.json, so their reports stay as signed)."""
-    servers = run.read("servers.json") if run.file("servers.json").is_file() else {}
-    return server_lines(servers, backends.to_json(), [b.name for b in recipe.backends])
+    return server_lines(servers_of(run), backends, [b.name for b in recipe.backends])
 
 
 def _render_run(run: RunDir, as_status: str | None) -> tuple[str, RowTable, Summary, RunInfo]:
