@@ -54,7 +54,7 @@ from ..results.statistics import (
     pair_by_id_and_seq,
     ranges_disjoint,
 )
-from ..results.tokens import token_differences, token_phrase
+from ..results.tokens import TokenDifferences, token_differences, token_phrase
 from .bundle import opened
 from .environment_diff import RunEnvironment, environment_differences, explanations, project_note
 from .load_compare import level_failures, level_lines, level_pairs
@@ -271,7 +271,7 @@ def _input_tokens(tb: RowTable, base: np.ndarray, tc: RowTable, cand: np.ndarray
     match, _ = pair_by_id_and_seq(tb.ids.codes[base].astype(np.int64), tb.seq[base], _ids_in(tb, tc, cand), tc.seq[cand])
     b, c = base[match >= 0], cand[match[match >= 0]]
     return token_differences(tb.ids.strings(b), tb.seq[b].tolist(), tb.input_tokens[b], tb.has_input_tokens[b],
-                             tc.input_tokens[c], tc.has_input_tokens[c])
+                             tc.input_tokens[c], tc.has_input_tokens[c]).to_json()
 
 
 def _ids_in(t: RowTable, other: RowTable, idx: np.ndarray) -> np.ndarray:
@@ -472,7 +472,7 @@ def _pair_lines(p: dict[str, Any]) -> list[str]:
               + _flip_ids(a["decision_flips"]),
               f"- max |probability delta|: {a['max_abs_probability_delta']!r}"]
     if "input_tokens" in p:  # absent from compare JSON written before token counts were compared
-        lines.append(f"- {token_phrase(p['input_tokens'], 'candidate', 'baseline')}")
+        lines.append(f"- {token_phrase(TokenDifferences.decode(p['input_tokens']), 'candidate', 'baseline')}")
     lines += _published_lines(p.get("published") or {}) + _weights_lines(p.get("weights_fingerprint") or {})
     lines += level_lines(p)  # load runs only
     return lines + ["", *_environment_lines(p.get("environment")), ""]
