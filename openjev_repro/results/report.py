@@ -65,16 +65,24 @@ __all__ = [
 ]
 
 # Printed precision: milliseconds, speedup factor, percentages, probabilities.
-DIGITS = {"ms": 3, "speedup": 2, "percent": 2, "probability": 6}
+@dataclass(frozen=True)
+class Digits:
+    ms: int = 3
+    speedup: int = 2
+    percent: int = 2
+    probability: int = 6
+
+
+DIGITS = Digits()
 PLOT_NAMES = ("latency_vs_tokens.png", "latency_cdf.png")
 
 
 def _ms(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.{DIGITS['ms']}f}"
+    return "n/a" if v is None else f"{v:.{DIGITS.ms}f}"
 
 
 def _prob(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.{DIGITS['probability']}f}"
+    return "n/a" if v is None else f"{v:.{DIGITS.probability}f}"
 
 
 def _yes(v: bool | None) -> str:
@@ -167,7 +175,7 @@ def _comparison_lines(wl: WorkloadSummary) -> list[str]:
             out.append(f"- {c.candidate} vs {c.baseline}: no comparable measured means.")
             continue
         out.append(
-            f"- {c.candidate} vs {c.baseline}: {c.speedup:.{DIGITS['speedup']}f}x by mean "
+            f"- {c.candidate} vs {c.baseline}: {c.speedup:.{DIGITS.speedup}f}x by mean "
             f"({_ms(c.baseline_mean_ms)} -> {_ms(c.candidate_mean_ms)} ms, "
             f"{_percent_change(c.percent_lower)}); pass mean ranges disjoint: "
             f"{_yes(c.disjoint_ranges)}; every {c.candidate} pass mean below every {c.baseline} "
@@ -178,10 +186,10 @@ def _comparison_lines(wl: WorkloadSummary) -> list[str]:
 
 def _percent_change(percent_lower: float) -> str:
     """"4.78% lower" or "0.63% higher": the sign goes into the word, never "-0.63% lower"."""
-    rounded = round(percent_lower, DIGITS["percent"])
+    rounded = round(percent_lower, DIGITS.percent)
     if rounded == 0:
-        return f"{0:.{DIGITS['percent']}f}% difference"
-    return f"{abs(rounded):.{DIGITS['percent']}f}% {'lower' if rounded > 0 else 'higher'}"
+        return f"{0:.{DIGITS.percent}f}% difference"
+    return f"{abs(rounded):.{DIGITS.percent}f}% {'lower' if rounded > 0 else 'higher'}"
 
 
 def _first_passes(t: RowTable, workload: str) -> dict[str, np.ndarray]:

@@ -171,37 +171,30 @@ class RowTable:
     # --- building ----------------------------------------------------------------------
 
     @classmethod
-    def from_columns(cls, columns: dict[str, list]) -> RowTable:
+    def from_columns(cls, c: Columns) -> RowTable:
         """A table from one Python list per Row field (all of one length); EvidenceError for a load field out
         of the bounds `_RowStruct` holds a decoded line to (rows built in memory never met the decoder)."""
-        _check_bounds(columns)
-        probability, has_probability = _optional(columns["probability"], np.float64)
-        tokens, has_tokens = _optional(columns["input_tokens"], np.int64)
+        c.check_bounds()
+        probability, has_probability = _optional(c.probability, np.float64)
+        tokens, has_tokens = _optional(c.input_tokens, np.int64)
         try:
             return cls(
-                ids=Interned.of(columns["id"]), backend=Interned.of(columns["backend"]),
-                workload=Interned.of(columns["workload"]), phase=Interned.of(columns["phase"]),
-                decision=Interned.of(columns["decision"]), label=Interned.of(columns["label"]),
-                pass_index=np.array(columns["pass_index"], dtype=np.int64),
-                seq=np.array(columns["seq"], dtype=np.int64),
-                start_ns=np.array(columns["start_ns"], dtype=np.int64),
-                end_ns=np.array(columns["end_ns"], dtype=np.int64),
+                ids=Interned.of(c.id), backend=Interned.of(c.backend), workload=Interned.of(c.workload),
+                phase=Interned.of(c.phase), decision=Interned.of(c.decision), label=Interned.of(c.label),
+                pass_index=np.array(c.pass_index, dtype=np.int64), seq=np.array(c.seq, dtype=np.int64),
+                start_ns=np.array(c.start_ns, dtype=np.int64), end_ns=np.array(c.end_ns, dtype=np.int64),
                 probability=probability, has_probability=has_probability,
                 input_tokens=tokens, has_input_tokens=has_tokens,
-                ok=~_present(columns["error"]),
-                status=list(columns["status"]), body_sha256=list(columns["body_sha256"]),
-                error=list(columns["error"]),
-                reconnected=list(columns.get("reconnected") or [None] * len(columns["status"])),
-                level=_column(columns, "level"), scheduled_ns=_column(columns, "scheduled_ns"),
-                connection=_column(columns, "connection"), server_queue_ms=_column(columns, "server_queue_ms"),
+                ok=~_present(c.error), status=c.status, body_sha256=c.body_sha256, error=c.error,
+                reconnected=c.reconnected, level=c.level, scheduled_ns=c.scheduled_ns, connection=c.connection,
+                server_queue_ms=c.server_queue_ms,
             )
         except (TypeError, ValueError, OverflowError) as exc:
             raise EvidenceError(f"rows hold a value of the wrong type ({exc}).") from exc
 
     @classmethod
     def from_rows(cls, rows: Iterable[Row]) -> RowTable:
-        rows = list(rows)
-        return cls.from_columns({name: [getattr(r, name) for r in rows] for name in _ROW_FIELDS})
+        return cls.from_columns(Columns.of(list(rows)))
 
     @classmethod
     def concat(cls, tables: Sequence[RowTable]) -> RowTable:
@@ -273,19 +266,47 @@ class RowTable:
         return out
 
 
+@dataclass(frozen=True)
+class Columns:
+    """One Python list per Row field, all of one length: what a table is built from."""
+
+    id: list[str]
+    backend: list[str]
+    workload: list[str]
+    phase: list[str]
+    pass_index: list[int]
+    seq: list[int]
+    start_ns: list[int]
+    end_ns: list[int]
+    status: list[int | None]
+    body_sha256: list[str | None]
+    probability: list[float | None]
+    decision: list[str | None]
+    label: list[str | None]
+    input_tokens: list[int | None]
+    error: list[str | None]
+    v: list[int]
+    reconnected: list[bool | None]
+    level: list[str | None]
+    scheduled_ns: list[int | None]
+    connection: list[int | None]
+    server_queue_ms: list[float | None]
+
+    @classmethod
+    def of(cls, rows: Sequence[Row] | Sequence[_RowStruct]) -> Columns:
+        """The columns of Row objects or decoded lines (both name every field)."""
+        return cls(**{name: list(map(operator.attrgetter(name), rows)) for name in _ROW_FIELDS})
+
+    def check_bounds(self) -> None:
+        """The bounds `_RowStruct` decodes with, for rows built in memory."""
+        for name, (low, high) in _BOUNDS.items():
+            values: list[int | float | None] = getattr(self, name)
+            bad = next((v for v in values if v is not None and not low <= v <= high), None)
+            if bad is not None:
+                raise EvidenceError(f"a row's {name} is {bad!r}, outside {low}..{high:g}; the rows are not a run's.")
+
+
 _BOUNDS = {"scheduled_ns": (0, 2**63 - 1), "connection": (0, 2**31 - 1), "server_queue_ms": (0, 3.2e10)}
-
-
-def _check_bounds(columns: dict[str, list]) -> None:
-    for name, (low, high) in _BOUNDS.items():
-        bad = next((v for v in columns.get(name) or () if v is not None and not low <= v <= high), None)
-        if bad is not None:
-            raise EvidenceError(f"a row's {name} is {bad!r}, outside {low}..{high:g}; the rows are not a run's.")
-
-
-def _column(columns: dict[str, list], name: str) -> list:
-    """An optional field's column as a list (all None when the rows lack the field)."""
-    return list(columns.get(name) or [None] * len(columns["status"]))
 
 
 def _present(column: Sequence[object]) -> np.ndarray:
@@ -318,7 +339,7 @@ def chunks(path: Path, size: int) -> Iterator[bytes]:
 
 
 def _table_of(structs: list[_RowStruct]) -> RowTable:
-    return RowTable.from_columns({name: list(map(operator.attrgetter(name), structs)) for name in _ROW_FIELDS})
+    return RowTable.from_columns(Columns.of(structs))
 
 
 def read_table(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> RowTable:
