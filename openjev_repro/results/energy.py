@@ -211,16 +211,21 @@ def _pass_energy(label: str, readings: list[GpuReading], requests: int, idle_w: 
                       above_idle_joules_per_decision=_per_decision(above, requests))
 
 
+def _sum(values: list[float | None]) -> float | None:
+    """The sum, None when there is nothing to add or any value is unknown."""
+    known = [v for v in values if v is not None]
+    return sum(known) if values and len(known) == len(values) else None
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
 def _backend_energy(passes: list[PassEnergy], idle_w: float | None) -> BackendEnergy:
-    found = [p.joules for p in passes]
-    joules = None if not found or any(v is None for v in found) else sum(v for v in found if v is not None)
-    requests = sum(p.requests for p in passes)
-    above = None
-    if joules is not None and idle_w is not None:
-        above = joules - idle_w * sum(p.seconds for p in passes)
-    return BackendEnergy(passes=passes, requests=requests, joules=None if joules is None else round(joules, 6),
-                         joules_per_decision=_per_decision(joules, requests),
-                         idle_power_w=None if idle_w is None else round(idle_w, 3),
+    joules, requests = _sum([p.joules for p in passes]), sum(p.requests for p in passes)
+    above = None if joules is None or idle_w is None else joules - idle_w * sum(p.seconds for p in passes)
+    return BackendEnergy(passes=passes, requests=requests, joules=_round(joules, 6),
+                         joules_per_decision=_per_decision(joules, requests), idle_power_w=_round(idle_w, 3),
                          above_idle_joules_per_decision=_per_decision(above, requests))
 
 

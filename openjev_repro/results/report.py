@@ -577,6 +577,15 @@ class _Panels:
         FigureCanvasAgg(fig)
         return fig
 
+    def _pooled_marks(self) -> list[Any]:
+        """The CDF's legend entries of each backend's P50 and P95 over its measured passes (never over levels)."""
+        from matplotlib.lines import Line2D
+
+        passes = self.series
+        pooled = f"passes {', '.join(map(str, passes))} pooled" if len(passes) > 1 else "the measured pass"
+        return [Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", ms=8, mew=2, label=f"P50 ({pooled})"),
+                Line2D([], [], color="0.3", marker="X", ls="none", ms=9, mew=1, label=f"P95 JevBench rank ({pooled})")]
+
     def legend(self, ax: Any, kind: str, labels: dict[str, str] | None = None) -> None:
         from matplotlib.lines import Line2D
 
@@ -586,12 +595,7 @@ class _Panels:
                                      else {"ls": PASS_LINES[n % len(PASS_LINES)]})
             handles.append(Line2D([], [], color="0.3", label=self.name(key), **style))
         if kind == "cdf" and self.backends and not self.levels:
-            passes = self.series
-            pooled = f"passes {', '.join(map(str, passes))} pooled" if len(passes) > 1 else "the measured pass"
-            handles += [Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", ms=8, mew=2,
-                               label=f"P50 ({pooled})"),
-                        Line2D([], [], color="0.3", marker="X", ls="none", ms=9, mew=1,
-                               label=f"P95 JevBench rank ({pooled})")]
+            handles += self._pooled_marks()
         if handles:
             ax.legend(handles=handles, fontsize=8.5, loc="lower right" if kind == "cdf" else "upper left")
 
