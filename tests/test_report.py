@@ -315,3 +315,14 @@ def test_rows_without_token_counts_draw_no_scatter_and_say_why():
         "No plot: no measured row of this workload\ncarries an input token count\n(the evidence publishes latencies only)."]
     with_tokens = plot_figures(study_rows(), "synthetic")[PLOT_NAMES[0]].axes[0]
     assert with_tokens.axison and not with_tokens.texts
+
+
+def test_a_further_section_prints_after_the_runs_own_facts_and_an_empty_one_not_at_all():
+    """The place issue 43's kernel-family tables take: after the hardware floor, before the plots."""
+    from openjev_repro.results.report import ReportSection
+
+    rows, rec = study_rows(), recipe()
+    text = render_report(summarize(rows, rec), rows, rec, floor=["floor line"],
+                         sections=[ReportSection("Kernel families", ["| family | ms |"]), ReportSection("Empty", [])])
+    assert text.index("## Hardware floor") < text.index("## Kernel families\n\n| family | ms |\n") < text.index("Plots:")
+    assert "## Empty" not in text

@@ -53,6 +53,7 @@ from .tokens import token_differences, token_phrase
 __all__ = [
     "DIGITS",
     "PLOT_NAMES",
+    "ReportSection",
     "RunInfo",
     "imported_note",
     "incomplete_banner",
@@ -314,10 +315,30 @@ def imported_note(imported: ImportRecord) -> str:
             f"{checked}; unsigned.")
 
 
+@dataclass(frozen=True)
+class ReportSection:
+    """A section of facts after the gates and the GPU state: "## title", its lines; nothing without lines.
+
+    The run's own sections (weights, servers, hardware floor) are these; a later kind of evidence adds its
+    section here, through `render_report(sections=...)` and `_run_sections` (kernel-family tables of profiler
+    traces, issue 43), while its gates are gate kinds in results/statistics.py and print in the gate table."""
+
+    title: str
+    lines: list[str]
+
+    def markdown(self) -> list[str]:
+        return [f"## {self.title}", "", *self.lines, ""] if self.lines else []
+
+
+def _run_sections(run: RunDir) -> list[ReportSection]:
+    """Sections of further evidence a run holds, in the order they print; none yet (issue 43's kernel families)."""
+    return []
+
+
 def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: StateRecord | None = None,
                   notes: Iterable[str] = (), run: RunInfo | None = None, imported: ImportRecord | None = None,
                   run_facts: Iterable[str] = (), floor: Iterable[str] = (), drift: Sequence[str] = (),
-                  servers: Iterable[str] = ()) -> str:
+                  servers: Iterable[str] = (), sections: Sequence[ReportSection] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
 
     `state` is the run's state.json record: unless its status is "complete" the report opens (and
@@ -347,9 +368,10 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     out += load_lines(summary)  # load runs only (results/load_report.py)
     out += ["## Gates", "", *_gate_lines(summary.gates), ""]
     out += energy_lines(summary)
-    for title, section in (("Weights and GPU", list(run_facts)), ("Servers and connections", list(servers)),
-                           ("Hardware floor", list(floor))):
-        out += [f"## {title}", "", *section, ""] if section else []  # a run without the data gets no section
+    facts = [ReportSection("Weights and GPU", list(run_facts)), ReportSection("Servers and connections", list(servers)),
+             ReportSection("Hardware floor", list(floor)), *sections]
+    for section in facts:
+        out += section.markdown()  # a run without the data gets no section
     out += [("Plots: latency_vs_tokens.png (measured latency against input tokens), latency_cdf.png "
             "(CDF of measured latency)."), *load_plot_lines(summary), ""]
     if banner:
@@ -764,7 +786,7 @@ def _render_run(run: RunDir, as_status: str | None) -> tuple[str, RowTable, Summ
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
                          imported=imported, run_facts=run_facts_of(run, backends, [b.name for b in recipe.backends]),
                          floor=floor_lines(backends, rows), drift=recorded_drift(run),
-                         servers=_servers_of(run, backends, recipe))
+                         servers=_servers_of(run, backends, recipe), sections=_run_sections(run))
     return text, rows, summary, info
 
 
