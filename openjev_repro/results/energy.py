@@ -67,7 +67,7 @@ class GpuReading(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """One reading: a periodic sample, a pass or idle boundary (labelled), or a failed read."""
 
     kind: Literal["sample", "begin", "end", "idle_begin", "idle_end", "error"]
-    t_ns: _Time
+    t_ns: _Time | UnsetType = UNSET  # required: checked in __post_init__ with a message naming the event
     label: str | UnsetType = UNSET
     sm_clock_mhz: _Value | None | UnsetType = UNSET
     mem_clock_mhz: _Value | None | UnsetType = UNSET
@@ -78,8 +78,15 @@ class GpuReading(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     error: str | UnsetType = UNSET
 
     def __post_init__(self) -> None:
+        if isinstance(self.t_ns, UnsetType):
+            raise ValueError(f"a {self.kind} event without t_ns")
         if self.kind in _BOUNDARIES and isinstance(self.label, UnsetType):
-            raise ValueError(f"a {self.kind} reading names no label")
+            raise ValueError(f"a {self.kind} event without a label")
+
+    @property
+    def at_ns(self) -> int:
+        """Its time (every decoded reading has one)."""
+        return 0 if isinstance(self.t_ns, UnsetType) else self.t_ns
 
     def value(self, name: Literal["sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w", "energy_mj"]
               ) -> int | float | None:
@@ -129,7 +136,7 @@ def _decoded(entry: tuple[int, bytes], decode: Callable[[bytes], T]) -> T:
     try:
         return decode(line)
     except msgspec.DecodeError as exc:  # syntax, a wrong type, a value out of bounds, a missing key
-        raise EvidenceError(f"{GPU_FILE} line {number}: not a GPU state event ({exc})") from None
+        raise EvidenceError(f"{GPU_FILE} line {number}: {exc}") from None
 
 
 # --- per pass -------------------------------------------------------------------------------
@@ -151,7 +158,7 @@ def _windows(readings: list[GpuReading], start: str, end: str) -> dict[str, list
 
 
 def _integrated_j(readings: list[GpuReading]) -> float | None:
-    points = [(e.t_ns, power) for e in readings if (power := e.value("power_w")) is not None]
+    points = [(e.at_ns, power) for e in readings if (power := e.value("power_w")) is not None]
     if len(points) < 2:
         return None
     return sum((t1 - t0) / 1e9 * (p0 + p1) / 2 for (t0, p0), (t1, p1) in pairwise(points))
@@ -165,7 +172,7 @@ def _energy_j(readings: list[GpuReading]) -> tuple[float | None, Literal["counte
 
 
 def _seconds(readings: list[GpuReading]) -> float:
-    return (readings[-1].t_ns - readings[0].t_ns) / 1e9
+    return (readings[-1].at_ns - readings[0].at_ns) / 1e9
 
 
 def _values(readings: list[GpuReading], name: Literal["sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w"]
@@ -231,7 +238,7 @@ def _backend_energy(passes: list[PassEnergy], idle_w: float | None) -> BackendEn
 
 def _granularity(readings: list[GpuReading]) -> CounterSteps | None:
     """The counter's steps as the readings saw them (bounded below by the sample period)."""
-    points = [(e.t_ns, v) for e in readings if (v := e.value("energy_mj")) is not None]
+    points = [(e.at_ns, v) for e in readings if (v := e.value("energy_mj")) is not None]
     changes = [(t, v) for (_, prev), (t, v) in pairwise(points) if v != prev]
     steps = [b - a for (_, a), (_, b) in pairwise(points) if b > a]
     gaps = [(t1 - t0) / 1e6 for (t0, _), (t1, _) in pairwise(changes)]
