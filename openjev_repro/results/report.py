@@ -411,7 +411,10 @@ def _pooled_lines(pooled: Pooled) -> list[str]:
 
 def _workload_lines(recipe: Recipe, name: str, wl: WorkloadSummary, t: RowTable, passes_word: str) -> list[str]:
     if isinstance(wl.pooled, Pooled):
-        out = [f"## Workload {name}", "", *_pooled_lines(wl.pooled), *_descriptions(recipe, wl)]
+        correct = "; ".join(f"{n} {b.correct} / {b.labelled}" if b.labelled else f"{n} n/a (no labels)"
+                            for n, b in wl.backends.items())
+        out = [f"## Workload {name}", "", *_pooled_lines(wl.pooled), *_descriptions(recipe, wl),
+               f"Correct / N (first measured pass): {correct}.", ""]
     else:
         out = [f"## Workload {name}", "", *_table(recipe, wl), "", *_descriptions(recipe, wl),
                *_latency_notes(wl), "", "Speed:", "", *_comparison_lines(wl), ""]
