@@ -79,7 +79,7 @@ class GpuReading(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
     def __post_init__(self) -> None:
         if isinstance(self.t_ns, UnsetType):
-            raise ValueError(f"a {self.kind} event without t_ns")
+            raise TypeError(f"a {self.kind} event without t_ns")
         if self.kind in _BOUNDARIES and isinstance(self.label, UnsetType):
             raise ValueError(f"a {self.kind} event without a label")
 
