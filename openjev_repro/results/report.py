@@ -8,7 +8,6 @@ reads a run directory and writes `report.md`, `latency_vs_tokens.png` and `laten
 from __future__ import annotations
 
 import io
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..decision import YES_THRESHOLD
-from ..errors import EvidenceError
+from ..errors import EvidenceError, UnsupportedFormat
 from ..evidence.files import write_bytes_atomic
 from ..evidence.recipe import Recipe, load_recipe
 from ..evidence.records import (
@@ -40,7 +39,16 @@ from ..evidence.records import (
 )
 from ..evidence.rows import Row
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status, guard_output
-from ..evidence.summary import BackendSummary, GateResult, LatencyKey, PassStats, Pooled, Summary, WorkloadSummary
+from ..evidence.summary import (
+    BackendSummary,
+    GateResult,
+    LatencyKey,
+    PassStats,
+    Pooled,
+    Summary,
+    WorkloadSummary,
+    read_summary,
+)
 from .energy import GPU_FILE, read_gpu_events
 from .floor import floor_lines
 from .gpu_report import energy_lines
@@ -483,7 +491,7 @@ def recorded_run_id(run: RunDir, study_id: str) -> str:
 def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
     """When the run started: state.json's started_utc, else the UTC stamp in the run's id; a renamed
     older run falls back to state.json's last update (labelled as such)."""
-    state = StateRecord.from_json(run.state())
+    state = run.state_record()
     hardware = _hardware(environment_of(run), recipe)
     run_id = recorded_run_id(run, recipe.study.id)
     try:
@@ -765,8 +773,13 @@ def _summary_notes(run: RunDir, summary: Summary) -> list[str]:
     path = run.file("summary.json")
     if not path.exists():
         return ["summary.json is absent; every figure below was computed from rows.jsonl."]
-    stored = run.read("summary.json")
-    if stored != json.loads(json.dumps(summary.to_json(), allow_nan=False)):
+    try:
+        same = read_summary(path) == summary
+    except UnsupportedFormat:
+        raise
+    except EvidenceError:  # a summary of another shape: it differs
+        same = False
+    if not same:
         return [("SUMMARY MISMATCH: summary.json differs from the summary recomputed from rows.jsonl and "
                 "recipe.yaml; this report shows the recomputation. Run `invoke verify` on this run.")]
     return []
