@@ -44,13 +44,8 @@ TODAY = frozenset({
     ("cluster/collect.py", "host.json"),
     ("cluster/submission.py", "effective_state()"),
     ("manifest/statement.py", "RunDir.read(name)"),
-    ("manifest/statement.py", "effective_state()"),
     ("manifest/statement.py", "state()"),
     ("manifest/statement.py", "summary.json"),
-    ("results/report.py", "RunDir.read(name)"),
-    ("results/report.py", "servers.json"),
-    ("results/report.py", "state()"),
-    ("results/report.py", "summary.json"),
 })
 
 

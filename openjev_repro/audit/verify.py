@@ -390,7 +390,7 @@ def _imported_statistics(ev: Evidence, record: dict, _: bool) -> list[Check]:
     from ..results.statistics import summarize
 
     run, t = ev.run, ev.table
-    ours = json.loads(json.dumps(summarize(t, ev.recipe), allow_nan=False))
+    ours = json.loads(json.dumps(summarize(t, ev.recipe).to_json(), allow_nan=False))
     diff = first_difference(ours, run.read("summary.json"))
     checks = [Check("statistics recomputed", diff is None,
                     f"recomputed from rows differs from summary.json at {diff}" if diff
@@ -870,9 +870,10 @@ def _recomputed(ev: Evidence, predicate: dict, aggregate_only: bool,
     # Round-trip through JSON so recomputed and stored values are compared as written.
     # Energy and GPU state come from gpu.jsonl (runs from 2026-12 on); older runs have neither.
     gpu_path = ev.run.file(GPU_FILE)
-    extra = {"gpu": read_gpu_events(gpu_path)} if gpu_path.is_file() else {}
-    extra.update(trace_inputs(ev.run.path))  # kernel-families.json, recomputed from traces/ by kernel_families_recomputed
-    ours = json.loads(json.dumps(summarize(ev.table, ev.recipe, **extra), allow_nan=False))
+    gpu = read_gpu_events(gpu_path) if gpu_path.is_file() else None
+    # kernel-families.json, recomputed from traces/ by kernel_families_recomputed
+    ours = json.loads(json.dumps(summarize(ev.table, ev.recipe, gpu=gpu, **trace_inputs(ev.run.path)).to_json(),
+                                 allow_nan=False))
     stats_ours = {k: v for k, v in ours.items() if k != "gates"}
     stats_signed = {k: v for k, v in (predicate.get("summary") or {}).items() if k != "gates"}
     checks = []
@@ -900,7 +901,8 @@ def _load_levels(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Ch
     if not has_load(ev.recipe):
         return []
     problems = level_problems(ev.table, ev.recipe)
-    ours = json.loads(json.dumps(load_summary(ev.table, ev.recipe), allow_nan=False))
+    load = load_summary(ev.table, ev.recipe)
+    ours = json.loads(json.dumps(load.to_json() if load is not None else {}, allow_nan=False))
     signed = (predicate.get("summary") or {}).get("load")
     diff = first_difference(ours, signed, "load") if isinstance(signed, dict) else "load: absent from the signed summary"
     figures = sum(len(wl["levels"]) * len(wl["backends"]) for wl in ours["workloads"].values())

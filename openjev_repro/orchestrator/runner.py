@@ -691,7 +691,7 @@ def step_summary(ctx: StudyRun) -> None:
 
     gpu = read_gpu_events(ctx.run.file(GPU_FILE))  # the host session always writes it (a header when GPU-less)
     write_json_atomic(ctx.run.file("summary.json"), summarize(read_rows(ctx.run.rows_path), ctx.recipe, gpu=gpu,
-                                                              **trace_inputs(ctx.run.path)))
+                                                              **trace_inputs(ctx.run.path)).to_json())
 
 
 def step_sign(ctx: StudyRun) -> None:
