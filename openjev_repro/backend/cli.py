@@ -37,6 +37,7 @@ from .server import (
     ReferenceServer,
     StaticMeta,
 )
+from .tracing import Tracing
 
 __all__ = [
     "Loader",
@@ -113,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "upstream; the key shows in the process list: prefer --api-key-env)")
     key.add_argument("--api-key-env", metavar="VAR",
                      help="as --api-key, the key read from the environment variable VAR")
+    p.add_argument("--trace-dir", type=Path, default=None, metavar="DIR",
+                   help="allow traced requests (header X-OpenJev-Trace: NAME): each runs under the PyTorch "
+                        "profiler and writes DIR/NAME.pt.trace.json.gz (docs/traces.md); off by default")
     return p
 
 
@@ -212,6 +216,7 @@ def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
         api_key = ApiKey.from_options(args.api_key, args.api_key_env)
         apply_kernel_choice(args.kernels, args.mode)
         meta, package = _static_meta(args)
+        tracing = Tracing.allowed_in(args.trace_dir)  # issue 43: backend/tracing.py
     except ReproError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -226,6 +231,7 @@ def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
     except OSError as exc:
         print(f"error: cannot bind {args.host}:{args.port} ({exc}).", file=sys.stderr)
         return 2
+    server.tracing = tracing
     _event("listening", host=args.host, port=server.server_address[1])
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     stop = threading.Event()

@@ -70,6 +70,8 @@ from ..limits import JsonLimitError, NonFiniteNumber, has_lone_surrogate, loads_
 from .auth import ApiKey
 from .model_queue import MAX_QUEUE, ModelQueue, Ticket
 from .prompts import MODEL_ALIASES, RequestInvalid, accepted_models, parse_request
+from .runtime_identity import RuntimeIdentityReporter
+from .tracing import TRACE_FILE_HEADER, TRACE_HEADER, TraceRefused, TraceRequest, Tracing
 
 __all__ = [
     "COMPUTE_TIMEOUT_S",
@@ -140,11 +142,13 @@ class RequestHead(msgspec.Struct, frozen=True):
     lengths: tuple[str, ...]  # every Content-Length given
     codings: tuple[str, ...]  # every Transfer-Encoding given
     authorization: str | None
+    trace: str | None  # X-OpenJev-Trace: the study's trace step only (backend/tracing.py)
 
     @classmethod
     def of(cls, headers: Message) -> RequestHead:
+        trace = headers.get(TRACE_HEADER)
         return cls(tuple(headers.get_all("Content-Length") or ()), tuple(headers.get_all("Transfer-Encoding") or ()),
-                   headers.get("Authorization"))
+                   headers.get("Authorization"), None if trace is None else trace.strip())
 
     def framing_problem(self) -> tuple[int, str] | None:
         """An ambiguous or unsupported body framing (RFC 9112 section 6): (status, message), else None."""
@@ -226,8 +230,10 @@ class ReferenceServer(ThreadingHTTPServer):
         self.queue = ModelQueue(max_queue)  # inferences one at a time, in arrival order, bounded
         self.deadlines = Deadlines()
         self.served = 0
+        self.tracing = Tracing()  # traced requests refused unless started with --trace-dir (backend/tracing.py)
         # One thread for every inference, warm-up included: torch's per-thread state is built once.
         self.model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+        self.identity = RuntimeIdentityReporter()  # /health `runtime_identity` (issue 39)
 
     def shutdown(self) -> None:
         """Stop serving; a queued inference is dropped, a running one finishes on its own thread."""
@@ -262,6 +268,7 @@ class ReferenceServer(ThreadingHTTPServer):
         status, payload = self.infer(json.dumps(WARMUP_BODY).encode())
         if status != 200:
             raise RuntimeError(f"warm-up inference failed: {payload}")
+        self.identity.start()
         self.status = "ready"
 
     def models(self) -> dict[str, Any]:
@@ -283,11 +290,13 @@ class ReferenceServer(ThreadingHTTPServer):
                      "base_model": self.static_meta.base_model_id, "max_length": self.model.settings.max_length,
                      "served": self.served, "busy": self.queue.busy, **self.model.describe(),
                      "auth": "none" if self.api_key is None else "bearer",
-                     "serving": self.queue.describe()}
+                     "serving": self.queue.describe(), "tracing": self.tracing.describe(),
+                     "runtime_identity": self.identity.report()}
 
     # ------------------------------------------------------------ inference
 
-    def infer(self, raw: bytes, ticket: Ticket | None = None) -> tuple[int, dict[str, Any]]:
+    def infer(self, raw: bytes, ticket: Ticket | None = None,
+              trace: TraceRequest | None = None) -> tuple[int, dict[str, Any]]:
         refused, body = _parse_body(raw)
         if refused:
             return refused
@@ -302,7 +311,7 @@ class ReferenceServer(ThreadingHTTPServer):
         with self.queue.turn(ticket):
             started = time.perf_counter()
             try:
-                answers = self._answer(state, questions, candidates)
+                answers = self._answer(state, questions, candidates, trace)
             except ComputeDeadline as exc:
                 return 503, _error("compute_deadline", str(exc))
             except Exception as exc:  # noqa: BLE001 - any failure inside the model becomes a 500; the server keeps serving
@@ -315,14 +324,16 @@ class ReferenceServer(ThreadingHTTPServer):
                      "usage": {"input_tokens": sum(tokens), "output_tokens": 0},
                      "metadata": self._metadata(seconds, tokens)}
 
-    def _answer(self, state: Any, questions: Any, candidates: list) -> Any:
-        """model.answer on the model thread, ended between two candidates once compute_timeout_s has passed."""
+    def _answer(self, state: Any, questions: Any, candidates: list, trace: TraceRequest | None = None) -> Any:
+        """model.answer on the model thread (under the profiler for a traced request), ended between two
+        candidates once compute_timeout_s has passed."""
+        answer = self.model.answer if trace is None else trace.around(self.model)
         if not self.compute_timeout_s:
-            return self.model_thread.submit(self.model.answer, state, questions, candidates).result()
+            return self.model_thread.submit(answer, state, questions, candidates).result()
         allowed = compute_deadline_s(self.compute_timeout_s, len(candidates))
         bounded = _DeadlineCandidates(candidates, time.monotonic() + allowed)
         try:
-            return self.model_thread.submit(self.model.answer, state, questions, bounded).result()
+            return self.model_thread.submit(answer, state, questions, bounded).result()
         except ComputeDeadline:
             raise ComputeDeadline(f"the inference ran past this server's compute deadline of {allowed:g} s "
                                   f"(--compute-timeout) after {bounded.scored} of {len(candidates)} candidate "
@@ -522,22 +533,32 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(503, {"status": self.server.status, "error": {"type": "not_ready",
                                                                      "message": "the model is still loading."}})
             return
-        self._infer_in_turn(raw, received)
+        self._infer_in_turn(raw, received, head.trace)
 
-    def _infer_in_turn(self, raw: bytes, received: float) -> None:
+    def _infer_in_turn(self, raw: bytes, received: float, trace_name: str | None) -> None:
         """Admit the request to the model's queue (503 queue_full when full), infer in its turn,
         answer with X-Queue-Time-Ms when it reached the model."""
         queue = self.server.queue
+        trace = None
+        if trace_name is not None:  # the study's trace step only (backend/tracing.py)
+            try:
+                trace = self.server.tracing.claim(trace_name)
+            except TraceRefused as exc:
+                self._send(exc.status, _error(exc.kind, exc.message))
+                return
         ticket = queue.admit(received)
         if ticket is None:
             self._send(*_queue_full(queue))
             return
         try:
-            status, payload = self.server.infer(raw, ticket)
+            status, payload = self.server.infer(raw, ticket, trace)
         finally:
             queue.leave(ticket)
         waited = ticket.queue_ms
-        self._send(status, payload, None if waited is None else {"X-Queue-Time-Ms": f"{waited:.3f}"})
+        headers = {} if waited is None else {"X-Queue-Time-Ms": f"{waited:.3f}"}
+        if trace is not None and status == 200:
+            headers[TRACE_FILE_HEADER] = trace.path.name
+        self._send(status, payload, headers or None)
 
     def _drain_or_close(self, length: int) -> None:
         if length <= MAX_BODY_BYTES:

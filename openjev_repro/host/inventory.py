@@ -60,5 +60,6 @@ def format_inventory(inv: dict) -> str:
 
 def host_record(reservation: dict | None = None, device: dict | None = None, binding: dict | None = None,
                 cleanup: dict | None = None, memory: dict | None = None) -> HostRecord:
-    """The record host.json holds (the session adds controlled, gpu_override and slurm)."""
-    return HostRecord(reservation, device, binding, cleanup, memory, format_version=HOST_FORMAT_VERSION)
+    """The record host.json holds (the session adds controlled, gpu_override and slurm), decoded once here."""
+    return HostRecord.from_json({"format_version": HOST_FORMAT_VERSION, "reservation": reservation, "device": device,
+                                 "binding": binding, "cleanup": cleanup, "memory": memory}, "host.json")

@@ -1,0 +1,205 @@
+"""One request sent and recorded: `PassRunner.request` times it, checks the answer, writes its row
+and its response body (`ResponseLog`); `Via` says how a request of a load level is sent.
+
+Timed code does as little as possible: request bodies are serialised before the clock starts
+(workload.build_requests), the client times from send to last byte, and parsing happens afterwards.
+The order of requests, passes and steps is the pass protocol's (study/passes.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..decision import decision_of
+from ..errors import BackendCrashed, ProtocolError
+from ..evidence.rows import Phase, Row, RowWriter
+from .timed_client import ClientError, TimedClient, TimedResponse
+from .workload import QUESTION_ID, Request
+
+__all__ = ["Outcome", "ParsedAnswer", "PassRunner", "ResponseLog", "Via", "parse_noul_response", "queue_time_ms"]
+
+QUEUE_TIME_HEADER = "x-queue-time-ms"  # the server's own queue time of a request, float ms (lower-case: h11)
+
+Outcome = tuple[Row, bytes | None]
+
+
+@dataclass(frozen=True)
+class ParsedAnswer:
+    probability: float
+    decision: str
+    input_tokens: int
+
+
+def parse_noul_response(body: bytes) -> ParsedAnswer:
+    """Check a /v1/systemone response to a single noul question; ProtocolError says what is wrong."""
+    answer, p, tokens = _noul_fields(_json_of(body))
+    if answer.get("type") != "noul":
+        raise ProtocolError(f"answer type is {answer.get('type')!r}, expected 'noul'")
+    _check_probability(p)
+    tokens = _input_tokens(tokens)
+    return ParsedAnswer(float(p), decision_of(p), tokens)
+
+
+def _json_of(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"response is not JSON ({exc.__class__.__name__}: {exc})") from None
+
+
+def _noul_fields(data: Any) -> tuple[Any, Any, Any]:
+    """(answer, its noul probability, usage.input_tokens) of a response, unchecked."""
+    try:
+        answer = data["answers"][QUESTION_ID]
+        return answer, answer["noul"], data["usage"]["input_tokens"]
+    except (KeyError, TypeError) as exc:
+        raise ProtocolError(f"response lacks answers.{QUESTION_ID}.noul or usage.input_tokens ({exc!r})") from None
+
+
+def _check_probability(p: Any) -> None:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0.0 <= p <= 1.0:
+        raise ProtocolError(f"probability {p!r} is not a finite number in [0, 1]")
+
+
+def _input_tokens(tokens: Any) -> int:
+    """usage.input_tokens as one positive count (a list of per-candidate counts is summed)."""
+    if isinstance(tokens, list):  # per-candidate counts; noul has one candidate
+        tokens = sum(tokens)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+        raise ProtocolError(f"usage.input_tokens {tokens!r} is not a positive integer")
+    return tokens
+
+
+def queue_time_ms(headers: dict[str, str]) -> float | None:
+    """The server's `X-Queue-Time-Ms` header as a finite, non-negative float; None when absent or not one."""
+    try:
+        value = float(headers[QUEUE_TIME_HEADER])
+    except (KeyError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+@dataclass(frozen=True)
+class Via:
+    """How a request of a load level is sent: its level, the connection (and its client) that
+    sends it and, in open loop, the time it was scheduled for (the clock of `start_ns`)."""
+
+    level: str
+    connection: int
+    client: TimedClient
+    scheduled_ns: int | None = None
+
+
+@dataclass
+class PassRunner:
+    """Runs requests of one backend and records every one: over one persistent connection, or
+    (load levels) over the connection a `Via` names, from several threads at once."""
+
+    backend: str
+    client: TimedClient
+    endpoint: str
+    rows: RowWriter
+    responses: ResponseLog
+    alive: Callable[[], bool]
+    on_row: Callable[[Row], None] = lambda row: None
+    failures: list[Row] = field(default_factory=list)
+    requests: int = 0  # sent, failed ones included
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # rows and counts, across threads
+
+    def request(self, req: Request, *, workload: str, phase: Phase, pass_index: int, seq: int,
+                via: Via | None = None) -> Row:
+        headers = {"Content-Type": "application/json"}
+        client = self.client if via is None else via.client
+        with self._lock:
+            self.requests += 1
+        try:
+            resp: TimedResponse = client.request("POST", self.endpoint, req.body, headers)
+        except (ClientError, ProtocolError) as exc:  # a timeout, reset, refused connection or bad bytes: record, then decide
+            row = self._with_load(self._row(req, workload, phase, pass_index, seq, 0, 0, None, None, None,
+                                            f"{exc.__class__.__name__}: {exc}"), via, None)
+            client.close()  # the connection state is unknown; the next request reconnects
+            self._record(row, None)
+            if not self._still_alive_after(1.0):
+                raise BackendCrashed(f"Backend {self.backend} died during {phase} pass {pass_index} "
+                                     f"(request {seq}, case {req.id}): {exc}") from None
+            return row
+        digest = hashlib.sha256(resp.body).hexdigest()
+        error = parsed = None
+        if resp.status != 200:
+            error = f"HTTP {resp.status}: {resp.body[:300].decode('utf-8', 'replace')}"
+        else:
+            try:
+                parsed = parse_noul_response(resp.body)
+            except ProtocolError as exc:
+                error = str(exc)
+        row = self._with_load(self._row(req, workload, phase, pass_index, seq, resp.start_ns, resp.end_ns,
+                                        resp.status, digest, parsed, error, resp.reconnected), via, resp)
+        self._record(row, resp.body)
+        if not self.alive():  # an aux worker (or the server) died although this answer arrived
+            raise BackendCrashed(f"Backend {self.backend} (or one of its processes) died during {phase} pass "
+                                 f"{pass_index} after request {seq} (case {req.id}).")
+        return row
+
+    def _still_alive_after(self, seconds: float) -> bool:
+        """A reset connection often precedes the process's exit by a few ms: give it time to show."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if not self.alive():
+                return False
+            time.sleep(0.05)
+        return self.alive()
+
+    def _row(self, req: Request, workload: str, phase: Phase, pass_index: int, seq: int, start: int, end: int,
+             status: int | None, digest: str | None, parsed: ParsedAnswer | None, error: str | None,
+             reconnected: bool | None = None) -> Row:
+        return Row(id=req.id, backend=self.backend, workload=workload, phase=phase, pass_index=pass_index,
+                   seq=seq, start_ns=start, end_ns=end, status=status, body_sha256=digest,
+                   probability=parsed.probability if parsed else None,
+                   decision=parsed.decision if parsed else None, label=req.label,
+                   input_tokens=parsed.input_tokens if parsed else None, error=error, reconnected=reconnected)
+
+    @staticmethod
+    def _with_load(row: Row, via: Via | None, resp: TimedResponse | None) -> Row:
+        """The row with its load-level fields (none without a `via`, so default rows stay as they were)."""
+        if via is None:
+            return row
+        return dataclasses.replace(row, level=via.level, scheduled_ns=via.scheduled_ns, connection=via.connection,
+                                   server_queue_ms=None if resp is None else queue_time_ms(resp.headers))
+
+    def _record(self, row: Row, body: bytes | None) -> None:
+        with self._lock:
+            self.rows.write(row)
+            self.responses.write(row, body)
+            if row.error is not None:
+                self.failures.append(row)
+            self.on_row(row)
+
+
+class ResponseLog:
+    """Response bodies beside the rows (never published: JevBench terms allow aggregates only)."""
+
+    def __init__(self, path) -> None:
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held for the run; close() closes it
+
+    def write(self, row: Row, body: bytes | None) -> None:
+        entry = {"backend": row.backend, "workload": row.workload, "phase": row.phase,
+                 "pass_index": row.pass_index, "seq": row.seq, "id": row.id}
+        if body is not None:
+            try:
+                entry["body"] = body.decode("utf-8")
+            except UnicodeDecodeError:
+                entry["body_base64"] = base64.b64encode(body).decode("ascii")
+        self._file.write(json.dumps(entry, sort_keys=True) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
