@@ -312,7 +312,9 @@ def parse_server_url(value: str) -> tuple[str, int]:
             or parts.path not in ("", "/"):
         raise ValueError(f"url {value!r}: give only http://HOST:PORT (no path, query or user; "
                          "the path goes into `endpoint` and `health`)")
-    return parts.hostname, port or 80
+    if port == 0:  # "any free port" when listening; no server is reached on it (it is not port 80)
+        raise ValueError(f"url {value!r}: port 0 is no server's port; give the port it listens on, 1 to 65535")
+    return parts.hostname, 80 if port is None else port
 
 
 class Backend(StrictModel):
@@ -389,6 +391,9 @@ class Protocol(StrictModel):
     request_timeout_s: Seconds = 120.0
     ready_timeout_s: Seconds = 600.0
     stop_grace_s: Seconds = 10.0
+    # The largest answer the timed client takes (header and body as received); a larger one fails its
+    # request (docs/security.md). A /v1/systemone answer is a few KB.
+    max_response_bytes: Annotated[int, Field(ge=1 << 10, le=1 << 31)] = 64 << 20
 
 
 class Gpu(StrictModel):

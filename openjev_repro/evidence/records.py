@@ -763,6 +763,9 @@ class ServerEntry(Record, frozen=True, kw_only=True):
     model: Text | None
     readiness: ReadinessEntry | None = None
     connections: Connections | None = None
+    # X-Queue-Time-Ms values that were no queue time (over the request's own latency, not finite): the
+    # rows hold them as absent (study/sender.queue_time_ms); written only when there were any.
+    queue_times_refused: Count | UnsetType = UNSET
 
 
 class ServersRecord(Record, frozen=True, kw_only=True):

@@ -416,6 +416,7 @@ def _run_backend(ctx: StudyRun, backend: PlanBackend, rows: RowWriter, budget: P
     prepared = {name: build_requests(tasks, backend.model) for name, tasks in ctx.workloads.items()}
     started: list[RunningBackend] = []  # aux processes first, the client-facing command last
     readiness = connections = None
+    refused = 0
     try:
         handle = _start(ctx, backend, host, started)
         health = handle.wait_ready(protocol.ready_timeout_s, probe=first_request(protocol.warmup, prepared).body)
@@ -434,12 +435,15 @@ def _run_backend(ctx: StudyRun, backend: PlanBackend, rows: RowWriter, budget: P
             passes.close()
             passes.runner.responses.close()
             passes.runner.client.close()
-            connections = passes.connections()
+            connections, refused = passes.connections(), passes.runner.queue_times_refused
+        if refused:
+            progress.message(f"[yellow]{backend.name}[/]: {refused} X-Queue-Time-Ms value(s) longer than their "
+                             "request or not finite, recorded as absent (servers.json queue_times_refused)")
         _record_after_passes(run, backend.name, handle)
         return passes.timed_failures()
     finally:
         _stop_all(ctx, started, host)
-        _record_server(run, backend, readiness, connections)
+        _record_server(run, backend, readiness, connections, refused)
         if ctx.envcheck is not None:
             ctx.envcheck.close_cache(backend.name)
 
@@ -449,12 +453,12 @@ def _backend_passes(ctx: StudyRun, backend: PlanBackend, handle: RunningBackend,
                     host: HostSession) -> BackendPasses:
     """The pass protocol of one ready backend, over one connection (a load level opens its own)."""
     protocol = ctx.plan.planned.protocol
-    client = TimedClient(handle.spec.host, handle.spec.port, timeout_s=protocol.request_timeout_s)
+    client = TimedClient(handle.spec.host, handle.spec.port, timeout_s=protocol.request_timeout_s,
+                         max_response_bytes=protocol.max_response_bytes)
     alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
     runner = PassRunner(backend.name, client, backend.endpoint, rows, ResponseLog(ctx.run.responses_path(backend.name)),
                         alive)
-    return BackendPasses(runner, prepared, protocol.warmup, backend.model, budget, host, ctx.progress,
-                         protocol.request_timeout_s)
+    return BackendPasses(runner, prepared, protocol.warmup, backend.model, budget, host, ctx.progress)
 
 
 def _record_after_passes(run: RunDir, name: str, handle: RunningBackend) -> None:
@@ -559,12 +563,13 @@ def _spec_of(run: RunDir, backend: PlanBackend, address: str, port: int) -> Laun
 
 
 def _record_server(run: RunDir, backend: PlanBackend, readiness: dict[str, object] | None,
-                   connections: dict[str, object] | None) -> None:
+                   connections: dict[str, object] | None, queue_times_refused: int) -> None:
     """servers.json's entry of a backend: launched or reached, readiness, connections."""
+    refused = {"queue_times_refused": queue_times_refused} if queue_times_refused else {}
     entry = decode({"launched": backend.is_launched, "owned": backend.is_launched, "url": backend.server_url,
                     "readiness_kind": backend.readiness_kind, "health": backend.health_path,
                     "endpoint": backend.endpoint, "model": backend.model, "readiness": readiness,
-                    "connections": connections}, ServerEntry, f"servers.json's {backend.name}")
+                    "connections": connections, **refused}, ServerEntry, f"servers.json's {backend.name}")
     record = servers_of(run) or ServersRecord(format_version=SERVERS_FORMAT_VERSION)
     write_json_atomic(run.file("servers.json"), record.with_entry(backend.name, entry).to_json())
 

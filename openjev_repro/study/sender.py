@@ -25,7 +25,7 @@ from ..evidence.rows import Phase, Row, RowWriter
 from .timed_client import ClientError, TimedClient, TimedResponse
 from .workload import QUESTION_ID, Request
 
-__all__ = ["Outcome", "ParsedAnswer", "PassRunner", "ResponseLog", "Via", "parse_noul_response", "queue_time_ms"]
+__all__ = ["QUEUE_TIME_HEADER", "Outcome", "ParsedAnswer", "PassRunner", "ResponseLog", "Via", "parse_noul_response", "queue_time_ms"]
 
 QUEUE_TIME_HEADER = "x-queue-time-ms"  # the server's own queue time of a request, float ms (lower-case: h11)
 
@@ -79,13 +79,21 @@ def _input_tokens(tokens: Any) -> int:
     return tokens
 
 
-def queue_time_ms(headers: dict[str, str]) -> float | None:
-    """The server's `X-Queue-Time-Ms` header as a finite, non-negative float; None when absent or not one."""
+QUEUE_TIME_SLACK_MS = 1000.0  # the server's clock against ours: a queue time may exceed the latency by this
+
+
+def queue_time_ms(headers: dict[str, str], latency_ns: int | None = None) -> float | None:
+    """The server's `X-Queue-Time-Ms` header as a finite, non-negative float no longer than the request
+    itself took (its latency as the client measured it, plus QUEUE_TIME_SLACK_MS); None otherwise.
+
+    A request cannot wait in the server's queue longer than it took in all: a larger value (1e308, a
+    misread clock) is not a queue time, and is recorded as absent (`PassRunner.queue_times_refused`)."""
     try:
         value = float(headers[QUEUE_TIME_HEADER])
     except (KeyError, ValueError):
         return None
-    return value if math.isfinite(value) and value >= 0 else None
+    bound = math.inf if latency_ns is None else latency_ns / 1e6 + QUEUE_TIME_SLACK_MS
+    return value if math.isfinite(value) and 0 <= value <= bound else None
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,7 @@ class PassRunner:
     on_row: Callable[[Row], None] = lambda row: None
     failures: list[Row] = field(default_factory=list)
     requests: int = 0  # sent, failed ones included
+    queue_times_refused: int = 0  # X-Queue-Time-Ms headers that were no queue time (recorded as absent)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # rows and counts, across threads
 
     def request(self, req: Request, *, workload: str, phase: Phase, pass_index: int, seq: int,
@@ -167,13 +176,16 @@ class PassRunner:
                    decision=parsed.decision if parsed else None, label=req.label,
                    input_tokens=parsed.input_tokens if parsed else None, error=error, reconnected=reconnected)
 
-    @staticmethod
-    def _with_load(row: Row, via: Via | None, resp: TimedResponse | None) -> Row:
+    def _with_load(self, row: Row, via: Via | None, resp: TimedResponse | None) -> Row:
         """The row with its load-level fields (none without a `via`, so default rows stay as they were)."""
         if via is None:
             return row
+        queue = None if resp is None else queue_time_ms(resp.headers, resp.latency_ns)
+        if queue is None and resp is not None and QUEUE_TIME_HEADER in resp.headers:
+            with self._lock:
+                self.queue_times_refused += 1
         return dataclasses.replace(row, level=via.level, scheduled_ns=via.scheduled_ns, connection=via.connection,
-                                   server_queue_ms=None if resp is None else queue_time_ms(resp.headers))
+                                   server_queue_ms=queue)
 
     def _record(self, row: Row, body: bytes | None) -> None:
         with self._lock:
