@@ -407,6 +407,19 @@ class Plan:
                     budget[key] = budget.get(key, 0) + 1
         return budget
 
+    def mismatch(self, backends: list[str], workloads: list[str]) -> str | None:
+        """Why this plan cannot run a recipe of `backends` (in order) and `workloads`; None when it can.
+
+        Which backends run, and which workloads exist (their requests), are the recipe's to say."""
+        if [b.name for b in self.backends] != backends:
+            return (f"its backends are not the recipe's ({', '.join(backends)}, in that order); edit the recipe to "
+                    "change which backends run.")
+        named = {s.workload_name for q in self.passes for s in q.steps if s.workload_name is not None}
+        unknown = sorted(named - set(workloads))
+        if unknown:
+            return f"steps name workloads the recipe does not declare: {', '.join(unknown)}."
+        return None
+
     def steps_of(self, backend: str) -> tuple[PlanStep, ...]:
         return next(s.steps for s in self.passes if s.backend == backend)
 

@@ -26,13 +26,14 @@ Nothing outside the evidence package reads a run file's keys: tests/test_record_
 
 from __future__ import annotations
 
-from typing import TypeVar
+import base64
+import json
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 
 from ..errors import EvidenceError, UnsupportedFormat
 from .decoding import UNSET, Count, Finite, Int64, Number, Quoted, Record, Text, Unavailable, UnsetType, decode
-from .plan import Plan
 from .rundir import (
     BACKENDS_FORMAT_VERSION,
     INPUTS_FORMAT_VERSION,
@@ -41,6 +42,9 @@ from .rundir import (
     RunDir,
 )
 from .state import StateRecord
+
+if TYPE_CHECKING:  # plan.py holds the recipe's pydantic models: imported where a plan is read, not here
+    from .plan import Plan
 
 __all__ = [
     "Autotune",
@@ -70,6 +74,7 @@ __all__ = [
     "ReadinessEntry",
     "RecordedGpuOverride",
     "ReservationPart",
+    "ResponseEntry",
     "ServerEntry",
     "ServersRecord",
     "StateRecord",
@@ -873,11 +878,47 @@ def calibration_of(run: RunDir) -> CalibrationRecord | None:
     return CalibrationRecord.from_json(run.read_unversioned("calibration.json"), str(path)) if path.is_file() else None
 
 
+# --- responses/<backend>.jsonl ----------------------------------------------------------------
+
+
+class ResponseEntry(Record, frozen=True, kw_only=True):
+    """One line of responses/<backend>.jsonl: the body of one row's response (never published).
+
+    `body` holds a UTF-8 body as text, `body_base64` any other; a failed request has neither. Format 1
+    lines carry no version (`v`); `rundir.check_response_entry` refuses a later one."""
+
+    backend: Text
+    workload: Text
+    phase: Text
+    pass_index: Count
+    seq: Count
+    id: Text
+    body: str | UnsetType = UNSET
+    body_base64: str | UnsetType = UNSET
+
+    @classmethod
+    def of(cls, backend: str, workload: str, phase: str, pass_index: int, seq: int, case: str,
+           body: bytes | None) -> ResponseEntry:
+        entry = cls(backend=backend, workload=workload, phase=phase, pass_index=pass_index, seq=seq, id=case)
+        if body is None:
+            return entry
+        try:
+            return msgspec.structs.replace(entry, body=body.decode("utf-8"))
+        except UnicodeDecodeError:
+            return msgspec.structs.replace(entry, body_base64=base64.b64encode(body).decode("ascii"))
+
+    def line(self) -> str:
+        """The JSONL line (Python's JSON writer, keys sorted, as every format-1 line was written)."""
+        return json.dumps(self.to_json(), sort_keys=True) + "\n"
+
+
 # --- plan.json ------------------------------------------------------------------------------
 
 
 def plan_of(run: RunDir) -> Plan | None:
     """plan.json's record (the plan as planned, with the run-only fields), None for a run without one."""
+    from .plan import Plan
+
     path = run.file("plan.json")
     return Plan.from_json(run.read("plan.json"), str(path)) if path.is_file() else None
 

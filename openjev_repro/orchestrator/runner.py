@@ -236,13 +236,9 @@ def read_plan(path: Path) -> StudyPlan:
                           "(sha256 differs); make the plan again with `invoke plan`.")
     study = resolve_recipe(recipe_path, inputs_root_override=Path(planned.inputs_root))
     recipe = study.recipe
-    if [b.name for b in planned.backends] != [b.name for b in recipe.backends]:
-        raise RecipeError(f"{path}: its backends are not the recipe's ({', '.join(b.name for b in recipe.backends)}, "
-                          "in that order); edit the recipe to change which backends run.")
-    names = {w.name for w in recipe.workloads}
-    unknown = sorted({s.workload_name or "" for q in planned.passes for s in q.steps} - names - {""})
-    if unknown:
-        raise RecipeError(f"{path}: steps name workloads the recipe does not declare: {', '.join(unknown)}.")
+    mismatch = planned.mismatch([b.name for b in recipe.backends], [w.name for w in recipe.workloads])
+    if mismatch:
+        raise RecipeError(f"{path}: {mismatch}")
     return StudyPlan(study=study, planned=planned)
 
 
