@@ -27,7 +27,7 @@ import msgspec
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..errors import EvidenceError
-from .decoding import UNSET, Count, Number, Quoted, Record, Text, UnsetType, decode
+from .decoding import UNSET, Count, Number, Quoted, Record, Text, TritonCacheRef, UnsetType, decode
 from .recipe import Controls, Download, Gate, LoadLevel, Pins, Protocol, Source, Study, Warmup
 
 __all__ = [
@@ -70,11 +70,6 @@ class PlanProcess(Record, frozen=True, kw_only=True):
     def fixed_port(self) -> int | None:
         """The port the recipe fixes for this aux process, None for a free one (or the command)."""
         return self.port if isinstance(self.port, int) else None
-
-
-class TritonCacheRef(Record, frozen=True, kw_only=True):
-    dir: Text
-    sha256: Text
 
 
 class DeclaredEnvironment(Record, frozen=True, kw_only=True):
@@ -491,3 +486,4 @@ def _preparation(data: dict[str, Quoted] | None) -> PlanPreparation | None:
     return PlanPreparation(lock=part.lock, downloads=tuple(Download.model_validate(d) for d in part.downloads),
                            sources=tuple(Source.model_validate(s) for s in part.sources),
                            provided=part.provided, actions=part.actions)
+

@@ -33,7 +33,20 @@ from typing import TYPE_CHECKING, TypeVar
 import msgspec
 
 from ..errors import EvidenceError, UnsupportedFormat
-from .decoding import UNSET, Count, Finite, Int64, Number, Quoted, Record, Text, Unavailable, UnsetType, decode
+from .decoding import (
+    UNSET,
+    Count,
+    Finite,
+    Int64,
+    Number,
+    Quoted,
+    Record,
+    Text,
+    TritonCacheRef,
+    Unavailable,
+    UnsetType,
+    decode,
+)
 from .rundir import (
     BACKENDS_FORMAT_VERSION,
     INPUTS_FORMAT_VERSION,
@@ -43,7 +56,7 @@ from .rundir import (
 )
 from .state import StateRecord
 
-if TYPE_CHECKING:  # plan.py holds the recipe's pydantic models: imported where a plan is read, not here
+if TYPE_CHECKING:
     from .plan import Plan
 
 __all__ = [
@@ -56,6 +69,7 @@ __all__ = [
     "CleanupPart",
     "Connections",
     "DevicePart",
+    "DriverRef",
     "EnvironmentCheckRecord",
     "EnvironmentRecord",
     "ExitEntry",
@@ -793,11 +807,6 @@ def servers_of(run: RunDir) -> ServersRecord | None:
 # --- environment_check.json ----------------------------------------------------------------
 
 
-class TritonCacheRef(Record, frozen=True, kw_only=True):
-    dir: Text
-    sha256: Text
-
-
 class ReportedEnvironment(Record, frozen=True, kw_only=True):
     """What a backend must report once ready (the recipe's `environment`), or what it reported."""
 
@@ -912,12 +921,12 @@ class ResponseEntry(Record, frozen=True, kw_only=True):
         return json.dumps(self.to_json(), sort_keys=True) + "\n"
 
 
-# --- plan.json ------------------------------------------------------------------------------
+# --- plan.json (the record is in plan.py, beside the recipe's models it holds) ------------
 
 
 def plan_of(run: RunDir) -> Plan | None:
     """plan.json's record (the plan as planned, with the run-only fields), None for a run without one."""
-    from .plan import Plan
+    from .plan import Plan  # the recipe's pydantic models: loaded where a plan is read, not with every record
 
     path = run.file("plan.json")
     return Plan.from_json(run.read("plan.json"), str(path)) if path.is_file() else None

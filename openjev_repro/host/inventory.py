@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgspec
 
-from ..evidence.records import HostRecord
+from ..evidence.records import DriverRef, HostRecord
 from .driver import GpuDriver, GpuProcess
 from .numa import NumaSummary, numa_summary, pci_numa_node
 from .reservation import Holder, holder_of
@@ -46,7 +46,7 @@ class InventoryGpu(msgspec.Struct, frozen=True, kw_only=True):
 class Inventory(msgspec.Struct, frozen=True, kw_only=True):
     """Every GPU of the host with its memory, compute processes, NUMA node and reservation holder."""
 
-    driver: DriverName
+    driver: DriverRef
     gpus: list[InventoryGpu]
     numa: NumaSummary
 
@@ -66,18 +66,13 @@ class Inventory(msgspec.Struct, frozen=True, kw_only=True):
         return "\n".join(lines)
 
 
-class DriverName(msgspec.Struct, frozen=True, kw_only=True):
-    backend: str
-    version: str
-
-
 def inventory(driver: GpuDriver, directory: Path | None = None) -> Inventory:
     """Every GPU with memory, compute processes, NUMA node and reservation holder."""
     gpus = [InventoryGpu(index=gpu.index, uuid=gpu.uuid, name=gpu.name, memory_used_mib=gpu.memory_used_mib,
                          memory_total_mib=gpu.memory_total_mib, pci_bus_id=gpu.pci_bus_id,
                          numa_node=pci_numa_node(gpu.pci_bus_id), processes=driver.processes(gpu.uuid),
                          reserved_by=holder_of(gpu.uuid, directory)) for gpu in driver.gpus()]
-    return Inventory(driver=DriverName(backend=driver.name, version=driver.driver_version()), gpus=gpus,
+    return Inventory(driver=DriverRef(backend=driver.name, version=driver.driver_version()), gpus=gpus,
                      numa=numa_summary())
 
 

@@ -77,7 +77,7 @@ from .progress import ConsoleProgress, StudyProgress
 
 __all__ = [
     "RUN_ONLY_FIELDS",
-    "TIMING_BOUNDARY",
+    "TIMING_BOUNDARY_TEXT",
     "StudyOptions",
     "StudyPlan",
     "free_port",
@@ -86,7 +86,7 @@ __all__ = [
     "run_study",
 ]
 
-TIMING_BOUNDARY = (
+TIMING_BOUNDARY_TEXT = (  # calibration.json's sentence (manifest/statement.TIMING_BOUNDARY is the signed dict)
     "Client monotonic clock (ns) from just before the request's first byte is sent to just after the "
     "response's last byte is received, over one HTTP/1.1 connection per backend kept open for as long as the "
     "server allows (servers.json counts each backend's connections; a TCP connect, first or renewed, happens "
@@ -661,7 +661,7 @@ def _image_digests(planned: Plan, reaper: Reaper | None = None) -> dict[str, dic
 def _calibrate() -> CalibrationRecord:
     from ..bench.calibration import calibrate_client_overhead
 
-    return CalibrationRecord.from_json(dict(calibrate_client_overhead(), timing_boundary=TIMING_BOUNDARY))
+    return CalibrationRecord.from_json(dict(calibrate_client_overhead(), timing_boundary=TIMING_BOUNDARY_TEXT))
 
 
 def step_summary(ctx: StudyRun) -> None:
