@@ -128,6 +128,14 @@ class Holder(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return f"pid {self.pid} {self.user or ''}{note} since {self.started_at or '?'}"
 
 
+def _misfit(key: str, value: object) -> str | None:
+    """Why a holder's `key` is not what `reserve_gpus` writes there; None when it is (or is absent)."""
+    kind = _INFO_TYPES[key]
+    if value is None or (isinstance(value, kind) and not isinstance(value, bool)):
+        return None
+    return f"{key} is {json.dumps(value)[:40]}, not {'a number' if kind is int else 'text'}"
+
+
 def _read_info(fd: int) -> Holder | None:
     """The holder's details as written (None before it wrote any); a file of another shape is `malformed`."""
     raw = os.pread(fd, 65536, 0)
@@ -139,11 +147,8 @@ def _read_info(fd: int) -> Holder | None:
         return Holder(malformed="not JSON")
     if not isinstance(info, dict):
         return Holder(malformed="not a JSON object")
-    for key, kind in _INFO_TYPES.items():
-        value = info.get(key)
-        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
-            return Holder(malformed=f"{key} is {json.dumps(value)[:40]}, not {'a number' if kind is int else 'text'}")
-    return Holder(**{key: info[key] for key in _INFO_TYPES if key in info})
+    misfit = next((m for key in _INFO_TYPES if (m := _misfit(key, info.get(key))) is not None), None)
+    return Holder(malformed=misfit) if misfit else Holder(**{key: info[key] for key in _INFO_TYPES if key in info})
 
 
 def holder_of(uuid: str, directory: Path | None = None) -> Holder | None:
