@@ -239,6 +239,8 @@ def read_plan(path: Path) -> StudyPlan:
     mismatch = planned.mismatch([b.name for b in recipe.backends], [w.name for w in recipe.workloads])
     if mismatch:
         raise RecipeError(f"{path}: {mismatch}")
+    for backend in planned.backends:  # an edited argv or env holds only what launch fills: refused now, not mid-run
+        _Launcher.check_placeholders(backend, f"{path}: backend {backend.name}")
     return StudyPlan(study=study, planned=planned)
 
 
@@ -523,6 +525,14 @@ class _Launcher:
     def __init__(self, ctx: StudyRun, backend: PlanBackend, gpu_uuid: str | None) -> None:
         self.ctx, self.backend, self.gpu_uuid = ctx, backend, gpu_uuid
         self.ports: dict[str, int] = {}  # the aux processes started so far
+
+    @staticmethod
+    def check_placeholders(backend: PlanBackend, where: str) -> None:
+        """RecipeError when a process's argv, env or the cwd names a placeholder launch does not fill."""
+        known = dict.fromkeys(["python", "host", "port", "run", "backend", *(f"port.{a.name}" for a in backend.aux)], "")
+        for process in (*backend.aux, backend.command):
+            for text in (*process.argv, *process.env.values(), backend.workdir or ""):
+                fill(text, known, f"{where} {process.name}")
 
     def values(self, process: PlanProcess, port: int) -> dict[str, str]:
         # In a container the backend runs under the image's interpreter, not ours.
