@@ -120,7 +120,7 @@ def test_bootstrap_is_seeded_chunked_and_independent_of_threads(monkeypatch):
 
 def test_compare_records_the_bootstrap_method(tmp_path):
     a, b = build_run(tmp_path / "a"), build_run(tmp_path / "b", seed=9)
-    result = compare_runs(a.path, b.path)
+    result = compare_runs(a.path, b.path).to_json()
     assert result["bootstrap_method"]["version"] == BOOTSTRAP_METHOD["version"] == 2
     assert {p["bootstrap"]["method_version"] for p in result["pairs"]} == {2}
 
@@ -183,7 +183,7 @@ def test_compare_markdown_names_the_first_flips_and_the_json_all(tmp_path):
     a_rows = [r for r in table.rows() if r.backend == "a"]
     b_rows = [Row(**{**r.__dict__, "backend": "a"}) for r in table.rows() if r.backend == "b"]
     result = compare_rows(a_rows, b_rows)
-    flips = result["pairs"][0]["answers"]["decision_flips"]
+    flips = result.to_json()["pairs"][0]["answers"]["decision_flips"]
     assert len(flips) == 50
     line = next(li for li in to_markdown(result).splitlines() if li.startswith("- decision flips"))
     assert line.startswith("- decision flips: 50 of 50 paired cases (case-000000, case-000001")

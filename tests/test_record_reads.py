@@ -34,9 +34,6 @@ OWNERS = frozenset({"evidence/records.py", "evidence/state.py", "evidence/plan.p
 
 # Reads in modules that have not moved to the records yet (module, run file or dict view): shrink to empty.
 TODAY = frozenset({
-    ("audit/compare.py", "RunDir.read(name)"),
-    ("audit/compare.py", "effective_state()"),
-    ("audit/compare.py", "import.json"),
     ("audit/environment_diff.py", "RunDir.read(name)"),
     ("audit/environment_diff.py", "backends.json"),
     ("audit/environment_diff.py", "environment.json"),

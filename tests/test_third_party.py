@@ -320,7 +320,7 @@ def test_third_party_demo_verifies_and_agrees_with_our_raw_backend(third_party_r
     assert pair["max_probability_delta"] == 0.0 and pair["agreement"] == pair["n"] == 24
     tolerances = {"format_version": 1, "backends": {"reference-raw": "jev-compatible-server"}}
     result = compare_runs(run.path, run.path, tolerances=tolerances)
-    (tokens,) = [p["input_tokens"] for p in result["pairs"]
+    (tokens,) = [p["input_tokens"] for p in result.to_json()["pairs"]
                  if (p["baseline_backend"], p["candidate_backend"]) == ("reference-raw", "jev-compatible-server")]
     assert tokens["compared"] == 24 and tokens["differing"] == 0
     assert "input tokens identical in all 24 cases" in to_markdown(result)
@@ -352,7 +352,7 @@ def test_compare_reports_input_token_differences_per_case():
     from openjev_repro.audit.compare import compare_rows
 
     result = compare_rows(_rows("b", [10, 20, 30]), _rows("b", [36, 20, 56]))
-    (pair,) = result["pairs"]
+    (pair,) = result.to_json()["pairs"]
     tokens = pair["input_tokens"]
     assert [c["delta"] for c in tokens["by_case"]] == [26, 0, 26] and tokens["differing"] == 2
     assert pair["answers"]["max_abs_probability_delta"] == 0.0  # same probabilities, different prompts

@@ -45,8 +45,10 @@ from ..manifest.keys import load_public_key
 from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json
 from ..results.energy import GPU_FILE, read_gpu_events
 from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
+from ..results.trace_gates import trace_inputs
 from .bundle import opened
 from .figures import Samples, layout_figures, published_figures, summary_from_figures
+from .trace_audit import kernel_families_recomputed as _trace_outcomes
 
 __all__ = [
     "Check",
@@ -194,7 +196,7 @@ def _verify_signed(ev: Evidence, files: list[Path], envelope: dict, statement: d
         ev.preload()  # the rows parse here, while the files hash
         subjects = _subject_digests(statement, present, checks, hashing)
     aggregate_only = bool(predicate.get("aggregate_only"))
-    for step in (_complete, _copied_files, _case_ids, _protocol_passes, _responses, _recomputed):
+    for step in (_complete, _copied_files, _case_ids, _protocol_passes, _responses, _recomputed, _kernel_families):
         checks.extend(_signed_step(step, ev, predicate, aggregate_only, checks))
     if aggregate_only:
         checks.extend(_source_manifest(run, predicate, subjects, pubkey))
@@ -861,6 +863,7 @@ def _recomputed(ev: Evidence, predicate: dict, aggregate_only: bool,
     # Energy and GPU state come from gpu.jsonl (runs from 2026-12 on); older runs have neither.
     gpu_path = ev.run.file(GPU_FILE)
     extra = {"gpu": read_gpu_events(gpu_path)} if gpu_path.is_file() else {}
+    extra.update(trace_inputs(ev.run.path))  # kernel-families.json, recomputed from traces/ by kernel_families_recomputed
     ours = json.loads(json.dumps(summarize(ev.table, ev.recipe, **extra), allow_nan=False))
     stats_ours = {k: v for k, v in ours.items() if k != "gates"}
     stats_signed = {k: v for k, v in (predicate.get("summary") or {}).items() if k != "gates"}
@@ -874,6 +877,10 @@ def _recomputed(ev: Evidence, predicate: dict, aggregate_only: bool,
                         f"recomputed gate outcomes differ at {diff}" if diff
                         else f"{len(ours.get('gates', []))} gate outcomes equal the signed ones"))
     return checks + _load_levels(ev, predicate, aggregate_only)  # load runs only
+
+
+def _kernel_families(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check]:
+    return [Check(*outcome) for outcome in _trace_outcomes(ev.run.path, ev.recipe, aggregate_only, first_difference)]
 
 
 def _load_levels(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check]:

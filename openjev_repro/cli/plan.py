@@ -76,7 +76,7 @@ def _pass_and_gate_lines(p: Plan) -> list[str]:
         out.append("passes per backend: " + ", ".join(step.label() for step in s.steps))
         out += _load_lines(s.steps)
     if p.traces.enabled:
-        out.append(f"traces: {len(p.traces.items or ())} (opt-in, Nsight Systems, outside timed passes)")
+        out.append(f"traces: {len(p.traces.items or ())} (opt-in, outside the timed passes; docs/traces.md)")
     return out + ["gates:", *(_gate_line(g) for g in p.gates)]
 
 

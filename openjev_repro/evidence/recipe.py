@@ -32,6 +32,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from ..errors import RecipeError
 from ..limits import MAX_PASSES, MAX_REPEAT, MAX_TIMEOUT_S
 from ..schema import StrictModel
+from .trace_recipe import Families, GraphReplayGate, KernelTimeReductionGate
 
 __all__ = [
     "COMMIT_RE",
@@ -490,7 +491,7 @@ class ExternalGate(_Gate):
 
 Gate = Annotated[
     MeanReductionGate | MaxProbabilityDeltaGate | DecisionsUnchangedGate | ProbabilitiesStableGate
-    | GpuNotThrottledGate | ExternalGate,
+    | GpuNotThrottledGate | ExternalGate | KernelTimeReductionGate | GraphReplayGate,
     Field(discriminator="kind"),
 ]
 
@@ -606,6 +607,10 @@ class Traces(StrictModel):
     token_counts: str | None = None  # input with per-request token counts, in request order
     nsys_args: list[str] = ["profile", "--trace=cuda,nvtx", "--cuda-graph-trace=node"]
     aux: str | None = None  # wrap this aux process (the GPU worker) instead of the command
+    # Issue 43 (evidence/trace_recipe.py, docs/traces.md): `torch` traces requests inside our own
+    # backend (started with --trace-dir); kernel families by name patterns, counted per trace.
+    profiler: Literal["nsys", "torch"] = "nsys"
+    families: Families = {}
 
 
 class Recipe(StrictModel):
@@ -647,6 +652,10 @@ class Recipe(StrictModel):
         wl = getattr(g, "workload", None)
         if wl is not None and wl not in {w.name for w in self.workloads}:
             raise ValueError(f"gate {g.name!r}: workload {wl!r} is not a workload of this recipe")
+        if isinstance(g, (KernelTimeReductionGate, GraphReplayGate)):  # trace gates (evidence/trace_recipe.py)
+            if self.traces is None or not self.traces.enabled:
+                raise ValueError(f"gate {g.name!r}: a trace gate needs traces enabled")
+            g.check_recipe(set(self.traces.backends or backends), set(self.traces.families), set(self.traces.tokens))
 
     def _check_preparation(self, declared: set[str]) -> None:
         unpinned = self.unpinned()

@@ -70,6 +70,7 @@ from ..study.passes import BackendPasses, PassBudget, PassRunner, ResponseLog, f
 from ..study.placeholders import LAUNCH_NAMES, fill
 from ..study.resolved import ResolvedRecipe, resolve_recipe
 from ..study.timed_client import TimedClient
+from ..study.traces import TraceTarget, trace_backend, write_trace_families
 from ..study.workload import Request, Task, build_requests, load_tasks, select
 from .environment_check import EnvironmentCheck
 from .preflight import input_fix, port_in_use, preflight
@@ -336,6 +337,7 @@ def _execute(ctx: StudyRun) -> None:
     with _step(ctx.run, "calibration"):
         step_calibration(ctx)
     step_backends(ctx)
+    write_trace_families(ctx.run.path, ctx.recipe, ctx.root)  # kernel-families.json from traces/ (issue 43)
     with _step(ctx.run, "summary"):
         step_summary(ctx)
     step_sign(ctx)
@@ -438,6 +440,8 @@ def _run_backend(ctx: StudyRun, backend: PlanBackend, rows: RowWriter, budget: P
             progress.message(f"[yellow]{backend.name}[/]: {refused} X-Queue-Time-Ms value(s) longer than their "
                              "request or not finite, recorded as absent (servers.json queue_times_refused)")
         _record_after_passes(run, backend.name, handle)
+        trace_backend(TraceTarget(run.path, ctx.root, ctx.recipe, backend.name, handle.spec.host, handle.spec.port,
+                                  health, prepared), progress.message)  # after the timed passes, never timed
         return passes.timed_failures()
     finally:
         _stop_all(ctx, started, host)
@@ -677,9 +681,11 @@ def _calibrate() -> CalibrationRecord:
 def step_summary(ctx: StudyRun) -> None:
     from ..results.energy import GPU_FILE, read_gpu_events
     from ..results.statistics import summarize
+    from ..results.trace_gates import trace_inputs
 
     gpu = read_gpu_events(ctx.run.file(GPU_FILE))  # the host session always writes it (a header when GPU-less)
-    write_json_atomic(ctx.run.file("summary.json"), summarize(read_rows(ctx.run.rows_path), ctx.recipe, gpu=gpu))
+    write_json_atomic(ctx.run.file("summary.json"), summarize(read_rows(ctx.run.rows_path), ctx.recipe, gpu=gpu,
+                                                              **trace_inputs(ctx.run.path)))
 
 
 def step_sign(ctx: StudyRun) -> None:

@@ -47,6 +47,8 @@ from .row_table import RowTable, as_table, read_table
 from .servers import server_lines
 from .statistics import latency_stats, pair_by_id_and_seq, summarize
 from .tokens import token_differences, token_phrase
+from .trace_gates import trace_inputs
+from .trace_report import kernel_family_lines, kernel_family_plot_bytes
 
 __all__ = [
     "DIGITS",
@@ -312,7 +314,7 @@ def imported_note(imported: ImportRecord) -> str:
 def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: StateRecord | None = None,
                   notes: Iterable[str] = (), run: RunInfo | None = None, imported: ImportRecord | None = None,
                   run_facts: Iterable[str] = (), floor: Iterable[str] = (), drift: Sequence[str] = (),
-                  servers: Iterable[str] = ()) -> str:
+                  servers: Iterable[str] = (), kernel_families: Iterable[str] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
 
     `state` is the run's state.json record: unless its status is "complete" the report opens (and
@@ -343,7 +345,7 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     out += ["## Gates", "", *_gate_lines(summary["gates"]), ""]
     out += energy_lines(summary)
     for title, section in (("Weights and GPU", list(run_facts)), ("Servers and connections", list(servers)),
-                           ("Hardware floor", list(floor))):
+                           ("Hardware floor", list(floor)), ("Kernel families (traces)", list(kernel_families))):
         out += [f"## {title}", "", *section, ""] if section else []  # a run without the data gets no section
     out += [("Plots: latency_vs_tokens.png (measured latency against input tokens), latency_cdf.png "
             "(CDF of measured latency)."), *load_plot_lines(summary), ""]
@@ -690,14 +692,15 @@ def _render_run(run: RunDir, as_status: str | None) -> tuple[str, RowTable, Summ
     state, recipe, rows = _load_run(run)
     if as_status is not None:  # the runner renders the report of a run it is about to call complete
         state = state.as_status(as_status)
-    summary = summarize(rows, recipe, gpu=read_gpu_events(run.file(GPU_FILE)) if run.file(GPU_FILE).is_file() else None)
+    summary = summarize(rows, recipe, gpu=read_gpu_events(run.file(GPU_FILE)) if run.file(GPU_FILE).is_file() else None,
+                        **trace_inputs(run.path))  # the trace gates' kernel-families.json (results/trace_gates.py)
     imported = import_of(run)
     info = imported_run_info(run.path.name, imported) if imported is not None else run_info(run, recipe)
     backends = backends_of(run)
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
                          imported=imported, run_facts=run_facts_of(run, backends, [b.name for b in recipe.backends]),
                          floor=floor_lines(backends, rows), drift=recorded_drift(run),
-                         servers=_servers_of(run, backends, recipe))
+                         servers=_servers_of(run, backends, recipe), kernel_families=kernel_family_lines(run.path))
     return text, rows, summary, info
 
 
@@ -729,6 +732,7 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     target.mkdir(parents=True, exist_ok=True)
     files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows, summary["study_id"], info) if plots else {})}
     files.update(load_plot_bytes(summary, info, enabled=plots))  # load runs only
+    files.update(kernel_family_plot_bytes(run.path, summary["study_id"], enabled=plots))  # traced runs only
     if not _refuse_changing_signed(run, target, files):
         for name, data in files.items():
             _write_atomic(target / name, data)

@@ -52,6 +52,7 @@ from .energy import energy_and_state
 from .latency import latency_stats
 from .load import load_summary
 from .row_table import RowTable, as_table
+from .trace_gates import trace_gate
 
 __all__ = [
     "BOOTSTRAP_METHOD",
@@ -194,6 +195,7 @@ class _Index:
         self.table = table
         self.agreements: dict[tuple[str, str, str], Agreement] = {}
         self.gpu_state: dict[str, Any] | None = None  # summary.json's gpu_state, when the run recorded one
+        self.kernel_families: Any = None  # kernel-families.json, when the run took traces (results/trace_gates.py)
         self._check(table, recipe)
         t = table
         timed = t.phase.equals(_MEASURED) | t.phase.equals(_FEASIBILITY)
@@ -569,6 +571,8 @@ _GATES: dict[str, Callable[[Any, _Index, dict[str, WorkloadSummary]], GateResult
     "probabilities_stable": _stable,
     "gpu_not_throttled": _not_throttled,
     "external": _external,
+    "kernel_time_reduction": lambda gate, index, _: trace_gate(gate, index.kernel_families),
+    "graph_replay": lambda gate, index, _: trace_gate(gate, index.kernel_families),
 }
 
 
@@ -585,12 +589,15 @@ def _measured_requests(index: _Index, recipe: Recipe) -> dict[str, int]:
     return found
 
 
-def summarize(rows: RowTable | Iterable[Row], recipe: Recipe, gpu: list[dict] | None = None) -> Summary:
+def summarize(rows: RowTable | Iterable[Row], recipe: Recipe, gpu: list[dict] | None = None,
+              kernel_families: Any = None) -> Summary:
     """The content of summary.json: a pure, deterministic function of the rows and the recipe
     (and of gpu.jsonl's events where the run has one: `energy` and `gpu_state`).
 
-    `rows` is a RowTable (`row_table.read_table`) or any iterable of Row objects."""
+    `rows` is a RowTable (`row_table.read_table`) or any iterable of Row objects. `kernel_families` is
+    the run's kernel-families.json (`trace_gates.trace_inputs`), read by the trace gates only."""
     index = _Index(as_table(rows), recipe)
+    index.kernel_families = kernel_families  # the trace gates' data (results/trace_gates.trace_inputs)
     workloads = {w.name: _workload_summary(index, recipe, w.name) for w in recipe.workloads}
     state: dict[str, Any] | None = None
     if gpu is not None:  # runs from 2026-12 on; older runs' summaries have neither key
