@@ -195,11 +195,12 @@ def test_report_rounds_numbers_lists_backends_in_recipe_order_and_an_imported_ru
     from openjev_repro.evidence.recipe import load_recipe
     from openjev_repro.evidence.records import BackendsRecord
     from openjev_repro.evidence.rundir import RunDir
+    from openjev_repro.evidence.summary import GateResult
     from openjev_repro.results.report import _gate_lines, render_report, run_facts_of
     from openjev_repro.results.statistics import summarize
 
-    gate = {"name": "g", "kind": "max_probability_delta", "evaluated": True, "passed": True, "errors": 0,
-            "detail": "max |p(a) - p(b)| = 6.00337503842141e-06 over 24 pairs (allowed <= 0.001); ratio 1.0672755456898344"}
+    gate = GateResult(name="g", kind="max_probability_delta", evaluated=True, passed=True, errors=0,
+                      detail="max |p(a) - p(b)| = 6.00337503842141e-06 over 24 pairs (allowed <= 0.001); ratio 1.0672755456898344")
     line = _gate_lines([gate])[-1]
     assert "6.003e-06" in line and "ratio 1.067 |" in line and "0.001" in line and "1.06727" not in line, line
     backends = {"backends": {"a-raw": {"weights_fingerprint": "wfp1:" + "0" * 64},

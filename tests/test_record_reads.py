@@ -34,11 +34,6 @@ OWNERS = frozenset({"evidence/records.py", "evidence/state.py", "evidence/plan.p
 
 # Reads in modules that have not moved to the records yet (module, run file or dict view): shrink to empty.
 TODAY = frozenset({
-    ("audit/environment_diff.py", "RunDir.read(name)"),
-    ("audit/environment_diff.py", "backends.json"),
-    ("audit/environment_diff.py", "environment.json"),
-    ("audit/environment_diff.py", "environment_check.json"),
-    ("audit/environment_diff.py", "host.json"),
     ("audit/verify.py", "RunDir.read(name)"),
     ("audit/verify.py", "import.json"),
     ("audit/verify.py", "plan.json"),
@@ -49,13 +44,8 @@ TODAY = frozenset({
     ("cluster/collect.py", "host.json"),
     ("cluster/submission.py", "effective_state()"),
     ("manifest/statement.py", "RunDir.read(name)"),
-    ("manifest/statement.py", "effective_state()"),
     ("manifest/statement.py", "state()"),
     ("manifest/statement.py", "summary.json"),
-    ("results/report.py", "RunDir.read(name)"),
-    ("results/report.py", "servers.json"),
-    ("results/report.py", "state()"),
-    ("results/report.py", "summary.json"),
 })
 
 

@@ -63,7 +63,7 @@ from ..evidence.tolerances import LIMIT_KEYS, TOLERANCE_KEYS, Limits, Tolerances
 from ..results.latency import latency_stats
 from ..results.row_table import RowTable, as_table, read_table
 from ..results.statistics import BOOTSTRAP_METHOD, pair_by_id_and_seq, ranges_disjoint
-from ..results.tokens import token_differences, token_phrase
+from ..results.tokens import TokenDifferences, token_differences, token_phrase
 from .bundle import opened
 from .environment_diff import RunEnvironment, environment_differences, explanations, project_note
 from .load_compare import Bootstrap, LevelPair, Metric, fmt, level_columns, level_pairs, level_table, shown
@@ -278,7 +278,7 @@ class Pair:
     pass_mean_ranges_ms: PassRanges
     bootstrap: Bootstrap
     answers: Answers
-    input_tokens: dict[str, object]  # results/tokens.py's record of the paired cases' token counts
+    input_tokens: TokenDifferences  # results/tokens.py's record of the paired cases' token counts
     weights_fingerprint: WeightsFingerprint
     levels: list[LevelPair] | None = None  # load runs only
     unmatched_levels: list[str] = field(default_factory=list)
@@ -379,7 +379,7 @@ class Pair:
             "metrics": {name: msgspec.to_builtins(m) for name, m in self.metrics()},
             "pass_mean_ranges_ms": msgspec.to_builtins(self.pass_mean_ranges_ms),
             "bootstrap": msgspec.to_builtins(self.bootstrap), "answers": self.answers.to_json(),
-            "input_tokens": self.input_tokens, "weights_fingerprint": msgspec.to_builtins(self.weights_fingerprint)}
+            "input_tokens": self.input_tokens.to_json(), "weights_fingerprint": msgspec.to_builtins(self.weights_fingerprint)}
         if self.levels is not None:
             out.update(levels=msgspec.to_builtins(self.levels), unmatched_levels=self.unmatched_levels)
         if self.environment is not None:
@@ -434,7 +434,7 @@ def _ids_in(t: RowTable, other: RowTable, idx: np.ndarray) -> np.ndarray:
     return remap[other.ids.codes[idx]]
 
 
-def _paired_cases(b: Side, c: Side) -> tuple[Answers, dict[str, object]]:
+def _paired_cases(b: Side, c: Side) -> tuple[Answers, TokenDifferences]:
     """The first measured passes paired by (id, seq): the answers, and the input-token differences."""
     tb, tc, base, cand = b.t, c.t, b.first, c.first
     match, unpaired = pair_by_id_and_seq(tb.ids.codes[base].astype(np.int64), tb.seq[base], _ids_in(tb, tc, cand),

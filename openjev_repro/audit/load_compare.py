@@ -141,7 +141,7 @@ class LevelPair(msgspec.Struct, frozen=True):
     @classmethod
     def of(cls, level: str, base: Level, cand: Level, seed: int) -> LevelPair:
         spec = spec_of(level)
-        sb, sc = (msgspec.convert(level_stats(cols, spec, idx, None), _LevelStats) for cols, idx in (base, cand))
+        sb, sc = (msgspec.convert(level_stats(cols, spec, idx, None).to_json(), _LevelStats) for cols, idx in (base, cand))
         lat_b, lat_c = (cols.latency_ms(idx[cols.t.ok[idx]]) for cols, idx in (base, cand))
         b, c = LevelSide.of(sb), LevelSide.of(sc)
         metrics = LevelMetrics(*(Metric.of(getattr(b, k), getattr(c, k)) for k in LevelMetrics.__struct_fields__))

@@ -55,6 +55,7 @@ from typing import Any
 from ..limits import JsonLimitError, NonFiniteNumber, has_lone_surrogate, loads_bounded
 from .model_queue import MAX_QUEUE, ModelQueue, Ticket
 from .prompts import MODEL_ALIASES, RequestInvalid, accepted_models, parse_request
+from .runtime_identity import RuntimeIdentityReporter
 from .tracing import TRACE_FILE_HEADER, TRACE_HEADER, TraceRefused, TraceRequest, Tracing
 
 __all__ = [
@@ -158,6 +159,7 @@ class ReferenceServer(ThreadingHTTPServer):
         self.tracing = Tracing()  # traced requests refused unless started with --trace-dir (backend/tracing.py)
         # One thread for every inference, warm-up included: torch's per-thread state is built once.
         self.model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+        self.identity = RuntimeIdentityReporter()  # /health `runtime_identity` (issue 39)
 
     def shutdown(self) -> None:
         """Stop serving; a queued inference is dropped, a running one finishes on its own thread."""
@@ -192,6 +194,7 @@ class ReferenceServer(ThreadingHTTPServer):
         status, payload = self.infer(json.dumps(WARMUP_BODY).encode())
         if status != 200:
             raise RuntimeError(f"warm-up inference failed: {payload}")
+        self.identity.start()
         self.status = "ready"
 
     def models(self) -> dict[str, Any]:
@@ -209,7 +212,8 @@ class ReferenceServer(ThreadingHTTPServer):
         return 200, {"status": "ready", "model": MODEL_ALIASES[0], "method": self.static_meta["method"],
                      "base_model": self.static_meta["base_model_id"], "max_length": self.model.settings.max_length,
                      "served": self.served, "busy": self.queue.busy, **self.model.describe(),
-                     "serving": self.queue.describe(), "tracing": self.tracing.describe()}
+                     "serving": self.queue.describe(), "tracing": self.tracing.describe(),
+                     "runtime_identity": self.identity.report()}
 
     # ------------------------------------------------------------ inference
 

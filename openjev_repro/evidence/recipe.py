@@ -15,6 +15,7 @@ Format history:
        `Workload.load` (issue 29): a closed concurrency ladder and/or open-loop arrival rates,
        each level run with the protocol's feasibility and measured passes (absent: one closed
        level at concurrency 1, today's protocol, evidence unchanged).
+       `Backend.kernel_caches` (issue 39): fresh or pinned Triton/Inductor caches of a launched backend.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ __all__ = [
     "Gate",
     "InputFile",
     "Inputs",
+    "KernelCachePin",
+    "KernelCaches",
     "Load",
     "LoadLevel",
     "NoAliasLoader",
@@ -263,6 +266,45 @@ class TritonCache(StrictModel):
         return _relative_path(value)
 
 
+KernelCacheKind = Literal["triton", "inductor"]
+
+
+class KernelCachePin(StrictModel):
+    """An archive made by `invoke kernel-cache` (under inputs.root) and the sha256 of its bytes."""
+
+    archive: str
+    sha256: Annotated[str, Field(pattern=SHA256_RE)]
+
+    @field_validator("archive")
+    @classmethod
+    def _inside_root(cls, value: str) -> str:
+        return _relative_path(value)
+
+
+class KernelCaches(StrictModel):
+    """The kernel caches the study gives one launched backend (issue 39, openjev_repro/study/kernel_caches.py):
+    each kind a fresh directory beside the run (triton: TRITON_CACHE_DIR, FLA's autotune results too;
+    inductor: TORCHINDUCTOR_CACHE_DIR), filled from the `pinned` archives, which must stay unchanged."""
+
+    kinds: Annotated[list[KernelCacheKind], Field(min_length=1)]
+    pinned: list[KernelCachePin] = []
+
+    @model_validator(mode="after")
+    def _distinct(self) -> KernelCaches:
+        _unique(list(self.kinds), "kernel cache kind")
+        _unique([p.archive for p in self.pinned], "kernel cache archive")
+        return self
+
+    def check_launch(self, backend: str, runtime: str, env: dict[str, str]) -> None:
+        """The study points a local backend at the caches: `env` may not name them, docker cannot write them."""
+        named = sorted({"triton": "TRITON_CACHE_DIR", "inductor": "TORCHINDUCTOR_CACHE_DIR"}[k] for k in self.kinds)
+        if set(named) & set(env):
+            raise ValueError(f"backend {backend!r}: kernel_caches sets {', '.join(named)}; `env` cannot set it too")
+        if runtime != "local":
+            raise ValueError(f"backend {backend!r}: kernel_caches need the local runtime (the study's cache folders "
+                             f"are not mounted into a {runtime} container)")
+
+
 class EnvironmentSpec(StrictModel):
     """What a backend must report once ready (its /health, else environment.json): checked before
     the first inference; each difference stops the study unless --allow-environment-drift."""
@@ -348,6 +390,7 @@ class Backend(StrictModel):
     description: str = ""
     aux: list[AuxProcess] = []  # started before command, stopped after it
     environment: EnvironmentSpec | None = None  # on top of the recipe's `environment`
+    kernel_caches: KernelCaches | None = None  # fresh or pinned kernel caches (issue 39)
 
     @field_validator("endpoint", "health")
     @classmethod
@@ -361,6 +404,8 @@ class Backend(StrictModel):
             raise ValueError(f"backend {self.name!r} needs a `command` to launch, or the `url` of a running server")
         if self.url is not None:
             self._check_url_backend()
+        if self.kernel_caches is not None:
+            self.kernel_caches.check_launch(self.name, self.runtime, self.env)
         return self
 
     def _check_url_backend(self) -> None:
@@ -369,8 +414,11 @@ class Backend(StrictModel):
         if self.command:
             raise ValueError(f"backend {self.name!r} has both `command` and `url`; give one "
                              "(url: a server already running, which the study does not launch)")
-        launch_only = [f for f in ("image", "cwd", "port") if getattr(self, f) is not None]
-        launch_only += [f for f in ("env", "aux") if getattr(self, f)] + (["runtime"] if self.runtime != "local" else [])
+        given = {"image": self.image is not None, "cwd": self.cwd is not None, "port": self.port is not None,
+                 "env": bool(self.env), "aux": bool(self.aux), "kernel_caches": self.kernel_caches is not None,
+                 "runtime": self.runtime != "local",
+                 "environment.triton_cache": bool(self.environment and self.environment.triton_cache)}
+        launch_only = [name for name, set_ in given.items() if set_]
         if launch_only:
             raise ValueError(f"backend {self.name!r} is reached by `url`, so {', '.join(launch_only)} "
                              "(which apply to a launched command) cannot be set")
@@ -640,7 +688,15 @@ class Recipe(StrictModel):
         _unique([g.name for g in self.gates], "gate")
         for g in self.gates:
             self._check_gate(g)
+        self._check_url_pins()
         return self
+
+    def _check_url_pins(self) -> None:
+        """The study-level Triton cache pin applies to every backend: none may be reached by `url`."""
+        reached = [b.name for b in self.backends if not b.launched]
+        if reached and self.environment.triton_cache is not None:
+            raise ValueError(f"environment.triton_cache pins a cache, but backend {reached[0]!r} is reached by "
+                             "`url`, not launched by the study: the pin could not apply to it")
 
     def _check_gate(self, g: Any) -> None:
         """A gate names only backends and workloads of this recipe."""

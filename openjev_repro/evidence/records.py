@@ -47,6 +47,7 @@ from .decoding import (
     UnsetType,
     decode,
 )
+from .identity import RuntimeIdentity
 from .rundir import (
     BACKENDS_FORMAT_VERSION,
     INPUTS_FORMAT_VERSION,
@@ -597,6 +598,7 @@ class BackendFacts(Record, frozen=True, kw_only=True):
     packages: dict[str, Text | None] | UnsetType = UNSET
     source_sha256: Text | Unavailable | UnsetType = UNSET
     autotune_after_passes: Autotune | UnsetType = UNSET
+    runtime_identity: RuntimeIdentity | UnsetType = UNSET  # issue 39: what the process loaded (absent: none reported)
 
     @classmethod
     def from_health(cls, health: dict[str, object], keys: tuple[str, ...]) -> BackendFacts:

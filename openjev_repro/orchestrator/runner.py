@@ -32,6 +32,7 @@ import msgspec
 from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
 from ..evidence.decoding import UnsetType, decode
 from ..evidence.files import read_json, write_json_atomic
+from ..evidence.identity import RuntimeIdentity
 from ..evidence.plan import RUN_ONLY_FIELDS, Plan, PlanBackend, PlanGpuOverride, PlanProcess
 from ..evidence.recipe import EnvironmentSpec, Recipe, parse_server_url
 from ..evidence.records import (
@@ -65,6 +66,7 @@ from ..host.reaper import Reaper
 from ..host.session import HostSession
 from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
 from ..runtime.external import ExternalBackend
+from ..study import kernel_caches
 from ..study.inputs import checks_table, require_all_ok, verify_inputs
 from ..study.passes import BackendPasses, PassBudget, PassRunner, ResponseLog, first_request
 from ..study.placeholders import LAUNCH_NAMES, fill
@@ -442,12 +444,19 @@ def _run_backend(ctx: StudyRun, backend: PlanBackend, rows: RowWriter, budget: P
         _record_after_passes(run, backend.name, handle)
         trace_backend(TraceTarget(run.path, ctx.root, ctx.recipe, backend.name, handle.spec.host, handle.spec.port,
                                   health, prepared), progress.message)  # after the timed passes, never timed
-        return passes.timed_failures()
+        failures = passes.timed_failures()
     finally:
         _stop_all(ctx, started, host)
         _record_server(run, backend, readiness, connections, refused)
         if ctx.envcheck is not None:
             ctx.envcheck.close_cache(backend.name)
+        kernel_caches.close_caches(run, backend.name)
+    changed = kernel_caches.refuse_changed(run, backend.name, ctx.opts.allow_environment_drift)
+    if ctx.envcheck is not None:  # allowed: in environment_check.json, so the report's drift banner names it
+        ctx.envcheck.add_differences(changed)
+    for difference in changed:
+        progress.message(f"[yellow]environment drift (allowed)[/]: {difference}")
+    return failures
 
 
 def _backend_passes(ctx: StudyRun, backend: PlanBackend, handle: RunningBackend, started: list[RunningBackend],
@@ -471,11 +480,16 @@ def _record_after_passes(run: RunDir, name: str, handle: RunningBackend) -> None
     except BackendError as exc:
         health = {"available": False, "reason": str(exc)}
     write_json_atomic(run.file(f"logs/{name}.health-after.json"), health)
-    autotune = health.get("autotune")
-    if isinstance(autotune, dict):
+    # after the passes /health names what autotuned kernels chose and (issue 39) every library mapped by then
+    after: dict[str, object] = {}
+    if isinstance(health.get("autotune"), dict):
+        after["autotune_after_passes"] = decode(health["autotune"], Autotune, f"{name}'s /health autotune")
+    if isinstance(health.get("runtime_identity"), dict):
+        after["runtime_identity"] = decode(health["runtime_identity"], RuntimeIdentity,
+                                           f"{name}'s /health runtime_identity")
+    if after:
         record = backends_of(run)
-        entry = msgspec.structs.replace(record.backends[name], autotune_after_passes=decode(
-            autotune, Autotune, f"{name}'s /health autotune"))
+        entry = msgspec.structs.replace(record.backends[name], **after)
         write_json_atomic(run.file("backends.json"), record.with_entry(name, entry).to_json())
 
 
@@ -515,6 +529,8 @@ def _start(ctx: StudyRun, backend: PlanBackend, host: HostSession, started: list
     spec = launcher.spec(backend.command)
     if ctx.envcheck is not None:  # a pinned Triton cache (FLA's autotuned choices): checked, copied, pointed at
         spec.env.update(ctx.envcheck.triton_cache(backend.name, _declared_environment(backend), ctx.root))
+    # the recipe's kernel caches (issue 39): fresh or pinned Triton and Inductor caches beside the run
+    spec.env.update(kernel_caches.open_caches(ctx.run, ctx.recipe.backend(backend.name), ctx.root, backend.runtime))
     progress.message(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
     started.append(runtime.launch(spec))
     return started[-1]
@@ -611,7 +627,8 @@ IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_wei
                  "weights_fingerprint_seconds", "weights_bytes", "mode", "device", "dtype", "lora",
                  "implementations", "torch_threads", "torch_interop_threads", "thread_env", "base_model",
                  "cuda_graphs", "compiled", "hardware", "non_embedding_parameters", "prompt_format",
-                 "kernels", "packages", "source_sha256")  # the last three: runs from 2026-12 on
+                 "kernels", "packages", "source_sha256",  # these three: runs from 2026-12 on
+                 "runtime_identity")  # issue 39: shared objects, versions as loaded, kernel caches, autotune
 
 
 def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
@@ -685,7 +702,7 @@ def step_summary(ctx: StudyRun) -> None:
 
     gpu = read_gpu_events(ctx.run.file(GPU_FILE))  # the host session always writes it (a header when GPU-less)
     write_json_atomic(ctx.run.file("summary.json"), summarize(read_rows(ctx.run.rows_path), ctx.recipe, gpu=gpu,
-                                                              **trace_inputs(ctx.run.path)))
+                                                              **trace_inputs(ctx.run.path)).to_json())
 
 
 def step_sign(ctx: StudyRun) -> None:

@@ -21,8 +21,7 @@ TRACE_GATE_KINDS = ("kernel_time_reduction", "graph_replay")
 
 def trace_gate(gate: KernelTimeReductionGate | GraphReplayGate, table: KernelFamilyFile | None) -> GateResult:
     evaluated, passed, detail = gate.decide(table)
-    return {"name": gate.name, "kind": gate.kind, "evaluated": evaluated, "passed": passed, "errors": 0,
-            "detail": detail}
+    return GateResult(name=gate.name, kind=gate.kind, evaluated=evaluated, passed=passed, errors=0, detail=detail)
 
 
 def trace_inputs(run_dir: Path) -> dict[str, Any]:
