@@ -29,7 +29,7 @@ from pathlib import Path
 
 import msgspec
 
-from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
+from ..errors import BackendError, EvidenceError, RecipeError, ReproError, RunIncomplete
 from ..evidence.decoding import UnsetType, decode
 from ..evidence.files import read_json, write_json_atomic
 from ..evidence.identity import RuntimeIdentity
@@ -423,7 +423,8 @@ def _run_backend(ctx: StudyRun, backend: PlanBackend, rows: RowWriter, budget: P
         handle = _start(ctx, backend, host, started)
         health = handle.wait_ready(protocol.ready_timeout_s, probe=first_request(protocol.warmup, prepared).body)
         readiness = handle.readiness.to_dict() if handle.readiness else None
-        progress.message(f"{backend.name}: ready ({health.get('method', health.get('model', backend.readiness_kind))})")
+        ready = _HealthReady.of(health)
+        progress.message(f"{backend.name}: ready ({ready.method or ready.model or backend.readiness_kind})")
         write_json_atomic(run.file(f"logs/{backend.name}.health.json"), health)
         _record_backend_identity(run, backend.name, health)
         step_environment_check(ctx, backend, health, host)
@@ -472,6 +473,29 @@ def _backend_passes(ctx: StudyRun, backend: PlanBackend, handle: RunningBackend,
     return BackendPasses(runner, prepared, protocol.warmup, backend.model, budget, host, ctx.progress)
 
 
+class _HealthReady(msgspec.Struct):
+    """What the study shows of a ready backend's /health (any other key is the backend's own)."""
+
+    method: str | None = None
+    model: str | None = None
+
+    @classmethod
+    def of(cls, health: dict) -> _HealthReady:
+        """The names a /health gives; none when it gives them in another shape (a foreign server's)."""
+        try:
+            return decode(health, cls, "/health")
+        except EvidenceError:
+            return cls()
+
+
+class _HealthAfterPasses(msgspec.Struct):
+    """What /health says after the passes: autotuned kernels' choices and (issue 39) the libraries mapped.
+    A key of another shape is an error naming it; an absent one stays absent."""
+
+    autotune: Autotune | None = None
+    runtime_identity: RuntimeIdentity | None = None
+
+
 def _record_after_passes(run: RunDir, name: str, handle: RunningBackend) -> None:
     """/health once more after the last pass, before the stop: what autotuned kernels chose (FLA's
     Triton configurations, /health `autotune`) is known only after they ran."""
@@ -481,12 +505,9 @@ def _record_after_passes(run: RunDir, name: str, handle: RunningBackend) -> None
         health = {"available": False, "reason": str(exc)}
     write_json_atomic(run.file(f"logs/{name}.health-after.json"), health)
     # after the passes /health names what autotuned kernels chose and (issue 39) every library mapped by then
-    after: dict[str, object] = {}
-    if isinstance(health.get("autotune"), dict):
-        after["autotune_after_passes"] = decode(health["autotune"], Autotune, f"{name}'s /health autotune")
-    if isinstance(health.get("runtime_identity"), dict):
-        after["runtime_identity"] = decode(health["runtime_identity"], RuntimeIdentity,
-                                           f"{name}'s /health runtime_identity")
+    facts = decode(health, _HealthAfterPasses, f"{name}'s /health after the passes")
+    after = {key: value for key, value in (("autotune_after_passes", facts.autotune),
+                                           ("runtime_identity", facts.runtime_identity)) if value is not None}
     if after:
         record = backends_of(run)
         entry = msgspec.structs.replace(record.backends[name], **after)
