@@ -144,8 +144,9 @@ def test_concurrent_clients_get_the_answers_of_sequential_ones(default_queue) ->
 
 
 def test_an_idle_server_reports_a_short_queue_time(default_queue) -> None:
-    response = post(default_queue, noul())
-    assert response.status_code == 200 and 0 <= float(response.headers["X-Queue-Time-Ms"]) < 500
+    response, sent, ended = timed_post(default_queue, noul())
+    # short by the request's own clock: a small part of its span (which includes its inference)
+    assert response.status_code == 200 and 0 <= float(response.headers["X-Queue-Time-Ms"]) < (ended - sent) * 1000 / 2
     invalid = post(default_queue, {"model": "open-jev", "state": "x", "questions": {}})
     assert invalid.status_code == 422 and "X-Queue-Time-Ms" not in invalid.headers  # refused before its turn
 

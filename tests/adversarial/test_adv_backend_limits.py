@@ -93,14 +93,14 @@ def test_the_compute_deadline_ends_a_long_request_and_health_keeps_answering(ser
     started = time.monotonic()
     thread.start()
     time.sleep(0.3)
-    health_started = time.monotonic()
     health = httpx.get(f"{server.url}/health", timeout=10)
-    health_s = time.monotonic() - health_started
+    health_answered = time.monotonic()
     small = _post(server, BODY)  # queued behind the big one: answered once it has ended
     small_s = time.monotonic() - started
     thread.join(30)
     big_s = time.monotonic() - started
-    assert health.status_code == 200 and health.json()["busy"] is True and health_s < 0.5
+    # /health answered while the big request computed: before it ended (its own clock, not a fixed bound)
+    assert health.status_code == 200 and health.json()["busy"] is True and health_answered - started < big_s
     response = big["r"]
     assert response.status_code == 503 and response.json()["error"]["type"] == "compute_deadline"
     assert "compute deadline of 1 s (--compute-timeout) after" in response.json()["error"]["message"]

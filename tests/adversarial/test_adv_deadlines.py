@@ -35,7 +35,7 @@ def test_a_trickling_health_is_cut_at_the_readiness_deadline(tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     [error] = _errors(proc)
     assert "was not ready within 2 s" in error and "no complete answer before the deadline" in error
-    assert elapsed < 12, elapsed  # interpreter start and the stop included; the wait itself is 2 s
+    assert elapsed < 18, elapsed  # cut at the 2 s deadline, before the ~21 s the trickle alone takes (start-up and stop included)
     [run] = (tmp_path / "runs").iterdir()
     assert RunDir(run).state()["status"] == "incomplete"
 
@@ -55,7 +55,18 @@ def test_a_trickled_response_is_a_timeout_not_a_slow_success(tmp_path):
     assert "did not answer a request completely within 1 s" in timed_out[0]["error"]
 
 
+def _rows(runs) -> list[dict]:
+    found = list(runs.glob("*/rows.jsonl"))
+    if not found:
+        return []
+    lines = found[0].read_text().splitlines()
+    return [json.loads(line) for line in lines if line.endswith("}")]  # a row being written is left out
+
+
 def test_a_stopped_backend_is_declared_dead_within_the_request_timeout(tmp_path, request):
+    # What is asserted is counted, not timed: after the stop exactly one request is sent (and times
+    # out), then the run stops. The wall-clock bound only separates that from "every remaining request
+    # timed out" (20 or more timeouts of 2 s), with room for a loaded machine.
     marker = secrets.token_hex(8)
     backend = scripted_backend("stopped")
     backend["env"].update(SCRIPTED_DELAY_S="0.1", ADV_MARKER=marker)
@@ -63,17 +74,23 @@ def test_a_stopped_backend_is_declared_dead_within_the_request_timeout(tmp_path,
     proc = subprocess.Popen([*INVOKE, "study", "--recipe", str(recipe), "--out", str(tmp_path / "runs")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     request.addfinalizer(lambda: [os.kill(p, signal.SIGKILL) for p in marked(marker)])
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list((tmp_path / "runs").glob("*/rows.jsonl")):
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(_rows(tmp_path / "runs")) < 3:  # a few requests in
         time.sleep(0.05)
-    time.sleep(0.5)  # a few requests in
     [pid] = marked(marker)
     os.kill(pid, signal.SIGSTOP)
+    rows_before = len(_rows(tmp_path / "runs"))
     stopped_at = time.monotonic()
-    _out, err = proc.communicate(timeout=120)
+    _out, err = proc.communicate(timeout=180)
     took = time.monotonic() - stopped_at
     assert proc.returncode == 1 and "Traceback" not in err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Backend stopped died during" in errors[0], err[-2000:]
-    assert took < 2.0 + 6.0, took  # one request timeout, the 1 s liveness look and the stop; not 20 timeouts
+    rows = _rows(tmp_path / "runs")
+    after = rows[rows_before:]
+    # the request in flight at the stop (and at most one sent just before the stop was seen) times out; none after
+    assert 1 <= len(after) <= 2 and after[-1]["error"].startswith("ClientTimeout: "), after
+    assert all(row["error"] is None for row in after[:-1]), after
+    remaining = 8 * (1 + 3) - rows_before  # feasibility and measured passes left at the stop
+    assert took < 2.0 * remaining / 2, (took, remaining)  # far below one timeout per remaining request
     assert marked(marker) == []  # the stopped backend was continued and stopped, not left behind
