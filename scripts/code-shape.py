@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from code_shape import Figures, measure, total  # noqa: E402
+from code_shape import Figures, measure, total
 
 
 def _line(name: str, f: Figures) -> str:
