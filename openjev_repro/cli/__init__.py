@@ -36,6 +36,7 @@ from invoke import Exit, Task
 from invoke.parser import ParserContext
 
 from ..errors import ReproError
+from ..printable import printable
 
 __all__ = ["BROKEN_PIPE_EXIT", "BUG_EXIT", "FAIL_ON_GATES_HELP", "GATES_FAILED_EXIT", "collect_tasks",
            "exit_on_failed_gates", "expected_input_error", "metavars", "option_name", "required_parameters",
@@ -147,7 +148,7 @@ def exit_on_failed_gates(summary_path: Path, where: str) -> None:
     gates = json.loads(summary_path.read_text(encoding="utf-8")).get("gates") or []
     failed = [str(g.get("name")) for g in gates if isinstance(g, dict) and g.get("passed") is False]
     if failed:
-        raise Exit(f"error: {len(failed)} of {len(gates)} gates FAILED in {where}: {', '.join(failed)} "
+        raise Exit(f"error: {len(failed)} of {len(gates)} gates FAILED in {printable(where)}: {printable(', '.join(failed))} "
                    f"(exit {GATES_FAILED_EXIT}: --fail-on-gates).", code=GATES_FAILED_EXIT)
 
 
@@ -220,13 +221,14 @@ def _quiet_exit_on_broken_pipe() -> Exit:
 
 
 def _fail(message: str, as_json: bool) -> Exit:
-    """One `error:` line on stderr, exit 1; under `--json`, `{"error": ...}` on stdout instead."""
+    """One `error:` line on stderr, exit 1; under `--json`, `{"error": ...}` on stdout instead. The
+    message may quote outside text (a recipe's url, a server's /health): escaped, it stays one line."""
     if as_json:
         import json
 
         print(json.dumps({"error": message}))
         return Exit(code=1)
-    return Exit(f"error: {message}", code=1)
+    return Exit(f"error: {printable(message)}", code=1)
 
 
 def user_errors(func: Callable) -> Callable:

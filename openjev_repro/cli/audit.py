@@ -8,6 +8,7 @@ from pathlib import Path
 from invoke import Exit, task
 
 from ..errors import EvidenceError
+from ..printable import printable
 from . import FAIL_ON_GATES_HELP, exit_on_failed_gates, user_errors
 
 __all__ = ["claims", "compare", "import_evidence", "publish", "verify"]
@@ -76,7 +77,7 @@ def verify(c, run, pubkey=None, allow_unsigned=False, source=None, fail_on_gates
     print(format_checks(checks))
     failed = [c for c in checks if c.passed is False]
     if failed:
-        raise Exit(f"error: {run} does not verify ({len(failed)} of {len(checks)} checks failed; FAIL lines above).",
+        raise Exit(f"error: {printable(str(run))} does not verify ({len(failed)} of {len(checks)} checks failed; FAIL lines above).",
                    code=1)
     if fail_on_gates and not collection:
         from ..audit.bundle import opened

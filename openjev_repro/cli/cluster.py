@@ -10,6 +10,7 @@ from typing import Any
 from invoke import Exit, task
 
 from ..errors import RecipeError
+from ..printable import printable
 from . import user_errors
 
 __all__ = ["collect_task", "status_task", "submit_task"]
@@ -152,4 +153,4 @@ def collect_task(c, submission=None, pubkey=None, tolerances=None, baseline=None
     sys.stdout.write(f"{result.path}\n")  # never wrapped: the last line is the collect directory
     if result.passed is False:
         failures = result.summary["verdict"]["failures"]
-        raise Exit(f"error: {len(failures)} tolerance failure(s); see {result.path / 'summary.md'}", code=1)
+        raise Exit(f"error: {len(failures)} tolerance failure(s); see {printable(str(result.path / 'summary.md'))}", code=1)

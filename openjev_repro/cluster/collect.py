@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +31,7 @@ from ..manifest.dsse import (
     verify_envelope,
 )
 from ..manifest.keys import keyid, load_private_key, load_public_key, trusted_public_key
+from ..printable import printable
 from .crosshost import HostRun, backend_report, host_means, load_cross_host_tolerances
 from .submission import Submission
 
@@ -206,16 +208,30 @@ def _write(sub: Submission, summary: dict[str, Any], key: Any) -> Path:
     return out
 
 
+def _inside(directory: Path, name: str) -> Path:
+    """`directory/name`, refused unless it is a regular file of the directory itself (a symbolic link
+    could point out of it: what it names was never signed as part of this collection)."""
+    path = Path(directory) / name
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        raise VerificationError(f"{printable(str(path))} is missing.") from None
+    if not stat.S_ISREG(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+        raise VerificationError(f"{printable(str(path))} is {kind}; a collection holds only its own regular files.")
+    return path
+
+
 def verify_summary(directory: Path, pubkey: Path) -> str:
     """Check a collection's signature and the digest of each of its files; returns the key id."""
     trusted_public_key(pubkey, Path(directory).parent)  # never a key inside the submission it belongs to
-    envelope = parse_envelope((Path(directory) / SUMMARY_ENVELOPE).read_bytes(), SUMMARY_ENVELOPE)
+    envelope = parse_envelope(_inside(directory, SUMMARY_ENVELOPE).read_bytes(), SUMMARY_ENVELOPE)
     signer = verify_envelope(envelope, load_public_key(pubkey))
     statement = json.loads(payload_of(envelope))
     if not isinstance(statement, dict) or statement.get("predicateType") != SUMMARY_PREDICATE_TYPE:
         raise VerificationError(f"{directory}: not a cross-host summary envelope.")
     for name, sha256 in _signed_subjects(statement, directory):
-        if hash_file(Path(directory) / name) != sha256:
+        if hash_file(_inside(directory, name)) != sha256:
             raise VerificationError(f"{directory}/{name} changed after it was signed.")
     return signer
 

@@ -13,6 +13,7 @@ from ..evidence.recipe import Recipe, load_recipe, parse_duration
 from ..evidence.rundir import guard_output
 from ..hashing import hash_file
 from ..manifest.keys import PUBLIC_KEY_NAME, load_private_key
+from ..printable import printable
 from ..study.plan import REPRO_ROOT
 from .jobscript import SbatchOptions, render_script, sbatch_argv
 from .slurm import TERMINAL, job_states, sbatch
@@ -50,7 +51,8 @@ def _check_gres(parsed: Recipe, recipe: Path, options: SbatchOptions) -> None:
 def _slurm_metadata(parsed: Recipe, options: SbatchOptions) -> tuple[SbatchOptions, dict[str, str]]:
     """The options with the reservation's timeout as --time when none was given, and the job's name and comment."""
     reservation = parsed.controls.reservation
-    note = " ".join((reservation.note if reservation is not None else "").split())  # Slurm metadata: one line
+    # Slurm metadata: one line, no control character (a NUL cannot even pass through argv)
+    note = printable(" ".join((reservation.note if reservation is not None else "").split()))
     if options.time is None and reservation is not None:
         options = dataclasses.replace(options, time=reservation.timeout)
     study = parsed.study.id
@@ -73,8 +75,8 @@ def submit(*, recipe: Path, replicates: int, key: Path, out: Path, options: Sbat
     (sub.path / PUBLIC_KEY_NAME).write_bytes(public)
     try:
         _sbatch_round(sub, sub.replicates)
-    except ReproError:
-        shutil.rmtree(sub.path)  # nothing was queued: leave no half-made submission behind
+    except (ReproError, OSError, ValueError):  # sbatch refused or could not run: nothing was queued
+        shutil.rmtree(sub.path)  # leave no half-made submission behind
         raise
     return sub
 

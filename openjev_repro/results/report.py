@@ -39,6 +39,7 @@ from ..evidence.records import (
 from ..evidence.rows import Row
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status, guard_output
 from ..evidence.summary import BackendSummary, GateResult, LatencyKey, PassStats, Summary, WorkloadSummary
+from ..printable import printable
 from .energy import GPU_FILE, read_gpu_events
 from .floor import floor_lines
 from .gpu_report import energy_lines
@@ -92,7 +93,7 @@ def drift_banner(drift: Sequence[str]) -> list[str]:
         return []
     return [(f"> **ENVIRONMENT DRIFT** - measured with --allow-environment-drift; {len(drift)} difference(s) "
              "between what the recipe declares and what the backends reported (environment_check.json):"), ">",
-            *[f"> - {d}" for d in drift], ""]
+            *[f"> - {printable(d)}" for d in drift], ""]
 
 
 def recorded_drift(run: RunDir) -> list[str]:
@@ -104,7 +105,7 @@ def recorded_drift(run: RunDir) -> list[str]:
 
 
 def incomplete_banner(state: StateRecord) -> str:
-    why = f" Error: {state.error}" if state.error else ""
+    why = f" Error: {printable(state.error)}" if state.error else ""
     return (
         f"> **INCOMPLETE RUN** - state.json status is {state.status!r}, not 'complete'. The figures below cover only "
         f"the requests that finished; they are not the study's result and must not be cited as such.{why}"

@@ -8,6 +8,7 @@ Behaviour comes from the environment:
                      | trickle (the answer's bytes one per SCRIPTED_TRICKLE_S) | trickle_health (/health so)
     SCRIPTED_AFTER   number of /v1/systemone requests answered normally before the fault (default 0)
     SCRIPTED_DELAY_S seconds every /v1/systemone answer waits (default 0), to make passes last
+    SCRIPTED_HEALTH_FILE  a JSON file whose object is merged into the /health answer (e.g. `packages`)
 
 A slow answer prints SLOW_STARTED first, so a test can wait for that line in the backend's log
 instead of sleeping a fixed time.
@@ -25,6 +26,8 @@ FAULT = os.environ.get("SCRIPTED_FAULT", "none")
 AFTER = int(os.environ.get("SCRIPTED_AFTER", "0"))
 DELAY_S = float(os.environ.get("SCRIPTED_DELAY_S", "0"))
 TRICKLE_S = float(os.environ.get("SCRIPTED_TRICKLE_S", "0.5"))
+HEALTH_FILE = os.environ.get("SCRIPTED_HEALTH_FILE")
+HEALTH_EXTRA = json.loads(open(HEALTH_FILE, encoding="utf-8").read()) if HEALTH_FILE else {}
 served = 0
 SLOW_STARTED = "scripted backend: slow answer started"  # printed (to the backend log) as a slow answer begins
 
@@ -53,7 +56,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             if FAULT == "never_ready":
                 return self._send(503, b'{"status":"loading"}')
-            return self._send(200, json.dumps({"status": "ready", "model": "scripted", "method": "scripted"}).encode(),
+            health = {"status": "ready", "model": "scripted", "method": "scripted", **HEALTH_EXTRA}
+            return self._send(200, json.dumps(health).encode(),
                               trickle=FAULT == "trickle_health")
         self._send(404, b'{"error":"not found"}')
 
