@@ -21,13 +21,14 @@ import signal
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 FAULT = os.environ.get("SCRIPTED_FAULT", "none")
 AFTER = int(os.environ.get("SCRIPTED_AFTER", "0"))
 DELAY_S = float(os.environ.get("SCRIPTED_DELAY_S", "0"))
 TRICKLE_S = float(os.environ.get("SCRIPTED_TRICKLE_S", "0.5"))
 HEALTH_FILE = os.environ.get("SCRIPTED_HEALTH_FILE")
-HEALTH_EXTRA = json.loads(open(HEALTH_FILE, encoding="utf-8").read()) if HEALTH_FILE else {}
+HEALTH_EXTRA = json.loads(Path(HEALTH_FILE).read_text(encoding="utf-8")) if HEALTH_FILE else {}
 served = 0
 SLOW_STARTED = "scripted backend: slow answer started"  # printed (to the backend log) as a slow answer begins
 
