@@ -19,12 +19,14 @@ torch, matplotlib, docker or rich's renderers.
 
 from __future__ import annotations
 
+import difflib
 import errno
 import functools
 import importlib
 import inspect
 import os
 import pkgutil
+import re
 import stat
 import sys
 import traceback
@@ -33,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from invoke import Exit, Task
+from invoke.exceptions import ParseError
 from invoke.parser import ParserContext
+from invoke.parser.parser import ParseMachine
 
 from ..errors import ReproError
 from ..printable import printable
@@ -114,6 +118,46 @@ def _help_for(self: Any, flag: str) -> tuple[str, str]:
 
 _invoke_help_for = ParserContext.help_for
 ParserContext.help_for = _help_for  # type: ignore[method-assign]
+
+_UNKNOWN = re.compile(r"^No idea what '(?P<token>.*)' is!$", re.DOTALL)
+_NO_VALUE = re.compile(r"^Flag <Argument: (?P<name>[\w-]+)\b.*> needed value and was not given one!$", re.DOTALL)
+
+
+def _parse_error(self: Any, msg: str) -> None:
+    """invoke's parse errors as one `error:` line; an unknown option or task names the closest one."""
+    unknown, no_value = _UNKNOWN.match(msg), _NO_VALUE.match(msg)
+    if no_value is not None:
+        raise ParseError(f"error: {option_name(no_value['name'])} needs a value.", self.context)
+    if unknown is None:
+        raise ParseError(f"error: {printable(msg)}", self.context)
+    token = unknown["token"]
+    task = self.context.name if self.context is not None and self.context.name else None
+    if token.startswith("-") and task:
+        known = [f for f in self.context.flags if f.startswith("--")]
+        where = f"`invoke {task}`"
+        listing = f"`invoke {task} --help` lists every option"
+    else:
+        known, where, listing = list(self.contexts), "this project", "`invoke --list` lists every task"
+    close = difflib.get_close_matches(token, known, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    what = "an option of" if token.startswith("-") else "a task of"
+    raise ParseError(f"error: {printable(token)} is not {what} {where}{hint} ({listing}).", self.context)
+
+
+ParseMachine.error = _parse_error  # type: ignore[method-assign]
+
+
+def _quiet_broken_pipe(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """A closed pipe outside a task body (invoke's own `--list`, `--help`): end quietly with 141, as
+    tasks do (`user_errors`); anything else reaches the usual hook."""
+    if issubclass(kind, BrokenPipeError):
+        _quiet_exit_on_broken_pipe()
+        os._exit(BROKEN_PIPE_EXIT)
+    _previous_excepthook(kind, exc, tb)
+
+
+_previous_excepthook = sys.excepthook
+sys.excepthook = _quiet_broken_pipe
 
 
 def named_options(task: Task) -> Task:

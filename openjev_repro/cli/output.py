@@ -19,13 +19,21 @@ UNWRAPPED_WIDTH = 100_000  # wide enough that rich never folds a line of a repor
 
 
 def console(stderr: bool = False) -> Console:
-    """A terminal (or rich's FORCE_COLOR/TTY_COMPATIBLE forcing) at its own width; otherwise unwrapped."""
+    """A terminal (or rich's FORCE_COLOR/TTY_COMPATIBLE forcing) at its own width; otherwise unwrapped.
+
+    A closed pipe raises BrokenPipeError, which the task wrapper (`user_errors`) turns into a quiet
+    exit 141; rich's own answer would be a silent exit 1, as if the command had failed."""
     from rich.console import Console
 
     here = Console(stderr=stderr)
-    if here.is_terminal:
-        return here
-    return Console(stderr=stderr, width=UNWRAPPED_WIDTH, soft_wrap=True, highlight=False)
+    if not here.is_terminal:
+        here = Console(stderr=stderr, width=UNWRAPPED_WIDTH, soft_wrap=True, highlight=False)
+    here.on_broken_pipe = _broken_pipe  # type: ignore[method-assign]
+    return here
+
+
+def _broken_pipe() -> None:
+    raise BrokenPipeError("the reader of the output went away")
 
 
 WHOLE_WORD_LIMIT = 24  # a word up to this long is never split across lines; a longer one (a path) folds
