@@ -29,11 +29,13 @@ import pkgutil
 import re
 import stat
 import sys
+import textwrap
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import invoke.program as invoke_program
 from invoke import Exit, Task
 from invoke.exceptions import ParseError
 from invoke.parser import ParserContext
@@ -160,12 +162,36 @@ _previous_excepthook = sys.excepthook
 sys.excepthook = _quiet_broken_pipe
 
 
+HELP_WIDTH = 76  # `invoke TASK --help` prints the docstring indented by 2: it fits 80 columns, never folded mid-word
+
+
+def _fitted(docstring: str) -> str:
+    """Each paragraph of a docstring re-wrapped at HELP_WIDTH (invoke prints it as it is)."""
+    paragraphs = [" ".join(p.split()) for p in inspect.cleandoc(docstring).split("\n\n")]
+    return "\n\n".join(textwrap.fill(p, HELP_WIDTH, break_long_words=False, break_on_hyphens=False)
+                       for p in paragraphs if p)
+
+
+def _summary(obj: object) -> str | None:
+    """`invoke --list`'s line for a task: its docstring's first paragraph, whole (invoke folds it into
+    its column), not the first physical line, which a wrapped docstring ends mid-sentence."""
+    doc = getattr(obj, "__doc__", None)
+    if not doc or not doc.strip():
+        return None
+    return " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+
+
+invoke_program.helpline = _summary  # type: ignore[attr-defined]
+
+
 def named_options(task: Task) -> Task:
     """Every parameter a named option; the required ones say so in `invoke TASK --help`.
 
     A repeatable (iterable) option names its value with `metavars={"python": "NAME=PATH"}` on
     the task body (set by `@metavars`); numbers show as INT or FLOAT."""
     task.__class__ = NamedOptionsTask
+    if task.__doc__:
+        task.__doc__ = _fitted(task.__doc__)
     task.value_names = dict(getattr(task.body, "metavars", {}))  # type: ignore[attr-defined]
     task.positional = []
     for name in required_parameters(task.body):

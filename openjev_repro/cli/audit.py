@@ -10,6 +10,7 @@ from invoke import Exit, task
 from ..errors import EvidenceError
 from ..printable import printable
 from . import FAIL_ON_GATES_HELP, exit_on_failed_gates, user_errors
+from .output import echo
 
 __all__ = ["claims", "compare", "import_evidence", "publish", "verify"]
 
@@ -74,7 +75,7 @@ def verify(c, run, pubkey=None, allow_unsigned=False, source=None, fail_on_gates
     _refuse_what_has_no_manifest(Path(run))
     collection = (Path(run) / "summary.dsse.json").is_file()
     checks = _verify_checks(Path(run), collection, pubkey, allow_unsigned, source)
-    print(format_checks(checks))
+    echo(format_checks(checks))
     failed = [c for c in checks if c.passed is False]
     if failed:
         raise Exit(f"error: {printable(str(run))} does not verify ({len(failed)} of {len(checks)} checks failed; FAIL lines above).",
@@ -109,8 +110,10 @@ def _path_or_none(option: str | None) -> Path | None:
             "allow_incomplete": "compare a run that is not complete (the verdict then says so)"})
 @user_errors
 def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003, allow_incomplete=False):
-    """Compare two runs backend by backend; exit 1 when a declared limit is exceeded, a backend has no
-    counterpart, or a measured request failed (with or without --tolerances)."""
+    """Compare two runs backend by backend, with a verdict; exit 1 on any failure.
+
+    A failure is a declared limit exceeded, a backend without a counterpart, or a measured request
+    that failed (with or without --tolerances)."""
     from ..audit.compare import compare_runs, load_tolerances, to_markdown
 
     if out:
@@ -149,9 +152,9 @@ def claims(c, file):
     loaded = load_claims(Path(file))
     meta = loaded.get("meta") or {}
     what = " · ".join(str(meta[k]) for k in ("report", "experiment") if meta.get(k)) or "a report"
-    print(f"claims of {what} ({file}):")  # which report's figures are checked
+    echo(f"claims of {what} ({file}):")  # which report's figures are checked
     results = check_claims(loaded)
-    print(format_results(results))
+    echo(format_results(results))
     if any(r.failed for r in results):
         raise Exit(code=1)
 
@@ -170,7 +173,7 @@ def import_evidence(c, src, out, format="auto", workload="mixed", subdir=None):
     if format != "auto" and format not in FORMATS:
         raise Exit(f"error: unknown --format {format!r}; supported: auto, {', '.join(FORMATS)}", code=1)
     report = import_evidence(Path(src), Path(out), fmt=format, workload=workload, subdir=subdir)
-    print(format_import_report(report))
+    echo(format_import_report(report))
 
 
 @task(help={"run": "signed, complete run directory", "out": "bundle file to write; its name ends in .tar.gz",
