@@ -181,7 +181,7 @@ def _summary(obj: object) -> str | None:
     return " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
 
 
-invoke_program.helpline = _summary  # type: ignore[attr-defined]
+invoke_program.helpline = _summary
 
 
 def named_options(task: Task) -> Task:
