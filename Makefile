@@ -23,9 +23,10 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -n 3 --dist loadfile
 
 # The edit-test loop: every test that starts no process, runs no study and loads no model
-# (tests/tiers.py marks the others `slow` by rule); under a minute on 2 cores.
+# (tests/tiers.py marks the others `slow` by rule). One process: on 2 busy cores that beats two workers,
+# which each collect the suite again.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 -m "not slow"
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
 
 clean-runs:
 	rm -rf runs/

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 from collections import Counter
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "openjev_repro"
@@ -53,8 +54,10 @@ class Figures:
                        functions=self.functions + other.functions, single_use=self.single_use + other.single_use)
 
 
+@cache
 def measure(package: Path = PACKAGE) -> dict[str, Figures]:
-    """Figures per top-level package of `package` ("(top level)" for its own modules)."""
+    """Figures per top-level package of `package` ("(top level)" for its own modules); measured once
+    per process (the tests ask twice)."""
     counts: dict[str, Counter[str]] = {}
     defined: list[tuple[str, str]] = []
     referenced: Counter[str] = Counter()
