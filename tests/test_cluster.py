@@ -126,10 +126,10 @@ def test_study_argv_passes_the_allocated_gpu_only_for_recipes_with_gpu_controls(
 
 def test_spread_of_host_means():
     s = spread([100.0, 110.0, 90.0])
-    assert (s["min_ms"], s["max_ms"], s["mean_ms"]) == (90.0, 110.0, 100.0)
-    assert s["relative_range"] == pytest.approx(0.2)
-    assert s["cv"] == pytest.approx(10.0 / 100.0)  # sample standard deviation of 90, 100, 110 is 10
-    assert spread([5.0])["cv"] is None
+    assert (s.min_ms, s.max_ms, s.mean_ms) == (90.0, 110.0, 100.0)
+    assert s.relative_range == pytest.approx(0.2)
+    assert s.cv == pytest.approx(10.0 / 100.0)  # sample standard deviation of 90, 100, 110 is 10
+    assert spread([5.0]).cv is None
 
 
 def test_cross_host_tolerances_file(tmp_path: Path):

@@ -152,5 +152,5 @@ def collect_task(c, submission=None, pubkey=None, tolerances=None, baseline=None
     print_markdown((result.path / "summary.md").read_text(encoding="utf-8"))  # rendered on a terminal
     sys.stdout.write(f"{result.path}\n")  # never wrapped: the last line is the collect directory
     if result.passed is False:
-        failures = result.summary["verdict"]["failures"]
+        failures = result.summary.verdict.failures
         raise Exit(f"error: {len(failures)} tolerance failure(s); see {printable(str(result.path / 'summary.md'))}", code=1)
