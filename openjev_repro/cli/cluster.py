@@ -52,7 +52,7 @@ def submit_task(c, recipe=None, replicates=None, key=None, partition=None, gres=
         for k, why in sorted(skipped.items()):
             print(f"replicate {k}: not resubmitted ({why})", file=sys.stderr)
         if todo:
-            print(f"resubmitted replicates {', '.join(map(str, todo))} as job {sub.rounds[-1]['array_job_id']}",
+            print(f"resubmitted replicates {', '.join(map(str, todo))} as job {sub.rounds[-1].array_job_id}",
                   file=sys.stderr)
         else:
             print("nothing to resubmit", file=sys.stderr)
@@ -68,7 +68,7 @@ def submit_task(c, recipe=None, replicates=None, key=None, partition=None, gres=
     options = SbatchOptions(partition=partition, gres=gres, time=time, account=account, exclusive=exclusive)
     sub = submit(recipe=Path(recipe), replicates=count, key=Path(key), out=Path(out), options=options)
     round_ = sub.rounds[-1]
-    print(f"submitted job array {round_['array_job_id']} ({count} replicates): {' '.join(round_['sbatch'])}",
+    print(f"submitted job array {round_.array_job_id} ({count} replicates): {' '.join(round_.sbatch or [])}",
           file=sys.stderr)
     sys.stdout.write(f"{sub.path}\n")
 

@@ -148,7 +148,7 @@ def _signing_key(sub: Submission, key: Path | None, pubkey: Path) -> Any:
     (the path in submission.json is the submission's word, not the user's)."""
     if key is not None:
         return load_private_key(key)
-    private = load_private_key(Path(str(sub.data.get("key"))))
+    private = load_private_key(Path(sub.record.text("key")))
     if keyid(private.public_key()) != keyid(load_public_key(pubkey)):
         raise VerificationError(f"the key named in {sub.path / 'submission.json'} is not the private half of "
                                 f"--pubkey {pubkey}; give the key that signs the summary with --key.")
