@@ -68,7 +68,7 @@ def submit_task(c, recipe=None, replicates=None, key=None, partition=None, gres=
     options = SbatchOptions(partition=partition, gres=gres, time=time, account=account, exclusive=exclusive)
     sub = submit(recipe=Path(recipe), replicates=count, key=Path(key), out=Path(out), options=options)
     round_ = sub.rounds[-1]
-    print(f"submitted job array {round_.array_job_id} ({count} replicates): {' '.join(round_.sbatch or [])}",
+    print(f"submitted job array {round_.array_job_id} ({count} replicates): {' '.join(round_.sbatch)}",
           file=sys.stderr)
     sys.stdout.write(f"{sub.path}\n")
 

@@ -32,8 +32,8 @@ def keygen(c, out):
 def sign(c, run, key=None):
     """Write manifest.dsse.json for a complete run (the runner does this itself at the end of a study).
 
-    A run that holds an UNSIGNED manifest (a study without --key) is signed with --key once every
-    check of it passes: its files are still what that manifest lists."""
+    A run that holds an UNSIGNED manifest (written by a study run without a key) is signed with the
+    key given once every check of it passes: its files are still what that manifest lists."""
     from ..evidence.rundir import ENVELOPE_NAME
     from ..manifest.statement import write_manifest
 

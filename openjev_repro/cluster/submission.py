@@ -85,7 +85,7 @@ class Round(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     array_job_id: Annotated[int, _JOB_ID]
     replicates: list[Annotated[int, msgspec.Meta(ge=1, le=MAX_REPLICATES)]]
     script: str = ""
-    sbatch: list[str] | msgspec.UnsetType = msgspec.UNSET
+    sbatch: list[str] = msgspec.field(default_factory=list)
     submitted_utc: str | msgspec.UnsetType = msgspec.UNSET
 
 
