@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test venv clean-runs
+.PHONY: demo test test-fast venv clean-runs
 
 venv: $(STAMP)
 
@@ -21,6 +21,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -ra -n 3 --dist loadfile
+
+# The edit-test loop: every test that starts no process, runs no study and loads no model
+# (tests/tiers.py marks the others `slow` by rule). One process: on 2 busy cores that beats two workers,
+# which each collect the suite again.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
 
 clean-runs:
 	rm -rf runs/

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import tiers
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,10 +44,26 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     return ModuleScheduling(config, log)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_configure(config: pytest.Config) -> None:
+    if tiers.in_the_fast_tier(config):
+        config.pluginmanager.register(tiers, "fast-tier-cpu-stamps")
+        config.pluginmanager.register(tiers.CpuBudget(), "fast-tier-cpu-budget")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects: the rule's marks count
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # the tiers (tests/tiers.py): what starts a process is slow, by rule
+        if "slow" not in item.keywords and tiers.classify(item):
+            item.add_marker(pytest.mark.slow)
     if os.environ.get("PYTEST_XDIST_WORKER"):  # only the distributed run; a plain run keeps the file order
         rank = {name: i for i, name in enumerate(LONG_FIRST)}
         items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+@pytest.fixture(autouse=True)
+def _no_process_in_the_fast_tier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the fast tier a test that starts a process fails, naming it: tests/tiers.py's rule missed it."""
+    tiers.refuse_processes_in_the_fast_tier(request, monkeypatch)
 
 
 def _write_fixture(root: Path) -> None:

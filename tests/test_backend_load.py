@@ -77,25 +77,30 @@ def timed_post(server, body: dict) -> tuple[httpx.Response, float, float]:
 # ------------------------------------------------------------------ queue full
 
 def test_a_full_queue_is_503_queue_full_with_retry_after(one_waits) -> None:
+    # Every bound is measured against the requests' own clocks (the holder's 2 s turn, the waiter's
+    # span), never a fixed wall-clock figure, so it holds on a loaded machine.
     with ThreadPoolExecutor(max_workers=2) as pool:
         holder = pool.submit(timed_post, one_waits, noul(f"{SLOW_MARK} first"))
         await_health(one_waits, lambda h: h["busy"])
         waiter = pool.submit(timed_post, one_waits, noul(f"{SLOW_MARK} second"))
         await_health(one_waits, lambda h: h["serving"]["waiting"] == 1)
-        started = time.monotonic()
+        seen_waiting = time.monotonic()
         refused = post(one_waits, noul("one request too many"))
-        refused_in = time.monotonic() - started
-        (held, _, held_end), (waited, waiter_sent, waiter_end) = holder.result(), waiter.result()
-    assert refused.status_code == 503 and refused_in < 1.0  # at once, not after a wait in line
+        refused_at = time.monotonic()
+        (held, held_sent, held_end), (waited, waiter_sent, waiter_end) = holder.result(), waiter.result()
+    assert refused.status_code == 503
+    assert refused_at < held_end  # at once: answered while the holder still held the model, not after a wait in line
     error = refused.json()["error"]
     assert error["type"] == "queue_full" and "--max-queue" in error["message"]
     assert int(refused.headers["Retry-After"]) >= 1 and int(refused.headers["Retry-After-Ms"]) >= 1
     assert "X-Queue-Time-Ms" not in refused.headers  # it never reached the model
     assert held.status_code == 200 and waited.status_code == 200
-    # The waiter took the model when the holder let go: its queue time spans the holder's rest.
+    # The waiter took the model when the holder let go: it was in line by `seen_waiting` and the holder's
+    # 2 s turn began after `held_sent`, so it waited at least the difference (however loaded the machine);
+    # its queue time lies inside its own span less its own 2 s turn.
     queue_ms = float(waited.headers["X-Queue-Time-Ms"])
-    assert queue_ms >= (held_end - waiter_sent) * 1000 - 250
-    assert queue_ms <= (waiter_end - waiter_sent - 2.0) * 1000 + 50  # its own 2 s inference came after
+    assert queue_ms >= (held_sent + 2.0 - seen_waiting) * 1000 - 1
+    assert queue_ms <= (waiter_end - waiter_sent - 2.0) * 1000 + 1
     state = serving(one_waits)
     assert state["refused"] == 1 and state["waiting"] == 0 and state["max_queue"] == 1
     assert post(one_waits, noul()).status_code == 200  # a place again once the queue drained
@@ -139,8 +144,9 @@ def test_concurrent_clients_get_the_answers_of_sequential_ones(default_queue) ->
 
 
 def test_an_idle_server_reports_a_short_queue_time(default_queue) -> None:
-    response = post(default_queue, noul())
-    assert response.status_code == 200 and 0 <= float(response.headers["X-Queue-Time-Ms"]) < 500
+    response, sent, ended = timed_post(default_queue, noul())
+    # short by the request's own clock: a small part of its span (which includes its inference)
+    assert response.status_code == 200 and 0 <= float(response.headers["X-Queue-Time-Ms"]) < (ended - sent) * 1000 / 2
     invalid = post(default_queue, {"model": "open-jev", "state": "x", "questions": {}})
     assert invalid.status_code == 422 and "X-Queue-Time-Ms" not in invalid.headers  # refused before its turn
 

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 import yaml
 from invoking import invoke as run_invoke
@@ -20,7 +21,7 @@ from studykit import scripted_backend, write_study
 from openjev_repro.cluster.crosshost import load_cross_host_tolerances, spread
 from openjev_repro.cluster.jobscript import SbatchOptions, sbatch_argv, slurm_time
 from openjev_repro.cluster.slurm import SlurmError, parse_reply, task_ids
-from openjev_repro.cluster.submission import Submission, with_slurm_cause
+from openjev_repro.cluster.submission import Submission, SubmissionRecord, with_slurm_cause
 from openjev_repro.cluster.task import GPU_SOURCE, TaskFailed, study_argv
 from openjev_repro.errors import RecipeError
 from openjev_repro.host.allocation import allocated_gpu, slurm_record, visible_index
@@ -112,12 +113,13 @@ def test_visible_index_with_and_without_device_constraints():
 
 
 def test_study_argv_passes_the_allocated_gpu_only_for_recipes_with_gpu_controls(tmp_path: Path):
-    data = {"python": sys.executable, "repo": str(REPO), "recipe": "r.yaml", "key": "k.key", "gpu_controls": False}
+    data = SubmissionRecord(format_version=1, replicates=1, python=sys.executable, repo=str(REPO), recipe="r.yaml",
+                            key="k.key", gpu_controls=False)
     gpu = {"allocated": 3, "index": 3, "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555", "source": "SLURM_JOB_GPUS"}
     argv = study_argv(Submission(tmp_path, data), tmp_path / "replicate-1", gpu)
     assert argv[argv.index("study") + 1:] == ["--recipe", "r.yaml", "--out", str(tmp_path / "replicate-1"),
                                               "--key", "k.key"]
-    with_controls = Submission(tmp_path, {**data, "gpu_controls": True})
+    with_controls = Submission(tmp_path, msgspec.structs.replace(data, gpu_controls=True))
     with pytest.raises(TaskFailed, match="no GPU in the allocation"):
         study_argv(with_controls, tmp_path, None)
     argv = study_argv(with_controls, tmp_path, gpu)
@@ -126,10 +128,10 @@ def test_study_argv_passes_the_allocated_gpu_only_for_recipes_with_gpu_controls(
 
 def test_spread_of_host_means():
     s = spread([100.0, 110.0, 90.0])
-    assert (s["min_ms"], s["max_ms"], s["mean_ms"]) == (90.0, 110.0, 100.0)
-    assert s["relative_range"] == pytest.approx(0.2)
-    assert s["cv"] == pytest.approx(10.0 / 100.0)  # sample standard deviation of 90, 100, 110 is 10
-    assert spread([5.0])["cv"] is None
+    assert (s.min_ms, s.max_ms, s.mean_ms) == (90.0, 110.0, 100.0)
+    assert s.relative_range == pytest.approx(0.2)
+    assert s.cv == pytest.approx(10.0 / 100.0)  # sample standard deviation of 90, 100, 110 is 10
+    assert spread([5.0]).cv is None
 
 
 def test_cross_host_tolerances_file(tmp_path: Path):

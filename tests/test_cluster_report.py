@@ -5,13 +5,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from openjev_repro.cluster.collect import plot_means, to_markdown
-from openjev_repro.cluster.crosshost import HostRun, backend_report
+from openjev_repro.cluster.collect import (
+    Baseline,
+    CrossHostSummary,
+    Replicate,
+    Tolerances,
+    Verdict,
+    plot_means,
+    to_markdown,
+)
+from openjev_repro.cluster.crosshost import BackendReport, HostMeans, HostRun, backend_report
 
 
 def _means(mean: float) -> dict:
-    return {("w", "b"): {"mean_ms": mean, "pass_means_ms": {1: mean - 0.5, 2: mean + 0.5},
-                         "pass_range_ms": [mean - 0.5, mean + 0.5]}}
+    return {("w", "b"): HostMeans(mean_ms=mean, pass_means_ms={1: mean - 0.5, 2: mean + 0.5},
+                                  pass_range_ms=(mean - 0.5, mean + 0.5))}
 
 
 def _comparison(flips: int, delta: float | None, failures: list[str]) -> dict:
@@ -21,7 +29,7 @@ def _comparison(flips: int, delta: float | None, failures: list[str]) -> dict:
     return {"pairs": [pair], "verdict": {"failures": failures}}
 
 
-def _report(cross_tol: dict) -> dict:
+def _report(cross_tol: dict) -> BackendReport:
     hosts = [HostRun(f"replicate-{k}", f"node{k}", Path(f"/runs/{k}"), []) for k in (1, 2, 3, 4)]
     means = {"replicate-1": _means(10.0), "replicate-2": _means(11.0), "replicate-3": {}, "replicate-4": _means(12.0)}
     comparisons = {"replicate-2": _comparison(2, 0.01, ["w/b→b: mean ratio 1.0512345 exceeds 1.01", "x/b→b: other"]),
@@ -31,20 +39,23 @@ def _report(cross_tol: dict) -> dict:
 
 def test_backend_report_sums_the_compared_hosts_and_names_the_limits_crossed() -> None:
     report = _report({"max_relative_range": 0.1, "max_cv": 0.5})
-    assert [h["label"] for h in report["hosts"]] == ["replicate-1", "replicate-2", "replicate-4"]  # 3 has no rows
-    assert "mean_ratio" not in report["hosts"][0]  # the baseline itself
-    assert report["decision_flips"] == 3 and report["max_abs_probability_delta"] == 0.01
-    assert report["hosts_outside_tolerances"] == ["replicate-2"]
-    assert report["hosts"][1]["failures"] == ["w/b→b: mean ratio 1.0512345 exceeds 1.01"]  # only its own pair's
-    assert report["cross_host_failures"] == ["w/b: relative range 0.1818 exceeds 0.1"]
-    assert _report({})["cross_host_failures"] == []
+    assert [h.label for h in report.hosts] == ["replicate-1", "replicate-2", "replicate-4"]  # 3 has no rows
+    assert not report.hosts[0].compared  # the baseline itself
+    assert report.decision_flips == 3 and report.max_abs_probability_delta == 0.01
+    assert report.hosts_outside_tolerances == ["replicate-2"]
+    assert report.hosts[1].failures == ["w/b→b: mean ratio 1.0512345 exceeds 1.01"]  # only its own pair's
+    assert report.cross_host_failures == ["w/b: relative range 0.1818 exceeds 0.1"]
+    assert _report({}).cross_host_failures == []
 
 
 def test_markdown_and_figure_of_a_summary() -> None:
-    summary = {"study": "s", "submission": "sub-1", "created_utc": "2026-12-02T00:00:00Z",
-               "replicates": [{"label": "replicate-1", "run": "/nonexistent"}],
-               "baseline": {"label": "replicate-1", "host": "node1"}, "backends": [_report({"max_cv": 0.01})],
-               "verdict": {"passed": False, "failures": ["replicate-2: w/b→b: mean ratio 1.0512345 exceeds 1.01"]}}
+    summary = CrossHostSummary(
+        format_version=1, study="s", submission="sub-1", created_utc="2026-12-02T00:00:00Z",
+        replicates=[Replicate(label="replicate-1", host="node1", run="/nonexistent", manifest_sha256="0" * 64,
+                              verified=True)],
+        baseline=Baseline(label="replicate-1", path="/nonexistent", host="node1"),
+        tolerances=Tolerances(file=None, compare={}, cross_host={"max_cv": 0.01}), backends=[_report({"max_cv": 0.01})],
+        verdict=Verdict(passed=False, failures=["replicate-2: w/b→b: mean ratio 1.0512345 exceeds 1.01"]))
     text = to_markdown(summary)
     assert text.startswith("# Cross-host report: s\n") and "**Verdict: FAIL**" in text
     assert "| replicate-1 | node1 | 10.000 | 9.500 – 10.500 | — | — | — | — | baseline |" in text
@@ -52,3 +63,6 @@ def test_markdown_and_figure_of_a_summary() -> None:
     assert "| replicate-4 | node4 | 12.000 | 11.500 – 12.500 | 1.0500 | 1 | — | same | yes |" in text
     assert "- cross-host: w/b: cv 0.09091 exceeds 0.01" in text
     assert plot_means(summary).startswith(b"\x89PNG")
+    written = summary.to_json()  # summary.json: the baseline's row has no compared fields, not nulls
+    assert "mean_ratio" not in written["backends"][0]["hosts"][0] and written["backends"][0]["hosts"][1]["mean_ratio"] == 1.05
+    assert CrossHostSummary.decode(written) == summary

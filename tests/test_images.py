@@ -392,6 +392,7 @@ def test_daemon_absent_says_how_to_start_it(tmp_path):
     assert "dockerd" in done.stderr and "--runtime local" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow  # starts a local backend through the runtime (the rule cannot see the method call)
 def test_docker_runtime_without_daemon_fails_clearly_and_local_still_works(tmp_path, monkeypatch):
     from openjev_repro.runtime import LaunchSpec, get_runtime
 

@@ -22,6 +22,8 @@ from openjev_repro.audit.imports import rows as importer
 from openjev_repro.errors import EvidenceError
 from openjev_repro.evidence.rows import read_rows
 
+pytestmark = pytest.mark.slow  # imports 30,000 rows, and compares two sizes' times
+
 ARTIFACTS = Path(__file__).parent / "fixtures" / "system1" / "artifacts"
 
 

@@ -31,7 +31,7 @@ def test_changed_missing_and_undeclared(tmp_path):
     checks = verify_inputs(recipe, root)
     assert {c.path: c.status for c in checks}["requests/cases.jsonl"] == "missing"
     with pytest.raises(InputMismatch, match=r"\(requests/cases.jsonl missing, requests/extra.txt undeclared\); "
-                                            r"nothing was started; restore them\.$"):
+                                            r"no backend was started; restore them\.$"):
         require_all_ok(checks, root)
 
 

@@ -135,6 +135,7 @@ def _scheduled_during_stall(rows):
     return [r for r in rows if start < r.scheduled_ns < end - 100_000_000], end
 
 
+@pytest.mark.slow  # waits out a 2 s server stall
 def test_a_server_stall_raises_the_latency_of_every_request_scheduled_during_it(tmp_path):
     """No coordinated omission: request 5 stalls the (one-at-a-time) server for 1 s; the two senders
     are stuck, so the requests due during the stall go out late. Measured from their schedule they

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from openjev_repro.manifest.environment import (
     PACKAGES,
     collect_environment,
@@ -80,6 +82,7 @@ def test_nvidia_smi_fallback_parses_and_marks_unknowns(tmp_path, monkeypatch):
     assert result["available"] and result["source"] == "gpus_from_nvidia_smi"
 
 
+@pytest.mark.slow  # platform.processor() runs `uname -p`
 def test_host():
     host = collect_host()
     assert host["available"] and host["kernel"] == platform.release() and host["cpu_count"] == os.cpu_count()

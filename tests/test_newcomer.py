@@ -133,30 +133,34 @@ def test_submit_with_slurm_down_points_at_the_local_cluster_script(tmp_path):
 
 
 def _summary(tmp: Path, hosts: tuple[str, str]) -> dict:
+    """A collection's summary.json as `invoke collect` writes it, two hosts."""
     run = tmp / "run"
     run.mkdir(exist_ok=True)
     (run / "environment.json").write_text('{"host": {"cpu_model": "AMD EPYC"}, "gpus": {"devices": []}}')
-    rows = [{"label": f"replicate-{k}", "host": h, "mean_ms": 150.0 + 10 * k, "pass_range_ms": [140.0 + 10 * k, 160.0 + 10 * k]}
-            for k, h in enumerate(hosts, 1)]
-    return {"study": "demo", "submission": "sub", "created_utc": "2026-12-01T20:40:00Z",
-            "baseline": {"label": "replicate-1", "host": hosts[0]},
-            "replicates": [{"label": r["label"], "host": r["host"], "run": str(run)} for r in rows],
+    rows = [{"label": f"replicate-{k}", "host": h, "mean_ms": 150.0 + 10 * k, "pass_means_ms": {1: 150.0 + 10 * k},
+             "pass_range_ms": [140.0 + 10 * k, 160.0 + 10 * k]} for k, h in enumerate(hosts, 1)]
+    return {"format_version": 1, "study": "demo", "submission": "sub", "created_utc": "2026-12-01T20:40:00Z",
+            "baseline": {"label": "replicate-1", "host": hosts[0], "path": str(run)},
+            "replicates": [{"label": r["label"], "host": r["host"], "run": str(run), "manifest_sha256": "0" * 64,
+                            "verified": True} for r in rows],
+            "tolerances": {"file": None, "compare": {}, "cross_host": {}},
             "verdict": {"passed": None, "failures": []},
             "backends": [{"workload": "mixed", "backend": "raw", "hosts": rows, "decision_flips": 0,
-                          "max_abs_probability_delta": 0.0, "cross_host_failures": [],
-                          "spread": {"min_ms": 160.0, "max_ms": 170.0, "relative_range": 0.06, "cv": 0.04, "n": 2}}]}
+                          "max_abs_probability_delta": 0.0, "cross_host_failures": [], "hosts_outside_tolerances": [],
+                          "spread": {"min_ms": 160.0, "max_ms": 170.0, "mean_ms": 165.0, "relative_range": 0.06,
+                                     "cv": 0.04, "n": 2}}]}
 
 
 def test_collect_plot_starts_at_zero_names_hardware_and_date_and_says_same_host(tmp_path):
-    from openjev_repro.cluster.collect import means_figure, to_markdown
+    from openjev_repro.cluster.collect import CrossHostSummary, means_figure, to_markdown
 
-    same = _summary(tmp_path, ("vm", "vm"))
+    same = CrossHostSummary.decode(_summary(tmp_path, ("vm", "vm")))
     fig = means_figure(same)
     title = fig._suptitle.get_text()
     assert "all on one host (vm)" in title and "CPU only (AMD EPYC)" in title and "2026-12-01" in title
     assert fig.axes[0].get_ylim()[0] == 0 and "cross" not in title.lower()
     assert to_markdown(same).startswith("# Replicate report, all on the same host vm: demo")
-    apart = _summary(tmp_path, ("node-a", "node-b"))
+    apart = CrossHostSummary.decode(_summary(tmp_path, ("node-a", "node-b")))
     assert means_figure(apart)._suptitle.get_text().startswith("Per-host means")
     assert to_markdown(apart).startswith("# Cross-host report: demo")
 
@@ -253,11 +257,11 @@ def test_status_through_a_pipe_is_unwrapped_and_keeps_run_names_whole(tmp_path):
 
 
 def test_collect_markdown_rounds_the_numbers_of_its_failures(tmp_path):
-    from openjev_repro.cluster.collect import to_markdown
+    from openjev_repro.cluster.collect import CrossHostSummary, to_markdown
 
     summary = _summary(tmp_path, ("node-a", "node-b"))
     failure = "replicate-2: mixed/raw→raw: mean ratio 1.0672755456898344 exceeds 1.05"
-    summary["backends"][0]["hosts"][1].update(mean_ratio=1.0672755456898344, failures=[failure])
+    summary["backends"][0]["hosts"][1].update(mean_ratio=1.0672755456898344, decision_flips=0, failures=[failure])
     summary["verdict"] = {"passed": False, "failures": [failure]}
-    text = to_markdown(summary)
+    text = to_markdown(CrossHostSummary.decode(summary))
     assert "mean ratio 1.067 exceeds 1.05" in text and "1.06727" not in text

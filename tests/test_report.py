@@ -260,6 +260,7 @@ def test_incomplete_run_without_rows_still_reports(tmp_path):
     assert "INCOMPLETE RUN" in text and "| hf | 0 | n/a |" in text and "- hf: Raw HF" in text
 
 
+@pytest.mark.slow  # renders a whole run and its plots twice: about 3 s of CPU
 def test_signed_run_is_not_changed(tmp_path):
     run = make_run(tmp_path)
     write_report(run)

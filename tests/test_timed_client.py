@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import select
 import socket
 import threading
 import time
@@ -301,7 +302,7 @@ def test_stale_keep_alive_connection_is_replaced_before_sending(scripted) -> Non
     server = scripted(fixed(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", keep=False))
     with TimedClient("127.0.0.1", server.port, timeout_s=5) as client:
         assert client.request("GET", "/a").body == b"ok"
-        time.sleep(0.2)  # let the FIN arrive
+        assert select.select([client._sock], [], [], 30)[0]  # the server's FIN has arrived (no sleep guessing when)
         assert client.request("GET", "/b").body == b"ok"
         assert client.connections_opened == 2
     assert [r.split(b" ")[1] for r in server.requests] == [b"/a", b"/b"]  # each sent exactly once

@@ -18,6 +18,8 @@ from openjev_repro.audit.importer import import_evidence
 from openjev_repro.audit.verify import verify_path
 from openjev_repro.errors import UnsupportedFormat
 
+pytestmark = pytest.mark.slow  # verifies every damaged field of whole runs: about 30 s of CPU
+
 ARTIFACTS = Path(__file__).parent / "fixtures" / "system1" / "artifacts"
 OTHER_KINDS = ([], {"k": [1]}, 7, "x", None)
 

@@ -61,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto")
     p.add_argument("--passes", type=int, default=2)
     p.add_argument("--max-length", default="16384")
-    p.add_argument("--logs", type=Path, default=Path("."))
+    p.add_argument("--logs", type=Path, default=Path(".cache") / "smoke",
+                   help="folder for the servers' logs (default .cache/smoke, outside what git tracks)")
     return p
 
 
@@ -119,6 +120,7 @@ def _print_figures(name: str, means: list[float], probs: list[float], reference:
 
 def main(argv: list[str] | None = None) -> int:
     a = _parser().parse_args(argv)
+    a.logs.mkdir(parents=True, exist_ok=True)
     bodies = _bodies(a.requests)
     reference: list[float] | None = None
     for name, extra in _configs(a.device).items():

@@ -38,6 +38,7 @@ from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status, check_response_entr
 from ..hashing import hash_file
 from ..manifest.keys import generate_keypair
 from ..manifest.statement import write_manifest
+from ..results.energy import GPU_FILE, read_gpu_events
 from ..results.report import write_report
 from ..results.row_table import read_table
 from ..results.statistics import summarize
@@ -151,8 +152,11 @@ def synthesize_run(source: Path, out: Path, k: int, key: Path) -> Path:
     for path in sorted((source / "responses").glob("*.jsonl")):
         _replicate(path, out / "responses" / path.name, k, lengths, sort_keys=True)
     _replicate_case_ids(out, k)
+    # The source's study asked for a signature (or not); this run is signed here, by the benchmark.
+    RunDir(out).update_state(signing_requested=False)
     recipe = load_recipe(out / "recipe.yaml")
-    write_json_atomic(out / "summary.json", summarize(read_table(out / "rows.jsonl"), recipe).to_json())
+    gpu = read_gpu_events(out / GPU_FILE) if (out / GPU_FILE).is_file() else None  # energy, as the runner sums it
+    write_json_atomic(out / "summary.json", summarize(read_table(out / "rows.jsonl"), recipe, gpu=gpu).to_json())
     write_report(out)
     write_manifest(out, key_path=key)
     return out

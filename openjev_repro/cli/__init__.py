@@ -19,23 +19,30 @@ torch, matplotlib, docker or rich's renderers.
 
 from __future__ import annotations
 
+import difflib
 import errno
 import functools
 import importlib
 import inspect
 import os
 import pkgutil
+import re
 import stat
 import sys
+import textwrap
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import invoke.program as invoke_program
 from invoke import Exit, Task
+from invoke.exceptions import ParseError
 from invoke.parser import ParserContext
+from invoke.parser.parser import ParseMachine
 
 from ..errors import ReproError
+from ..printable import printable
 
 __all__ = ["BROKEN_PIPE_EXIT", "BUG_EXIT", "FAIL_ON_GATES_HELP", "GATES_FAILED_EXIT", "collect_tasks",
            "exit_on_failed_gates", "expected_input_error", "metavars", "option_name", "required_parameters",
@@ -114,6 +121,68 @@ def _help_for(self: Any, flag: str) -> tuple[str, str]:
 _invoke_help_for = ParserContext.help_for
 ParserContext.help_for = _help_for  # type: ignore[method-assign]
 
+_UNKNOWN = re.compile(r"^No idea what '(?P<token>.*)' is!$", re.DOTALL)
+_NO_VALUE = re.compile(r"^Flag <Argument: (?P<name>[\w-]+)\b.*> needed value and was not given one!$", re.DOTALL)
+
+
+def _parse_error(self: Any, msg: str) -> None:
+    """invoke's parse errors as one `error:` line; an unknown option or task names the closest one."""
+    unknown, no_value = _UNKNOWN.match(msg), _NO_VALUE.match(msg)
+    if no_value is not None:
+        raise ParseError(f"error: {option_name(no_value['name'])} needs a value.", self.context)
+    if unknown is None:
+        raise ParseError(f"error: {printable(msg)}", self.context)
+    token = unknown["token"]
+    task = self.context.name if self.context is not None and self.context.name else None
+    if token.startswith("-") and task:
+        known = [f for f in self.context.flags if f.startswith("--")]
+        where = f"`invoke {task}`"
+        listing = f"`invoke {task} --help` lists every option"
+    else:
+        known, where, listing = list(self.contexts), "this project", "`invoke --list` lists every task"
+    close = difflib.get_close_matches(token, known, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    what = "an option of" if token.startswith("-") else "a task of"
+    raise ParseError(f"error: {printable(token)} is not {what} {where}{hint} ({listing}).", self.context)
+
+
+ParseMachine.error = _parse_error  # type: ignore[method-assign]
+
+
+def _quiet_broken_pipe(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """A closed pipe outside a task body (invoke's own `--list`, `--help`): end quietly with 141, as
+    tasks do (`user_errors`); anything else reaches the usual hook."""
+    if issubclass(kind, BrokenPipeError):
+        _quiet_exit_on_broken_pipe()
+        os._exit(BROKEN_PIPE_EXIT)
+    _previous_excepthook(kind, exc, tb)
+
+
+_previous_excepthook = sys.excepthook
+sys.excepthook = _quiet_broken_pipe
+
+
+HELP_WIDTH = 76  # `invoke TASK --help` prints the docstring indented by 2: it fits 80 columns, never folded mid-word
+
+
+def _fitted(docstring: str) -> str:
+    """Each paragraph of a docstring re-wrapped at HELP_WIDTH (invoke prints it as it is)."""
+    paragraphs = [" ".join(p.split()) for p in inspect.cleandoc(docstring).split("\n\n")]
+    return "\n\n".join(textwrap.fill(p, HELP_WIDTH, break_long_words=False, break_on_hyphens=False)
+                       for p in paragraphs if p)
+
+
+def _summary(obj: object) -> str | None:
+    """`invoke --list`'s line for a task: its docstring's first paragraph, whole (invoke folds it into
+    its column), not the first physical line, which a wrapped docstring ends mid-sentence."""
+    doc = getattr(obj, "__doc__", None)
+    if not doc or not doc.strip():
+        return None
+    return " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+
+
+invoke_program.helpline = _summary
+
 
 def named_options(task: Task) -> Task:
     """Every parameter a named option; the required ones say so in `invoke TASK --help`.
@@ -121,6 +190,8 @@ def named_options(task: Task) -> Task:
     A repeatable (iterable) option names its value with `metavars={"python": "NAME=PATH"}` on
     the task body (set by `@metavars`); numbers show as INT or FLOAT."""
     task.__class__ = NamedOptionsTask
+    if task.__doc__:
+        task.__doc__ = _fitted(task.__doc__)
     task.value_names = dict(getattr(task.body, "metavars", {}))  # type: ignore[attr-defined]
     task.positional = []
     for name in required_parameters(task.body):
@@ -147,7 +218,7 @@ def exit_on_failed_gates(summary_path: Path, where: str) -> None:
     gates = json.loads(summary_path.read_text(encoding="utf-8")).get("gates") or []
     failed = [str(g.get("name")) for g in gates if isinstance(g, dict) and g.get("passed") is False]
     if failed:
-        raise Exit(f"error: {len(failed)} of {len(gates)} gates FAILED in {where}: {', '.join(failed)} "
+        raise Exit(f"error: {len(failed)} of {len(gates)} gates FAILED in {printable(where)}: {printable(', '.join(failed))} "
                    f"(exit {GATES_FAILED_EXIT}: --fail-on-gates).", code=GATES_FAILED_EXIT)
 
 
@@ -220,13 +291,14 @@ def _quiet_exit_on_broken_pipe() -> Exit:
 
 
 def _fail(message: str, as_json: bool) -> Exit:
-    """One `error:` line on stderr, exit 1; under `--json`, `{"error": ...}` on stdout instead."""
+    """One `error:` line on stderr, exit 1; under `--json`, `{"error": ...}` on stdout instead. The
+    message may quote outside text (a recipe's url, a server's /health): escaped, it stays one line."""
     if as_json:
         import json
 
         print(json.dumps({"error": message}))
         return Exit(code=1)
-    return Exit(f"error: {message}", code=1)
+    return Exit(f"error: {printable(message)}", code=1)
 
 
 def user_errors(func: Callable) -> Callable:

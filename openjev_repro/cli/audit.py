@@ -8,7 +8,9 @@ from pathlib import Path
 from invoke import Exit, task
 
 from ..errors import EvidenceError
+from ..printable import printable
 from . import FAIL_ON_GATES_HELP, exit_on_failed_gates, user_errors
+from .output import echo
 
 __all__ = ["claims", "compare", "import_evidence", "publish", "verify"]
 
@@ -73,10 +75,10 @@ def verify(c, run, pubkey=None, allow_unsigned=False, source=None, fail_on_gates
     _refuse_what_has_no_manifest(Path(run))
     collection = (Path(run) / "summary.dsse.json").is_file()
     checks = _verify_checks(Path(run), collection, pubkey, allow_unsigned, source)
-    print(format_checks(checks))
+    echo(format_checks(checks))
     failed = [c for c in checks if c.passed is False]
     if failed:
-        raise Exit(f"error: {run} does not verify ({len(failed)} of {len(checks)} checks failed; FAIL lines above).",
+        raise Exit(f"error: {printable(str(run))} does not verify ({len(failed)} of {len(checks)} checks failed; FAIL lines above).",
                    code=1)
     if fail_on_gates and not collection:
         from ..audit.bundle import opened
@@ -108,9 +110,10 @@ def _path_or_none(option: str | None) -> Path | None:
             "allow_incomplete": "compare a run that is not complete (the verdict then says so)"})
 @user_errors
 def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003, allow_incomplete=False):
-    """Compare two runs backend by backend; exit 1 when a declared limit is exceeded, a backend has no
-    counterpart, a measured request failed, or the recipes differ in what was measured (with or without
-    --tolerances)."""
+    """Compare two runs backend by backend, with a verdict; exit 1 on any failure.
+
+    A failure is a declared limit exceeded, a backend without a counterpart, a measured request
+    that failed, or recipes that differ in what was measured (with or without --tolerances)."""
     from ..audit.compare import compare_runs, load_tolerances, to_markdown
 
     if out:
@@ -144,7 +147,7 @@ def _guard_outputs(out: Path) -> None:
 @user_errors
 def claims(c, file):
     """Recompute every derived figure of a published report from its base figures; non-zero exit on a mismatch."""
-    from ..audit.claims import check_claims, load_claims, printable
+    from ..audit.claims import check_claims, load_claims
 
     loaded = load_claims(Path(file))
     what = " · ".join(printable(part) for part in (loaded.report, loaded.experiment) if part) or "a report"
@@ -200,7 +203,7 @@ def import_evidence(c, src, out, format="auto", workload="mixed", subdir=None):
     if format != "auto" and format not in FORMATS:
         raise Exit(f"error: unknown --format {format!r}; supported: auto, {', '.join(FORMATS)}", code=1)
     report = import_evidence(Path(src), Path(out), fmt=format, workload=workload, subdir=subdir)
-    print(format_import_report(report))
+    echo(format_import_report(report))
 
 
 @task(help={"run": "signed, complete run directory", "out": "bundle file to write; its name ends in .tar.gz",

@@ -17,8 +17,9 @@ __all__ = ["fixture"]
             "lengths": "JSON file with an \"input_tokens\" list (default: the study's 74 published lengths)"})
 @user_errors
 def fixture(c, out, lengths=None):
-    """Write the byte-stable fixture checkpoint and its demo and 74-length request files (each for both prompt
-    formats); print their sha256."""
+    """Write the byte-stable fixture checkpoint and its request files; print their sha256.
+
+    The request files: the demo's and the 74 published lengths', each for both prompt formats."""
     from ..backend.fixture import build_fixture, file_table
     from ..backend.peer_inputs import write_peer_inputs
     from ..backend.synthetic import H200_NOUL_INPUT_TOKENS, write_request_files

@@ -10,6 +10,7 @@ from typing import Any
 from invoke import Exit, task
 
 from ..errors import RecipeError
+from ..printable import printable
 from . import user_errors
 
 __all__ = ["collect_task", "status_task", "submit_task"]
@@ -51,7 +52,7 @@ def submit_task(c, recipe=None, replicates=None, key=None, partition=None, gres=
         for k, why in sorted(skipped.items()):
             print(f"replicate {k}: not resubmitted ({why})", file=sys.stderr)
         if todo:
-            print(f"resubmitted replicates {', '.join(map(str, todo))} as job {sub.rounds[-1]['array_job_id']}",
+            print(f"resubmitted replicates {', '.join(map(str, todo))} as job {sub.rounds[-1].array_job_id}",
                   file=sys.stderr)
         else:
             print("nothing to resubmit", file=sys.stderr)
@@ -67,7 +68,7 @@ def submit_task(c, recipe=None, replicates=None, key=None, partition=None, gres=
     options = SbatchOptions(partition=partition, gres=gres, time=time, account=account, exclusive=exclusive)
     sub = submit(recipe=Path(recipe), replicates=count, key=Path(key), out=Path(out), options=options)
     round_ = sub.rounds[-1]
-    print(f"submitted job array {round_['array_job_id']} ({count} replicates): {' '.join(round_['sbatch'])}",
+    print(f"submitted job array {round_.array_job_id} ({count} replicates): {' '.join(round_.sbatch)}",
           file=sys.stderr)
     sys.stdout.write(f"{sub.path}\n")
 
@@ -151,5 +152,5 @@ def collect_task(c, submission=None, pubkey=None, tolerances=None, baseline=None
     print_markdown((result.path / "summary.md").read_text(encoding="utf-8"))  # rendered on a terminal
     sys.stdout.write(f"{result.path}\n")  # never wrapped: the last line is the collect directory
     if result.passed is False:
-        failures = result.summary["verdict"]["failures"]
-        raise Exit(f"error: {len(failures)} tolerance failure(s); see {result.path / 'summary.md'}", code=1)
+        failures = result.summary.verdict.failures
+        raise Exit(f"error: {len(failures)} tolerance failure(s); see {printable(str(result.path / 'summary.md'))}", code=1)

@@ -6,6 +6,7 @@ from typing import Any
 
 from invoke import Exit, task
 
+from ..printable import printable
 from . import user_errors
 
 __all__ = ["build", "lock"]
@@ -77,7 +78,7 @@ def _check_source_option(spec: Any, backend: str, source: str | None, target: st
                    f"{', '.join(s.commit[:7] for s in spec.sources)} (it compiles upstream code; none is in this repository).",
                    code=1)
     if source and not Path(source).is_dir():
-        raise Exit(f"error: --source {source} is not a directory.", code=1)
+        raise Exit(f"error: --source {printable(str(source))} is not a directory.", code=1)
 
 
 def _check_reproducible(diffs: list[str]) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from invoke import task
 
+from ..printable import printable
 from . import metavars, user_errors
 
 __all__ = ["environment", "keygen", "sign"]
@@ -25,15 +26,55 @@ def keygen(c, out):
     print(f"private key: {private} (keep it secret; mode 0600)\npublic key:  {public}\nkeyid:       {kid}")
 
 
-@task(help={"run": "a complete run directory without a manifest",
+@task(help={"run": "a complete run directory without a manifest, or with the UNSIGNED one a study without --key wrote",
             "key": "private key from `invoke keygen`; omit to write an UNSIGNED manifest"})
 @user_errors
 def sign(c, run, key=None):
-    """Write manifest.dsse.json for a complete run (the runner does this itself at the end of a study)."""
+    """Write manifest.dsse.json for a complete run (the runner does this itself at the end of a study).
+
+    A run that holds an UNSIGNED manifest (written by a study run without a key) is signed with the
+    key given once every check of it passes: its files are still what that manifest lists."""
+    from ..evidence.rundir import ENVELOPE_NAME
     from ..manifest.statement import write_manifest
 
-    path = write_manifest(Path(run), key_path=Path(key) if key else None)
-    print(f"{'signed' if key else 'UNSIGNED'} manifest: {path}")
+    path = Path(run)
+    if key and (path / ENVELOPE_NAME).is_file() and _unsigned(path / ENVELOPE_NAME):
+        _sign_over_unsigned(path, Path(key))
+    else:
+        write_manifest(path, key_path=Path(key) if key else None)
+    print(f"{'signed' if key else 'UNSIGNED'} manifest: {path / ENVELOPE_NAME}")
+
+
+def _unsigned(envelope_path: Path) -> bool:
+    from ..manifest.statement import read_statement
+
+    envelope, _ = read_statement(envelope_path)
+    return not envelope.get("signatures")
+
+
+def _sign_over_unsigned(run: Path, key: Path) -> None:
+    """Replace the UNSIGNED manifest by a signed one, only when the run still verifies against it; the
+    unsigned one is put back if signing fails, so the run never ends without a manifest."""
+    from ..audit.verify import verify_dir
+    from ..errors import VerificationError
+    from ..evidence.files import write_bytes_atomic
+    from ..evidence.rundir import ENVELOPE_NAME
+    from ..manifest.keys import load_private_key
+    from ..manifest.statement import write_manifest
+
+    load_private_key(key)  # a bad key is refused before anything moves
+    failed = [c for c in verify_dir(run, allow_unsigned=True) if c.passed is False]
+    if failed:
+        raise VerificationError(f"{printable(str(run))} does not match its UNSIGNED manifest ({failed[0].name}: "
+                                f"{printable(failed[0].detail)}); it is not signed.")
+    unsigned = run / ENVELOPE_NAME
+    kept = unsigned.read_bytes()  # in memory, not beside it: every file in the run is a subject of the statement
+    unsigned.unlink()
+    try:
+        write_manifest(run, key_path=key)
+    except BaseException:
+        write_bytes_atomic(unsigned, kept)
+        raise
 
 
 @task(help={"python": "name=/path/to/python of a backend environment to probe; repeatable",

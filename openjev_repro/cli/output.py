@@ -6,6 +6,7 @@ rich is imported only when something is printed through it, to keep `invoke --li
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import TYPE_CHECKING, ClassVar
 
@@ -13,19 +14,47 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-__all__ = ["UNWRAPPED_WIDTH", "console", "keep_words_whole", "print_markdown"]
+__all__ = ["UNWRAPPED_WIDTH", "console", "echo", "keep_words_whole", "print_markdown"]
 
 UNWRAPPED_WIDTH = 100_000  # wide enough that rich never folds a line of a report or a table
 
 
 def console(stderr: bool = False) -> Console:
-    """A terminal (or rich's FORCE_COLOR/TTY_COMPATIBLE forcing) at its own width; otherwise unwrapped."""
+    """A terminal (or rich's FORCE_COLOR/TTY_COMPATIBLE forcing) at its own width; otherwise unwrapped.
+
+    A closed pipe raises BrokenPipeError, which the task wrapper (`user_errors`) turns into a quiet
+    exit 141; rich's own answer would be a silent exit 1, as if the command had failed."""
     from rich.console import Console
 
     here = Console(stderr=stderr)
-    if here.is_terminal:
-        return here
-    return Console(stderr=stderr, width=UNWRAPPED_WIDTH, soft_wrap=True, highlight=False)
+    if not here.is_terminal:
+        here = Console(stderr=stderr, width=UNWRAPPED_WIDTH, soft_wrap=True, highlight=False)
+    here.on_broken_pipe = _broken_pipe  # type: ignore[method-assign]
+    return here
+
+
+def _broken_pipe() -> None:
+    raise BrokenPipeError("the reader of the output went away")
+
+
+def echo(text: str) -> None:
+    """Print plain lines (a check list, a claims table). Through a pipe or into a file, as they are; on
+    a terminal, a line wider than it is folded at spaces, never inside a word, each continuation
+    indented under the line's last column (where two or more spaces end in its first half)."""
+    import shutil
+    import textwrap
+
+    if not sys.stdout.isatty():
+        print(text)
+        return
+    width = shutil.get_terminal_size().columns
+    for line in text.splitlines():
+        if len(line) <= width:
+            print(line)
+            continue
+        gaps = [m.end() for m in re.finditer(r" {2,}", line[: width // 2])]
+        hang = " " * (gaps[-1] if gaps else 2)
+        print(textwrap.fill(line, width, subsequent_indent=hang, break_long_words=False, break_on_hyphens=False))
 
 
 WHOLE_WORD_LIMIT = 24  # a word up to this long is never split across lines; a longer one (a path) folds

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from invoke import Exit, task
 
 from . import user_errors
+from .output import echo
 
 if TYPE_CHECKING:
     from ..evidence.plan import Plan, PlanStep
@@ -87,7 +88,7 @@ def _print_plan(p: Plan) -> None:
     if p.images:
         out.append("images: " + ", ".join(p.images))
     out += _preparation_lines(p) + _hash_lines(p) + _backend_lines(p) + _pass_and_gate_lines(p)
-    print("\n".join(out))
+    echo("\n".join(out))
 
 
 def _controls_line(controls: Controls) -> str:
@@ -140,8 +141,8 @@ def prepare(c, recipe, inputs=None, dry_run=False, python=None):
     root = Path(inputs) if inputs else None
     if dry_run:
         for a in plan_prepare(loaded, path, root=root, python=python or sys.executable):
-            print(f"[{'done' if a.done else 'todo'}] {a.kind} {a.name}: {a.detail}")
+            echo(f"[{'done' if a.done else 'todo'}] {a.kind} {a.name}: {a.detail}")
             if a.argv and a.kind == "command":
-                print(f"       $ {' '.join(a.argv)}")
+                echo(f"       $ {' '.join(a.argv)}")
         return
     run_prepare(loaded, path, root=root, python=python or sys.executable)

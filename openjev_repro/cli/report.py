@@ -7,6 +7,7 @@ from pathlib import Path
 
 from invoke import Exit, task
 
+from ..printable import printable
 from . import FAIL_ON_GATES_HELP, exit_on_failed_gates, user_errors
 
 __all__ = ["report_task"]
@@ -34,6 +35,6 @@ def report_task(c, run, out=None, fail_on_gates=False):
     status = state_of(RunDir.open(Path(run))).status
     imported = status == Status.IMPORTED and (Path(run) / "import.json").is_file()  # complete, not measured by us
     if status != Status.COMPLETE and not imported:
-        raise Exit(f"error: INCOMPLETE RUN: {run} has status {status!r}; the report above is partial.", code=1)
+        raise Exit(f"error: INCOMPLETE RUN: {printable(str(run))} has status {status!r}; the report above is partial.", code=1)
     if fail_on_gates:
         exit_on_failed_gates(Path(run) / "summary.json", str(run))

@@ -7,11 +7,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from collections.abc import Callable
+import stat
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from ..audit.bundle import opened
 from ..audit.compare import COMPARABLE_STATUSES, compare_runs, run_status
@@ -30,7 +32,8 @@ from ..manifest.dsse import (
     verify_envelope,
 )
 from ..manifest.keys import keyid, load_private_key, load_public_key, trusted_public_key
-from .crosshost import HostRun, backend_report, host_means, load_cross_host_tolerances
+from ..printable import printable
+from .crosshost import BackendReport, HostRun, backend_report, host_means, load_cross_host_tolerances
 from .submission import Submission
 
 __all__ = [
@@ -48,14 +51,73 @@ SUMMARY_FILES = ("summary.json", "summary.md", "means.png")
 SUMMARY_ENVELOPE = "summary.dsse.json"
 
 
+class Baseline(msgspec.Struct, frozen=True, kw_only=True):
+    label: str
+    path: str
+    host: str
+
+
+class Replicate(msgspec.Struct, frozen=True, kw_only=True):
+    label: str
+    host: str
+    run: str
+    manifest_sha256: str
+    verified: bool
+
+
+class Tolerances(msgspec.Struct, frozen=True, kw_only=True):
+    file: str | None
+    compare: dict[str, Any]  # compare's own limits (audit/compare.py), as it checked them
+    cross_host: dict[str, float]
+
+
+class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+    passed: bool | None  # None: no limits declared
+    failures: list[str]
+    note: str | None = None
+
+    @property
+    def word(self) -> str:
+        return {True: "PASS", False: "FAIL", None: "no limits declared"}[self.passed]
+
+
+class CrossHostSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """summary.json of a collection (`invoke collect`), written by `to_json`, read back by `decode`."""
+
+    format_version: int
+    submission: str
+    study: str
+    created_utc: str
+    baseline: Baseline
+    replicates: list[Replicate]
+    tolerances: Tolerances
+    backends: list[BackendReport]
+    verdict: Verdict
+
+    @classmethod
+    def decode(cls, data: object, where: str = "summary.json") -> CrossHostSummary:
+        try:
+            return msgspec.convert(data, cls, strict=False)
+        except msgspec.ValidationError as exc:
+            raise EvidenceError(f"{where}: not a cross-host summary ({exc}).") from None
+
+    def to_json(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
+    def one_host(self) -> str | None:
+        """The host's name when every run (replicates and baseline) ran on the same one: nothing is cross-host."""
+        hosts = {h.host for b in self.backends for h in b.hosts} | {self.baseline.host}
+        return next(iter(hosts)) if len(hosts) == 1 else None
+
+
 @dataclass(frozen=True)
 class Collected:
     path: Path
-    summary: dict[str, Any]
+    summary: CrossHostSummary
 
     @property
     def passed(self) -> bool | None:
-        return self.summary["verdict"]["passed"]
+        return self.summary.verdict.passed
 
 
 def _host_of(run: Path) -> str:
@@ -86,7 +148,7 @@ def _signing_key(sub: Submission, key: Path | None, pubkey: Path) -> Any:
     (the path in submission.json is the submission's word, not the user's)."""
     if key is not None:
         return load_private_key(key)
-    private = load_private_key(Path(str(sub.data.get("key"))))
+    private = load_private_key(Path(sub.record.text("key")))
     if keyid(private.public_key()) != keyid(load_public_key(pubkey)):
         raise VerificationError(f"the key named in {sub.path / 'submission.json'} is not the private half of "
                                 f"--pubkey {pubkey}; give the key that signs the summary with --key.")
@@ -137,7 +199,7 @@ def _sides(hosts: list[HostRun], baseline: Path | None,
 
 
 def _reports(recipe: Recipe, base: HostRun, others: list[HostRun], everyone: list[HostRun],
-             compare_tol: dict[str, Any], cross_tol: dict[str, float]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+             compare_tol: dict[str, Any], cross_tol: dict[str, float]) -> tuple[dict[str, Any], list[BackendReport]]:
     """Each other run compared with the baseline, and a cross-host report per (workload, backend)."""
     # `invoke compare`'s own code, on the run directories (it reads rows, recipe and backends.json).
     comparisons = {run.label: compare_runs(base.path, run.path, tolerances=compare_tol or None).to_json() for run in others}
@@ -159,45 +221,39 @@ def collect(submission: Path, *, pubkey: Path | None = None, tolerances: Path | 
     hosts, recipes = _verified_replicates(sub, pubkey)
     base, base_label, others, everyone = _sides(hosts, baseline, baseline_pubkey)
     comparisons, backends = _reports(recipes[0], base, others, everyone, compare_tol, cross_tol)
-    summary = {
-        "format_version": COLLECT_FORMAT_VERSION, "submission": sub.id, "study": recipes[0].study.id,
-        "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "baseline": {"label": base_label, "path": str(base.path), "host": base.host},
-        "replicates": _replicate_records(hosts),
-        "tolerances": {"file": str(tolerances) if tolerances else None, "compare": compare_tol, "cross_host": cross_tol},
-        "backends": backends,
-        "verdict": _verdict(comparisons, backends, declared=bool(compare_tol or cross_tol)),
-    }
+    summary = CrossHostSummary(
+        format_version=COLLECT_FORMAT_VERSION, submission=sub.id, study=recipes[0].study.id,
+        created_utc=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        baseline=Baseline(label=base_label, path=str(base.path), host=base.host),
+        replicates=[Replicate(label=h.label, host=h.host, run=str(h.path),
+                              manifest_sha256=hash_file(h.path / ENVELOPE_NAME), verified=True) for h in hosts],
+        tolerances=Tolerances(file=str(tolerances) if tolerances else None, compare=compare_tol, cross_host=cross_tol),
+        backends=backends, verdict=_verdict(comparisons, backends, declared=bool(compare_tol or cross_tol)))
     return Collected(_write(sub, summary, signing_key), summary)
 
 
-def _replicate_records(hosts: list[HostRun]) -> list[dict[str, Any]]:
-    return [{"label": h.label, "host": h.host, "run": str(h.path), "manifest_sha256": hash_file(h.path / ENVELOPE_NAME),
-             "verified": True} for h in hosts]
-
-
-def _verdict(comparisons: dict[str, Any], backends: list[dict[str, Any]], *, declared: bool) -> dict[str, Any]:
+def _verdict(comparisons: dict[str, Any], backends: list[BackendReport], *, declared: bool) -> Verdict:
     """Every limit crossed (compare's, per replicate, then the cross-host ones); no verdict without limits."""
     failures = [f"{label}: {f}" for label in comparisons for f in comparisons[label]["verdict"].get("failures", [])]
-    failures += [f for b in backends for f in b["cross_host_failures"]]
-    return {"passed": False if failures else (True if declared else None), "failures": failures,
-            "note": None if declared else "no limits declared"}
+    failures += [f for b in backends for f in b.cross_host_failures]
+    return Verdict(passed=False if failures else (True if declared else None), failures=failures,
+                   note=None if declared else "no limits declared")
 
 
-def _write(sub: Submission, summary: dict[str, Any], key: Any) -> Path:
+def _write(sub: Submission, summary: CrossHostSummary, key: Any) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = sub.path / f"collect-{stamp}"
     n = 1
     while out.exists():  # never overwrite an earlier collection
         n += 1
         out = sub.path / f"collect-{stamp}-{n}"
-    files = {"summary.json": (json.dumps(summary, indent=2, sort_keys=True) + "\n").encode(),
+    files = {"summary.json": (json.dumps(summary.to_json(), indent=2, sort_keys=True) + "\n").encode(),
              "summary.md": to_markdown(summary).encode(), "means.png": plot_means(summary)}
     statement = {"_type": "https://in-toto.io/Statement/v1",
                  "subject": [{"name": n, "digest": {"sha256": hashlib.sha256(d).hexdigest()}} for n, d in files.items()],
                  "predicateType": SUMMARY_PREDICATE_TYPE,
-                 "predicate": {"submission": summary["submission"], "replicates": summary["replicates"],
-                               "verdict": summary["verdict"]}}
+                 "predicate": {"submission": summary.submission, "replicates": summary.to_json()["replicates"],
+                               "verdict": summary.to_json()["verdict"]}}
     payload = json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
     files[SUMMARY_ENVELOPE] = envelope_bytes(make_envelope(payload, key))
     with atomic_directory(out) as tmp:  # the collection appears whole or not at all, no temp left behind
@@ -206,16 +262,30 @@ def _write(sub: Submission, summary: dict[str, Any], key: Any) -> Path:
     return out
 
 
+def _inside(directory: Path, name: str) -> Path:
+    """`directory/name`, refused unless it is a regular file of the directory itself (a symbolic link
+    could point out of it: what it names was never signed as part of this collection)."""
+    path = Path(directory) / name
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        raise VerificationError(f"{printable(str(path))} is missing.") from None
+    if not stat.S_ISREG(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+        raise VerificationError(f"{printable(str(path))} is {kind}; a collection holds only its own regular files.")
+    return path
+
+
 def verify_summary(directory: Path, pubkey: Path) -> str:
     """Check a collection's signature and the digest of each of its files; returns the key id."""
     trusted_public_key(pubkey, Path(directory).parent)  # never a key inside the submission it belongs to
-    envelope = parse_envelope((Path(directory) / SUMMARY_ENVELOPE).read_bytes(), SUMMARY_ENVELOPE)
+    envelope = parse_envelope(_inside(directory, SUMMARY_ENVELOPE).read_bytes(), SUMMARY_ENVELOPE)
     signer = verify_envelope(envelope, load_public_key(pubkey))
     statement = json.loads(payload_of(envelope))
     if not isinstance(statement, dict) or statement.get("predicateType") != SUMMARY_PREDICATE_TYPE:
         raise VerificationError(f"{directory}: not a cross-host summary envelope.")
     for name, sha256 in _signed_subjects(statement, directory):
-        if hash_file(Path(directory) / name) != sha256:
+        if hash_file(_inside(directory, name)) != sha256:
             raise VerificationError(f"{directory}/{name} changed after it was signed.")
     return signer
 
@@ -235,73 +305,28 @@ def _signed_subjects(statement: dict[str, Any], directory: Path) -> list[tuple[s
     return out
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-def _within(h: dict[str, Any], rounded_text: Callable[[str], str]) -> str:
-    """A host row's "within tolerances" cell: baseline, yes, or no with the limits it crossed."""
-    if "mean_ratio" not in h:
-        return "baseline"
-    if not h["failures"]:
-        return "yes"
-    return "no: " + "; ".join(rounded_text(x.split(": ", 1)[1]) for x in h["failures"])
-
-
-def _host_row(h: dict[str, Any], rounded_text: Callable[[str], str]) -> str:
-    lo, hi = h["pass_range_ms"]
-    return (f"| {h['label']} | {h['host']} | {_fmt(h['mean_ms'])} | {_fmt(lo)} – {_fmt(hi)} | "
-            f"{_fmt(h.get('mean_ratio'), 4)} | {h.get('decision_flips', '—')} | "
-            f"{_fmt(h.get('max_abs_probability_delta'), 8)} | "
-            f"{ {True: 'same', False: 'DIFFER', None: '—'}[h.get('weights_same')]} | {_within(h, rounded_text)} |")
-
-
-def _backend_section(b: dict[str, Any], rounded_text: Callable[[str], str]) -> list[str]:
-    """One (workload, backend): the spread in a sentence, a row per host, the cross-host failures."""
-    s = b["spread"]
-    lines = [f"## {b['workload']} / {b['backend']}", "",
-             (f"Per-host means: min {_fmt(s['min_ms'])} ms, max {_fmt(s['max_ms'])} ms, relative range "
-              f"{_fmt(s['relative_range'], 4)}, coefficient of variation {_fmt(s['cv'], 4)} (n={s['n']}). "
-              f"Decision flips against the baseline: {b['decision_flips']}; largest probability difference: "
-              f"{_fmt(b['max_abs_probability_delta'], 8)}."), "",
-             "| run | host | mean (ms) | pass means range (ms) | mean / baseline | flips | max Δp | weights | within tolerances |",
-             "| --- | --- | ---: | --- | ---: | ---: | ---: | --- | --- |"]
-    lines += [_host_row(h, rounded_text) for h in b["hosts"]]
-    if b["cross_host_failures"]:
-        lines += ["", *(f"- cross-host: {f}" for f in b["cross_host_failures"])]
-    return [*lines, ""]
-
-
-def to_markdown(summary: dict[str, Any]) -> str:
+def to_markdown(summary: CrossHostSummary) -> str:
     from ..results.report import rounded_text  # numbers for people: summary.json keeps every digit
 
-    verdict = summary["verdict"]
-    state = {True: "PASS", False: "FAIL", None: "no limits declared"}[verdict["passed"]]
-    one_host = _one_host(summary)
+    one_host = summary.one_host()
     title = f"Replicate report, all on the same host {one_host}" if one_host else "Cross-host report"
-    lines = [f"# {title}: {summary['study']}", "",
-             (f"Submission `{summary['submission']}`, {len(summary['replicates'])} replicates, every one verified "
-             f"(signature, digests, statistics recomputed). Baseline: {summary['baseline']['label']} "
-             f"on {summary['baseline']['host']}."), "", f"**Verdict: {state}**", ""]
-    for b in summary["backends"]:
-        lines += _backend_section(b, rounded_text)
-    if verdict["failures"]:
-        lines += ["## Tolerance failures", "", *(f"- {rounded_text(f)}" for f in verdict["failures"]), ""]
+    lines = [f"# {title}: {summary.study}", "",
+             (f"Submission `{summary.submission}`, {len(summary.replicates)} replicates, every one verified "
+              f"(signature, digests, statistics recomputed). Baseline: {summary.baseline.label} "
+              f"on {summary.baseline.host}."), "", f"**Verdict: {summary.verdict.word}**", ""]
+    for b in summary.backends:
+        lines += b.section(rounded_text)
+    if summary.verdict.failures:
+        lines += ["## Tolerance failures", "", *(f"- {rounded_text(f)}" for f in summary.verdict.failures), ""]
     lines += [("Means are over every measured request of a run; the pass range is the lowest and highest "
               "measured pass mean. Relative range = (max - min) / mean of the per-host means; coefficient of "
               "variation = sample standard deviation / mean of the per-host means."), ""]
     return "\n".join(lines)
 
 
-def _one_host(summary: dict[str, Any]) -> str | None:
-    """The host's name when every run (replicates and baseline) ran on the same one: then nothing is cross-host."""
-    hosts = {h["host"] for b in summary["backends"] for h in b["hosts"]} | {summary["baseline"]["host"]}
-    return next(iter(hosts)) if len(hosts) == 1 else None
-
-
-def _hardware(summary: dict[str, Any]) -> str:
+def _hardware(summary: CrossHostSummary) -> str:
     """What the replicates ran on, from their environment.json: GPU names, else the CPU model."""
-    names = [name for replicate in summary["replicates"] for name in _hardware_of(Path(replicate["run"]))]
+    names = [name for replicate in summary.replicates for name in _hardware_of(Path(replicate.run))]
     return ", ".join(dict.fromkeys(names)) or "hardware not recorded"
 
 
@@ -320,14 +345,14 @@ def _hardware_of(run: Path) -> list[str]:
     return _gpu_names(env) or ([f"CPU only ({cpu})"] if cpu else [])
 
 
-def plot_means(summary: dict[str, Any]) -> bytes:
+def plot_means(summary: CrossHostSummary) -> bytes:
     """One PNG: each host's mean per backend, with its measured pass means range as an error bar."""
     buf = io.BytesIO()
     means_figure(summary).savefig(buf, format="png", metadata={"Software": None})
     return buf.getvalue()
 
 
-def _label_points(groups: list[dict[str, Any]], label: str, i: int,
+def _label_points(groups: list[BackendReport], label: str, i: int,
                   width: float) -> tuple[list[float], list[float], list[float], list[float], str]:
     """One run's points, the `i`-th of each group: x, mean, the pass range below and above it, its host."""
     xs: list[float] = []
@@ -336,39 +361,39 @@ def _label_points(groups: list[dict[str, Any]], label: str, i: int,
     hi: list[float] = []
     host = ""
     for g, b in enumerate(groups):
-        for h in b["hosts"]:
-            if h["label"] == label:
-                host = h["host"]
+        for h in b.hosts:
+            if h.label == label:
+                host = h.host
                 xs.append(g - 0.4 + width * (i + 0.5))
-                ys.append(h["mean_ms"])
-                lo.append(h["mean_ms"] - h["pass_range_ms"][0])
-                hi.append(h["pass_range_ms"][1] - h["mean_ms"])
+                ys.append(h.mean_ms)
+                lo.append(h.mean_ms - h.pass_range_ms[0])
+                hi.append(h.pass_range_ms[1] - h.mean_ms)
     return xs, ys, lo, hi, host
 
 
-def means_figure(summary: dict[str, Any]) -> Any:
+def means_figure(summary: CrossHostSummary) -> Any:
     """The matplotlib Figure behind means.png (Agg canvas, no pyplot state)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    groups = summary["backends"]
-    labels = sorted({h["label"] for b in groups for h in b["hosts"]}, key=lambda x: (x != "baseline", len(x), x))
+    groups = summary.backends
+    labels = sorted({h.label for b in groups for h in b.hosts}, key=lambda x: (x != "baseline", len(x), x))
     fig = Figure(figsize=(max(6.0, 2.2 * len(groups) + 2), 4.8), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(labels))
     for i, label in enumerate(labels):
         xs, ys, lo, hi, host = _label_points(groups, label, i, width)
-        marker = "D" if label in ("baseline", summary["baseline"]["label"]) else "o"
+        marker = "D" if label in ("baseline", summary.baseline.label) else "o"
         role = ", baseline" if marker == "D" and label != "baseline" else ""
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt=marker, capsize=4, label=f"{label} ({host}{role})")
-    ax.set_xticks(range(len(groups)), [f"{b['workload']}\n{b['backend']}" for b in groups])
-    one_host = _one_host(summary)
+    ax.set_xticks(range(len(groups)), [f"{b.workload}\n{b.backend}" for b in groups])
+    one_host = summary.one_host()
     what = f"Replicate means, all on one host ({one_host})" if one_host else "Per-host means"
     ax.set(ylabel="mean latency (ms); error bar: measured pass range")
     ax.set_ylim(0, 1.12 * ax.get_ylim()[1])  # the heights are compared: from zero, with room for the legend
-    fig.suptitle(f"{what}\nstudy {summary['study']} · {_hardware(summary)} · "
-                 f"collected {str(summary.get('created_utc', ''))[:10]}", fontsize=10)
+    fig.suptitle(f"{what}\nstudy {summary.study} · {_hardware(summary)} · "
+                 f"collected {summary.created_utc[:10]}", fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize="small", loc="lower right")
     fig.tight_layout()

@@ -15,10 +15,12 @@ audit/compare.py) plus an optional `cross_host` section on the spread across hos
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from ..audit.compare import TOLERANCE_KEYS, check_tolerances
@@ -29,7 +31,8 @@ from ..evidence.rows import Row
 from ..results.row_table import as_table
 from ..results.statistics import latency_stats
 
-__all__ = ["CROSS_HOST_KEYS", "HostRun", "backend_report", "host_means", "load_cross_host_tolerances", "spread"]
+__all__ = ["CROSS_HOST_KEYS", "BackendReport", "HostEntry", "HostMeans", "HostRun", "Spread", "backend_report",
+           "fmt", "host_means", "load_cross_host_tolerances", "spread"]
 
 CROSS_HOST_KEYS = {"max_relative_range", "max_cv"}
 
@@ -60,80 +63,162 @@ class HostRun:
     rows: list[Row]
 
 
+class HostMeans(msgspec.Struct, frozen=True, kw_only=True):
+    """One run's figures for one (workload, backend): the overall mean and each measured pass's."""
+
+    mean_ms: float
+    pass_means_ms: dict[int, float]
+    pass_range_ms: tuple[float, float]  # the lowest and highest pass mean
+
+
+class Spread(msgspec.Struct, frozen=True, kw_only=True):
+    """The per-host means of one (workload, backend) across hosts."""
+
+    n: int
+    min_ms: float | None
+    max_ms: float | None
+    mean_ms: float | None
+    relative_range: float | None  # (max - min) / mean
+    cv: float | None  # sample standard deviation (ddof=1) / mean
+
+    def failures(self, where: str, limits: dict[str, float]) -> list[str]:
+        """The cross-host limits (max_relative_range, max_cv) this spread exceeds, or cannot show it meets."""
+        found = []
+        for key, name, value in (("max_relative_range", "relative range", self.relative_range),
+                                 ("max_cv", "cv", self.cv)):
+            if key in limits and (value is None or value > limits[key]):
+                found.append(f"{where}: {name} {'—' if value is None else f'{value:.4g}'} exceeds {limits[key]}")
+        return found
+
+
+class HostEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One host's row of a (workload, backend): its means and, when it was compared with the
+    baseline, the ratio, flips, largest probability difference, weights and limits crossed."""
+
+    label: str
+    host: str
+    mean_ms: float
+    pass_means_ms: dict[int, float]
+    pass_range_ms: tuple[float, float]
+    mean_ratio: float | None | msgspec.UnsetType = msgspec.UNSET
+    decision_flips: int | msgspec.UnsetType = msgspec.UNSET
+    max_abs_probability_delta: float | None | msgspec.UnsetType = msgspec.UNSET
+    weights_same: bool | None | msgspec.UnsetType = msgspec.UNSET
+    failures: list[str] | msgspec.UnsetType = msgspec.UNSET
+
+    @property
+    def compared(self) -> bool:
+        return self.decision_flips is not msgspec.UNSET
+
+    def within(self, rounded_text: Callable[[str], str]) -> str:
+        """The "within tolerances" cell: baseline, yes, or no with the limits it crossed."""
+        if not self.compared:
+            return "baseline"
+        if not self.failures:
+            return "yes"
+        return "no: " + "; ".join(rounded_text(x.split(": ", 1)[1]) for x in self.failures or [])
+
+    def row(self, rounded_text: Callable[[str], str]) -> str:
+        lo, hi = self.pass_range_ms
+        ratio = None if self.mean_ratio is msgspec.UNSET else self.mean_ratio
+        delta = None if self.max_abs_probability_delta is msgspec.UNSET else self.max_abs_probability_delta
+        same = None if self.weights_same is msgspec.UNSET else self.weights_same
+        flips = "—" if self.decision_flips is msgspec.UNSET else self.decision_flips
+        return (f"| {self.label} | {self.host} | {fmt(self.mean_ms)} | {fmt(lo)} – {fmt(hi)} | {fmt(ratio, 4)} | "
+                f"{flips} | {fmt(delta, 8)} | {WEIGHTS[same]} | {self.within(rounded_text)} |")
+
+
+WEIGHTS = {True: "same", False: "DIFFER", None: "—"}
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+class BackendReport(msgspec.Struct, frozen=True, kw_only=True):
+    """One (workload, backend) across hosts: every host's row, the spread, flips and failures."""
+
+    workload: str
+    backend: str
+    hosts: list[HostEntry]
+    spread: Spread
+    decision_flips: int
+    max_abs_probability_delta: float | None
+    hosts_outside_tolerances: list[str]
+    cross_host_failures: list[str]
+
+    def section(self, rounded_text: Callable[[str], str]) -> list[str]:
+        """The Markdown section: the spread in a sentence, a row per host, the cross-host failures."""
+        s = self.spread
+        lines = [f"## {self.workload} / {self.backend}", "",
+                 (f"Per-host means: min {fmt(s.min_ms)} ms, max {fmt(s.max_ms)} ms, relative range "
+                  f"{fmt(s.relative_range, 4)}, coefficient of variation {fmt(s.cv, 4)} (n={s.n}). "
+                  f"Decision flips against the baseline: {self.decision_flips}; largest probability difference: "
+                  f"{fmt(self.max_abs_probability_delta, 8)}."), "",
+                 ("| run | host | mean (ms) | pass means range (ms) | mean / baseline | flips | max Δp | weights "
+                 "| within tolerances |"),
+                 "| --- | --- | ---: | --- | ---: | ---: | ---: | --- | --- |"]
+        lines += [h.row(rounded_text) for h in self.hosts]
+        if self.cross_host_failures:
+            lines += ["", *(f"- cross-host: {f}" for f in self.cross_host_failures)]
+        return [*lines, ""]
+
+
 def _mean_ms(latencies: list[float]) -> float:
     mean = latency_stats(latencies).mean_ms
     assert mean is not None  # host_means groups only successful requests, so no list is empty
     return mean
 
 
-def host_means(rows: list[Row]) -> dict[tuple[str, str], dict[str, Any]]:
+def host_means(rows: list[Row]) -> dict[tuple[str, str], HostMeans]:
     """(workload, backend) -> overall mean of the measured latencies and each measured pass's mean."""
     t = as_table(rows)
-    passes = {key: {index: t.latency_ms[idx].tolist() for index, idx in by_pass.items()}
-              for key, by_pass in t.by_pass("measured", ok_only=True).items()}
     out = {}
-    for key, by_pass in passes.items():
-        pass_means = {p: _mean_ms(v) for p, v in sorted(by_pass.items())}
-        out[key] = {"mean_ms": _mean_ms([x for v in by_pass.values() for x in v]),
-                    "pass_means_ms": pass_means,
-                    "pass_range_ms": [min(pass_means.values()), max(pass_means.values())]}
+    for key, by_pass in t.by_pass("measured", ok_only=True).items():
+        latencies = {index: t.latency_ms[idx].tolist() for index, idx in sorted(by_pass.items())}
+        pass_means = {p: _mean_ms(v) for p, v in latencies.items()}
+        out[key] = HostMeans(mean_ms=_mean_ms([x for v in latencies.values() for x in v]), pass_means_ms=pass_means,
+                             pass_range_ms=(min(pass_means.values()), max(pass_means.values())))
     return out
 
 
-def spread(means: list[float]) -> dict[str, float | int | None]:
+def spread(means: list[float]) -> Spread:
     """min, max, relative range ((max - min) / mean) and coefficient of variation (ddof=1) of host means."""
     values = np.asarray(means, dtype=float)
     if values.size == 0:
-        return {"n": 0, "min_ms": None, "max_ms": None, "mean_ms": None, "relative_range": None, "cv": None}
+        return Spread(n=0, min_ms=None, max_ms=None, mean_ms=None, relative_range=None, cv=None)
     centre = float(values.mean())
-    return {"n": int(values.size), "min_ms": float(values.min()), "max_ms": float(values.max()), "mean_ms": centre,
-            "relative_range": float((values.max() - values.min()) / centre) if centre else None,
-            "cv": float(values.std(ddof=1) / centre) if values.size > 1 and centre else None}
+    return Spread(n=int(values.size), min_ms=float(values.min()), max_ms=float(values.max()), mean_ms=centre,
+                  relative_range=float((values.max() - values.min()) / centre) if centre else None,
+                  cv=float(values.std(ddof=1) / centre) if values.size > 1 and centre else None)
 
 
-def _host_entry(run: HostRun, means: dict[str, Any], pair: dict | None) -> dict[str, Any]:
+def _host_entry(run: HostRun, means: HostMeans, pair: dict | None) -> HostEntry:
     """One host's mean and pass range and, when it was compared, its ratio, flips, delta and failures."""
-    entry: dict[str, Any] = {"label": run.label, "host": run.host, **means}
-    if pair is not None:
-        answers = pair["answers"]
-        entry.update(mean_ratio=pair["metrics"]["overall.mean_ms"]["ratio"],
+    if pair is None:
+        return HostEntry(label=run.label, host=run.host, mean_ms=means.mean_ms, pass_means_ms=means.pass_means_ms,
+                         pass_range_ms=means.pass_range_ms)
+    answers = pair["answers"]  # compare's pair (audit/compare.py), read here until it is a typed record
+    return HostEntry(label=run.label, host=run.host, mean_ms=means.mean_ms, pass_means_ms=means.pass_means_ms,
+                     pass_range_ms=means.pass_range_ms, mean_ratio=pair["metrics"]["overall.mean_ms"]["ratio"],
                      decision_flips=len(answers["decision_flips"]),
                      max_abs_probability_delta=answers["max_abs_probability_delta"],
-                     weights_same=(pair.get("weights_fingerprint") or {}).get("same"),
-                     failures=pair["failures"])
-    return entry
+                     weights_same=(pair.get("weights_fingerprint") or {}).get("same"), failures=pair["failures"])
 
 
-def _cross_failures(workload: str, backend: str, stats: dict[str, Any], cross_tol: dict[str, float]) -> list[str]:
-    """The cross-host limits (max_relative_range, max_cv) the spread exceeds, or cannot show it meets."""
-    failures = []
-    for key, stat in (("max_relative_range", "relative_range"), ("max_cv", "cv")):
-        value = stats[stat]
-        if key in cross_tol and (value is None or value > cross_tol[key]):
-            failures.append(f"{workload}/{backend}: {stat.replace('_', ' ')} {'—' if value is None else f'{value:.4g}'} exceeds {cross_tol[key]}")
-    return failures
-
-
-def _compared_totals(per_host: list[dict[str, Any]]) -> dict[str, Any]:
-    """Over the hosts that were compared: decision flips, the largest probability delta, who is outside."""
-    compared = [h for h in per_host if "decision_flips" in h]
-    deltas = [h["max_abs_probability_delta"] for h in compared if h["max_abs_probability_delta"] is not None]
-    return {"decision_flips": sum(h["decision_flips"] for h in compared),
-            "max_abs_probability_delta": max(deltas, default=None),
-            "hosts_outside_tolerances": [h["label"] for h in compared if h["failures"]]}
-
-
-def backend_report(workload: str, backend: str, hosts: list[HostRun], means: dict[str, dict],
-                   comparisons: dict[str, dict], cross_tol: dict[str, float]) -> dict[str, Any]:
+def backend_report(workload: str, backend: str, hosts: list[HostRun], means: dict[str, dict[tuple[str, str], HostMeans]],
+                   comparisons: dict[str, dict], cross_tol: dict[str, float]) -> BackendReport:
     """One (workload, backend): every host's mean and pass range, the spread, flips, tolerance failures."""
-    per_host = []
-    for run in hosts:
-        m = means[run.label].get((workload, backend))
-        if m is not None:
-            per_host.append(_host_entry(run, m, _pair_of(comparisons.get(run.label), workload, backend)))
-    stats = spread([h["mean_ms"] for h in per_host])
-    return {"workload": workload, "backend": backend, "hosts": per_host, "spread": stats,
-            **_compared_totals(per_host), "cross_host_failures": _cross_failures(workload, backend, stats, cross_tol)}
+    per_host = [_host_entry(run, m, _pair_of(comparisons.get(run.label), workload, backend))
+                for run in hosts if (m := means[run.label].get((workload, backend))) is not None]
+    stats = spread([h.mean_ms for h in per_host])
+    compared = [h for h in per_host if h.compared]
+    deltas = [h.max_abs_probability_delta for h in compared if isinstance(h.max_abs_probability_delta, float)]
+    return BackendReport(workload=workload, backend=backend, hosts=per_host, spread=stats,
+                         decision_flips=sum(h.decision_flips for h in compared if isinstance(h.decision_flips, int)),
+                         max_abs_probability_delta=max(deltas, default=None),
+                         hosts_outside_tolerances=[h.label for h in compared if h.failures],
+                         cross_host_failures=stats.failures(f"{workload}/{backend}", cross_tol))
 
 
 def _pair_of(comparison: dict | None, workload: str, backend: str) -> dict | None:

@@ -8,16 +8,18 @@ and no recipe text (a note holding a newline) can reach the shell.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from ..evidence.recipe import parse_duration
 
 __all__ = ["SbatchOptions", "one_line", "render_script", "sbatch_argv", "slurm_time"]
 
 
-@dataclass(frozen=True)
-class SbatchOptions:
+class SbatchOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """sbatch's options of a submission (submission.json's `sbatch_options`)."""
+
     partition: str | None = None
     gres: str | None = None  # e.g. gpu:1 (or gpu:h200:1)
     time: str | None = None  # a duration such as 45m or 2h

@@ -133,7 +133,7 @@ def _terminations(sub: Submission, k: int) -> list[dict[str, Any]]:
 
 
 def replicate_status(sub: Submission) -> list[dict[str, Any]]:
-    states = job_states([r["array_job_id"] for r in sub.rounds], output_under=f"{sub.path}/")
+    states = job_states([r.array_job_id for r in sub.rounds], output_under=f"{sub.path}/")
     settle(sub, states)
     rows = []
     for k in sub.replicates:

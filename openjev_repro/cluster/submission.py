@@ -14,23 +14,28 @@
 
 from __future__ import annotations
 
-import json
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from ..errors import EvidenceError
 from ..evidence.files import read_versioned, write_json_atomic
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status
+from ..printable import printable
+from .jobscript import SbatchOptions
 
 __all__ = [
     "ATTEMPT_FORMAT_VERSION",
     "SLURM_CAUSE",
     "SUBMISSION_FORMAT_VERSION",
+    "Round",
     "RunAttempt",
     "Submission",
+    "SubmissionRecord",
     "utc_now",
     "with_slurm_cause",
 ]
@@ -70,58 +75,65 @@ class RunAttempt:
 
 
 MAX_REPLICATES = 10_000
-_TEXT_FIELDS = ("id", "study_id", "recipe", "recipe_sha256", "key", "pubkey", "python", "repo", "job_name", "comment")
-_OPTION_TYPES: dict[str, tuple[type, ...]] = {"partition": (str,), "gres": (str,), "time": (str,), "account": (str,),
-                                              "exclusive": (bool,), "cpus_per_task": (int,)}
+_JOB_ID = msgspec.Meta(ge=0, le=2**63 - 1)
 
 
-def _is_int(value: Any, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+class Round(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One sbatch of the submission: which replicates, as which array job, with which script and argv."""
+
+    round: int | msgspec.UnsetType = msgspec.UNSET
+    array_job_id: Annotated[int, _JOB_ID]
+    replicates: list[Annotated[int, msgspec.Meta(ge=1, le=MAX_REPLICATES)]]
+    script: str = ""
+    sbatch: list[str] = msgspec.field(default_factory=list)
+    submitted_utc: str | msgspec.UnsetType = msgspec.UNSET
 
 
-def _round_problem(number: int, entry: Any, replicates: int) -> str | None:
-    if not isinstance(entry, dict) or not _is_int(entry.get("array_job_id"), 0, 2**63 - 1):
-        return f"round {number} is not an object with an integer array_job_id"
-    ks = entry.get("replicates")
-    if not isinstance(ks, list) or not all(_is_int(k, 1, replicates) for k in ks):
-        return f"round {number}: replicates must be a list of replicate numbers 1..{replicates}"
-    if not isinstance(entry.get("script", ""), str):
-        return f"round {number}: script must be a file name"
-    return None
+class SubmissionRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """submission.json, decoded once. Fields an older `submit` did not write are UNSET; what a new
+    sbatch round needs is asked for by `Submission.resumable`."""
 
+    format_version: int
+    replicates: Annotated[int, msgspec.Meta(ge=1, le=MAX_REPLICATES)]
+    id: str | msgspec.UnsetType = msgspec.UNSET
+    study_id: str | msgspec.UnsetType = msgspec.UNSET
+    created_utc: str | msgspec.UnsetType = msgspec.UNSET
+    recipe: str | msgspec.UnsetType = msgspec.UNSET
+    recipe_sha256: str | msgspec.UnsetType = msgspec.UNSET
+    key: str | msgspec.UnsetType = msgspec.UNSET
+    pubkey: str | msgspec.UnsetType = msgspec.UNSET
+    sbatch_options: SbatchOptions | msgspec.UnsetType = msgspec.UNSET
+    job_name: str | msgspec.UnsetType = msgspec.UNSET
+    comment: str | msgspec.UnsetType = msgspec.UNSET
+    repo: str | msgspec.UnsetType = msgspec.UNSET
+    python: str | msgspec.UnsetType = msgspec.UNSET
+    gpu_controls: bool = False
+    rounds: list[Round] = msgspec.field(default_factory=list)
 
-def _options_ok(options: Any) -> bool:
-    if not isinstance(options, dict):
-        return False
-    for key, value in options.items():
-        kind = _OPTION_TYPES.get(key)
-        if kind is None or not (value is None or isinstance(value, kind)):
-            return False
-        if isinstance(value, bool) and key != "exclusive":
-            return False
-    return True
+    def __post_init__(self) -> None:
+        for number, entry in enumerate(self.rounds, 1):
+            if any(k > self.replicates for k in entry.replicates):
+                raise ValueError(f"round {number}: replicates must be replicate numbers 1..{self.replicates}")
 
+    def missing(self, *names: str) -> list[str]:
+        """Which of these fields an older `submit` did not write."""
+        return [name for name in names if getattr(self, name) is msgspec.UNSET]
 
-def _shape_problem(data: dict[str, Any]) -> str | None:
-    """What is wrong with a submission.json's fields, or None (fields `submit` may not have written are optional)."""
-    replicates: Any = data.get("replicates")
-    if not _is_int(replicates, 1, MAX_REPLICATES):
-        return f"replicates must be an integer 1..{MAX_REPLICATES}, not {json.dumps(replicates)[:40]}"
-    bad = [k for k in _TEXT_FIELDS if k in data and not isinstance(data[k], str)]
-    if bad:
-        return f"{bad[0]} must be text"
-    rounds = data.get("rounds", [])
-    if not isinstance(rounds, list):
-        return "rounds must be a list"
-    if not _options_ok(data.get("sbatch_options", {})):
-        return "sbatch_options must map partition, gres, time, account, exclusive, cpus_per_task to their types"
-    return next((p for n, r in enumerate(rounds, 1) if (p := _round_problem(n, r, replicates))), None)
+    def text(self, name: str) -> str:
+        """A text field that must be there (EvidenceError when an older submission lacks it)."""
+        value = getattr(self, name)
+        if not isinstance(value, str):
+            raise EvidenceError(f"submission.json has no {name}; only `invoke submit` writes it, so this "
+                                "submission cannot be used for that.")
+        return value
 
 
 class Submission:
-    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+    """A submission directory and its record (submission.json)."""
+
+    def __init__(self, path: Path, record: SubmissionRecord) -> None:
         self.path = Path(path)
-        self.data = data
+        self.record = record
 
     # --- create / open ------------------------------------------------------------
     @classmethod
@@ -129,8 +141,9 @@ class Submission:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         path = Path(parent).resolve() / f"{study_id}-{stamp}-{secrets.token_hex(3)}"
         path.mkdir(parents=True, exist_ok=False)
-        sub = cls(path, dict(data, format_version=SUBMISSION_FORMAT_VERSION, id=path.name, study_id=study_id,
-                             created_utc=utc_now(), rounds=[]))
+        record = msgspec.convert(dict(data, format_version=SUBMISSION_FORMAT_VERSION, id=path.name, study_id=study_id,
+                                      created_utc=utc_now(), rounds=[]), SubmissionRecord)
+        sub = cls(path, record)
         for k in sub.replicates:
             sub.replicate_dir(k).mkdir()
         sub.save()
@@ -144,26 +157,27 @@ class Submission:
             raise EvidenceError(f"{path} is not a submission directory (no {SUBMISSION_FILE}); "
                                 "pass the directory `invoke submit` printed.")
         data = read_versioned(file, (SUBMISSION_FORMAT_VERSION,))
-        problem = _shape_problem(data)
-        if problem:
-            raise EvidenceError(f"{file} is damaged ({problem}); only `invoke submit` writes it.")
-        return cls(path, data)
+        try:
+            record = msgspec.convert(data, SubmissionRecord)
+        except msgspec.ValidationError as exc:
+            raise EvidenceError(f"{file} is damaged ({printable(str(exc))}); only `invoke submit` writes it.") from None
+        return cls(path, record)
 
     def save(self) -> None:
-        write_json_atomic(self.path / SUBMISSION_FILE, self.data)
+        write_json_atomic(self.path / SUBMISSION_FILE, msgspec.to_builtins(self.record))
 
     # --- layout -------------------------------------------------------------------
     @property
     def id(self) -> str:
-        return str(self.data["id"])
+        return self.record.text("id")
 
     @property
     def replicates(self) -> list[int]:
-        return list(range(1, int(self.data["replicates"]) + 1))
+        return list(range(1, self.record.replicates + 1))
 
     @property
     def pubkey(self) -> Path:
-        return self.path / str(self.data["pubkey"])
+        return self.path / self.record.text("pubkey")
 
     def replicate_dir(self, k: int) -> Path:
         return self.path / f"replicate-{k}"
@@ -172,18 +186,18 @@ class Submission:
         return self.path / f"job-{round_number}.sh"
 
     def add_round(self, array_job_id: int, replicates: list[int], script: Path, argv: list[str]) -> None:
-        self.data["rounds"].append({"round": len(self.data["rounds"]) + 1, "array_job_id": array_job_id,
-                                    "replicates": replicates, "script": script.name, "sbatch": argv,
-                                    "submitted_utc": utc_now()})
+        new = Round(round=len(self.record.rounds) + 1, array_job_id=array_job_id, replicates=replicates,
+                    script=script.name, sbatch=argv, submitted_utc=utc_now())
+        self.record = msgspec.structs.replace(self.record, rounds=[*self.record.rounds, new])
         self.save()
 
     @property
-    def rounds(self) -> list[dict[str, Any]]:
-        return list(self.data.get("rounds", []))
+    def rounds(self) -> list[Round]:
+        return list(self.record.rounds)
 
     def latest_job(self, k: int) -> int | None:
         """The array job id of the last round that submitted replicate k."""
-        jobs = [r["array_job_id"] for r in self.rounds if k in r["replicates"]]
+        jobs = [r.array_job_id for r in self.rounds if k in r.replicates]
         return jobs[-1] if jobs else None
 
     # --- evidence -----------------------------------------------------------------

@@ -3,16 +3,18 @@ replicates that have no complete evidence (and are not queued or running)."""
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import sys
 from pathlib import Path
+
+import msgspec
 
 from ..errors import EvidenceError, RecipeError, ReproError
 from ..evidence.recipe import Recipe, load_recipe, parse_duration
 from ..evidence.rundir import guard_output
 from ..hashing import hash_file
 from ..manifest.keys import PUBLIC_KEY_NAME, load_private_key
+from ..printable import printable
 from ..study.plan import REPRO_ROOT
 from .jobscript import SbatchOptions, render_script, sbatch_argv
 from .slurm import TERMINAL, job_states, sbatch
@@ -50,9 +52,10 @@ def _check_gres(parsed: Recipe, recipe: Path, options: SbatchOptions) -> None:
 def _slurm_metadata(parsed: Recipe, options: SbatchOptions) -> tuple[SbatchOptions, dict[str, str]]:
     """The options with the reservation's timeout as --time when none was given, and the job's name and comment."""
     reservation = parsed.controls.reservation
-    note = " ".join((reservation.note if reservation is not None else "").split())  # Slurm metadata: one line
+    # Slurm metadata: one line, no control character (a NUL cannot even pass through argv)
+    note = printable(" ".join((reservation.note if reservation is not None else "").split()))
     if options.time is None and reservation is not None:
-        options = dataclasses.replace(options, time=reservation.timeout)
+        options = msgspec.structs.replace(options, time=reservation.timeout)
     study = parsed.study.id
     return options, {"job_name": (note or study)[:120], "comment": f"openjev-repro {study}" + (f": {note}" if note else "")}
 
@@ -73,8 +76,8 @@ def submit(*, recipe: Path, replicates: int, key: Path, out: Path, options: Sbat
     (sub.path / PUBLIC_KEY_NAME).write_bytes(public)
     try:
         _sbatch_round(sub, sub.replicates)
-    except ReproError:
-        shutil.rmtree(sub.path)  # nothing was queued: leave no half-made submission behind
+    except (ReproError, OSError, ValueError):  # sbatch refused or could not run: nothing was queued
+        shutil.rmtree(sub.path)  # leave no half-made submission behind
         raise
     return sub
 
@@ -82,10 +85,11 @@ def submit(*, recipe: Path, replicates: int, key: Path, out: Path, options: Sbat
 def _sbatch_round(sub: Submission, replicates: list[int]) -> int:
     round_number = len(sub.rounds) + 1
     script = sub.script_path(round_number)
-    opts = SbatchOptions(**sub.data["sbatch_options"])
-    argv = sbatch_argv(opts, replicates=replicates, submission=sub.path, job_name=sub.data["job_name"],
-                       comment=sub.data["comment"], workdir=Path(sub.data["repo"]))
-    script.write_text(render_script(submission=sub.path, python=sub.data["python"], argv=argv,
+    record = sub.record
+    opts = record.sbatch_options if isinstance(record.sbatch_options, SbatchOptions) else SbatchOptions()
+    argv = sbatch_argv(opts, replicates=replicates, submission=sub.path, job_name=record.text("job_name"),
+                       comment=record.text("comment"), workdir=Path(record.text("repo")))
+    script.write_text(render_script(submission=sub.path, python=record.text("python"), argv=argv,
                                     round_number=round_number), encoding="utf-8")
     script.chmod(0o755)
     array_job_id = sbatch(argv, str(script))
@@ -95,8 +99,7 @@ def _sbatch_round(sub: Submission, replicates: list[int]) -> int:
 
 def _resumable(sub: Submission) -> Submission:
     """The submission, once it holds every field a new sbatch round needs."""
-    missing = [k for k in ("recipe", "recipe_sha256", "job_name", "comment", "repo", "python", "sbatch_options")
-               if k not in sub.data]
+    missing = sub.record.missing("recipe", "recipe_sha256", "job_name", "comment", "repo", "python", "sbatch_options")
     if missing:
         raise EvidenceError(f"{sub.path / 'submission.json'} is damaged (no {', '.join(missing)}); "
                             "only `invoke submit` writes it, so it cannot be resumed.")
@@ -106,10 +109,11 @@ def _resumable(sub: Submission) -> Submission:
 def resume(path: Path) -> tuple[Submission, list[int], dict[int, str]]:
     """Resubmit replicates without complete evidence; returns (submission, resubmitted, skipped with why)."""
     sub = _resumable(Submission.open(path))
-    if hash_file(sub.data["recipe"]) != sub.data["recipe_sha256"]:
-        raise RecipeError(f"{sub.data['recipe']} changed since it was submitted; a resumed replicate must run "
+    recipe = sub.record.text("recipe")
+    if hash_file(recipe) != sub.record.recipe_sha256:
+        raise RecipeError(f"{recipe} changed since it was submitted; a resumed replicate must run "
                           "the same recipe. Submit a new study instead.")
-    states = job_states([r["array_job_id"] for r in sub.rounds], output_under=f"{sub.path}/")
+    states = job_states([r.array_job_id for r in sub.rounds], output_under=f"{sub.path}/")
     settle(sub, states)
     todo, skipped = [], {}
     for k in sub.replicates:

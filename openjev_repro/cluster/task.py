@@ -46,9 +46,10 @@ def study_argv(sub: Submission, replicate_dir: Path, gpu: dict[str, Any] | None)
 
     That GPU goes through the study's run-time override (`--gpu-uuid`, `--gpu-index`), recorded
     as host.json's gpu_override with source "slurm" beside the recipe's own controls.gpu."""
-    argv = [sub.data["python"], "-m", "invoke", "--search-root", sub.data["repo"], "study",
-            "--recipe", sub.data["recipe"], "--out", str(replicate_dir), "--key", sub.data["key"]]
-    if sub.data.get("gpu_controls"):
+    record = sub.record
+    argv = [record.text("python"), "-m", "invoke", "--search-root", record.text("repo"), "study",
+            "--recipe", record.text("recipe"), "--out", str(replicate_dir), "--key", record.text("key")]
+    if record.gpu_controls:
         if gpu is None or not gpu.get("uuid"):
             why = "no GPU in the allocation" if gpu is None else gpu.get("uuid_error")
             raise TaskFailed(f"the recipe pins a GPU but the allocated one is unknown ({why}); "
@@ -111,12 +112,13 @@ def _study_argv_checked(sub: Submission, replicate_dir: Path, gpu: Any) -> list[
 
     Raises TaskFailed naming what differs from the submission or is not usable on this node.
     """
-    if hash_file(sub.data["recipe"]) != sub.data["recipe_sha256"]:
-        raise TaskFailed(f"{sub.data['recipe']} changed since submission")
-    if bool(load_recipe(sub.data["recipe"]).controls.gpu) != bool(sub.data.get("gpu_controls")):
+    recipe = sub.record.text("recipe")
+    if hash_file(recipe) != sub.record.recipe_sha256:
+        raise TaskFailed(f"{recipe} changed since submission")
+    if bool(load_recipe(recipe).controls.gpu) != sub.record.gpu_controls:
         raise TaskFailed("the recipe's GPU controls differ from the submission's")
     try:  # the study signs at its very end: an unreadable key must fail before it measures anything
-        load_private_key(Path(sub.data["key"]))
+        load_private_key(Path(sub.record.text("key")))
     except ReproError as exc:
         raise TaskFailed(f"the signing key is not usable on this node: {exc}") from None
     return study_argv(sub, replicate_dir, gpu)
@@ -181,7 +183,7 @@ def run_task(sub: Submission, k: int) -> int:
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     print(f"replicate {k}: {' '.join(argv)}", file=sys.stderr, flush=True)
-    child = subprocess.Popen(argv, cwd=sub.data["repo"])
+    child = subprocess.Popen(argv, cwd=sub.record.text("repo"))
     if terminated:  # the signal came before the study started
         child.terminate()
     code = child.wait()

@@ -66,8 +66,8 @@ def check_out_dir(out_dir: Path) -> None:
     guard_output(out_dir, directory=True)  # never inside a run: its files are evidence
 
 
-def input_fix(study: ResolvedRecipe) -> str:
-    """The command that (re)creates a recipe's inputs."""
+def input_fix(study: ResolvedRecipe, *, changed: bool = False) -> str:
+    """The command that (re)creates a recipe's inputs; `changed`: some are there, with other bytes."""
     recipe, root = study.recipe, study.root
     if recipe.preparation is not None:
         return f"`invoke prepare --recipe {study.path}` fetches and builds them"
@@ -76,6 +76,8 @@ def input_fix(study: ResolvedRecipe) -> str:
         # the layout `invoke fixture` writes (the demo's inputs)
         relative = Path(os.path.relpath(root))
         shown = root if relative.parts[:1] == ("..",) else relative
+        if changed:  # `invoke fixture` writes only into an empty folder
+            return f"`rm -r {shown} && invoke fixture --out {shown}` writes them again"
         hint = "`make demo` builds them, or " if shown == Path(".cache/demo") else ""
         return f"{hint}`invoke fixture --out {shown}` writes them"
     return f"restore them under {root}"

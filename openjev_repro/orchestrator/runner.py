@@ -354,7 +354,7 @@ def step_inputs(ctx: StudyRun) -> None:
     write_json_atomic(ctx.run.file("inputs.json"), record.to_json())
     if any(c.status != "ok" for c in checks) and ctx.progress.console is not None:
         ctx.progress.console.print(checks_table(checks, root))
-    require_all_ok(checks, root, input_fix(ctx.plan.study))
+    require_all_ok(checks, root, input_fix(ctx.plan.study, changed=True))
     ctx.progress.message(f"inputs: {len(checks)} files verified by sha256")
 
 

@@ -49,6 +49,7 @@ from ..evidence.summary import (
     WorkloadSummary,
     read_summary,
 )
+from ..printable import printable
 from .energy import GPU_FILE, read_gpu_events
 from .floor import floor_lines
 from .gpu_report import energy_lines
@@ -112,7 +113,7 @@ def drift_banner(drift: Sequence[str]) -> list[str]:
         return []
     return [(f"> **ENVIRONMENT DRIFT** - measured with --allow-environment-drift; {len(drift)} difference(s) "
              "between what the recipe declares and what the backends reported (environment_check.json):"), ">",
-            *[f"> - {d}" for d in drift], ""]
+            *[f"> - {printable(d)}" for d in drift], ""]
 
 
 def recorded_drift(run: RunDir) -> list[str]:
@@ -122,7 +123,7 @@ def recorded_drift(run: RunDir) -> list[str]:
 
 
 def incomplete_banner(state: StateRecord) -> str:
-    why = f" Error: {state.error}" if state.error else ""
+    why = f" Error: {printable(state.error)}" if state.error else ""
     return (
         f"> **INCOMPLETE RUN** - state.json status is {state.status!r}, not 'complete'. The figures below cover only "
         f"the requests that finished; they are not the study's result and must not be cited as such.{why}"

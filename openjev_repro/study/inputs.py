@@ -91,7 +91,13 @@ def require_all_ok(checks: list[InputCheck], root: Path, fix: str = "restore the
         listed = ", ".join(f"{c.path} {c.status}" for c in bad[:3])
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
         raise InputMismatch(f"{len(bad)} input(s) under {root} do not match the recipe ({listed}{more}); "
-                            f"nothing was started; {fix}.")
+                            f"no backend was started; {fix}.")
+
+
+def _distinct_prefix(expected: str, actual: str, least: int = 12) -> int:
+    """How many digits show two digests apart: `least`, or up to the first that differs and 4 more."""
+    first = next((i for i, (a, b) in enumerate(zip(expected, actual, strict=False)) if a != b), None)
+    return max(least, first + 4) if first is not None else max(len(expected), len(actual))
 
 
 def checks_table(checks: list[InputCheck], root: Path) -> Table:
@@ -102,7 +108,8 @@ def checks_table(checks: list[InputCheck], root: Path) -> Table:
     for c in checks:
         digest = (c.expected or "-")[:12]
         if c.status != "ok":
-            digest += f" → {(c.actual or '-')[:12]}"
+            shown = _distinct_prefix(c.expected or "-", c.actual or "-")
+            digest = f"{(c.expected or '-')[:shown]} → {(c.actual or '-')[:shown]}"
         size = "-" if c.size is None else f"{c.size:,}"
         table.add_row(f"[{colours[c.status]}]{c.status}[/]", c.path, c.role, size, digest)
     return table

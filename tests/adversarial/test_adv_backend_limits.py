@@ -5,6 +5,7 @@ per-request compute deadline hold, and /health keeps answering while the model i
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -92,17 +93,23 @@ def test_the_compute_deadline_ends_a_long_request_and_health_keeps_answering(ser
     thread = threading.Thread(target=lambda: big.update(r=_post(server, json.dumps(_choice_request(2, 150)).encode())))
     started = time.monotonic()
     thread.start()
-    time.sleep(0.3)
-    health_started = time.monotonic()
-    health = httpx.get(f"{server.url}/health", timeout=10)
-    health_s = time.monotonic() - health_started
+    while True:  # until the big request holds the model (no sleep guessing when that is)
+        health = httpx.get(f"{server.url}/health", timeout=10)
+        health_answered = time.monotonic()
+        if health.json()["busy"] or not thread.is_alive():
+            break
+        time.sleep(0.01)
     small = _post(server, BODY)  # queued behind the big one: answered once it has ended
     small_s = time.monotonic() - started
     thread.join(30)
     big_s = time.monotonic() - started
-    assert health.status_code == 200 and health.json()["busy"] is True and health_s < 0.5
+    # /health answered while the big request computed: before it ended (its own clock, not a fixed bound)
+    assert health.status_code == 200 and health.json()["busy"] is True and health_answered - started < big_s
     response = big["r"]
     assert response.status_code == 503 and response.json()["error"]["type"] == "compute_deadline"
-    assert "compute deadline of 1 s (--compute-timeout) after" in response.json()["error"]["message"]
-    assert big_s < 3.0  # ended near its 1 s deadline, not after every candidate was scored
-    assert small.status_code == 200 and small_s < 4.0
+    message = response.json()["error"]["message"]
+    assert "compute deadline of 1 s (--compute-timeout) after" in message
+    # cut at its deadline, not after every candidate was scored: counted by the server, not timed here
+    scored = int(re.search(r"after (\d+) of 300 candidate sequences", message).group(1))
+    assert 0 <= scored < 300, message
+    assert big_s < 30 and small.status_code == 200 and small_s < 30  # bounds only against a hang

@@ -89,14 +89,16 @@ def test_an_undeclared_fifo_in_a_scanned_folder_fails_verify_inputs(tmp_path):
     assert "requests/pipe" in proc.stdout + proc.stderr and "undeclared" in proc.stdout + proc.stderr
 
 
-SHAPES = [
-    ("replicates", "two", "replicates must be an integer 1..10000"),
-    ("replicates", True, "replicates must be an integer 1..10000"),
-    ("rounds", {"a": 1}, "rounds must be a list"),
-    ("rounds", [{"array_job_id": "7", "replicates": [1]}], "round 1 is not an object with an integer array_job_id"),
-    ("rounds", [{"array_job_id": 7, "replicates": [[1]]}], "round 1: replicates must be a list of replicate numbers"),
-    ("sbatch_options", {"partition": ["x"]}, "sbatch_options must map"),
-    ("key", 5, "key must be text"),
+SHAPES = [  # submission.json is decoded into its record: msgspec names the field path of what is wrong
+    ("replicates", "two", "Expected `int`, got `str` - at `$.replicates`"),
+    ("replicates", True, "Expected `int`, got `bool` - at `$.replicates`"),
+    ("replicates", 0, "Expected `int` >= 1 - at `$.replicates`"),
+    ("rounds", {"a": 1}, "Expected `array`, got `object` - at `$.rounds`"),
+    ("rounds", [{"array_job_id": "7", "replicates": [1]}], "Expected `int`, got `str` - at `$.rounds[0].array_job_id`"),
+    ("rounds", [{"array_job_id": 7, "replicates": [[1]]}], "Expected `int`, got `array` - at `$.rounds[0].replicates[0]`"),
+    ("rounds", [{"array_job_id": 7, "replicates": [2]}], "round 1: replicates must be replicate numbers 1..1"),
+    ("sbatch_options", {"partition": ["x"]}, "Expected `str | null`, got `array` - at `$.sbatch_options.partition`"),
+    ("key", 5, "Expected `str`, got `int` - at `$.key`"),
 ]
 
 

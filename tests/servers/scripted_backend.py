@@ -10,6 +10,7 @@ Behaviour comes from the environment:
     SCRIPTED_DELAY_S seconds every /v1/systemone answer waits (default 0), to make passes last
     SCRIPTED_HEADER  "Name: value", a header every /v1/systemone answer carries (e.g. X-Queue-Time-Ms: 1e308)
     SCRIPTED_PAD_BYTES  bytes of padding in every /v1/systemone answer's metadata (a huge answer)
+    SCRIPTED_HEALTH_FILE  a JSON file whose object is merged into the /health answer (e.g. `packages`)
 
 A slow answer prints SLOW_STARTED first, so a test can wait for that line in the backend's log
 instead of sleeping a fixed time.
@@ -22,6 +23,7 @@ import signal
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 FAULT = os.environ.get("SCRIPTED_FAULT", "none")
 AFTER = int(os.environ.get("SCRIPTED_AFTER", "0"))
@@ -30,6 +32,8 @@ TRICKLE_S = float(os.environ.get("SCRIPTED_TRICKLE_S", "0.5"))
 HEADER = os.environ.get("SCRIPTED_HEADER", "")
 PAD_BYTES = int(os.environ.get("SCRIPTED_PAD_BYTES", "0"))
 SLOW_S = float(os.environ.get("SCRIPTED_SLOW_S", "5"))  # how long a `slow` answer takes
+HEALTH_FILE = os.environ.get("SCRIPTED_HEALTH_FILE")
+HEALTH_EXTRA = json.loads(Path(HEALTH_FILE).read_text(encoding="utf-8")) if HEALTH_FILE else {}
 served = 0
 SLOW_STARTED = "scripted backend: slow answer started"  # printed (to the backend log) as a slow answer begins
 
@@ -60,7 +64,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             if FAULT == "never_ready":
                 return self._send(503, b'{"status":"loading"}')
-            return self._send(200, json.dumps({"status": "ready", "model": "scripted", "method": "scripted"}).encode(),
+            health = {"status": "ready", "model": "scripted", "method": "scripted", **HEALTH_EXTRA}
+            return self._send(200, json.dumps(health).encode(),
                               trickle=FAULT == "trickle_health")
         self._send(404, b'{"error":"not found"}')
 
