@@ -35,7 +35,7 @@ from .figures import (
 )
 from .imports import provenance, sha256sums, system1, timings
 from .imports.manifest import SourceManifest, locate_source, read_source_manifest, verify_source
-from .imports.run import IMPORT_FORMAT_VERSION, REPORT_FILES, converted_files
+from .imports.run import IMPORT_FORMAT_VERSION, REPORT_FILES, Origin, converted_files
 from .imports.system1 import import_system1
 
 __all__ = [
@@ -70,7 +70,7 @@ FORMATS: dict[str, tuple[Callable[[Path], bool], Importer]] = {
 
 
 def detect_format(src: Path) -> str:
-    """The one format whose layout `src` holds; InputMismatch when none or several fit."""
+    """The one format whose layout `src` holds; InputMismatch when none or several fit (never a guess)."""
     src = Path(src)
     if not src.is_dir():
         raise InputMismatch(f"{src}: not a directory; --src names the published evidence folder.")
@@ -78,17 +78,22 @@ def detect_format(src: Path) -> str:
     if not found:
         raise InputMismatch(f"{src}: no known layout (manifest.json, provenance.json with raw-*.jsonl, SHA256SUMS, "
                             f"or timings.csv with summary.json); name one with --format ({', '.join(FORMATS)}).")
+    if len(found) > 1:
+        raise InputMismatch(f"{src}: holds the layouts of {' and '.join(found)}; --format auto picks none of "
+                            f"them, name the one you mean with --format.")
     return found[0]
 
 
 def import_evidence(src: Path, out: Path, *, fmt: str = "auto", workload: str = "mixed",
-                    subdir: str | None = None) -> dict:
-    """Import `src` in format `fmt` ("auto": detected) into the new run directory `out`."""
+                    subdir: str | None = None, origin: Origin | None = None) -> dict:
+    """Import `src` in format `fmt` ("auto": detected) into the new run directory `out`.
+
+    NotReproduced (nothing written) when a published figure does not reproduce from the published rows."""
     name = detect_format(Path(src)) if fmt == "auto" else fmt
     if name not in FORMATS:
         raise InputMismatch(f"unknown --format {fmt!r}; supported: auto, {', '.join(FORMATS)}.")
     _, importer = FORMATS[name]
-    return importer(Path(src), Path(out), workload=workload, subdir=subdir)
+    return importer(Path(src), Path(out), workload=workload, subdir=subdir, origin=origin)
 
 
 def _provenance_line(report: dict, where: str) -> str:
@@ -126,6 +131,9 @@ def format_import_report(report: dict) -> str:
     if cleanup:
         lines.append(cleanup)
     lines += [f"note: {n}" for n in report.get("notes", [])]
+    counts = report["figure_counts"]
+    lines.append(f"Verdict: REPRODUCED: {counts['exact'] + counts['within_rounding']} of {counts['compared']} "
+                 "published figures reproduce from the published rows.")
     return "\n".join(lines)
 
 

@@ -163,12 +163,19 @@ def claims(c, file):
             "out": "new run directory to create", "workload": "workload name for the imported rows (default mixed)"})
 @user_errors
 def import_evidence(c, src, out, format="auto", workload="mixed", subdir=None):
-    """Verify another harness's published per-request evidence and convert it into an (unsigned, imported) run."""
+    """Verify another harness's published per-request evidence and convert it into an (unsigned, imported) run;
+    exit 3 (NOT REPRODUCED, nothing written) when a published figure does not reproduce from the published rows."""
+    from ..audit.figures import NotReproduced
     from ..audit.importer import FORMATS, format_import_report, import_evidence
 
     if format != "auto" and format not in FORMATS:
         raise Exit(f"error: unknown --format {format!r}; supported: auto, {', '.join(FORMATS)}", code=1)
-    report = import_evidence(Path(src), Path(out), fmt=format, workload=workload, subdir=subdir)
+    try:
+        report = import_evidence(Path(src), Path(out), fmt=format, workload=workload, subdir=subdir)
+    except NotReproduced as exc:
+        print("\n".join(exc.lines()))
+        raise Exit(f"error: {src}: NOT REPRODUCED: {len(exc.mismatched)} of {len(exc.figures)} published figures "
+                   f"do not reproduce from the published rows; no run was written.", code=3) from None
     print(format_import_report(report))
 
 

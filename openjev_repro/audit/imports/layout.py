@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ...hashing import hash_file
-from ...results.imported import figure_counts
-from ..figures import layout_figures
+from ..figures import NotReproduced, figure_counts, layout_figures
 from .published import published_gates, study_facts
-from .run import IMPORT_FORMAT_VERSION, converted_files, imported_recipe, new_run, write_record, write_summary
+from .run import IMPORT_FORMAT_VERSION, Origin, converted_files, imported_recipe, new_run, write_record, write_summary
 from .samples import Sample, samples_of, write_samples
 
 __all__ = ["Layout", "finish"]
@@ -59,8 +58,10 @@ def _workloads(samples: list[Sample]) -> dict[str, tuple[str, int]]:
     return out
 
 
-def finish(layout: Layout, out: Path) -> dict:
-    """Write the imported run at `out`; returns import.json's content."""
+def finish(layout: Layout, out: Path, origin: Origin | None = None) -> dict:
+    """Write the imported run at `out`; returns import.json's content. NotReproduced, and nothing
+    written, when a published figure does not reproduce from the published rows."""
+    origin = Origin.of(layout.root, origin)
     imported = {name: hash_file(layout.root / name) for name in layout.files}
     arms = sorted({s.arm for s in layout.samples})
     if sorted(layout.arm_order) == arms:
@@ -73,18 +74,19 @@ def finish(layout: Layout, out: Path) -> dict:
     with new_run(out, layout.root) as tmp:
         rows = write_samples(tmp, layout.samples)
         workloads = {w: (layout.files[0], p) for w, (_, p) in _workloads(layout.samples).items()}
-        recipe = imported_recipe(layout.root, "", workloads, arms, sorted(imported.items()), fmt=layout.fmt,
+        recipe = imported_recipe(origin, "", workloads, arms, sorted(imported.items()), fmt=layout.fmt,
                                  study=study, note=layout.note or f"Imported evidence ({layout.fmt}); not measured here.")
         write_summary(tmp, recipe, rows)
         figures = layout_figures(layout.fmt, layout.summary, samples_of(layout.samples))
+        NotReproduced.check(figures)
         record = {
-            "format_version": IMPORT_FORMAT_VERSION, "format": layout.fmt, "source": str(layout.root),
+            "format_version": IMPORT_FORMAT_VERSION, "format": layout.fmt, "source": origin.source,
             "evidence_folder": "", "signed": False, "measured_by_us": False,
             "provenance": layout.provenance, "digests_file": layout.digests_file,
             "files_verified": len(layout.verified), "verified": layout.verified, "absent": layout.absent,
             "source_manifest": layout.source_digests, "source_manifest_meta": layout.meta,
             "imported_files": imported, "rows": len(rows), "converted": converted_files(tmp),
-            "figures": figures, "figure_counts": figure_counts(figures),
+            "figures": [f.to_json() for f in figures], "figure_counts": figure_counts(figures).to_json(),
             "published_summary": layout.summary,
             "study": study, "published_gates": published_gates(*layout.documents),
             "notes": layout.notes,

@@ -22,6 +22,7 @@ from typing import Any
 from ...errors import EvidenceError, InputMismatch
 from .layout import Layout, finish
 from .manifest import file_state, read_finite_json
+from .run import Origin
 from .samples import MAX_INT, MAX_TOKENS, Sample, check_id, check_int, check_seconds
 
 __all__ = ["detect", "import_provenance", "read_listing"]
@@ -196,7 +197,8 @@ _NOTE = ("Imported evidence (provenance-json): latencies are their client_s; pas
          "from 1 here; rows carry no probabilities.")
 
 
-def import_provenance(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None) -> dict:
+def import_provenance(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None,
+                      origin: Origin | None = None) -> dict:
     """Verify `src` against its provenance.json and convert its raw rows into the new run `out`."""
     root = Path(src).resolve()
     if not detect(root):
@@ -218,4 +220,4 @@ def import_provenance(src: Path, out: Path, *, workload: str = "mixed", subdir: 
                     absent=absent, notes=[f"{n}: present but not listed in {PROVENANCE_NAME}: imported, not verified"
                                           for n in unlisted],
                     note=_NOTE)
-    return finish(layout, out)
+    return finish(layout, out, origin)

@@ -27,6 +27,7 @@ from typing import Any
 from ...errors import EvidenceError, InputMismatch
 from .layout import Layout, finish
 from .manifest import file_state, read_finite_json
+from .run import Origin
 from .samples import Sample, check_id, check_seconds
 
 __all__ = ["detect", "import_sha256sums", "read_sums"]
@@ -176,7 +177,8 @@ def _summaries(root: Path, verified: list[str]) -> dict[str, Any]:
     return out
 
 
-def import_sha256sums(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None) -> dict:
+def import_sha256sums(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None,
+                      origin: Origin | None = None) -> dict:
     """Verify `src` against SHA256SUMS (and provenance.json's uncompressed digests); import its rows."""
     root = Path(src).resolve()
     if not detect(root):
@@ -197,4 +199,4 @@ def import_sha256sums(src: Path, out: Path, *, workload: str = "mixed", subdir: 
                     meta={"originals_verified": inner, "originals_published": sorted(originals)},
                     note=("Imported evidence (sha256sums): gzip members checked against SHA256SUMS and, where "
                           f"{PROVENANCE_NAME} publishes them, their uncompressed originals too."))
-    return finish(layout, out)
+    return finish(layout, out, origin)
