@@ -51,8 +51,9 @@ MAX_FIGURE = 1e15
 
 
 def _number(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and abs(value) <= MAX_FIGURE)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return (isinstance(value, int) or math.isfinite(value)) and abs(value) <= MAX_FIGURE
 
 
 class Figure(Record, frozen=True, kw_only=True):

@@ -23,7 +23,7 @@ from ..evidence.rundir import ENVELOPE_NAME, READABLE_VERSIONS, RunDir
 from ..evidence.statement import Statement
 from ..hashing import hash_files
 from ..manifest.dsse import verify_envelope
-from ..manifest.keys import load_public_key
+from ..manifest.keys import keyid, load_public_key
 from ..manifest.statement import OPTIONAL_FILES, read_statement_record, recipe_json
 from ..results.energy import GPU_FILE, read_gpu_events
 from .run_checks import (
@@ -253,10 +253,16 @@ class SignedRun:
 
 
 def _source_signature(envelope: dict[str, Any], pubkey: Path) -> Check:
+    """The run's own signature: checked when it is by the given key (FAIL when it does not verify), N/A when
+    the run was signed by another key, whose public half verify was not given."""
+    key = load_public_key(pubkey)
+    if keyid(key) not in {s["keyid"] for s in envelope["signatures"]}:
+        return Check("source signature", None, "the run's own manifest is signed by another key than the given one; "
+                     "verify the run with its own key to check it")
     try:
-        verify_envelope(envelope, load_public_key(pubkey))
+        verify_envelope(envelope, key)
     except ReproError as exc:
-        return Check("source signature", None, f"not by the given key ({exc})")
+        return Check("source signature", False, f"the run's own manifest does not verify with the given key ({exc})")
     return Check("source signature", True, "the run's own manifest is signed by the same key")
 
 

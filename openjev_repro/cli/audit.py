@@ -181,19 +181,22 @@ def import_evidence(c, src, out, format="auto", workload="mixed", subdir=None):
 
 @task(help={"run": "signed, complete run directory", "out": "bundle file to write; its name ends in .tar.gz",
             "key": "private key (from `invoke keygen`) to sign the bundle; without it the bundle is UNSIGNED",
+            "pubkey": "public key the run's manifest is signed by (default: the public half of --key); a signed "
+                      "run is published only when its signature verifies",
             "include_bodies": "keep responses/ and logs/: a PRIVATE archive, not publishable under the JevBench "
                               "terms (without it the bundle is aggregate-only)",
             "aggregate_only": "no bodies, which is already the default: says so explicitly in a script "
                               "(refused together with --include-bodies)"})
 @user_errors
-def publish(c, run, out, key=None, include_bodies=False, aggregate_only=False):
+def publish(c, run, out, key=None, pubkey=None, include_bodies=False, aggregate_only=False):
     """Write a bundle (.tar.gz) of hashes, rows and aggregates, no request or response bodies; signed with --key."""
     from ..audit.publish import publish as write_bundle
 
     if aggregate_only and include_bodies:
         raise EvidenceError("--aggregate-only and --include-bodies contradict each other; give one.")
     aggregate = not include_bodies
-    path = write_bundle(Path(run), Path(out), aggregate_only=aggregate, key_path=Path(key) if key else None)
+    path = write_bundle(Path(run), Path(out), aggregate_only=aggregate, key_path=Path(key) if key else None,
+                        pubkey=Path(pubkey) if pubkey else None)
     kind = "aggregate-only" if aggregate else "PRIVATE (with bodies)"
     if key:
         print(f"signed {kind} bundle: {path}")

@@ -26,6 +26,7 @@ __all__ = ["GPU_FILE", "energy_and_state", "read_gpu_events"]
 
 GPU_FILE = "gpu.jsonl"
 _KINDS = {"header", "sample", "begin", "end", "idle_begin", "idle_end", "error"}
+_LABELLED = {"begin", "end", "idle_begin", "idle_end"}
 _NUMBERS = ("t_ns", "sm_clock_mhz", "mem_clock_mhz", "clock_event_reasons", "temperature_c", "power_w", "energy_mj")
 COUNTER_METHOD = ("NVML total-energy counter (mJ) read just before the pass's first request and just after its "
                   "last response; joules per decision = pass energy / pass requests")
@@ -49,6 +50,10 @@ def _check_event(number: int, event: Any) -> dict:
             raise EvidenceError(f"{GPU_FILE} line {number}: {key} is not a finite number")
     if "label" in event and not isinstance(event["label"], str):
         raise EvidenceError(f"{GPU_FILE} line {number}: label is not text")
+    if event["kind"] in _LABELLED and "label" not in event:  # every reader of a window reads both
+        raise EvidenceError(f"{GPU_FILE} line {number}: a {event['kind']} event without a label")
+    if event["kind"] != "header" and not isinstance(event.get("t_ns"), int | float):
+        raise EvidenceError(f"{GPU_FILE} line {number}: a {event['kind']} event without t_ns")
     return event
 
 

@@ -25,7 +25,7 @@ import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
@@ -41,6 +41,12 @@ _ROW_FIELDS = tuple(f for f in Row.__dataclass_fields__)
 _LOAD_COLUMNS = ("level", "scheduled_ns", "connection", "server_queue_ms")  # Row's load-level fields
 
 
+# Every integer a column holds fits int64 (numpy's, and the clocks'); a server's queue time is finite and at
+# most a week (limits.MAX_TIMEOUT_S): a larger number is damaged evidence, refused here, never an overflow later.
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+MAX_QUEUE_MS = 7 * 86_400 * 1000.0
+
+
 class _RowStruct(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """The typed shape of one rows.jsonl line (every field required, as `Row.from_dict` demands)."""
 
@@ -48,23 +54,23 @@ class _RowStruct(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     backend: str
     workload: str
     phase: Phase
-    pass_index: int
-    seq: int
-    start_ns: int
-    end_ns: int
-    status: int | None
+    pass_index: Int64
+    seq: Int64
+    start_ns: Int64
+    end_ns: Int64
+    status: Int64 | None
     body_sha256: str | None
     probability: float | None
     decision: str | None
     label: str | None
-    input_tokens: int | None
+    input_tokens: Int64 | None
     error: str | None
     v: int
     reconnected: bool | None = None  # optional (rows.OPTIONAL_FIELDS): absent in older runs
     level: str | None = None  # load-level fields: optional, absent from runs without a load
-    scheduled_ns: int | None = None
-    connection: int | None = None
-    server_queue_ms: float | None = None
+    scheduled_ns: Int64 | None = None
+    connection: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] | None = None
+    server_queue_ms: Annotated[float, msgspec.Meta(ge=0, le=MAX_QUEUE_MS)] | None = None
 
 
 _DECODER = msgspec.json.Decoder(_RowStruct)

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...errors import EvidenceError
 from ...hashing import hash_file
+from ...limits import MAX_PASSES
 from ..figures import NotReproduced, figure_counts, layout_figures
 from .published import published_gates, study_facts
 from .run import IMPORT_FORMAT_VERSION, Origin, converted_files, imported_recipe, new_run, write_record, write_summary
@@ -58,9 +60,34 @@ def _workloads(samples: list[Sample]) -> dict[str, tuple[str, int]]:
     return out
 
 
+def _check_passes(samples: list[Sample]) -> None:
+    """The samples are passes a run can hold, as verify checks them: at most MAX_PASSES, each case once in a
+    pass, and every pass (of every arm) of a workload the same cases. EvidenceError naming the first that is not."""
+    passes: dict[tuple[str, str, int], list[str]] = {}
+    for s in samples:
+        if s.pass_index > MAX_PASSES:
+            raise EvidenceError(f"{s.arm} {s.workload}: pass {s.pass_index} is above the {MAX_PASSES} passes a run "
+                                "may hold; not imported.")
+        passes.setdefault((s.arm, s.workload, s.pass_index), []).append(s.id)
+    reference: dict[str, tuple[tuple[str, str, int], set[str]]] = {}
+    for key, ids in sorted(passes.items()):
+        arm, workload, index = key
+        cases = set(ids)
+        if len(cases) != len(ids):
+            raise EvidenceError(f"{arm} {workload} pass {index}: a case appears twice (two files of one arm and "
+                                "pass, say at two concurrencies); a pass holds each case once. Not imported.")
+        first, ref = reference.setdefault(workload, (key, cases))
+        if cases != ref:
+            missing, extra = sorted(ref - cases), sorted(cases - ref)
+            raise EvidenceError(f"{arm} {workload} pass {index} holds other cases than {first[0]} pass {first[2]} "
+                                f"(missing {', '.join(missing[:3]) or 'none'}; extra {', '.join(extra[:3]) or 'none'}); "
+                                "every pass of a workload must hold the same cases. Not imported.")
+
+
 def finish(layout: Layout, out: Path, origin: Origin | None = None) -> dict:
     """Write the imported run at `out`; returns import.json's content. NotReproduced, and nothing
     written, when a published figure does not reproduce from the published rows."""
+    _check_passes(layout.samples)
     origin = Origin.of(layout.root, origin)
     imported = {name: hash_file(layout.root / name) for name in layout.files}
     arms = sorted({s.arm for s in layout.samples})

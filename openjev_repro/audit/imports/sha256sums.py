@@ -186,6 +186,10 @@ def import_sha256sums(src: Path, out: Path, *, workload: str = "mixed", subdir: 
     sums = read_sums(root)
     provenance, originals = _originals(root, sums)
     verified, absent, inner = _verify(root, sums, originals)
+    missing = [n for n in absent if _ROWS.match(n)]
+    if missing:
+        raise InputMismatch(f"{', '.join(missing[:3])}: listed in {SUMS_NAME} but missing; the published figures "
+                            "count its rows. Nothing was imported; fetch the evidence again.")
     members = sorted(n for n in verified if _ROWS.match(n))
     if not members:
         raise InputMismatch(f"{root}: no verified <name>.jsonl.gz rows member; nothing to import.")
