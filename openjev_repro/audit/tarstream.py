@@ -148,9 +148,10 @@ def _header_member(block: bytes, offset: int, pax: dict[str, str], mode: int = P
     _check_header(block, offset)
     for field, what, want in ((block[100:108], "mode", mode), (block[108:116], "uid", 0), (block[116:124], "gid", 0),
                               (block[136:148], "mtime", 0)):
-        if _octal(field, what, offset) != want:  # GNU tar, run as root, would restore a set-uid bit or an owner
-            raise TarFormatError(f"header at byte {offset}: {what} {_octal(field, what, offset):o} (octal) is not "
-                                 f"the {want:o} publish writes")
+        value = _octal(field, what, offset)
+        if value != want:  # GNU tar, run as root, would restore a set-uid bit or an owner
+            shown = (f"{value:04o}", f"{want:04o}") if what == "mode" else (str(value), str(want))
+            raise TarFormatError(f"header at byte {offset}: {what} {shown[0]} is not the {shown[1]} publish writes")
     size = _octal(block[124:136], "size", offset)
     name, prefix = _text(block[0:100], "name", offset), _text(block[345:500], "prefix", offset)
     for field, what in ((block[157:257], "linkname"), (block[265:297], "uname"), (block[297:329], "gname")):
