@@ -144,19 +144,26 @@ class _Blocks:
                 raise TarFormatError("data follows the end-of-archive marker")
 
 
-def _header_member(block: bytes, offset: int, pax: dict[str, str], mode: int = PUBLISHED_MODE) -> Member:
-    _check_header(block, offset)
+def _check_published_fields(block: bytes, offset: int, mode: int) -> None:
+    """Mode, owner and time exactly as publish writes them: GNU tar, run as root, restores a set-uid
+    bit, an owner or a time, so a bundle that carries any other is not one publish wrote."""
     for field, what, want in ((block[100:108], "mode", mode), (block[108:116], "uid", 0), (block[116:124], "gid", 0),
                               (block[136:148], "mtime", 0)):
         value = _octal(field, what, offset)
-        if value != want:  # GNU tar, run as root, would restore a set-uid bit or an owner
+        if value != want:
             shown = (f"{value:04o}", f"{want:04o}") if what == "mode" else (str(value), str(want))
             raise TarFormatError(f"header at byte {offset}: {what} {shown[0]} is not the {shown[1]} publish writes")
-    size = _octal(block[124:136], "size", offset)
-    name, prefix = _text(block[0:100], "name", offset), _text(block[345:500], "prefix", offset)
-    for field, what in ((block[157:257], "linkname"), (block[265:297], "uname"), (block[297:329], "gname")):
+    _text(block[157:257], "linkname", offset)  # a link member is refused by its kind, with its own message
+    for field, what in ((block[265:297], "uname"), (block[297:329], "gname")):
         if _text(field, what, offset):
             raise TarFormatError(f"header at byte {offset}: the {what} field is not empty, as publish writes it")
+
+
+def _header_member(block: bytes, offset: int, pax: dict[str, str], mode: int = PUBLISHED_MODE) -> Member:
+    _check_header(block, offset)
+    _check_published_fields(block, offset, mode)
+    size = _octal(block[124:136], "size", offset)
+    name, prefix = _text(block[0:100], "name", offset), _text(block[345:500], "prefix", offset)
     if block[500:].strip(b"\0"):
         raise TarFormatError(f"header at byte {offset} holds bytes past its prefix field")
     name = f"{prefix}/{name}" if prefix else name

@@ -140,14 +140,7 @@ class ImportedRun:
 
     def figures_check(self) -> Check:
         figures = figures_of(list(self.record.figures))
-        if self.record.format != "system1-omni":
-            published = self.record.published_summary
-            if not isinstance(published, dict):
-                raise EvidenceError("import.json: published_summary is not an object")
-            recomputed = layout_figures(self.record.format, published, self.samples())
-        else:
-            recomputed = self.system1_figures(figures)
-        recomputed = figures_of([f.to_json() for f in recomputed], "recomputed")  # as written in import.json
+        recomputed = self.recomputed_figures(figures)
         diff = first_difference([f.to_json() for f in recomputed], [f.to_json() for f in figures])
         if diff:
             return Check("published figures", False, f"recomputed figures differ from import.json at {diff}")
@@ -159,6 +152,17 @@ class ImportedRun:
         within = sum(f.status == "within_rounding" for f in figures)
         return Check("published figures", True, f"REPRODUCED: {len(figures)} published figures recomputed from the "
                      f"rows: {exact} exact, {within} within rounding, 0 mismatch")
+
+    def recomputed_figures(self, figures: list[Figure]) -> list[Figure]:
+        """The figures recomputed from the rows with the rules of the run's format, as import.json writes them."""
+        if self.record.format == "system1-omni":
+            recomputed = self.system1_figures(figures)
+        else:
+            published = self.record.published_summary
+            if not isinstance(published, dict):
+                raise EvidenceError("import.json: published_summary is not an object")
+            recomputed = layout_figures(self.record.format, published, self.samples())
+        return figures_of([f.to_json() for f in recomputed], "recomputed")
 
     def system1_figures(self, figures: list[Figure]) -> list[Figure]:
         """The figures of a system1-omni import recomputed from its rows (in file order within each

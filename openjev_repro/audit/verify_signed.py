@@ -136,13 +136,15 @@ class SignedRun:
         names = [s.name for s in self.statement.subjects]
         if len(set(names)) != len(names):
             bad.append("a subject is listed twice")
-        unlisted = sorted(self.present - set(listed))
         self.subjects = listed
         return [Check("subject digests", not bad and bool(listed),
                       "; ".join(bad) if bad else f"{len(listed)} files match their signed sha256"),
-                Check("no unlisted files", not unlisted,
-                      f"not in the manifest: {', '.join(unlisted[:10])}" if unlisted
-                      else "every file is a subject (hidden names included; only regular files)")]
+                self.unlisted_check()]
+
+    def unlisted_check(self) -> Check:
+        unlisted = sorted(self.present - set(self.subjects))
+        return Check("no unlisted files", not unlisted, f"not in the manifest: {', '.join(unlisted[:10])}" if unlisted
+                     else "every file is a subject (hidden names included; only regular files)")
 
     # --- run content ---------------------------------------------------------------------
 
@@ -238,18 +240,26 @@ class SignedRun:
             envelope, source = read_statement_record(self.run.path / str(name))
         except BAD_EVIDENCE as exc:
             return [Check("source manifest", False, str(exc))]
-        signed = source.digests
-        wrong = [n for n, digest in self.subjects.items() if n != name and signed.get(n) != digest]
-        wrong += [n for n, digest in self.statement.omitted if signed.get(n) != digest]
-        checks = [Check("source manifest", False, f"differ from the run's own manifest: {', '.join(wrong)}") if wrong
-                  else Check("source manifest", True,
-                             f"every file and omitted hash equals the run's signed subject ({len(signed)} subjects)")]
+        checks = [self.source_subjects_check(source.digests)]
         if envelope["signatures"] and self.pubkey is not None:
             checks.append(_source_signature(envelope, self.pubkey))
-        names = ", ".join(sorted({n.split("/", 1)[0] + "/" for n, _ in self.statement.omitted})) or "nothing"
-        checks.append(Check("omitted files", None, f"aggregate-only bundle omits {len(self.statement.omitted)} files "
-                            f"({names}); their hashes are listed but their content cannot be inspected"))
-        return checks
+        return [*checks, self.omitted_check()]
+
+    def source_subjects_check(self, signed: dict[str, str]) -> Check:
+        """Every bundled file and every omitted one has the digest the run's own statement signs."""
+        name = self.statement.source_envelope
+        wrong = [n for n, digest in self.subjects.items() if n != name and signed.get(n) != digest]
+        wrong += [n for n, digest in self.statement.omitted if signed.get(n) != digest]
+        if wrong:
+            return Check("source manifest", False, f"differ from the run's own manifest: {', '.join(wrong)}")
+        return Check("source manifest", True,
+                     f"every file and omitted hash equals the run's signed subject ({len(signed)} subjects)")
+
+    def omitted_check(self) -> Check:
+        omitted = self.statement.omitted
+        names = ", ".join(sorted({n.split("/", 1)[0] + "/" for n, _ in omitted})) or "nothing"
+        return Check("omitted files", None, f"aggregate-only bundle omits {len(omitted)} files ({names}); "
+                     "their hashes are listed but their content cannot be inspected")
 
 
 def _source_signature(envelope: dict[str, Any], pubkey: Path) -> Check:

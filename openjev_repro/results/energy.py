@@ -50,11 +50,19 @@ def _check_event(number: int, event: Any) -> dict:
             raise EvidenceError(f"{GPU_FILE} line {number}: {key} is not a finite number")
     if "label" in event and not isinstance(event["label"], str):
         raise EvidenceError(f"{GPU_FILE} line {number}: label is not text")
-    if event["kind"] in _LABELLED and "label" not in event:  # every reader of a window reads both
-        raise EvidenceError(f"{GPU_FILE} line {number}: a {event['kind']} event without a label")
-    if event["kind"] != "header" and not isinstance(event.get("t_ns"), int | float):
-        raise EvidenceError(f"{GPU_FILE} line {number}: a {event['kind']} event without t_ns")
+    missing = _missing(event)
+    if missing:
+        raise EvidenceError(f"{GPU_FILE} line {number}: a {event['kind']} event without {missing}")
     return event
+
+
+def _missing(event: dict) -> str | None:
+    """What an event lacks that its readers read: a window's label, a reading's clock."""
+    if event["kind"] in _LABELLED and "label" not in event:
+        return "a label"
+    if event["kind"] != "header" and not isinstance(event.get("t_ns"), int | float):
+        return "t_ns"
+    return None
 
 
 def read_gpu_events(path: Path) -> list[dict]:

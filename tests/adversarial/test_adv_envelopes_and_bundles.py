@@ -142,7 +142,7 @@ def test_a_nul_byte_in_a_pax_path_is_a_failed_check(tmp_path):
 
 
 def test_publish_refuses_a_run_whose_signature_does_not_verify(tmp_path):
-    run, private, public = signed_run(tmp_path)
+    run, private, _public = signed_run(tmp_path)
     envelope = json.loads((run.path / "manifest.dsse.json").read_text())
     sig = bytearray(base64.b64decode(envelope["signatures"][0]["sig"]))
     sig[0] ^= 1

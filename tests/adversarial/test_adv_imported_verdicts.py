@@ -83,8 +83,8 @@ def test_a_changed_published_figure_is_not_reproduced_and_writes_no_run(tmp_path
     _relist_manifest(src, "e2e/summary.json")
     lines = _not_reproduced(_import(src, tmp_path / "run"), tmp_path / "run")
     changed = [ln for ln in lines if ln.startswith("candidate pass 1 mean_ms: ")]
-    assert changed == [f"candidate pass 1 mean_ms: published {published + 0.5!r}, recomputed "
-                       f"{float(changed[0].split('recomputed ')[1].split(' (')[0])!r} (mismatch)"]
+    assert len(changed) == 1 and changed[0].endswith(" (mismatch)")
+    assert changed[0].startswith(f"candidate pass 1 mean_ms: published {published + 0.5!r}, recomputed ")
     assert sum(" (exact)" in ln or " (within rounding)" in ln for ln in lines) == 22  # every other figure, printed
 
 
@@ -240,8 +240,8 @@ def test_a_400_digit_integer_is_one_error_line(tmp_path):
 def test_a_published_mean_of_1e200_is_not_reproduced(tmp_path):
     src = layouts.timings_csv(tmp_path / "src")
     summary = json.loads((src / "summary.json").read_text())
-    arm = sorted(summary["results"])[0]
-    workload = sorted(summary["results"][arm])[0]
+    arm = min(summary["results"])
+    workload = min(summary["results"][arm])
     summary["results"][arm][workload][0]["mean_ms"] = 1e200
     (src / "summary.json").write_text(json.dumps(summary, indent=2))
     lines = _not_reproduced(_import(src, tmp_path / "run"), tmp_path / "run")

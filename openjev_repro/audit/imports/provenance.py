@@ -165,18 +165,20 @@ def _reference_first(summary: dict[str, Any], modes: set[str]) -> list[str]:
     return []
 
 
+def _refuse(names: list[str], problem: str) -> None:
+    """InputMismatch naming the raw files among `names` (unlisted or missing ones) and their problem."""
+    raw = sorted(n for n in names if _RAW.match(n))
+    if raw:
+        raise InputMismatch(f"{', '.join(raw[:3])}: {problem}. Nothing was imported.")
+
+
 def _imported_files(root: Path, verified: list[str], absent: list[str], unlisted: list[str]) -> list[str]:
     """The raw files to import: every raw file the listing names, each present and verified. A raw file it
     does not name never becomes an arm or a pass, and one it names that is absent is never dropped from the
     count: either is refused. summary.json may be unlisted (the published layout does not list it)."""
-    sneaked = sorted(n for n in unlisted if _RAW.match(n))
-    if sneaked:
-        raise InputMismatch(f"{', '.join(sneaked[:3])}: present but not listed in {PROVENANCE_NAME}; only the rows "
-                            "it lists are the published evidence. Nothing was imported.")
-    missing = sorted(n for n in absent if _RAW.match(n))
-    if missing:
-        raise InputMismatch(f"{', '.join(missing[:3])}: listed in {PROVENANCE_NAME} but missing; the published "
-                            "figures count its rows. Nothing was imported; fetch the evidence again.")
+    _refuse(unlisted, f"present but not listed in {PROVENANCE_NAME}; only the rows it lists are the published evidence")
+    _refuse(absent, f"listed in {PROVENANCE_NAME} but missing; the published figures count its rows. Fetch the "
+            "evidence again")
     raw = sorted(n for n in verified if _RAW.match(n))
     if not raw:
         raise InputMismatch(f"{root}: no raw-<mode>-c<n>-p<pass>.jsonl is present.")

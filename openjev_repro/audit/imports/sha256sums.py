@@ -177,6 +177,12 @@ def _summaries(root: Path, verified: list[str]) -> dict[str, Any]:
     return out
 
 
+def _source_digests(sums: dict[str, str], originals: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Their digests as published: each member's sha256 and, where provenance.json publishes it, its original's."""
+    return {n: {"sha256": d, **({"original_sha256": originals[n[:-3]]} if n[:-3] in originals else {})}
+            for n, d in sums.items()}
+
+
 def import_sha256sums(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None,
                       origin: Origin | None = None) -> dict:
     """Verify `src` against SHA256SUMS (and provenance.json's uncompressed digests); import its rows."""
@@ -197,8 +203,7 @@ def import_sha256sums(src: Path, out: Path, *, workload: str = "mixed", subdir: 
     layout = Layout(fmt="sha256sums", root=root, samples=samples, summary=_summaries(root, verified),
                     files=[SUMS_NAME, *verified], provenance="verified", digests_file=SUMS_NAME,
                     verified=verified, absent=absent,
-                    source_digests={n: {"sha256": d, **({"original_sha256": originals[n[:-3]]}
-                                                        if n[:-3] in originals else {})} for n, d in sums.items()},
+                    source_digests=_source_digests(sums, originals),
                     documents=[provenance] if provenance is not None else [],
                     meta={"originals_verified": inner, "originals_published": sorted(originals)},
                     note=("Imported evidence (sha256sums): gzip members checked against SHA256SUMS and, where "
