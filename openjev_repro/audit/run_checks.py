@@ -203,8 +203,26 @@ class _ResponseEntry(msgspec.Struct):
     v: Any = msgspec.UNSET  # absent in format 1
 
 
+class _KeyedEntry(msgspec.Struct, frozen=True, gc=False):
+    """A responses/*.jsonl line as the runner and the import write it: every key field of its row, typed.
+
+    A chunk whose lines all decode as this needs no check line by line (msgspec checked every type in
+    C); a chunk with any other line is decoded as `_ResponseEntry` and checked entry by entry."""
+
+    backend: str
+    workload: str
+    phase: str
+    pass_index: int
+    seq: int
+    body: str | msgspec.UnsetType = msgspec.UNSET
+    body_base64: str | msgspec.UnsetType = msgspec.UNSET
+    v: int | msgspec.UnsetType = msgspec.UNSET
+
+
 _RESPONSE = msgspec.json.Decoder(_ResponseEntry)
+_KEYED = msgspec.json.Decoder(_KeyedEntry)
 _KEY_FIELDS = ("backend", "workload", "phase", "pass_index", "seq")
+_Entry = _ResponseEntry | _KeyedEntry
 
 def responses_check(ev: Evidence, aggregate_only: bool = False) -> list[Check]:
     """Every response body's sha256 equals its row's body_sha256."""
@@ -216,16 +234,17 @@ def responses_check(ev: Evidence, aggregate_only: bool = False) -> list[Check]:
     hashes = dict(zip(keys, t.body_sha256, strict=True))
     wrong, seen = [], 0
     for path in sorted(ev.run.path.glob("responses/*.jsonl")):
-        for before, entries in _response_chunks(path):
-            at = _body_lines(path, before, entries)
+        for before, entries, keyed in _response_chunks(path):
+            at = _body_lines(path, before, entries, keyed)
             seen += len(at)
             wrong += _wrong_bodies(path, before, at, [entries[i] for i in at], hashes)
     return [Check("response bodies", not wrong, f"bodies whose sha256 differs from their row: {', '.join(wrong[:5])}"
                   if wrong else f"{seen} bodies match their rows' body_sha256")]
 
 
-def _body_lines(path: Path, before: int, entries: list[_ResponseEntry]) -> list[int]:
-    """Indices of the chunk's entries that carry a body, each checked for the fields that find its row.
+def _body_lines(path: Path, before: int, entries: list[_Entry], keyed: bool) -> list[int]:
+    """Indices of the chunk's entries that carry a body, each checked for the fields that find its row
+    (already checked when the chunk decoded as `_KeyedEntry`s).
 
     UnsupportedFormat for an entry in a newer format; EvidenceError for one that lacks a key field or
     whose body or key is not a JSON value of the kind written."""
@@ -233,14 +252,14 @@ def _body_lines(path: Path, before: int, entries: list[_ResponseEntry]) -> list[
     if newer is not None:
         check_response_entry({"v": entries[newer].v}, f"{path.name}:{before + newer + 1}")
     at = [i for i, e in enumerate(entries) if e.body is not msgspec.UNSET or e.body_base64 is not msgspec.UNSET]
-    for i in at:
+    for i in [] if keyed else at:
         problem = _entry_problem(entries[i])
         if problem:
             raise EvidenceError(f"{path.name}:{before + i + 1} {problem}")
     return at
 
 
-def _entry_problem(e: _ResponseEntry) -> str | None:
+def _entry_problem(e: _Entry) -> str | None:
     keys = tuple(getattr(e, name) for name in _KEY_FIELDS)
     if msgspec.UNSET in keys:
         return f"lacks one of {', '.join(_KEY_FIELDS)}"
@@ -252,27 +271,30 @@ def _entry_problem(e: _ResponseEntry) -> str | None:
     return None
 
 
-def _wrong_bodies(path: Path, before: int, at: list[int], have: list[_ResponseEntry], hashes: dict) -> list[str]:
+def _wrong_bodies(path: Path, before: int, at: list[int], have: list[_Entry], hashes: dict) -> list[str]:
     """'FILE:LINE' of each body whose sha256 is not its row's body_sha256 (C loops throughout: encode, hash,
     look up, compare)."""
-    bodies = [e.body.encode("utf-8") if e.body is not msgspec.UNSET else base64.b64decode(e.body_base64) for e in have]
+    bodies = [str(e.body).encode("utf-8") if e.body is not msgspec.UNSET else base64.b64decode(str(e.body_base64)) for e in have]
     digests = map(operator.methodcaller("hexdigest"), map(hashlib.sha256, bodies))
     expected = map(hashes.get, zip(*(map(operator.attrgetter(name), have) for name in _KEY_FIELDS), strict=True))
     return [f"{path.name}:{before + i + 1}" for i, got, want in zip(at, digests, expected, strict=True) if got != want]
 
 
-def _response_chunks(path: Path) -> Iterator[tuple[int, list[_ResponseEntry]]]:
-    """(lines before the chunk, entries of its lines), decoded 8 MiB at a time with one entry per line.
+def _response_chunks(path: Path) -> Iterator[tuple[int, list[_Entry], bool]]:
+    """(lines before the chunk, entries of its lines, whether they decoded as `_KeyedEntry`s), decoded
+    8 MiB at a time with one entry per line.
 
     A chunk with a blank or undecodable line is decoded line by line instead, so the error
     names its line, as it always did."""
     before = 0
     for chunk in chunks(path, CHUNK_BYTES):
         n_lines = chunk.count(b"\n") + (not chunk.endswith(b"\n"))
-        try:
-            entries = _RESPONSE.decode_lines(chunk)
-        except msgspec.DecodeError:
-            entries = []
+        keyed = _decoded_lines(_KEYED, chunk)
+        if len(keyed) == n_lines:
+            yield before, list(keyed), True
+            before += n_lines
+            continue
+        entries: list[_Entry] = list(_decoded_lines(_RESPONSE, chunk))
         if len(entries) != n_lines:
             entries = []
             for offset, line in enumerate(chunk.splitlines()):
@@ -280,8 +302,16 @@ def _response_chunks(path: Path) -> Iterator[tuple[int, list[_ResponseEntry]]]:
                     entries.append(_RESPONSE.decode(line))
                 except msgspec.DecodeError as exc:
                     raise EvidenceError(f"{path.name}:{before + offset + 1}: not a JSON object ({exc})") from exc
-        yield before, entries
+        yield before, entries, False
         before += n_lines
+
+
+def _decoded_lines(decoder: msgspec.json.Decoder, chunk: bytes) -> list:
+    """Every line of the chunk decoded; [] when any line does not decode."""
+    try:
+        return decoder.decode_lines(chunk)
+    except msgspec.DecodeError:
+        return []
 
 
 
