@@ -2,7 +2,8 @@
 
 Two synthetic system1-omni sources (tests/system1_synth.py, seeds 0 and 1) are imported once; then,
 alternating in one process so every ratio compares timings taken side by side under the same load,
-`--rounds` times: `sha256sum` over the first run's files, `invoke verify --run A`, `sha256sum` over
+`--rounds` times (after one untimed verify that caches the bytecode, as an install does): `sha256sum` over
+the first run's files, `invoke verify --run A`, `sha256sum` over
 both runs' files, `invoke compare --baseline A --candidate B`. Medians and ratios are printed as JSON.
 
 Run: python tests/bench_verify_imported.py --rows 96000 [--rounds 3] [--work DIR]
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -28,8 +30,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def measure(argv: list[str]) -> dict:
     """Wall time, CPU time and peak RSS of one command (bench_import_system1's wrapper); a non-zero exit is
     recorded, not raised: compare exits 1 when it finds a difference, which is its answer, not a failure."""
-    out = subprocess.run([sys.executable, "-c", _WRAPPER, *argv], cwd=ROOT, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", _WRAPPER, *argv], cwd=ROOT, capture_output=True, text=True, check=True,
+                         env=_ENV)
     return json.loads(out.stdout)
+
+
+# As an installed tool runs: modules load from their cached bytecode (pip compiles them at install). A
+# PYTHONDONTWRITEBYTECODE in the caller's environment would make every command compile ~60 modules first.
+_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def _files(run: Path) -> list[str]:
@@ -50,11 +58,14 @@ def main() -> None:
         if not run.is_dir():
             write_source(src, args.rows, seed=seed)
             subprocess.run([*invoke, "import-evidence", "--src", str(src), "--out", str(run)], cwd=ROOT, check=True,
-                           stdout=subprocess.DEVNULL)
+                           stdout=subprocess.DEVNULL, env=_ENV)
         runs.append(run)
     a, b = runs
     for path in _files(a) + _files(b):  # warm page cache for every side
         Path(path).read_bytes()
+    # Bytecode cached once, as after an install (invoke itself sets sys.dont_write_bytecode, so import directly).
+    subprocess.run([sys.executable, "-c", "import tasks, openjev_repro.audit.verify, openjev_repro.audit.compare, "
+                    "openjev_repro.results.report, openjev_repro.cli.audit"], cwd=ROOT, check=True, env=_ENV)
     commands = {"sha256sum_a": ["sha256sum", *_files(a)], "verify": [*invoke, "verify", "--run", str(a)],
                 "sha256sum_ab": ["sha256sum", *_files(a), *_files(b)],
                 "compare": [*invoke, "compare", "--baseline", str(a), "--candidate", str(b)]}
