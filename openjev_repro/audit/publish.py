@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ..errors import EvidenceError, VerificationError
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, guard_output, scan_tree
+from ..evidence.statement import Statement
 from ..manifest.dsse import envelope_bytes, make_envelope, verify_envelope
 from ..manifest.keys import keyid, load_private_key, load_public_key
 from ..manifest.statement import build_statement, read_statement_record
@@ -67,6 +68,11 @@ def publish(run_dir: Path, out: Path, *, aggregate_only: bool, key_path: Path | 
     except Exception:
         _check_source(run)  # damaged or hostile evidence: the verification names what is wrong
         raise
+    return _write_verified(run, members, extra_bytes, out)
+
+
+def _write_verified(run: RunDir, members: dict[str, str], extra_bytes: dict[str, bytes], out: Path) -> Path:
+    """The bundle written beside `out` while the run is verified, renamed to `out` only when both succeed."""
     tmp = out.with_name(f".{out.name}.tmp")
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-tar") as pool:
@@ -116,17 +122,21 @@ def _prepare(run: RunDir, key: Any, aggregate_only: bool = True,
     envelope, source = read_statement_record(run.file(ENVELOPE_NAME))
     _check_signature(run, envelope, trusted or [])
     signed = source.digests
-    dropped = {n for n in signed if aggregate_only and is_omitted(n)}  # --include-bodies keeps them all
+    dropped = {n for n in signed if is_omitted(n)} if aggregate_only else set()  # --include-bodies keeps them all
     omitted = [{"name": n, "sha256": signed[n]} for n in signed if n in dropped]
     members = {n: d for n, d in signed.items() if n not in dropped}
     _require_members(run, members, present)
     members[SOURCE_ENVELOPE] = hashlib.sha256(source_bytes).hexdigest()
     subjects = [{"name": n, "digest": {"sha256": members[n]}} for n in sorted(members, key=PurePosixPath)]
-    # The run's own time, not the clock's: two publishes of one run are the same bytes.
-    created = {"created_utc": source.predicate["created_utc"]} if "created_utc" in source.predicate else {}
+    extra = {"omitted": omitted, "source_envelope": SOURCE_ENVELOPE, **_created(source)}
     statement = build_statement(run, signed=key is not None, aggregate_only=aggregate_only, subjects=subjects,
-                                extra={"omitted": omitted, "source_envelope": SOURCE_ENVELOPE, **created})
+                                extra=extra)
     return members, {SOURCE_ENVELOPE: source_bytes, ENVELOPE_NAME: envelope_bytes(make_envelope(statement.payload(), key))}
+
+
+def _created(source: Statement) -> dict[str, Any]:
+    """The run's own signed creation time, not the clock's: two publishes of one run are the same bytes."""
+    return {"created_utc": source.predicate["created_utc"]} if "created_utc" in source.predicate else {}
 
 
 def _present_files(run: RunDir) -> set[str]:

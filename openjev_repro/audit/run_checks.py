@@ -248,15 +248,20 @@ def _body_lines(path: Path, before: int, entries: list[_Entry], keyed: bool) -> 
 
     UnsupportedFormat for an entry in a newer format; EvidenceError for one that lacks a key field or
     whose body or key is not a JSON value of the kind written."""
-    newer = next((i for i, e in enumerate(entries) if e.v is not msgspec.UNSET and e.v not in RESPONSE_VERSIONS), None)
-    if newer is not None:
-        check_response_entry({"v": entries[newer].v}, f"{path.name}:{before + newer + 1}")
+    _check_versions(path, before, entries)
     at = [i for i, e in enumerate(entries) if e.body is not msgspec.UNSET or e.body_base64 is not msgspec.UNSET]
     for i in [] if keyed else at:
         problem = _entry_problem(entries[i])
         if problem:
             raise EvidenceError(f"{path.name}:{before + i + 1} {problem}")
     return at
+
+
+def _check_versions(path: Path, before: int, entries: list[_Entry]) -> None:
+    """UnsupportedFormat for the first entry in a format this tool does not read."""
+    newer = next((i for i, e in enumerate(entries) if e.v is not msgspec.UNSET and e.v not in RESPONSE_VERSIONS), None)
+    if newer is not None:
+        check_response_entry({"v": entries[newer].v}, f"{path.name}:{before + newer + 1}")
 
 
 def _entry_problem(e: _Entry) -> str | None:

@@ -270,3 +270,11 @@ def test_format_auto_refuses_a_folder_of_two_layouts_and_names_both(tmp_path):
     assert "holds the layouts of sha256sums and timings-csv; --format auto picks none of them" in line
     chosen = _import(src, tmp_path / "run", "--format", "timings-csv")
     assert chosen.returncode == 0, chosen.stderr
+
+
+def test_a_missing_listed_rows_member_is_said_missing(tmp_path):
+    src = layouts.sha256sums(tmp_path / "src")
+    (src / "bench.jsonl.gz").unlink()
+    line = one_error_line(_import(src, tmp_path / "run"))
+    assert "bench.jsonl.gz: listed but missing; the published figures count its rows" in line
+    assert not (tmp_path / "run").exists()
