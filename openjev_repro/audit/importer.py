@@ -24,11 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import InputMismatch
+from ..evidence.decoding import UnsetType
+from ..evidence.records import ImportRecord
 from ..results.imported import cleanup_line, figure_lines
 from .figures import (
     SIGNIFICANT_DIGITS,
     baseline_and_candidates,
     classify,
+    figures_of,
     half_unit,
     published_figures,
     summary_from_figures,
@@ -96,44 +99,44 @@ def import_evidence(src: Path, out: Path, *, fmt: str = "auto", workload: str = 
     return importer(Path(src), Path(out), workload=workload, subdir=subdir, origin=origin)
 
 
-def _provenance_line(report: dict, where: str) -> str:
-    rows = report.get("rows", "?")
-    if report.get("provenance") == "verified" or "provenance" not in report:
-        digests = report.get("digests_file") or "manifest.json"
-        how = "sha256" if report.get("format") != "system1-omni" else "bytes and sha256"
-        return (f"imported {rows} rows from {where} ({report.get('format')}): {report['files_verified']} files "
-                f"verified ({how}) against {report['source']}/{digests}; UNSIGNED, not measured by us")
-    return (f"imported {rows} rows from {where} ({report.get('format')}): {report['provenance']}; the digests of "
-            f"what was imported are recorded in import.json; UNSIGNED, not measured by us")
+def _provenance_line(record: ImportRecord, where: str) -> str:
+    head = f"imported {record.rows} rows from {where} ({record.format})"
+    if record.provenance == "verified":
+        how = "sha256" if record.format != "system1-omni" else "bytes and sha256"
+        return (f"{head}: {record.files_verified} files verified ({how}) against "
+                f"{record.source}/{record.digests_file or 'manifest.json'}; UNSIGNED, not measured by us")
+    return (f"{head}: {record.provenance}; the digests of what was imported are recorded in import.json; "
+            "UNSIGNED, not measured by us")
 
 
-def _study_lines(report: dict) -> list[str]:
-    study = report.get("study") or {}
-    lines = [f"published study date: {study.get('date') or 'not published'}"]
-    lines += [f"published hardware: {h}" for h in study.get("hardware") or []] or ["published hardware: not published"]
-    for gate in report.get("published_gates") or []:
-        outcome = {True: "passed", False: "FAILED", None: "outcome not published"}[gate.get("outcome")]
-        criterion = f" ({gate['criterion']})" if gate.get("criterion") else ""
-        lines.append(f"published gate {gate['name']}: {outcome}{criterion}")
+def _study_lines(record: ImportRecord) -> list[str]:
+    study = record.study
+    lines = [f"published study date: {study.date or 'not published'}"]
+    lines += [f"published hardware: {h}" for h in study.hardware] or ["published hardware: not published"]
+    for gate in record.published_gates:
+        outcome = {True: "passed", False: "FAILED", None: "outcome not published"}[gate.outcome]
+        criterion = f" ({gate.criterion})" if gate.criterion else ""
+        lines.append(f"published gate {gate.name}: {outcome}{criterion}")
     return lines
 
 
 def format_import_report(report: dict) -> str:
-    folder = report.get("evidence_folder") or ""
-    where = f"{report['source']}/{folder}" if folder else report["source"]
-    lines = [_provenance_line(report, where)]
-    lines += [f"{name}: not present, not verified" for name in report.get("absent", [])]
-    for n in report.get("normalization", []):
-        lines.append(f"normalization note, {n['path']} ({'verified' if n['present'] else 'not present'}): {n['note']}")
-    lines += _study_lines(report)
+    """What an import prints: where the rows came from, what was verified, the published study's facts, every
+    figure against ours, and the verdict (an import that writes a run reproduced every figure)."""
+    record = ImportRecord.from_json(report)
+    where = f"{record.source}/{record.evidence_folder}" if record.evidence_folder else record.source
+    lines = [_provenance_line(record, where)]
+    lines += [f"{name}: not present, not verified" for name in record.absent]
+    for n in record.normalization if not isinstance(record.normalization, UnsetType) else ():
+        lines.append(f"normalization note, {n.path} ({'verified' if n.present else 'not present'}): {n.note}")
+    lines += _study_lines(record)
     lines += figure_lines(report)
-    cleanup = cleanup_line(report.get("cleanup") or {})
+    cleanup = cleanup_line(record.cleanup_quoted)
     if cleanup:
         lines.append(cleanup)
-    lines += [f"note: {n}" for n in report.get("notes", [])]
-    counts = report["figure_counts"]
-    lines.append(f"Verdict: REPRODUCED: {counts['exact'] + counts['within_rounding']} of {counts['compared']} "
-                 "published figures reproduce from the published rows.")
+    lines += [f"note: {n}" for n in record.notes]
+    figures = figures_of(list(record.figures))
+    reproduced = sum(f.matches for f in figures)
+    compared = sum(f.status != "not_compared" for f in figures)
+    lines.append(f"Verdict: REPRODUCED: {reproduced} of {compared} published figures reproduce from the published rows.")
     return "\n".join(lines)
-
-
