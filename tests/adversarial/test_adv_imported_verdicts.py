@@ -278,3 +278,14 @@ def test_a_missing_listed_rows_member_is_said_missing(tmp_path):
     line = one_error_line(_import(src, tmp_path / "run"))
     assert "bench.jsonl.gz: listed but missing; the published figures count its rows" in line
     assert not (tmp_path / "run").exists()
+
+
+def test_verify_source_accepts_an_untouched_copy_under_another_name(tmp_path):
+    """The user's copy of the published folder need not have the first import's path or folder name (the
+    date a folder is named for included): the import is made again as the first import wrote it."""
+    src = layouts.provenance_json(tmp_path / "review-20261006")
+    assert _import(src, tmp_path / "run").returncode == 0
+    assert json.loads((tmp_path / "run" / "import.json").read_text())["study"]["date"] == "2026-10-06"
+    copy = Path(shutil.copytree(src, tmp_path / "elsewhere" / "my-copy"))
+    proc = invoke("verify", "--run", str(tmp_path / "run"), "--source", str(copy), timeout=120)
+    assert proc.returncode == 0 and "PASS  source files" in proc.stdout, proc.stdout

@@ -97,7 +97,7 @@ def finish(layout: Layout, out: Path, origin: Origin | None = None) -> dict:
                         descriptions={a: layout.arm_descriptions.get(a, f"arm {a} of the published study")
                                       for a in arms})
     if study["date"] is None:
-        study["date"] = folder_date(layout.root.name)
+        study["date"] = folder_date(Path(origin.source).name)
     with new_run(out, layout.root) as tmp:
         rows = write_samples(tmp, layout.samples)
         workloads = {w: (layout.files[0], p) for w, (_, p) in _workloads(layout.samples).items()}
