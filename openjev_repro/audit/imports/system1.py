@@ -18,6 +18,7 @@ from typing import Any
 from ...errors import EvidenceError, InputMismatch
 from ..figures import NotReproduced, arms_of, figure_counts, published_figures
 from .manifest import (
+    CheckedSource,
     SourceManifest,
     evidence_folder,
     locate_source,
@@ -77,7 +78,7 @@ def _descriptions(plan: Any, arms: list[str]) -> dict[str, str]:
 class _Source:
     root: Path
     manifest: SourceManifest
-    checked: dict[str, list[str]]
+    checked: CheckedSource
     folder: str
     files: list[tuple[str, int, str]]
     summary: dict
@@ -95,20 +96,20 @@ def _read_source(src: Path, out: Path, subdir: str | None) -> _Source:
         raise EvidenceError(f"--out {out} is inside the source {root}; write the import elsewhere.")
     manifest = read_source_manifest(root)
     checked = verify_source(manifest)
-    folder = evidence_folder(root, src.resolve(), subdir, checked["verified"])
-    files = arm_files(folder, checked["verified"])
+    folder = evidence_folder(root, src.resolve(), subdir, checked.verified)
+    files = arm_files(folder, checked.verified)
     prefix = f"{folder}/" if folder else ""
     summary_name = f"{prefix}summary.json"
-    if summary_name not in checked["verified"]:
-        state = "not present" if summary_name in checked["absent"] else "not listed in manifest.json"
+    if summary_name not in checked.verified:
+        state = "not present" if summary_name in checked.absent else "not listed in manifest.json"
         raise InputMismatch(f"{summary_name}: {state}; the published figures come from it.")
     summary = read_finite_json(root / summary_name, summary_name)
     if not isinstance(summary, dict):
         raise EvidenceError(f"{summary_name}: not a JSON object.")
     arms_of(summary)
     return _Source(root, manifest, checked, folder, files, summary,
-                   _optional_json(root, f"{prefix}cleanup.json", checked["verified"]),
-                   _optional_json(root, f"{prefix}plan.json", checked["verified"]))
+                   _optional_json(root, f"{prefix}cleanup.json", checked.verified),
+                   _optional_json(root, f"{prefix}plan.json", checked.verified))
 
 
 _PUBLISHED_KEYS = ("completed", "accepted_e2e_latency_gate", "conclusion")
@@ -139,7 +140,7 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
     with new_run(out, root) as tmp:
         with collector_paused():
             read = read_arm_files(root, files, workload, tmp)
-            verified_digests = [(n, manifest.entries[n]["sha256"]) for n in checked["verified"]]
+            verified_digests = [(n, manifest.entries[n]["sha256"]) for n in checked.verified]
             arm_names = sorted(read.arms)
             study = study_facts(manifest.meta, plan, their_summary, arms=arm_names,
                                 descriptions=_descriptions(plan, arm_names))
@@ -153,9 +154,9 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
             "format_version": IMPORT_FORMAT_VERSION, "format": "system1-omni", "source": origin.source,
             "evidence_folder": folder, "signed": False, "measured_by_us": False,
             "provenance": "verified", "digests_file": "manifest.json",
-            "files_verified": len(checked["verified"]), "verified": checked["verified"], "absent": checked["absent"],
+            "files_verified": len(checked.verified), "verified": checked.verified, "absent": checked.absent,
             "source_manifest": manifest.entries, "source_manifest_meta": manifest.meta,
-            "normalization": _normalization(manifest, checked["verified"]),
+            "normalization": _normalization(manifest, checked.verified),
             "rows": len(read.rows), "converted": converted_files(tmp),
             "figures": [f.to_json() for f in figures], "figure_counts": figure_counts(figures).to_json(),
             **_per_arm_records(arms),
