@@ -23,6 +23,7 @@ import numpy as np
 import yaml
 
 from ..errors import EvidenceError, ReproError, UnsupportedFormat
+from ..evidence.decoding import Count, Finite
 from ..evidence.recipe import Recipe, parse_recipe
 from ..evidence.rows import Row
 from ..evidence.rundir import ENVELOPE_NAME, RESPONSE_VERSIONS, RunDir, check_response_entry
@@ -33,6 +34,7 @@ __all__ = [
     "DAMAGE",
     "Check",
     "Evidence",
+    "KeyedEntry",
     "case_ids_check",
     "check_case_ids",
     "check_planned_order",
@@ -71,6 +73,9 @@ class Evidence:
 
     def __init__(self, run: RunDir) -> None:
         self.run = run
+        # file name -> its responses/ lines, kept by `responses_check` when every line decoded typed
+        # (an imported run's figures read them again; None: not decoded, or not every line typed)
+        self.response_entries: dict[str, list[KeyedEntry]] | None = None
 
     @cached_property
     def recipe(self) -> Recipe:
@@ -203,7 +208,7 @@ class _ResponseEntry(msgspec.Struct):
     v: Any = msgspec.UNSET  # absent in format 1
 
 
-class _KeyedEntry(msgspec.Struct, frozen=True, gc=False):
+class KeyedEntry(msgspec.Struct, frozen=True, gc=False):
     """A responses/*.jsonl line as the runner and the import write it: every key field of its row, typed.
 
     A chunk whose lines all decode as this needs no check line by line (msgspec checked every type in
@@ -217,12 +222,16 @@ class _KeyedEntry(msgspec.Struct, frozen=True, gc=False):
     body: str | msgspec.UnsetType = msgspec.UNSET
     body_base64: str | msgspec.UnsetType = msgspec.UNSET
     v: int | msgspec.UnsetType = msgspec.UNSET
+    # what an imported run's lines add, for the figure rules (verify_imported.py)
+    probability_delta: Finite | msgspec.UnsetType = msgspec.UNSET  # system1-omni
+    seconds: Finite | msgspec.UnsetType = msgspec.UNSET  # the formats without client nanoseconds
+    decisions: Count | msgspec.UnsetType = msgspec.UNSET
 
 
 _RESPONSE = msgspec.json.Decoder(_ResponseEntry)
-_KEYED = msgspec.json.Decoder(_KeyedEntry)
+_KEYED = msgspec.json.Decoder(KeyedEntry)
 _KEY_FIELDS = ("backend", "workload", "phase", "pass_index", "seq")
-_Entry = _ResponseEntry | _KeyedEntry
+_Entry = _ResponseEntry | KeyedEntry
 
 def responses_check(ev: Evidence, aggregate_only: bool = False) -> list[Check]:
     """Every response body's sha256 equals its row's body_sha256."""
@@ -233,18 +242,24 @@ def responses_check(ev: Evidence, aggregate_only: bool = False) -> list[Check]:
     keys = zip(t.backend.strings(), t.workload.strings(), t.phase.strings(), t.pass_index.tolist(), t.seq.tolist(), strict=True)
     hashes = dict(zip(keys, t.body_sha256, strict=True))
     wrong, seen = [], 0
+    kept: dict[str, list[KeyedEntry]] | None = {}
     for path in sorted(ev.run.path.glob("responses/*.jsonl")):
         for before, entries, keyed in _response_chunks(path):
             at = _body_lines(path, before, entries, keyed)
             seen += len(at)
             wrong += _wrong_bodies(path, before, at, [entries[i] for i in at], hashes)
+            if kept is not None and keyed:
+                kept.setdefault(path.name, []).extend(entries)  # type: ignore[arg-type]
+            else:
+                kept = None
+    ev.response_entries = kept
     return [Check("response bodies", not wrong, f"bodies whose sha256 differs from their row: {', '.join(wrong[:5])}"
                   if wrong else f"{seen} bodies match their rows' body_sha256")]
 
 
 def _body_lines(path: Path, before: int, entries: list[_Entry], keyed: bool) -> list[int]:
     """Indices of the chunk's entries that carry a body, each checked for the fields that find its row
-    (already checked when the chunk decoded as `_KeyedEntry`s).
+    (already checked when the chunk decoded as `KeyedEntry`s).
 
     UnsupportedFormat for an entry in a newer format; EvidenceError for one that lacks a key field or
     whose body or key is not a JSON value of the kind written."""
@@ -286,7 +301,7 @@ def _wrong_bodies(path: Path, before: int, at: list[int], have: list[_Entry], ha
 
 
 def _response_chunks(path: Path) -> Iterator[tuple[int, list[_Entry], bool]]:
-    """(lines before the chunk, entries of its lines, whether they decoded as `_KeyedEntry`s), decoded
+    """(lines before the chunk, entries of its lines, whether they decoded as `KeyedEntry`s), decoded
     8 MiB at a time with one entry per line.
 
     A chunk with a blank or undecodable line is decoded line by line instead, so the error

@@ -17,6 +17,7 @@ import json
 import operator
 import tempfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import msgspec
@@ -26,12 +27,13 @@ from ..errors import EvidenceError, ReproError, UnsupportedFormat
 from ..evidence.decoding import UNSET, Count, Finite, UnsetType
 from ..evidence.records import ImportRecord, import_of
 from ..evidence.rundir import RunDir, check_response_entry
-from ..hashing import hash_file
+from ..hashing import hash_files
 from .figures import Figure, NotReproduced, Samples, figures_of, layout_figures, published_figures, summary_from_figures
 from .run_checks import (
     BAD_EVIDENCE,
     Check,
     Evidence,
+    KeyedEntry,
     case_ids_check,
     first_difference,
     responses_check,
@@ -74,15 +76,27 @@ class ImportedRun:
         checks = [signature, Check("import record", status == "imported",
                                    f"state.json status {status!r}; imported from {r.source} ({r.format} format, "
                                    f"import.json format_version {r.format_version})")]
-        steps: list[tuple[str, Callable[[], list[Check]]]] = [
-            ("converted files", self.converted_files), ("source files", self.source_files),
-            ("case ids", lambda: case_ids_check(self.ev)), ("responses", lambda: responses_check(self.ev)),
-            ("imported statistics", self.statistics)]
-        for name, step in steps:
-            checks += run_step(name, step)
+        # Hash the converted files in background threads (hashlib releases the GIL) while the rows are parsed.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-hash") as pool:
+            hashing = pool.submit(self._hash_converted)
+            self.ev.preload()
+            steps: list[tuple[str, Callable[[], list[Check]]]] = [
+                ("converted files", lambda: self.converted_files(hashing.result())), ("source files", self.source_files),
+                ("case ids", lambda: case_ids_check(self.ev)), ("responses", lambda: responses_check(self.ev)),
+                ("imported statistics", self.statistics)]
+            for name, step in steps:
+                checks += run_step(name, step)
         return checks
 
-    def converted_files(self) -> list[Check]:
+    def _hash_converted(self) -> dict[str, str]:
+        """sha256 of every converted file import.json records that is a regular file of the run."""
+        paths = {name: self.run.path / name for name in self.record.converted
+                 if safe_name(name) and (self.run.path / name).is_file()}
+        digests = hash_files(paths.values())
+        return {name: digests[path] for name, path in paths.items()}
+
+    def converted_files(self, digests: dict[str, str]) -> list[Check]:
+        """Every converted file has the sha256 import.json records (`digests`: what the files hash to now)."""
         from .imports.run import REPORT_FILES
 
         recorded = self.record.converted
@@ -91,10 +105,9 @@ class ImportedRun:
                           "import again to record them")]
         bad = []
         for name, want in sorted(recorded.items()):
-            path = self.run.path / name
-            if not safe_name(name) or not path.is_file():
+            if name not in digests:
                 bad.append(f"{name} is recorded but absent")
-            elif hash_file(path) != want:
+            elif digests[name] != want:
                 bad.append(f"{name} has a different sha256 than recorded at import")
         present = {p.relative_to(self.run.path).as_posix() for p in self.run.evidence_files()}
         unlisted = sorted(present - set(recorded) - {"state.json", "import.json"} - REPORT_FILES)
@@ -171,12 +184,12 @@ class ImportedRun:
         t = self.ev.table
         latencies = {(backend, index): t.latency_ms[idx].tolist() for (backend, index), idx in
                      t.groups(np.flatnonzero(t.phase.equals("measured")), ("backend", "pass_index")).items()}
-        return published_figures(summary_from_figures(figures), latencies, _max_deltas(list(_imported_entries(self.run))))
+        return published_figures(summary_from_figures(figures), latencies, _max_deltas(list(_imported_entries(self.ev))))
 
     def samples(self) -> Samples:
         """The published seconds and decisions the import kept in responses/, per (arm, workload, pass)."""
         samples: Samples = {}
-        for entry in _imported_entries(self.run):
+        for entry in _imported_entries(self.ev):
             if isinstance(entry.seconds, UnsetType) or isinstance(entry.decisions, UnsetType):
                 raise EvidenceError(f"{entry.backend} responses: an entry lacks seconds or decisions")
             samples.setdefault((entry.backend, entry.workload, entry.pass_index), []).append(
@@ -199,12 +212,17 @@ class _ImportedEntry(msgspec.Struct, frozen=True):
 _ENTRY = msgspec.json.Decoder(_ImportedEntry)
 
 
-def _imported_entries(run: RunDir) -> Iterator[_ImportedEntry]:
-    """Each responses/*.jsonl line of an imported run, in a format this tool reads."""
-    for path in sorted(run.path.glob("responses/*.jsonl")):
+def _imported_entries(ev: Evidence) -> Iterator[_ImportedEntry | KeyedEntry]:
+    """Each responses/*.jsonl line of an imported run, in a format this tool reads (as the response check
+    decoded them, when it kept them)."""
+    if ev.response_entries is not None:
+        for kept in ev.response_entries.values():
+            yield from kept
+        return
+    for path in sorted(ev.run.path.glob("responses/*.jsonl")):
         data = path.read_bytes()
         try:
-            entries = _ENTRY.decode_lines(data)
+            entries: list[_ImportedEntry] = _ENTRY.decode_lines(data)
         except msgspec.DecodeError:  # decoded again line by line, for the message naming the line
             entries = [_entry(line, f"{path.name}:{number}") for number, line in enumerate(data.splitlines(), start=1)]
         for number, entry in enumerate(entries, start=1):
@@ -213,7 +231,7 @@ def _imported_entries(run: RunDir) -> Iterator[_ImportedEntry]:
             yield entry
 
 
-def _max_deltas(entries: list[_ImportedEntry]) -> dict[tuple[str, int], float]:
+def _max_deltas(entries: list[_ImportedEntry | KeyedEntry]) -> dict[tuple[str, int], float]:
     """(arm, pass) -> the largest |probability_delta| its entries keep (C loops: map, dict, numpy)."""
     values = list(map(operator.attrgetter("probability_delta"), entries))
     keys = list(map(operator.attrgetter("backend", "pass_index"), entries))
