@@ -21,9 +21,7 @@ def string_key_reads(tree: ast.AST) -> int:
     count = 0
     for node in ast.walk(tree):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-            count += 1
-        elif (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)) or (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
               and isinstance(node.slice.value, str)):
             count += 1
     return count

@@ -144,7 +144,7 @@ class ImportedRun:
     def statistics(self) -> list[Check]:
         from ..results.statistics import summarize
 
-        ours = json.loads(json.dumps(summarize(self.ev.table, self.ev.recipe), allow_nan=False))
+        ours = json.loads(json.dumps(summarize(self.ev.table, self.ev.recipe).to_json(), allow_nan=False))
         diff = first_difference(ours, self.run.read("summary.json"))
         checks = [Check("statistics recomputed", diff is None, f"recomputed from rows differs from summary.json at {diff}"
                         if diff else "every statistic recomputed from rows.jsonl equals summary.json exactly")]

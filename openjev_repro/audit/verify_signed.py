@@ -26,6 +26,8 @@ from ..manifest.dsse import verify_envelope
 from ..manifest.keys import keyid, load_public_key
 from ..manifest.statement import OPTIONAL_FILES, read_statement_record, recipe_json
 from ..results.energy import GPU_FILE, read_gpu_events
+from ..results.trace_gates import trace_inputs
+from .identity_check import runtime_identity_verdict
 from .run_checks import (
     BAD_EVIDENCE,
     DAMAGE,
@@ -36,6 +38,7 @@ from .run_checks import (
     responses_check,
     safe_name,
 )
+from .trace_audit import kernel_families_recomputed
 
 __all__ = ["SignedRun"]
 
@@ -64,7 +67,8 @@ class SignedRun:
             ("complete", self.complete), ("copied files", self.copied_files),
             ("case ids", lambda: case_ids_check(self.ev)), ("protocol passes", self.protocol_passes),
             ("responses", lambda: responses_check(self.ev, self.aggregate_only)),
-            ("recomputed", lambda: self.recomputed() + self.load_levels())]
+            ("recomputed", lambda: self.recomputed() + self.load_levels()),
+            ("kernel families", self.kernel_families), ("runtime identity", self.runtime_identity)]
         for name, step in steps:
             checks += self._step(name, step, tampered=any(c.passed is False for c in checks))
         if self.aggregate_only:
@@ -195,8 +199,10 @@ class SignedRun:
 
         ev = self.ev
         gpu_path = ev.run.file(GPU_FILE)
-        extra = {"gpu": read_gpu_events(gpu_path)} if gpu_path.is_file() else {}
-        ours = json.loads(json.dumps(summarize(ev.table, ev.recipe, **extra), allow_nan=False))
+        gpu = read_gpu_events(gpu_path) if gpu_path.is_file() else None
+        # kernel-families.json, recomputed from traces/ by `kernel_families`
+        ours = json.loads(json.dumps(summarize(ev.table, ev.recipe, gpu=gpu, **trace_inputs(ev.run.path)).to_json(),
+                                     allow_nan=False))
         signed_summary = self.predicate.get("summary") or {}
         diff = first_difference({k: v for k, v in ours.items() if k != "gates"},
                                 {k: v for k, v in signed_summary.items() if k != "gates"})
@@ -218,7 +224,8 @@ class SignedRun:
         if not has_load(ev.recipe):
             return []
         problems = level_problems(ev.table, ev.recipe)
-        ours = json.loads(json.dumps(load_summary(ev.table, ev.recipe), allow_nan=False))
+        load = load_summary(ev.table, ev.recipe)
+        ours = json.loads(json.dumps(load.to_json() if load is not None else {}, allow_nan=False))
         signed = (self.predicate.get("summary") or {}).get("load")
         diff = first_difference(ours, signed, "load") if isinstance(signed, dict) else "load: absent from the signed summary"
         figures = sum(len(wl["levels"]) * len(wl["backends"]) for wl in ours["workloads"].values())
@@ -227,6 +234,16 @@ class SignedRun:
                 Check("load levels recomputed", diff is None,
                       f"recomputed from rows differs from the signed summary at {diff}" if diff
                       else f"{figures} (backend, level) figure sets recomputed from rows.jsonl equal the signed ones")]
+
+    def kernel_families(self) -> list[Check]:
+        """Runs with torch traces: kernel-families.json recomputed from traces/ (audit/trace_audit.py)."""
+        return [Check(*outcome) for outcome in
+                kernel_families_recomputed(self.run.path, self.ev.recipe, self.aggregate_only, first_difference)]
+
+    def runtime_identity(self) -> list[Check]:
+        """Issue 39: backends.json runtime_identity and kernel_caches.json well-formed (no check when absent)."""
+        verdict = runtime_identity_verdict(self.run)
+        return [] if verdict is None else [Check("runtime identity", *verdict)]
 
     # --- an aggregate-only bundle against the run's own manifest ---------------------------
 

@@ -152,7 +152,7 @@ def synthesize_run(source: Path, out: Path, k: int, key: Path) -> Path:
         _replicate(path, out / "responses" / path.name, k, lengths, sort_keys=True)
     _replicate_case_ids(out, k)
     recipe = load_recipe(out / "recipe.yaml")
-    write_json_atomic(out / "summary.json", summarize(read_table(out / "rows.jsonl"), recipe))
+    write_json_atomic(out / "summary.json", summarize(read_table(out / "rows.jsonl"), recipe).to_json())
     write_report(out)
     write_manifest(out, key_path=key)
     return out

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from invoke import task
+from invoke import Exit, task
 
 from . import user_errors
 
@@ -76,7 +76,7 @@ def _pass_and_gate_lines(p: Plan) -> list[str]:
         out.append("passes per backend: " + ", ".join(step.label() for step in s.steps))
         out += _load_lines(s.steps)
     if p.traces.enabled:
-        out.append(f"traces: {len(p.traces.items or ())} (opt-in, Nsight Systems, outside timed passes)")
+        out.append(f"traces: {len(p.traces.items or ())} (opt-in, outside the timed passes; docs/traces.md)")
     return out + ["gates:", *(_gate_line(g) for g in p.gates)]
 
 
@@ -103,16 +103,24 @@ def _controls_line(controls: Controls) -> str:
 
 
 @task(help={"recipe": "recipe YAML file", "json": "print the plan as JSON",
+            "out": "write the plan as JSON to this new file (refused if it exists): `invoke study --plan` runs it",
             "inputs": "inputs root (default: the recipe's inputs.root)", "runtime": "override every backend's runtime"})
 @user_errors
-def plan(c, recipe, json_=False, inputs=None, runtime=None):
+def plan(c, recipe, json_=False, inputs=None, runtime=None, out=None):
     """Print the fully resolved plan of a recipe, and validate every pin, without network or GPU."""
+    from ..evidence.files import write_json_atomic
     from ..study.plan import resolve_plan
     from ..study.resolved import resolve_recipe
 
-    study = resolve_recipe(Path(recipe), inputs_root_override=Path(inputs) if inputs else None, apply_lock=False)
+    study = resolve_recipe(Path(recipe), inputs_root_override=Path(inputs) if inputs else None,
+                           apply_lock=out is not None)  # a plan to run has the inputs lock applied, as a study's
     resolved = resolve_plan(study, runtime=runtime)
-    if json_:
+    if out is not None:
+        if Path(out).exists():
+            raise Exit(f"error: {out} exists; the plan is written to a new file only.", code=1)
+        write_json_atomic(Path(out), resolved.to_json())
+        print(f"plan written to {out}; run it with `invoke study --plan {out}`")
+    elif json_:
         print(json.dumps(resolved.to_json(), indent=1))
     else:
         _print_plan(resolved)

@@ -27,11 +27,12 @@ import msgspec
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..errors import EvidenceError
-from .decoding import UNSET, Count, Number, Quoted, Record, Text, UnsetType, decode
+from .decoding import UNSET, Count, Number, Quoted, Record, Text, TritonCacheRef, UnsetType, decode
 from .recipe import Controls, Download, Gate, LoadLevel, Pins, Protocol, Source, Study, Warmup
 
 __all__ = [
     "PLAN_FORMAT_VERSION",
+    "RUN_ONLY_FIELDS",
     "DeclaredEnvironment",
     "PinCheck",
     "Plan",
@@ -50,6 +51,7 @@ __all__ = [
 ]
 
 PLAN_FORMAT_VERSION = 1
+RUN_ONLY_FIELDS = ("case_ids", "gpu_override")  # plan.json's fields only a run knows, beside the planned ones
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -60,18 +62,14 @@ class PlanProcess(Record, frozen=True, kw_only=True):
     argv: tuple[Text, ...]
     env: dict[str, Text]
     health: Text | None
-    port: Count | Text | UnsetType = UNSET  # an aux process's port (or "free ({port.NAME})"); absent for the command
+    # An aux process's port (or "free ({port.NAME})"); the command's only when the recipe fixes it.
+    port: Count | Text | UnsetType = UNSET
     ready_timeout_s: Number | None | UnsetType = UNSET  # an aux process's readiness limit
 
     @property
     def fixed_port(self) -> int | None:
         """The port the recipe fixes for this aux process, None for a free one (or the command)."""
         return self.port if isinstance(self.port, int) else None
-
-
-class TritonCacheRef(Record, frozen=True, kw_only=True):
-    dir: Text
-    sha256: Text
 
 
 class DeclaredEnvironment(Record, frozen=True, kw_only=True):
@@ -102,12 +100,12 @@ class PlanBackend(Record, frozen=True, kw_only=True):
     aux: tuple[PlanProcess, ...]
     command: PlanProcess
     endpoint: Text
-    model: Text | None
+    model: Text
     launched: bool | UnsetType = UNSET
     owned: bool | UnsetType = UNSET
     url: Text | None | UnsetType = UNSET
     readiness: Text | UnsetType = UNSET
-    health: Text | None | UnsetType = UNSET
+    health: Text | UnsetType = UNSET
     cwd: Text | None | UnsetType = UNSET
     environment: DeclaredEnvironment | UnsetType = UNSET  # when the recipe declares one
 
@@ -137,7 +135,7 @@ class PlanBackend(Record, frozen=True, kw_only=True):
         return self.readiness if isinstance(self.readiness, str) else "status-ready"
 
     @property
-    def health_path(self) -> str | None:
+    def health_path(self) -> str:
         return "/health" if isinstance(self.health, UnsetType) else self.health
 
     @property
@@ -181,9 +179,9 @@ class PlanStep(Record, frozen=True, kw_only=True):
             raise ValueError("a load step names both its level and its load")
 
     @classmethod
-    def warm_up(cls, warmup: Warmup) -> PlanStep:
+    def warm_up(cls, warmup: Warmup, workload: str | None = None) -> PlanStep:
         return cls(phase="warmup", longest_first=warmup.longest_first, longest_of=warmup.longest_of,
-                   requests=warmup.requests)
+                   requests=warmup.requests, workload=UNSET if workload is None else workload)
 
     @property
     def warmup(self) -> Warmup | None:
@@ -205,14 +203,27 @@ class PlanStep(Record, frozen=True, kw_only=True):
         return self.load.level() if isinstance(self.load, PlanLoad) else None
 
     def label(self) -> str:
-        return (self.phase + (f" {self.workload}#{self.index}" if isinstance(self.workload, str) else "")
+        return (self.phase + (f" {self.workload}" if isinstance(self.workload, str) else "")
+                + (f"#{self.index}" if isinstance(self.index, int) else "")
                 + (f" @{self.level}" if isinstance(self.level, str) else ""))
 
 
 class PlanSequence(Record, frozen=True, kw_only=True):
+    """One backend's steps in order; each workload's feasibility and measured passes are numbered 1, 2, … in turn."""
+
     backend: Text
     server: Text = "one server reused for every pass"
     steps: tuple[PlanStep, ...]
+
+    def __post_init__(self) -> None:
+        done: dict[tuple[str, str], int] = {}
+        for step in self.steps:
+            if step.workload_name is not None and step.phase in ("feasibility", "measured"):
+                key = (step.workload_name, step.phase)
+                if step.pass_index != done.get(key, 0) + 1:
+                    raise ValueError(f"backend {self.backend}: {step.label()} follows {step.phase} pass "
+                                     f"{done.get(key, 0)} of {step.workload_name}; passes are numbered 1, 2, … in order")
+                done[key] = step.pass_index
 
 
 class PlanHash(Record, frozen=True, kw_only=True):
@@ -381,6 +392,29 @@ class Plan:
     def backend(self, name: str) -> PlanBackend:
         return next(b for b in self.backends if b.name == name)
 
+    def measured_budget(self) -> dict[tuple[str, str], int]:
+        """Per (backend, workload), how many measured passes the plan runs (all its levels' together)."""
+        budget: dict[tuple[str, str], int] = {}
+        for sequence in self.passes:
+            for step in sequence.steps:
+                if step.phase == "measured" and step.workload_name is not None:
+                    key = (sequence.backend, step.workload_name)
+                    budget[key] = budget.get(key, 0) + 1
+        return budget
+
+    def mismatch(self, backends: list[str], workloads: list[str]) -> str | None:
+        """Why this plan cannot run a recipe of `backends` (in order) and `workloads`; None when it can.
+
+        Which backends run, and which workloads exist (their requests), are the recipe's to say."""
+        if [b.name for b in self.backends] != backends:
+            return (f"its backends are not the recipe's ({', '.join(backends)}, in that order); edit the recipe to "
+                    "change which backends run.")
+        named = {s.workload_name for q in self.passes for s in q.steps if s.workload_name is not None}
+        unknown = sorted(named - set(workloads))
+        if unknown:
+            return f"steps name workloads the recipe does not declare: {', '.join(unknown)}."
+        return None
+
     def steps_of(self, backend: str) -> tuple[PlanStep, ...]:
         return next(s.steps for s in self.passes if s.backend == backend)
 
@@ -452,3 +486,4 @@ def _preparation(data: dict[str, Quoted] | None) -> PlanPreparation | None:
     return PlanPreparation(lock=part.lock, downloads=tuple(Download.model_validate(d) for d in part.downloads),
                            sources=tuple(Source.model_validate(s) for s in part.sources),
                            provided=part.provided, actions=part.actions)
+

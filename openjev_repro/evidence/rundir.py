@@ -46,7 +46,7 @@ import msgspec
 
 from ..errors import EvidenceError
 from .decoding import UnsetType
-from .files import check_format, fsync_directory, read_json, read_versioned, write_json_atomic
+from .files import check_format, fsync_directory, json_text, read_json, read_versioned, write_json_atomic
 from .state import STATE_FORMAT_VERSION, Owner, StateRecord, Status
 
 __all__ = [
@@ -316,6 +316,15 @@ class RunDir:
                                          updated_unix=round(time.time(), 3))
         write_json_atomic(self.path / "state.json", record.to_json())
         return record
+
+    def rewrite_state_in_place(self, record: StateRecord) -> None:
+        """state.json overwritten in its own blocks (no temporary file): what a full disk still allows."""
+        data = json_text(record.to_json(), indent=2, sort_keys=True).encode()
+        with open(self.path / "state.json", "r+b") as fh:
+            fh.write(data)
+            fh.truncate()
+            fh.flush()
+            os.fsync(fh.fileno())
 
     def update_state(self, **changes: Any) -> StateRecord:
         return self.write_state(self.state_record().changed(**changes))

@@ -162,6 +162,11 @@ class EnvironmentCheck:
         caches = {} if isinstance(self.record.triton_cache, UnsetType) else self.record.triton_cache
         self._write(triton_cache={**caches, name: entry})
 
+    def add_differences(self, found: list[str]) -> None:
+        """Differences found after a backend ran (a pinned kernel cache that changed), measured with drift allowed."""
+        if found:
+            self._write(differences=[*self.record.differences, *found])
+
     def check(self, name: str, spec: EnvironmentSpec, health: dict) -> list[str]:
         seen = observed(health, self.environment, name)
         found = differences(spec, seen, self.record.project.source_sha256)

@@ -127,7 +127,8 @@ def _backend(recipe: Recipe, b: Backend, values: dict[str, str], runtime: str | 
                          port=a.port or f"free ({{port.{a.name}}})",
                          ready_timeout_s=a.ready_timeout_s or recipe.protocol.ready_timeout_s)
                 for i, a in enumerate(b.aux))
-    command = _process("command", b.command, b.env, values, f"backend {b.name}", names, b.health)
+    fixed = {} if b.port is None else {"port": b.port}
+    command = _process("command", b.command, b.env, values, f"backend {b.name}", names, b.health, **fixed)
     # What the backend must report once ready (checked before measuring), when the recipe declares any.
     declared = recipe.environment_of(b).model_dump(mode="json", exclude_defaults=True)
     return PlanBackend(name=b.name, runtime=runtime or b.runtime, image=b.image, description=b.description,
@@ -137,12 +138,14 @@ def _backend(recipe: Recipe, b: Backend, values: dict[str, str], runtime: str | 
 
 
 def _steps(recipe: Recipe) -> tuple[PlanStep, ...]:
-    """Every backend's sequence: first inference, warm-up, then each workload's passes."""
+    """Every backend's sequence: first inference, then per workload its warm-up and its passes (a warm-up
+    names its workload when the recipe has several; one without a name warms up the only one)."""
     steps: list[PlanStep] = []
     if recipe.protocol.first_inference:
         steps.append(PlanStep(phase="first", detail="first inference after readiness (excluded)"))
-    steps.append(PlanStep.warm_up(recipe.protocol.warmup))
+    several = len(recipe.workloads) > 1
     for w in recipe.workloads:
+        steps.append(PlanStep.warm_up(recipe.protocol.warmup, w.name if several else None))
         steps += _workload_steps(recipe, w)
     return tuple(steps)
 
