@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import random
 from pathlib import Path
 
@@ -49,6 +50,12 @@ def _row(case: int, p: float, tokens: int, start: int, ns: int) -> str:
         "client_start_monotonic_ns": start, "client_end_monotonic_ns": start + ns})
 
 
+def _median(ordered: list[float]) -> float:
+    """The median as the published study computes it: the middle value, or the mean of the middle two."""
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
 def write_source(out: Path, rows: int, passes: int = 2, arms: tuple[str, ...] = ARMS, seed: int = 0) -> Path:
     """`rows` rows in all, over `arms` x `passes` passes (the same case ids in each); returns `out`."""
     per_pass = rows // (len(arms) * passes)
@@ -72,12 +79,12 @@ def write_source(out: Path, rows: int, passes: int = 2, arms: tuple[str, ...] = 
                     clock += ns + 91_173
                     lat_ms.append(ns / 1e6)
             ordered = sorted(lat_ms)
-            entry["passes"].append({"pass": index, "requests": len(lat_ms), "mean_ms": sum(lat_ms) / len(lat_ms),
-                                    "p50_ms": ordered[len(ordered) // 2],
+            entry["passes"].append({"pass": index, "requests": len(lat_ms), "mean_ms": math.fsum(lat_ms) / len(lat_ms),
+                                    "p50_ms": _median(ordered),
                                     "p95_ms": ordered[-(-95 * len(ordered) // 100) - 1],
                                     "max_probability_delta": max(_delta(case) for case in range(len(cases)))})
             every += lat_ms
-        entry["aggregate_mean_ms"] = sum(every) / len(every)
+        entry["aggregate_mean_ms"] = math.fsum(every) / len(every)
         entry["readiness"] = {"worker": {"process_to_readiness_seconds": 9.75}}
         summary["arms"][arm] = entry
     cleanup = {"all_task_processes_exited": True, "processes": [{"pid": 4101, "returncode": 0}]}

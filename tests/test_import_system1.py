@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from invoking import invoke
 
+from openjev_repro.audit.figures import NotReproduced
 from openjev_repro.audit.importer import classify, half_unit, import_system1
 from openjev_repro.errors import EvidenceError, InputMismatch, RunIncomplete
 from openjev_repro.evidence.rows import read_rows
@@ -254,9 +255,11 @@ def test_published_figure_that_does_not_reproduce_is_a_mismatch(tmp_path):
     summary["arms"]["baseline"]["passes"][1]["requests"] = 5
     (src / "e2e" / "summary.json").write_text(json.dumps(summary, indent=2))
     relist(src, "e2e/summary.json")
-    report = import_system1(src, tmp_path / "run")
-    bad = sorted((f["arm"], f["pass"], f["figure"]) for f in report["figures"] if f["status"] == "mismatch")
+    with pytest.raises(NotReproduced) as raised:
+        import_system1(src, tmp_path / "run")
+    bad = sorted((f.arm, f.pass_index, f.figure) for f in raised.value.mismatched)
     assert bad == [("baseline", 2, "requests"), ("candidate", 1, "mean_ms")]
+    assert not (tmp_path / "run").exists()  # a figure that does not reproduce: no run is written
 
 
 def test_half_unit_counts_at_most_fifteen_significant_digits():
@@ -334,12 +337,22 @@ def test_compare_pairs_only_the_requested_arms(imported, tmp_path):
 
 
 def test_flat_layout_with_a_list_manifest_still_imports(tmp_path):
-    report = import_system1(FLAT, tmp_path / "run")
+    with pytest.raises(NotReproduced) as raised:  # the fixture publishes one figure that does not reproduce
+        import_system1(FLAT, tmp_path / "run")
+    figures = {(f.arm, f.pass_index, f.figure): f for f in raised.value.figures}
+    assert [k for k, f in figures.items() if f.status == "mismatch"] == [("fast", 2, "mean_ms")]
+    assert figures[("native", 1, "p95_ms")].rule == "jevbench"
+    assert figures[("fast", 1, "p95_ms")].rule == "nearest_rank"
+    src = Path(shutil.copytree(FLAT, tmp_path / "src"))  # that figure published as recomputed
+    summary = json.loads((src / "summary.json").read_text())
+    summary["arms"]["fast"]["passes"][1]["mean_ms"] = figures[("fast", 2, "mean_ms")].ours
+    (src / "summary.json").write_text(json.dumps(summary, indent=2))
+    manifest = json.loads((src / "manifest.json").read_text())
+    for entry in manifest["files"]:
+        entry["sha256"] = hashlib.sha256((src / entry["path"]).read_bytes()).hexdigest()
+    (src / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    report = import_system1(src, tmp_path / "run")
     assert report["evidence_folder"] == "" and report["absent"] == [] and report["files_verified"] == 5
-    figures = {(f["arm"], f["pass"], f["figure"]): f for f in report["figures"]}
-    assert [k for k, f in figures.items() if f["status"] == "mismatch"] == [("fast", 2, "mean_ms")]
-    assert figures[("native", 1, "p95_ms")]["rule"] == "jevbench"
-    assert figures[("fast", 1, "p95_ms")]["rule"] == "nearest_rank"
     run = RunDir.open(tmp_path / "run")
     summary = json.loads(run.file("summary.json").read_text())["workloads"]["mixed"]["backends"]
     assert (summary["native"]["correct"], summary["fast"]["correct"]) == (5, 4)  # labels from checks.correct

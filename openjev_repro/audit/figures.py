@@ -11,16 +11,24 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
+import msgspec
+
 from ..errors import EvidenceError
+from ..evidence.decoding import UNSET, Number, Quoted, Record, UnsetType, decode
+from ..evidence.records import FigureCounts
 from ..results.statistics import latency_stats, mean
 
 __all__ = [
+    "MAX_FIGURE",
     "SIGNIFICANT_DIGITS",
+    "Figure",
     "Samples",
     "arms_of",
     "baseline_and_candidates",
     "classify",
     "figure",
+    "figure_counts",
+    "figures_of",
     "half_unit",
     "layout_figures",
     "published_figures",
@@ -36,10 +44,83 @@ def _obj(doc: Any, key: str) -> dict[str, Any]:
 # A binary double carries 15 significant decimal digits (DBL_DIG); digits a JSON writer
 # prints past the 15th are representation noise, not precision.
 SIGNIFICANT_DIGITS = 15
+# The largest published figure compared as a number: latencies, counts and rates of a study are far
+# below it, and its square stays a finite double (a 400-digit integer or 1e200 is a mismatch, never
+# an OverflowError).
+MAX_FIGURE = 1e15
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return (isinstance(value, int) or math.isfinite(value)) and abs(value) <= MAX_FIGURE
+
+
+class Figure(Record, frozen=True, kw_only=True):
+    """One published figure next to ours: exact, within_rounding, mismatch or not_compared.
+
+    Every format's figures are this type (`audit/imports/`), recorded in import.json's `figures`
+    and recomputed by `verify` from the imported rows; `matches` says whether it reproduces."""
+
+    arm: str | None
+    pass_index: int | None = msgspec.field(name="pass")
+    figure: str
+    published: Quoted
+    ours: Number | None
+    ours_by_rule: dict[str, Number | None] | UnsetType = UNSET  # P95: one value per rank rule
+    status: str
+    difference: Number | None
+    half_unit: Number | None
+    rule: str | None
+    matches: bool
+    note: str | UnsetType = UNSET
+
+    @property
+    def where(self) -> str:
+        """'ARM pass N FIGURE', 'ARM FIGURE' or 'FIGURE': how a line names it."""
+        return " ".join(str(part) for part in (self.arm, *(("pass", self.pass_index) if self.pass_index is not None
+                                                           else ()), self.figure) if part is not None)
+
+    def line(self) -> str:
+        """The figure with its published and recomputed values, on one line."""
+        return f"{self.where}: published {self.published!r}, recomputed {self.ours!r} ({self.status.replace('_', ' ')})"
+
+
+class NotReproduced(EvidenceError):
+    """A published figure does not reproduce from the published rows: the import's verdict (exit 3)."""
+
+    def __init__(self, figures: list[Figure]) -> None:
+        self.figures = figures
+        self.mismatched = [f for f in figures if f.status == "mismatch"]
+        super().__init__(f"{len(self.mismatched)} of {len(figures)} published figures do not reproduce from the "
+                         f"published rows ({'; '.join(f.line() for f in self.mismatched[:3])}"
+                         f"{'; …' if len(self.mismatched) > 3 else ''})")
+
+    @classmethod
+    def check(cls, figures: list[Figure]) -> None:
+        """Raise when any figure is a mismatch."""
+        if any(f.status == "mismatch" for f in figures):
+            raise cls(figures)
+
+    def lines(self) -> list[str]:
+        """The verdict, then every figure with its published and recomputed value."""
+        return ["Verdict: NOT REPRODUCED", *(f.line() for f in self.figures),
+                (f"{len(self.mismatched)} of {len(self.figures)} published figures do not reproduce from the "
+                 "published rows; no run was written.")]
+
+
+def figures_of(recorded: Any, where: str = "import.json") -> list[Figure]:
+    """import.json's `figures` as records; EvidenceError naming the field that is not one."""
+    return list(decode(recorded, tuple[Figure, ...], f"{where}: figures"))
+
+
+def figure_counts(figures: list[Figure]) -> FigureCounts:
+    compared = [f for f in figures if f.status != "not_compared"]
+    within = [f.difference for f in compared if f.status == "within_rounding" and f.difference is not None]
+    return FigureCounts(compared=len(compared), exact=sum(f.status == "exact" for f in compared),
+                        within_rounding=len(within), mismatch=sum(f.status == "mismatch" for f in compared),
+                        not_compared=len(figures) - len(compared),
+                        largest_within_rounding_difference=max(within, default=None))
 
 
 def _count(value: Any) -> bool:
@@ -81,18 +162,18 @@ _ORDER = {"exact": 0, "within_rounding": 1, "mismatch": 2}
 
 
 def figure(arm: str, pass_index: int | None, name: str, published: Any, ours: Any,
-            propagated: float = 0.0) -> dict[str, Any]:
+           propagated: float = 0.0) -> Figure:
     if isinstance(ours, dict):  # P95: one value per rank rule; the best-reproducing rule wins
         outcomes = {rule: classify(value, published) for rule, value in ours.items()}
         best = min(outcomes.values(), key=lambda o: (_ORDER[o["status"]], o["difference"] or 0))
         rules = [r for r, o in outcomes.items() if o["status"] == best["status"] != "mismatch"]
         value = ours[rules[0]] if rules else None
-        return {"arm": arm, "pass": pass_index, "figure": name, "published": published, "ours": value,
-                "ours_by_rule": ours, **best, "rule": " and ".join(rules) or None,
-                "matches": best["status"] != "mismatch"}
+        return Figure(arm=arm, pass_index=pass_index, figure=name, published=published, ours=value,
+                      ours_by_rule=ours, **best, rule=" and ".join(rules) or None,
+                      matches=best["status"] != "mismatch")
     outcome = classify(ours, published, propagated)
-    return {"arm": arm, "pass": pass_index, "figure": name, "published": published, "ours": ours, **outcome,
-            "rule": None, "matches": outcome["status"] != "mismatch"}
+    return Figure(arm=arm, pass_index=pass_index, figure=name, published=published, ours=ours, **outcome,
+                  rule=None, matches=outcome["status"] != "mismatch")
 
 
 def arms_of(summary: dict) -> dict[str, Any]:
@@ -108,10 +189,10 @@ def baseline_and_candidates(arms: Iterable[str]) -> tuple[str, list[str]]:
     return base, [n for n in names if n != base]
 
 
-def _no_rows(arm: str, index: int | None) -> dict[str, Any]:
+def _no_rows(arm: str, index: int | None) -> Figure:
     """A published arm or pass that no imported row backs: a mismatch."""
-    return {"arm": arm, "pass": index, "figure": "rows", "published": "present", "ours": None,
-            "status": "mismatch", "difference": None, "half_unit": None, "rule": None, "matches": False}
+    return Figure(arm=arm, pass_index=index, figure="rows", published="present", ours=None, status="mismatch",
+                  difference=None, half_unit=None, rule=None, matches=False)
 
 
 def _pass_index(p: Any, arm_name: Any) -> int:
@@ -133,7 +214,7 @@ def _ours_of_pass(rows: list[float], max_delta: dict[tuple[str, int], float] | N
 
 
 def _pass_figures(arm: str, arm_name: Any, entry: dict, latencies: dict[tuple[str, int], list[float]],
-                  max_delta: dict[tuple[str, int], float] | None) -> list[dict[str, Any]]:
+                  max_delta: dict[tuple[str, int], float] | None) -> list[Figure]:
     passes = entry.get("passes", [])
     if not isinstance(passes, list):
         raise EvidenceError(f"summary.json: {arm_name}.passes is not a list.")
@@ -146,7 +227,7 @@ def _pass_figures(arm: str, arm_name: Any, entry: dict, latencies: dict[tuple[st
 
 
 def published_figures(summary: dict, latencies: dict[tuple[str, int], list[float]],
-                      max_delta: dict[tuple[str, int], float] | None = None) -> list[dict[str, Any]]:
+                      max_delta: dict[tuple[str, int], float] | None = None) -> list[Figure]:
     """Each figure their summary.json publishes next to ours, recomputed from the rows' latencies (ms)."""
     figures = []
     aggregates: dict[str, float | None] = {}
@@ -178,7 +259,7 @@ def _aggregate_half_units(pb: Any, pc: Any) -> float:
 
 
 def _aggregate_reduction(summary: dict, key: str, aggregates: dict[str, float | None],
-                         published_aggregates: dict[str, Any], base: str, cand: str) -> dict[str, Any]:
+                         published_aggregates: dict[str, Any], base: str, cand: str) -> Figure:
     b, c = aggregates[base], aggregates[cand]
     # Their expression, 100 * (1 - candidate / baseline) of the aggregate means; the algebraically
     # equal (b - c) / b * 100 of results.statistics.summarize differs from it in the last bits.
@@ -187,18 +268,18 @@ def _aggregate_reduction(summary: dict, key: str, aggregates: dict[str, float | 
     return figure(f"{cand} vs {base}", None, key, summary[key], ours_pct, propagated)
 
 
-def _not_compared(key: str, published: Any) -> dict[str, Any]:
-    return {"arm": None, "pass": None, "figure": key, "published": published, "ours": None,
-            "status": "not_compared", "difference": None, "half_unit": None, "rule": None,
-            "matches": False, "note": "no unambiguous baseline/candidate pair to recompute it from"}
+def _not_compared(key: str, published: Any) -> Figure:
+    return Figure(arm=None, pass_index=None, figure=key, published=published, ours=None, status="not_compared",
+                  difference=None, half_unit=None, rule=None, matches=False,
+                  note="no unambiguous baseline/candidate pair to recompute it from")
 
 
 def _reduction_figures(summary: dict, aggregates: dict[str, float | None],
-                       published_aggregates: dict[str, Any]) -> list[dict[str, Any]]:
+                       published_aggregates: dict[str, Any]) -> list[Figure]:
     """Their `*_reduction_percent` figures: the aggregate one recomputed when there is one baseline/candidate pair."""
     base, candidates = baseline_and_candidates(aggregates) if aggregates else ("", [])
     pair = len(candidates) == 1 and bool(aggregates.get(base))
-    figures: list[dict[str, Any]] = []
+    figures: list[Figure] = []
     for key in sorted(k for k in summary if isinstance(k, str) and k.endswith("_reduction_percent")):
         if key == "aggregate_reduction_percent" and pair:
             figures.append(_aggregate_reduction(summary, key, aggregates, published_aggregates, base, candidates[0]))
@@ -207,25 +288,25 @@ def _reduction_figures(summary: dict, aggregates: dict[str, float | None],
     return figures
 
 
-def summary_from_figures(figures: list[dict]) -> dict[str, Any]:
+def summary_from_figures(figures: list[Figure]) -> dict[str, Any]:
     """The part of their summary.json that import.json's figures record (to recompute them in `verify`)."""
     arms: dict[str, dict[str, Any]] = {}
     top: dict[str, Any] = {}
     for f in figures:
-        if f["figure"].endswith("_reduction_percent"):
-            top[f["figure"]] = f["published"]
+        if f.figure.endswith("_reduction_percent"):
+            top[f.figure] = f.published
             continue
-        if f["arm"] is None or f["figure"] == "rows":
+        if f.arm is None or f.figure == "rows":
             continue
-        entry = arms.setdefault(f["arm"], {"passes": []})
-        if f["pass"] is None:
-            entry[f["figure"]] = f["published"]
+        entry = arms.setdefault(f.arm, {"passes": []})
+        if f.pass_index is None:
+            entry[f.figure] = f.published
             continue
         passes = {p["pass"]: p for p in entry["passes"]}
-        if f["pass"] not in passes:
-            entry["passes"].append({"pass": f["pass"]})
-            passes[f["pass"]] = entry["passes"][-1]
-        passes[f["pass"]][f["figure"]] = f["published"]
+        if f.pass_index not in passes:
+            entry["passes"].append({"pass": f.pass_index})
+            passes[f.pass_index] = entry["passes"][-1]
+        passes[f.pass_index][f.figure] = f.published
     return {"arms": arms, **top}
 
 
@@ -280,11 +361,11 @@ def _reduction(base: list[float], cand: list[float], pb: list[Any], pc: list[Any
 
 
 def _workload_figures(arm: str, workload: str, passes: Any, samples: Samples,
-                      ours_by: dict[tuple[str, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+                      ours_by: dict[tuple[str, str], list[dict[str, Any]]]) -> list[Figure]:
     """One arm and workload: each pass's published metrics against ours (kept in ours_by for reductions)."""
     if not isinstance(passes, list):
         raise EvidenceError(f"summary.json: results.{arm}.{workload} is not a list of passes.")
-    figures: list[dict[str, Any]] = []
+    figures: list[Figure] = []
     for index, published in enumerate(passes, start=1):
         rows = samples.get((str(arm), str(workload), index))
         if not isinstance(published, dict) or not rows:
@@ -297,9 +378,9 @@ def _workload_figures(arm: str, workload: str, passes: Any, samples: Samples,
     return figures
 
 
-def timings_figures(summary: dict, samples: Samples) -> list[dict[str, Any]]:
+def timings_figures(summary: dict, samples: Samples) -> list[Figure]:
     """prefill_batching layout: results[arm][workload][pass] metrics, reductions[workload], totals."""
-    figures: list[dict[str, Any]] = []
+    figures: list[Figure] = []
     results = _obj(summary, "results")
     ours_by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for arm, workloads in sorted(results.items()):
@@ -311,7 +392,7 @@ def timings_figures(summary: dict, samples: Samples) -> list[dict[str, Any]]:
 
 
 def _metric_reduction(results: dict, ours_by: dict, arms: tuple[str, str], workload: str, key: str,
-                      value: Any) -> dict[str, Any] | None:
+                      value: Any) -> Figure | None:
     """One published `<metric>_reduction_percent` of a workload against ours; None if we lack that metric."""
     base, cand = arms
     metric = key.replace("_reduction_percent", "_ms")
@@ -324,7 +405,7 @@ def _metric_reduction(results: dict, ours_by: dict, arms: tuple[str, str], workl
     return figure(f"{cand} vs {base} {workload}", None, key, value, ours, propagated)
 
 
-def _timings_reductions(summary: dict, results: dict, ours_by: dict) -> list[dict[str, Any]]:
+def _timings_reductions(summary: dict, results: dict, ours_by: dict) -> list[Figure]:
     base, candidates = baseline_and_candidates(sorted(results, key=lambda a: a != "baseline")) if results else ("", [])
     if len(candidates) != 1:
         return []
@@ -334,7 +415,7 @@ def _timings_reductions(summary: dict, results: dict, ours_by: dict) -> list[dic
     return [f for f in found if f is not None]
 
 
-def _timings_totals(summary: dict, samples: Samples) -> list[dict[str, Any]]:
+def _timings_totals(summary: dict, samples: Samples) -> list[Figure]:
     everything = [r for rows in samples.values() for r in rows]
     ours = {"measured_requests": len(everything), "measured_decisions": sum(d for _, d in everything)}
     return [figure("all", None, k, summary[k], v) for k, v in ours.items() if k in summary]
@@ -346,13 +427,13 @@ def _seconds_of(samples: Samples, mode: str, their_pass: int | None = None) -> l
             if a == mode and (their_pass is None or index == their_pass + 1) for s, _ in xs]
 
 
-def _mode_figures(key: str, published: dict, seconds: list[float], pass_index: int | None) -> list[dict[str, Any]]:
+def _mode_figures(key: str, published: dict, seconds: list[float], pass_index: int | None) -> list[Figure]:
     ours = {"n": len(seconds), "median_s": _median(seconds), "mean_s": _fmean(seconds)}
     return [figure(key, pass_index, k, published[k], v) for k, v in ours.items() if k in published]
 
 
-def _mode_passes(key: str, published: dict, samples: Samples, mode: str) -> list[dict[str, Any]]:
-    figures: list[dict[str, Any]] = []
+def _mode_passes(key: str, published: dict, samples: Samples, mode: str) -> list[Figure]:
+    figures: list[Figure] = []
     passes = published.get("passes") or []
     if not isinstance(passes, list):
         raise EvidenceError(f"summary.json: {key}.passes is {str(passes)[:80]}, not a list of passes.")
@@ -365,10 +446,10 @@ def _mode_passes(key: str, published: dict, samples: Samples, mode: str) -> list
     return figures
 
 
-def provenance_figures(summary: dict, samples: Samples) -> list[dict[str, Any]]:
+def provenance_figures(summary: dict, samples: Samples) -> list[Figure]:
     """jev_vl review layout: per mode (cache_<mode>) n, median_s, mean_s over all passes and per pass,
     and `<a>_div_<b>_median` ratios of the modes' medians."""
-    figures: list[dict[str, Any]] = []
+    figures: list[Figure] = []
     medians: dict[str, float] = {}
     for mode in sorted({arm for arm, _, _ in samples}):
         key = f"cache_{mode}" if f"cache_{mode}" in summary else mode
@@ -381,9 +462,9 @@ def provenance_figures(summary: dict, samples: Samples) -> list[dict[str, Any]]:
     return figures + _ratio_figures(summary, medians)
 
 
-def _ratio_figures(summary: dict, medians: dict[str, float]) -> list[dict[str, Any]]:
+def _ratio_figures(summary: dict, medians: dict[str, float]) -> list[Figure]:
     """Their `<a>_div_<b>_median` ratios against the ratio of our medians."""
-    figures: list[dict[str, Any]] = []
+    figures: list[Figure] = []
     for key in sorted(k for k in summary if isinstance(k, str) and k.endswith("_median") and "_div_" in k):
         a, b = key[: -len("_median")].split("_div_", 1)
         if a in medians and b in medians and medians[b]:
@@ -391,7 +472,7 @@ def _ratio_figures(summary: dict, medians: dict[str, float]) -> list[dict[str, A
     return figures
 
 
-def layout_figures(fmt: str, summary: dict, samples: Samples) -> list[dict[str, Any]]:
+def layout_figures(fmt: str, summary: dict, samples: Samples) -> list[Figure]:
     """The figures of `fmt`'s summary recomputed from `samples` (every format but system1-omni)."""
     if fmt == "timings-csv":
         return timings_figures(summary, samples)
@@ -402,10 +483,10 @@ def layout_figures(fmt: str, summary: dict, samples: Samples) -> list[dict[str, 
     raise EvidenceError(f"no figure rules for format {fmt!r}.")
 
 
-def sums_figures(summaries: dict, samples: Samples) -> list[dict[str, Any]]:
+def sums_figures(summaries: dict, samples: Samples) -> list[Figure]:
     """lfm2 layout: `<stem>.summary.json` members, each with summary.variants[variant][cell] =
     {n, p50_ms, p95_ms} over that member's rows (`summaries` maps stem -> summary)."""
-    figures: list[dict[str, Any]] = []
+    figures: list[Figure] = []
     for stem, doc in sorted(summaries.items()):
         inner = doc.get("summary") if isinstance(doc, dict) else None
         variants = inner.get("variants") if isinstance(inner, dict) else None
@@ -417,8 +498,8 @@ def sums_figures(summaries: dict, samples: Samples) -> list[dict[str, Any]]:
     return figures
 
 
-def _cell_figures(stem: str, variant: str, cells: dict, samples: Samples) -> list[dict[str, Any]]:
-    figures: list[dict[str, Any]] = []
+def _cell_figures(stem: str, variant: str, cells: dict, samples: Samples) -> list[Figure]:
+    figures: list[Figure] = []
     for cell, published in sorted(cells.items()):
         ms = [s * 1000 for (a, w, _), xs in samples.items() if a == f"{stem}.{variant}" and w == cell for s, _ in xs]
         if isinstance(published, dict) and ms:

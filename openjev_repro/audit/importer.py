@@ -24,18 +24,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import InputMismatch
+from ..evidence.decoding import UnsetType
+from ..evidence.records import ImportRecord
 from ..results.imported import cleanup_line, figure_lines
 from .figures import (
     SIGNIFICANT_DIGITS,
     baseline_and_candidates,
     classify,
+    figures_of,
     half_unit,
     published_figures,
     summary_from_figures,
 )
 from .imports import provenance, sha256sums, system1, timings
 from .imports.manifest import SourceManifest, locate_source, read_source_manifest, verify_source
-from .imports.run import IMPORT_FORMAT_VERSION, REPORT_FILES, converted_files
+from .imports.run import IMPORT_FORMAT_VERSION, REPORT_FILES, Origin, converted_files
 from .imports.system1 import import_system1
 
 __all__ = [
@@ -70,7 +73,7 @@ FORMATS: dict[str, tuple[Callable[[Path], bool], Importer]] = {
 
 
 def detect_format(src: Path) -> str:
-    """The one format whose layout `src` holds; InputMismatch when none or several fit."""
+    """The one format whose layout `src` holds; InputMismatch when none or several fit (never a guess)."""
     src = Path(src)
     if not src.is_dir():
         raise InputMismatch(f"{src}: not a directory; --src names the published evidence folder.")
@@ -78,54 +81,62 @@ def detect_format(src: Path) -> str:
     if not found:
         raise InputMismatch(f"{src}: no known layout (manifest.json, provenance.json with raw-*.jsonl, SHA256SUMS, "
                             f"or timings.csv with summary.json); name one with --format ({', '.join(FORMATS)}).")
+    if len(found) > 1:
+        raise InputMismatch(f"{src}: holds the layouts of {' and '.join(found)}; --format auto picks none of "
+                            f"them, name the one you mean with --format.")
     return found[0]
 
 
 def import_evidence(src: Path, out: Path, *, fmt: str = "auto", workload: str = "mixed",
-                    subdir: str | None = None) -> dict:
-    """Import `src` in format `fmt` ("auto": detected) into the new run directory `out`."""
+                    subdir: str | None = None, origin: Origin | None = None) -> dict:
+    """Import `src` in format `fmt` ("auto": detected) into the new run directory `out`.
+
+    NotReproduced (nothing written) when a published figure does not reproduce from the published rows."""
     name = detect_format(Path(src)) if fmt == "auto" else fmt
     if name not in FORMATS:
         raise InputMismatch(f"unknown --format {fmt!r}; supported: auto, {', '.join(FORMATS)}.")
     _, importer = FORMATS[name]
-    return importer(Path(src), Path(out), workload=workload, subdir=subdir)
+    return importer(Path(src), Path(out), workload=workload, subdir=subdir, origin=origin)
 
 
-def _provenance_line(report: dict, where: str) -> str:
-    rows = report.get("rows", "?")
-    if report.get("provenance") == "verified" or "provenance" not in report:
-        digests = report.get("digests_file") or "manifest.json"
-        how = "sha256" if report.get("format") != "system1-omni" else "bytes and sha256"
-        return (f"imported {rows} rows from {where} ({report.get('format')}): {report['files_verified']} files "
-                f"verified ({how}) against {report['source']}/{digests}; UNSIGNED, not measured by us")
-    return (f"imported {rows} rows from {where} ({report.get('format')}): {report['provenance']}; the digests of "
-            f"what was imported are recorded in import.json; UNSIGNED, not measured by us")
+def _provenance_line(record: ImportRecord, where: str) -> str:
+    head = f"imported {record.rows} rows from {where} ({record.format})"
+    if record.provenance == "verified":
+        how = "sha256" if record.format != "system1-omni" else "bytes and sha256"
+        return (f"{head}: {record.files_verified} files verified ({how}) against "
+                f"{record.source}/{record.digests_file or 'manifest.json'}; UNSIGNED, not measured by us")
+    return (f"{head}: {record.provenance}; the digests of what was imported are recorded in import.json; "
+            "UNSIGNED, not measured by us")
 
 
-def _study_lines(report: dict) -> list[str]:
-    study = report.get("study") or {}
-    lines = [f"published study date: {study.get('date') or 'not published'}"]
-    lines += [f"published hardware: {h}" for h in study.get("hardware") or []] or ["published hardware: not published"]
-    for gate in report.get("published_gates") or []:
-        outcome = {True: "passed", False: "FAILED", None: "outcome not published"}[gate.get("outcome")]
-        criterion = f" ({gate['criterion']})" if gate.get("criterion") else ""
-        lines.append(f"published gate {gate['name']}: {outcome}{criterion}")
+def _study_lines(record: ImportRecord) -> list[str]:
+    study = record.study
+    lines = [f"published study date: {study.date or 'not published'}"]
+    lines += [f"published hardware: {h}" for h in study.hardware] or ["published hardware: not published"]
+    for gate in record.published_gates:
+        outcome = {True: "passed", False: "FAILED", None: "outcome not published"}[gate.outcome]
+        criterion = f" ({gate.criterion})" if gate.criterion else ""
+        lines.append(f"published gate {gate.name}: {outcome}{criterion}")
     return lines
 
 
 def format_import_report(report: dict) -> str:
-    folder = report.get("evidence_folder") or ""
-    where = f"{report['source']}/{folder}" if folder else report["source"]
-    lines = [_provenance_line(report, where)]
-    lines += [f"{name}: not present, not verified" for name in report.get("absent", [])]
-    for n in report.get("normalization", []):
-        lines.append(f"normalization note, {n['path']} ({'verified' if n['present'] else 'not present'}): {n['note']}")
-    lines += _study_lines(report)
+    """What an import prints: where the rows came from, what was verified, the published study's facts, every
+    figure against ours, and the verdict (an import that writes a run reproduced every figure)."""
+    record = ImportRecord.from_json(report)
+    where = f"{record.source}/{record.evidence_folder}" if record.evidence_folder else record.source
+    lines = [_provenance_line(record, where)]
+    lines += [f"{name}: not present, not verified" for name in record.absent]
+    for n in record.normalization if not isinstance(record.normalization, UnsetType) else ():
+        lines.append(f"normalization note, {n.path} ({'verified' if n.present else 'not present'}): {n.note}")
+    lines += _study_lines(record)
     lines += figure_lines(report)
-    cleanup = cleanup_line(report.get("cleanup") or {})
+    cleanup = cleanup_line(record.cleanup_quoted)
     if cleanup:
         lines.append(cleanup)
-    lines += [f"note: {n}" for n in report.get("notes", [])]
+    lines += [f"note: {n}" for n in record.notes]
+    figures = figures_of(list(record.figures))
+    reproduced = sum(f.matches for f in figures)
+    compared = sum(f.status != "not_compared" for f in figures)
+    lines.append(f"Verdict: REPRODUCED: {reproduced} of {compared} published figures reproduce from the published rows.")
     return "\n".join(lines)
-
-

@@ -7,7 +7,8 @@ The run's own envelope travels as `source.dsse.json`, so a reader can check that
 bundle's files are the ones the run signed. The bundle is a deterministic `.tar.gz`, signed when a key is given.
 
 One verification, no copies: the bundle's statement is built from the digests the run's
-own manifest signs, and the tar is streamed from the run's files straight into the
+own manifest signs (a signed run's signature verified first, with --pubkey or the public half
+of --key), and the tar is streamed from the run's files straight into the
 compressed output while the run is verified once (`verify_dir`, in the other thread; zlib
 and hashlib release the GIL). Each file is hashed as it streams and must equal its signed
 digest, so the bundle holds exactly the bytes that were signed and verified; if either
@@ -29,11 +30,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from ..errors import EvidenceError, VerificationError
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, guard_output, scan_tree
-from ..manifest.dsse import envelope_bytes, make_envelope
-from ..manifest.keys import load_private_key
-from ..manifest.statement import build_statement, read_statement
+from ..evidence.statement import Statement
+from ..manifest.dsse import envelope_bytes, make_envelope, verify_envelope
+from ..manifest.keys import keyid, load_private_key, load_public_key
+from ..manifest.statement import build_statement, read_statement_record
 from .verify import verify_dir
 
 __all__ = ["BUNDLE_SUFFIX", "COMPRESS_LEVEL", "OMITTED_DIRS", "SOURCE_ENVELOPE", "is_omitted", "publish"]
@@ -49,18 +53,26 @@ def is_omitted(name: str) -> bool:
     return name.split("/", 1)[0] in OMITTED_DIRS
 
 
-def publish(run_dir: Path, out: Path, *, aggregate_only: bool, key_path: Path | None) -> Path:
+def publish(run_dir: Path, out: Path, *, aggregate_only: bool, key_path: Path | None,
+            pubkey: Path | None = None) -> Path:
     out = guard_output(Path(out))  # never over a file, never inside a run
     if not out.name.endswith(BUNDLE_SUFFIX) or out.name == BUNDLE_SUFFIX:
         raise EvidenceError(f"{out}: a bundle is a gzip tarball, so its name ends in {BUNDLE_SUFFIX} "
                             f"(e.g. {out.name.split('.')[0] or 'bundle'}{BUNDLE_SUFFIX}).")
     run = RunDir.open(run_dir)
     key = load_private_key(key_path) if key_path is not None else None
+    trusted = [load_public_key(pubkey)] if pubkey is not None else []
+    trusted += [key.public_key()] if key is not None else []
     try:
-        members, extra_bytes = _prepare(run, key, aggregate_only)
+        members, extra_bytes = _prepare(run, key, aggregate_only, trusted)
     except Exception:
         _check_source(run)  # damaged or hostile evidence: the verification names what is wrong
         raise
+    return _write_verified(run, members, extra_bytes, out)
+
+
+def _write_verified(run: RunDir, members: dict[str, str], extra_bytes: dict[str, bytes], out: Path) -> Path:
+    """The bundle written beside `out` while the run is verified, renamed to `out` only when both succeed."""
     tmp = out.with_name(f".{out.name}.tmp")
     try:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-tar") as pool:
@@ -80,24 +92,51 @@ def publish(run_dir: Path, out: Path, *, aggregate_only: bool, key_path: Path | 
     return out
 
 
-def _prepare(run: RunDir, key: Any, aggregate_only: bool = True) -> tuple[dict[str, str], dict[str, bytes]]:
-    """The bundle's members (name -> signed sha256) and its two generated files, from the run's manifest.
+def _check_signature(run: RunDir, envelope: dict[str, Any], trusted: list[Ed25519PublicKey]) -> None:
+    """A signed run is published only when its signature verifies with a key the user gave (--pubkey, or
+    the public half of --key): a corrupt or foreign signature is never carried into a bundle."""
+    signatures = envelope["signatures"]
+    if not signatures:
+        return  # an UNSIGNED run makes an UNSIGNED-source bundle; verify says so
+    ids = {keyid(k): k for k in trusted}
+    by = [s["keyid"] for s in signatures if s["keyid"] in ids]
+    if not by:
+        raise VerificationError(f"{run.path} is signed by key {str(signatures[0]['keyid'])[:16]}…; pass --pubkey with "
+                                "that public key so publish can check the signature (nothing was published).")
+    try:
+        verify_envelope(envelope, ids[by[0]])
+    except VerificationError as exc:
+        raise VerificationError(f"{run.path} does not verify (signature: {exc}); only verified runs are "
+                                "published.") from None
+
+
+def _prepare(run: RunDir, key: Any, aggregate_only: bool = True,
+             trusted: list[Ed25519PublicKey] | None = None) -> tuple[dict[str, str], dict[str, bytes]]:
+    """The bundle's members (name -> signed sha256) and its two generated files, from the run's manifest
+    (whose signature must verify with a `trusted` key).
 
     Nothing is opened before the tree is walked (evidence.scan_tree): every member is a regular
     file the walk found, so the tar thread never follows a link or blocks on a FIFO."""
     present = _present_files(run)
     source_bytes = run.file(ENVELOPE_NAME).read_bytes()
-    _, source = read_statement(run.file(ENVELOPE_NAME))
-    signed = {s["name"]: s["digest"]["sha256"] for s in source["subject"]}
-    dropped = {n for n in signed if aggregate_only and is_omitted(n)}  # --include-bodies keeps them all
+    envelope, source = read_statement_record(run.file(ENVELOPE_NAME))
+    _check_signature(run, envelope, trusted or [])
+    signed = source.digests
+    dropped = {n for n in signed if is_omitted(n)} if aggregate_only else set()  # --include-bodies keeps them all
     omitted = [{"name": n, "sha256": signed[n]} for n in signed if n in dropped]
     members = {n: d for n, d in signed.items() if n not in dropped}
     _require_members(run, members, present)
     members[SOURCE_ENVELOPE] = hashlib.sha256(source_bytes).hexdigest()
     subjects = [{"name": n, "digest": {"sha256": members[n]}} for n in sorted(members, key=PurePosixPath)]
+    extra = {"omitted": omitted, "source_envelope": SOURCE_ENVELOPE, **_created(source)}
     statement = build_statement(run, signed=key is not None, aggregate_only=aggregate_only, subjects=subjects,
-                                extra={"omitted": omitted, "source_envelope": SOURCE_ENVELOPE})
+                                extra=extra)
     return members, {SOURCE_ENVELOPE: source_bytes, ENVELOPE_NAME: envelope_bytes(make_envelope(statement.payload(), key))}
+
+
+def _created(source: Statement) -> dict[str, Any]:
+    """The run's own signed creation time, not the clock's: two publishes of one run are the same bytes."""
+    return {"created_utc": source.predicate["created_utc"]} if "created_utc" in source.predicate else {}
 
 
 def _present_files(run: RunDir) -> set[str]:

@@ -6,8 +6,9 @@ tarfile to read bundles. This reader accepts one narrow shape and refuses everyt
 
 - every header block is POSIX ustar (`ustar\\0` `00`) with a correct unsigned checksum and
   numeric fields that are plain octal (no base-256, no garbage after the terminator);
-- a member is a regular file (`0`), optionally preceded by one pax `x` header whose records
-  are well formed and only `path`, `size` or `mtime`;
+- a member is a regular file (`0`) with exactly the mode (0644), owner (0:0, no user or
+  group name) and time (0) that `publish` writes, optionally preceded by one pax `x` header
+  (mode 0) whose records are well formed, only `path` or `size`, without control characters;
 - content is followed by zero padding to the 512-byte block;
 - the archive ends with two zero blocks, and everything after them is zero bytes.
 
@@ -24,7 +25,8 @@ from typing import Protocol
 __all__ = ["BLOCK", "Member", "TarFormatError", "members"]
 
 BLOCK = 512
-_PAX_KEYS = {"path", "size", "mtime"}
+_PAX_KEYS = {"path", "size"}
+PUBLISHED_MODE = 0o644  # every member as publish writes it: mode 0644, owner 0:0 with no names, mtime 0
 _MAX_PAX_BYTES = 64 << 10
 _KINDS = {b"1": "a hard link", b"2": "a link", b"3": "a special file", b"4": "a special file",
           b"5": "a directory", b"6": "a special file", b"7": "a special file", b"S": "a sparse file"}
@@ -98,6 +100,8 @@ def _pax_records(data: bytes, offset: int) -> dict[str, str]:
             records[name] = value.decode("utf-8")
         except UnicodeDecodeError:
             raise TarFormatError(f"pax header at byte {offset}: {name} is not UTF-8") from None
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in records[name]):  # a NUL ends the name GNU tar extracts
+            raise TarFormatError(f"pax header at byte {offset}: {name} holds a NUL or another control character")
     if not records:
         raise TarFormatError(f"pax header at byte {offset} is empty")
     return records
@@ -140,15 +144,26 @@ class _Blocks:
                 raise TarFormatError("data follows the end-of-archive marker")
 
 
-def _header_member(block: bytes, offset: int, pax: dict[str, str]) -> Member:
+def _check_published_fields(block: bytes, offset: int, mode: int) -> None:
+    """Mode, owner and time exactly as publish writes them: GNU tar, run as root, restores a set-uid
+    bit, an owner or a time, so a bundle that carries any other is not one publish wrote."""
+    for field, what, want in ((block[100:108], "mode", mode), (block[108:116], "uid", 0), (block[116:124], "gid", 0),
+                              (block[136:148], "mtime", 0)):
+        value = _octal(field, what, offset)
+        if value != want:
+            shown = (f"{value:04o}", f"{want:04o}") if what == "mode" else (str(value), str(want))
+            raise TarFormatError(f"header at byte {offset}: {what} {shown[0]} is not the {shown[1]} publish writes")
+    _text(block[157:257], "linkname", offset)  # a link member is refused by its kind, with its own message
+    for field, what in ((block[265:297], "uname"), (block[297:329], "gname")):
+        if _text(field, what, offset):
+            raise TarFormatError(f"header at byte {offset}: the {what} field is not empty, as publish writes it")
+
+
+def _header_member(block: bytes, offset: int, pax: dict[str, str], mode: int = PUBLISHED_MODE) -> Member:
     _check_header(block, offset)
-    for field, what in ((block[100:108], "mode"), (block[108:116], "uid"), (block[116:124], "gid"),
-                        (block[136:148], "mtime")):
-        _octal(field, what, offset)
+    _check_published_fields(block, offset, mode)
     size = _octal(block[124:136], "size", offset)
     name, prefix = _text(block[0:100], "name", offset), _text(block[345:500], "prefix", offset)
-    for field, what in ((block[157:257], "linkname"), (block[265:297], "uname"), (block[297:329], "gname")):
-        _text(field, what, offset)
     if block[500:].strip(b"\0"):
         raise TarFormatError(f"header at byte {offset} holds bytes past its prefix field")
     name = f"{prefix}/{name}" if prefix else name
@@ -164,7 +179,7 @@ def _header_member(block: bytes, offset: int, pax: dict[str, str]) -> Member:
 
 
 def _read_pax(blocks: _Blocks, block: bytes, offset: int, chunk: int) -> dict[str, str]:
-    size = _header_member(block, offset, {}).size
+    size = _header_member(block, offset, {}, mode=0).size
     if size > _MAX_PAX_BYTES:
         raise TarFormatError(f"pax header at byte {offset} declares {size} bytes")
     return _pax_records(b"".join(blocks.content(size, chunk)), offset)

@@ -197,30 +197,40 @@ def _print_claims(header: str, results: list) -> None:
             "out": "new run directory to create", "workload": "workload name for the imported rows (default mixed)"})
 @user_errors
 def import_evidence(c, src, out, format="auto", workload="mixed", subdir=None):
-    """Verify another harness's published per-request evidence and convert it into an (unsigned, imported) run."""
+    """Verify another harness's published per-request evidence and convert it into an (unsigned, imported) run;
+    exit 3 (NOT REPRODUCED, nothing written) when a published figure does not reproduce from the published rows."""
+    from ..audit.figures import NotReproduced
     from ..audit.importer import FORMATS, format_import_report, import_evidence
 
     if format != "auto" and format not in FORMATS:
         raise Exit(f"error: unknown --format {format!r}; supported: auto, {', '.join(FORMATS)}", code=1)
-    report = import_evidence(Path(src), Path(out), fmt=format, workload=workload, subdir=subdir)
+    try:
+        report = import_evidence(Path(src), Path(out), fmt=format, workload=workload, subdir=subdir)
+    except NotReproduced as exc:
+        echo("\n".join(exc.lines()))
+        raise Exit(f"error: {printable(src)}: NOT REPRODUCED: {len(exc.mismatched)} of {len(exc.figures)} published figures "
+                   f"do not reproduce from the published rows; no run was written.", code=3) from None
     echo(format_import_report(report))
 
 
 @task(help={"run": "signed, complete run directory", "out": "bundle file to write; its name ends in .tar.gz",
             "key": "private key (from `invoke keygen`) to sign the bundle; without it the bundle is UNSIGNED",
+            "pubkey": "public key the run's manifest is signed by (default: the public half of --key); a signed "
+                      "run is published only when its signature verifies",
             "include_bodies": "keep responses/ and logs/: a PRIVATE archive, not publishable under the JevBench "
                               "terms (without it the bundle is aggregate-only)",
             "aggregate_only": "no bodies, which is already the default: says so explicitly in a script "
                               "(refused together with --include-bodies)"})
 @user_errors
-def publish(c, run, out, key=None, include_bodies=False, aggregate_only=False):
+def publish(c, run, out, key=None, pubkey=None, include_bodies=False, aggregate_only=False):
     """Write a bundle (.tar.gz) of hashes, rows and aggregates, no request or response bodies; signed with --key."""
     from ..audit.publish import publish as write_bundle
 
     if aggregate_only and include_bodies:
         raise EvidenceError("--aggregate-only and --include-bodies contradict each other; give one.")
     aggregate = not include_bodies
-    path = write_bundle(Path(run), Path(out), aggregate_only=aggregate, key_path=Path(key) if key else None)
+    path = write_bundle(Path(run), Path(out), aggregate_only=aggregate, key_path=Path(key) if key else None,
+                        pubkey=Path(pubkey) if pubkey else None)
     kind = "aggregate-only" if aggregate else "PRIVATE (with bodies)"
     if key:
         print(f"signed {kind} bundle: {path}")

@@ -1,9 +1,13 @@
-"""The signed results manifest: in-toto statement, DSSE envelope, keys, environment capture."""
+"""The signed results manifest: in-toto statement, DSSE envelope, keys, environment capture.
 
-from .dsse import PAYLOAD_TYPE, make_envelope, pae, parse_envelope, verify_envelope
-from .environment import collect_environment
-from .keys import generate_keypair, keyid, load_private_key, load_public_key
-from .statement import PREDICATE_TYPE, STATEMENT_TYPE, build_statement, read_statement, write_manifest
+The names below are imported on first use, so that a reader of one module (verify reads
+`manifest.statement` and `manifest.dsse`) does not load the environment collectors too.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = [
     "PAYLOAD_TYPE",
@@ -22,3 +26,15 @@ __all__ = [
     "verify_envelope",
     "write_manifest",
 ]
+
+_HOME = {"PAYLOAD_TYPE": "dsse", "make_envelope": "dsse", "pae": "dsse", "parse_envelope": "dsse",
+         "verify_envelope": "dsse", "collect_environment": "environment", "generate_keypair": "keys", "keyid": "keys",
+         "load_private_key": "keys", "load_public_key": "keys", "PREDICATE_TYPE": "statement",
+         "STATEMENT_TYPE": "statement", "build_statement": "statement", "read_statement": "statement",
+         "write_manifest": "statement"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)

@@ -9,7 +9,9 @@ standard base64 (with padding). An unsigned envelope has an empty `signatures` l
 
 The envelope file is written in one canonical form (sorted keys, indent 2, trailing
 newline) and `parse_envelope` refuses any other form, so a changed byte anywhere in the
-file is detected even where JSON would not care (whitespace).
+file is detected even where JSON would not care (whitespace). The payload and every signature
+must be canonical base64 too: decoded and encoded again they give the same text, so padding
+bits or padding cannot spell the same bytes another way.
 """
 
 from __future__ import annotations
@@ -84,7 +86,19 @@ def _envelope_problem(envelope: Any) -> str | None:
         return ": payload is not a base64 string."
     if not _signatures_ok(envelope["signatures"]):
         return ": signatures is not a list of {keyid, sig} strings."
+    if not _canonical_base64(envelope["payload"]):
+        return ": payload is not canonical base64 (decoded and encoded again it differs); it was re-spelled."
+    if not all(_canonical_base64(s["sig"]) for s in envelope["signatures"]):
+        return ": a signature is not canonical base64 (decoded and encoded again it differs); it was re-spelled."
     return None
+
+
+def _canonical_base64(text: str) -> bool:
+    """Standard base64 with padding that encodes its own decoded bytes exactly as written."""
+    try:
+        return base64.standard_b64encode(base64.b64decode(text, validate=True)).decode("ascii") == text
+    except (binascii.Error, ValueError):
+        return False
 
 
 def _signatures_ok(signatures: Any) -> bool:

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...errors import EvidenceError
 from ...hashing import hash_file
-from ...results.imported import figure_counts
-from ..figures import layout_figures
+from ...limits import MAX_PASSES
+from ..figures import NotReproduced, figure_counts, layout_figures
 from .published import published_gates, study_facts
-from .run import IMPORT_FORMAT_VERSION, converted_files, imported_recipe, new_run, write_record, write_summary
+from .run import IMPORT_FORMAT_VERSION, Origin, converted_files, imported_recipe, new_run, write_record, write_summary
 from .samples import Sample, samples_of, write_samples
 
 __all__ = ["Layout", "finish"]
@@ -59,8 +60,35 @@ def _workloads(samples: list[Sample]) -> dict[str, tuple[str, int]]:
     return out
 
 
-def finish(layout: Layout, out: Path) -> dict:
-    """Write the imported run at `out`; returns import.json's content."""
+def _check_passes(samples: list[Sample]) -> None:
+    """The samples are passes a run can hold, as verify checks them: at most MAX_PASSES, each case once in a
+    pass, and every pass (of every arm) of a workload the same cases. EvidenceError naming the first that is not."""
+    passes: dict[tuple[str, str, int], list[str]] = {}
+    for s in samples:
+        if s.pass_index > MAX_PASSES:
+            raise EvidenceError(f"{s.arm} {s.workload}: pass {s.pass_index} is above the {MAX_PASSES} passes a run "
+                                "may hold; not imported.")
+        passes.setdefault((s.arm, s.workload, s.pass_index), []).append(s.id)
+    reference: dict[str, tuple[tuple[str, str, int], set[str]]] = {}
+    for key, ids in sorted(passes.items()):
+        arm, workload, index = key
+        cases = set(ids)
+        if len(cases) != len(ids):
+            raise EvidenceError(f"{arm} {workload} pass {index}: a case appears twice (two files of one arm and "
+                                "pass, say at two concurrencies); a pass holds each case once. Not imported.")
+        first, ref = reference.setdefault(workload, (key, cases))
+        if cases != ref:
+            missing, extra = sorted(ref - cases), sorted(cases - ref)
+            raise EvidenceError(f"{arm} {workload} pass {index} holds other cases than {first[0]} pass {first[2]} "
+                                f"(missing {', '.join(missing[:3]) or 'none'}; extra {', '.join(extra[:3]) or 'none'}); "
+                                "every pass of a workload must hold the same cases. Not imported.")
+
+
+def finish(layout: Layout, out: Path, origin: Origin | None = None) -> dict:
+    """Write the imported run at `out`; returns import.json's content. NotReproduced, and nothing
+    written, when a published figure does not reproduce from the published rows."""
+    _check_passes(layout.samples)
+    origin = Origin.of(layout.root, origin)
     imported = {name: hash_file(layout.root / name) for name in layout.files}
     arms = sorted({s.arm for s in layout.samples})
     if sorted(layout.arm_order) == arms:
@@ -69,22 +97,23 @@ def finish(layout: Layout, out: Path) -> dict:
                         descriptions={a: layout.arm_descriptions.get(a, f"arm {a} of the published study")
                                       for a in arms})
     if study["date"] is None:
-        study["date"] = folder_date(layout.root.name)
+        study["date"] = folder_date(Path(origin.source).name)
     with new_run(out, layout.root) as tmp:
         rows = write_samples(tmp, layout.samples)
         workloads = {w: (layout.files[0], p) for w, (_, p) in _workloads(layout.samples).items()}
-        recipe = imported_recipe(layout.root, "", workloads, arms, sorted(imported.items()), fmt=layout.fmt,
+        recipe = imported_recipe(origin, "", workloads, arms, sorted(imported.items()), fmt=layout.fmt,
                                  study=study, note=layout.note or f"Imported evidence ({layout.fmt}); not measured here.")
         write_summary(tmp, recipe, rows)
         figures = layout_figures(layout.fmt, layout.summary, samples_of(layout.samples))
+        NotReproduced.check(figures)
         record = {
-            "format_version": IMPORT_FORMAT_VERSION, "format": layout.fmt, "source": str(layout.root),
+            "format_version": IMPORT_FORMAT_VERSION, "format": layout.fmt, "source": origin.source,
             "evidence_folder": "", "signed": False, "measured_by_us": False,
             "provenance": layout.provenance, "digests_file": layout.digests_file,
             "files_verified": len(layout.verified), "verified": layout.verified, "absent": layout.absent,
             "source_manifest": layout.source_digests, "source_manifest_meta": layout.meta,
             "imported_files": imported, "rows": len(rows), "converted": converted_files(tmp),
-            "figures": figures, "figure_counts": figure_counts(figures),
+            "figures": [f.to_json() for f in figures], "figure_counts": figure_counts(figures).to_json(),
             "published_summary": layout.summary,
             "study": study, "published_gates": published_gates(*layout.documents),
             "notes": layout.notes,

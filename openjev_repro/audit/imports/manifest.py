@@ -22,7 +22,7 @@ from ...evidence.files import read_json
 from ...hashing import hash_file
 from .rows import FILE_RE
 
-__all__ = ["MANIFEST_NAME", "SourceManifest", "evidence_folder", "file_state", "locate_source", "read_finite_json",
+__all__ = ["MANIFEST_NAME", "CheckedSource", "SourceManifest", "evidence_folder", "file_state", "locate_source", "read_finite_json",
            "read_source_manifest", "verify_source"]
 
 MANIFEST_NAME = "manifest.json"
@@ -178,10 +178,18 @@ def _unlisted(manifest: SourceManifest) -> list[str]:
     return out
 
 
-def verify_source(manifest: SourceManifest) -> dict[str, list[str]]:
+@dataclass(frozen=True)
+class CheckedSource:
+    """What `verify_source` found: the listed files present with their digests, and those absent."""
+
+    verified: list[str]
+    absent: list[str]
+
+
+def verify_source(manifest: SourceManifest) -> CheckedSource:
     """Every listed file that is present has its bytes and sha256; no present file is unlisted.
 
-    Returns {"verified": [...], "absent": [...]}; raises InputMismatch naming every problem.
+    Returns the verified and the absent files; raises InputMismatch naming every problem.
     """
     root = manifest.root
     states = {name: _listed_state(root / name, entry, name) for name, entry in sorted(manifest.entries.items())}
@@ -192,7 +200,7 @@ def verify_source(manifest: SourceManifest) -> dict[str, list[str]]:
     verified = [name for name, state in states.items() if not state]
     if not verified:
         raise InputMismatch(f"{root}: none of the files {MANIFEST_NAME} lists is present.")
-    return {"verified": verified, "absent": [name for name, state in states.items() if state == "absent"]}
+    return CheckedSource(verified, [name for name, state in states.items() if state == "absent"])
 
 
 def _subdir_folder(root: Path, subdir: str) -> str:

@@ -14,7 +14,6 @@ recorded as "not listed, not verified".
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,8 @@ from typing import Any
 from ...errors import EvidenceError, InputMismatch
 from .layout import Layout, finish
 from .manifest import file_state, read_finite_json
-from .samples import MAX_INT, MAX_TOKENS, Sample, check_id, check_int, check_seconds
+from .run import Origin
+from .samples import MAX_INT, MAX_TOKENS, Sample, bounded_number, check_id, check_int, check_seconds
 
 __all__ = ["detect", "import_provenance", "read_listing"]
 
@@ -91,8 +91,7 @@ def _start_ns(start: Any, where: str) -> int | None:
     """Their t_start (epoch seconds) as whole nanoseconds; None when not published."""
     if start is None:
         return None
-    if not isinstance(start, (int, float)) or isinstance(start, bool) or not math.isfinite(start) \
-            or not 0 <= start * 1e9 <= MAX_INT:
+    if not bounded_number(start, 0, MAX_INT / 1e9):
         raise EvidenceError(f"{where}: t_start {str(start)[:40]} is not a finite clock reading in seconds.")
     return round(start * 1e9)
 
@@ -166,13 +165,24 @@ def _reference_first(summary: dict[str, Any], modes: set[str]) -> list[str]:
     return []
 
 
-def _imported_files(root: Path, verified: list[str], unlisted: list[str]) -> list[str]:
-    """The raw files and summary.json to import, each present (listed and verified, or unlisted)."""
-    present = verified + unlisted
-    raw = sorted(n for n in present if _RAW.match(n))
+def _refuse(names: list[str], problem: str) -> None:
+    """InputMismatch naming the raw files among `names` (unlisted or missing ones) and their problem."""
+    raw = sorted(n for n in names if _RAW.match(n))
+    if raw:
+        raise InputMismatch(f"{', '.join(raw[:3])}: {problem}. Nothing was imported.")
+
+
+def _imported_files(root: Path, verified: list[str], absent: list[str], unlisted: list[str]) -> list[str]:
+    """The raw files to import: every raw file the listing names, each present and verified. A raw file it
+    does not name never becomes an arm or a pass, and one it names that is absent is never dropped from the
+    count: either is refused. summary.json may be unlisted (the published layout does not list it)."""
+    _refuse(unlisted, f"present but not listed in {PROVENANCE_NAME}; only the rows it lists are the published evidence")
+    _refuse(absent, f"listed in {PROVENANCE_NAME} but missing; the published figures count its rows. Fetch the "
+            "evidence again")
+    raw = sorted(n for n in verified if _RAW.match(n))
     if not raw:
         raise InputMismatch(f"{root}: no raw-<mode>-c<n>-p<pass>.jsonl is present.")
-    if SUMMARY_NAME not in present:
+    if SUMMARY_NAME not in verified + unlisted:
         raise InputMismatch(f"{SUMMARY_NAME}: not present; the published figures come from it.")
     return raw
 
@@ -196,7 +206,8 @@ _NOTE = ("Imported evidence (provenance-json): latencies are their client_s; pas
          "from 1 here; rows carry no probabilities.")
 
 
-def import_provenance(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None) -> dict:
+def import_provenance(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None,
+                      origin: Origin | None = None) -> dict:
     """Verify `src` against its provenance.json and convert its raw rows into the new run `out`."""
     root = Path(src).resolve()
     if not detect(root):
@@ -204,7 +215,7 @@ def import_provenance(src: Path, out: Path, *, workload: str = "mixed", subdir: 
                             "not the provenance-json layout.")
     data, entries = read_listing(root)
     verified, absent, unlisted = _verify(root, entries)
-    raw = _imported_files(root, verified, unlisted)
+    raw = _imported_files(root, verified, absent, unlisted)
     summary = _summary(root)
     samples = _read_rows(root, raw)
     modes = {s.arm for s in samples}
@@ -218,4 +229,4 @@ def import_provenance(src: Path, out: Path, *, workload: str = "mixed", subdir: 
                     absent=absent, notes=[f"{n}: present but not listed in {PROVENANCE_NAME}: imported, not verified"
                                           for n in unlisted],
                     note=_NOTE)
-    return finish(layout, out)
+    return finish(layout, out, origin)

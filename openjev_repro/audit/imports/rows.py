@@ -25,6 +25,7 @@ import msgspec
 
 from ...errors import EvidenceError, InputMismatch
 from ...evidence.rows import ALWAYS_WRITTEN_FIELDS, Row
+from ...limits import MAX_PASSES
 
 MAX_INT = 2**63 - 1  # what a signed 64-bit nanosecond clock holds
 MAX_TOKENS = 2**31 - 1
@@ -38,7 +39,10 @@ _FIELDS = ("id", "latency_s", "probability_yes", "probability_delta", "predicted
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite JSON number whose float is finite too (a 400-digit integer is not, and is refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) if isinstance(value, float) else abs(value) <= MAX_INT
 
 
 def _count(value: Any) -> bool:
@@ -316,6 +320,9 @@ def _check_passes(files: list[tuple[str, int, str]]) -> None:
         by_arm.setdefault(arm, []).append(index)
     counts = {arm: sorted(p) for arm, p in by_arm.items()}
     for arm, passes in counts.items():
+        if passes[-1] > MAX_PASSES:
+            raise EvidenceError(f"arm {arm} has pass {passes[-1]}, above the {MAX_PASSES} passes a run may hold; "
+                                "not imported.")
         if passes != list(range(1, len(passes) + 1)):
             raise EvidenceError(f"arm {arm} has passes {passes}; they must be 1..N with none missing.")
     if len({len(p) for p in counts.values()}) != 1:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from ...evidence.state import StateRecord, Status
 from ...hashing import hash_file
 from ...results.statistics import summarize
 
-__all__ = ["IMPORT_FORMAT_VERSION", "REPORT_FILES", "converted_files", "imported_recipe", "new_run",
+__all__ = ["IMPORT_FORMAT_VERSION", "REPORT_FILES", "Origin", "converted_files", "imported_recipe", "new_run",
            "write_record", "write_summary"]
 
 # Format history of import.json:
@@ -39,6 +40,19 @@ __all__ = ["IMPORT_FORMAT_VERSION", "REPORT_FILES", "converted_files", "imported
 #      `published_summary` and `provenance` ("verified" or "not verifiable: ...").
 IMPORT_FORMAT_VERSION = 2
 REPORT_FILES = {"report.md", "latency_vs_tokens.png", "latency_cdf.png"}
+
+
+@dataclass(frozen=True)
+class Origin:
+    """How an import names where it came from: the source folder as its text says it, and the date of
+    a study that publishes none. `verify --source` imports again as the first import wrote it."""
+
+    source: str
+    date: str
+
+    @classmethod
+    def of(cls, root: Path, origin: Origin | None) -> Origin:
+        return origin if origin is not None else cls(str(root), date.today().isoformat())
 
 
 def _check_out(out: Path, root: Path) -> None:
@@ -83,7 +97,7 @@ def _purpose(source: Path, folder: str, fmt: str, hypothesis: str | None) -> str
     return purpose + (f" Their hypothesis (quoted): \"{hypothesis}\"" if hypothesis else "")
 
 
-def imported_recipe(source: Path, folder: str, workloads: dict[str, tuple[str, int]], arms: list[str],
+def imported_recipe(origin: Origin, folder: str, workloads: dict[str, tuple[str, int]], arms: list[str],
                     verified: list[tuple[str, str]], *, fmt: str, study: dict[str, Any] | None = None,
                     note: str) -> dict:
     """The recipe of an imported run. `workloads`: name -> (a file of its rows, measured passes).
@@ -92,11 +106,12 @@ def imported_recipe(source: Path, folder: str, workloads: dict[str, tuple[str, i
     `hypothesis`, and per arm a `description`. `arms` in their order: the reference (baseline) first.
     """
     study = study or {}
+    source = Path(origin.source)
     passes = max(p for _, p in workloads.values())
     described = study.get("arms") or {}
     return {
         "format_version": 1,
-        "study": {"id": _study_id(source), "date": study.get("date") or date.today().isoformat(),
+        "study": {"id": _study_id(source), "date": study.get("date") or origin.date,
                   "purpose": _purpose(source, folder, fmt, study.get("hypothesis")), "source": str(source)},
         "inputs": {"root": str(source),
                    "files": [{"path": n, "sha256": s, "role": "imported-evidence"} for n, s in verified]},

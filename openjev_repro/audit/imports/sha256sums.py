@@ -27,6 +27,7 @@ from typing import Any
 from ...errors import EvidenceError, InputMismatch
 from .layout import Layout, finish
 from .manifest import file_state, read_finite_json
+from .run import Origin
 from .samples import Sample, check_id, check_seconds
 
 __all__ = ["detect", "import_sha256sums", "read_sums"]
@@ -95,12 +96,19 @@ def _verify(root: Path, sums: dict[str, str], originals: dict[str, str]) -> tupl
         by_kind[kind].append(name)
         problems += found
         inner += [original] if original else []
-    present = sorted(p.name for p in root.iterdir() if p.is_file())
-    problems += [f"{n}: present but not in {SUMS_NAME}" for n in present if n not in sums and n != SUMS_NAME]
+    problems += _listing_problems(root, sums, by_kind["absent"])
     if problems:
         raise InputMismatch(f"{root} does not match its {SUMS_NAME}: " + "; ".join(problems)
                             + ". Nothing was imported; fetch the evidence again.")
     return by_kind["verified"], by_kind["absent"], inner
+
+
+def _listing_problems(root: Path, sums: dict[str, str], absent: list[str]) -> list[str]:
+    """A present file SHA256SUMS does not list, and a listed rows member that is missing (never dropped from
+    the count of the published figures)."""
+    present = sorted(p.name for p in root.iterdir() if p.is_file())
+    return ([f"{n}: present but not in {SUMS_NAME}" for n in present if n not in sums and n != SUMS_NAME]
+            + [f"{n}: listed but missing; the published figures count its rows" for n in absent if _ROWS.match(n)])
 
 
 def _original_problem(path: Path, original: str, originals: dict[str, str]) -> str:
@@ -176,7 +184,14 @@ def _summaries(root: Path, verified: list[str]) -> dict[str, Any]:
     return out
 
 
-def import_sha256sums(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None) -> dict:
+def _source_digests(sums: dict[str, str], originals: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Their digests as published: each member's sha256 and, where provenance.json publishes it, its original's."""
+    return {n: {"sha256": d, **({"original_sha256": originals[n[:-3]]} if n[:-3] in originals else {})}
+            for n, d in sums.items()}
+
+
+def import_sha256sums(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None,
+                      origin: Origin | None = None) -> dict:
     """Verify `src` against SHA256SUMS (and provenance.json's uncompressed digests); import its rows."""
     root = Path(src).resolve()
     if not detect(root):
@@ -191,10 +206,9 @@ def import_sha256sums(src: Path, out: Path, *, workload: str = "mixed", subdir: 
     layout = Layout(fmt="sha256sums", root=root, samples=samples, summary=_summaries(root, verified),
                     files=[SUMS_NAME, *verified], provenance="verified", digests_file=SUMS_NAME,
                     verified=verified, absent=absent,
-                    source_digests={n: {"sha256": d, **({"original_sha256": originals[n[:-3]]}
-                                                        if n[:-3] in originals else {})} for n, d in sums.items()},
+                    source_digests=_source_digests(sums, originals),
                     documents=[provenance] if provenance is not None else [],
                     meta={"originals_verified": inner, "originals_published": sorted(originals)},
                     note=("Imported evidence (sha256sums): gzip members checked against SHA256SUMS and, where "
                           f"{PROVENANCE_NAME} publishes them, their uncompressed originals too."))
-    return finish(layout, out)
+    return finish(layout, out, origin)

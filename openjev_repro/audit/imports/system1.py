@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import EvidenceError, InputMismatch
-from ...results.imported import figure_counts
-from ..figures import arms_of, published_figures
+from ..figures import NotReproduced, arms_of, figure_counts, published_figures
 from .manifest import (
+    CheckedSource,
     SourceManifest,
     evidence_folder,
     locate_source,
@@ -28,7 +28,7 @@ from .manifest import (
 )
 from .published import published_gates, study_facts
 from .rows import arm_files, collector_paused, read_arm_files
-from .run import IMPORT_FORMAT_VERSION, converted_files, imported_recipe, new_run, write_record, write_summary
+from .run import IMPORT_FORMAT_VERSION, Origin, converted_files, imported_recipe, new_run, write_record, write_summary
 
 __all__ = ["detect", "import_system1"]
 
@@ -78,7 +78,7 @@ def _descriptions(plan: Any, arms: list[str]) -> dict[str, str]:
 class _Source:
     root: Path
     manifest: SourceManifest
-    checked: dict[str, list[str]]
+    checked: CheckedSource
     folder: str
     files: list[tuple[str, int, str]]
     summary: dict
@@ -96,20 +96,20 @@ def _read_source(src: Path, out: Path, subdir: str | None) -> _Source:
         raise EvidenceError(f"--out {out} is inside the source {root}; write the import elsewhere.")
     manifest = read_source_manifest(root)
     checked = verify_source(manifest)
-    folder = evidence_folder(root, src.resolve(), subdir, checked["verified"])
-    files = arm_files(folder, checked["verified"])
+    folder = evidence_folder(root, src.resolve(), subdir, checked.verified)
+    files = arm_files(folder, checked.verified)
     prefix = f"{folder}/" if folder else ""
     summary_name = f"{prefix}summary.json"
-    if summary_name not in checked["verified"]:
-        state = "not present" if summary_name in checked["absent"] else "not listed in manifest.json"
+    if summary_name not in checked.verified:
+        state = "not present" if summary_name in checked.absent else "not listed in manifest.json"
         raise InputMismatch(f"{summary_name}: {state}; the published figures come from it.")
     summary = read_finite_json(root / summary_name, summary_name)
     if not isinstance(summary, dict):
         raise EvidenceError(f"{summary_name}: not a JSON object.")
     arms_of(summary)
     return _Source(root, manifest, checked, folder, files, summary,
-                   _optional_json(root, f"{prefix}cleanup.json", checked["verified"]),
-                   _optional_json(root, f"{prefix}plan.json", checked["verified"]))
+                   _optional_json(root, f"{prefix}cleanup.json", checked.verified),
+                   _optional_json(root, f"{prefix}plan.json", checked.verified))
 
 
 _PUBLISHED_KEYS = ("completed", "accepted_e2e_latency_gate", "conclusion")
@@ -128,33 +128,37 @@ def _per_arm_records(arms: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "first_inference": {a: e["first_inference"] for a, e in described.items() if "first_inference" in e}}
 
 
-def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None) -> dict:
-    """Verify and convert their evidence into a new run directory `out`; returns import.json's content."""
+def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None,
+                   origin: Origin | None = None) -> dict:
+    """Verify and convert their evidence into a new run directory `out`; returns import.json's content.
+    NotReproduced, and nothing written, when a published figure does not reproduce from their rows."""
     src, out = Path(src), Path(out)
     source = _read_source(src, out, subdir)
+    origin = Origin.of(source.root, origin)
     root, manifest, checked, folder, files = source.root, source.manifest, source.checked, source.folder, source.files
     their_summary, cleanup_json, plan = source.summary, source.cleanup_json, source.plan
     with new_run(out, root) as tmp:
         with collector_paused():
             read = read_arm_files(root, files, workload, tmp)
-            verified_digests = [(n, manifest.entries[n]["sha256"]) for n in checked["verified"]]
+            verified_digests = [(n, manifest.entries[n]["sha256"]) for n in checked.verified]
             arm_names = sorted(read.arms)
             study = study_facts(manifest.meta, plan, their_summary, arms=arm_names,
                                 descriptions=_descriptions(plan, arm_names))
-            recipe = imported_recipe(root, folder, {workload: (files[0][2], max(max(p) for p in read.arms.values()))},
+            recipe = imported_recipe(origin, folder, {workload: (files[0][2], max(max(p) for p in read.arms.values()))},
                                      arm_names, verified_digests, fmt="system1-omni", study=study, note=_NOTE)
             write_summary(tmp, recipe, read.rows)
         figures = published_figures(their_summary, read.latencies, read.max_delta)
+        NotReproduced.check(figures)
         arms = arms_of(their_summary)
         report = {
-            "format_version": IMPORT_FORMAT_VERSION, "format": "system1-omni", "source": str(root),
+            "format_version": IMPORT_FORMAT_VERSION, "format": "system1-omni", "source": origin.source,
             "evidence_folder": folder, "signed": False, "measured_by_us": False,
             "provenance": "verified", "digests_file": "manifest.json",
-            "files_verified": len(checked["verified"]), "verified": checked["verified"], "absent": checked["absent"],
+            "files_verified": len(checked.verified), "verified": checked.verified, "absent": checked.absent,
             "source_manifest": manifest.entries, "source_manifest_meta": manifest.meta,
-            "normalization": _normalization(manifest, checked["verified"]),
+            "normalization": _normalization(manifest, checked.verified),
             "rows": len(read.rows), "converted": converted_files(tmp),
-            "figures": figures, "figure_counts": figure_counts(figures),
+            "figures": [f.to_json() for f in figures], "figure_counts": figure_counts(figures).to_json(),
             **_per_arm_records(arms),
             "cleanup": _cleanup(their_summary, cleanup_json),
             "published": {k: their_summary[k] for k in _PUBLISHED_KEYS if k in their_summary},

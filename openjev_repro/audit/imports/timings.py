@@ -18,6 +18,7 @@ from pathlib import Path
 from ...errors import EvidenceError, InputMismatch
 from .layout import Layout, finish
 from .manifest import read_finite_json
+from .run import Origin
 from .samples import MAX_INT, Sample, check_id, check_int, check_seconds
 
 __all__ = ["detect", "import_timings"]
@@ -112,7 +113,8 @@ def _read_csv(path: Path) -> list[Sample]:
     return sorted(samples, key=lambda s: (s.arm, s.pass_index))
 
 
-def import_timings(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None) -> dict:
+def import_timings(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None,
+                   origin: Origin | None = None) -> dict:
     """Convert `timings.csv` + `summary.json` at `src` into the new run `out` (nothing is verifiable)."""
     root = Path(src).resolve()
     if not detect(root):
@@ -127,4 +129,4 @@ def import_timings(src: Path, out: Path, *, workload: str = "mixed", subdir: str
                     note=("Imported evidence (timings-csv): latencies are their published seconds; no digests were "
                           "published, so their provenance is not verifiable; the sha256 of each imported file is "
                           "recorded in import.json."))
-    return finish(layout, out)
+    return finish(layout, out, origin)
