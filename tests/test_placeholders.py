@@ -13,7 +13,8 @@ from studykit import write_study
 from openjev_repro.errors import RecipeError
 from openjev_repro.evidence.recipe import load_recipe
 from openjev_repro.evidence.rundir import RunDir
-from openjev_repro.orchestrator.runner import StudyOptions, StudyPlan, StudyRun, _launch_spec
+from openjev_repro.evidence.files import write_json_atomic
+from openjev_repro.orchestrator.runner import StudyOptions, StudyRun, _Launcher, plan_study, read_plan
 from openjev_repro.study.placeholders import LAUNCH_NAMES, fill
 from openjev_repro.study.plan import resolve_plan
 from openjev_repro.study.preparation import plan_prepare
@@ -73,23 +74,29 @@ def test_preparation_step_refuses_an_unknown_placeholder(tmp_path):
         plan_prepare(load_recipe(path), path, probe=False)
 
 
-def _study_run(run: RunDir, path, root) -> StudyRun:
-    study = resolve_recipe(path, inputs_root_override=root)
-    return StudyRun(run, StudyPlan(study, {}), StudyOptions(recipe_path=path))
+def _plan_file(tmp_path: Path, recipe: Path, edit=None) -> Path:
+    """`invoke plan --out`'s file for `recipe`, with `edit` applied to its JSON (an edited plan)."""
+    planned = plan_study(StudyOptions(recipe_path=recipe, inputs_root=tmp_path / "inputs")).planned.to_json()
+    if edit is not None:
+        edit(planned)
+    path = tmp_path / "plan.json"
+    write_json_atomic(path, planned)
+    return path
 
 
 def test_runner_launch_refuses_an_unknown_placeholder(tmp_path):
-    path = _recipe(tmp_path, ["{python}", "serve", "--gpu", "{gpu}"])
-    recipe = load_recipe(path)
-    run = RunDir.create(tmp_path / "runs", recipe.study.id)
+    # A plan file is run as written: an argv edited to name {gpu} is refused when the plan is read, not mid-run.
+    path = _recipe(tmp_path, ["{python}", "serve"])
+    edited = _plan_file(tmp_path, path, lambda plan: plan["backends"][0]["command"]["argv"].extend(["--gpu", "{gpu}"]))
     with pytest.raises(RecipeError, match=r"backend b command: unknown placeholder \{gpu\}"):
-        _launch_spec(_study_run(run, path, tmp_path / "inputs"), recipe.backends[0], {}, None)
+        read_plan(edited)
     ok_path = _recipe(tmp_path / "ok", ["{python}", "--w", "{port.worker}"],
                       [{"name": "worker", "command": ["x", "{port}", "{port.worker}"]}])
-    ok = load_recipe(ok_path)
-    ctx = _study_run(run, ok_path, tmp_path / "inputs")
-    spec = _launch_spec(ctx, ok.backends[0], {"worker": 4321}, None)
-    assert spec.argv == [sys.executable, "--w", "4321"]
+    study = read_plan(_plan_file(tmp_path / "ok", ok_path))
+    backend = study.planned.backends[0]
+    run = RunDir.create(tmp_path / "runs", study.study.recipe.study.id)
+    launcher = _Launcher(StudyRun(run, study, StudyOptions(recipe_path=ok_path)), backend, None)
+    worker = launcher.spec(backend.aux[0])  # started first, as the runner does: its port is then known
     # An aux process's own {port.<name>} is its {port} (the published cuda-graph recipe's worker uses it).
-    worker = _launch_spec(ctx, ok.backends[0], {}, None, aux=ok.backends[0].aux[0])
     assert worker.argv == ["x", str(worker.port), str(worker.port)]
+    assert launcher.spec(backend.command).argv == [sys.executable, "--w", str(worker.port)]
