@@ -59,6 +59,7 @@ from ..evidence.recipe import Recipe, parse_recipe, read_yaml
 from ..evidence.records import backends_of, import_of, state_of
 from ..evidence.rows import Row
 from ..evidence.rundir import RunDir
+from ..evidence.summary import LatencyStats
 from ..evidence.tolerances import LIMIT_KEYS, TOLERANCE_KEYS, Limits, Tolerances
 from ..results.latency import latency_stats
 from ..results.row_table import RowTable, as_table, read_table
@@ -119,16 +120,11 @@ class Overall(msgspec.Struct, frozen=True):
     p95_jevbench_ms: Metric
     p95_nearest_rank_ms: Metric
 
-
-class _Latencies(msgspec.Struct, frozen=True):
-    mean_ms: float | None
-    p50_ms: float | None
-    p95_jevbench_ms: float | None
-    p95_nearest_rank_ms: float | None
-
     @classmethod
-    def of(cls, latencies: np.ndarray) -> _Latencies:
-        return msgspec.convert(latency_stats(latencies), cls)
+    def of(cls, b: LatencyStats, c: LatencyStats) -> Overall:
+        return cls(Metric.of(b.mean_ms, c.mean_ms), Metric.of(b.p50_ms, c.p50_ms),
+                   Metric.of(b.p95_jevbench_ms, c.p95_jevbench_ms),
+                   Metric.of(b.p95_nearest_rank_ms, c.p95_nearest_rank_ms))
 
 
 class Counts(msgspec.Struct, frozen=True):
@@ -416,7 +412,7 @@ class Side:
         return np.concatenate([self.latencies(self.passes[p]) for p in sorted(self.passes)])
 
     def pass_means(self) -> dict[int, float | None]:
-        return {p: _Latencies.of(self.latencies(rows)).mean_ms for p, rows in self.passes.items()}
+        return {p: latency_stats(self.latencies(rows)).mean_ms for p, rows in self.passes.items()}
 
     def errors(self) -> int:
         return sum(int((~self.t.ok[rows]).sum()) for rows in self.passes.values())
@@ -450,11 +446,10 @@ def _paired_cases(b: Side, c: Side) -> tuple[Answers, TokenDifferences]:
 def _pair(workload: str, names: tuple[str, str], b: Side, c: Side, seed: int, levels: tuple[list[LevelPair], list[str]] | None,
           fingerprints: tuple[str | None, str | None]) -> Pair:
     lat_b, lat_c = b.all_latencies(), c.all_latencies()
-    sb, sc = _Latencies.of(lat_b), _Latencies.of(lat_c)
     means_b, means_c = b.pass_means(), c.pass_means()
     answers, tokens = _paired_cases(b, c)
     return Pair(workload, *names, errors=Counts(b.errors(), c.errors()),
-                overall=Overall(*(Metric.of(getattr(sb, k), getattr(sc, k)) for k in Overall.__struct_fields__)),
+                overall=Overall.of(latency_stats(lat_b), latency_stats(lat_c)),
                 passes={p: Metric.of(means_b.get(p), means_c.get(p)) for p in sorted(set(means_b) | set(means_c))},
                 pass_mean_ranges_ms=PassRanges.of(means_b.values(), means_c.values()),
                 bootstrap=Bootstrap.of_latencies(lat_b, lat_c, seed, "mean(candidate) - mean(baseline), measured latencies"),

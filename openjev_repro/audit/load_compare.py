@@ -17,6 +17,7 @@ from __future__ import annotations
 import msgspec
 import numpy as np
 
+from ..evidence.summary import LevelStats
 from ..evidence.tolerances import Limits
 from ..results.load import LevelColumns, level_stats, spec_of
 from ..results.row_table import RowTable
@@ -79,25 +80,6 @@ class Bootstrap(msgspec.Struct, frozen=True):
 Level = tuple[LevelColumns, np.ndarray]  # a run's level columns and one level's measured rows
 
 
-class _Schedule(msgspec.Struct, frozen=True):
-    late_sends: int
-
-
-class _LevelStats(msgspec.Struct, frozen=True):
-    """What compare reads of `results.load.level_stats` (the rest is summary.json's)."""
-
-    latency_from: str
-    requests: int
-    errors: int
-    n: int
-    mean_ms: float | None
-    p50_ms: float | None
-    p95_jevbench_ms: float | None
-    p99_ms: float | None
-    throughput_per_s: float | None
-    schedule: _Schedule | None
-
-
 class LevelSide(msgspec.Struct, frozen=True):
     """One run's figures of one level."""
 
@@ -112,7 +94,7 @@ class LevelSide(msgspec.Struct, frozen=True):
     late_sends: int | None  # open loop only
 
     @classmethod
-    def of(cls, s: _LevelStats) -> LevelSide:
+    def of(cls, s: LevelStats) -> LevelSide:
         return cls(s.requests, s.errors, s.n, s.mean_ms, s.p50_ms, s.p95_jevbench_ms, s.p99_ms, s.throughput_per_s,
                    None if s.schedule is None else s.schedule.late_sends)
 
@@ -126,6 +108,12 @@ class LevelMetrics(msgspec.Struct, frozen=True):
     p95_jevbench_ms: Metric
     p99_ms: Metric
     throughput_per_s: Metric
+
+    @classmethod
+    def of(cls, b: LevelSide, c: LevelSide) -> LevelMetrics:
+        return cls(Metric.of(b.mean_ms, c.mean_ms), Metric.of(b.p50_ms, c.p50_ms),
+                   Metric.of(b.p95_jevbench_ms, c.p95_jevbench_ms), Metric.of(b.p99_ms, c.p99_ms),
+                   Metric.of(b.throughput_per_s, c.throughput_per_s))
 
 
 class LevelPair(msgspec.Struct, frozen=True):
@@ -141,10 +129,10 @@ class LevelPair(msgspec.Struct, frozen=True):
     @classmethod
     def of(cls, level: str, base: Level, cand: Level, seed: int) -> LevelPair:
         spec = spec_of(level)
-        sb, sc = (msgspec.convert(level_stats(cols, spec, idx, None).to_json(), _LevelStats) for cols, idx in (base, cand))
+        sb, sc = (level_stats(cols, spec, idx, None) for cols, idx in (base, cand))
         lat_b, lat_c = (cols.latency_ms(idx[cols.t.ok[idx]]) for cols, idx in (base, cand))
         b, c = LevelSide.of(sb), LevelSide.of(sc)
-        metrics = LevelMetrics(*(Metric.of(getattr(b, k), getattr(c, k)) for k in LevelMetrics.__struct_fields__))
+        metrics = LevelMetrics.of(b, c)
         return cls(level, sb.latency_from, b, c, metrics,
                    Bootstrap.of_latencies(lat_b, lat_c, seed, "mean(candidate) - mean(baseline), this level's "
                                                               "measured latencies"))
