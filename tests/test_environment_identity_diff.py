@@ -90,6 +90,19 @@ def test_a_long_list_of_differing_libraries_is_cut_at_eighty_columns_worth(two_r
     assert [t for t in texts if t.startswith("libraries")][-1] == "libraries: and 14 more"
 
 
+@pytest.mark.parametrize("pending", [0, 2])
+def test_a_library_one_side_had_not_hashed_yet_is_no_difference(two_runs, tmp_path, pending):
+    # /health lists only the libraries hashed so far (a large one on a loaded machine may still be pending):
+    # one the other side lacks is "only mapped" when that side had hashed everything it mapped, not before.
+    a, b = _copies(two_runs, tmp_path)
+    _edit(a, "backends.json", lambda d: d["backends"]["one"].update(
+        runtime_identity=_identity({"/lib/libtorch_cpu.so": A, "/lib/libz.so.1": A}, {}, {})))
+    _edit(b, "backends.json", lambda d: d["backends"]["one"].update(
+        runtime_identity={**_identity({"/lib/libz.so.1": A}, {}, {}), "pending": pending}))
+    texts = [d["text"] for d in compare_runs(a, b).to_json()["pairs"][0]["environment"]["differences"]]
+    assert ("libraries: only the baseline mapped /lib/libtorch_cpu.so" in texts) is (pending == 0)
+
+
 @pytest.mark.parametrize(("loads", "shown"), [((5.3, 3.0), True), ((3.0, 3.2), False), ((0.1, 0.4), False)])
 def test_load_averages_that_differ_are_an_environment_difference(two_runs, tmp_path, loads, shown):
     a, b = _copies(two_runs, tmp_path)

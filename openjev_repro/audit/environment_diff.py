@@ -230,7 +230,7 @@ class RunEnvironment:
                 f"{threads}/{_as(entry.torch_interop_threads, int)}",
                 "cpu_model": self.cpu.model or (_as(self.env.host, _Cpu) or _Cpu()).model,
                 "container_image": self.image(backend),
-                "libraries": None if identity is None else _library_paths(identity),
+                "libraries": None if identity is None else Libraries.of(identity),
                 "kernel_caches": self.cache_digests(backend, identity),
                 "autotune": self.autotune(entry, identity)}
 
@@ -258,10 +258,6 @@ def _config(values: dict[str, Any]) -> str:
     return ", ".join(f"{k}: {v}" for k, v in sorted(values.items()))
 
 
-def _library_paths(identity: RuntimeIdentity) -> dict[str, str]:
-    return {_IN_CACHE.sub(r"<\1 cache>/", path): sha for path, sha in identity.library_digests().items()}
-
-
 def _project_text(commit: str | None, dirty: bool | None) -> str | None:
     return f"{commit[:12]}{' (dirty)' if dirty else ''}" if commit else None
 
@@ -272,13 +268,27 @@ def _listed(item: str, phrases: list[str]) -> list[Difference]:
     return [Difference(item, text) for text in phrases[:SHOWN] + more]
 
 
-def _library_differences(a: dict[str, str], b: dict[str, str]) -> list[Difference]:
-    """Shared objects only one backend mapped, and the same path with two digests."""
-    phrases = [f"libraries: only the baseline mapped {p}" for p in sorted(set(a) - set(b))]
-    phrases += [f"libraries: only the candidate mapped {p}" for p in sorted(set(b) - set(a))]
-    phrases += [f"libraries: {p} has sha256 {a[p][:12]} vs {b[p][:12]}" for p in sorted(set(a) & set(b))
-                if a[p] != b[p]]
-    return _listed("libraries", phrases)
+class Libraries(msgspec.Struct, frozen=True):
+    """The shared objects one backend had hashed when /health was read (path -> sha256, a run's own
+    kernel cache written <kind cache>/), and how many mapped ones were not hashed yet."""
+
+    digests: dict[str, str]
+    pending: int
+
+    @classmethod
+    def of(cls, identity: RuntimeIdentity) -> Libraries:
+        return cls({_IN_CACHE.sub(r"<\1 cache>/", path): sha for path, sha in identity.library_digests().items()},
+                   identity.pending)
+
+    def differences(self, other: Libraries) -> list[Difference]:
+        """Shared objects only one backend mapped, and the same path with two digests. A library only one
+        side lists is a difference only where the other had hashed all it mapped: else it may be pending."""
+        a, b = self.digests, other.digests
+        phrases = [f"libraries: only the baseline mapped {p}" for p in sorted(set(a) - set(b)) if not other.pending]
+        phrases += [f"libraries: only the candidate mapped {p}" for p in sorted(set(b) - set(a)) if not self.pending]
+        phrases += [f"libraries: {p} has sha256 {a[p][:12]} vs {b[p][:12]}" for p in sorted(set(a) & set(b))
+                    if a[p] != b[p]]
+        return _listed("libraries", phrases)
 
 
 def _dict_differences(item: str, a: dict, b: dict) -> list[Difference]:
@@ -290,10 +300,11 @@ def _dict_differences(item: str, a: dict, b: dict) -> list[Difference]:
 
 
 def _item_differences(item: str, a: Any, b: Any) -> list[Difference]:
-    both = isinstance(a, dict) and isinstance(b, dict)
-    if both:
-        return _library_differences(a, b) if item == "libraries" else _dict_differences(item, a, b)
-    if isinstance(a, dict) or isinstance(b, dict):
+    if isinstance(a, Libraries) and isinstance(b, Libraries):
+        return a.differences(b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return _dict_differences(item, a, b)
+    if isinstance(a, (dict, Libraries)) or isinstance(b, (dict, Libraries)):
         return [Difference(item, f"{item}: recorded by one run only")]
     return [] if a == b else [Difference(item, f"{item}: {a or 'not recorded'} vs {b or 'not recorded'}")]
 
