@@ -38,6 +38,11 @@ def _outcome(passed: bool | None, detail: str) -> list[Outcome]:
     return [(CHECK_NAME, passed, detail)]
 
 
+def _first_of(names: list[str]) -> str:
+    """The first four names, then how many more."""
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
 def kernel_families_recomputed(run_dir: Path, recipe: Recipe, aggregate_only: bool,
                                first_difference: Callable[[Any, Any], str | None]) -> list[Outcome]:
     """The check's outcome (none for a run without torch traces); `first_difference(ours, signed)` is verify's."""
@@ -51,20 +56,17 @@ def kernel_families_recomputed(run_dir: Path, recipe: Recipe, aggregate_only: bo
     if record is None or not _torch_traces(recipe):
         return _outcome(False, f"{FAMILIES_FILE} is there but the run has no torch-profiler {TRACES_RECORD} "
                                "or its recipe asks for no torch traces")
-    listed = {e.file for e in record.entries if e.status == "done" and e.file is not None}
-    if aggregate_only and not any((run_dir / name).is_file() for name in listed):
+    if aggregate_only and not any((run_dir / name).is_file() for name in record.files()):
         return _outcome(None, "an aggregate-only bundle carries no trace files to recompute from")
-    unlisted = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "traces").rglob("*")
-                      if p.is_file() and p.relative_to(run_dir).as_posix() not in listed | {TRACES_RECORD})
+    unlisted = record.unlisted(run_dir)
     if unlisted:
-        return _outcome(False, f"files under traces/ that {TRACES_RECORD} does not list: {', '.join(unlisted[:4])}")
+        return _outcome(False, f"files under traces/ that {TRACES_RECORD} does not list: {_first_of(unlisted)}")
     assert recipe.traces is not None
     ours = compute_kernel_families(run_dir, record, recipe.traces.families)
-    changed = [t.file for t, s in zip(ours.traces, signed.traces, strict=False) if t.file == s.file and t.sha256 != s.sha256]
+    changed = ours.changed_since(signed)
     if changed:
-        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
         return _outcome(False, f"trace files changed since {FAMILIES_FILE} was computed (sha256 differs): "
-                               f"{', '.join(changed[:4])}{more}")
+                               f"{_first_of(changed)}")
     difference = first_difference(ours.to_json(), signed.to_json())
     if difference:
         return _outcome(False, f"recomputed from the trace files, {FAMILIES_FILE} differs at {difference}")

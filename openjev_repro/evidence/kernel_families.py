@@ -175,6 +175,16 @@ class TracesRecord(_Record, frozen=True):
     header: str
     entries: Annotated[list[TraceEntry], msgspec.Meta(max_length=100_000)]
 
+    def files(self) -> set[str]:
+        """The files of the traces taken (a skipped trace has none)."""
+        return {e.file for e in self.entries if e.status == "done" and e.file is not None}
+
+    def unlisted(self, run_dir: Path) -> list[str]:
+        """Files under the run's traces/ that this record does not list (itself aside), sorted."""
+        known = self.files() | {TRACES_RECORD}
+        found = (p.relative_to(run_dir).as_posix() for p in (run_dir / "traces").rglob("*") if p.is_file())
+        return sorted(name for name in found if name not in known)
+
 
 class FamilyFigures(_Record, frozen=True):
     kernels: Count
@@ -206,6 +216,10 @@ class KernelFamilyFile(_Record, frozen=True):
 
     def at(self, backend: str, tokens: int) -> list[TraceFamilies]:
         return [t for t in self.traces if t.backend == backend and t.tokens == tokens]
+
+    def changed_since(self, signed: KernelFamilyFile) -> list[str]:
+        """The trace files at the same place in both whose sha256 differs (the file changed after `signed`)."""
+        return [t.file for t, s in zip(self.traces, signed.traces, strict=False) if t.file == s.file and t.sha256 != s.sha256]
 
 
 def _decode(data: bytes, kind: type, where: str) -> Any:
