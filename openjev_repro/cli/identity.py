@@ -21,7 +21,7 @@ __all__ = ["kernel_cache", "sbom", "write_image_records"]
 def kernel_cache(c, run, backend, out, kind=None, pin=None):
     """Pack the kernel caches a run's backend used into one deterministic archive, to pin in a recipe.
 
-    Example: invoke kernel-cache --run RUN --backend NAME --out caches/fast.tar.xz
+    Example: invoke kernel-cache --run RUN --backend NAME --out fast.tar.xz
     """
     from ..errors import RecipeError
     from ..evidence.rundir import RunDir
