@@ -39,12 +39,12 @@ _SHARED_OBJECT = re.compile(r"\.so(\.[0-9][0-9.]*)?$")  # libz.so, libz.so.1.3, 
 
 def mapped_libraries(maps: Path = MAPS) -> list[Path]:
     """The shared objects mapped into the process, each once, sorted (deleted or vanished files left out)."""
-    found = set()
+    found = set()  # plain strings until the end: a Path per maps line made /health slow on a loaded host
     for line in maps.read_text(errors="replace").splitlines():
         parts = line.split(maxsplit=5)
-        if len(parts) == 6 and parts[5].startswith("/") and _SHARED_OBJECT.search(Path(parts[5]).name):
+        if len(parts) == 6 and parts[5].startswith("/") and _SHARED_OBJECT.search(parts[5].rpartition("/")[2]):
             found.add(parts[5])
-    return [Path(p) for p in sorted(found) if Path(p).is_file()]
+    return [Path(p) for p in sorted(found) if os.path.isfile(p)]
 
 
 def _int_call(library: Path, function: str, *args: int) -> int | None:
