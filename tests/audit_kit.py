@@ -19,6 +19,8 @@ from openjev_repro.evidence.rows import Row, RowWriter, read_rows
 from openjev_repro.evidence.rundir import RunDir
 from openjev_repro.manifest import generate_keypair, write_manifest
 from openjev_repro.results.statistics import summarize
+from openjev_repro.study.plan import resolve_plan
+from openjev_repro.study.resolved import resolve_recipe
 
 IDS = [f"case-{i:02d}" for i in range(6)]
 LABELS = ["no", "yes", "no", "yes", "yes", "no"]
@@ -80,7 +82,7 @@ def build_run(parent: Path, *, backends: dict[str, float] | None = None, status:
     recipe = recipe or recipe_dict(tuple(backends))
     run.file("recipe.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
     write_json_atomic(run.file("inputs.json"), {"format_version": 1, "files": [{"path": "requests.jsonl", "sha256": "0" * 64}]})
-    write_json_atomic(run.file("plan.json"), {"format_version": 1, "pins": {"open-jev": "3308a15"}, "backends": list(backends)})
+    write_plan(run)
     write_json_atomic(run.file("environment.json"), {"format_version": 1, "gpus": {"available": False, "reason": "test"}})
     write_json_atomic(run.file("calibration.json"), {"format_version": 1, "p50_us": 40.0, "p99_us": 90.0})
     write_json_atomic(run.file("processes.json"), {"format_version": 1, "processes": []})
@@ -91,6 +93,11 @@ def build_run(parent: Path, *, backends: dict[str, float] | None = None, status:
     write_json_atomic(run.file("summary.json"), summary)
     run.update_state(status=status, attempted=["study"], finished=["study"] if status == "complete" else [])
     return run
+
+
+def write_plan(run: RunDir) -> None:
+    """plan.json as the runner writes it: the plan of the run's recipe.yaml (verify reads its pass schedule)."""
+    write_json_atomic(run.file("plan.json"), resolve_plan(resolve_recipe(run.file("recipe.yaml"), apply_lock=False)).to_json())
 
 
 def keypair(tmp: Path) -> tuple[Path, Path]:

@@ -11,7 +11,7 @@ import hashlib
 import json
 
 import yaml
-from audit_kit import keypair
+from audit_kit import keypair, write_plan
 from test_load_statistics import RECIPE, run_rows
 
 from openjev_repro.audit.verify import verify_dir
@@ -48,7 +48,7 @@ def signed_load_run(tmp, rows: list[Row] | None = None):
     run = RunDir.create(tmp / "runs", "load-synthetic")
     run.file("recipe.yaml").write_text(yaml.safe_dump(yaml.safe_load(RECIPE), sort_keys=False))
     write_json_atomic(run.file("inputs.json"), {"format_version": 1, "files": [{"path": "requests.jsonl", "sha256": "0" * 64}]})
-    write_json_atomic(run.file("plan.json"), {"format_version": 1, "backends": ["a", "b"]})
+    write_plan(run)
     _write(run, rows if rows is not None else run_rows("a") + run_rows("b", t0=10**12))
     run.update_state(status="complete", attempted=["study"], finished=["study"])
     write_manifest(run.path, key_path=private)

@@ -11,9 +11,9 @@ import pytest
 from studykit import write_study
 
 from openjev_repro.errors import RecipeError
+from openjev_repro.evidence.files import write_json_atomic
 from openjev_repro.evidence.recipe import load_recipe
 from openjev_repro.evidence.rundir import RunDir
-from openjev_repro.evidence.files import write_json_atomic
 from openjev_repro.orchestrator.runner import StudyOptions, StudyRun, _Launcher, plan_study, read_plan
 from openjev_repro.study.placeholders import LAUNCH_NAMES, fill
 from openjev_repro.study.plan import resolve_plan

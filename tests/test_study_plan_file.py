@@ -2,7 +2,6 @@
 
 import json
 
-import pytest
 from invoking import invoke
 from studykit import scripted_backend, write_study
 
@@ -51,8 +50,6 @@ def _edited_run(tmp_path):
     return run
 
 
-@pytest.mark.xfail(strict=True, reason="lane verify: `protocol passes` still reads the recipe's pass counts; "
-                                       "it must read the planned schedule, records.plan_of(run).measured_budget()")
 def test_verify_accepts_a_run_of_an_edited_plan(tmp_path):
     run = _edited_run(tmp_path)
     verified = invoke("verify", "--run", str(run.path), "--allow-unsigned")

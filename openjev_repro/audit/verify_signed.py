@@ -15,10 +15,11 @@ import json
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import EvidenceError, ReproError, UnsupportedFormat
 from ..evidence.files import read_json
+from ..evidence.records import plan_of
 from ..evidence.rundir import ENVELOPE_NAME, READABLE_VERSIONS, RunDir
 from ..evidence.statement import Statement
 from ..hashing import hash_files
@@ -174,23 +175,28 @@ class SignedRun:
                       if problems else "recipe, summary and run files equal the signed predicate")]
 
     def protocol_passes(self) -> list[Check]:
-        """Every (workload, backend) of the recipe ran exactly its declared passes, numbered 1..N, and nothing
-        else: a key holder who drops or adds a measured pass and re-signs is caught here."""
-        recipe, rows = self.ev.recipe, self.ev.table
+        """Every (workload, backend) ran exactly the passes its plan schedules (plan.json's, as the runner ran
+        them; the recipe's counts for a run without one), numbered 1..N, and nothing else: a key holder who
+        drops or adds a measured pass and re-signs is caught here."""
+        recipe, rows, plan = self.ev.recipe, self.ev.table, plan_of(self.ev.run)
+        source = "the recipe" if plan is None else "the plan"
         problems = []
-        for phase, index in (("feasibility", 0), ("measured", 1)):
+        phases: tuple[tuple[Literal["feasibility", "measured"], int], ...] = (("feasibility", 0), ("measured", 1))
+        for phase, index in phases:
+            declared = {(b.name, w.name): recipe.passes_for(w)[index] for w in recipe.workloads
+                        for b in recipe.backends} if plan is None else plan.pass_budget(phase)
             found = {key: sorted(passes) for key, passes in rows.by_pass(phase).items()}
             for workload in recipe.workloads:
-                want = list(range(1, recipe.passes_for(workload)[index] + 1))
                 for backend in recipe.backends:
+                    want = list(range(1, declared.get((backend.name, workload.name), 0) + 1))
                     have = found.pop((workload.name, backend.name), [])
                     if have != want:
                         problems.append(f"{workload.name}/{backend.name}: {phase} passes {have or 'none'}, "
-                                        f"the recipe declares {len(want)}")
+                                        f"{source} declares {len(want)}")
             problems += [f"{w}/{b}: {phase} passes {p} of a workload or backend the recipe does not declare"
                          for (w, b), p in found.items()]
         return [Check("protocol passes", not problems, "; ".join(problems[:6]) if problems
-                      else "every workload and backend ran the passes its recipe declares")]
+                      else f"every workload and backend ran the passes {source} declares")]
 
     def recomputed(self) -> list[Check]:
         """Every statistic and gate recomputed from the rows (and gpu.jsonl, where the run has it) equals the

@@ -399,12 +399,12 @@ class Plan:
     def backend(self, name: str) -> PlanBackend:
         return next(b for b in self.backends if b.name == name)
 
-    def measured_budget(self) -> dict[tuple[str, str], int]:
-        """Per (backend, workload), how many measured passes the plan runs (all its levels' together)."""
+    def pass_budget(self, phase: Literal["feasibility", "measured"] = "measured") -> dict[tuple[str, str], int]:
+        """Per (backend, workload), how many passes of `phase` the plan runs (all its levels' together)."""
         budget: dict[tuple[str, str], int] = {}
         for sequence in self.passes:
             for step in sequence.steps:
-                if step.phase == "measured" and step.workload_name is not None:
+                if step.phase == phase and step.workload_name is not None:
                     key = (sequence.backend, step.workload_name)
                     budget[key] = budget.get(key, 0) + 1
         return budget

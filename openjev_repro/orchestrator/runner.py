@@ -386,7 +386,7 @@ def step_calibration(ctx: StudyRun) -> None:
 def step_backends(ctx: StudyRun) -> None:
     """Host controls held around every backend's steps; then cleanup, leftovers and failed requests checked."""
     run, opts, planned = ctx.run, ctx.opts, ctx.plan.planned
-    budget = PassBudget(planned.measured_budget())
+    budget = PassBudget(planned.pass_budget("measured"))
     failures = 0
     host = HostSession(planned.controls, run.path, allow_busy=opts.allow_busy, driver=opts.gpu_driver,
                        gpu_override=opts.gpu_override)

@@ -68,7 +68,7 @@ def test_a_re_signed_run_with_a_dropped_or_added_measured_pass_fails(tmp_path, c
     write_manifest(run.path, key_path=private)
     have = "[1]" if change == "drop" else "[1, 2, 3]"
     problems = failed(verify_path(run.path, pubkey=public))
-    assert problems.get("protocol passes", "").startswith(f"mixed/hf: measured passes {have}, the recipe declares 2")
+    assert problems.get("protocol passes", "").startswith(f"mixed/hf: measured passes {have}, the plan declares 2")
 
 
 def test_keygen_and_study_never_write_inside_a_signed_run(tmp_path):
