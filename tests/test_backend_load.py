@@ -34,7 +34,7 @@ def _faulty(start_server, checkpoint: Path, slow_seconds: float, *flags: str):
 # one waiting, one admitted); /health also reports the runtime identity, which takes a second or more
 # on a loaded two-core host, so a hold lasts several /health answers. Bounds use the requests' own clocks.
 HOLD_S = 6.0  # the queue-full test: the holder's turn
-TURN_S = 3.0  # the arrival-order test: each request's turn
+TURN_S = 5.0  # the arrival-order test: each request's turn
 
 
 @pytest.fixture(scope="module")
