@@ -57,6 +57,8 @@ def runnable_here(args: str) -> bool:
         return "--dry-run" in words  # the real one downloads
     if task in ("fixture", "keygen", "reserve", "environment"):
         return False  # write keys or a fixture, take a GPU lock, probe other interpreters: not read-only
+    if "--out" in words:
+        return False  # writes a new file (e.g. `plan --out plan.json`), refused the second time: not read-only
     if task in ("verify", "compare"):  # only over what the checkout holds (committed runs)
         return all(Path(REPO, w).exists() for w in words[1:] if not w.startswith("-"))
     return task in SELF_CONTAINED or words[-1] == "--help"
