@@ -49,6 +49,7 @@ from ..results.trace_gates import trace_inputs
 from .bundle import opened
 from .figures import Samples, layout_figures, published_figures, summary_from_figures
 from .identity_check import runtime_identity_verdict
+from .preregistration_check import preregistration_verdicts
 from .trace_audit import kernel_families_recomputed as _trace_outcomes
 
 __all__ = [
@@ -200,6 +201,7 @@ def _verify_signed(ev: Evidence, files: list[Path], envelope: dict, statement: d
     for step in (_complete, _copied_files, _case_ids, _protocol_passes, _responses, _recomputed, _kernel_families,
                  _runtime_identity):
         checks.extend(_signed_step(step, ev, predicate, aggregate_only, checks))
+    checks.extend(Check(*verdict) for verdict in preregistration_verdicts(run, pubkey))  # issue 38
     if aggregate_only:
         checks.extend(_source_manifest(run, predicate, subjects, pubkey))
     return checks

@@ -1,0 +1,50 @@
+"""verify's check of a pre-registration (issue 38): a run that holds `preregistration.dsse.json` must have
+been signed by the same key, and its signed recipe's protocol, gates and `reproduction:` margins, and its
+plan's case order, must be exactly the pre-registered ones. A run without one (every run signed before
+issue 38, and unsigned studies) gets no check, so its verdict and check count are what they were."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from ..errors import ReproError
+from ..evidence.recipe import parse_recipe
+from ..evidence.rundir import RunDir
+from ..manifest.preregistration import PREREGISTRATION_NAME, preregistered_parts, read_preregistration
+
+__all__ = ["preregistration_verdicts"]
+
+
+class _CaseOrder(msgspec.Struct, frozen=True):
+    case_ids: dict[str, list[str]] | None = None
+
+
+def _differences(run: RunDir, pubkey: Path | None) -> list[str]:
+    registered = read_preregistration(run, pubkey)
+    recipe = parse_recipe(run.file("recipe.yaml").read_text(encoding="utf-8"), "recipe.yaml")
+    protocol, gates, margins = preregistered_parts(recipe)
+    found = [f"{name} differ from the pre-registered ones" for name, now, then in (
+        ("gates", gates, registered.gates), ("protocol settings", protocol, registered.protocol),
+        ("reproduction margins", margins, registered.reproduction)) if now != then]
+    planned = msgspec.json.decode(run.file("plan.json").read_bytes(), type=_CaseOrder).case_ids
+    if planned is not None and planned != registered.case_order:
+        found.append("the case order of plan.json differs from the pre-registered one")
+    if registered.study_id != recipe.study.id:
+        found.append(f"study id {recipe.study.id!r} is not the pre-registered {registered.study_id!r}")
+    return found
+
+
+def preregistration_verdicts(run: RunDir, pubkey: Path | None) -> list[tuple[str, bool, str]]:
+    """(name, passed, detail) of the "pre-registration" check; none for a run without one."""
+    if not run.file(PREREGISTRATION_NAME).is_file():
+        return []
+    try:
+        found = _differences(run, pubkey)
+    except (ReproError, OSError, ValueError) as exc:  # damaged, or signed by another key
+        return [("pre-registration", False, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)]
+    if found:
+        return [("pre-registration", False, "; ".join(found))]
+    signed = "signed by the given key" if pubkey is not None else "signature not checked (no --pubkey)"
+    return [("pre-registration", True, f"{signed}; gates, protocol, margins and case order as pre-registered")]
