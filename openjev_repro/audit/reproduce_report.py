@@ -12,7 +12,7 @@ from ..manifest.attestations import signed_envelope, verification_summary
 from ..results.equivalence import CONFIDENCE, RESAMPLES, LatencyJudgement, ProbabilityJudgement
 from .reproduce import BackendResult, FieldValues, RunUnderTest, Verdict
 
-__all__ = ["verdict_lines", "write_outputs"]
+__all__ = ["verdict_lines", "wrapped", "write_outputs"]
 
 WIDTH = 80
 
@@ -20,6 +20,11 @@ WIDTH = 80
 def _wrap(text: str, indent: str = "  ") -> list[str]:
     return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
                          break_long_words=True, break_on_hyphens=False) or [indent]
+
+
+def wrapped(text: str) -> str:
+    """One message folded at 80 columns (continuation lines indented)."""
+    return "\n".join(_wrap(text, ""))
 
 
 def _run_line(role: str, run: RunUnderTest) -> list[str]:

@@ -24,7 +24,7 @@ def reproduce(c, original, rerun, pubkey, original_pubkey=None, key=None, out=No
     """Verdict on a rerun: REPRODUCED (exit 0), NOT REPRODUCED (3), NOT COMPARABLE (4) or INCONCLUSIVE (5),
     by the margins the original declared; 1 for a user error or a run that does not verify."""
     from ..audit.reproduce import judge, opened_runs
-    from ..audit.reproduce_report import verdict_lines, write_outputs
+    from ..audit.reproduce_report import verdict_lines, wrapped, write_outputs
     from ..evidence.rundir import guard_output
     from ..manifest.keys import load_private_key, trusted_public_key
 
@@ -45,6 +45,6 @@ def reproduce(c, original, rerun, pubkey, original_pubkey=None, key=None, out=No
         print("\n".join(verdict_lines(verdict)))
         if out:
             markdown, envelope = write_outputs(verdict, Path(out), Path(key) if key else None)
-            print(f"wrote {markdown} and {envelope} ({'signed' if key else 'UNSIGNED'})")
+            print(wrapped(f"wrote {markdown} and {envelope} ({'signed' if key else 'UNSIGNED'})"))
     if verdict.kind.exit_code:
         raise Exit(code=verdict.kind.exit_code)
