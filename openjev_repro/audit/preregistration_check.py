@@ -7,18 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import msgspec
-
 from ..errors import ReproError
 from ..evidence.recipe import parse_recipe
+from ..evidence.records import plan_of
 from ..evidence.rundir import RunDir
 from ..manifest.preregistration import PREREGISTRATION_NAME, preregistered_parts, read_preregistration
 
 __all__ = ["preregistration_verdicts"]
-
-
-class _CaseOrder(msgspec.Struct, frozen=True):
-    case_ids: dict[str, list[str]] | None = None
 
 
 def _differences(run: RunDir, pubkey: Path | None) -> list[str]:
@@ -28,7 +23,8 @@ def _differences(run: RunDir, pubkey: Path | None) -> list[str]:
     found = [f"{name} differ from the pre-registered ones" for name, now, then in (
         ("gates", gates, registered.gates), ("protocol settings", protocol, registered.protocol),
         ("reproduction margins", margins, registered.reproduction)) if now != then]
-    planned = msgspec.json.decode(run.file("plan.json").read_bytes(), type=_CaseOrder).case_ids
+    plan = plan_of(run)
+    planned = None if plan is None or plan.case_ids is None else {k: list(v) for k, v in plan.case_ids.items()}
     if planned is not None and planned != registered.case_order:
         found.append("the case order of plan.json differs from the pre-registered one")
     if registered.study_id != recipe.study.id:

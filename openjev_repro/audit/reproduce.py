@@ -29,7 +29,7 @@ import msgspec
 
 from ..errors import EvidenceError, RecipeError, ReproError
 from ..evidence.recipe import Recipe, parse_recipe
-from ..evidence.records import backends_of, environment_of, host_of, inputs_of
+from ..evidence.records import backends_of, calibration_of, environment_of, host_of, inputs_of, plan_of
 from ..evidence.reproduction import DEFAULT_REPRODUCTION, ComparabilityField, Reproduction
 from ..evidence.rundir import ENVELOPE_NAME, RunDir
 from ..evidence.summary import read_summary
@@ -65,11 +65,6 @@ class VerdictKind(StrEnum):
 
 
 # --- the runs ----------------------------------------------------------------------------------
-
-
-class _PlanView(msgspec.Struct, frozen=True):
-    case_ids: dict[str, list[str]] | None = None
-    timing_boundary: msgspec.Raw = msgspec.Raw(b"null")
 
 
 class _PredicateView(msgspec.Struct, frozen=True):
@@ -201,8 +196,8 @@ class _Facts:
         self.backends = backends_of(directory).backends
         self.inputs = inputs_of(directory)
         self.recorded = RunEnvironment(run.directory)
-        self.plan = _read_view(directory, "plan.json", _PlanView) or _PlanView()
-        self.boundary = _timing_boundary(directory, self.plan)
+        self.case_ids = _case_ids(directory)
+        self.boundary = _timing_boundary(directory)
         self.quantiles = _quantile_rules(directory)
 
     def study(self, name: ComparabilityField) -> object:
@@ -269,9 +264,9 @@ class _Facts:
         return {w.name: _short(digests.get(w.requests)) for w in self.run.recipe.workloads}
 
     def _case_order(self) -> dict[str, str] | None:
-        if not self.plan.case_ids:
+        if not self.case_ids:
             return None
-        return {w: f"{len(ids)} cases, sha256 {_list_digest(ids)}" for w, ids in self.plan.case_ids.items()}
+        return {w: f"{len(ids)} cases, sha256 {_list_digest(ids)}" for w, ids in self.case_ids.items()}
 
     def _prompt_format(self, backend: str) -> str | None:
         """As /health reported it, else as the backend's command names it; else not recorded (a default
@@ -305,25 +300,28 @@ def _raw_text(raw: msgspec.Raw | None) -> str | None:
     return value if isinstance(value, str) else msgspec.json.encode(value, order="sorted").decode()
 
 
-def _read_view(run: RunDir, name: str, kind: type):
-    path = run.file(name)
-    if not path.is_file():
-        return None
+def _case_ids(run: RunDir) -> dict[str, list[str]] | None:
+    """plan.json's planned case order; None for a run without one (or an imported run's other shape)."""
     try:
-        return msgspec.json.decode(path.read_bytes(), type=kind)
-    except msgspec.DecodeError:
+        plan = plan_of(run)
+    except ReproError:
         return None
+    return None if plan is None or plan.case_ids is None else {k: list(v) for k, v in plan.case_ids.items()}
 
 
-def _timing_boundary(run: RunDir, plan: _PlanView) -> str | None:
-    """What a latency measures, as the run states it (plan.json, calibration.json, the signed predicate), else
-    the row contract a manifest names by default; None for a run without a manifest that states none."""
-    calibration = _read_view(run, "calibration.json", _PlanView) or _PlanView()
+def _timing_boundary(run: RunDir) -> str | None:
+    """What a latency measures, as the run states it (calibration.json, the signed predicate), else the row
+    contract a manifest names by default; None for a run without a manifest that states none."""
+    try:
+        calibration = calibration_of(run)
+    except ReproError:
+        calibration = None
+    if calibration is not None:
+        return calibration.timing_boundary
     statement = _read_manifest_view(run)
     predicate = statement.predicate.timing_boundary if statement is not None else None
-    for raw in (plan.timing_boundary, calibration.timing_boundary, predicate):
-        if raw is not None and bytes(raw) != b"null":
-            return _raw_text(raw)
+    if predicate is not None and bytes(predicate) != b"null":
+        return _raw_text(predicate)
     if statement is None:
         return None
     from ..manifest.statement import TIMING_BOUNDARY
@@ -344,8 +342,9 @@ def _read_manifest_view(run: RunDir) -> _StatementView | None:
 
 
 def _quantile_rules(run: RunDir) -> str | None:
+    path = run.file("summary.json")  # decoded by its record, Summary
     try:
-        summary = read_summary(run.file("summary.json"))
+        summary = read_summary(path)
     except (ReproError, OSError, ValueError):
         return None
     return "; ".join(f"{k}: {v}" for k, v in sorted(summary.p95_rules.items()))

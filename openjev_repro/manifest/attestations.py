@@ -62,7 +62,8 @@ def verification_summary(subjects: list[tuple[str, str]], *, verdict: str, polic
 
 def gate_statements(run: RunDir) -> list[tuple[str, dict]]:
     """(file name, Test Result statement) for every gate of the run's summary.json."""
-    summary = read_summary(run.file("summary.json"))
+    path = run.file("summary.json")  # decoded by its record, Summary
+    summary = read_summary(path)
     subjects = [{"name": name, "digest": {"sha256": hash_file(run.file(name))}}
                 for name in ("rows.jsonl", "summary.json", "recipe.yaml") if run.file(name).is_file()]
     out = []

@@ -89,15 +89,14 @@ def preregistered_parts(recipe: Recipe) -> tuple[dict, list[dict], dict | None]:
     return protocol, gates, margins  # type: ignore[return-value]
 
 
-class _CaseOrder(msgspec.Struct, frozen=True):
-    case_ids: dict[str, list[str]] | None = None
-
-
 def preregister(run: RunDir, recipe: Recipe, key_path: Path, tsa: str | None, say: Callable[[str], None]) -> None:
     """The study's hook, after plan.json and before the first timed request: the signed pre-registration of
     what plan.json plans, then its timestamp when `tsa` names an authority (a failure there is said, and the
     study goes on: a timestamp is never needed to run)."""
-    planned = msgspec.json.decode(run.file("plan.json").read_bytes(), type=_CaseOrder).case_ids or {}
+    from ..evidence.records import plan_of
+
+    plan = plan_of(run)
+    planned = {k: list(v) for k, v in (plan.case_ids or {}).items()} if plan is not None else {}
     path = write_preregistration(run, recipe, planned, key_path)
     say(f"pre-registered: {path.name} (signed: gates, margins, inputs and case order, before any timed request)")
     if tsa:
