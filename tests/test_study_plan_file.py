@@ -97,3 +97,13 @@ def test_plan_and_recipe_together_or_neither_are_refused(tmp_path):
         assert proc.returncode == 1 and proc.stderr.startswith("error: give either --recipe"), proc.stderr
     again = invoke("plan", "--recipe", str(recipe), "--out", str(plan_path))
     assert again.returncode == 1 and "exists" in again.stderr
+
+
+def test_a_plan_with_a_placeholder_launch_does_not_fill_is_refused_before_anything_runs(tmp_path):
+    recipe = write_study(tmp_path, [scripted_backend("one")], n=3)
+    plan_path, plan = _plan_file(tmp_path, recipe)
+    plan["backends"][0]["command"]["argv"].append("{inputs}")  # filled at plan time, never at launch
+    plan_path.write_text(json.dumps(plan))
+    proc, _ = _study(tmp_path, plan_path)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "unknown placeholder {inputs}" in proc.stderr and not (tmp_path / "runs").exists()

@@ -60,26 +60,35 @@ def study(c, recipe=None, plan=None, out="runs", runtime=None, inputs_root=None,
           gpu_index=None, gpu_source=None, allow_environment_drift=False, fail_on_gates=False, tsa=None):
     """Run a recipe's study (or a plan file) end to end; the last line printed is the run directory."""
     from ..orchestrator.progress import ConsoleProgress
-    from ..orchestrator.runner import StudyOptions, plan_study, read_plan, run_study
+    from ..orchestrator.runner import StudyOptions, plan_study, run_study
     from .output import console
 
-    if (recipe is None) == (plan is None):
-        raise Exit("error: give either --recipe (plan it, then run that plan) or --plan (run a plan file).", code=1)
-    if plan is not None and (runtime is not None or inputs_root is not None):
-        raise Exit("error: --runtime and --inputs-root are fixed by the plan file; make the plan with them.", code=1)
     if tsa and not key:
         raise Exit("error: --tsa timestamps the pre-registration, which only a signed study writes; add --key.", code=1)
     override = _gpu_override(gpu_uuid, gpu_index, gpu_source)
-    planned = read_plan(Path(plan)) if plan is not None else None
+    planned = _plan_file(recipe, plan, runtime, inputs_root)
     opts = StudyOptions(recipe_path=planned.study.path if planned else Path(recipe), out_dir=Path(out), runtime=runtime,
                         inputs_root=Path(inputs_root) if inputs_root else None,
                         key_path=Path(key) if key else None, allow_busy=allow_busy, gpu_override=override,
                         progress=ConsoleProgress(console(stderr=True)), allow_environment_drift=allow_environment_drift,
                         tsa=tsa)
-    run = run_study(opts, planned or plan_study(opts))
+    run = run_study(opts, planned or plan_study(opts))  # --recipe: planned here, then that plan runs
     sys.stdout.write(f"{run.path}\n")
     if fail_on_gates:
         exit_on_failed_gates(run.path / "summary.json", str(run.path))
+
+
+def _plan_file(recipe, plan, runtime, inputs_root):
+    """The plan file given with --plan, read and checked against its recipe; None with --recipe."""
+    from ..orchestrator.runner import read_plan
+
+    if (recipe is None) == (plan is None):
+        raise Exit("error: give either --recipe (plan it, then run that plan) or --plan (run a plan file).", code=1)
+    if plan is None:
+        return None
+    if runtime is not None or inputs_root is not None:
+        raise Exit("error: --runtime and --inputs-root are fixed by the plan file; make the plan with them.", code=1)
+    return read_plan(Path(plan))
 
 
 def _gpu_override(gpu_uuid, gpu_index, gpu_source):

@@ -24,7 +24,8 @@ from msgspec import UNSET, Meta, UnsetType
 
 from ..errors import EvidenceError
 
-__all__ = ["UNSET", "Count", "Finite", "Int64", "Number", "Quoted", "Record", "Text", "Unavailable", "UnsetType", "decode",
+__all__ = ["UNSET", "Count", "Finite", "Int64", "Number", "Quoted", "Record", "Text", "TritonCacheRef", "Unavailable",
+           "UnsetType", "decode",
            "is_set"]
 
 T = TypeVar("T")
@@ -58,6 +59,14 @@ class Unavailable(Record, frozen=True, kw_only=True):
 
     available: bool = False
     reason: Text
+
+
+class TritonCacheRef(Record, frozen=True, kw_only=True):
+    """A pinned Triton cache as a recipe declares it: its directory under the inputs root, its tree digest
+    (plan.json's declared environment, environment_check.json's declared part)."""
+
+    dir: Text
+    sha256: Text
 
 
 def is_set(value: T | UnsetType) -> bool:

@@ -27,7 +27,7 @@ import msgspec
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..errors import EvidenceError
-from .decoding import UNSET, Count, Number, Quoted, Record, Text, UnsetType, decode
+from .decoding import UNSET, Count, Number, Quoted, Record, Text, TritonCacheRef, UnsetType, decode
 from .recipe import Controls, Download, Gate, LoadLevel, Pins, Protocol, Source, Study, Warmup
 
 __all__ = [
@@ -70,11 +70,6 @@ class PlanProcess(Record, frozen=True, kw_only=True):
     def fixed_port(self) -> int | None:
         """The port the recipe fixes for this aux process, None for a free one (or the command)."""
         return self.port if isinstance(self.port, int) else None
-
-
-class TritonCacheRef(Record, frozen=True, kw_only=True):
-    dir: Text
-    sha256: Text
 
 
 class DeclaredEnvironment(Record, frozen=True, kw_only=True):
@@ -407,6 +402,19 @@ class Plan:
                     budget[key] = budget.get(key, 0) + 1
         return budget
 
+    def mismatch(self, backends: list[str], workloads: list[str]) -> str | None:
+        """Why this plan cannot run a recipe of `backends` (in order) and `workloads`; None when it can.
+
+        Which backends run, and which workloads exist (their requests), are the recipe's to say."""
+        if [b.name for b in self.backends] != backends:
+            return (f"its backends are not the recipe's ({', '.join(backends)}, in that order); edit the recipe to "
+                    "change which backends run.")
+        named = {s.workload_name for q in self.passes for s in q.steps if s.workload_name is not None}
+        unknown = sorted(named - set(workloads))
+        if unknown:
+            return f"steps name workloads the recipe does not declare: {', '.join(unknown)}."
+        return None
+
     def steps_of(self, backend: str) -> tuple[PlanStep, ...]:
         return next(s.steps for s in self.passes if s.backend == backend)
 
@@ -478,3 +486,4 @@ def _preparation(data: dict[str, Quoted] | None) -> PlanPreparation | None:
     return PlanPreparation(lock=part.lock, downloads=tuple(Download.model_validate(d) for d in part.downloads),
                            sources=tuple(Source.model_validate(s) for s in part.sources),
                            provided=part.provided, actions=part.actions)
+

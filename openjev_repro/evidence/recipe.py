@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -349,15 +349,23 @@ def parse_server_url(value: str) -> tuple[str, int]:
     parts = urlsplit(value)
     if parts.scheme != "http":
         raise ValueError(f"url {value!r}: only http:// is supported (the timed client speaks plain HTTP/1.1)")
-    try:
-        port = parts.port
-    except ValueError:
-        raise ValueError(f"url {value!r}: the port is not a number from 1 to 65535") from None
     if not parts.hostname or parts.username or parts.password or parts.query or parts.fragment \
             or parts.path not in ("", "/"):
         raise ValueError(f"url {value!r}: give only http://HOST:PORT (no path, query or user; "
                          "the path goes into `endpoint` and `health`)")
-    return parts.hostname, port or 80
+    return parts.hostname, _server_port(parts, value)
+
+
+def _server_port(parts: SplitResult, value: str) -> int:
+    """The port of a server's url: 80 when none is given; port 0 ("any free port" when listening) is
+    no server's port, and is refused rather than read as 80."""
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"url {value!r}: the port is not a number from 1 to 65535") from None
+    if port == 0:
+        raise ValueError(f"url {value!r}: port 0 is no server's port; give the port it listens on, 1 to 65535")
+    return 80 if port is None else port
 
 
 class Backend(StrictModel):
@@ -440,6 +448,9 @@ class Protocol(StrictModel):
     request_timeout_s: Seconds = 120.0
     ready_timeout_s: Seconds = 600.0
     stop_grace_s: Seconds = 10.0
+    # The largest answer the timed client takes (header and body as received); a larger one fails its
+    # request (docs/security.md). A /v1/systemone answer is a few KB.
+    max_response_bytes: Annotated[int, Field(ge=1 << 10, le=1 << 31)] = 64 << 20
 
 
 class Gpu(StrictModel):

@@ -26,14 +26,28 @@ Nothing outside the evidence package reads a run file's keys: tests/test_record_
 
 from __future__ import annotations
 
-from typing import TypeVar
+import base64
+import json
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 
 from ..errors import EvidenceError, UnsupportedFormat
-from .decoding import UNSET, Count, Finite, Int64, Number, Quoted, Record, Text, Unavailable, UnsetType, decode
+from .decoding import (
+    UNSET,
+    Count,
+    Finite,
+    Int64,
+    Number,
+    Quoted,
+    Record,
+    Text,
+    TritonCacheRef,
+    Unavailable,
+    UnsetType,
+    decode,
+)
 from .identity import RuntimeIdentity
-from .plan import Plan
 from .rundir import (
     BACKENDS_FORMAT_VERSION,
     INPUTS_FORMAT_VERSION,
@@ -42,6 +56,9 @@ from .rundir import (
     RunDir,
 )
 from .state import StateRecord
+
+if TYPE_CHECKING:
+    from .plan import Plan
 
 __all__ = [
     "Autotune",
@@ -53,6 +70,7 @@ __all__ = [
     "CleanupPart",
     "Connections",
     "DevicePart",
+    "DriverRef",
     "EnvironmentCheckRecord",
     "EnvironmentRecord",
     "ExitEntry",
@@ -71,6 +89,7 @@ __all__ = [
     "ReadinessEntry",
     "RecordedGpuOverride",
     "ReservationPart",
+    "ResponseEntry",
     "ServerEntry",
     "ServersRecord",
     "StateRecord",
@@ -765,6 +784,9 @@ class ServerEntry(Record, frozen=True, kw_only=True):
     model: Text | None
     readiness: ReadinessEntry | None = None
     connections: Connections | None = None
+    # X-Queue-Time-Ms values that were no queue time (over the request's own latency, not finite): the
+    # rows hold them as absent (study/sender.queue_time_ms); written only when there were any.
+    queue_times_refused: Count | UnsetType = UNSET
 
 
 class ServersRecord(Record, frozen=True, kw_only=True):
@@ -785,11 +807,6 @@ def servers_of(run: RunDir) -> ServersRecord | None:
 
 
 # --- environment_check.json ----------------------------------------------------------------
-
-
-class TritonCacheRef(Record, frozen=True, kw_only=True):
-    dir: Text
-    sha256: Text
 
 
 class ReportedEnvironment(Record, frozen=True, kw_only=True):
@@ -872,11 +889,47 @@ def calibration_of(run: RunDir) -> CalibrationRecord | None:
     return CalibrationRecord.from_json(run.read_unversioned("calibration.json"), str(path)) if path.is_file() else None
 
 
-# --- plan.json ------------------------------------------------------------------------------
+# --- responses/<backend>.jsonl ----------------------------------------------------------------
+
+
+class ResponseEntry(Record, frozen=True, kw_only=True):
+    """One line of responses/<backend>.jsonl: the body of one row's response (never published).
+
+    `body` holds a UTF-8 body as text, `body_base64` any other; a failed request has neither. Format 1
+    lines carry no version (`v`); `rundir.check_response_entry` refuses a later one."""
+
+    backend: Text
+    workload: Text
+    phase: Text
+    pass_index: Count
+    seq: Count
+    id: Text
+    body: str | UnsetType = UNSET
+    body_base64: str | UnsetType = UNSET
+
+    @classmethod
+    def of(cls, backend: str, workload: str, phase: str, pass_index: int, seq: int, case: str,
+           body: bytes | None) -> ResponseEntry:
+        entry = cls(backend=backend, workload=workload, phase=phase, pass_index=pass_index, seq=seq, id=case)
+        if body is None:
+            return entry
+        try:
+            return msgspec.structs.replace(entry, body=body.decode("utf-8"))
+        except UnicodeDecodeError:
+            return msgspec.structs.replace(entry, body_base64=base64.b64encode(body).decode("ascii"))
+
+    def line(self) -> str:
+        """The JSONL line (Python's JSON writer, keys sorted, as every format-1 line was written)."""
+        return json.dumps(self.to_json(), sort_keys=True) + "\n"
+
+
+# --- plan.json (the record is in plan.py, beside the recipe's models it holds) ------------
 
 
 def plan_of(run: RunDir) -> Plan | None:
     """plan.json's record (the plan as planned, with the run-only fields), None for a run without one."""
+    from .plan import Plan  # the recipe's pydantic models: loaded where a plan is read, not with every record
+
     path = run.file("plan.json")
     return Plan.from_json(run.read("plan.json"), str(path)) if path.is_file() else None
 

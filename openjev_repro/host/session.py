@@ -162,7 +162,7 @@ class HostSession:
             self._stack.close()
         record = host_record(self.reservation.to_dict() if self.reservation else None, self.device,
                              {"prefix": self.command_prefix(), "effective": self.bindings},
-                             cleanup, self.sampler.summary() if self.sampler else None)
+                             cleanup, self.sampler.summary().to_json() if self.sampler else None)
         override = None if self.gpu_override is None else self.override_record or {
             **self.gpu_override.declared(self.recipe_gpu), "resolved": False}
         # slurm: job, array index, node and allocated GPU when run as a Slurm task

@@ -94,6 +94,22 @@ def check_inputs_present(study: ResolvedRecipe) -> None:
         raise InputMismatch(f"{which} missing under {study.root}; {input_fix(study)}.")
 
 
+def check_schedules(study: ResolvedRecipe) -> None:
+    """No open-loop pass whose arrival schedule would last longer than a pass may (study/load.MAX_SCHEDULE_S)."""
+    from ..study.load import schedule_problem
+    from ..study.workload import load_tasks, select
+
+    for w in study.recipe.workloads:
+        levels = w.levels() or []
+        if not any(level.kind == "open" for level in levels):
+            continue
+        count = len(select(load_tasks(study.root / w.requests), w.selection.types, w.selection.ids,
+                           w.selection.first, w.repeat))
+        problems = [p for level in levels if (p := schedule_problem(level, count)) is not None]
+        if problems:
+            raise RecipeError(f"Workload {w.name}, " + "; ".join(problems) + ".")
+
+
 def check_ports(planned: Plan, host: str = "127.0.0.1") -> None:
     for backend in planned.backends:
         fixed = [(backend.name, backend.command.fixed_port)] + [(f"{backend.name}.{a.name}", a.fixed_port)
@@ -149,6 +165,7 @@ def preflight(study: ResolvedRecipe, planned: Plan, *, out_dir: Path, key_path: 
     check_key(key_path)
     check_out_dir(out_dir)
     check_inputs_present(study)
+    check_schedules(study)
     check_ports(planned)
     check_servers(planned)
     try:

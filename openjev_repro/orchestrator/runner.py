@@ -29,7 +29,7 @@ from pathlib import Path
 
 import msgspec
 
-from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
+from ..errors import BackendError, EvidenceError, RecipeError, ReproError, RunIncomplete
 from ..evidence.decoding import UnsetType, decode
 from ..evidence.files import read_json, write_json_atomic
 from ..evidence.identity import RuntimeIdentity
@@ -81,7 +81,7 @@ from .progress import ConsoleProgress, StudyProgress
 
 __all__ = [
     "RUN_ONLY_FIELDS",
-    "TIMING_BOUNDARY",
+    "TIMING_BOUNDARY_TEXT",
     "StudyOptions",
     "StudyPlan",
     "free_port",
@@ -90,7 +90,7 @@ __all__ = [
     "run_study",
 ]
 
-TIMING_BOUNDARY = (
+TIMING_BOUNDARY_TEXT = (  # calibration.json's sentence (manifest/statement.TIMING_BOUNDARY is the signed dict)
     "Client monotonic clock (ns) from just before the request's first byte is sent to just after the "
     "response's last byte is received, over one HTTP/1.1 connection per backend kept open for as long as the "
     "server allows (servers.json counts each backend's connections; a TCP connect, first or renewed, happens "
@@ -241,13 +241,11 @@ def read_plan(path: Path) -> StudyPlan:
                           "(sha256 differs); make the plan again with `invoke plan`.")
     study = resolve_recipe(recipe_path, inputs_root_override=Path(planned.inputs_root))
     recipe = study.recipe
-    if [b.name for b in planned.backends] != [b.name for b in recipe.backends]:
-        raise RecipeError(f"{path}: its backends are not the recipe's ({', '.join(b.name for b in recipe.backends)}, "
-                          "in that order); edit the recipe to change which backends run.")
-    names = {w.name for w in recipe.workloads}
-    unknown = sorted({s.workload_name or "" for q in planned.passes for s in q.steps} - names - {""})
-    if unknown:
-        raise RecipeError(f"{path}: steps name workloads the recipe does not declare: {', '.join(unknown)}.")
+    mismatch = planned.mismatch([b.name for b in recipe.backends], [w.name for w in recipe.workloads])
+    if mismatch:
+        raise RecipeError(f"{path}: {mismatch}")
+    for backend in planned.backends:  # an edited argv or env holds only what launch fills: refused now, not mid-run
+        _Launcher.check_placeholders(backend, f"{path}: backend {backend.name}")
     return StudyPlan(study=study, planned=planned)
 
 
@@ -424,11 +422,13 @@ def _run_backend(ctx: StudyRun, backend: PlanBackend, rows: RowWriter, budget: P
     prepared = {name: build_requests(tasks, backend.model) for name, tasks in ctx.workloads.items()}
     started: list[RunningBackend] = []  # aux processes first, the client-facing command last
     readiness = connections = None
+    refused = 0
     try:
         handle = _start(ctx, backend, host, started)
         health = handle.wait_ready(protocol.ready_timeout_s, probe=first_request(protocol.warmup, prepared).body)
         readiness = handle.readiness.to_dict() if handle.readiness else None
-        progress.message(f"{backend.name}: ready ({health.get('method', health.get('model', backend.readiness_kind))})")
+        ready = _HealthReady.of(health)
+        progress.message(f"{backend.name}: ready ({ready.method or ready.model or backend.readiness_kind})")
         write_json_atomic(run.file(f"logs/{backend.name}.health.json"), health)
         _record_backend_identity(run, backend.name, health)
         step_environment_check(ctx, backend, health, host)
@@ -442,14 +442,17 @@ def _run_backend(ctx: StudyRun, backend: PlanBackend, rows: RowWriter, budget: P
             passes.close()
             passes.runner.responses.close()
             passes.runner.client.close()
-            connections = passes.connections()
+            connections, refused = passes.connections(), passes.runner.queue_times_refused
+        if refused:
+            progress.message(f"[yellow]{backend.name}[/]: {refused} X-Queue-Time-Ms value(s) longer than their "
+                             "request or not finite, recorded as absent (servers.json queue_times_refused)")
         _record_after_passes(run, backend.name, handle)
         trace_backend(TraceTarget(run.path, ctx.root, ctx.recipe, backend.name, handle.spec.host, handle.spec.port,
                                   health, prepared), progress.message)  # after the timed passes, never timed
         failures = passes.timed_failures()
     finally:
         _stop_all(ctx, started, host)
-        _record_server(run, backend, readiness, connections)
+        _record_server(run, backend, readiness, connections, refused)
         if ctx.envcheck is not None:
             ctx.envcheck.close_cache(backend.name)
         kernel_caches.close_caches(run, backend.name)
@@ -466,12 +469,35 @@ def _backend_passes(ctx: StudyRun, backend: PlanBackend, handle: RunningBackend,
                     host: HostSession) -> BackendPasses:
     """The pass protocol of one ready backend, over one connection (a load level opens its own)."""
     protocol = ctx.plan.planned.protocol
-    client = TimedClient(handle.spec.host, handle.spec.port, timeout_s=protocol.request_timeout_s)
+    client = TimedClient(handle.spec.host, handle.spec.port, timeout_s=protocol.request_timeout_s,
+                         max_response_bytes=protocol.max_response_bytes)
     alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
     runner = PassRunner(backend.name, client, backend.endpoint, rows, ResponseLog(ctx.run.responses_path(backend.name)),
                         alive)
-    return BackendPasses(runner, prepared, protocol.warmup, backend.model, budget, host, ctx.progress,
-                         protocol.request_timeout_s)
+    return BackendPasses(runner, prepared, protocol.warmup, backend.model, budget, host, ctx.progress)
+
+
+class _HealthReady(msgspec.Struct):
+    """What the study shows of a ready backend's /health (any other key is the backend's own)."""
+
+    method: str | None = None
+    model: str | None = None
+
+    @classmethod
+    def of(cls, health: dict) -> _HealthReady:
+        """The names a /health gives; none when it gives them in another shape (a foreign server's)."""
+        try:
+            return decode(health, cls, "/health")
+        except EvidenceError:
+            return cls()
+
+
+class _HealthAfterPasses(msgspec.Struct):
+    """What /health says after the passes: autotuned kernels' choices and (issue 39) the libraries mapped.
+    A key of another shape is an error naming it; an absent one stays absent."""
+
+    autotune: Autotune | None = None
+    runtime_identity: RuntimeIdentity | None = None
 
 
 def _record_after_passes(run: RunDir, name: str, handle: RunningBackend) -> None:
@@ -483,12 +509,9 @@ def _record_after_passes(run: RunDir, name: str, handle: RunningBackend) -> None
         health = {"available": False, "reason": str(exc)}
     write_json_atomic(run.file(f"logs/{name}.health-after.json"), health)
     # after the passes /health names what autotuned kernels chose and (issue 39) every library mapped by then
-    after: dict[str, object] = {}
-    if isinstance(health.get("autotune"), dict):
-        after["autotune_after_passes"] = decode(health["autotune"], Autotune, f"{name}'s /health autotune")
-    if isinstance(health.get("runtime_identity"), dict):
-        after["runtime_identity"] = decode(health["runtime_identity"], RuntimeIdentity,
-                                           f"{name}'s /health runtime_identity")
+    facts = decode(health, _HealthAfterPasses, f"{name}'s /health after the passes")
+    after = {key: value for key, value in (("autotune_after_passes", facts.autotune),
+                                           ("runtime_identity", facts.runtime_identity)) if value is not None}
     if after:
         record = backends_of(run)
         entry = msgspec.structs.replace(record.backends[name], **after)
@@ -548,6 +571,14 @@ class _Launcher:
         self.ctx, self.backend, self.gpu_uuid = ctx, backend, gpu_uuid
         self.ports: dict[str, int] = {}  # the aux processes started so far
 
+    @staticmethod
+    def check_placeholders(backend: PlanBackend, where: str) -> None:
+        """RecipeError when a process's argv, env or the cwd names a placeholder launch does not fill."""
+        known = dict.fromkeys(["python", "host", "port", "run", "backend", *(f"port.{a.name}" for a in backend.aux)], "")
+        for process in (*backend.aux, backend.command):
+            for text in (*process.argv, *process.env.values(), backend.workdir or ""):
+                fill(text, known, f"{where} {process.name}")
+
     def values(self, process: PlanProcess, port: int) -> dict[str, str]:
         # In a container the backend runs under the image's interpreter, not ours.
         python = "python3" if self.backend.runtime == "docker" else sys.executable
@@ -583,12 +614,13 @@ def _spec_of(run: RunDir, backend: PlanBackend, address: str, port: int) -> Laun
 
 
 def _record_server(run: RunDir, backend: PlanBackend, readiness: dict[str, object] | None,
-                   connections: dict[str, object] | None) -> None:
+                   connections: dict[str, object] | None, queue_times_refused: int) -> None:
     """servers.json's entry of a backend: launched or reached, readiness, connections."""
+    refused = {"queue_times_refused": queue_times_refused} if queue_times_refused else {}
     entry = decode({"launched": backend.is_launched, "owned": backend.is_launched, "url": backend.server_url,
                     "readiness_kind": backend.readiness_kind, "health": backend.health_path,
                     "endpoint": backend.endpoint, "model": backend.model, "readiness": readiness,
-                    "connections": connections}, ServerEntry, f"servers.json's {backend.name}")
+                    "connections": connections, **refused}, ServerEntry, f"servers.json's {backend.name}")
     record = servers_of(run) or ServersRecord(format_version=SERVERS_FORMAT_VERSION)
     write_json_atomic(run.file("servers.json"), record.with_entry(backend.name, entry).to_json())
 
@@ -685,7 +717,7 @@ def _image_digests(planned: Plan, reaper: Reaper | None = None) -> dict[str, dic
 def _calibrate() -> CalibrationRecord:
     from ..bench.calibration import calibrate_client_overhead
 
-    return CalibrationRecord.from_json(dict(calibrate_client_overhead(), timing_boundary=TIMING_BOUNDARY))
+    return CalibrationRecord.from_json(dict(calibrate_client_overhead(), timing_boundary=TIMING_BOUNDARY_TEXT))
 
 
 def step_summary(ctx: StudyRun) -> None:

@@ -38,12 +38,15 @@ from .sender import PassRunner, Via
 from .timed_client import TimedClient
 from .workload import Request
 
-__all__ = ["ArrivalStream", "LevelConnections", "arrival_offsets_ns", "connection_count", "merged_connections", "run_level_pass"]
+__all__ = ["MAX_SCHEDULE_S", "ArrivalStream", "LevelConnections", "arrival_offsets_ns", "connection_count",
+           "merged_connections", "run_level_pass", "schedule_problem"]
 
 OPEN_MIN_CONNECTIONS = 8  # an open-loop level never has fewer senders than this (or than its requests)
 OPEN_IN_FLIGHT_S = 1.0  # ... and enough for one second of arrivals at its rate
 OPEN_MAX_CONNECTIONS = 256
 SCHEDULE_LEAD_NS = 20_000_000  # the schedule starts 20 ms after the senders are started
+MAX_SCHEDULE_S = 600.0  # an open-loop pass's arrival schedule spans at most this (docs/load.md)
+STOP_WAIT_S = 5.0  # after a stop, how long the senders get to record the requests their stop ended
 _SLEEP_SLICE_NS = 2_000_000  # a due sender waits in an Event until 2 ms before, then sleeps the rest
 
 
@@ -79,6 +82,18 @@ class ArrivalStream:
 def arrival_offsets_ns(level: LoadLevel, count: int) -> list[int]:
     """The first `count` send times of an open-loop level, in ns after its schedule's start (`ArrivalStream`)."""
     return ArrivalStream(level).take(count)
+
+
+def schedule_problem(level: LoadLevel, count: int) -> str | None:
+    """Why an open-loop level's pass of `count` requests would last too long (its arrival schedule spans
+    more than MAX_SCHEDULE_S); None when it does not, or for a closed level."""
+    if level.kind != "open" or count < 2:
+        return None
+    span_s = arrival_offsets_ns(level, count)[-1] / 1e9
+    if span_s <= MAX_SCHEDULE_S:
+        return None
+    return (f"level {level.id}: its arrival schedule spans {span_s:.0f} s for {count} requests, over the "
+            f"{MAX_SCHEDULE_S:.0f} s an open-loop pass may take; raise rates_per_s or send fewer requests")
 
 
 def connection_count(level: LoadLevel, requests: int) -> int:
@@ -206,10 +221,13 @@ def run_level_pass(runner: PassRunner, connections: LevelConnections, level: Loa
             sender.start()
         for sender in senders:
             sender.join()
-    except BaseException:  # an interrupt: let the senders finish the request each has in flight
+    except BaseException:  # an interrupt (SIGTERM, Ctrl-C): end the requests in flight, wait a bounded time
         state.stop.set()
+        for client in clients:
+            client.abort()
+        deadline = time.monotonic() + STOP_WAIT_S
         for sender in senders:
-            sender.join()
+            sender.join(max(0.0, deadline - time.monotonic()))
         raise
     if state.errors:
         raise state.errors[0]

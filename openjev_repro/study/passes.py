@@ -88,7 +88,6 @@ class BackendPasses:
     budget: PassBudget
     marks: PassMarks
     progress: StepObserver
-    timeout_s: float  # a load level's connections time out as the main one does
     level_clients: list[TimedClient] = field(default_factory=list)  # every load level's, for the connection counts
     _level: tuple[str, str] | None = None
     _connections: LevelConnections | None = None
@@ -122,7 +121,7 @@ class BackendPasses:
         req = first_request(self.warmup, self.prepared)
         row = self.runner.request(req, workload=next(iter(self.prepared)), phase="first", pass_index=1, seq=0)
         if not row.ok or row.probability is None or row.decision is None or row.input_tokens is None:
-            error = row.error or "incomplete answer"
+            error = (row.error or "incomplete answer").rstrip(".")
             hint = first_inference_hint(row.status, error, model=self.model or "", endpoint=self.runner.endpoint)
             raise BackendError(f"Backend {self.backend}: the first inference after readiness failed its check "
                                f"(finite probability, usage, decision): {error}."
@@ -171,8 +170,9 @@ class BackendPasses:
         self.close()
         count = connection_count(level, requests)
         self.progress.message(f"{self.backend}/{workload}: load level {level.id} over {count} connection(s)")
-        client = self.runner.client
-        connections = LevelConnections(lambda: TimedClient(client.host, client.port, timeout_s=self.timeout_s), count)
+        main = self.runner.client  # a load level's connections are limited as the main one is
+        connections = LevelConnections(lambda: TimedClient(main.host, main.port, timeout_s=main.timeout_s,
+                                                           max_response_bytes=main.max_response_bytes), count)
         self.level_clients += connections.clients
         self._connections, self._level = connections.__enter__(), (workload, level.id)
         return connections

@@ -8,7 +8,6 @@ The order of requests, passes and steps is the pass protocol's (study/passes.py)
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import hashlib
 import json
@@ -17,15 +16,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Literal
+
+import msgspec
 
 from ..decision import decision_of
 from ..errors import BackendCrashed, ProtocolError
+from ..evidence.records import ResponseEntry
 from ..evidence.rows import Phase, Row, RowWriter
 from .timed_client import ClientError, TimedClient, TimedResponse
 from .workload import QUESTION_ID, Request
 
-__all__ = ["Outcome", "ParsedAnswer", "PassRunner", "ResponseLog", "Via", "parse_noul_response", "queue_time_ms"]
+__all__ = ["QUEUE_TIME_HEADER", "Outcome", "ParsedAnswer", "PassRunner", "ResponseLog", "Via", "parse_noul_response", "queue_time_ms"]
 
 QUEUE_TIME_HEADER = "x-queue-time-ms"  # the server's own queue time of a request, float ms (lower-case: h11)
 
@@ -39,53 +41,67 @@ class ParsedAnswer:
     input_tokens: int
 
 
+class _NoulAnswer(msgspec.Struct):
+    """The answer to our one noul question (a server may add fields; those are not ours to read)."""
+
+    type: Literal["noul"]
+    noul: float
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.noul) or not 0.0 <= self.noul <= 1.0:
+            raise ValueError(f"probability {self.noul!r} is not a finite number in [0, 1]")
+
+
+class _Usage(msgspec.Struct):
+    input_tokens: Annotated[int, msgspec.Meta(gt=0, le=2**62)] | list[Annotated[int, msgspec.Meta(ge=0, le=2**62)]]
+
+    @property
+    def tokens(self) -> int:
+        """One positive count (a list of per-candidate counts is summed; noul has one candidate)."""
+        total = self.input_tokens if isinstance(self.input_tokens, int) else sum(self.input_tokens)
+        if total <= 0:
+            raise ProtocolError(f"usage.input_tokens {self.input_tokens!r} is not a positive integer")
+        return total
+
+
+class _NoulResponse(msgspec.Struct):
+    """A /v1/systemone response to a request of one noul question, as far as the study reads it."""
+
+    answers: dict[str, _NoulAnswer]
+    usage: _Usage
+
+
 def parse_noul_response(body: bytes) -> ParsedAnswer:
     """Check a /v1/systemone response to a single noul question; ProtocolError says what is wrong."""
-    answer, p, tokens = _noul_fields(_json_of(body))
-    if answer.get("type") != "noul":
-        raise ProtocolError(f"answer type is {answer.get('type')!r}, expected 'noul'")
-    _check_probability(p)
-    tokens = _input_tokens(tokens)
-    return ParsedAnswer(float(p), decision_of(p), tokens)
-
-
-def _json_of(body: bytes) -> Any:
     try:
-        return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json.loads(body)  # Python's reader: a NaN probability is named as such, not as bad JSON
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ProtocolError(f"response is not JSON ({exc.__class__.__name__}: {exc})") from None
-
-
-def _noul_fields(data: Any) -> tuple[Any, Any, Any]:
-    """(answer, its noul probability, usage.input_tokens) of a response, unchecked."""
     try:
-        answer = data["answers"][QUESTION_ID]
-        return answer, answer["noul"], data["usage"]["input_tokens"]
-    except (KeyError, TypeError) as exc:
-        raise ProtocolError(f"response lacks answers.{QUESTION_ID}.noul or usage.input_tokens ({exc!r})") from None
+        response = msgspec.convert(data, _NoulResponse, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ProtocolError(f"response is not a noul answer with usage.input_tokens: {exc}") from None
+    answer = response.answers.get(QUESTION_ID)
+    if answer is None:
+        raise ProtocolError(f"response lacks answers.{QUESTION_ID}")
+    return ParsedAnswer(answer.noul, decision_of(answer.noul), response.usage.tokens)
 
 
-def _check_probability(p: Any) -> None:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0.0 <= p <= 1.0:
-        raise ProtocolError(f"probability {p!r} is not a finite number in [0, 1]")
+QUEUE_TIME_SLACK_MS = 1000.0  # the server's clock against ours: a queue time may exceed the latency by this
 
 
-def _input_tokens(tokens: Any) -> int:
-    """usage.input_tokens as one positive count (a list of per-candidate counts is summed)."""
-    if isinstance(tokens, list):  # per-candidate counts; noul has one candidate
-        tokens = sum(tokens)
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
-        raise ProtocolError(f"usage.input_tokens {tokens!r} is not a positive integer")
-    return tokens
+def queue_time_ms(headers: dict[str, str], latency_ns: int | None = None) -> float | None:
+    """The server's `X-Queue-Time-Ms` header as a finite, non-negative float no longer than the request
+    itself took (its latency as the client measured it, plus QUEUE_TIME_SLACK_MS); None otherwise.
 
-
-def queue_time_ms(headers: dict[str, str]) -> float | None:
-    """The server's `X-Queue-Time-Ms` header as a finite, non-negative float; None when absent or not one."""
+    A request cannot wait in the server's queue longer than it took in all: a larger value (1e308, a
+    misread clock) is not a queue time, and is recorded as absent (`PassRunner.queue_times_refused`)."""
     try:
         value = float(headers[QUEUE_TIME_HEADER])
     except (KeyError, ValueError):
         return None
-    return value if math.isfinite(value) and value >= 0 else None
+    bound = math.inf if latency_ns is None else latency_ns / 1e6 + QUEUE_TIME_SLACK_MS
+    return value if math.isfinite(value) and 0 <= value <= bound else None
 
 
 @dataclass(frozen=True)
@@ -113,6 +129,7 @@ class PassRunner:
     on_row: Callable[[Row], None] = lambda row: None
     failures: list[Row] = field(default_factory=list)
     requests: int = 0  # sent, failed ones included
+    queue_times_refused: int = 0  # X-Queue-Time-Ms headers that were no queue time (recorded as absent)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # rows and counts, across threads
 
     def request(self, req: Request, *, workload: str, phase: Phase, pass_index: int, seq: int,
@@ -167,13 +184,16 @@ class PassRunner:
                    decision=parsed.decision if parsed else None, label=req.label,
                    input_tokens=parsed.input_tokens if parsed else None, error=error, reconnected=reconnected)
 
-    @staticmethod
-    def _with_load(row: Row, via: Via | None, resp: TimedResponse | None) -> Row:
+    def _with_load(self, row: Row, via: Via | None, resp: TimedResponse | None) -> Row:
         """The row with its load-level fields (none without a `via`, so default rows stay as they were)."""
         if via is None:
             return row
+        queue = None if resp is None else queue_time_ms(resp.headers, resp.latency_ns)
+        if queue is None and resp is not None and QUEUE_TIME_HEADER in resp.headers:
+            with self._lock:
+                self.queue_times_refused += 1
         return dataclasses.replace(row, level=via.level, scheduled_ns=via.scheduled_ns, connection=via.connection,
-                                   server_queue_ms=None if resp is None else queue_time_ms(resp.headers))
+                                   server_queue_ms=queue)
 
     def _record(self, row: Row, body: bytes | None) -> None:
         with self._lock:
@@ -191,14 +211,8 @@ class ResponseLog:
         self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held for the run; close() closes it
 
     def write(self, row: Row, body: bytes | None) -> None:
-        entry = {"backend": row.backend, "workload": row.workload, "phase": row.phase,
-                 "pass_index": row.pass_index, "seq": row.seq, "id": row.id}
-        if body is not None:
-            try:
-                entry["body"] = body.decode("utf-8")
-            except UnicodeDecodeError:
-                entry["body_base64"] = base64.b64encode(body).decode("ascii")
-        self._file.write(json.dumps(entry, sort_keys=True) + "\n")
+        entry = ResponseEntry.of(row.backend, row.workload, row.phase, row.pass_index, row.seq, row.id, body)
+        self._file.write(entry.line())
         self._file.flush()
 
     def close(self) -> None:
