@@ -10,6 +10,7 @@ checked against the spec here and every other field with the binding.
 import base64
 import json
 import sys
+from pathlib import Path
 
 from google.protobuf import json_format
 from in_toto_attestation.predicates.test_result.v0 import test_result_pb2
@@ -21,7 +22,7 @@ PREDICATES = {"https://slsa.dev/verification_summary/v1": vsa_pb2.VerificationSu
               "https://in-toto.io/attestation/test-result/v0.1": test_result_pb2.TestResult}
 
 for name in sys.argv[1:]:
-    envelope = json.load(open(name))
+    envelope = json.loads(Path(name).read_text())
     assert envelope["payloadType"] == "application/vnd.in-toto+json", name
     statement = json.loads(base64.b64decode(envelope["payload"]))
     Statement.copy_from_pb(json_format.ParseDict(statement, statement_pb2.Statement())).validate()
