@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from invoking import invoke
+from reprokit import resign
 from studykit import scripted_backend, write_study
 
 from openjev_repro.evidence.files import write_json_atomic
@@ -34,17 +35,6 @@ MARGINS = {"basis": "test: a loopback double on one machine", "margins": {
     "mean": [0.9, 1.1], "p50": [0.9, 1.1], "p95": [0.8, 1.25], "decision_flips": 0, "max_probability_delta": 0.0}}
 GATES = [{"name": "stable", "kind": "probabilities_stable", "workload": "mixed", "backend": "one"},
          {"name": "gpu", "kind": "gpu_not_throttled"}]
-
-
-def _resign(run: Path, key: Path) -> None:
-    """A new manifest over the run as it is now, signed with `key` (what a holder of the key can always do)."""
-    from openjev_repro.evidence.rundir import RunDir
-    from openjev_repro.manifest.dsse import envelope_bytes, make_envelope
-    from openjev_repro.manifest.keys import load_private_key
-    from openjev_repro.manifest.statement import build_statement
-
-    statement = build_statement(RunDir(run), signed=True)
-    (run / "manifest.dsse.json").write_bytes(envelope_bytes(make_envelope(statement.payload(), load_private_key(key))))
 
 
 def _study(tmp: Path, name: str, delay_s: float, key: Path | None) -> Path:
@@ -108,7 +98,7 @@ def test_gates_edited_after_preregistration_fail_verify(tmp_path, original, keys
                         gpu=read_gpu_events(run / GPU_FILE), **trace_inputs(run)).to_json()
     write_json_atomic(run / "summary.json", summary)
     (run / "attestations" / "gate-gpu.dsse.json").unlink()
-    _resign(run, keys[0])
+    resign(run, keys[0])
     proc = invoke("verify", "--run", str(run), "--pubkey", str(keys[1]))
     assert proc.returncode == 1
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAIL ")]
@@ -127,7 +117,7 @@ def test_a_preregistration_signed_by_another_key_fails_verify(tmp_path, original
     (run / "preregistration.dsse.json").unlink()
     write_preregistration(RunDir(run), load_recipe(run / "recipe.yaml"),
                           json.loads((run / "plan.json").read_text())["case_ids"], other)
-    _resign(run, keys[0])
+    resign(run, keys[0])
     proc = invoke("verify", "--run", str(run), "--pubkey", str(keys[1]))
     assert proc.returncode == 1
     assert "FAIL  pre-registration" in proc.stdout and "No signature by the given key" in proc.stdout

@@ -1,17 +1,24 @@
 """verify's check of a pre-registration (issue 38): a run that holds `preregistration.dsse.json` must have
 been signed by the same key, and its signed recipe's protocol, gates and `reproduction:` margins, and its
-plan's case order, must be exactly the pre-registered ones. A run without one (every run signed before
+plan's case order, must be exactly the pre-registered ones; an RFC 3161 timestamp beside it must carry the
+sha256 of its bytes (the authority's signature is checked with `openssl ts -verify`, docs/reproduce.md). A run without one (every run signed before
 issue 38, and unsigned studies) gets no check, so its verdict and check count are what they were."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from ..errors import ReproError
 from ..evidence.recipe import parse_recipe
 from ..evidence.records import plan_of
 from ..evidence.rundir import RunDir
-from ..manifest.preregistration import PREREGISTRATION_NAME, preregistered_parts, read_preregistration
+from ..manifest.preregistration import (
+    PREREGISTRATION_NAME,
+    TIMESTAMP_NAME,
+    preregistered_parts,
+    read_preregistration,
+)
 
 __all__ = ["preregistration_verdicts"]
 
@@ -27,6 +34,9 @@ def _differences(run: RunDir, pubkey: Path | None) -> list[str]:
     planned = None if plan is None or plan.case_ids is None else {k: list(v) for k, v in plan.case_ids.items()}
     if planned is not None and planned != registered.case_order:
         found.append("the case order of plan.json differs from the pre-registered one")
+    stamp = run.file(TIMESTAMP_NAME)
+    if stamp.is_file() and hashlib.sha256(run.file(PREREGISTRATION_NAME).read_bytes()).digest() not in stamp.read_bytes():
+        found.append(f"{TIMESTAMP_NAME} does not timestamp these bytes of {PREREGISTRATION_NAME}")
     if registered.study_id != recipe.study.id:
         found.append(f"study id {recipe.study.id!r} is not the pre-registered {registered.study_id!r}")
     return found

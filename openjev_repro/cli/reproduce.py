@@ -26,14 +26,9 @@ def reproduce(c, original, rerun, pubkey, original_pubkey=None, key=None, out=No
     from ..audit.reproduce import judge, opened_runs
     from ..audit.reproduce_report import verdict_lines, wrapped, write_outputs
     from ..evidence.rundir import guard_output
-    from ..manifest.keys import load_private_key, trusted_public_key
+    from ..manifest.keys import load_private_key
 
     original_key = original_pubkey or pubkey
-    for path, name in ((Path(original), "--original"), (Path(rerun), "--rerun")):
-        if not path.exists():
-            raise EvidenceError(f"{name} {path}: no run directory or bundle there.")
-    trusted_public_key(Path(pubkey), Path(rerun))
-    trusted_public_key(Path(original_key), Path(original), option="--original-pubkey" if original_pubkey else "--pubkey")
     if key:
         load_private_key(Path(key))  # a bad key is refused before any work
     if out:

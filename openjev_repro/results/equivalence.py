@@ -189,27 +189,40 @@ class LatencyJudgement:
         return f"straddles [{low:g}, {high:g}]; {decide}"
 
 
+def _percentile_bounds(pair: Paired, metric: str) -> tuple[tuple[tuple[float, float] | None, ...], int | None]:
+    """Each run's order-statistic bounds of a P95 and the requests they need; none for the mean or P50 (a
+    median's bounds need 5 values, which every judged pass has)."""
+    if metric != "p95":
+        return (None, None), None
+    q = _QUANTILES[metric]
+    return tuple(order_statistic_bounds(np.sort(side.ravel()), q) for side in (pair.original, pair.rerun)), \
+        minimum_sample(q)
+
+
+def _outcome(interval: tuple[float, float], band: tuple[float, float]) -> Outcome:
+    if band[0] <= interval[0] and interval[1] <= band[1]:
+        return Outcome.REPRODUCED
+    if interval[1] < band[0] or interval[0] > band[1]:
+        return Outcome.NOT_REPRODUCED
+    return Outcome.INCONCLUSIVE
+
+
 def judge_latency(pair: Paired, metric: str, band: tuple[float, float], seed: int) -> LatencyJudgement:
     original, rerun = pair.statistic(metric)
     point = rerun / original if original > 0 else math.inf
     n = min(pair.requests)
-    q = _QUANTILES.get(metric)
-    minimum = minimum_sample(q) if q is not None and metric != "p50" else None
-    bounds = (None, None) if q is None else (order_statistic_bounds(np.sort(pair.original.ravel()), q),
-                                             order_statistic_bounds(np.sort(pair.rerun.ravel()), q))
+    bounds, minimum = _percentile_bounds(pair, metric)
     base = LatencyJudgement(metric=metric, band=band, point=point, interval=None, outcome=Outcome.INCONCLUSIVE,
-                            original=original, rerun=rerun, requests=pair.requests, bounds=bounds, minimum=minimum)
+                            original=original, rerun=rerun, requests=pair.requests, bounds=(bounds[0], bounds[1]),
+                            minimum=minimum)
     if minimum is not None and n < minimum:
         return base  # a percentile without its bounds is not judged from the bootstrap alone
-    ratios = pair.resampled_ratios(metric, seed)
     tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = (float(v) for v in np.percentile(ratios, [tail, 100 - tail]))
-    low, high = min(low, point), max(high, point)
-    if band[0] <= low and high <= band[1]:
-        return replace(base, interval=(low, high), outcome=Outcome.REPRODUCED)
-    if high < band[0] or low > band[1]:
-        return replace(base, interval=(low, high), outcome=Outcome.NOT_REPRODUCED)
-    return replace(base, interval=(low, high), needed=_requests_to_decide(point, (low, high), band, n))
+    low, high = (float(v) for v in np.percentile(pair.resampled_ratios(metric, seed), [tail, 100 - tail]))
+    interval = (min(low, point), max(high, point))
+    outcome = _outcome(interval, band)
+    needed = _requests_to_decide(point, interval, band, n) if outcome is Outcome.INCONCLUSIVE else None
+    return replace(base, interval=interval, outcome=outcome, needed=needed)
 
 
 def _requests_to_decide(point: float, interval: tuple[float, float], band: tuple[float, float], n: int) -> int | None:
