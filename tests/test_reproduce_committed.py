@@ -153,3 +153,20 @@ def test_every_committed_recipe_declares_reproduction_margins_with_their_basis()
         reproduction = load_recipe(path).reproduction
         assert reproduction is not None, path.name
         assert len(reproduction.basis) > 40, path.name
+
+
+def test_an_imported_published_run_is_checked_by_its_digests_and_judged(tmp_path):
+    """An import (a published timings-csv layout, tests/published_layouts.py) is never signed: it is verified
+    against its published digests, whatever --pubkey says, and judged by the documented defaults."""
+    from published_layouts import timings_csv
+
+    run = tmp_path / "imported"
+    assert invoke("import-evidence", "--src", str(timings_csv(tmp_path / "src")), "--out", str(run)).returncode == 0
+    code, lines, err = _reproduce("--original", str(run), "--rerun", str(run), "--pubkey",
+                                  str(REFERENCE / "signing-key.pub"))
+    text = _flat(lines)
+    assert code == 5, err  # 10 requests per run: no P95 bounds
+    assert "no manifest (imported)" in text and "margins: documented defaults" in text
+    assert "max |dp|: no paired case has a probability in both runs, not judged" in text
+    assert "INCONCLUSIVE: needs >= 59 requests per run for its bounds, has 10" in text
+    assert "NOT REPRODUCED" not in text

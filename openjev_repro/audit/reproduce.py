@@ -108,7 +108,8 @@ class RunUnderTest:
 def _verify(given: Path, directory: Path, pubkey: Path) -> None:
     from .verify import verify_dir
 
-    checks = verify_dir(directory, pubkey=pubkey)
+    imported = (directory / "import.json").is_file() and not (directory / ENVELOPE_NAME).exists()
+    checks = verify_dir(directory, pubkey=None if imported else pubkey)  # an import is checked by its digests
     failed = [c for c in checks if c.passed is False]
     if failed:
         first = failed[0]
@@ -409,7 +410,7 @@ class BackendResult:
     def outcomes(self) -> list[Outcome]:
         found = [j.outcome for j in self.latency]
         if self.answers is not None:
-            found += [self.answers.delta_outcome, self.answers.flips_outcome]
+            found += self.answers.outcomes
         return found
 
 

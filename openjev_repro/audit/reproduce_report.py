@@ -59,9 +59,10 @@ def _latency_lines(j: LatencyJudgement) -> list[str]:
 
 
 def _answer_lines(a: ProbabilityJudgement) -> list[str]:
-    delta = "not recorded" if a.max_delta is None else f"{a.max_delta:.6f}"
     flips = ", ".join(a.flipped[:6]) + (f" and {len(a.flipped) - 6} more" if len(a.flipped) > 6 else "")
-    return [*_wrap(f"max |dp| {delta} (margin {a.max_delta_margin:g}): {a.delta_outcome.value}", "    "),
+    delta = "max |dp|: no paired case has a probability in both runs, not judged" if a.delta_outcome is None else \
+        f"max |dp| {a.max_delta:.6f} (margin {a.max_delta_margin:g}): {a.delta_outcome.value}"
+    return [*_wrap(delta, "    "),
             *_wrap(f"decision flips {len(a.flipped)} (margin {a.flips_margin}): {a.flips_outcome.value}"
                    + (f": {flips}" if flips else ""), "    ")]
 
@@ -82,7 +83,9 @@ def verdict_lines(v: Verdict) -> list[str]:
     if c.differing:
         lines += _field_lines("Not comparable (must match, original vs rerun):", c.differing)
     else:
-        lines.append(f"Comparable: {len(c.must)} must-match values equal.")
+        compared = [f for f in c.must if f.recorded]
+        lines += _wrap(f"Comparable: {len(compared)} must-match values equal "
+                       f"({', '.join(sorted({f.field for f in compared}))}).", "")
     if c.explanations:
         lines += _field_lines("Possible explanations (should match, differ):", c.explanations)
     if c.not_recorded:

@@ -245,10 +245,16 @@ class ProbabilityJudgement:
     flips_margin: int
 
     @property
-    def delta_outcome(self) -> Outcome:
+    def delta_outcome(self) -> Outcome | None:
+        """None when neither run recorded a probability of a paired case (nothing to judge)."""
         if self.max_delta is None:
-            return Outcome.INCONCLUSIVE
+            return None
         return Outcome.REPRODUCED if self.max_delta <= self.max_delta_margin else Outcome.NOT_REPRODUCED
+
+    @property
+    def outcomes(self) -> list[Outcome]:
+        judged = self.delta_outcome
+        return [self.flips_outcome] if judged is None else [judged, self.flips_outcome]
 
     @property
     def flips_outcome(self) -> Outcome:
