@@ -94,3 +94,13 @@ def test_probabilities_and_decisions_are_counted_exactly():
     assert judged.flipped == [IDS[40]] and judged.flips_outcome is Outcome.NOT_REPRODUCED
     assert judged.max_delta == pytest.approx(abs(1 - 2 * PROBS[40]))
     assert judge_probabilities(_pair(1.0), max_delta=0.0, flips=0).delta_outcome is Outcome.REPRODUCED
+
+
+def test_a_difference_between_passes_counts_as_uncertainty():
+    """The rerun's second pass 20% slower than its first: resampling passes spreads the interval over both
+    levels (1.0 to 1.2), where resampling cases alone would report a tight 1.1."""
+    original = _table({1: list(BASE), 2: list(BASE)}, PROBS, IDS)
+    rerun = _table({1: list(BASE), 2: list(BASE * 1.2)}, PROBS, IDS)
+    judged = judge_latency(paired_passes(original, rerun, "w", "b"), "mean", (0.9, 1.3), seed=1)
+    assert judged.point == pytest.approx(1.1)
+    assert judged.interval[0] <= 1.01 and judged.interval[1] >= 1.19
