@@ -170,3 +170,31 @@ def test_an_imported_published_run_is_checked_by_its_digests_and_judged(tmp_path
     assert "max |dp|: no paired case has a probability in both runs, not judged" in text
     assert "INCONCLUSIVE: needs >= 59 requests per run for its bounds, has 10" in text
     assert "NOT REPRODUCED" not in text
+
+
+def _examples() -> list[tuple[list[str], list[str]]]:
+    """(argv after `invoke`, the lines shown) of every `$ invoke reproduce` block of docs/reproduce.md."""
+    import shlex
+
+    found, text = [], (REPO / "docs" / "reproduce.md").read_text().split("```")
+    for block in text[1::2]:
+        lines = block.strip("\n").splitlines()
+        if not lines or not lines[0].startswith("$ invoke reproduce"):
+            continue
+        command = []
+        while lines and (not command or command[-1].endswith("\\")):
+            command.append(lines.pop(0))
+        argv = shlex.split(" ".join(c.rstrip("\\") for c in command).removeprefix("$ invoke "))
+        found.append((argv, [line for line in lines if line != "..."]))
+    return found
+
+
+def test_the_worked_examples_are_what_the_command_prints():
+    examples = _examples()
+    assert len(examples) == 3
+    for argv, shown in examples:
+        printed = invoke(*argv, cwd=REPO).stdout.splitlines()
+        at = 0
+        for line in shown:  # each shown line, in order, among the printed ones
+            assert line in printed[at:], (argv, line)
+            at = printed.index(line, at) + 1
