@@ -1,8 +1,9 @@
 """verify's check of a pre-registration (issue 38): a run that holds `preregistration.dsse.json` must have
-been signed by the same key, and its signed recipe's protocol, gates and `reproduction:` margins, and its
-plan's case order, must be exactly the pre-registered ones; an RFC 3161 timestamp beside it must carry the
-sha256 of its bytes (the authority's signature is checked with `openssl ts -verify`, docs/reproduce.md). A run without one (every run signed before
-issue 38, and unsigned studies) gets no check, so its verdict and check count are what they were."""
+been signed by the same key, and its signed recipe (its bytes; its protocol, gates and `reproduction:`
+margins named apart), its inputs lock and its plan's case order must be exactly the pre-registered ones; an
+RFC 3161 timestamp beside it must carry the sha256 of its bytes (the authority's signature is checked with
+`openssl ts -verify`, docs/reproduce.md). A run without one (every run signed before issue 38, and unsigned
+studies) gets no check, so its verdict and check count are what they were."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from ..errors import ReproError
 from ..evidence.recipe import parse_recipe
-from ..evidence.records import plan_of
+from ..evidence.records import inputs_of, plan_of
 from ..evidence.rundir import RunDir
 from ..manifest.preregistration import (
     PREREGISTRATION_NAME,
@@ -34,6 +35,13 @@ def _differences(run: RunDir, pubkey: Path | None) -> list[str]:
     planned = None if plan is None or plan.case_ids is None else {k: list(v) for k, v in plan.case_ids.items()}
     if planned is not None and planned != registered.case_order:
         found.append("the case order of plan.json differs from the pre-registered one")
+    recipe_sha256 = hashlib.sha256(run.file("recipe.yaml").read_bytes()).hexdigest()
+    if recipe_sha256 != registered.recipe_sha256:
+        found.append(f"recipe.yaml has sha256 {recipe_sha256[:12]}, not the pre-registered {registered.recipe_sha256[:12]}")
+    lock = inputs_of(run)
+    checked = [(f.path, f.actual) for f in lock.files] if lock is not None else []
+    if checked != [(i.path, i.sha256) for i in registered.inputs]:
+        found.append("the inputs inputs.json checked are not the pre-registered inputs lock")
     stamp = run.file(TIMESTAMP_NAME)
     if stamp.is_file() and hashlib.sha256(run.file(PREREGISTRATION_NAME).read_bytes()).digest() not in stamp.read_bytes():
         found.append(f"{TIMESTAMP_NAME} does not timestamp these bytes of {PREREGISTRATION_NAME}")
