@@ -61,4 +61,5 @@ def preregistration_verdicts(run: RunDir, pubkey: Path | None) -> list[tuple[str
     if found:
         return [("pre-registration", False, "; ".join(found))]
     signed = "signed by the given key" if pubkey is not None else "signature not checked (no --pubkey)"
-    return [("pre-registration", True, f"{signed}; gates, protocol, margins and case order as pre-registered")]
+    return [("pre-registration", True,
+             f"{signed}; recipe, gates, protocol, margins, inputs and case order as pre-registered")]

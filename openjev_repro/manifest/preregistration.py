@@ -82,10 +82,12 @@ def _canonical(value: object) -> object:
 
 
 def preregistered_parts(recipe: Recipe) -> tuple[dict, list[dict], dict | None]:
-    """(protocol, gates, reproduction) of a recipe in the form a pre-registration records them."""
-    protocol = _canonical(recipe.protocol.model_dump(mode="json"))
+    """(protocol, gates, reproduction) of a recipe in the form a pre-registration records them: what the recipe
+    wrote, without the defaults this version fills in (a later version's new default never reads as a change)."""
+    protocol = _canonical(recipe.protocol.model_dump(mode="json", exclude_unset=True))
     gates = _canonical([g.model_dump(mode="json", exclude_unset=True) for g in recipe.gates])
-    margins = None if recipe.reproduction is None else _canonical(recipe.reproduction.to_json())
+    margins = None if recipe.reproduction is None else _canonical(
+        recipe.reproduction.model_dump(mode="json", exclude_unset=True))
     return protocol, gates, margins  # type: ignore[return-value]
 
 
