@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from pathlib import Path
 
 import msgspec
@@ -47,8 +47,8 @@ from ..results.row_table import RowTable, read_table
 from .bundle import opened
 from .environment_diff import RunEnvironment
 
-__all__ = ["DEFAULT_SEED", "Comparability", "MarginSource", "Reproduction", "RunUnderTest", "Verdict",
-           "VerdictKind", "judge", "opened_runs"]
+__all__ = ["DEFAULT_SEED", "BackendResult", "Comparability", "FieldValues", "MarginSource", "RunUnderTest", "Verdict",
+           "VerdictKind", "judge", "margins_of", "opened_runs"]
 
 DEFAULT_SEED = 20261204
 
@@ -158,6 +158,7 @@ def margins_of(original: RunUnderTest, pubkey: Path) -> tuple[Reproduction, Marg
 # --- comparability -----------------------------------------------------------------------------
 
 NOT_RECORDED = "not recorded"
+_PER_BACKEND = object()  # what a study-level read answers for a field each backend has its own value of
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,11 @@ class _Facts:
         self.quantiles = _quantile_rules(directory)
 
     def study(self, name: ComparabilityField) -> object:
+        """A study-level field's value; `_PER_BACKEND` for a field each backend has its own value of."""
+        return self._study_values.get(name, _PER_BACKEND)
+
+    @cached_property
+    def _study_values(self) -> dict[str, object]:
         return {
             "backends": sorted({b for _, b in self.run.measured()}),
             "gpu_model": self._gpu_model(),
@@ -222,8 +228,8 @@ class _Facts:
             "case_order": self._case_order(),
             "timing_boundary": self.boundary,
             "quantile_rule": self.quantiles,
-            "project_source": self.recorded.project()[2] and _short(self.recorded.project()[2]),
-        }.get(name, _PER_BACKEND)
+            "project_source": _short(self.recorded.project()[2]),
+        }
 
     def backend(self, name: ComparabilityField, backend: str) -> object:
         if name == "weights_fingerprint":
@@ -294,8 +300,6 @@ class _Facts:
         pinned = list(caches.pinned) if caches is not None else []
         return ", ".join(sorted(p.sha256[:12] for p in pinned)) if pinned else "not pinned"
 
-
-_PER_BACKEND = object()
 
 
 def _list_digest(value: object) -> str:
@@ -465,7 +469,3 @@ def judge(original: RunUnderTest, rerun: RunUnderTest, *, original_pubkey: Path,
                 found = _judge_backend(original, rerun, workload, backend, reproduction, seed)
                 results += [found] if found is not None else []
     return Verdict(_overall(comparable, results), original, rerun, reproduction, source, comparable, results, seed)
-
-
-def command_line(argv: list[str]) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
