@@ -49,7 +49,7 @@ def _bounds(j: LatencyJudgement) -> list[str]:
     parts = []
     for role, b in zip(("original", "rerun"), j.bounds, strict=True):
         parts.append(f"{role} [{b[0]:.2f}, {b[1]:.2f}] ms" if b else f"{role} none")
-    return _wrap(f"order-statistic {int(CONFIDENCE * 100)}% bounds of P95: {'; '.join(parts)} "
+    return _wrap(f"order-statistic {int(CONFIDENCE * 100)}% bounds of {j.metric.upper()}: {'; '.join(parts)} "
                  f"(needs >= {j.minimum} requests per run)", "      ")
 
 

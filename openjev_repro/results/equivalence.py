@@ -14,8 +14,8 @@ INCONCLUSIVE otherwise (with how many requests per pass would shrink the interva
 interval narrowing as 1/sqrt(n)).
 
 A percentile also carries its distribution-free (order-statistic) 90% bounds in each run, and needs a
-minimum number of requests for them to exist (59 for P95; below it the P95 is INCONCLUSIVE, never judged
-from the bootstrap alone). Probabilities and decisions are counted exactly, no statistics: the largest
+minimum number of requests for them to exist (59 for P95, 5 for P50; below it the percentile is
+INCONCLUSIVE, never judged from the bootstrap alone). Probabilities and decisions are counted exactly, no statistics: the largest
 |Δp| of a paired case against its margin, the cases whose decision differs against theirs.
 """
 
@@ -190,9 +190,9 @@ class LatencyJudgement:
 
 
 def _percentile_bounds(pair: Paired, metric: str) -> tuple[tuple[tuple[float, float] | None, ...], int | None]:
-    """Each run's order-statistic bounds of a P95 and the requests they need; none for the mean or P50 (a
-    median's bounds need 5 values, which every judged pass has)."""
-    if metric != "p95":
+    """Each run's order-statistic bounds of a percentile (P50, P95) and the requests they need; none for
+    the mean."""
+    if metric not in _QUANTILES:
         return (None, None), None
     q = _QUANTILES[metric]
     return tuple(order_statistic_bounds(np.sort(side.ravel()), q) for side in (pair.original, pair.rerun)), \
