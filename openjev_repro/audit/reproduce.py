@@ -119,8 +119,8 @@ def _verify(given: Path, directory: Path, pubkey: Path) -> None:
 
 
 @contextlib.contextmanager
-def opened_runs(original: Path, rerun: Path, pubkey: Path, original_pubkey: Path
-                ) -> Iterator[tuple[RunUnderTest, RunUnderTest]]:
+def opened_runs(original: Path, rerun: Path, pubkey: Path, original_pubkey: Path,
+                original_option: str = "--original-pubkey") -> Iterator[tuple[RunUnderTest, RunUnderTest]]:
     """Both runs opened (a bundle extracted), each verified with its own key: the user's, never one found
     inside the runs."""
     from ..manifest.keys import trusted_public_key
@@ -129,7 +129,7 @@ def opened_runs(original: Path, rerun: Path, pubkey: Path, original_pubkey: Path
         if not path.exists():
             raise EvidenceError(f"{option} {path}: no run directory or bundle there.")
     trusted_public_key(pubkey, rerun)
-    trusted_public_key(original_pubkey, original, option="--original-pubkey")
+    trusted_public_key(original_pubkey, original, option=original_option)
     with opened(original) as a, opened(rerun) as b:
         _verify(original, a, original_pubkey)
         _verify(rerun, b, pubkey)

@@ -35,7 +35,8 @@ def reproduce(c, original, rerun, pubkey, original_pubkey=None, key=None, out=No
         if Path(out).exists():
             raise EvidenceError(f"--out {out} already exists; name a new folder (a verdict never replaces one).")
         guard_output(Path(out))
-    with opened_runs(Path(original), Path(rerun), Path(pubkey), Path(original_key)) as (a, b):
+    option = "--original-pubkey" if original_pubkey else "--pubkey"
+    with opened_runs(Path(original), Path(rerun), Path(pubkey), Path(original_key), option) as (a, b):
         verdict = judge(a, b, original_pubkey=Path(original_key), seed=int(seed))
         print("\n".join(verdict_lines(verdict)))
         if out:
