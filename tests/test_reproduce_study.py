@@ -153,3 +153,23 @@ def test_a_p95_from_too_few_requests_is_inconclusive(original, keys):
     assert flat.startswith("Verdict: INCONCLUSIVE")
     assert "INCONCLUSIVE: needs >= 59 requests per run for its bounds, has 24" in flat
     assert flat.count("REPRODUCED: inside [0.9, 1.1]") == 2  # mean and P50
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    ("recipe", "recipe.yaml has sha256"),
+    ("inputs", "the inputs inputs.json checked are not the pre-registered inputs lock"),
+])
+def test_a_recipe_or_inputs_changed_after_preregistration_fail_verify(tmp_path, original, keys, edit, words):
+    run = tmp_path / "edited"
+    shutil.copytree(original, run)
+    if edit == "recipe":  # a comment only: the gates, protocol and margins stay as registered
+        (run / "recipe.yaml").write_text("# edited after the fact\n" + (run / "recipe.yaml").read_text())
+    else:
+        lock = json.loads((run / "inputs.json").read_text())
+        lock["files"][0]["actual"] = "0" * 64
+        (run / "inputs.json").write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
+    resign(run, keys[0])
+    proc = invoke("verify", "--run", str(run), "--pubkey", str(keys[1]))
+    assert proc.returncode == 1
+    failed = [line for line in proc.stdout.splitlines() if line.startswith("FAIL ")]
+    assert any("pre-registration" in line and words in line for line in failed), proc.stdout
