@@ -110,16 +110,17 @@ def _signed_file(run: RunUnderTest) -> tuple[str, bytes]:
 
 
 def write_outputs(v: Verdict, out: Path, key_path: Path | None) -> tuple[Path, Path]:
-    """verdict.md and verdict.dsse.json in a new folder `out` (never over an existing one)."""
-    out.mkdir(parents=True, exist_ok=False)
-    markdown = out / "verdict.md"
+    """verdict.md and verdict.dsse.json in a new folder `out`, written whole or not at all (never over an
+    existing folder)."""
+    from ..evidence.files import atomic_directory
+
     text = "\n".join(verdict_lines(v))
-    markdown.write_text(f"# Reproduction verdict\n\n```\n{text}\n```\n", encoding="utf-8")
     subjects = [(name, hashlib.sha256(data).hexdigest()) for name, data in map(_signed_file, (v.original, v.rerun))]
     statement = verification_summary(subjects, verdict=v.kind.value, policy_sha256=v.policy_sha256,
                                      policy_uri=f"openjev-repro:reproduction-margins ({v.source.value})",
                                      input_attestations=subjects)
-    envelope = out / "verdict.dsse.json"
-    envelope.write_bytes(signed_envelope(statement, key_path))
-    return markdown, envelope
-
+    envelope = signed_envelope(statement, key_path)
+    with atomic_directory(out) as folder:
+        (folder / "verdict.md").write_text(f"# Reproduction verdict\n\n```\n{text}\n```\n", encoding="utf-8")
+        (folder / "verdict.dsse.json").write_bytes(envelope)
+    return out / "verdict.md", out / "verdict.dsse.json"
