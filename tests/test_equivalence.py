@@ -104,3 +104,12 @@ def test_a_difference_between_passes_counts_as_uncertainty():
     judged = judge_latency(paired_passes(original, rerun, "w", "b"), "mean", (0.9, 1.3), seed=1)
     assert judged.point == pytest.approx(1.1)
     assert judged.interval[0] <= 1.01 and judged.interval[1] >= 1.19
+
+
+def test_the_ratios_do_not_depend_on_the_batch_size(monkeypatch):
+    import openjev_repro.results.equivalence as equivalence
+
+    pair = _pair(1.05, noise=0.2)
+    whole = pair.resampled_ratios("p95", 9)
+    monkeypatch.setattr(equivalence, "BATCH_VALUES", 1000)  # 6 resamples per batch here
+    assert np.array_equal(pair.resampled_ratios("p95", 9), whole)

@@ -46,6 +46,7 @@ __all__ = [
 
 CONFIDENCE = 0.90  # two-sided interval; each side a one-sided test at 5%
 RESAMPLES = 2000
+BATCH_VALUES = 4_000_000  # latencies gathered at once by the bootstrap (32 MB of float64)
 _QUANTILES = {"p50": 0.5, "p95": 0.95}
 
 
@@ -113,15 +114,23 @@ class Paired:
         return float(_statistic(self.original.ravel(), metric)), float(_statistic(self.rerun.ravel(), metric))
 
     def resampled_ratios(self, metric: str, seed: int, resamples: int = RESAMPLES) -> np.ndarray:
+        """rerun / original of `metric` over `resamples` paired resamples, drawn in batches so that memory stays
+        near BATCH_VALUES floats whatever the run's size (the draws, and so the ratios, do not depend on it)."""
         rng = np.random.default_rng(seed)
         n = len(self.keys)
-        cases = rng.integers(0, n, size=(resamples, n))
-        ratios = []
-        for side in (self.original, self.rerun):
-            passes = rng.integers(0, side.shape[0], size=(resamples, side.shape[0]))
-            values = side[passes[:, :, None], cases[:, None, :]].reshape(resamples, -1)
-            ratios.append(_statistic(values, metric))
-        return ratios[1] / ratios[0]
+        passes = {side: rng.integers(0, grid.shape[0], size=(resamples, grid.shape[0]))
+                  for side, grid in (("original", self.original), ("rerun", self.rerun))}
+        case_rng = np.random.default_rng([seed, 1])
+        per_resample = n * max(self.original.shape[0], self.rerun.shape[0])
+        batch = max(1, BATCH_VALUES // per_resample)
+        out = []
+        for start in range(0, resamples, batch):
+            size = min(batch, resamples - start)
+            cases = case_rng.integers(0, n, size=(size, n))
+            stats = [_statistic(grid[passes[side][start:start + size, :, None], cases[:, None, :]].reshape(size, -1),
+                                metric) for side, grid in (("original", self.original), ("rerun", self.rerun))]
+            out.append(stats[1] / stats[0])
+        return np.concatenate(out)
 
 
 def _keyed(table: RowTable, rows: np.ndarray) -> dict[tuple[str, int], int]:
