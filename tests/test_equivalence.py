@@ -107,7 +107,7 @@ def test_a_difference_between_passes_counts_as_uncertainty():
 
 
 def test_the_ratios_do_not_depend_on_the_batch_size(monkeypatch):
-    import openjev_repro.results.equivalence as equivalence
+    from openjev_repro.results import equivalence
 
     pair = _pair(1.05, noise=0.2)
     whole = pair.resampled_ratios("p95", 9)
