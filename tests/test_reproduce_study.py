@@ -25,6 +25,7 @@ from openjev_repro.evidence.files import write_json_atomic
 from openjev_repro.evidence.recipe import parse_recipe
 from openjev_repro.evidence.rows import read_rows
 from openjev_repro.manifest import generate_keypair
+from openjev_repro.manifest.attestations import signed_envelope, write_gate_attestations
 from openjev_repro.results.energy import GPU_FILE, read_gpu_events
 from openjev_repro.results.statistics import summarize
 from openjev_repro.results.trace_gates import trace_inputs
@@ -70,6 +71,7 @@ def test_a_signed_study_preregisters_and_attests_its_gates(original, keys):
     proc = invoke("verify", "--run", str(original), "--pubkey", str(keys[1]))
     assert proc.returncode == 0, proc.stdout
     assert "PASS  pre-registration" in proc.stdout
+    assert "PASS  gate attestations" in proc.stdout
 
 
 def test_the_preregistration_is_written_before_the_first_timed_request(original):
@@ -97,7 +99,8 @@ def test_gates_edited_after_preregistration_fail_verify(tmp_path, original, keys
     summary = summarize(read_rows(run / "rows.jsonl"), parse_recipe((run / "recipe.yaml").read_text()),
                         gpu=read_gpu_events(run / GPU_FILE), **trace_inputs(run)).to_json()
     write_json_atomic(run / "summary.json", summary)
-    (run / "attestations" / "gate-gpu.dsse.json").unlink()
+    shutil.rmtree(run / "attestations")
+    write_gate_attestations(run, keys[0])  # the gates' attestations made anew too
     resign(run, keys[0])
     proc = invoke("verify", "--run", str(run), "--pubkey", str(keys[1]))
     assert proc.returncode == 1
@@ -173,3 +176,21 @@ def test_a_recipe_or_inputs_changed_after_preregistration_fail_verify(tmp_path, 
     assert proc.returncode == 1
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAIL ")]
     assert any("pre-registration" in line and words in line for line in failed), proc.stdout
+
+
+def test_a_gate_attestation_that_contradicts_its_gate_fails_verify(tmp_path, original, keys):
+    """An attestation re-signed with the study's key to say PASSED where the signed gate failed (no GPU here)."""
+    import base64
+
+    run = tmp_path / "attested"
+    shutil.copytree(original, run)
+    path = run / "attestations" / "gate-gpu.dsse.json"
+    statement = json.loads(base64.b64decode(json.loads(path.read_text())["payload"]))
+    statement["predicate"]["result"] = "PASSED"
+    path.write_bytes(signed_envelope(statement, keys[0]))
+    resign(run, keys[0])
+    proc = invoke("verify", "--run", str(run), "--pubkey", str(keys[1]))
+    assert proc.returncode == 1
+    failed = [line for line in proc.stdout.splitlines() if line.startswith("FAIL ")]
+    assert len(failed) == 1 and "gate attestations" in failed[0], proc.stdout
+    assert "gate-gpu.dsse.json: result 'PASSED', the signed gate says 'FAILED'" in failed[0]

@@ -46,6 +46,7 @@ from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json
 from ..results.energy import GPU_FILE, read_gpu_events
 from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
 from ..results.trace_gates import trace_inputs
+from .attestation_check import gate_attestation_verdicts
 from .bundle import opened
 from .figures import Samples, layout_figures, published_figures, summary_from_figures
 from .identity_check import runtime_identity_verdict
@@ -202,6 +203,7 @@ def _verify_signed(ev: Evidence, files: list[Path], envelope: dict, statement: d
                  _runtime_identity):
         checks.extend(_signed_step(step, ev, predicate, aggregate_only, checks))
     checks.extend(Check(*verdict) for verdict in preregistration_verdicts(run, pubkey))  # issue 38
+    checks.extend(Check(*verdict) for verdict in gate_attestation_verdicts(run, pubkey))  # issue 38
     if aggregate_only:
         checks.extend(_source_manifest(run, predicate, subjects, pubkey))
     return checks

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,8 +26,8 @@ from ..hashing import hash_file
 from .dsse import envelope_bytes, make_envelope
 from .keys import load_private_key
 
-__all__ = ["GATES_FOLDER", "TEST_RESULT_TYPE", "VERIFIER_ID", "VSA_TYPE", "gate_statements", "signed_envelope",
-           "verification_summary", "write_gate_attestations"]
+__all__ = ["GATES_FOLDER", "TEST_RESULT_TYPE", "VERIFIER_ID", "VSA_TYPE", "GateOutcome", "gate_outcomes",
+           "gate_statements", "signed_envelope", "verification_summary", "write_gate_attestations"]
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 VSA_TYPE = "https://slsa.dev/verification_summary/v1"
@@ -60,28 +61,41 @@ def verification_summary(subjects: list[tuple[str, str]], *, verdict: str, polic
     }
 
 
-def gate_statements(run: RunDir) -> list[tuple[str, dict]]:
-    """(file name, Test Result statement) for every gate of the run's summary.json."""
-    path = run.file("summary.json")  # decoded by its record, Summary
-    summary = read_summary(path)
-    subjects = [{"name": name, "digest": {"sha256": hash_file(run.file(name))}}
-                for name in ("rows.jsonl", "summary.json", "recipe.yaml") if run.file(name).is_file()]
-    out = []
-    for gate in summary.gates:
-        result = "WARNED" if not gate.evaluated else ("PASSED" if gate.passed else "FAILED")
-        name = f"gate-{_SAFE.sub('_', gate.name)[:100]}.dsse.json"
-        statement = {
+@dataclass(frozen=True)
+class GateOutcome:
+    """One gate of a run's summary as its attestation records it."""
+
+    file: str  # gate-<name>.dsse.json under attestations/
+    gate: str
+    result: str  # PASSED, FAILED or WARNED (not evaluated)
+
+    def statement(self, subjects: list[dict]) -> dict:
+        return {
             "_type": STATEMENT_TYPE, "subject": subjects, "predicateType": TEST_RESULT_TYPE,
             "predicate": {
-                "result": result,
+                "result": self.result,
                 "configuration": [{"name": "recipe.yaml", "digest": subjects[-1]["digest"]}],
-                "passedTests": [gate.name] if result == "PASSED" else [],
-                "failedTests": [gate.name] if result == "FAILED" else [],
-                "warnedTests": [gate.name] if result == "WARNED" else [],
+                "passedTests": [self.gate] if self.result == "PASSED" else [],
+                "failedTests": [self.gate] if self.result == "FAILED" else [],
+                "warnedTests": [self.gate] if self.result == "WARNED" else [],
             },
         }
-        out.append((name, statement))
-    return out
+
+
+def gate_outcomes(run: RunDir) -> list[GateOutcome]:
+    """Every gate of the run's summary.json, with the file its attestation has."""
+    path = run.file("summary.json")  # decoded by its record, Summary
+    return [GateOutcome(f"gate-{_SAFE.sub('_', g.name)[:100]}.dsse.json", g.name,
+                        "WARNED" if not g.evaluated else ("PASSED" if g.passed else "FAILED"))
+            for g in read_summary(path).gates]
+
+
+def gate_statements(run: RunDir) -> list[tuple[str, dict]]:
+    """(file name, Test Result statement) for every gate of the run's summary.json; the subjects are the run's
+    rows.jsonl, summary.json and recipe.yaml."""
+    subjects = [{"name": name, "digest": {"sha256": hash_file(run.file(name))}}
+                for name in ("rows.jsonl", "summary.json", "recipe.yaml") if run.file(name).is_file()]
+    return [(outcome.file, outcome.statement(subjects)) for outcome in gate_outcomes(run)]
 
 
 def write_gate_attestations(run_dir: Path, key_path: Path | None) -> list[Path]:
