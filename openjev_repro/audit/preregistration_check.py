@@ -17,7 +17,6 @@ from ..evidence.rundir import RunDir
 from ..manifest.preregistration import (
     PREREGISTRATION_NAME,
     TIMESTAMP_NAME,
-    preregistered_parts,
     read_preregistration,
 )
 
@@ -26,27 +25,15 @@ __all__ = ["preregistration_verdicts"]
 
 def _differences(run: RunDir, pubkey: Path | None) -> list[str]:
     registered = read_preregistration(run, pubkey)
-    recipe = parse_recipe(run.file("recipe.yaml").read_text(encoding="utf-8"), "recipe.yaml")
-    protocol, gates, margins = preregistered_parts(recipe)
-    found = [f"{name} differ from the pre-registered ones" for name, now, then in (
-        ("gates", gates, registered.gates), ("protocol settings", protocol, registered.protocol),
-        ("reproduction margins", margins, registered.reproduction)) if now != then]
-    plan = plan_of(run)
+    recipe_bytes = run.file("recipe.yaml").read_bytes()
+    recipe = parse_recipe(recipe_bytes.decode("utf-8"), "recipe.yaml")
+    plan, lock = plan_of(run), inputs_of(run)
     planned = None if plan is None or plan.case_ids is None else {k: list(v) for k, v in plan.case_ids.items()}
-    if planned is not None and planned != registered.case_order:
-        found.append("the case order of plan.json differs from the pre-registered one")
-    recipe_sha256 = hashlib.sha256(run.file("recipe.yaml").read_bytes()).hexdigest()
-    if recipe_sha256 != registered.recipe_sha256:
-        found.append(f"recipe.yaml has sha256 {recipe_sha256[:12]}, not the pre-registered {registered.recipe_sha256[:12]}")
-    lock = inputs_of(run)
     checked = [(f.path, f.actual) for f in lock.files] if lock is not None else []
-    if checked != [(i.path, i.sha256) for i in registered.inputs]:
-        found.append("the inputs inputs.json checked are not the pre-registered inputs lock")
+    found = registered.recipe_differences(recipe, recipe_bytes) + registered.run_differences(checked, planned)
     stamp = run.file(TIMESTAMP_NAME)
     if stamp.is_file() and hashlib.sha256(run.file(PREREGISTRATION_NAME).read_bytes()).digest() not in stamp.read_bytes():
         found.append(f"{TIMESTAMP_NAME} does not timestamp these bytes of {PREREGISTRATION_NAME}")
-    if registered.study_id != recipe.study.id:
-        found.append(f"study id {recipe.study.id!r} is not the pre-registered {registered.study_id!r}")
     return found
 
 

@@ -63,6 +63,30 @@ class Preregistered(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     def margins(self) -> Reproduction | None:
         return None if self.reproduction is None else Reproduction.model_validate(self.reproduction)
 
+    def recipe_differences(self, recipe: Recipe, recipe_bytes: bytes) -> list[str]:
+        """What a run's signed recipe changed of what was pre-registered: its bytes, and apart from them its
+        gates, protocol, margins and study id (the parts a reader needs named)."""
+        protocol, gates, margins = preregistered_parts(recipe)
+        found = [f"{name} differ from the pre-registered ones" for name, now, then in (
+            ("gates", gates, self.gates), ("protocol settings", protocol, self.protocol),
+            ("reproduction margins", margins, self.reproduction)) if now != then]
+        digest = hashlib.sha256(recipe_bytes).hexdigest()
+        if digest != self.recipe_sha256:
+            found.append(f"recipe.yaml has sha256 {digest[:12]}, not the pre-registered {self.recipe_sha256[:12]}")
+        if recipe.study.id != self.study_id:
+            found.append(f"study id {recipe.study.id!r} is not the pre-registered {self.study_id!r}")
+        return found
+
+    def run_differences(self, inputs: list[tuple[str, str | None]], case_order: dict[str, list[str]] | None
+                        ) -> list[str]:
+        """What a run measured other than pre-registered: the inputs it checked, the case order it planned."""
+        found = []
+        if inputs != [(i.path, i.sha256) for i in self.inputs]:
+            found.append("the inputs inputs.json checked are not the pre-registered inputs lock")
+        if case_order is not None and case_order != self.case_order:
+            found.append("the case order of plan.json differs from the pre-registered one")
+        return found
+
 
 class _Subject(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: _Text
