@@ -28,7 +28,9 @@ from ..manifest.keys import keyid, load_public_key
 from ..manifest.statement import OPTIONAL_FILES, read_statement_record, recipe_json
 from ..results.energy import GPU_FILE, read_gpu_events
 from ..results.trace_gates import trace_inputs
+from .attestation_check import gate_attestation_verdicts
 from .identity_check import runtime_identity_verdict
+from .preregistration_check import preregistration_verdicts
 from .run_checks import (
     BAD_EVIDENCE,
     DAMAGE,
@@ -72,6 +74,9 @@ class SignedRun:
             ("kernel families", self.kernel_families), ("runtime identity", self.runtime_identity)]
         for name, step in steps:
             checks += self._step(name, step, tampered=any(c.passed is False for c in checks))
+        run, pubkey = self.ev.run, self.pubkey  # issue 38: what was fixed before the first pass, and each gate
+        checks += [Check(*verdict) for verdict in preregistration_verdicts(run, pubkey)]
+        checks += [Check(*verdict) for verdict in gate_attestation_verdicts(run, pubkey)]
         if self.aggregate_only:
             checks += self.source_manifest()
         return checks

@@ -53,21 +53,25 @@ def verify_inputs_task(c, recipe, inputs_root=None):
     "gpu_source": "with --gpu-uuid: who chose that GPU, recorded as gpu_override.source (default: cli; "
                   "a Slurm task passes slurm)",
     "fail_on_gates": FAIL_ON_GATES_HELP,
+    "tsa": "with --key: an RFC 3161 timestamp authority URL for the pre-registration (docs/reproduce.md)",
 })
 @user_errors
 def study(c, recipe=None, plan=None, out="runs", runtime=None, inputs_root=None, key=None, allow_busy=False, gpu_uuid=None,
-          gpu_index=None, gpu_source=None, allow_environment_drift=False, fail_on_gates=False):
+          gpu_index=None, gpu_source=None, allow_environment_drift=False, fail_on_gates=False, tsa=None):
     """Run a recipe's study (or a plan file) end to end; the last line printed is the run directory."""
     from ..orchestrator.progress import ConsoleProgress
     from ..orchestrator.runner import StudyOptions, plan_study, run_study
     from .output import console
 
+    if tsa and not key:
+        raise Exit("error: --tsa timestamps the pre-registration, which only a signed study writes; add --key.", code=1)
     override = _gpu_override(gpu_uuid, gpu_index, gpu_source)
     planned = _plan_file(recipe, plan, runtime, inputs_root)
     opts = StudyOptions(recipe_path=planned.study.path if planned else Path(recipe), out_dir=Path(out), runtime=runtime,
                         inputs_root=Path(inputs_root) if inputs_root else None,
                         key_path=Path(key) if key else None, allow_busy=allow_busy, gpu_override=override,
-                        progress=ConsoleProgress(console(stderr=True)), allow_environment_drift=allow_environment_drift)
+                        progress=ConsoleProgress(console(stderr=True)), allow_environment_drift=allow_environment_drift,
+                        tsa=tsa)
     run = run_study(opts, planned or plan_study(opts))  # --recipe: planned here, then that plan runs
     sys.stdout.write(f"{run.path}\n")
     if fail_on_gates:

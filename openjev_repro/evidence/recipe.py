@@ -17,6 +17,7 @@ Format history:
        each level run with the protocol's feasibility and measured passes (absent: one closed
        level at concurrency 1, today's protocol, evidence unchanged).
        `Backend.kernel_caches` (issue 39): fresh or pinned Triton/Inductor caches of a launched backend.
+       `reproduction` (issue 38): a rerun's equivalence margins and comparability fields.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from ..errors import RecipeError
 from ..limits import MAX_PASSES, MAX_REPEAT, MAX_TIMEOUT_S
 from ..schema import StrictModel
+from .reproduction import Reproduction
 from .trace_recipe import Families, GraphReplayGate, KernelTimeReductionGate
 
 __all__ = [
@@ -684,9 +686,12 @@ class Recipe(StrictModel):
     pins: Pins = Pins()
     traces: Traces | None = None
     environment: EnvironmentSpec = EnvironmentSpec()
+    reproduction: Reproduction | None = None  # issue 38: a rerun's margins (evidence/reproduction.py)
 
     @model_validator(mode="after")
     def _references(self) -> Recipe:
+        if self.reproduction is not None:
+            self.reproduction.check_backends([b.name for b in self.backends])
         declared = {f.path for f in self.inputs.files}
         self._check_preparation(declared)
         for w in self.workloads:

@@ -64,6 +64,7 @@ from ..host.driver import GpuDriver
 from ..host.override import GpuOverride
 from ..host.reaper import Reaper
 from ..host.session import HostSession
+from ..manifest.preregistration import preregister
 from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
 from ..runtime.external import ExternalBackend, headers_from_environment
 from ..study import kernel_caches
@@ -112,6 +113,7 @@ class StudyOptions:
     gpu_override: GpuOverride | None = None  # run on this GPU instead of the recipe's (recorded as gpu_override)
     progress: StudyProgress = field(default_factory=ConsoleProgress)  # what the study shows while it runs
     allow_environment_drift: bool = False  # measure even when a backend reports another environment (recorded)
+    tsa: str | None = None  # RFC 3161 timestamp authority for the pre-registration (issue 38; with key_path)
 
 
 @dataclass(frozen=True)
@@ -338,6 +340,8 @@ def _execute(ctx: StudyRun) -> None:
         step_environment(ctx)
     with _step(ctx.run, "calibration"):
         step_calibration(ctx)
+    if ctx.opts.key_path:  # issue 38: gates, margins, inputs and case order signed before the first timed request
+        preregister(ctx.run, ctx.recipe, ctx.opts.key_path, ctx.opts.tsa, ctx.progress.message)
     step_backends(ctx)
     write_trace_families(ctx.run.path, ctx.recipe, ctx.root)  # kernel-families.json from traces/ (issue 43)
     with _step(ctx.run, "summary"):
@@ -734,6 +738,7 @@ def step_sign(ctx: StudyRun) -> None:
     turns it back to incomplete (run_study) and re-renders the report with the banner.
     """
     from ..manifest import write_manifest
+    from ..manifest.attestations import write_gate_attestations
     from ..results.report import write_report
 
     run, opts = ctx.run, ctx.opts
@@ -741,6 +746,7 @@ def step_sign(ctx: StudyRun) -> None:
         report = write_report(run.path, as_status=Status.COMPLETE.value)
     fsync_tree(run.path)
     run.update_state(status=Status.COMPLETE)
+    write_gate_attestations(run.path, opts.key_path)  # issue 38: an in-toto Test Result per gate, signed
     envelope = write_manifest(run.path, key_path=opts.key_path)
     fsync_tree(run.path)
     opts.progress.message("[green]study complete[/]")
