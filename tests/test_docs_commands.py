@@ -60,7 +60,8 @@ def runnable_here(args: str) -> bool:
     if "--out" in words:
         return False  # writes a new file (e.g. `plan --out plan.json`), refused the second time: not read-only
     if task in ("verify", "compare"):  # only over what the checkout holds (committed runs)
-        return all(Path(REPO, w).exists() for w in words[1:] if not w.startswith("-"))
+        return all(Path(REPO, w).exists() and Path(REPO, w).resolve().is_relative_to(REPO)
+                   for w in words[1:] if not w.startswith("-"))  # /tmp/imp of an earlier example is not the checkout's
     return task in SELF_CONTAINED or words[-1] == "--help"
 
 

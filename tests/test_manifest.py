@@ -59,7 +59,7 @@ def test_signed_manifest_lists_every_evidence_file_and_carries_the_study(tmp_pat
     pred = statement["predicate"]
     assert pred["signed"] is True and pred["summary"] == json.loads(run.file("summary.json").read_text())
     assert pred["gates"] == pred["summary"]["gates"] and len(pred["gates"]) == 3
-    assert pred["pins"] == {"open-jev": "3308a15"}
+    assert pred["pins"] == json.loads(run.file("plan.json").read_text())["pins"]  # the plan's, copied as is
     assert pred["host"] == {"available": False, "reason": "the run has no host.json"}
     assert pred["recipe_sha256"] == hashlib.sha256(run.file("recipe.yaml").read_bytes()).hexdigest()
     assert verify_envelope(envelope, load_public_key(public)) == keyid(load_public_key(public))

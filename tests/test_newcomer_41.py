@@ -4,6 +4,7 @@ run; pipes closed by `head`; a mistyped option; a changed input shown by `verify
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -74,14 +75,28 @@ def _piped(command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
 
 
+def _into_a_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m invoke ARGS` writing into a pipe whose reader has already gone (as under `| head -1` once
+    head exited): its first write fails whatever the machine's load, where `| head -1` races a small output."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO, stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=300, check=False)
+    finally:
+        os.close(write)
+
+
 def test_a_closed_pipe_ends_list_and_verify_inputs_quietly_with_141(unsigned_demo, fixture_root):
     _, recipe = unsigned_demo
     python = sys.executable
-    listed = _piped(f"{python} -m invoke --list")
-    assert listed.returncode == 141 and listed.stderr == "" and listed.stdout == "Available tasks:\n", listed
-    inputs = _piped(f"{python} -m invoke verify-inputs --recipe {recipe} --inputs-root {fixture_root}")
+    listed = _into_a_closed_pipe("--list")
+    assert listed.returncode == 141 and listed.stderr == "", listed
+    assert _piped(f"{python} -m invoke --list").stdout == "Available tasks:\n"  # what head shows
+    inputs = _into_a_closed_pipe("verify-inputs", "--recipe", str(recipe), "--inputs-root", str(fixture_root))
     assert inputs.returncode == 141 and inputs.stderr == "", inputs  # was exit 1, silently
-    assert inputs.stdout.startswith("Inputs under ")
+    shown = _piped(f"{python} -m invoke verify-inputs --recipe {recipe} --inputs-root {fixture_root}")
+    assert shown.stdout.startswith("Inputs under ")
 
 
 def test_a_mistyped_option_gets_one_error_line_naming_the_right_one():

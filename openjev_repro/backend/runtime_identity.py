@@ -170,6 +170,7 @@ class RuntimeIdentityReporter:
     def __init__(self, environ: dict[str, str] | None = None) -> None:
         self.environ = dict(os.environ if environ is None else environ)
         self._hashes: dict[tuple[str, int, int, int], str] = {}
+        self._digests: dict[str, tuple[tuple[tuple[str, int, int], ...], CacheDigest]] = {}  # kind -> (listing, digest)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -194,6 +195,19 @@ class RuntimeIdentityReporter:
             except OSError:
                 continue
 
+    def _cache_digest(self, kind: str, folder: Path) -> CacheDigest:
+        """A kernel cache's tree digest, hashed again only when a file in it was added, removed or
+        rewritten (by path, size and mtime): every /health reports it, and a shared cache holds many files."""
+        listing = tuple(sorted((str(p), (st := p.stat()).st_size, st.st_mtime_ns)
+                               for p in folder.rglob("*") if p.is_file() and not p.is_symlink()))
+        known = self._digests.get(kind)
+        if known is None or known[0] != listing:
+            tree = tree_digest(folder)
+            known = (listing, CacheDigest(kind=kind, env=CACHE_ENV[kind],  # type: ignore[arg-type]
+                                          files=tree["files"], sha256=tree["sha256"]))
+            self._digests[kind] = known
+        return known[1]
+
     def caches(self) -> dict[str, Path]:
         return {kind: Path(self.environ[var]) for kind, var in CACHE_ENV.items()
                 if self.environ.get(var) and Path(self.environ[var]).is_dir()}
@@ -213,8 +227,6 @@ class RuntimeIdentityReporter:
             else:
                 pending += 1
         caches = self.caches()
-        digests = tuple(CacheDigest(kind=kind, env=CACHE_ENV[kind],  # type: ignore[arg-type]
-                                    files=(d := tree_digest(folder))["files"], sha256=d["sha256"])
-                        for kind, folder in caches.items())
+        digests = tuple(self._cache_digest(kind, folder) for kind, folder in caches.items())
         return RuntimeIdentity(libraries=tuple(libraries), versions=_versions(), kernel_caches=digests,
                                autotune=autotune_choices(caches), pending=pending).to_json()
