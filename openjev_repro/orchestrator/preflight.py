@@ -14,20 +14,11 @@ from pathlib import Path
 
 from ..errors import DockerError, InputMismatch, RecipeError, ReproError
 from ..evidence.plan import Plan
-from ..evidence.recipe import Recipe
+from ..evidence.recipe import parse_server_url
 from ..evidence.rundir import guard_output
 from ..study.resolved import ResolvedRecipe
 
-__all__ = [
-    "check_docker",
-    "check_key",
-    "check_out_dir",
-    "check_ports",
-    "input_fix",
-    "missing_inputs",
-    "port_in_use",
-    "preflight",
-]
+__all__ = ["check_out_dir", "docker_images", "input_fix", "port_in_use", "preflight"]
 
 RUNTIMES = ("local", "docker")
 
@@ -39,18 +30,6 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError:
             return True
     return False
-
-
-def check_key(key_path: Path | None) -> None:
-    """The signing key is readable and an unencrypted Ed25519 private key."""
-    if key_path is None:
-        return
-    from ..manifest.keys import load_private_key
-
-    try:
-        load_private_key(Path(key_path))
-    except ReproError as exc:
-        raise ReproError(f"--key: {exc}") from None
 
 
 def check_out_dir(out_dir: Path) -> None:
@@ -81,12 +60,8 @@ def input_fix(study: ResolvedRecipe) -> str:
     return f"restore them under {root}"
 
 
-def missing_inputs(recipe: Recipe, root: Path) -> list[str]:
-    return [f.path for f in recipe.inputs.files if not (root / f.path).is_file()]
-
-
 def check_inputs_present(study: ResolvedRecipe) -> None:
-    missing = missing_inputs(study.recipe, study.root)
+    missing = [f.path for f in study.recipe.inputs.files if not (study.root / f.path).is_file()]
     if missing:
         total = len(study.recipe.inputs.files)
         which = f"all {total} inputs are" if len(missing) == total else (
@@ -110,50 +85,15 @@ def check_schedules(study: ResolvedRecipe) -> None:
             raise RecipeError(f"Workload {w.name}, " + "; ".join(problems) + ".")
 
 
-def check_ports(planned: Plan, host: str = "127.0.0.1") -> None:
+def docker_images(planned: Plan) -> dict[str, str]:
+    """The image of each backend the study runs in docker, by backend name; RecipeError when one names none."""
+    images = {}
     for backend in planned.backends:
-        fixed = [(backend.name, backend.command.fixed_port)] + [(f"{backend.name}.{a.name}", a.fixed_port)
-                                                                 for a in backend.aux]
-        for name, port in fixed:
-            if port is not None and port_in_use(host, port):
-                raise ReproError(f"Port {port}, fixed for {name} in the recipe, is in use; stop what holds it "
-                                 f"(`ss -ltnp 'sport = :{port}'`) or remove the fixed port.")
-
-
-def check_servers(planned: Plan, timeout_s: float = 3.0) -> None:
-    """Every `url` backend accepts a TCP connection now (it is a server running already, not one we start)."""
-    from ..evidence.recipe import parse_server_url
-
-    for backend in planned.backends:
-        url = backend.server_url
-        if url is None:
-            continue
-        host, port = parse_server_url(url)
-        try:
-            socket.create_connection((host, port), timeout=timeout_s).close()
-        except OSError as exc:
-            raise ReproError(f"Backend {backend.name}: nothing accepts connections at {url} "
-                             f"({exc.strerror or exc}); a `url` backend is a server running already: start it "
-                             "first, or fix its `url:` in the recipe.") from None
-
-
-def check_docker(planned: Plan) -> None:
-    docker_backends = [b for b in planned.backends if b.is_launched and b.runtime == "docker"]
-    if not docker_backends:
-        return
-    images = []
-    for backend in docker_backends:
-        if backend.image is None:
-            raise RecipeError(f"Backend {backend.name} runs in docker but names no image in the recipe.")
-        images.append(backend.image)
-    from ..images.daemon import connect, get_image
-
-    client = connect()
-    try:
-        for image in images:
-            get_image(client, image)
-    finally:
-        client.close()
+        if backend.is_launched and backend.runtime == "docker":
+            if backend.image is None:
+                raise RecipeError(f"Backend {backend.name} runs in docker but names no image in the recipe.")
+            images[backend.name] = backend.image
+    return images
 
 
 def preflight(study: ResolvedRecipe, planned: Plan, *, out_dir: Path, key_path: Path | None) -> None:
@@ -162,13 +102,46 @@ def preflight(study: ResolvedRecipe, planned: Plan, *, out_dir: Path, key_path: 
         if backend.runtime not in RUNTIMES:
             raise RecipeError(f"--runtime {backend.runtime!r} is not one of {', '.join(RUNTIMES)} "
                               f"(the runtime of backend {backend.name}).")
-    check_key(key_path)
+    if key_path is not None:  # the signing key is readable and an unencrypted Ed25519 private key
+        from ..manifest.keys import load_private_key
+
+        try:
+            load_private_key(Path(key_path))
+        except ReproError as exc:
+            raise ReproError(f"--key: {exc}") from None
     check_out_dir(out_dir)
     check_inputs_present(study)
     check_schedules(study)
-    check_ports(planned)
-    check_servers(planned)
+    for backend in planned.backends:  # no fixed port taken
+        for name, port in [(backend.name, backend.command.fixed_port),
+                           *((f"{backend.name}.{a.name}", a.fixed_port) for a in backend.aux)]:
+            if port is not None and port_in_use("127.0.0.1", port):
+                raise ReproError(f"Port {port}, fixed for {name} in the recipe, is in use; stop what holds it "
+                                 f"(`ss -ltnp 'sport = :{port}'`) or remove the fixed port.")
+    for backend in planned.backends:
+        if backend.server_url is not None:
+            check_server(backend.name, backend.server_url)
+    images = docker_images(planned)
+    if images:  # the daemon answers and holds every image
+        from ..images.daemon import connect, get_image
+
+        try:
+            client = connect()
+            try:
+                for image in dict.fromkeys(images.values()):
+                    get_image(client, image)
+            finally:
+                client.close()
+        except DockerError as exc:
+            raise DockerError(f"--runtime docker: {exc}") from None
+
+
+def check_server(name: str, url: str, timeout_s: float = 3.0) -> None:
+    """A `url` backend accepts a TCP connection now (it is a server running already, not one we start)."""
+    host, port = parse_server_url(url)
     try:
-        check_docker(planned)
-    except DockerError as exc:
-        raise DockerError(f"--runtime docker: {exc}") from None
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ReproError(f"Backend {name}: nothing accepts connections at {url} "
+                         f"({exc.strerror or exc}); a `url` backend is a server running already: start it "
+                         "first, or fix its `url:` in the recipe.") from None

@@ -24,6 +24,7 @@ import shutil
 import signal
 import socket
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +42,6 @@ from ..evidence.records import (
     BackendsRecord,
     CalibrationRecord,
     EnvironmentRecord,
-    HostRecord,
     InputsRecord,
     ProcessesRecord,
     RecordedGpuOverride,
@@ -73,9 +73,9 @@ from ..study.placeholders import LAUNCH_NAMES, fill
 from ..study.resolved import ResolvedRecipe, resolve_recipe
 from ..study.timed_client import TimedClient
 from ..study.traces import TraceTarget, trace_backend, write_trace_families
-from ..study.workload import Request, Task, build_requests, load_tasks, select
+from ..study.workload import Task, build_requests, load_tasks, select
 from .environment_check import EnvironmentCheck
-from .preflight import input_fix, port_in_use, preflight
+from .preflight import docker_images, input_fix, port_in_use, preflight
 from .progress import ConsoleProgress, StudyProgress
 
 __all__ = [
@@ -125,14 +125,6 @@ class StudyPlan:
 
     study: ResolvedRecipe
     planned: Plan
-
-    def plan_json(self, workloads: dict[str, list[Task]], gpu_override: GpuOverride | None) -> Plan:
-        """plan.json: the planned fields unchanged, then the exact request order of every pass (so
-        `verify` can tell a case missing from every pass) and the GPU override."""
-        declared = None if gpu_override is None else decode(
-            gpu_override.declared(self.study.recipe.controls.gpu), PlanGpuOverride, "the GPU override")
-        return self.planned.with_run_facts({name: [t.id for t in tasks] for name, tasks in workloads.items()},
-                                           declared)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -189,32 +181,34 @@ def _describe(exc: BaseException) -> str:
 
 
 def mark_incomplete(run: RunDir, error: str) -> bool:
-    """Record status incomplete with the error; True when state.json says so afterwards.
+    """What a failed study leaves: its temporary files removed, status incomplete with the error, a
+    report written before the failure re-rendered with the INCOMPLETE banner; True when state.json
+    says incomplete afterwards.
 
-    Falls back to rewriting state.json in place when the atomic write cannot (a full disk:
-    the temporary file needs space, the existing file's blocks do not).
+    The temporaries go first: on a full disk their space is what the next writes need. When the
+    atomic write of state.json cannot be made (the temporary file needs space, the existing file's
+    blocks do not), state.json is rewritten in place.
     """
+    for path in run.path.rglob(".*.tmp"):
+        with contextlib.suppress(OSError):
+            path.unlink()
+    marked = False
     with contextlib.suppress(OSError, ValueError, ReproError):  # e.g. a full disk: rewrite in place below
         run.update_state(status=Status.INCOMPLETE, error=error)
-        return True
-    try:
-        run.rewrite_state_in_place(run.state_record().changed(status=Status.INCOMPLETE, error=error[:500]))
-        return True
-    except (OSError, ValueError, ReproError):
-        return False  # readers still see a stale "running" run once this process is gone
+        marked = True
+    if not marked:
+        with contextlib.suppress(OSError, ValueError, ReproError):  # else readers see a stale "running" run
+            run.rewrite_state_in_place(run.state_record().changed(status=Status.INCOMPLETE, error=error[:500]))
+            marked = True
+    if run.file("report.md").exists() and not run.file("manifest.dsse.json").exists():
+        try:
+            from ..results.report import write_report
 
-
-def _rerender_report(run: RunDir) -> None:
-    """A report written before the failure now carries the INCOMPLETE banner (best effort)."""
-    if not run.file("report.md").exists() or run.file("manifest.dsse.json").exists():
-        return
-    try:
-        from ..results.report import write_report
-
-        write_report(run.path, plots=False)  # the plots do not change; the banner is in report.md
-    except Exception:  # noqa: BLE001 - best effort: a failing report must not hide the study's own error
-        with contextlib.suppress(OSError):
-            run.file("report.md").unlink()  # no report rather than one that looks complete
+            write_report(run.path, plots=False)  # the plots do not change; the banner is in report.md
+        except Exception:  # noqa: BLE001 - best effort: a failing report must not hide the study's own error
+            with contextlib.suppress(OSError):
+                run.file("report.md").unlink()  # no report rather than one that looks complete
+    return marked
 
 
 def plan_study(opts: StudyOptions) -> StudyPlan:
@@ -293,9 +287,7 @@ def run_study(opts: StudyOptions, plan: StudyPlan | None = None) -> RunDir:
             if isinstance(exc, (SystemExit, GeneratorExit)):
                 raise
             error = _describe(exc)
-            _remove_temporaries(run)  # first: on a full disk their space is what the next writes need
             marked = mark_incomplete(run, error)
-            _rerender_report(run)
             what = "is marked incomplete" if marked else "could not be marked incomplete (readers report it stale)"
             if isinstance(exc, KeyboardInterrupt):
                 raise RunIncomplete(f"Interrupted: {error}. The run {run.path} {what}; its rows are kept.") from None
@@ -303,88 +295,78 @@ def run_study(opts: StudyOptions, plan: StudyPlan | None = None) -> RunDir:
     return run
 
 
-def _remove_temporaries(run: RunDir) -> None:
-    for path in run.path.rglob(".*.tmp"):
-        with contextlib.suppress(OSError):
-            path.unlink()
-
-
-def _step(run: RunDir, name: str) -> _Step:
-    return _Step(run, name)
-
-
-class _Step:
-    """Records a step as attempted on entry and finished on a clean exit."""
-
-    def __init__(self, run: RunDir, name: str) -> None:
-        self.run, self.name = run, name
-
-    def __enter__(self) -> None:
-        self.run.attempt(self.name)
-
-    def __exit__(self, exc_type, *rest) -> None:
-        if exc_type is None:
-            self.run.finish(self.name)
+@contextlib.contextmanager
+def _step(run: RunDir, name: str) -> Iterator[None]:
+    """Records a step in state.json as attempted on entry and finished on a clean exit."""
+    run.attempt(name)
+    yield
+    run.finish(name)
 
 
 def _execute(ctx: StudyRun) -> None:
     """The steps, in order; each records itself in state.json (attempted, then finished)."""
-    with _step(ctx.run, "verify-inputs"):
-        step_inputs(ctx)
-    step_workloads(ctx)
-    with _step(ctx.run, "plan"):
-        step_plan(ctx)
-    with _step(ctx.run, "environment"):
-        step_environment(ctx)
-    with _step(ctx.run, "calibration"):
-        step_calibration(ctx)
+    run, recipe, root, progress, opts = ctx.run, ctx.recipe, ctx.root, ctx.progress, ctx.opts
+    with _step(run, "verify-inputs"):  # every declared input hashed; any mismatch stops the study
+        checks = verify_inputs(recipe, root, console=progress.console)
+        write_json_atomic(run.file("inputs.json"), InputsRecord.from_json(
+            {"format_version": INPUTS_FORMAT_VERSION, "root": str(root), "files": [c.to_dict() for c in checks]}
+        ).to_json())
+        if any(c.status != "ok" for c in checks) and progress.console is not None:
+            progress.console.print(checks_table(checks, root))
+        require_all_ok(checks, root, input_fix(ctx.plan.study))
+        progress.message(f"inputs: {len(checks)} files verified by sha256")
+    # each workload's selected requests, in the order every pass sends them
+    ctx.workloads = {w.name: select(load_tasks(root / w.requests), w.selection.types, w.selection.ids,
+                                    w.selection.first, w.repeat) for w in recipe.workloads}
+    override = None if opts.gpu_override is None else opts.gpu_override.declared(recipe.controls.gpu)
+    with _step(run, "plan"):  # the planned fields unchanged, then the exact request order of every pass (so
+        # `verify` can tell a case missing from every pass) and the GPU override
+        planned = ctx.plan.planned.with_run_facts(
+            {name: [t.id for t in tasks] for name, tasks in ctx.workloads.items()},
+            None if override is None else decode(override, PlanGpuOverride, "the GPU override"))
+        write_json_atomic(run.file("plan.json"), planned.to_json())
+    with _step(run, "environment"):
+        environment = _environment(ctx)
+        if override is not None:
+            environment = environment.with_gpu_override(decode(override, RecordedGpuOverride, "gpu override"))
+        write_json_atomic(run.file("environment.json"), environment.to_json())
+        ctx.envcheck = EnvironmentCheck(run, opts.allow_environment_drift, environment)
+    with _step(run, "calibration"):  # the client's own overhead on loopback
+        from ..bench.calibration import calibrate_client_overhead
+
+        calibration = CalibrationRecord.from_json(dict(calibrate_client_overhead(),
+                                                       timing_boundary=TIMING_BOUNDARY_TEXT))
+        write_json_atomic(run.file("calibration.json"), calibration.to_json())
+        progress.message(f"client overhead on loopback: p50 {calibration.p50_us} µs, p99 {calibration.p99_us} µs")
     step_backends(ctx)
-    write_trace_families(ctx.run.path, ctx.recipe, ctx.root)  # kernel-families.json from traces/ (issue 43)
-    with _step(ctx.run, "summary"):
-        step_summary(ctx)
-    step_sign(ctx)
+    write_trace_families(run.path, recipe, root)  # kernel-families.json from traces/ (issue 43)
+    with _step(run, "summary"):
+        from ..results.energy import GPU_FILE, read_gpu_events
+        from ..results.statistics import summarize
+        from ..results.trace_gates import trace_inputs
 
+        gpu = read_gpu_events(run.file(GPU_FILE))  # the host session always writes it (a header when GPU-less)
+        summary = summarize(read_rows(run.rows_path), recipe, gpu=gpu, **trace_inputs(run.path))
+        write_json_atomic(run.file("summary.json"), summary.to_json())
+    # report and plots, fsync of every file, then status complete, then the manifest (signed last): a
+    # failure before "complete" leaves the run incomplete; a failure of the manifest turns it back to
+    # incomplete (run_study) and re-renders the report with the banner
+    from ..manifest import write_manifest
+    from ..results.report import write_report
 
-def step_inputs(ctx: StudyRun) -> None:
-    """Hash every declared input; inputs.json records each; any mismatch stops the study."""
-    recipe, root = ctx.recipe, ctx.root
-    checks = verify_inputs(recipe, root, console=ctx.progress.console)
-    record = InputsRecord.from_json({"format_version": INPUTS_FORMAT_VERSION, "root": str(root),
-                                     "files": [c.to_dict() for c in checks]})
-    write_json_atomic(ctx.run.file("inputs.json"), record.to_json())
-    if any(c.status != "ok" for c in checks) and ctx.progress.console is not None:
-        ctx.progress.console.print(checks_table(checks, root))
-    require_all_ok(checks, root, input_fix(ctx.plan.study))
-    ctx.progress.message(f"inputs: {len(checks)} files verified by sha256")
-
-
-def step_workloads(ctx: StudyRun) -> None:
-    """Each workload's selected requests, in the order every pass sends them."""
-    ctx.workloads = {w.name: select(load_tasks(ctx.root / w.requests), w.selection.types, w.selection.ids,
-                                    w.selection.first, w.repeat) for w in ctx.recipe.workloads}
-
-
-def step_plan(ctx: StudyRun) -> None:
-    write_json_atomic(ctx.run.file("plan.json"), ctx.plan.plan_json(ctx.workloads, ctx.opts.gpu_override).to_json())
-
-
-def step_environment(ctx: StudyRun) -> None:
-    environment = _environment(ctx)
-    if ctx.opts.gpu_override is not None:
-        declared = ctx.opts.gpu_override.declared(ctx.recipe.controls.gpu)
-        environment = environment.with_gpu_override(decode(declared, RecordedGpuOverride, "gpu override"))
-    write_json_atomic(ctx.run.file("environment.json"), environment.to_json())
-    ctx.envcheck = EnvironmentCheck(ctx.run, ctx.opts.allow_environment_drift, environment)
-
-
-def step_calibration(ctx: StudyRun) -> None:
-    calibration = _calibrate()
-    write_json_atomic(ctx.run.file("calibration.json"), calibration.to_json())
-    ctx.progress.message(f"client overhead on loopback: p50 {calibration.p50_us} µs, p99 {calibration.p99_us} µs")
+    with _step(run, "report"):
+        report = write_report(run.path, as_status=Status.COMPLETE.value)
+    fsync_tree(run.path)
+    run.update_state(status=Status.COMPLETE)
+    envelope = write_manifest(run.path, key_path=opts.key_path)
+    fsync_tree(run.path)
+    progress.message("[green]study complete[/]")
+    progress.message(f"report: {report}\nmanifest: {envelope} ({'signed' if opts.key_path else 'UNSIGNED'})")
 
 
 def step_backends(ctx: StudyRun) -> None:
-    """Host controls held around every backend's steps; then cleanup, leftovers and failed requests checked."""
+    """Host controls held around every backend's steps; then the GPU left clean, every process gone and
+    no timed request failed, else the study stops here."""
     run, opts, planned = ctx.run, ctx.opts, ctx.plan.planned
     budget = PassBudget(planned.measured_budget())
     failures = 0
@@ -397,18 +379,14 @@ def step_backends(ctx: StudyRun) -> None:
             for backend in planned.backends:
                 with _step(run, f"backend:{backend.name}"):
                     failures += _run_backend(ctx, backend, rows, budget, host)
-    _check_after_backends(ctx, host.record, failures)
-
-
-def _check_after_backends(ctx: StudyRun, host_record: HostRecord | None, failures: int) -> None:
-    """The GPU left clean, every process gone, no timed request failed; else the study stops here."""
-    if host_record is not None and host_record.cleanup is not None and not host_record.cleanup.passed:
-        raise BackendError(f"Cleanup checks failed after the study: {host_record.cleanup.to_json()}.")
+    cleanup = host.record.cleanup if host.record is not None else None
+    if cleanup is not None and not cleanup.passed:
+        raise BackendError(f"Cleanup checks failed after the study: {cleanup.to_json()}.")
     leftovers = [r for r in ctx.records if r.launched and not r.exited]  # a `url` server is not ours: it stays up
     if leftovers:
         raise BackendError(f"Processes still alive after stop: {', '.join(r.ident for r in leftovers)}.")
     if failures:
-        raise RunIncomplete(f"{failures} request(s) failed; see the rows with an error in {ctx.run.rows_path}.")
+        raise RunIncomplete(f"{failures} request(s) failed; see the rows with an error in {run.rows_path}.")
 
 
 def _run_backend(ctx: StudyRun, backend: PlanBackend, rows: RowWriter, budget: PassBudget, host: HostSession) -> int:
@@ -425,24 +403,35 @@ def _run_backend(ctx: StudyRun, backend: PlanBackend, rows: RowWriter, budget: P
         readiness = handle.readiness.to_dict() if handle.readiness else None
         ready = _HealthReady.of(health)
         progress.message(f"{backend.name}: ready ({ready.method or ready.model or backend.readiness_kind})")
-        write_json_atomic(run.file(f"logs/{backend.name}.health.json"), health)
-        _record_backend_identity(run, backend.name, health)
-        step_environment_check(ctx, backend, health, host)
+        _record_health(run, backend.name, health)
+        if ctx.envcheck is not None:  # before the first inference: a drifted backend measures nothing unless allowed
+            for difference in ctx.envcheck.check(backend.name, _declared_environment(backend), health):
+                progress.message(f"[yellow]environment drift (allowed)[/]: {backend.name}: {difference}")
+        host.idle_window(backend.name, ctx.plan.planned.controls.idle_window_s)  # its power: the idle power
         for process in started:  # read once ready: numactl binds, then execs under the same pid
             host.record_binding(process.spec.name, process.pid)
-        passes = _backend_passes(ctx, backend, handle, started, prepared, rows, budget, host)
+        # the pass protocol over one connection (a load level opens its own); a worker dying kills the backend
+        client = TimedClient(handle.spec.host, handle.spec.port, timeout_s=protocol.request_timeout_s,
+                             max_response_bytes=protocol.max_response_bytes)
+        runner = PassRunner(backend.name, client, backend.endpoint, rows, ResponseLog(run.responses_path(backend.name)),
+                            lambda: all(p.alive() for p in started))
+        passes = BackendPasses(runner, prepared, protocol.warmup, backend.model, budget, host, progress)
         try:
             for step in ctx.plan.planned.steps_of(backend.name):
                 passes.run_step(step)
         finally:
             passes.close()
-            passes.runner.responses.close()
-            passes.runner.client.close()
-            connections, refused = passes.connections(), passes.runner.queue_times_refused
+            runner.responses.close()
+            client.close()
+            connections, refused = passes.connections(), runner.queue_times_refused
         if refused:
             progress.message(f"[yellow]{backend.name}[/]: {refused} X-Queue-Time-Ms value(s) longer than their "
                              "request or not finite, recorded as absent (servers.json queue_times_refused)")
-        _record_after_passes(run, backend.name, handle)
+        try:
+            after = handle.wait_ready(10.0)
+        except BackendError as exc:
+            after = {"available": False, "reason": str(exc)}
+        _record_health(run, backend.name, after, after_passes=True)
         trace_backend(TraceTarget(run.path, ctx.root, ctx.recipe, backend.name, handle.spec.host, handle.spec.port,
                                   health, prepared), progress.message)  # after the timed passes, never timed
         failures = passes.timed_failures()
@@ -458,19 +447,6 @@ def _run_backend(ctx: StudyRun, backend: PlanBackend, rows: RowWriter, budget: P
     for difference in changed:
         progress.message(f"[yellow]environment drift (allowed)[/]: {difference}")
     return failures
-
-
-def _backend_passes(ctx: StudyRun, backend: PlanBackend, handle: RunningBackend, started: list[RunningBackend],
-                    prepared: dict[str, list[Request]], rows: RowWriter, budget: PassBudget,
-                    host: HostSession) -> BackendPasses:
-    """The pass protocol of one ready backend, over one connection (a load level opens its own)."""
-    protocol = ctx.plan.planned.protocol
-    client = TimedClient(handle.spec.host, handle.spec.port, timeout_s=protocol.request_timeout_s,
-                         max_response_bytes=protocol.max_response_bytes)
-    alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
-    runner = PassRunner(backend.name, client, backend.endpoint, rows, ResponseLog(ctx.run.responses_path(backend.name)),
-                        alive)
-    return BackendPasses(runner, prepared, protocol.warmup, backend.model, budget, host, ctx.progress)
 
 
 class _HealthReady(msgspec.Struct):
@@ -496,38 +472,10 @@ class _HealthAfterPasses(msgspec.Struct):
     runtime_identity: RuntimeIdentity | None = None
 
 
-def _record_after_passes(run: RunDir, name: str, handle: RunningBackend) -> None:
-    """/health once more after the last pass, before the stop: what autotuned kernels chose (FLA's
-    Triton configurations, /health `autotune`) is known only after they ran."""
-    try:
-        health = handle.wait_ready(10.0)
-    except BackendError as exc:
-        health = {"available": False, "reason": str(exc)}
-    write_json_atomic(run.file(f"logs/{name}.health-after.json"), health)
-    # after the passes /health names what autotuned kernels chose and (issue 39) every library mapped by then
-    facts = decode(health, _HealthAfterPasses, f"{name}'s /health after the passes")
-    after = {key: value for key, value in (("autotune_after_passes", facts.autotune),
-                                           ("runtime_identity", facts.runtime_identity)) if value is not None}
-    if after:
-        record = backends_of(run)
-        entry = msgspec.structs.replace(record.backends[name], **after)
-        write_json_atomic(run.file("backends.json"), record.with_entry(name, entry).to_json())
-
-
 def _declared_environment(backend: PlanBackend) -> EnvironmentSpec:
     """What the plan says the backend must report once ready (the recipe's, unless the plan was edited)."""
     declared = backend.environment
     return EnvironmentSpec() if isinstance(declared, UnsetType) else EnvironmentSpec.model_validate(declared.to_json())
-
-
-def step_environment_check(ctx: StudyRun, backend: PlanBackend, health: dict, host: HostSession) -> None:
-    """Once a backend is ready, before its first inference: what it reports against the plan's declared
-    environment (a drifted backend measures nothing unless allowed), then the quiet window whose
-    power is the backend's idle power."""
-    if ctx.envcheck is not None:
-        for difference in ctx.envcheck.check(backend.name, _declared_environment(backend), health):
-            ctx.progress.message(f"[yellow]environment drift (allowed)[/]: {backend.name}: {difference}")
-    host.idle_window(backend.name, ctx.plan.planned.controls.idle_window_s)
 
 
 def _start(ctx: StudyRun, backend: PlanBackend, host: HostSession, started: list[RunningBackend]) -> RunningBackend:
@@ -537,7 +485,10 @@ def _start(ctx: StudyRun, backend: PlanBackend, host: HostSession, started: list
     if url is not None:
         address, port = parse_server_url(url)
         progress.message(f"[bold]{backend.name}[/]: reaching {url} (running already; not launched by the study)")
-        started.append(ExternalBackend(_spec_of(ctx.run, backend, address, port), url))
+        spec = LaunchSpec(name=backend.name, argv=[], env={}, host=address, port=port,  # nothing to launch
+                          log_path=ctx.run.log_path(backend.name), health_path=backend.health_path,
+                          readiness=backend.readiness_kind, endpoint=backend.endpoint, model=backend.model)
+        started.append(ExternalBackend(spec, url))
         return started[-1]
     runtime = get_runtime(backend.runtime, command_prefix=host.command_prefix(), reaper=ctx.reaper)
     launcher = _Launcher(ctx, backend, host.gpu_uuid)
@@ -588,7 +539,10 @@ class _Launcher:
         backend, controls = self.backend, self.ctx.plan.planned.controls
         aux = process.name != "command"
         name = f"{backend.name}.{process.name}" if aux else backend.name
-        port = _port_for(name, process.fixed_port, self.host)
+        port = process.fixed_port or free_port(self.host)  # the plan's fixed port, when it is free
+        if process.fixed_port is not None and port_in_use(self.host, port):
+            raise BackendError(f"Port {port} on {self.host}, fixed for {name}, is already in use by "
+                               "another process; stop it or remove the fixed port from the recipe.")
         values, where = self.values(process, port), f"backend {name}"
         argv = [fill(a, values, f"{where} command") for a in process.argv]
         env = {k: fill(v, values, f"{where} env {k}") for k, v in process.env.items()}
@@ -600,13 +554,6 @@ class _Launcher:
                           read_only_mounts=(self.ctx.root,), gpu_uuid=self.gpu_uuid, numa_node=controls.numa_node,
                           cpus=controls.cpus, readiness="status-ready" if aux else backend.readiness_kind,
                           endpoint=backend.endpoint, model=backend.model, workdir=workdir)
-
-
-def _spec_of(run: RunDir, backend: PlanBackend, address: str, port: int) -> LaunchSpec:
-    """The LaunchSpec of a `url` backend: where to reach it and how to tell it is ready, nothing to launch."""
-    return LaunchSpec(name=backend.name, argv=[], env={}, host=address, port=port, log_path=run.log_path(backend.name),
-                      health_path=backend.health_path, readiness=backend.readiness_kind, endpoint=backend.endpoint,
-                      model=backend.model)
 
 
 def _record_server(run: RunDir, backend: PlanBackend, readiness: dict[str, object] | None,
@@ -621,13 +568,6 @@ def _record_server(run: RunDir, backend: PlanBackend, readiness: dict[str, objec
     write_json_atomic(run.file("servers.json"), record.with_entry(backend.name, entry).to_json())
 
 
-def _stop_words(record: ExitRecord) -> str:
-    if not record.launched:
-        return f"left running at {record.ident} (not started by the study, not ours to stop)"
-    state = "stopped by us" if record.intentional else f"exited on its own (status {record.exit_status})"
-    return f"{state}; all processes gone: {record.exited}"
-
-
 def _stop_all(ctx: StudyRun, started: list[RunningBackend], host: HostSession) -> None:
     """Stop the client-facing command first, then its aux processes; record every exit in processes.json."""
     stopped = [process.stop(ctx.plan.planned.protocol.stop_grace_s) for process in reversed(started)]
@@ -638,8 +578,13 @@ def _stop_all(ctx: StudyRun, started: list[RunningBackend], host: HostSession) -
     processes = ProcessesRecord.from_json({"format_version": PROCESSES_FORMAT_VERSION,
                                            "processes": [r.to_dict() for r in ctx.records]})
     write_json_atomic(ctx.run.file("processes.json"), processes.to_json())
-    for exit_record in stopped:
-        ctx.progress.message(f"{exit_record.name}: {_stop_words(exit_record)}")
+    for record in stopped:
+        if not record.launched:
+            words = f"left running at {record.ident} (not started by the study, not ours to stop)"
+        else:
+            state = "stopped by us" if record.intentional else f"exited on its own (status {record.exit_status})"
+            words = f"{state}; all processes gone: {record.exited}"
+        ctx.progress.message(f"{record.name}: {words}")
 
 
 # What each backend said about itself once ready (the reference backend reports all of these;
@@ -652,32 +597,39 @@ IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_wei
                  "runtime_identity")  # issue 39: shared objects, versions as loaded, kernel caches, autotune
 
 
-def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
-    """backends.json: per backend, its weights fingerprint and thread settings from /health, after ready.
+def _record_health(run: RunDir, name: str, health: dict, *, after_passes: bool = False) -> None:
+    """The backend's /health in logs/ and its entry in backends.json, once ready and after the passes.
 
-    A key /health lacks, or holds in another shape than BackendFacts says, is left out (the whole
-    /health is in logs/<backend>.health.json)."""
+    Once ready (logs/<backend>.health.json): what it said of itself, IDENTITY_KEYS; a key /health lacks,
+    or holds in another shape than BackendFacts says, is left out. After the last pass, before the stop
+    (logs/<backend>.health-after.json): what autotuned kernels chose (FLA's Triton configurations,
+    /health `autotune`) and (issue 39) every library mapped by then, known only once they ran; a key of
+    another shape is an error naming it.
+    """
+    write_json_atomic(run.file(f"logs/{name}.health{'-after' if after_passes else ''}.json"), health)
     path = run.file("backends.json")
     record = backends_of(run) if path.is_file() else BackendsRecord.started()
-    write_json_atomic(path, record.with_entry(name, BackendFacts.from_health(health, IDENTITY_KEYS)).to_json())
-
-
-def _port_for(name: str, fixed: int | None, host: str) -> int:
-    """The plan's fixed port when it is free (BackendError when taken), else a free one."""
-    if fixed is not None and port_in_use(host, fixed):
-        raise BackendError(f"Port {fixed} on {host}, fixed for {name}, is already in use by "
-                           "another process; stop it or remove the fixed port from the recipe.")
-    return fixed or free_port(host)
+    if not after_passes:
+        entry = BackendFacts.from_health(health, IDENTITY_KEYS)
+    else:
+        facts = decode(health, _HealthAfterPasses, f"{name}'s /health after the passes")
+        after = {key: value for key, value in (("autotune_after_passes", facts.autotune),
+                                               ("runtime_identity", facts.runtime_identity)) if value is not None}
+        if not after:
+            return
+        entry = msgspec.structs.replace(record.backends[name], **after)
+    write_json_atomic(path, record.with_entry(name, entry).to_json())
 
 
 # --- integration points with the other concerns -------------------------------------------
 
 
 def _environment(ctx: StudyRun) -> EnvironmentRecord:
+    """environment.json: package versions come from each backend's own interpreter (local runtime only;
+    a url backend's packages are not ours to list), and each docker backend's image is described once
+    (image id, repo digests, layer diff IDs, every package inside; a missing image fails here)."""
     from ..manifest.environment import collect_environment
 
-    # Package versions come from each backend's own interpreter (local runtime only; an image's
-    # are recorded by its digest; a url backend's packages are not ours to list).
     pythons = {}
     for backend in ctx.plan.planned.backends:
         deferred = LAUNCH_NAMES | {f"port.{a.name}" for a in backend.aux}
@@ -685,62 +637,13 @@ def _environment(ctx: StudyRun) -> EnvironmentRecord:
                      f"backend {backend.name} command", deferred=deferred)
         if backend.is_launched and backend.runtime == "local" and Path(argv0).name.startswith("python"):
             pythons[backend.name] = argv0
-    return collect_environment(recipe_path=ctx.opts.recipe_path, backends_python=pythons,
-                               images=_image_digests(ctx.plan.planned, ctx.reaper))
-
-
-def _image_digests(planned: Plan, reaper: Reaper | None = None) -> dict[str, dict]:
-    """Image id, repo digests, layer diff IDs and every package inside each docker backend's image
-    (a missing image fails here)."""
-    docker_backends = [b for b in planned.backends if b.is_launched and b.runtime == "docker"]
-    if not docker_backends:
-        return {}
-    from ..images.daemon import connect
-    from ..images.inspect import describe_image
-
-    client = connect()
-    found: dict[str, dict] = {}
+    images = docker_images(ctx.plan.planned)
     described: dict[str, dict] = {}  # one probe per image, however many backends use it
-    for backend in docker_backends:
-        if backend.image is None:
-            raise RecipeError(f"Backend {backend.name} runs in docker but names no image in the recipe.")
-        if backend.image not in described:
-            described[backend.image] = describe_image(client, backend.image, reaper)
-        found[backend.name] = described[backend.image]
-    return found
+    if images:
+        from ..images.daemon import connect
+        from ..images.inspect import describe_image
 
-
-def _calibrate() -> CalibrationRecord:
-    from ..bench.calibration import calibrate_client_overhead
-
-    return CalibrationRecord.from_json(dict(calibrate_client_overhead(), timing_boundary=TIMING_BOUNDARY_TEXT))
-
-
-def step_summary(ctx: StudyRun) -> None:
-    from ..results.energy import GPU_FILE, read_gpu_events
-    from ..results.statistics import summarize
-    from ..results.trace_gates import trace_inputs
-
-    gpu = read_gpu_events(ctx.run.file(GPU_FILE))  # the host session always writes it (a header when GPU-less)
-    write_json_atomic(ctx.run.file("summary.json"), summarize(read_rows(ctx.run.rows_path), ctx.recipe, gpu=gpu,
-                                                              **trace_inputs(ctx.run.path)).to_json())
-
-
-def step_sign(ctx: StudyRun) -> None:
-    """Report and plots, fsync of every file, then status complete, then the manifest (signed last).
-
-    A failure before "complete" leaves the run incomplete; a failure of the manifest itself
-    turns it back to incomplete (run_study) and re-renders the report with the banner.
-    """
-    from ..manifest import write_manifest
-    from ..results.report import write_report
-
-    run, opts = ctx.run, ctx.opts
-    with _step(run, "report"):
-        report = write_report(run.path, as_status=Status.COMPLETE.value)
-    fsync_tree(run.path)
-    run.update_state(status=Status.COMPLETE)
-    envelope = write_manifest(run.path, key_path=opts.key_path)
-    fsync_tree(run.path)
-    opts.progress.message("[green]study complete[/]")
-    opts.progress.message(f"report: {report}\nmanifest: {envelope} ({'signed' if opts.key_path else 'UNSIGNED'})")
+        client = connect()
+        described = {image: describe_image(client, image, ctx.reaper) for image in dict.fromkeys(images.values())}
+    return collect_environment(recipe_path=ctx.opts.recipe_path, backends_python=pythons,
+                               images={name: described[image] for name, image in images.items()})
