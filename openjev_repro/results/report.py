@@ -100,15 +100,6 @@ def _per_pass(passes: list[PassStats], key: LatencyKey) -> str:
 
 
 
-def drift_banner(drift: Sequence[str]) -> list[str]:
-    """The banner of a run measured with --allow-environment-drift: every recorded difference."""
-    if not drift:
-        return []
-    return [(f"> **ENVIRONMENT DRIFT** - measured with --allow-environment-drift; {len(drift)} difference(s) "
-             "between what the recipe declares and what the backends reported (environment_check.json):"), ">",
-            *[f"> - {d}" for d in drift], ""]
-
-
 def recorded_drift(run: RunDir) -> list[str]:
     """environment_check.json's differences (none for runs from before the check)."""
     check = environment_check_of(run)
@@ -325,7 +316,11 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
         banner = [(f"> **INCOMPLETE RUN** - state.json status is {state.status!r}, not 'complete'. The figures below "
                    "cover only the requests that finished; they are not the study's result and must not be cited "
                    f"as such.{why}"), ""]
-    out = [f"# Study {summary.study_id}", "", *banner, *drift_banner(drift)]
+    out = [f"# Study {summary.study_id}", "", *banner]
+    if drift:  # measured with --allow-environment-drift: every recorded difference
+        out += [(f"> **ENVIRONMENT DRIFT** - measured with --allow-environment-drift; {len(drift)} difference(s) "
+                 "between what the recipe declares and what the backends reported (environment_check.json):"), ">",
+                *[f"> - {d}" for d in drift], ""]
     out += _header_lines(recipe, run, imported, list(notes))
     t = as_table(rows)
     out += _method_lines(t)
