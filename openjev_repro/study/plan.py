@@ -34,7 +34,7 @@ from ..evidence.plan import (
     TraceEntry,
     every_field_set,
 )
-from ..evidence.recipe import UNPINNED, Backend, NoAliasLoader, Recipe, Workload, _line_map
+from ..evidence.recipe import UNPINNED, Backend, NoAliasLoader, Recipe, _line_map
 from ..hashing import hash_file
 from .placeholders import LAUNCH_NAMES, fill
 from .preparation import plan_prepare
@@ -52,7 +52,8 @@ _UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-
 Pin = tuple[tuple, str, str]  # (field path in the recipe, value, kind)
 
 
-def _input_pins(recipe: Recipe) -> list[Pin]:
+def _pins(recipe: Recipe) -> list[Pin]:
+    """(field path, value, kind) of every pin in the recipe: inputs and artifacts, preparation, pins, GPU."""
     pins: list[Pin] = []
     for i, f in enumerate(recipe.inputs.files):
         pins.append((("inputs", "files", i, "sha256"), f.sha256, "sha256"))
@@ -60,20 +61,11 @@ def _input_pins(recipe: Recipe) -> list[Pin]:
             pins.append((("inputs", "files", i, "published_sha256"), f.published_sha256, "sha256"))
     for i, b in enumerate(recipe.backends):
         pins += [(("backends", i, "artifacts", j, "sha256"), a.sha256, "sha256") for j, a in enumerate(b.artifacts)]
-    return pins
-
-
-def _preparation_pins(recipe: Recipe) -> list[Pin]:
     prep = recipe.preparation
-    if prep is None:
-        return []
-    return ([(("preparation", "downloads", i, "revision"), d.revision, "hf_revision") for i, d in enumerate(prep.downloads)]
-            + [(("preparation", "sources", i, "commit"), s.commit, "commit") for i, s in enumerate(prep.sources)])
-
-
-def _pins(recipe: Recipe) -> list[Pin]:
-    """(field path, value, kind) of every pin in the recipe."""
-    pins = _input_pins(recipe) + _preparation_pins(recipe)
+    if prep is not None:
+        pins += [(("preparation", "downloads", i, "revision"), d.revision, "hf_revision")
+                 for i, d in enumerate(prep.downloads)]
+        pins += [(("preparation", "sources", i, "commit"), s.commit, "commit") for i, s in enumerate(prep.sources)]
     pins += [(("pins", "commits", k), v, "commit") for k, v in recipe.pins.commits.items()]
     pins += [(("pins", "sha256", k), v, "sha256") for k, v in recipe.pins.sha256.items()]
     if recipe.controls.gpu is not None:
@@ -146,23 +138,17 @@ def _steps(recipe: Recipe) -> tuple[PlanStep, ...]:
     several = len(recipe.workloads) > 1
     for w in recipe.workloads:
         steps.append(PlanStep.warm_up(recipe.protocol.warmup, w.name if several else None))
-        steps += _workload_steps(recipe, w)
+        # its timed passes; with a `load`, each level's passes in turn, the level named (and how it loads)
+        feas, meas = recipe.passes_per_level(w)
+        bound = w.load.latency_bound_ms if w.load is not None and w.load.latency_bound_ms is not None else UNSET
+        for number, level in enumerate(w.levels() or [None]):
+            extra = {} if level is None else {"level": level.id, "load": PlanLoad(**level.to_dict()),
+                                              "latency_bound_ms": bound}
+            steps += [PlanStep(phase="feasibility", workload=w.name, index=number * feas + i, **extra)  # type: ignore[arg-type]
+                      for i in range(1, feas + 1)]
+            steps += [PlanStep(phase="measured", workload=w.name, index=number * meas + i, **extra)  # type: ignore[arg-type]
+                      for i in range(1, meas + 1)]
     return tuple(steps)
-
-
-def _workload_steps(recipe: Recipe, w: Workload) -> list[PlanStep]:
-    """A workload's timed passes; with a `load`, each level's passes in turn, the level named (and how it loads)."""
-    feas, meas = recipe.passes_per_level(w)
-    bound = w.load.latency_bound_ms if w.load is not None and w.load.latency_bound_ms is not None else UNSET
-    steps: list[PlanStep] = []
-    for number, level in enumerate(w.levels() or [None]):
-        extra = {} if level is None else {"level": level.id, "load": PlanLoad(**level.to_dict()),
-                                          "latency_bound_ms": bound}
-        steps += [PlanStep(phase="feasibility", workload=w.name, index=number * feas + i, **extra)  # type: ignore[arg-type]
-                  for i in range(1, feas + 1)]
-        steps += [PlanStep(phase="measured", workload=w.name, index=number * meas + i, **extra)  # type: ignore[arg-type]
-                  for i in range(1, meas + 1)]
-    return steps
 
 
 def _hashes(recipe: Recipe) -> list[PlanHash]:
