@@ -41,7 +41,7 @@ from .preparation import plan_prepare
 from .resolved import ResolvedRecipe
 from .traces import plan_traces
 
-__all__ = ["PLAN_FORMAT_VERSION", "REPRO_ROOT", "check_pins", "resolve_plan", "runner_placeholders"]
+__all__ = ["PLAN_FORMAT_VERSION", "REPRO_ROOT", "check_pins", "resolve_plan"]
 
 REPRO_ROOT = Path(__file__).resolve().parents[2]  # the directory holding openjev_repro ({repro})
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -73,14 +73,6 @@ def _pins(recipe: Recipe) -> list[Pin]:
     return pins
 
 
-def _pin_ok(value: str, kind: str) -> bool:
-    if kind == "sha256":
-        return value == UNPINNED or bool(_HEX64.match(value))
-    if kind in ("commit", "hf_revision"):
-        return bool(_HEX40.match(value))
-    return bool(_UUID.match(value))
-
-
 def check_pins(recipe: Recipe, recipe_path: Path) -> list[PinCheck]:
     """Every pin with its kind and status; RecipeError naming file:line if any is malformed."""
     text = Path(recipe_path).read_text(encoding="utf-8")
@@ -88,7 +80,10 @@ def check_pins(recipe: Recipe, recipe_path: Path) -> list[PinCheck]:
     lines = _line_map(node) if node is not None else {}  # an empty file has no node
     checked, bad = [], []
     for path, value, kind in _pins(recipe):
-        ok = _pin_ok(value, kind)
+        if kind == "sha256":
+            ok = value == UNPINNED or bool(_HEX64.match(value))
+        else:
+            ok = bool((_HEX40 if kind in ("commit", "hf_revision") else _UUID).match(value))
         field = ".".join(str(p) for p in path)
         checked.append(PinCheck(field=field, kind=kind, value=value, status="unpinned" if value == UNPINNED else "ok"))
         if not ok:
@@ -96,11 +91,6 @@ def check_pins(recipe: Recipe, recipe_path: Path) -> list[PinCheck]:
     if bad:
         raise RecipeError("Malformed pins:\n  " + "\n  ".join(bad))
     return checked
-
-
-def runner_placeholders(root: Path) -> dict[str, str]:
-    """Placeholders known before launch; the other LAUNCH_NAMES and {port.<aux>} stay for the runner."""
-    return {"inputs": str(root), "repro": str(REPRO_ROOT)}
 
 
 def _process(name: str, argv: list[str], env: dict[str, str], values: dict[str, str], where: str,
@@ -197,7 +187,8 @@ def _traces(recipe: Recipe, root: Path) -> PlanTraces:
 def resolve_plan(study: ResolvedRecipe, *, runtime: str | None = None) -> Plan:
     """The fully resolved plan of a resolved recipe (no network, no GPU, no writes); `.to_json()` is plan.json's."""
     recipe, root = study.recipe, study.root
-    values = runner_placeholders(root)
+    values = {"inputs": str(root), "repro": str(REPRO_ROOT)}  # known before launch: the other LAUNCH_NAMES
+    # and {port.<aux>} stay for the runner
     return Plan(
         study=every_field_set(recipe.study), recipe_path=str(study.path), recipe_sha256=hash_file(study.path), inputs_root=str(root),
         runtime=runtime, images=tuple(sorted({b.image for b in recipe.backends if b.image})),

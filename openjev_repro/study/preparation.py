@@ -36,7 +36,6 @@ __all__ = [
     "PrepareAction",
     "lock_fingerprint",
     "locked_recipe",
-    "placeholders",
     "plan_prepare",
     "read_lock",
     "run_prepare",
@@ -65,16 +64,6 @@ class PrepareAction:
 
 
 # --- placeholders (filled by placeholders.fill) ----------------------------------------
-
-
-def placeholders(recipe: Recipe, root: Path, python: str = sys.executable) -> dict[str, str]:
-    """{python} {inputs} {source.<name>} {download.<name>} for preparation commands."""
-    values = {"python": python, "inputs": str(root)}
-    prep = recipe.preparation
-    if prep is not None:
-        values.update({f"source.{s.name}": str(root / s.dest) for s in prep.sources})
-        values.update({f"download.{d.name}": str(root / d.dest) for d in prep.downloads})
-    return values
 
 
 # --- our request selection ---------------------------------------------------------------
@@ -165,7 +154,9 @@ def plan_prepare(recipe: Recipe, recipe_path: Path, *, root: Path | None = None,
     if prep is None:
         raise RecipeError(f"Recipe {recipe.study.id} has no `preparation` section; nothing to prepare.")
     root = inputs_root(recipe_path, recipe, root)
-    values = placeholders(recipe, root, python)
+    # {python} {inputs} {source.<name>} {download.<name>} for preparation commands
+    values = {"python": python, "inputs": str(root), **{f"source.{s.name}": str(root / s.dest) for s in prep.sources},
+              **{f"download.{d.name}": str(root / d.dest) for d in prep.downloads}}
     actions = _fetch_actions(prep, root, probe) + _step_actions(prep, root, values, probe)
     actions.append(PrepareAction("verify", "hashes", f"Hash every declared input under {root}: verify pinned hashes, "
                                  "lock unpinned ones and every file of " + (", ".join(prep.lock_trees) or "no tree") + "."))
