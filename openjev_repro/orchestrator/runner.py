@@ -608,17 +608,17 @@ def _record_health(run: RunDir, name: str, health: dict, *, after_passes: bool =
     """
     write_json_atomic(run.file(f"logs/{name}.health{'-after' if after_passes else ''}.json"), health)
     path = run.file("backends.json")
-    record = backends_of(run) if path.is_file() else BackendsRecord.started()
     if not after_passes:
-        entry = BackendFacts.from_health(health, IDENTITY_KEYS)
-    else:
-        facts = decode(health, _HealthAfterPasses, f"{name}'s /health after the passes")
-        after = {key: value for key, value in (("autotune_after_passes", facts.autotune),
-                                               ("runtime_identity", facts.runtime_identity)) if value is not None}
-        if not after:
-            return
+        record = backends_of(run) if path.is_file() else BackendsRecord.started()
+        write_json_atomic(path, record.with_entry(name, BackendFacts.from_health(health, IDENTITY_KEYS)).to_json())
+        return
+    facts = decode(health, _HealthAfterPasses, f"{name}'s /health after the passes")
+    after = {key: value for key, value in (("autotune_after_passes", facts.autotune),
+                                           ("runtime_identity", facts.runtime_identity)) if value is not None}
+    if after:
+        record = backends_of(run)
         entry = msgspec.structs.replace(record.backends[name], **after)
-    write_json_atomic(path, record.with_entry(name, entry).to_json())
+        write_json_atomic(path, record.with_entry(name, entry).to_json())
 
 
 # --- integration points with the other concerns -------------------------------------------

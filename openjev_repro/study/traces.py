@@ -82,11 +82,11 @@ def plan_traces(recipe: Recipe, token_counts: list[int] | None = None) -> list[T
     # wrapped by the aux when the backend has it
     items: list[TraceItem] = []
     for backend in traces.backends or [b.name for b in recipe.backends]:
-        wrap = traces.aux if any(a.name == traces.aux for a in recipe.backend(backend).aux) else None
         for tokens in traces.tokens:
             if tokens not in token_counts:
                 raise RecipeError(f"No request of the workload has {tokens} input tokens; check traces.tokens.")
             position = token_counts.index(tokens) + 1
+            wrap = traces.aux if any(a.name == traces.aux for a in recipe.backend(backend).aux) else None
             items.extend(TraceItem(backend, tokens, repeat, position, f"traces/{backend}-{tokens}tok-{repeat}", wrap)
                          for repeat in range(1, traces.per_length + 1))
     return items
