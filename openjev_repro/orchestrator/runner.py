@@ -1,15 +1,16 @@
-"""Study orchestration: `run_study` takes a resolved plan and calls one function per step.
+"""Study orchestration: `run_study` takes a resolved plan and executes its steps in order.
 
     plan_study        the recipe resolved once and its plan (exactly what `invoke plan` prints)
-    run_study         preflight, the run directory, then the steps in order:
-      step_inputs       verify every declared input (inputs.json)
-      step_workloads    load and select each workload's requests
-      step_plan         plan.json: the plan as planned, plus the run-only facts in their own fields
-      step_environment  environment.json
-      step_calibration  calibration.json (client overhead on loopback)
-      step_backends     host controls (a context manager) around every backend's passes
-      step_summary      summary.json
-      step_sign         report, fsync, status complete, the manifest (signed last)
+    run_study         preflight, the run directory, then `_execute`, which reads as the steps:
+      verify-inputs     every declared input hashed (inputs.json)
+      (workloads)       each workload's selected requests
+      plan              plan.json: the plan as planned, plus the run-only facts in their own fields
+      environment       environment.json
+      calibration       calibration.json (client overhead on loopback)
+      backends          host controls around every backend's steps of the plan (`step_backends`,
+                        one `_run_backend` per backend; the passes are study/passes.py's `run_step`)
+      summary           summary.json
+      report            report, fsync, status complete, the manifest (signed last)
 
 Evidence is written as it is produced (see evidence/rundir.py for the layout). Any failure
 leaves the run directory marked incomplete with everything written so far, and raises. What
@@ -251,7 +252,7 @@ class StudyRun:
     reaper: Reaper | None = None
     workloads: dict[str, list[Task]] = field(default_factory=dict)
     records: list[ExitRecord] = field(default_factory=list)  # every process started, once stopped
-    envcheck: EnvironmentCheck | None = None  # made by step_environment, used once each backend is ready
+    envcheck: EnvironmentCheck | None = None  # made by the environment step, used once each backend is ready
 
     @property
     def recipe(self) -> Recipe:
