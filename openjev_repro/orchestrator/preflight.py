@@ -113,9 +113,8 @@ def preflight(study: ResolvedRecipe, planned: Plan, *, out_dir: Path, key_path: 
     check_inputs_present(study)
     check_schedules(study)
     for backend in planned.backends:  # no fixed port taken
-        for name, port in [(backend.name, backend.command.fixed_port),
-                           *((f"{backend.name}.{a.name}", a.fixed_port) for a in backend.aux)]:
-            if port is not None and port_in_use("127.0.0.1", port):
+        for name, port in backend.fixed_ports():
+            if port_in_use("127.0.0.1", port):
                 raise ReproError(f"Port {port}, fixed for {name} in the recipe, is in use; stop what holds it "
                                  f"(`ss -ltnp 'sport = :{port}'`) or remove the fixed port.")
     for backend in planned.backends:

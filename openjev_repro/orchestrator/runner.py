@@ -393,7 +393,8 @@ def step_backends(ctx: StudyRun) -> None:
 def _run_backend(ctx: StudyRun, backend: PlanBackend, rows: RowWriter, budget: PassBudget, host: HostSession) -> int:
     """Start one backend (its aux processes first) or reach its `url`, run its steps of the plan, stop
     everything it started; returns its failed timed requests."""
-    run, progress, protocol = ctx.run, ctx.progress, ctx.plan.planned.protocol
+    run, progress, protocol, envcheck = ctx.run, ctx.progress, ctx.plan.planned.protocol, ctx.envcheck
+    assert envcheck is not None  # the environment step, before the backends, made it
     prepared = {name: build_requests(tasks, backend.model) for name, tasks in ctx.workloads.items()}
     started: list[RunningBackend] = []  # aux processes first, the client-facing command last
     readiness = connections = None
@@ -405,9 +406,9 @@ def _run_backend(ctx: StudyRun, backend: PlanBackend, rows: RowWriter, budget: P
         ready = _HealthReady.of(health)
         progress.message(f"{backend.name}: ready ({ready.method or ready.model or backend.readiness_kind})")
         _record_health(run, backend.name, health)
-        if ctx.envcheck is not None:  # before the first inference: a drifted backend measures nothing unless allowed
-            for difference in ctx.envcheck.check(backend.name, _declared_environment(backend), health):
-                progress.message(f"[yellow]environment drift (allowed)[/]: {backend.name}: {difference}")
+        # before the first inference: a drifted backend measures nothing unless allowed
+        for difference in envcheck.check(backend.name, _declared_environment(backend), health):
+            progress.message(f"[yellow]environment drift (allowed)[/]: {backend.name}: {difference}")
         host.idle_window(backend.name, ctx.plan.planned.controls.idle_window_s)  # its power: the idle power
         for process in started:  # read once ready: numactl binds, then execs under the same pid
             host.record_binding(process.spec.name, process.pid)
@@ -439,12 +440,10 @@ def _run_backend(ctx: StudyRun, backend: PlanBackend, rows: RowWriter, budget: P
     finally:
         _stop_all(ctx, started, host)
         _record_server(run, backend, readiness, connections, refused)
-        if ctx.envcheck is not None:
-            ctx.envcheck.close_cache(backend.name)
+        envcheck.close_cache(backend.name)
         kernel_caches.close_caches(run, backend.name)
     changed = kernel_caches.refuse_changed(run, backend.name, ctx.opts.allow_environment_drift)
-    if ctx.envcheck is not None:  # allowed: in environment_check.json, so the report's drift banner names it
-        ctx.envcheck.add_differences(changed)
+    envcheck.add_differences(changed)  # allowed: in environment_check.json, so the report's drift banner names it
     for difference in changed:
         progress.message(f"[yellow]environment drift (allowed)[/]: {difference}")
     return failures
@@ -500,8 +499,9 @@ def _start(ctx: StudyRun, backend: PlanBackend, host: HostSession, started: list
         if aux.health is not None:
             started[-1].wait_ready(aux.ready_timeout_s or protocol.ready_timeout_s)
     spec = launcher.spec(backend.command)
-    if ctx.envcheck is not None:  # a pinned Triton cache (FLA's autotuned choices): checked, copied, pointed at
-        spec.env.update(ctx.envcheck.triton_cache(backend.name, _declared_environment(backend), ctx.root))
+    assert ctx.envcheck is not None  # the environment step, before the backends, made it
+    # a pinned Triton cache (FLA's autotuned choices): checked, copied, pointed at
+    spec.env.update(ctx.envcheck.triton_cache(backend.name, _declared_environment(backend), ctx.root))
     # the recipe's kernel caches (issue 39): fresh or pinned Triton and Inductor caches beside the run
     spec.env.update(kernel_caches.open_caches(ctx.run, ctx.recipe.backend(backend.name), ctx.root, backend.runtime))
     progress.message(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
