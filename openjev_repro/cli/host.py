@@ -102,7 +102,7 @@ def _signals_end_the_command():
 @user_errors
 def gpus(ctx, json_=False):
     """List every GPU: index, UUID, name, memory, compute processes, NUMA node, reservation holder."""
-    from ..host import NoDriver, detect_driver, format_inventory, inventory
+    from ..host import NoDriver, detect_driver, inventory
 
     try:
         driver = detect_driver()
@@ -113,7 +113,7 @@ def gpus(ctx, json_=False):
         inv = inventory(driver)
     finally:
         driver.close()
-    print(json.dumps(inv.to_json(), indent=2, sort_keys=True) if json_ else format_inventory(inv))
+    print(json.dumps(inv.to_json(), indent=2, sort_keys=True) if json_ else inv.text())
 
 
 @task(

@@ -149,6 +149,11 @@ class PlanBackend(Record, frozen=True, kw_only=True):
     def workdir(self) -> str | None:
         return self.cwd if isinstance(self.cwd, str) else None
 
+    def fixed_ports(self) -> list[tuple[str, int]]:
+        """(process name, port) of each of its processes the plan gives a fixed port, the command first."""
+        named = [(self.name, self.command.fixed_port), *((f"{self.name}.{a.name}", a.fixed_port) for a in self.aux)]
+        return [(name, port) for name, port in named if port is not None]
+
 
 class PlanLoad(Record, frozen=True, kw_only=True):
     """How one load level loads the backend (evidence.recipe.LoadLevel)."""

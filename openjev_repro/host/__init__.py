@@ -15,7 +15,7 @@
 from .detect import detect_driver
 from .device import check_cleanup, check_device
 from .driver import GpuDriver, GpuInfo, GpuProcess, NoDriver
-from .inventory import HOST_FORMAT_VERSION, format_inventory, host_record, inventory
+from .inventory import HOST_FORMAT_VERSION, host_record, inventory
 from .memory import MemorySampler
 from .numa import docker_cpuset, effective_binding, numa_prefix, numa_summary, parse_cpulist, pci_numa_node
 from .process import group_alive, run_with_timeout, stop_group
@@ -34,7 +34,6 @@ __all__ = [
     "detect_driver",
     "docker_cpuset",
     "effective_binding",
-    "format_inventory",
     "group_alive",
     "holder_of",
     "host_record",

@@ -15,7 +15,7 @@ from .driver import GpuDriver, GpuProcess
 from .numa import NumaSummary, numa_summary, pci_numa_node
 from .reservation import Holder, holder_of
 
-__all__ = ["HOST_FORMAT_VERSION", "Inventory", "InventoryGpu", "format_inventory", "host_record", "inventory"]
+__all__ = ["HOST_FORMAT_VERSION", "Inventory", "InventoryGpu", "host_record", "inventory"]
 
 HOST_FORMAT_VERSION = 1
 
@@ -74,11 +74,6 @@ def inventory(driver: GpuDriver, directory: Path | None = None) -> Inventory:
                          reserved_by=holder_of(gpu.uuid, directory)) for gpu in driver.gpus()]
     return Inventory(driver=DriverRef(backend=driver.name, version=driver.driver_version()), gpus=gpus,
                      numa=numa_summary())
-
-
-def format_inventory(inv: Inventory) -> str:
-    """Plain text, one block per GPU (stable for scripts and tests; --json for machines)."""
-    return inv.text()
 
 
 def host_record(reservation: dict | None = None, device: dict | None = None, binding: dict | None = None,

@@ -248,20 +248,6 @@ def _try_lock(fd: int) -> bool:
         raise HostError(f"flock failed on a GPU lock file ({exc.strerror}).") from exc
 
 
-def _acquire(uuid: str, directory: Path, deadline: float, wait_s: float, poll_s: float) -> int:
-    fd = _open_lock_file(_lock_path(directory, uuid))
-    while not _try_lock(fd):
-        if time.monotonic() >= deadline:
-            info = _read_info(fd) or Holder()
-            os.close(fd)
-            raise ReservationTimeout(
-                f"{_describe(uuid, info)} and was not released within {wait_s:g} s. "
-                "Wait longer (--wait / controls.reservation.wait) or ask the holder to finish."
-            )
-        time.sleep(poll_s)
-    return fd
-
-
 def _acquire_all(reservation: Reservation, directory: Path, wait_s: float, poll_s: float) -> None:
     ancestors = _ancestors(os.getpid())
     deadline = time.monotonic() + wait_s
@@ -270,7 +256,16 @@ def _acquire_all(reservation: Reservation, directory: Path, wait_s: float, poll_
         if holder and holder.pid in ancestors:
             reservation.inherited[uuid] = holder
             continue
-        fd = _acquire(uuid, directory, deadline, wait_s, poll_s)
+        fd = _open_lock_file(_lock_path(directory, uuid))
+        while not _try_lock(fd):
+            if time.monotonic() >= deadline:
+                held_by = _read_info(fd) or Holder()
+                os.close(fd)
+                raise ReservationTimeout(
+                    f"{_describe(uuid, held_by)} and was not released within {wait_s:g} s. "
+                    "Wait longer (--wait / controls.reservation.wait) or ask the holder to finish."
+                )
+            time.sleep(poll_s)
         reservation._fds[uuid] = fd
     reservation.started_at = _now()
     info = {k: v for k, v in reservation.to_dict().items() if k in ("pid", "user", "host", "note", "started_at")}

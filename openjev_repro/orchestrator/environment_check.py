@@ -48,26 +48,17 @@ def _norm(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
-def _version_of(value: Any) -> str | None:
+def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None  # absent: None or {"available": false, ...}
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _packages(health: dict, environment: EnvironmentRecord | None, name: str) -> dict[str, str | None] | None:
-    """/health `packages`, else environment.json's probe of the backend's interpreter."""
-    packages = health.get("packages")
+def observed(health: dict, environment: EnvironmentRecord | None, name: str) -> dict[str, Any]:
+    """What one backend reports about itself (None where it says nothing); its packages from /health
+    `packages`, else environment.json's probe of the backend's interpreter."""
+    packages, kernels = health.get("packages"), health.get("kernels")
     if not isinstance(packages, dict) and environment is not None:
         packages = environment.backend_packages(name)
-    return {_norm(str(k)): _version_of(v) for k, v in packages.items()} if isinstance(packages, dict) else None
-
-
-def observed(health: dict, environment: EnvironmentRecord | None, name: str) -> dict[str, Any]:
-    """What one backend reports about itself (None where it says nothing)."""
-    kernels = health.get("kernels")
-    return {"packages": _packages(health, environment, name),
+    return {"packages": {_norm(str(k)): _text(v) for k, v in packages.items()} if isinstance(packages, dict) else None,
             "implementations": dict(kernels) if isinstance(kernels, dict) else None,
             "dtype": _text(health.get("dtype")), "weights_fingerprint": _text(health.get("weights_fingerprint")),
             "source_sha256": _text(health.get("source_sha256"))}
@@ -90,31 +81,20 @@ def _package_difference(package: str, requirement: str, packages: dict[str, str 
     return None if ok else f"package {package}: recipe {requirement}, backend has {version}"
 
 
-def _implementation_differences(spec: EnvironmentSpec, seen: dict[str, Any]) -> list[str]:
-    impls = seen["implementations"] or {}
-    return [f"implementations.{key}: recipe {want}, backend reports {impls.get(key) or 'nothing'}"
-            for key, want in sorted(spec.implementations.items()) if impls.get(key) != want]
-
-
-def _value_differences(spec: EnvironmentSpec, seen: dict[str, Any]) -> list[str]:
-    return [f"{key}: recipe {getattr(spec, key)}, backend reports {seen[key] or 'nothing'}"
-            for key in ("dtype", "weights_fingerprint") if getattr(spec, key) not in (None, seen[key])]
-
-
-def _source_difference(seen: dict[str, Any], source_sha256: str | None) -> list[str]:
-    theirs = seen["source_sha256"]
-    if not source_sha256 or not theirs or theirs == source_sha256:
-        return []
-    return [(f"source_sha256: the study runs {source_sha256[:12]}, the backend runs {theirs[:12]} "
-             "(different project code)")]
-
-
 def differences(spec: EnvironmentSpec, seen: dict[str, Any], source_sha256: str | None = None) -> list[str]:
     """Every difference between a backend's declared and observed environment, one phrase each."""
     found = [d for package, req in sorted(spec.packages.items())
              if (d := _package_difference(package, req, seen["packages"])) is not None]
-    return (found + _implementation_differences(spec, seen) + _value_differences(spec, seen)
-            + _source_difference(seen, source_sha256))
+    impls = seen["implementations"] or {}
+    found += [f"implementations.{key}: recipe {want}, backend reports {impls.get(key) or 'nothing'}"
+              for key, want in sorted(spec.implementations.items()) if impls.get(key) != want]
+    found += [f"{key}: recipe {getattr(spec, key)}, backend reports {seen[key] or 'nothing'}"
+              for key in ("dtype", "weights_fingerprint") if getattr(spec, key) not in (None, seen[key])]
+    theirs = seen["source_sha256"]
+    if source_sha256 and theirs and theirs != source_sha256:
+        found.append(f"source_sha256: the study runs {source_sha256[:12]}, the backend runs {theirs[:12]} "
+                     "(different project code)")
+    return found
 
 
 class EnvironmentCheck:

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from ..evidence.rows import Row
 
-__all__ = ["ConsoleProgress", "StudyProgress", "pass_columns"]
+__all__ = ["ConsoleProgress", "StudyProgress"]
 
 
 class StudyProgress:
@@ -47,8 +47,24 @@ class ConsoleProgress(StudyProgress):
         self.console.print(text, soft_wrap=True)  # never folded: its paths (→ run directory) are copied
 
     def pass_started(self, backend: str, workload: str, phase: str, index: int, total: int) -> None:
+        """A line that fits the console: the count, the last latency and the elapsed time always show,
+        and so does the label's tail (phase and pass); the bar narrows or goes first, then the label's
+        head (backend, workload) is shortened with …."""
         assert self.console is not None
-        columns = pass_columns(f"{backend} {workload}", f" {phase} {index}", total, self.console.width)
+        head, tail, width = f"{backend} {workload}", f" {phase} {index}", self.console.width
+        count = len(f"{total}/{total}")
+        fixed = count + len("last request 12345.67 ms") + len("elapsed 0:00:00") + 4  # + the gaps between columns
+        label = head + tail
+        bar = max(0, min(40, width - fixed - len(label) - 2))
+        room = width - fixed - (bar + 1 if bar >= 5 else 0) - 1
+        if len(label) > room:
+            keep = max(room - len(tail) - 1, 1)
+            label = (head[:keep] + "…" + tail) if len(tail) < room else label[: max(room - 1, 1)] + "…"
+        columns: list = [TextColumn(label.replace("[", "\\["))]
+        if bar >= 5:
+            columns.append(BarColumn(bar_width=bar))
+        columns += [MofNCompleteColumn(), TextColumn("last request {task.fields[last]}"), TextColumn("elapsed"),
+                    TimeElapsedColumn()]
         # No refresh thread: the bar is redrawn between requests, never while one is being timed.
         self._bar = Progress(*columns, console=self.console, transient=False, auto_refresh=False)
         self._bar.start()
@@ -64,22 +80,3 @@ class ConsoleProgress(StudyProgress):
         if self._bar is not None:
             self._bar.stop()
         self._bar = self._task = None
-
-
-def pass_columns(head: str, tail: str, total: int, width: int) -> tuple:
-    """A pass's progress line that fits `width`: the count, the last latency and the elapsed time
-    always show, and so does the label's tail (phase and pass); the bar narrows or goes first, then
-    the label's head (backend, workload) is shortened with …."""
-    count = len(f"{total}/{total}")
-    fixed = count + len("last request 12345.67 ms") + len("elapsed 0:00:00") + 4  # + the gaps between columns
-    label = head + tail
-    bar = max(0, min(40, width - fixed - len(label) - 2))
-    room = width - fixed - (bar + 1 if bar >= 5 else 0) - 1
-    if len(label) > room:
-        keep = max(room - len(tail) - 1, 1)
-        label = (head[:keep] + "…" + tail) if len(tail) < room else label[: max(room - 1, 1)] + "…"
-    columns: list = [TextColumn(label.replace("[", "\\["))]
-    if bar >= 5:
-        columns.append(BarColumn(bar_width=bar))
-    return (*columns, MofNCompleteColumn(), TextColumn("last request {task.fields[last]}"), TextColumn("elapsed"),
-            TimeElapsedColumn())

@@ -157,18 +157,14 @@ def _windows(readings: list[GpuReading], start: str, end: str) -> dict[str, list
     return found
 
 
-def _integrated_j(readings: list[GpuReading]) -> float | None:
-    points = [(e.at_ns, power) for e in readings if (power := e.value("power_w")) is not None]
-    if len(points) < 2:
-        return None
-    return sum((t1 - t0) / 1e9 * (p0 + p1) / 2 for (t0, p0), (t1, p1) in pairwise(points))
-
-
 def _energy_j(readings: list[GpuReading]) -> tuple[float | None, Literal["counter", "integrated"]]:
     first, last = readings[0].value("energy_mj"), readings[-1].value("energy_mj")
     if first is not None and last is not None:
         return (last - first) / 1000, "counter"
-    return _integrated_j(readings), "integrated"
+    points = [(e.at_ns, power) for e in readings if (power := e.value("power_w")) is not None]  # trapezoids
+    if len(points) < 2:
+        return None, "integrated"
+    return sum((t1 - t0) / 1e9 * (p0 + p1) / 2 for (t0, p0), (t1, p1) in pairwise(points)), "integrated"
 
 
 def _seconds(readings: list[GpuReading]) -> float:
@@ -207,29 +203,14 @@ def _per_decision(joules: float | None, requests: int) -> float | None:
     return None if joules is None or requests == 0 else round(joules / requests, 6)
 
 
-def _pass_energy(label: str, readings: list[GpuReading], requests: int, idle_w: float | None) -> PassEnergy:
-    joules, method = _energy_j(readings)
-    seconds = _seconds(readings)
-    above = None if joules is None or idle_w is None else joules - idle_w * seconds
-    return PassEnergy(label=label, requests=requests, seconds=round(seconds, 6), method=method,
-                      joules=None if joules is None else round(joules, 6),
-                      joules_per_decision=_per_decision(joules, requests),
-                      mean_power_w=None if joules is None or seconds <= 0 else round(joules / seconds, 3),
-                      above_idle_joules_per_decision=_per_decision(above, requests))
-
-
-def _sum(values: list[float | None]) -> float | None:
-    """The sum, None when there is nothing to add or any value is unknown."""
-    known = [v for v in values if v is not None]
-    return sum(known) if values and len(known) == len(values) else None
-
-
 def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
 def _backend_energy(passes: list[PassEnergy], idle_w: float | None) -> BackendEnergy:
-    joules, requests = _sum([p.joules for p in passes]), sum(p.requests for p in passes)
+    known = [p.joules for p in passes if p.joules is not None]  # None: nothing to add, or any pass unknown
+    joules = sum(known) if passes and len(known) == len(passes) else None
+    requests = sum(p.requests for p in passes)
     above = None if joules is None or idle_w is None else joules - idle_w * sum(p.seconds for p in passes)
     return BackendEnergy(passes=passes, requests=requests, joules=_round(joules, 6),
                          joules_per_decision=_per_decision(joules, requests), idle_power_w=_round(idle_w, 3),
@@ -261,8 +242,14 @@ def _per_pass(log: GpuLog, pass_requests: dict[str, int], idle: dict[str, list[G
         if not readings:
             continue
         backend, workload, _ = label.split("/", 2)
-        by_workload.setdefault(workload, {}).setdefault(backend, []).append(
-            _pass_energy(label, readings, requests, _idle_w(idle.get(backend))))
+        joules, method = _energy_j(readings)
+        seconds, idle_w = _seconds(readings), _idle_w(idle.get(backend))
+        above = None if joules is None or idle_w is None else joules - idle_w * seconds
+        by_workload.setdefault(workload, {}).setdefault(backend, []).append(PassEnergy(
+            label=label, requests=requests, seconds=round(seconds, 6), method=method,
+            joules=None if joules is None else round(joules, 6), joules_per_decision=_per_decision(joules, requests),
+            mean_power_w=None if joules is None or seconds <= 0 else round(joules / seconds, 3),
+            above_idle_joules_per_decision=_per_decision(above, requests)))
         states.append(_state(label, readings))
     return by_workload, states
 

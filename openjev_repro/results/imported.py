@@ -51,17 +51,15 @@ class PublishedFigure(msgspec.Struct, frozen=True, kw_only=True):
         """'ARM pass N FIGURE' or 'ARM FIGURE', as the summary line lists those within rounding."""
         return f"{self.arm} pass {self.index} {self.figure}" if self.index is not None else f"{self.arm} {self.figure}"
 
-    def _extra(self) -> str:
-        if self.label == "within_rounding":
-            return f"  |diff| {self.difference or 0:.1e} <= {self.half_unit or 0:.1e}"
-        if self.label == "not_compared":
-            return f"  ({self.note if isinstance(self.note, str) else 'not compared'})"
-        return ""
-
     def line(self) -> str:
         rule = f" ({self.rule})" if self.rule else ""
+        extra = ""
+        if self.label == "within_rounding":
+            extra = f"  |diff| {self.difference or 0:.1e} <= {self.half_unit or 0:.1e}"
+        elif self.label == "not_compared":
+            extra = f"  ({self.note if isinstance(self.note, str) else 'not compared'})"
         return (f"{_MARKS.get(self.label, 'DIFF  ')} {self.where():<26} {self.figure:<27} published {_g(self.published)}"
-                f"  ours {_g(self.ours)}{rule}{self._extra()}")
+                f"  ours {_g(self.ours)}{rule}{extra}")
 
 
 class _Counts(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,7 +98,10 @@ def _g(value: object) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def _summary_line(figures: list[PublishedFigure], recorded: object) -> str:
+def figure_lines(report: Mapping[str, object]) -> list[str]:
+    """One line per published figure of an import.json object, then how many reproduce."""
+    figures = _figures(report.get("figures"))
+    recorded = report.get("figure_counts")
     counts = _counts(figures) if recorded is None else msgspec.convert(recorded, _Counts)
     within = [f.name() for f in figures if f.status == "within_rounding"]
     summary = (f"{counts.exact + counts.within_rounding} of {counts.compared} published figures reproduce: "
@@ -110,13 +111,7 @@ def _summary_line(figures: list[PublishedFigure], recorded: object) -> str:
     summary += f", {counts.mismatch} mismatch."
     if counts.not_compared:
         summary += f" {counts.not_compared} not compared."
-    return summary
-
-
-def figure_lines(report: Mapping[str, object]) -> list[str]:
-    """One line per published figure of an import.json object, then how many reproduce."""
-    figures = _figures(report.get("figures"))
-    return [*(f.line() for f in figures), _summary_line(figures, report.get("figure_counts"))]
+    return [*(f.line() for f in figures), summary]
 
 
 class _Processes(msgspec.Struct, frozen=True):

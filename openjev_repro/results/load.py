@@ -185,22 +185,18 @@ def _adherence(cols: LevelColumns, idx: np.ndarray) -> ScheduleAdherence:
     sent = cols.timed(idx)
     lag_ms = cols.lag_ns[sent[cols.has_schedule[sent]]] / 1e6
     values = lag_ms.tolist()
-    return ScheduleAdherence(scheduled=len(values), late_sends=int((lag_ms > LATE_AFTER_MS).sum()),
-                             max_lag_ms=max(values) if values else None,
-                             mean_lag_ms=math.fsum(values) / len(values) if values else None,
-                             scheduled_rate_per_s=_scheduled_rate(cols, idx))
-
-
-def _scheduled_rate(cols: LevelColumns, idx: np.ndarray) -> float | None:
-    """The arrival rate the seeded schedule actually drew: gaps / seconds between each pass's first and last
-    scheduled send, summed over passes (a short Poisson pass can draw well above or below its declared rate)."""
+    # the arrival rate the seeded schedule actually drew: gaps / seconds between each pass's first and last
+    # scheduled send, summed over passes (a short Poisson pass can draw well above or below its declared rate)
     scheduled = idx[cols.has_schedule[idx]]
     passes = cols.t.pass_index[scheduled]
     gaps, span_ns = 0, 0
     for p in np.unique(passes).tolist():
         times = cols.origin_ns[scheduled[passes == p]]
         gaps, span_ns = gaps + len(times) - 1, span_ns + int(times.max() - times.min())
-    return gaps / (span_ns / 1e9) if span_ns > 0 else None
+    return ScheduleAdherence(scheduled=len(values), late_sends=int((lag_ms > LATE_AFTER_MS).sum()),
+                             max_lag_ms=max(values) if values else None,
+                             mean_lag_ms=math.fsum(values) / len(values) if values else None,
+                             scheduled_rate_per_s=gaps / (span_ns / 1e9) if span_ns > 0 else None)
 
 
 def _queue(cols: LevelColumns, ok: np.ndarray) -> QueueStats | None:
@@ -209,18 +205,6 @@ def _queue(cols: LevelColumns, ok: np.ndarray) -> QueueStats | None:
         return None
     stats = latency_stats(values)
     return QueueStats(n=stats.n, mean_ms=stats.mean_ms, p95_jevbench_ms=stats.p95_jevbench_ms)
-
-
-def _pass_rows(cols: LevelColumns, idx: np.ndarray) -> list[np.ndarray]:
-    passes = cols.t.pass_index[idx]
-    return [idx[passes == p] for p in np.unique(passes).tolist()]
-
-
-def _passes(cols: LevelColumns, idx: np.ndarray) -> list[LevelPass]:
-    passes = cols.t.pass_index[idx]
-    return [_pass(cols, p, idx[passes == p]) for p in np.unique(passes).tolist()]
-
-
 
 
 def _number(text: str) -> float | None:
@@ -243,10 +227,11 @@ def level_stats(cols: LevelColumns, spec: LevelSpec, idx: np.ndarray, bound: flo
     """Every figure of one level from its measured rows `idx` (`bound`: the goodput's latency bound, or None)."""
     ok = idx[cols.t.ok[idx]]
     latencies = cols.latency_ms(ok)
-    passes = _passes(cols, idx)
+    by_pass = {p: idx[cols.t.pass_index[idx] == p] for p in np.unique(cols.t.pass_index[idx]).tolist()}
+    passes = [_pass(cols, p, rows) for p, rows in by_pass.items()]
     means = [p.mean_ms for p in passes if p.mean_ms is not None]
     connections = cols.connection[idx]
-    duration = cols.covered_s(_pass_rows(cols, idx))
+    duration = cols.covered_s(list(by_pass.values()))
     within = None if bound is None else int((latencies <= bound).sum())
     return LevelStats(
         level=spec.level,
@@ -266,18 +251,17 @@ def level_stats(cols: LevelColumns, spec: LevelSpec, idx: np.ndarray, bound: flo
 # --- the summary section ---------------------------------------------------------------
 
 
-def _workload(cols: LevelColumns, recipe: Recipe, workload: Workload) -> LoadWorkload:
-    levels = declared_levels(workload)
-    bound = latency_bound_ms(workload)
-    backends = {b.name: [level_stats(cols, spec, cols.measured(workload.name, b.name, spec.level), bound)
-                         for spec in levels] for b in recipe.backends}
-    return LoadWorkload(latency_bound_ms=bound, levels=levels, backends=backends)
-
-
 def load_summary(t: RowTable, recipe: Recipe) -> LoadSummary | None:
     """summary.json's `load` section; None for a recipe without a load (its summary has no such key)."""
     if not has_load(recipe):
         return None
     cols = LevelColumns.of(t)
-    workloads = {w.name: _workload(cols, recipe, w) for w in recipe.workloads if w.load is not None}
+    workloads = {}
+    for w in recipe.workloads:
+        if w.load is None:
+            continue
+        levels, bound = declared_levels(w), latency_bound_ms(w)
+        backends = {b.name: [level_stats(cols, spec, cols.measured(w.name, b.name, spec.level), bound)
+                             for spec in levels] for b in recipe.backends}
+        workloads[w.name] = LoadWorkload(latency_bound_ms=bound, levels=levels, backends=backends)
     return LoadSummary(rules=dict(LOAD_RULES), workloads=workloads)

@@ -22,12 +22,6 @@ __all__ = ["level_problems"]
 _TIMED = ("feasibility", "measured")
 
 
-def _expected_passes(recipe: Recipe, workload: Workload, number: int, phase: str) -> list[int]:
-    """Pass indexes of the level at position `number` (0-based) in one phase."""
-    per_level = recipe.passes_per_level(workload)[_TIMED.index(phase)]
-    return list(range(number * per_level + 1, (number + 1) * per_level + 1))
-
-
 def _level_passes(cols: LevelColumns, timed: np.ndarray, workload: Workload, backend: str,
                   recipe: Recipe) -> list[str]:
     t, problems = cols.t, []
@@ -36,7 +30,8 @@ def _level_passes(cols: LevelColumns, timed: np.ndarray, workload: Workload, bac
         rows = of_backend[cols.level.equals(level.id)[of_backend]]
         for phase in _TIMED:
             have = sorted(set(t.pass_index[rows[t.phase.equals(phase)[rows]]].tolist()))
-            want = _expected_passes(recipe, workload, number, phase)
+            per_level = recipe.passes_per_level(workload)[_TIMED.index(phase)]  # level k's follow level k-1's
+            want = list(range(number * per_level + 1, (number + 1) * per_level + 1))
             if have != want:
                 problems.append(f"{workload.name}/{backend} level {level.id}: {phase} passes {have or 'none'}, "
                                 f"the recipe declares {want or 'none'}")

@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 
 from msgspec import UnsetType
 
-from ..evidence.summary import LevelSpec, LevelStats, LoadSummary, LoadWorkload, Summary
+from ..evidence.summary import LevelSpec, LevelStats, LoadWorkload, Summary
 from .load import LATE_AFTER_MS
 
 __all__ = ["LOAD_PLOT", "load_lines", "load_plot_bytes", "load_plot_figure", "load_plot_lines"]
@@ -55,43 +55,17 @@ _HEAD = ["Configuration", "Level", "Offered load", "Successful / sent", "Mean (m
          "Goodput (decisions/s)", "Late sends / max lag (ms)", "Server queue mean / P95 (ms)"]
 
 
-def _adherence_cell(s: LevelStats) -> str:
-    a = s.schedule
-    if a is None:
-        return "n/a (closed loop)"
-    return f"{a.late_sends} of {a.scheduled} / {_ms(a.max_lag_ms)}"
-
-
-def _queue_cell(s: LevelStats) -> str:
-    q = s.server_queue
-    return "not reported" if q is None else f"{_ms(q.mean_ms)} / {_ms(q.p95_jevbench_ms)}"
-
-
-def _offered_cell(spec: LevelSpec, s: LevelStats) -> str:
-    """The declared load; in open loop also the rate its seeded schedule drew (throughput follows that one)."""
-    drew = s.drawn_rate()
-    return spec.offered() + ("" if drew is None else f"; schedule drew {_rate(drew)}/s")
-
-
 def _row(backend: str, spec: LevelSpec, s: LevelStats) -> str:
-    cells = [backend, spec.level, _offered_cell(spec, s), f"{s.n} / {s.requests}", _ms(s.mean_ms),
+    """A level's row: the declared load (in open loop also the rate its seeded schedule drew, which the
+    throughput follows), its latencies and rates, how well the client kept its schedule, the server's queue."""
+    drew, a, q = s.drawn_rate(), s.schedule, s.server_queue
+    offered = spec.offered() + ("" if drew is None else f"; schedule drew {_rate(drew)}/s")
+    adherence = "n/a (closed loop)" if a is None else f"{a.late_sends} of {a.scheduled} / {_ms(a.max_lag_ms)}"
+    queue = "not reported" if q is None else f"{_ms(q.mean_ms)} / {_ms(q.p95_jevbench_ms)}"
+    cells = [backend, spec.level, offered, f"{s.n} / {s.requests}", _ms(s.mean_ms),
              _ms(s.p50_ms), _ms(s.p95_jevbench_ms), _ms(s.p95_nearest_rank_ms), _ms(s.p99_ms),
-             _rate(s.throughput_per_s), _rate(s.goodput_per_s), _adherence_cell(s), _queue_cell(s)]
+             _rate(s.throughput_per_s), _rate(s.goodput_per_s), adherence, queue]
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-
-def _warnings(backend: str, s: LevelStats) -> list[str]:
-    """What a reader must not miss: failed requests, and a schedule the client did not keep."""
-    out = []
-    if s.errors:
-        out.append(f"- **{backend} at {s.level}: {s.errors} of {s.requests} measured requests failed** "
-                   "(rejected or unanswered); they count in no latency, throughput or goodput.")
-    a = s.schedule
-    if a is not None and a.late_sends:
-        out.append(f"- **{backend} at {s.level}: the client fell behind its schedule**: {a.late_sends} of "
-                   f"{a.scheduled} requests were sent more than {LATE_AFTER_MS:g} ms late (max lag "
-                   f"{_ms(a.max_lag_ms)} ms); their latency still counts from the scheduled time.")
-    return out
 
 
 def _workload_lines(name: str, wl: LoadWorkload) -> list[str]:
@@ -105,10 +79,17 @@ def _workload_lines(name: str, wl: LoadWorkload) -> list[str]:
             f"successful requests per second of the measured passes' durations; the offered load column gives, in "
             f"open loop, the rate declared and the rate the seeded schedule drew. {goodput}"), "",
            "| " + " | ".join(_HEAD) + " |", "|" + " --- |" * len(_HEAD)]
-    warnings: list[str] = []
+    warnings: list[str] = []  # what a reader must not miss: failed requests, a schedule the client did not keep
     for backend, spec, s in wl.rows():
         out.append(_row(backend, spec, s))
-        warnings += _warnings(backend, s)
+        if s.errors:
+            warnings.append(f"- **{backend} at {s.level}: {s.errors} of {s.requests} measured requests failed** "
+                            "(rejected or unanswered); they count in no latency, throughput or goodput.")
+        if s.schedule is not None and s.schedule.late_sends:
+            a = s.schedule
+            warnings.append(f"- **{backend} at {s.level}: the client fell behind its schedule**: {a.late_sends} of "
+                            f"{a.scheduled} requests were sent more than {LATE_AFTER_MS:g} ms late (max lag "
+                            f"{_ms(a.max_lag_ms)} ms); their latency still counts from the scheduled time.")
     return out + [""] + ([*warnings, ""] if warnings else [])
 
 
@@ -138,18 +119,8 @@ _CURVES: tuple[tuple[_Stat, str, str, str], ...] = (
     ("p50_ms", "P50", "-", "o"), ("p95_jevbench_ms", "P95 JevBench rank", "--", "X"), ("p99_ms", "P99", ":", "s"))
 
 
-def _panels(load: LoadSummary) -> list[tuple[str, str, str]]:
-    """(workload, mode, x label) of every panel: one per workload and loop mode it declares."""
-    return [(name, mode, label) for name, wl in load.workloads.items() for mode, label in _MODES
-            if any(spec.mode == mode for spec in wl.levels)]
-
-
 def _x(spec: LevelSpec) -> float:
     return float((spec.concurrency if spec.mode == "closed" else spec.rate_per_s) or 0)
-
-
-def _points(wl: LoadWorkload, backend: str, mode: str) -> list[tuple[float, LevelStats]]:
-    return [(_x(spec), s) for spec, s in zip(wl.levels, wl.backends[backend], strict=True) if spec.mode == mode]
 
 
 def _values(points: list[tuple[float, LevelStats]], stat: _Stat) -> list[float]:
@@ -163,7 +134,7 @@ def _draw(axes: Sequence[Any], wl: LoadWorkload, mode: str, colours: dict[str, s
     top, bottom = axes
     bound = wl.latency_bound_ms
     for backend in wl.backends:
-        points = _points(wl, backend, mode)
+        points = [(_x(spec), s) for spec, s in zip(wl.levels, wl.backends[backend], strict=True) if spec.mode == mode]
         xs, colour = [x for x, _ in points], colours[backend]
         for stat, label, style, marker in _CURVES:
             top.plot(xs, _values(points, stat), ls=style, marker=marker, color=colour, label=f"{backend} {label}")
@@ -222,7 +193,8 @@ def load_plot_figure(summary: Summary, run: _Run | None = None) -> Any:
     load = summary.load
     if isinstance(load, UnsetType):
         return None
-    panels = _panels(load)
+    panels = [(name, mode, label) for name, wl in load.workloads.items() for mode, label in _MODES
+              if any(spec.mode == mode for spec in wl.levels)]  # (workload, mode, x label): one per mode declared
     backends = list(dict.fromkeys(b for wl in load.workloads.values() for b in wl.backends))
     colours = {b: f"C{i % 10}" for i, b in enumerate(backends)}
     fig = Figure(figsize=(max(7.5, 5.5 * len(panels)), 8.0), dpi=110, layout="constrained")

@@ -27,13 +27,10 @@ def _plain(cell: object) -> str:
     return cell.plain if isinstance(cell, Text) else str(cell)
 
 
-def _longest_word(texts: list[str]) -> int:
-    return max((len(word) for text in texts for word in text.split()), default=1)
-
-
 def fits(table: Table, width: int) -> bool:
     """Whether the grid fits `width` with no word or number split (each column at its longest word)."""
-    needed = sum(_longest_word([_plain(c.header), *map(_plain, c.cells)]) for c in table.columns)
+    needed = sum(max((len(word) for text in [_plain(c.header), *map(_plain, c.cells)] for word in text.split()),
+                     default=1) for c in table.columns)
     return needed + _BORDER * len(table.columns) + 1 <= width
 
 

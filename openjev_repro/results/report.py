@@ -22,12 +22,9 @@ from ..errors import EvidenceError, UnsupportedFormat
 from ..evidence.files import write_bytes_atomic
 from ..evidence.recipe import Recipe, load_recipe
 from ..evidence.records import (
-    BackendFacts,
     BackendsRecord,
     EnvironmentRecord,
-    HostRecord,
     ImportRecord,
-    PublishedGate,
     StateRecord,
     backends_of,
     environment_check_of,
@@ -40,7 +37,6 @@ from ..evidence.records import (
 from ..evidence.rows import Row
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status, guard_output
 from ..evidence.summary import (
-    BackendSummary,
     GateResult,
     LatencyKey,
     PassStats,
@@ -66,8 +62,6 @@ __all__ = [
     "PLOT_NAMES",
     "ReportSection",
     "RunInfo",
-    "imported_note",
-    "incomplete_banner",
     "plot_figures",
     "render_report",
     "run_facts_of",
@@ -107,27 +101,10 @@ def _per_pass(passes: list[PassStats], key: LatencyKey) -> str:
 
 
 
-def drift_banner(drift: Sequence[str]) -> list[str]:
-    """The banner of a run measured with --allow-environment-drift: every recorded difference."""
-    if not drift:
-        return []
-    return [(f"> **ENVIRONMENT DRIFT** - measured with --allow-environment-drift; {len(drift)} difference(s) "
-             "between what the recipe declares and what the backends reported (environment_check.json):"), ">",
-            *[f"> - {printable(d)}" for d in drift], ""]
-
-
 def recorded_drift(run: RunDir) -> list[str]:
     """environment_check.json's differences (none for runs from before the check)."""
     check = environment_check_of(run)
     return [] if check is None else list(check.differences)
-
-
-def incomplete_banner(state: StateRecord) -> str:
-    why = f" Error: {printable(state.error)}" if state.error else ""
-    return (
-        f"> **INCOMPLETE RUN** - state.json status is {state.status!r}, not 'complete'. The figures below cover only "
-        f"the requests that finished; they are not the study's result and must not be cited as such.{why}"
-    )
 
 
 # --- the Markdown ----------------------------------------------------------------------
@@ -162,21 +139,15 @@ def _latency_notes(wl: WorkloadSummary) -> list[str]:
               if (p50 := b.overall.p50_ms) is not None and (p95 := b.overall.p95_jevbench_ms) is not None]
     if pooled:
         out.append("Pooled over all measured passes (the CDF plot's marks): " + "; ".join(pooled) + ".")
-    for name, b in wl.backends.items():
-        out += _failure_notes(name, b)
-    return out
-
-
-def _failure_notes(name: str, b: BackendSummary) -> list[str]:
-    """A backend's failed measured requests and rows whose recorded decision contradicts their probability."""
-    out = []
-    if b.overall.errors:
-        out.append(f"**{name}: {b.overall.errors} failed measured request(s)**, excluded from latency "
-                   f"statistics and counted as not correct.")
-    if b.decision_mismatches:
-        ids = ", ".join(sorted({m.id for m in b.decision_mismatches}))
-        out.append(f"**{name}: {len(b.decision_mismatches)} rows record a decision that differs from "
-                   f"p >= {YES_THRESHOLD} of their probability** ({ids}); correctness uses the recomputed decision.")
+    for name, b in wl.backends.items():  # failed measured requests; decisions that contradict their probability
+        if b.overall.errors:
+            out.append(f"**{name}: {b.overall.errors} failed measured request(s)**, excluded from latency "
+                       f"statistics and counted as not correct.")
+        if b.decision_mismatches:
+            ids = ", ".join(sorted({m.id for m in b.decision_mismatches}))
+            out.append(f"**{name}: {len(b.decision_mismatches)} rows record a decision that differs from "
+                       f"p >= {YES_THRESHOLD} of their probability** ({ids}); correctness uses the recomputed "
+                       "decision.")
     return out
 
 
@@ -204,27 +175,23 @@ def _percent_change(percent_lower: float) -> str:
     return f"{abs(rounded):.{DIGITS.percent}f}% {'lower' if rounded > 0 else 'higher'}"
 
 
-def _first_passes(t: RowTable, workload: str) -> dict[str, np.ndarray]:
-    """backend -> row indices of its first measured pass in `workload` (every row, failed ones included)."""
-    return {backend: passes[min(passes)] for (w, backend), passes in t.by_pass("measured").items() if w == workload}
-
-
-def _tokens_of(t: RowTable, first: dict[str, np.ndarray], a: str, b: str) -> str:
-    """The input-token phrase of two backends' first measured passes, paired by (id, seq) like the agreement."""
-    if a not in first or b not in first:
-        return "input tokens not compared (no measured rows)"
-    a_rows, b_rows = first[a], first[b]
-    match, _ = pair_by_id_and_seq(t.ids.codes[a_rows], t.seq[a_rows], t.ids.codes[b_rows], t.seq[b_rows])
-    x, y = a_rows[match >= 0], b_rows[match[match >= 0]]
-    diff = token_differences(t.ids.strings(x), t.seq[x].tolist(), t.input_tokens[x], t.has_input_tokens[x],
-                             t.input_tokens[y], t.has_input_tokens[y])
-    return token_phrase(diff, b, a)
-
-
 def _agreement_lines(wl: WorkloadSummary, t: RowTable | None = None, workload: str = "") -> list[str]:
+    """One line per comparison; with the rows, the input tokens of both backends' first measured passes
+    (every row, failed ones included), paired by (id, seq) like the agreement."""
     out = []
-    first = _first_passes(t, workload) if t is not None else {}
+    first = {} if t is None else {backend: passes[min(passes)] for (w, backend), passes
+                                  in t.by_pass("measured").items() if w == workload}
     for c in wl.comparisons:
+        tokens = ""
+        if t is not None and (c.baseline not in first or c.candidate not in first):
+            tokens = "; input tokens not compared (no measured rows)"
+        elif t is not None:
+            a_rows, b_rows = first[c.baseline], first[c.candidate]
+            match, _ = pair_by_id_and_seq(t.ids.codes[a_rows], t.seq[a_rows], t.ids.codes[b_rows], t.seq[b_rows])
+            x, y = a_rows[match >= 0], b_rows[match[match >= 0]]
+            diff = token_differences(t.ids.strings(x), t.seq[x].tolist(), t.input_tokens[x], t.has_input_tokens[x],
+                                     t.input_tokens[y], t.has_input_tokens[y])
+            tokens = f"; {token_phrase(diff, c.candidate, c.baseline)}"
         buckets = "; ".join(f"{k}: {_prob(v)}" for k, v in c.max_probability_delta_by_tokens.items())
         differing = f"; differing: {', '.join(c.differing_ids)}" if c.differing_ids else ""
         missing = c.pair_errors + c.unpaired
@@ -232,8 +199,7 @@ def _agreement_lines(wl: WorkloadSummary, t: RowTable | None = None, workload: s
         out.append(
             f"- {c.baseline} / {c.candidate}: {c.agreement} / {c.n} thresholded decisions agree"
             f"{differing}; max probability difference {_prob(c.max_probability_delta)} "
-            f"(input tokens {buckets}){gaps}"
-            + (f"; {_tokens_of(t, first, c.baseline, c.candidate)}." if t is not None else ".")
+            f"(input tokens {buckets}){gaps}{tokens}."
         )
     return out
 
@@ -299,31 +265,16 @@ def _published_study_lines(imported: ImportRecord) -> list[str]:
         if value:
             out.append(f"- {label} (quoted): \"{value}\"")
     out += [f"- Provenance: {imported.provenance}", ""]
-    return out + _published_gate_rows(imported.published_gates)
-
-
-_PUBLISHED_OUTCOME = {True: "passed", False: "**FAILED**", None: "not published"}
-
-
-def _published_gate_rows(gates: Sequence[PublishedGate]) -> list[str]:
-    if not gates:
-        return ["The published evidence declares no gate or acceptance criterion.", ""]
-    out = ["| published gate or criterion | published outcome | criterion |", "| --- | --- | --- |"]
-    for g in gates:
+    if not imported.published_gates:
+        return [*out, "The published evidence declares no gate or acceptance criterion.", ""]
+    out += ["| published gate or criterion | published outcome | criterion |", "| --- | --- | --- |"]
+    for g in imported.published_gates:
         criterion = g.criterion.replace("|", "\\|")  # a pipe would split the table cell
         out.append(f"| {g.name} | {_PUBLISHED_OUTCOME.get(g.outcome, '?')} | {criterion} |")
     return out + [""]
 
 
-def imported_note(imported: ImportRecord) -> str:
-    folder = imported.evidence_folder
-    where = f"{imported.source}/{folder}" if folder else str(imported.source)
-    if imported.provenance != "verified":
-        checked = f"{imported.provenance}; the sha256 of every imported file is recorded"
-    else:
-        checked = f"{imported.files_verified} files verified against their {imported.digests_file}"
-    return (f"Imported from {where} ({imported.format} format), not measured by us: "
-            f"{checked}; unsigned.")
+_PUBLISHED_OUTCOME = {True: "passed", False: "**FAILED**", None: "not published"}
 
 
 @dataclass(frozen=True)
@@ -339,11 +290,6 @@ class ReportSection:
 
     def markdown(self) -> list[str]:
         return [f"## {self.title}", "", *self.lines, ""] if self.lines else []
-
-
-def _run_sections(run: RunDir) -> list[ReportSection]:
-    """Sections of further evidence a run holds, in the order they print: the traces' kernel families (issue 43)."""
-    return [ReportSection("Kernel families (traces)", kernel_family_lines(run.path))]
 
 
 def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: StateRecord | None = None,
@@ -365,8 +311,17 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     launched or reached by URL, readiness, connections, whether TCP connects were timed).
     """
     done = (Status.COMPLETE, Status.IMPORTED) if imported is not None else (Status.COMPLETE,)
-    banner = [incomplete_banner(state), ""] if state is not None and state.status not in done else []
-    out = [f"# Study {summary.study_id}", "", *banner, *drift_banner(drift)]
+    banner = []
+    if state is not None and state.status not in done:
+        why = f" Error: {printable(state.error)}" if state.error else ""
+        banner = [(f"> **INCOMPLETE RUN** - state.json status is {state.status!r}, not 'complete'. The figures below "
+                   "cover only the requests that finished; they are not the study's result and must not be cited "
+                   f"as such.{why}"), ""]
+    out = [f"# Study {summary.study_id}", "", *banner]
+    if drift:  # measured with --allow-environment-drift: every recorded difference
+        out += [(f"> **ENVIRONMENT DRIFT** - measured with --allow-environment-drift; {len(drift)} difference(s) "
+                 "between what the recipe declares and what the backends reported (environment_check.json):"), ">",
+                *[f"> - {printable(d)}" for d in drift], ""]
     out += _header_lines(recipe, run, imported, list(notes))
     t = as_table(rows)
     out += _method_lines(t)
@@ -392,7 +347,15 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
 
 def _header_lines(recipe: Recipe, run: RunInfo | None, imported: ImportRecord | None, notes: list[str]) -> list[str]:
     """Under the title: the imported note, the purpose, the study date, the run and its hardware, the notes."""
-    out = [f"> **{imported_note(imported)}**", ""] if imported is not None else []
+    out = []
+    if imported is not None:
+        folder = imported.evidence_folder
+        where = f"{imported.source}/{folder}" if folder else str(imported.source)
+        checked = (f"{imported.provenance}; the sha256 of every imported file is recorded"
+                   if imported.provenance != "verified"
+                   else f"{imported.files_verified} files verified against their {imported.digests_file}")
+        out += [f"> **Imported from {where} ({imported.format} format), not measured by us: {checked}; unsigned.**",
+                ""]
     out += [recipe.study.purpose.strip(), "", f"- Study date (recipe): {recipe.study.date.isoformat()}"]
     if run is not None:
         out += [f"- Run: {run.describe()}", f"- Hardware: {run.hardware}"]
@@ -410,26 +373,24 @@ def _method_lines(t: RowTable) -> list[str]:
     ]
 
 
-def _pooled_lines(pooled: Pooled) -> list[str]:
-    """A load workload's latency is per level (the Load levels section); never one row pooling levels."""
-    rule = "from each request's scheduled send" if pooled.latency_from == "schedule" else "from the actual send"
-    others = (f"; {', '.join(pooled.not_pooled)} (another timing rule) are in the per-level table only"
-              if pooled.not_pooled else "")
-    return [("This workload ran at load levels: its latency, throughput and schedule figures are per level, in "
-             "the Load levels section below. summary.json's workload figures and the gates pool only levels of "
-             f"one timing rule: {', '.join(pooled.levels)} (latency {rule}){others}."), ""]
-
-
 def _workload_lines(recipe: Recipe, name: str, wl: WorkloadSummary, t: RowTable, passes_word: str) -> list[str]:
-    if isinstance(wl.pooled, Pooled):
+    if isinstance(wl.pooled, Pooled):  # its latency is per level (the Load levels section), never one pooled row
+        pooled = wl.pooled
+        rule = "from each request's scheduled send" if pooled.latency_from == "schedule" else "from the actual send"
+        others = (f"; {', '.join(pooled.not_pooled)} (another timing rule) are in the per-level table only"
+                  if pooled.not_pooled else "")
         correct = "; ".join(f"{n} {b.correct} / {b.labelled}" if b.labelled else f"{n} n/a (no labels)"
                             for n, b in wl.backends.items())
-        out = [f"## Workload {name}", "", *_pooled_lines(wl.pooled), *_descriptions(recipe, wl),
-               f"Correct / N (first measured pass): {correct}.", ""]
+        out = [f"## Workload {name}", "",
+               ("This workload ran at load levels: its latency, throughput and schedule figures are per level, in "
+                "the Load levels section below. summary.json's workload figures and the gates pool only levels of "
+                f"one timing rule: {', '.join(pooled.levels)} (latency {rule}){others}."), "",
+               *_descriptions(recipe, wl), f"Correct / N (first measured pass): {correct}.", ""]
     else:
         out = [f"## Workload {name}", "", *_table(recipe, wl), "", *_descriptions(recipe, wl),
                *_latency_notes(wl), "", "Speed:", "", *_comparison_lines(wl), ""]
-    if _answered_without_probabilities(t, name):
+    answered = t.workload.equals(name) & t.phase.equals("measured") & t.ok
+    if answered.any() and not t.has_probability[answered].any():
         # imported evidence that publishes latencies only: nothing failed, there is simply nothing to compare
         return out + [NO_PROBABILITIES_LINE, ""]
     return out + ["Agreement (first measured pass, paired by case id and position):", "",
@@ -438,12 +399,6 @@ def _workload_lines(recipe: Recipe, name: str, wl: WorkloadSummary, t: RowTable,
 
 NO_PROBABILITIES_LINE = ("Agreement and determinism: not assessed; the rows carry no probabilities (the published "
                          "evidence records latencies only).")
-
-
-def _answered_without_probabilities(t: RowTable, workload: str) -> bool:
-    """The workload's successful measured rows exist and none carries a probability."""
-    answered = t.workload.equals(workload) & t.phase.equals("measured") & t.ok
-    return bool(answered.any()) and not bool(t.has_probability[answered].any())
 
 
 # --- the run's own facts (for the report header and the plot titles) ------------------------
@@ -541,20 +496,6 @@ PASS_LINES = ("-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1
 Series = int | str  # a measured pass (a run without a load) or a load level (its measured passes together)
 
 
-def _measured(t: RowTable) -> dict[str, dict[str, dict[Series, np.ndarray]]]:
-    """workload -> backend -> series -> row indices of successful rows (seq order), in first-seen order.
-
-    A series is a measured pass, or in a load run a level (its measured passes together), so every curve
-    is named by its level and no two levels share a line style."""
-    out: dict[str, dict[str, dict[Series, np.ndarray]]] = {}
-    for (workload, backend), passes in t.by_pass("measured", ok_only=True).items():  # first-seen order
-        series: dict[Series, np.ndarray] = {}
-        for index, rows in passes.items():
-            level = t.level[int(rows[0])] if len(rows) else None
-            key: Series = index if level is None else level
-            series[key] = np.concatenate([series[key], rows]) if key in series else rows
-        out.setdefault(workload, {})[backend] = series
-    return out
 def _title(fig, study_id: str, run: RunInfo | None, workloads: Sequence[str], what: str) -> None:
     """Three short lines that keep a plot's context when it is shared on its own."""
     facts = [f"workload {', '.join(workloads) or 'none'}"]
@@ -565,17 +506,6 @@ def _title(fig, study_id: str, run: RunInfo | None, workloads: Sequence[str], wh
         facts += [run.hardware, f"run date {run.date}"]
     where = f"study {study_id} · run {run.run_id}" if run else f"study {study_id}"
     fig.suptitle(f"{what}\n{where}\n{' · '.join(facts)}", fontsize=10)
-
-
-def _say_when_empty(ax: Any, workload: str) -> bool:
-    """A scatter panel with no point draws no axes and says why (e.g. imported timings that publish no token
-    counts); True when it did."""
-    if not workload or any(len(c.get_offsets()) for c in ax.collections):
-        return False
-    ax.set_axis_off()
-    ax.text(0.5, 0.5, "No plot: no measured row of this workload\ncarries an input token count\n"
-            "(the evidence publishes latencies only).", transform=ax.transAxes, ha="center", va="center")
-    return True
 
 
 @dataclass(frozen=True)
@@ -591,7 +521,16 @@ class _Panels:
 
     @classmethod
     def of(cls, t: RowTable) -> _Panels:
-        data = _measured(t)
+        """A series is a measured pass, or in a load run a level (its measured passes together), so every
+        curve is named by its level and no two levels share a line style; all in first-seen order."""
+        data: dict[str, dict[str, dict[Series, np.ndarray]]] = {}
+        for (workload, backend), passes in t.by_pass("measured", ok_only=True).items():  # first-seen order
+            by_series: dict[Series, np.ndarray] = {}
+            for index, rows in passes.items():
+                level = t.level[int(rows[0])] if len(rows) else None
+                key: Series = index if level is None else level
+                by_series[key] = np.concatenate([by_series[key], rows]) if key in by_series else rows
+            data.setdefault(workload, {})[backend] = by_series
         backends = list(dict.fromkeys(b for wl in data.values() for b in wl))
         keys = list(dict.fromkeys(k for wl in data.values() for b in wl.values() for k in b))
         series = sorted(keys, key=lambda k: (isinstance(k, str), k if isinstance(k, int) else keys.index(k)))
@@ -613,15 +552,6 @@ class _Panels:
         FigureCanvasAgg(fig)
         return fig
 
-    def _pooled_marks(self) -> list[Any]:
-        """The CDF's legend entries of each backend's P50 and P95 over its measured passes (never over levels)."""
-        from matplotlib.lines import Line2D
-
-        passes = self.series
-        pooled = f"passes {', '.join(map(str, passes))} pooled" if len(passes) > 1 else "the measured pass"
-        return [Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", ms=8, mew=2, label=f"P50 ({pooled})"),
-                Line2D([], [], color="0.3", marker="X", ls="none", ms=9, mew=1, label=f"P95 JevBench rank ({pooled})")]
-
     def legend(self, ax: Any, kind: str, labels: dict[str, str] | None = None) -> None:
         from matplotlib.lines import Line2D
 
@@ -630,8 +560,12 @@ class _Panels:
             style: dict[str, Any] = ({"marker": PASS_MARKERS[n % len(PASS_MARKERS)], "ls": "none"} if kind == "scatter"
                                      else {"ls": PASS_LINES[n % len(PASS_LINES)]})
             handles.append(Line2D([], [], color="0.3", label=self.name(key), **style))
-        if kind == "cdf" and self.backends and not self.levels:
-            handles += self._pooled_marks()
+        if kind == "cdf" and self.backends and not self.levels:  # each backend's P50 and P95 over its measured passes
+            pooled = f"passes {', '.join(map(str, self.series))} pooled" if len(self.series) > 1 else "the measured pass"
+            handles += [Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", ms=8, mew=2,
+                               label=f"P50 ({pooled})"),
+                        Line2D([], [], color="0.3", marker="X", ls="none", ms=9, mew=1,
+                               label=f"P95 JevBench rank ({pooled})")]
         if handles:
             ax.legend(handles=handles, fontsize=8.5, loc="lower right" if kind == "cdf" else "upper left")
 
@@ -648,7 +582,12 @@ def _scatter_figure(panels: _Panels, study_id: str, run: RunInfo | None) -> Any:
                 ax.scatter(t.input_tokens[rs], t.latency_ms[rs], s=22, alpha=0.75, color=panels.colours[b],
                            marker=PASS_MARKERS[n % len(PASS_MARKERS)], linewidths=0)
         ax.set(xlabel="input tokens", ylabel="latency (ms)", title=f"workload {name}" if name else "no measured requests")
-        if not _say_when_empty(ax, name):
+        if name and not any(len(c.get_offsets()) for c in ax.collections):
+            # no point (e.g. imported timings that publish no token counts): no axes, and why
+            ax.set_axis_off()
+            ax.text(0.5, 0.5, "No plot: no measured row of this workload\ncarries an input token count\n"
+                    "(the evidence publishes latencies only).", transform=ax.transAxes, ha="center", va="center")
+        else:
             panels.legend(ax, "scatter")
     _title(fig, study_id, run, [w for w in panels.workloads if w], "Measured latency against input tokens")
     return fig
@@ -734,42 +673,27 @@ def write_plots(rows: RowTable | Iterable[Row], out_dir: Path, study_id: str = "
 # --- a run directory -------------------------------------------------------------------
 
 
-def _load_run(run: RunDir) -> tuple[StateRecord, Recipe, RowTable]:
-    state = state_of(run)  # a "running" run whose study died is reported incomplete
-    recipe = load_recipe(run.file("recipe.yaml"))
-    if run.rows_path.exists() or state.status == Status.COMPLETE:
-        rows = read_table(run.rows_path)
-    else:
-        rows = RowTable.from_rows([])  # a run that stopped before its first request
-    return state, recipe, rows
-
-
-def _override_line(host: HostRecord | None) -> list[str]:
-    override = host.override if host is not None else None
-    if override is None:
-        return []
-    return [(f"- GPU override ({override.source}): ran on index {override.run_time.index} `{override.run_time.uuid}`; "
-            f"the recipe pins index {override.recipe_gpu.index} `{override.recipe_gpu.uuid}` (recipe unchanged).")]
-
-
-def _weights_line(name: str, facts: BackendFacts) -> str:
-    if facts.weights_fingerprint is None:
-        return f"- {name}: no weights fingerprint reported"
-    merged = facts.merged_weights_fingerprint
-    extra = f", merged `{merged[:17]}…`" if merged is not None else ""
-    return (f"- {name}: weights `{facts.weights_fingerprint[:17]}…` ({facts.weights_fingerprint_scope}{extra}), "
-            f"torch threads {facts.torch_threads}/{facts.torch_interop_threads} (intra/inter-op)")
-
-
 def run_facts_of(run: RunDir, backends: BackendsRecord, order: Sequence[str] = ()) -> list[str]:
     """Report lines from backends.json (weights fingerprints, threads; an empty record when the run
     has none) and host.json's gpu_override.
 
     Runs from before these files had them give no lines, so their signed reports render unchanged.
     """
+    host = host_of(run)
+    override = host.override if host is not None else None
+    out = [] if override is None else [
+        (f"- GPU override ({override.source}): ran on index {override.run_time.index} `{override.run_time.uuid}`; "
+         f"the recipe pins index {override.recipe_gpu.index} `{override.recipe_gpu.uuid}` (recipe unchanged).")]
     rank = {name: k for k, name in enumerate(order)}  # the recipe's order, then any other by name
-    ordered = sorted(backends.backends.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
-    return _override_line(host_of(run)) + [_weights_line(name, facts) for name, facts in ordered]
+    for name, facts in sorted(backends.backends.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])):
+        if facts.weights_fingerprint is None:
+            out.append(f"- {name}: no weights fingerprint reported")
+            continue
+        merged = facts.merged_weights_fingerprint
+        extra = f", merged `{merged[:17]}…`" if merged is not None else ""
+        out.append(f"- {name}: weights `{facts.weights_fingerprint[:17]}…` ({facts.weights_fingerprint_scope}{extra}), "
+                   f"torch threads {facts.torch_threads}/{facts.torch_interop_threads} (intra/inter-op)")
+    return out
 
 
 def _summary_notes(run: RunDir, summary: Summary) -> list[str]:
@@ -788,14 +712,14 @@ def _summary_notes(run: RunDir, summary: Summary) -> list[str]:
     return []
 
 
-def _servers_of(run: RunDir, backends: BackendsRecord, recipe: Recipe) -> list[str]:
-    """The Servers and connections section (none for runs without servers.json, so their reports stay as signed)."""
-    return server_lines(servers_of(run), backends, [b.name for b in recipe.backends])
-
-
 def _render_run(run: RunDir, as_status: str | None) -> tuple[str, RowTable, Summary, RunInfo]:
     """report.md's text of a run directory, with what its plots need."""
-    state, recipe, rows = _load_run(run)
+    state = state_of(run)  # a "running" run whose study died is reported incomplete
+    recipe = load_recipe(run.file("recipe.yaml"))
+    if run.rows_path.exists() or state.status == Status.COMPLETE:
+        rows = read_table(run.rows_path)
+    else:
+        rows = RowTable.from_rows([])  # a run that stopped before its first request
     if as_status is not None:  # the runner renders the report of a run it is about to call complete
         state = state.as_status(as_status)
     summary = summarize(rows, recipe, gpu=read_gpu_events(run.file(GPU_FILE)) if run.file(GPU_FILE).is_file() else None,
@@ -806,21 +730,9 @@ def _render_run(run: RunDir, as_status: str | None) -> tuple[str, RowTable, Summ
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
                          imported=imported, run_facts=run_facts_of(run, backends, [b.name for b in recipe.backends]),
                          floor=floor_lines(backends, rows), drift=recorded_drift(run),
-                         servers=_servers_of(run, backends, recipe), sections=_run_sections(run))
+                         servers=server_lines(servers_of(run), backends, [b.name for b in recipe.backends]),
+                         sections=[ReportSection("Kernel families (traces)", kernel_family_lines(run.path))])
     return text, rows, summary, info
-
-
-def _refuse_changing_signed(run: RunDir, target: Path, files: dict[str, bytes]) -> bool:
-    """True when target is the signed run itself (then nothing is written); EvidenceError if a file would change."""
-    signed = target.resolve() == run.path.resolve() and run.file(ENVELOPE_NAME).exists()
-    for name, data in files.items() if signed else ():
-        path = target / name
-        if not (path.exists() and path.read_bytes() == data):
-            raise EvidenceError(
-                f"{run.path} is signed and its {name} is absent or differs from the one rendered now; "
-                f"pass an output directory (invoke report --out DIR) instead of changing signed evidence."
-            )
-    return signed
 
 
 def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str | None = None,
@@ -839,7 +751,15 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows, summary.study_id, info) if plots else {})}
     files.update(load_plot_bytes(summary, info, enabled=plots))  # load runs only
     files.update(kernel_family_plot_bytes(run.path, summary.study_id, enabled=plots))  # traced runs only
-    if not _refuse_changing_signed(run, target, files):
+    if target.resolve() != run.path.resolve() or not run.file(ENVELOPE_NAME).exists():
         for name, data in files.items():
             _write_atomic(target / name, data)
+        return target / "report.md"
+    for name, data in files.items():  # the signed run itself: nothing is written, and nothing may differ
+        path = target / name
+        if not (path.exists() and path.read_bytes() == data):
+            raise EvidenceError(
+                f"{run.path} is signed and its {name} is absent or differs from the one rendered now; "
+                f"pass an output directory (invoke report --out DIR) instead of changing signed evidence."
+            )
     return target / "report.md"

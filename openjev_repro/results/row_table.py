@@ -113,17 +113,17 @@ class Interned:
         codes = self.codes if index is None else self.codes[index]
         return list(map(self.values.__getitem__, codes.tolist()))
 
-
-def _concat(parts: list[Interned]) -> Interned:
-    """One Interned column of several chunks (their value lists merged)."""
-    if len(parts) == 1:
-        return parts[0]
-    lookup: dict[str | None, int] = {}
-    codes = []
-    for part in parts:
-        remap = np.array([lookup.setdefault(v, len(lookup)) for v in part.values], dtype=np.int32)
-        codes.append(remap[part.codes] if len(remap) else part.codes)
-    return Interned(np.concatenate(codes) if codes else np.zeros(0, np.int32), list(lookup))
+    @classmethod
+    def concat(cls, parts: list[Interned]) -> Interned:
+        """One Interned column of several chunks (their value lists merged)."""
+        if len(parts) == 1:
+            return parts[0]
+        lookup: dict[str | None, int] = {}
+        codes = []
+        for part in parts:
+            remap = np.array([lookup.setdefault(v, len(lookup)) for v in part.values], dtype=np.int32)
+            codes.append(remap[part.codes] if len(remap) else part.codes)
+        return cls(np.concatenate(codes) if codes else np.zeros(0, np.int32), list(lookup))
 
 
 @dataclass(eq=False)
@@ -205,7 +205,7 @@ class RowTable:
         arrays: dict[str, Any] = {name: np.concatenate([getattr(t, name) for t in tables])
                   for name in ("pass_index", "seq", "start_ns", "end_ns", "probability", "has_probability",
                                "input_tokens", "has_input_tokens", "ok")}
-        strings: dict[str, Any] = {name: _concat([getattr(t, name) for t in tables])
+        strings: dict[str, Any] = {name: Interned.concat([getattr(t, name) for t in tables])
                    for name in ("ids", "backend", "workload", "phase", "decision", "label")}
         lists: dict[str, Any] = {name: [x for t in tables for x in getattr(t, name)] for name in ("status", "body_sha256", "error",
                                                                                        "reconnected", *_LOAD_COLUMNS)}
@@ -338,10 +338,6 @@ def chunks(path: Path, size: int) -> Iterator[bytes]:
             yield block
 
 
-def _table_of(structs: list[_RowStruct]) -> RowTable:
-    return RowTable.from_columns(Columns.of(structs))
-
-
 def read_table(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> RowTable:
     """Every row of a rows.jsonl as a RowTable; a malformed line is an EvidenceError naming the line."""
     path = Path(path)
@@ -353,7 +349,7 @@ def read_table(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> RowTable:
             structs = _DECODER.decode_lines(chunk)
             if any(s.v != ROW_FORMAT_VERSION for s in structs):
                 raise ValueError("row format version")
-            tables.append(_table_of(structs))
+            tables.append(RowTable.from_columns(Columns.of(structs)))
     except (msgspec.DecodeError, ValueError, EvidenceError):
         return _slow_table(path)
     return RowTable.concat(tables)

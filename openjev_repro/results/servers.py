@@ -17,22 +17,6 @@ _READY_WORDS = {
 }
 
 
-def _reach(info: ServerEntry) -> str:
-    if info.launched is False:
-        url = " ".join(str(info.url).split())  # one line, whatever the file holds
-        return f"a server running already at {url}, reached but not launched, stopped or owned by the study"
-    return "launched and stopped by the study"
-
-
-def _ready(info: ServerEntry) -> str:
-    ready = info.readiness
-    if ready is None:
-        return f"readiness {info.readiness_kind} (not reached)"
-    words = _READY_WORDS.get(ready.kind, "{answer}").format(health=info.health, endpoint=info.endpoint,
-                                                           answer=ready.answer)
-    return f"ready when {words} ({ready.kind}, {ready.seconds} s)"
-
-
 def _connections(conn: Connections | None) -> str:
     if conn is None:
         return "connections not recorded"
@@ -53,11 +37,6 @@ def _identity(name: str, backends: BackendsRecord) -> str:
     return "a foreign server: no weights fingerprint in its health answer, its answers taken as it gives them"
 
 
-def _ordered(found: dict[str, ServerEntry], order: list[str] | None) -> dict[str, ServerEntry]:
-    names = [n for n in order or [] if n in found] + sorted(n for n in found if n not in (order or []))
-    return {name: found[name] for name in names}
-
-
 def _boundary(entries: dict[str, ServerEntry]) -> str:
     renewed = [name for name, info in entries.items()
                if info.connections is not None and info.connections.reconnected_requests > 0]
@@ -76,9 +55,21 @@ def _boundary(entries: dict[str, ServerEntry]) -> str:
 def server_lines(servers: ServersRecord | None, backends: BackendsRecord, order: list[str] | None = None) -> list[str]:
     """One line per backend (in `order`, the recipe's, when given), then what the timing boundary included;
     [] for a run without servers.json."""
-    entries = _ordered(servers.backends if servers is not None else {}, order)
+    found = servers.backends if servers is not None else {}
+    names = [n for n in order or [] if n in found] + sorted(n for n in found if n not in (order or []))
+    entries = {name: found[name] for name in names}
     if not entries:
         return []
-    lines = [f"- {name}: {_reach(info)}; {_ready(info)}; {_connections(info.connections)}; "
-             f"{_identity(name, backends)}." for name, info in entries.items()]
+    lines = []
+    for name, info in entries.items():
+        reach = "launched and stopped by the study"
+        if info.launched is False:
+            url = " ".join(str(info.url).split())  # one line, whatever the file holds
+            reach = f"a server running already at {url}, reached but not launched, stopped or owned by the study"
+        ready = f"readiness {info.readiness_kind} (not reached)"
+        if info.readiness is not None:
+            words = _READY_WORDS.get(info.readiness.kind, "{answer}").format(
+                health=info.health, endpoint=info.endpoint, answer=info.readiness.answer)
+            ready = f"ready when {words} ({info.readiness.kind}, {info.readiness.seconds} s)"
+        lines.append(f"- {name}: {reach}; {ready}; {_connections(info.connections)}; {_identity(name, backends)}.")
     return [*lines, "", _boundary(entries)]

@@ -68,7 +68,6 @@ from .energy import GpuLog, energy_and_state
 from .latency import latency_stats, overall_stats
 from .load import load_summary
 from .row_table import RowTable, as_table
-from .trace_gates import trace_gate
 
 __all__ = [
     "BOOTSTRAP_METHOD",
@@ -356,12 +355,6 @@ def _joined(rows: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(rows) if rows else _NONE
 
 
-def _mean_range(passes: list[PassStats]) -> list[float] | None:
-    """[lowest, highest] pass mean, None when no pass has one."""
-    means = [p.mean_ms for p in passes if p.mean_ms is not None]
-    return [min(means), max(means)] if means else None
-
-
 def pooled_levels(workload: Workload) -> Pooled | None:
     """Which levels a load workload's pooled figures cover: never levels of two timing rules. The open
     levels (latency from the schedule) when it declares any, else its closed ladder (from the send); None
@@ -375,21 +368,18 @@ def pooled_levels(workload: Workload) -> Pooled | None:
                   not_pooled=[level.id for level in levels if level.id not in pooled])
 
 
-def _pooled_passes(recipe: Recipe, workload: Workload, pooled: Pooled | None, phase: str) -> set[int] | None:
-    """The pass indexes of the pooled levels (a level's passes follow the previous level's); None: every pass."""
-    if pooled is None:
-        return None
-    per_level = recipe.passes_per_level(workload)[0 if phase == _FEASIBILITY else 1]
-    ids = [level.id for level in workload.levels() or []]
-    return {k * per_level + i for k, level in enumerate(ids) if level in pooled.levels for i in range(1, per_level + 1)}
-
-
 def _latency_rows(index: _Index, recipe: Recipe, workload: Workload, backend: str, phase: str) -> dict[int, np.ndarray]:
     """pass index -> row indices of the passes whose latencies the workload's figures pool."""
     expected = recipe.passes_for(workload)[0 if phase == _FEASIBILITY else 1]
     found = _pass_rows(index, workload.name, backend, phase, expected)
-    keep = _pooled_passes(recipe, workload, pooled_levels(workload), phase)
-    return found if keep is None else {p: rows for p, rows in found.items() if p in keep}
+    pooled = pooled_levels(workload)
+    if pooled is None:  # every pass
+        return found
+    # the pooled levels' passes (a level's passes follow the previous level's)
+    per_level = recipe.passes_per_level(workload)[0 if phase == _FEASIBILITY else 1]
+    ids = [level.id for level in workload.levels() or []]
+    keep = {k * per_level + i for k, level in enumerate(ids) if level in pooled.levels for i in range(1, per_level + 1)}
+    return {p: rows for p, rows in found.items() if p in keep}
 
 
 def _backend_summary(index: _Index, recipe: Recipe, workload: Workload, backend: str) -> BackendSummary:
@@ -397,6 +387,7 @@ def _backend_summary(index: _Index, recipe: Recipe, workload: Workload, backend:
     meas = _latency_rows(index, recipe, workload, backend, _MEASURED)
     feas = _latency_rows(index, recipe, workload, backend, _FEASIBILITY)
     measured = [_pass_stats(t, p, rows) for p, rows in meas.items()]
+    means = [p.mean_ms for p in measured if p.mean_ms is not None]
     meas_rows = list(meas.values())
     n_feas, n_meas = recipe.passes_for(workload)
     timed = [*_pass_rows(index, workload.name, backend, _FEASIBILITY, n_feas).values(),
@@ -407,7 +398,7 @@ def _backend_summary(index: _Index, recipe: Recipe, workload: Workload, backend:
         measured=measured,
         feasibility=[_pass_stats(t, p, rows) for p, rows in feas.items()],
         overall=_overall_stats(t, _joined(meas_rows)),
-        pass_mean_range_ms=_mean_range(measured),
+        pass_mean_range_ms=[min(means), max(means)] if means else None,  # [lowest, highest] pass mean
         correct=first.correct, labelled=first.labelled, unanswered=first.unanswered,
         correct_by_pass=[_Correctness.of(t, rows).correct for rows in meas_rows],
         decision_mismatches=_decision_mismatches(t, _joined(timed)),
@@ -445,11 +436,6 @@ def pair_by_id_and_seq(a_ids: np.ndarray, a_seq: np.ndarray, b_ids: np.ndarray, 
     return last_b[ka], unpaired
 
 
-def _bucket_of(tokens: np.ndarray) -> np.ndarray:
-    """token_bucket, vectorised: 0 "<500", 1 "500-2000", 2 ">2000"."""
-    return np.where(tokens < 500, 0, np.where(tokens <= 2000, 1, 2))
-
-
 def _max(values: np.ndarray) -> float | None:
     return max(values.tolist()) if len(values) else None
 
@@ -480,20 +466,6 @@ class _Agreement:
         return self.pair_errors + self.unpaired
 
 
-def _agreement(t: RowTable, a_rows: np.ndarray, b_rows: np.ndarray) -> _Agreement:
-    """Pair the first measured pass of two backends by (id, seq) and compare their answers."""
-    a, b, errors, unpaired = _paired(t, a_rows, b_rows)
-    same = (t.probability[a] >= YES_THRESHOLD) == (t.probability[b] >= YES_THRESHOLD)
-    differing = list(dict.fromkeys(str(case) for case in t.ids.strings(a[~same])))
-    deltas = np.abs(t.probability[a] - t.probability[b])
-    has_a, has_b = t.has_input_tokens[a], t.has_input_tokens[b]
-    tokens = np.where(has_a, t.input_tokens[a], t.input_tokens[b])
-    bucket = np.where(has_a | has_b, _bucket_of(tokens), -1)
-    below, middle, above = (_max(deltas[bucket == i]) for i in range(len(TOKEN_BUCKETS)))
-    return _Agreement(int(same.sum()), len(a), errors, unpaired, differing, _max(deltas),
-                      TokenBuckets(below_500=below, from_500_to_2000=middle, above_2000=above))
-
-
 @dataclass(frozen=True)
 class _Speed:
     """A candidate's measured means against a baseline's."""
@@ -521,31 +493,41 @@ class _Speed:
         )
 
 
-def _agreement_of(index: _Index, workload: str, a: str, b: str) -> _Agreement:
-    """_agreement of two backends' first measured passes, computed once per summary."""
-    key = (workload, a, b)
-    if key not in index.agreements:
-        index.agreements[key] = _agreement(index.table, _first_measured(index, workload, a),
-                                           _first_measured(index, workload, b))
+def _agreement_of(index: _Index, workload: str, a_name: str, b_name: str) -> _Agreement:
+    """The first measured passes of two backends paired by (id, seq), their answers compared; computed once
+    per summary."""
+    key = (workload, a_name, b_name)
+    if key in index.agreements:
+        return index.agreements[key]
+    t = index.table
+    a, b, errors, unpaired = _paired(t, _first_measured(index, workload, a_name), _first_measured(index, workload, b_name))
+    same = (t.probability[a] >= YES_THRESHOLD) == (t.probability[b] >= YES_THRESHOLD)
+    differing = list(dict.fromkeys(str(case) for case in t.ids.strings(a[~same])))
+    deltas = np.abs(t.probability[a] - t.probability[b])
+    has_a, has_b = t.has_input_tokens[a], t.has_input_tokens[b]
+    tokens = np.where(has_a, t.input_tokens[a], t.input_tokens[b])
+    # token_bucket, vectorised: 0 "<500", 1 "500-2000", 2 ">2000"; -1 without a count
+    bucket = np.where(has_a | has_b, np.where(tokens < 500, 0, np.where(tokens <= 2000, 1, 2)), -1)
+    below, middle, above = (_max(deltas[bucket == i]) for i in range(len(TOKEN_BUCKETS)))
+    index.agreements[key] = _Agreement(int(same.sum()), len(a), errors, unpaired, differing, _max(deltas),
+                                       TokenBuckets(below_500=below, from_500_to_2000=middle, above_2000=above))
     return index.agreements[key]
-
-
-def _comparison(index: _Index, workload: str, backends: dict[str, BackendSummary], base: str, cand: str) -> Comparison:
-    ag = _agreement_of(index, workload, base, cand)
-    speed = _Speed.of(backends[base], backends[cand])
-    return Comparison(baseline=base, candidate=cand, **dataclasses.asdict(speed), agreement=ag.agreement, n=ag.n,
-                      pair_errors=ag.pair_errors, unpaired=ag.unpaired, differing_ids=ag.differing_ids,
-                      max_probability_delta=ag.max_probability_delta, max_probability_delta_by_tokens=ag.by_tokens)
 
 
 def _workload_summary(index: _Index, recipe: Recipe, workload: Workload) -> WorkloadSummary:
     names = [b.name for b in recipe.backends]
     backends = {b: _backend_summary(index, recipe, workload, b) for b in names}
     pairs = [(names[i], names[j]) for i in range(len(names)) for j in range(i + 1, len(names))]
+    comparisons = []
+    for base, cand in pairs:
+        ag = _agreement_of(index, workload.name, base, cand)
+        speed = _Speed.of(backends[base], backends[cand])
+        comparisons.append(Comparison(
+            baseline=base, candidate=cand, **dataclasses.asdict(speed), agreement=ag.agreement, n=ag.n,
+            pair_errors=ag.pair_errors, unpaired=ag.unpaired, differing_ids=ag.differing_ids,
+            max_probability_delta=ag.max_probability_delta, max_probability_delta_by_tokens=ag.by_tokens))
     pooled = pooled_levels(workload)
-    return WorkloadSummary(backends=backends,
-                           comparisons=[_comparison(index, workload.name, backends, a, b) for a, b in pairs],
-                           pooled=UNSET if pooled is None else pooled)
+    return WorkloadSummary(backends=backends, comparisons=comparisons, pooled=UNSET if pooled is None else pooled)
 
 
 # --- gates -----------------------------------------------------------------------------
@@ -589,28 +571,6 @@ def _max_delta(gate: MaxProbabilityDeltaGate, index: _Index) -> GateResult:
                  f"max |p({gate.a}) - p({gate.b})| = {delta!r} over {ag.n} pairs (allowed <= {gate.max})")
 
 
-def _differing_margins(index: _Index, gate: DecisionsUnchangedGate) -> list[tuple[str, float]]:
-    """(id, a's margin |p - 0.5|) of every paired case whose decisions differ, in row order."""
-    t = index.table
-    a, b, _errors, _unpaired = _paired(t, _first_measured(index, gate.workload, gate.a),
-                                       _first_measured(index, gate.workload, gate.b))
-    differ = (t.probability[a] >= YES_THRESHOLD) != (t.probability[b] >= YES_THRESHOLD)
-    margins = np.abs(t.probability[a[differ]] - YES_THRESHOLD)
-    return [(str(case), float(m)) for case, m in zip(t.ids.strings(a[differ]), margins, strict=True)]
-
-
-def _margin_detail(gate: DecisionsUnchangedGate, margin: float, differing: list[tuple[str, float]],
-                   counted: list[tuple[str, float]]) -> str:
-    """The decision gate's detail under `min_margin`: the cases that count and each one excluded, with margins."""
-    excluded = [(case, m) for case, m in differing if m <= margin]
-    detail = f"; gated where |p({gate.a}) - 0.5| > {margin}"
-    if counted:
-        detail += "; differing there: " + ", ".join(f"{case} (margin {m:.4f})" for case, m in counted)
-    if excluded:
-        detail += "; excluded by the margin: " + ", ".join(f"{case} (margin {m:.4f})" for case, m in excluded)
-    return detail
-
-
 def _decisions(gate: DecisionsUnchangedGate, index: _Index) -> GateResult:
     ag = _agreement_of(index, gate.workload, gate.a, gate.b)
     if ag.n == 0:
@@ -621,9 +581,21 @@ def _decisions(gate: DecisionsUnchangedGate, index: _Index) -> GateResult:
         if ag.differing_ids:
             detail += f"; differing: {', '.join(ag.differing_ids)}"
         return _gate(gate, True, ag.agreement == ag.n, ag.missing, detail)
-    differing = _differing_margins(index, gate)
+    # under `min_margin`: a's margin |p - 0.5| of every paired case whose decisions differ, in row order;
+    # the cases that count and each one excluded, with their margins
+    t = index.table
+    a, b, _errors, _unpaired = _paired(t, _first_measured(index, gate.workload, gate.a),
+                                       _first_measured(index, gate.workload, gate.b))
+    differ = (t.probability[a] >= YES_THRESHOLD) != (t.probability[b] >= YES_THRESHOLD)
+    margins = np.abs(t.probability[a[differ]] - YES_THRESHOLD)
+    differing = [(str(case), float(m)) for case, m in zip(t.ids.strings(a[differ]), margins, strict=True)]
     counted = [(case, m) for case, m in differing if m > margin]
-    detail += _margin_detail(gate, margin, differing, counted)
+    excluded = [(case, m) for case, m in differing if m <= margin]
+    detail += f"; gated where |p({gate.a}) - 0.5| > {margin}"
+    if counted:
+        detail += "; differing there: " + ", ".join(f"{case} (margin {m:.4f})" for case, m in counted)
+    if excluded:
+        detail += "; excluded by the margin: " + ", ".join(f"{case} (margin {m:.4f})" for case, m in excluded)
     return _gate(gate, True, not counted, ag.missing, detail)
 
 
@@ -652,10 +624,6 @@ def _not_throttled(gate: GpuNotThrottledGate, state: GpuState | None) -> GateRes
     return _gate(gate, True, not slowed, 0, detail)
 
 
-def _external(gate: ExternalGate) -> GateResult:
-    return _gate(gate, False, None, 0, f"recorded, not evaluated by the runner; evidence: {gate.evidence}")
-
-
 def _evaluate(gate: Gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
     """The gate's result by its kind (docs/results.md, Gates)."""
     match gate:
@@ -670,9 +638,11 @@ def _evaluate(gate: Gate, index: _Index, workloads: dict[str, WorkloadSummary]) 
         case GpuNotThrottledGate():
             return _not_throttled(gate, index.gpu_state)
         case ExternalGate():
-            return _external(gate)
+            return _gate(gate, False, None, 0, f"recorded, not evaluated by the runner; evidence: {gate.evidence}")
         case KernelTimeReductionGate() | GraphReplayGate():
-            return trace_gate(gate, index.kernel_families)
+            evaluated, passed, detail = gate.decide(index.kernel_families)  # the trace gates (issue 43)
+            return GateResult(name=gate.name, kind=gate.kind, evaluated=evaluated, passed=passed, errors=0,
+                              detail=detail)
 
 
 # --- the summary -----------------------------------------------------------------------

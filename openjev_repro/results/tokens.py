@@ -53,12 +53,6 @@ class TokenDifferences(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         out: dict[str, object] = msgspec.to_builtins(self)
         return out
 
-    def _offsets(self) -> str:
-        counts = {int(d): n for d, n in self.deltas.items()}
-        if len(counts) <= _SHOWN_DELTAS:
-            return ", ".join(f"{d:+d} in {n}" for d, n in counts.items())
-        return f"{len(counts)} different offsets from {min(counts):+d} to {max(counts):+d}"
-
     def _named(self) -> str:
         """': a, b, …' naming the differing cases, '' when every compared case differs."""
         if self.differing == self.compared:
@@ -74,8 +68,11 @@ class TokenDifferences(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
             return f"input tokens not compared (no case has both counts{missing})"
         if not self.differing:
             return f"input tokens identical in all {self.compared} cases{missing}"
+        counts = {int(d): n for d, n in self.deltas.items()}
+        offsets = (", ".join(f"{d:+d} in {n}" for d, n in counts.items()) if len(counts) <= _SHOWN_DELTAS
+                   else f"{len(counts)} different offsets from {min(counts):+d} to {max(counts):+d}")
         return (f"input tokens DIFFER in {self.differing} of {self.compared} cases ({candidate} − {baseline}: "
-                f"{self._offsets()}){self._named()}{missing}")
+                f"{offsets}){self._named()}{missing}")
 
 
 def token_differences(ids: list[str | None], seqs: list[int], baseline: np.ndarray, has_baseline: np.ndarray,

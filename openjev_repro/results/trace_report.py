@@ -29,6 +29,11 @@ def _lengths(table: KernelFamilyFile) -> list[int]:
     return sorted({t.tokens for t in table.traces})
 
 
+def _device_time(table: KernelFamilyFile) -> bool:
+    """Whether every trace timed device kernels (else CPU ops: a trace without CUDA)."""
+    return all(t.device_events == "kernel" for t in table.traces)
+
+
 def _mean(traces: Sequence[TraceFamilies], value) -> float:
     return math.fsum(value(t) for t in traces) / len(traces)
 
@@ -56,7 +61,7 @@ def _change(base: Sequence[TraceFamilies], other: Sequence[TraceFamilies], famil
 
 def _length_table(table: KernelFamilyFile, tokens: int, backends: list[str]) -> list[str]:
     at = {b: table.at(b, tokens) for b in backends}
-    unit = "kernel" if all(t.device_events == "kernel" for t in table.traces) else "CPU op"
+    unit = "kernel" if _device_time(table) else "CPU op"
     head = ["family", *(f"{b} ms ({unit}s)" for b in backends), *(f"{b} vs {backends[0]}" for b in backends[1:])]
     out = [f"{tokens} tokens ({', '.join(f'{len(at[b])} traces of {b}' for b in backends)}):", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -82,10 +87,6 @@ def kernel_family_lines(run_dir: Path) -> list[str]:
     for tokens in _lengths(table):
         out += _length_table(table, tokens, backends)
     return [*out, f"Plot: {PLOT_NAME} (the same means, one panel per length)."]
-
-
-def _time_word(table: KernelFamilyFile) -> str:
-    return "device time" if all(t.device_events == "kernel" for t in table.traces) else "CPU op time"
 
 
 def kernel_family_plot_bytes(run_dir: Path, study_id: str, *, enabled: bool = True) -> dict[str, bytes]:
@@ -115,7 +116,7 @@ def kernel_family_plot_bytes(run_dir: Path, study_id: str, *, enabled: bool = Tr
         ax.set_xticks([i + width * (len(backends) - 1) / 2 for i in range(len(families))], families,
                       rotation=45, ha="right")
         ax.set_title(f"{tokens} tokens")
-        ax.set_ylabel(f"{_time_word(table)} per request (ms{', log scale' if log else ''})")
+        ax.set_ylabel(f"{'device time' if _device_time(table) else 'CPU op time'} per request (ms{', log scale' if log else ''})")
         ax.grid(True, axis="y", alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.suptitle(f"{study_id}: kernel families per traced request")

@@ -77,30 +77,17 @@ def _fetch(url: str, data: bytes | None, seconds: float,
                           headers=headers)
 
 
-def _status_ready(status: int, body: bytes) -> tuple[bool, dict]:
+def _judged(kind: str, status: int, body: bytes) -> tuple[bool, dict]:
+    """(ready, the JSON object answered, {} when none): `status-ready` wants HTTP 200 with JSON status
+    "ready", `any-2xx` (and `first-inference`) any 2xx."""
     try:
         parsed = json.loads(body or b"{}")
     except ValueError:
-        return False, {}
-    ok = status == 200 and isinstance(parsed, dict) and parsed.get("status") == "ready"
-    return ok, parsed if isinstance(parsed, dict) else {}
-
-
-def _any_2xx(status: int, body: bytes) -> tuple[bool, dict]:
-    try:
-        parsed = json.loads(body or b"{}")
-    except ValueError:
-        parsed = {}
-    return 200 <= status < 300, parsed if isinstance(parsed, dict) else {}
-
-
-def _refused(kind: str, status: int, body: bytes, where: dict[str, str]) -> str | None:
-    """For first-inference: a 4xx (not 408/425/429) is a refusal to report now, not a server still loading."""
-    if kind != "first-inference" or not 400 <= status < 500 or status in (408, 425, 429):
-        return None
-    hint = first_inference_hint(status, body, model=where["model"], endpoint=where["endpoint"])
-    quoted = body[:_BODY_CHARS].decode("utf-8", "replace")
-    return f"answered HTTP {status} ({quoted}){'; ' + hint if hint else ''}"
+        parsed = None
+    health = parsed if isinstance(parsed, dict) else {}
+    if kind == "status-ready":
+        return status == 200 and health.get("status") == "ready", health
+    return 200 <= status < 300, health
 
 
 @dataclass
@@ -116,6 +103,14 @@ class _Target:
     log_hint: str
     headers: tuple[tuple[str, str], ...] = ()  # a url backend's, from the environment
 
+    def refusal(self, status: int, body: bytes) -> str | None:
+        """For first-inference: a 4xx (not 408/425/429) is a refusal to report now, not a server still loading."""
+        if self.kind != "first-inference" or not 400 <= status < 500 or status in (408, 425, 429):
+            return None
+        hint = first_inference_hint(status, body, model=self.model, endpoint=self.endpoint)
+        quoted = body[:_BODY_CHARS].decode("utf-8", "replace")
+        return f"answered HTTP {status} ({quoted}){'; ' + hint if hint else ''}"
+
     def attempt(self, seconds: float) -> tuple[bool, dict, str]:
         """(ready, health body, last answer in words) of one poll ended within `seconds`;
         raises BackendNotReady on a refused first inference."""
@@ -123,11 +118,11 @@ class _Target:
             status, body = _fetch(self.url, self.data, seconds, self.headers)
         except (OSError, ValueError, h11.ProtocolError) as exc:
             return False, {}, str(exc)
-        refused = _refused(self.kind, status, body, {"model": self.model, "endpoint": self.endpoint})
+        refused = self.refusal(status, body)
         if refused:
             raise BackendNotReady(f"Backend {self.name}: the first-inference request to {self.url} (readiness "
                                   f"first-inference) {refused}. {self.log_hint}")
-        ready, parsed = (_status_ready if self.kind == "status-ready" else _any_2xx)(status, body)
+        ready, parsed = _judged(self.kind, status, body)
         words = f"HTTP {status}" if ready else f"HTTP {status} {body[:_BODY_CHARS].decode('utf-8', 'replace')}"
         return ready, {} if self.kind == "first-inference" else parsed, words
 

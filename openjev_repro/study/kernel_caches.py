@@ -183,16 +183,6 @@ def unpack_archive(archive: Path, sha256: str, destination: Path) -> set[str]:
     return {PurePosixPath(m.name).parts[0] for m in members}
 
 
-def _tar_info(name: str, path: Path) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-    if path.is_dir():
-        info.type, info.mode = tarfile.DIRTYPE, 0o755
-    else:
-        info.size, info.mode = path.stat().st_size, 0o755 if path.stat().st_mode & 0o100 else 0o644
-    return info
-
-
 def _entries(directory: Path, kind: str) -> list[tuple[str, Path]]:
     """(member name, path) of a cache folder, sorted; links, sockets and __pycache__ are left out."""
     found = [(kind, directory)]
@@ -212,13 +202,16 @@ def pack_caches(folders: dict[str, Path], out: Path) -> str:
     with lzma.LZMAFile(buffer, "wb", format=lzma.FORMAT_XZ, preset=XZ_PRESET) as xz, \
             tarfile.open(fileobj=xz, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for kind in sorted(folders):
-            for name, path in _entries(folders[kind], kind):
-                info = _tar_info(name, path)
-                if info.isdir():
+            for name, path in _entries(folders[kind], kind):  # no owner, no time: the same bytes on every host
+                info = tarfile.TarInfo(name)
+                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                if path.is_dir():
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
                     tar.addfile(info)
-                else:
-                    with path.open("rb") as handle:
-                        tar.addfile(info, handle)
+                    continue
+                info.size, info.mode = path.stat().st_size, 0o755 if path.stat().st_mode & 0o100 else 0o644
+                with path.open("rb") as handle:
+                    tar.addfile(info, handle)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(out, buffer.getvalue())
     return hash_file(out)
@@ -242,13 +235,6 @@ def _fill(backend: Backend, pins: list[KernelCachePin], root: Path, folder: Path
     return filled
 
 
-def _record(run: RunDir, kind: Kind, folder: Path, pin: KernelCachePin | None) -> CacheRecord:
-    """A cache as the backend gets it: the folder's digest before it starts, and its pin if any."""
-    record = CacheRecord(kind=kind, env=KIND_ENV[kind], directory=folder.relative_to(run.path.parent).as_posix(),
-                         before=TreeDigest.of(folder))
-    return record if pin is None else msgspec.structs.replace(record, archive=pin.archive, archive_sha256=pin.sha256)
-
-
 def open_caches(run: RunDir, backend: Backend, root: Path, runtime: str) -> dict[str, str]:
     """Before a launched backend starts: its fresh cache folders, filled from the pinned archives and
     recorded; the environment variables that point it at them ({} without `kernel_caches`)."""
@@ -262,8 +248,14 @@ def open_caches(run: RunDir, backend: Backend, root: Path, runtime: str) -> dict
     for kind in spec.kinds:
         (folder / kind).mkdir(parents=True, exist_ok=False)
     filled = _fill(backend, spec.pinned, root, folder)
-    records = tuple(_record(run, kind, folder / kind, filled.get(kind)) for kind in spec.kinds)
-    (KernelCachesRecord.read(run) or KernelCachesRecord()).with_backend(backend.name, records).write(run)
+    records = []  # each cache as the backend gets it: the folder's digest before it starts, and its pin if any
+    for kind in spec.kinds:
+        record = CacheRecord(kind=kind, env=KIND_ENV[kind], before=TreeDigest.of(folder / kind),
+                             directory=(folder / kind).relative_to(run.path.parent).as_posix())
+        pin = filled.get(kind)
+        records.append(record if pin is None else
+                       msgspec.structs.replace(record, archive=pin.archive, archive_sha256=pin.sha256))
+    (KernelCachesRecord.read(run) or KernelCachesRecord()).with_backend(backend.name, tuple(records)).write(run)
     return {KIND_ENV[kind]: str(folder / kind) for kind in spec.kinds}
 
 

@@ -171,14 +171,6 @@ class _PassState:
             self._next += 1
             return self._next - 1
 
-    def wait_until(self, due_ns: int) -> None:
-        """Return at `due_ns` (or at once when it has passed, or when the pass is stopping)."""
-        while (left := due_ns - time.monotonic_ns()) > 0 and not self.stop.is_set():
-            if left > _SLEEP_SLICE_NS:
-                self.stop.wait((left - _SLEEP_SLICE_NS) / 1e9)
-            else:
-                time.sleep(left / 1e9)
-
 
 @dataclass(frozen=True)
 class _Pass:
@@ -194,8 +186,12 @@ def _send_loop(job: _Pass, state: _PassState, connection: int, client: TimedClie
     try:
         while (seq := state.take()) is not None:
             due = None if state.scheduled is None else state.scheduled[seq]
-            if due is not None:
-                state.wait_until(due)
+            # open loop: wait for its time (at once when it has passed, or when the pass is stopping)
+            while due is not None and (left := due - time.monotonic_ns()) > 0 and not state.stop.is_set():
+                if left > _SLEEP_SLICE_NS:
+                    state.stop.wait((left - _SLEEP_SLICE_NS) / 1e9)
+                else:
+                    time.sleep(left / 1e9)
             via = Via(job.level.id, connection, client, due)
             row = job.runner.request(state.requests[seq], workload=job.workload, phase=job.phase,
                                      pass_index=job.index, seq=seq, via=via)

@@ -97,8 +97,15 @@ class BackendPasses:
         return self.runner.backend
 
     def run_step(self, step: PlanStep) -> None:
-        if step.phase == "first":
-            self._first_inference()
+        if step.phase == "first":  # checked: a finite probability, usage and a decision
+            req = first_request(self.warmup, self.prepared)
+            row = self.runner.request(req, workload=next(iter(self.prepared)), phase="first", pass_index=1, seq=0)
+            if not row.ok or row.probability is None or row.decision is None or row.input_tokens is None:
+                error = (row.error or "incomplete answer").rstrip(".")
+                hint = first_inference_hint(row.status, error, model=self.model or "", endpoint=self.runner.endpoint)
+                raise BackendError(f"Backend {self.backend}: the first inference after readiness failed its check "
+                                   f"(finite probability, usage, decision): {error}."
+                                   f"{' Likely fix: ' + hint + '.' if hint else ''}")
         elif step.phase == "warmup":
             self._warm_up(step)
         else:
@@ -116,16 +123,6 @@ class BackendPasses:
 
     def timed_failures(self) -> int:
         return sum(1 for r in self.runner.failures if r.phase in ("feasibility", "measured"))
-
-    def _first_inference(self) -> None:
-        req = first_request(self.warmup, self.prepared)
-        row = self.runner.request(req, workload=next(iter(self.prepared)), phase="first", pass_index=1, seq=0)
-        if not row.ok or row.probability is None or row.decision is None or row.input_tokens is None:
-            error = (row.error or "incomplete answer").rstrip(".")
-            hint = first_inference_hint(row.status, error, model=self.model or "", endpoint=self.runner.endpoint)
-            raise BackendError(f"Backend {self.backend}: the first inference after readiness failed its check "
-                               f"(finite probability, usage, decision): {error}."
-                               f"{' Likely fix: ' + hint + '.' if hint else ''}")
 
     def _warm_up(self, step: PlanStep) -> None:
         """The warm-up of a workload (the step's, else the first): its pool's longest request, then its first N."""

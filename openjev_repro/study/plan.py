@@ -34,14 +34,14 @@ from ..evidence.plan import (
     TraceEntry,
     every_field_set,
 )
-from ..evidence.recipe import UNPINNED, Backend, NoAliasLoader, Recipe, Workload, _line_map
+from ..evidence.recipe import UNPINNED, Backend, NoAliasLoader, Recipe, _line_map
 from ..hashing import hash_file
 from .placeholders import LAUNCH_NAMES, fill
 from .preparation import plan_prepare
 from .resolved import ResolvedRecipe
 from .traces import plan_traces
 
-__all__ = ["PLAN_FORMAT_VERSION", "REPRO_ROOT", "check_pins", "resolve_plan", "runner_placeholders"]
+__all__ = ["PLAN_FORMAT_VERSION", "REPRO_ROOT", "check_pins", "resolve_plan"]
 
 REPRO_ROOT = Path(__file__).resolve().parents[2]  # the directory holding openjev_repro ({repro})
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -52,7 +52,8 @@ _UUID = re.compile(r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-
 Pin = tuple[tuple, str, str]  # (field path in the recipe, value, kind)
 
 
-def _input_pins(recipe: Recipe) -> list[Pin]:
+def _pins(recipe: Recipe) -> list[Pin]:
+    """(field path, value, kind) of every pin in the recipe: inputs and artifacts, preparation, pins, GPU."""
     pins: list[Pin] = []
     for i, f in enumerate(recipe.inputs.files):
         pins.append((("inputs", "files", i, "sha256"), f.sha256, "sha256"))
@@ -60,33 +61,16 @@ def _input_pins(recipe: Recipe) -> list[Pin]:
             pins.append((("inputs", "files", i, "published_sha256"), f.published_sha256, "sha256"))
     for i, b in enumerate(recipe.backends):
         pins += [(("backends", i, "artifacts", j, "sha256"), a.sha256, "sha256") for j, a in enumerate(b.artifacts)]
-    return pins
-
-
-def _preparation_pins(recipe: Recipe) -> list[Pin]:
     prep = recipe.preparation
-    if prep is None:
-        return []
-    return ([(("preparation", "downloads", i, "revision"), d.revision, "hf_revision") for i, d in enumerate(prep.downloads)]
-            + [(("preparation", "sources", i, "commit"), s.commit, "commit") for i, s in enumerate(prep.sources)])
-
-
-def _pins(recipe: Recipe) -> list[Pin]:
-    """(field path, value, kind) of every pin in the recipe."""
-    pins = _input_pins(recipe) + _preparation_pins(recipe)
+    if prep is not None:
+        pins += [(("preparation", "downloads", i, "revision"), d.revision, "hf_revision")
+                 for i, d in enumerate(prep.downloads)]
+        pins += [(("preparation", "sources", i, "commit"), s.commit, "commit") for i, s in enumerate(prep.sources)]
     pins += [(("pins", "commits", k), v, "commit") for k, v in recipe.pins.commits.items()]
     pins += [(("pins", "sha256", k), v, "sha256") for k, v in recipe.pins.sha256.items()]
     if recipe.controls.gpu is not None:
         pins.append((("controls", "gpu", "uuid"), recipe.controls.gpu.uuid, "gpu_uuid"))
     return pins
-
-
-def _pin_ok(value: str, kind: str) -> bool:
-    if kind == "sha256":
-        return value == UNPINNED or bool(_HEX64.match(value))
-    if kind in ("commit", "hf_revision"):
-        return bool(_HEX40.match(value))
-    return bool(_UUID.match(value))
 
 
 def check_pins(recipe: Recipe, recipe_path: Path) -> list[PinCheck]:
@@ -96,7 +80,10 @@ def check_pins(recipe: Recipe, recipe_path: Path) -> list[PinCheck]:
     lines = _line_map(node) if node is not None else {}  # an empty file has no node
     checked, bad = [], []
     for path, value, kind in _pins(recipe):
-        ok = _pin_ok(value, kind)
+        if kind == "sha256":
+            ok = value == UNPINNED or bool(_HEX64.match(value))
+        else:
+            ok = bool((_HEX40 if kind in ("commit", "hf_revision") else _UUID).match(value))
         field = ".".join(str(p) for p in path)
         checked.append(PinCheck(field=field, kind=kind, value=value, status="unpinned" if value == UNPINNED else "ok"))
         if not ok:
@@ -104,11 +91,6 @@ def check_pins(recipe: Recipe, recipe_path: Path) -> list[PinCheck]:
     if bad:
         raise RecipeError("Malformed pins:\n  " + "\n  ".join(bad))
     return checked
-
-
-def runner_placeholders(root: Path) -> dict[str, str]:
-    """Placeholders known before launch; the other LAUNCH_NAMES and {port.<aux>} stay for the runner."""
-    return {"inputs": str(root), "repro": str(REPRO_ROOT)}
 
 
 def _process(name: str, argv: list[str], env: dict[str, str], values: dict[str, str], where: str,
@@ -147,23 +129,17 @@ def _steps(recipe: Recipe) -> tuple[PlanStep, ...]:
     several = len(recipe.workloads) > 1
     for w in recipe.workloads:
         steps.append(PlanStep.warm_up(recipe.protocol.warmup, w.name if several else None))
-        steps += _workload_steps(recipe, w)
+        # its timed passes; with a `load`, each level's passes in turn, the level named (and how it loads)
+        feas, meas = recipe.passes_per_level(w)
+        bound = w.load.latency_bound_ms if w.load is not None and w.load.latency_bound_ms is not None else UNSET
+        for number, level in enumerate(w.levels() or [None]):
+            extra = {} if level is None else {"level": level.id, "load": PlanLoad(**level.to_dict()),
+                                              "latency_bound_ms": bound}
+            steps += [PlanStep(phase="feasibility", workload=w.name, index=number * feas + i, **extra)  # type: ignore[arg-type]
+                      for i in range(1, feas + 1)]
+            steps += [PlanStep(phase="measured", workload=w.name, index=number * meas + i, **extra)  # type: ignore[arg-type]
+                      for i in range(1, meas + 1)]
     return tuple(steps)
-
-
-def _workload_steps(recipe: Recipe, w: Workload) -> list[PlanStep]:
-    """A workload's timed passes; with a `load`, each level's passes in turn, the level named (and how it loads)."""
-    feas, meas = recipe.passes_per_level(w)
-    bound = w.load.latency_bound_ms if w.load is not None and w.load.latency_bound_ms is not None else UNSET
-    steps: list[PlanStep] = []
-    for number, level in enumerate(w.levels() or [None]):
-        extra = {} if level is None else {"level": level.id, "load": PlanLoad(**level.to_dict()),
-                                          "latency_bound_ms": bound}
-        steps += [PlanStep(phase="feasibility", workload=w.name, index=number * feas + i, **extra)  # type: ignore[arg-type]
-                  for i in range(1, feas + 1)]
-        steps += [PlanStep(phase="measured", workload=w.name, index=number * meas + i, **extra)  # type: ignore[arg-type]
-                  for i in range(1, meas + 1)]
-    return steps
 
 
 def _hashes(recipe: Recipe) -> list[PlanHash]:
@@ -212,7 +188,8 @@ def _traces(recipe: Recipe, root: Path) -> PlanTraces:
 def resolve_plan(study: ResolvedRecipe, *, runtime: str | None = None) -> Plan:
     """The fully resolved plan of a resolved recipe (no network, no GPU, no writes); `.to_json()` is plan.json's."""
     recipe, root = study.recipe, study.root
-    values = runner_placeholders(root)
+    values = {"inputs": str(root), "repro": str(REPRO_ROOT)}  # known before launch: the other LAUNCH_NAMES
+    # and {port.<aux>} stay for the runner
     return Plan(
         study=every_field_set(recipe.study), recipe_path=str(study.path), recipe_sha256=hash_file(study.path), inputs_root=str(root),
         runtime=runtime, images=tuple(sorted({b.image for b in recipe.backends if b.image})),

@@ -36,12 +36,10 @@ __all__ = [
     "PrepareAction",
     "lock_fingerprint",
     "locked_recipe",
-    "placeholders",
     "plan_prepare",
     "read_lock",
     "run_prepare",
     "select_requests",
-    "write_request_file",
 ]
 
 LOCK_FORMAT_VERSION = 1
@@ -68,16 +66,6 @@ class PrepareAction:
 # --- placeholders (filled by placeholders.fill) ----------------------------------------
 
 
-def placeholders(recipe: Recipe, root: Path, python: str = sys.executable) -> dict[str, str]:
-    """{python} {inputs} {source.<name>} {download.<name>} for preparation commands."""
-    values = {"python": python, "inputs": str(root)}
-    prep = recipe.preparation
-    if prep is not None:
-        values.update({f"source.{s.name}": str(root / s.dest) for s in prep.sources})
-        values.update({f"download.{d.name}": str(root / d.dest) for d in prep.downloads})
-    return values
-
-
 # --- our request selection ---------------------------------------------------------------
 
 
@@ -99,28 +87,18 @@ def _tasks_of_types(checkout: Path, rel: str, types: Collection[str]) -> list[by
     return chosen
 
 
-def _at_positions(chosen: list[bytes], positions: list[int] | None) -> list[bytes]:
-    """The selected tasks at the 1-based `positions` (all of them when there are none)."""
-    if not positions:
-        return chosen
-    if max(positions) > len(chosen):
-        raise InputMismatch(f"Position {max(positions)} is beyond the {len(chosen)} selected tasks.")
-    return [chosen[p - 1] for p in positions]
-
-
 def select_requests(checkout: Path, selection: RequestSelection) -> list[bytes]:
     """JevBench task lines of the selected types, files in the given order, lines byte-exact."""
     chosen = [line for rel in selection.files for line in _tasks_of_types(checkout, rel, selection.types)]
     if selection.expect_count is not None and len(chosen) != selection.expect_count:
         raise InputMismatch(f"JevBench at {checkout} has {len(chosen)} tasks of types {selection.types}, "
                             f"the recipe expects {selection.expect_count}; check the pinned commit.")
-    return _at_positions(chosen, selection.positions)
-
-
-def write_request_file(lines: list[bytes], dest: Path) -> None:
-    """JSONL, one task a line, newline-terminated; written atomically."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(dest, b"".join(line + b"\n" for line in lines))
+    positions = selection.positions  # 1-based; none: all of them
+    if not positions:
+        return chosen
+    if max(positions) > len(chosen):
+        raise InputMismatch(f"Position {max(positions)} is beyond the {len(chosen)} selected tasks.")
+    return [chosen[p - 1] for p in positions]
 
 
 # --- the plan ----------------------------------------------------------------------------
@@ -176,7 +154,9 @@ def plan_prepare(recipe: Recipe, recipe_path: Path, *, root: Path | None = None,
     if prep is None:
         raise RecipeError(f"Recipe {recipe.study.id} has no `preparation` section; nothing to prepare.")
     root = inputs_root(recipe_path, recipe, root)
-    values = placeholders(recipe, root, python)
+    # {python} {inputs} {source.<name>} {download.<name>} for preparation commands
+    values = {"python": python, "inputs": str(root), **{f"source.{s.name}": str(root / s.dest) for s in prep.sources},
+              **{f"download.{d.name}": str(root / d.dest) for d in prep.downloads}}
     actions = _fetch_actions(prep, root, probe) + _step_actions(prep, root, values, probe)
     actions.append(PrepareAction("verify", "hashes", f"Hash every declared input under {root}: verify pinned hashes, "
                                  "lock unpinned ones and every file of " + (", ".join(prep.lock_trees) or "no tree") + "."))
@@ -210,44 +190,30 @@ def run_prepare(recipe: Recipe, recipe_path: Path, *, root: Path | None = None, 
         say(f"{action.kind} {action.name}: {action.detail}")
         _act(action, prep, root)
     lock = _build_lock(recipe, recipe_path, root, say)
-    _write_json(lock_path(recipe, recipe_path), lock.to_json())
+    lock_path(recipe, recipe_path).parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(lock_path(recipe, recipe_path), lock.to_json(), indent=1)
     say(f"wrote {lock_path(recipe, recipe_path)}")
     return lock.to_json()
 
 
-def _act_download(action: PrepareAction, prep: Preparation, root: Path) -> None:
-    _download(next(d for d in prep.downloads if d.name == action.name), root)
-
-
-def _act_checkout(action: PrepareAction, prep: Preparation, root: Path) -> None:
-    _checkout(next(s for s in prep.sources if s.name == action.name), root)
-
-
-def _act_requests(action: PrepareAction, prep: Preparation, root: Path) -> None:
-    sel = next(r for r in prep.requests if r.dest == action.name)
-    source = next(s for s in prep.sources if s.name == sel.source)
-    write_request_file(select_requests(root / source.dest, sel), root / sel.dest)
-
-
-def _act_command(action: PrepareAction, prep: Preparation, root: Path) -> None:
-    _run_step(action)
-
-
-def _act_provided(action: PrepareAction, prep: Preparation, root: Path) -> None:
-    raise InputMismatch(f"{action.target} is missing: this input is not reproducible from public pins; "
-                        "place the operator's copy there and run prepare again.")
-
-
-_ACTIONS: dict[str, Callable[[PrepareAction, Preparation, Path], None]] = {
-    "download": _act_download, "checkout": _act_checkout, "requests": _act_requests,
-    "command": _act_command, "provided": _act_provided}
-
-
 def _act(action: PrepareAction, prep: Preparation, root: Path) -> None:
     """Perform one action of the plan (verify and lock are done by the caller, once, at the end)."""
-    perform = _ACTIONS.get(action.kind)
-    if perform is not None:
-        perform(action, prep, root)
+    match action.kind:
+        case "download":
+            _download(next(d for d in prep.downloads if d.name == action.name), root)
+        case "checkout":
+            _checkout(next(s for s in prep.sources if s.name == action.name), root)
+        case "requests":  # JSONL, one task a line, newline-terminated; written atomically
+            sel = next(r for r in prep.requests if r.dest == action.name)
+            source = next(s for s in prep.sources if s.name == sel.source)
+            dest = root / sel.dest
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(dest, b"".join(line + b"\n" for line in select_requests(root / source.dest, sel)))
+        case "command":
+            _run_step(action)
+        case "provided":
+            raise InputMismatch(f"{action.target} is missing: this input is not reproducible from public pins; "
+                                "place the operator's copy there and run prepare again.")
 
 
 def _download(download, root: Path) -> None:
@@ -377,11 +343,6 @@ def _lock_trees(trees: list[str], root: Path, files: dict[str, LockedFile]) -> N
             rel = full.relative_to(root).as_posix()
             if full.is_file() and rel not in files and "/.cache/" not in f"/{rel}":
                 files[rel] = LockedFile(sha256=hash_file(full), size=full.stat().st_size, origin=f"tree {tree}")
-
-
-def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, data, indent=1)
 
 
 def read_lock(recipe: Recipe, recipe_path: Path) -> InputsLock | None:

@@ -127,7 +127,7 @@ def build_request(
     if _request_path(path) is None:
         raise ClientError(f"request path {path!r} must start with '/' and contain no spaces or line breaks.")
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", *_header_lines(headers or {})]
-    if (body or method in _BODY_METHODS) and not _has_content_length(headers or {}):
+    if (body or method in _BODY_METHODS) and "content-length" not in {k.lower() for k in headers or {}}:
         lines.append(f"Content-Length: {len(body)}")
     try:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
@@ -148,10 +148,6 @@ def _header_lines(headers: Mapping[str, str]) -> list[str]:
             raise ClientError(f"header {name!r}: {value!r} contains a line break or a bad name.")
         lines.append(f"{name}: {value}")
     return lines
-
-
-def _has_content_length(headers: Mapping[str, str]) -> bool:
-    return "content-length" in {k.lower() for k in headers}
 
 
 class TimedClient:
@@ -311,9 +307,19 @@ class TimedClient:
         response as that request needs (HEAD, Connection: close, Expect, Upgrade)."""
         assert self._h11 is not None
         self._response, self._pieces, self._trailers = None, [], ()
-        head_end, request_line, fields = _split_head(wire)
+        # the head (the request line's parts, each header line split at its first ':'), the body, the end
+        head_end = wire.find(b"\r\n\r\n")
+        lines = wire[:head_end].split(b"\r\n") if head_end > 0 else []
+        request_line = lines[0].split(b" ") if lines else []
+        fields = [line.split(b":", 1) for line in lines[1:]]
         try:
-            _send_request(self._h11, wire, head_end, request_line, fields)
+            if len(request_line) != 3 or any(len(f) != 2 for f in fields):
+                raise h11.LocalProtocolError("not a request line and 'Name: value' headers")
+            method, target, _ = request_line
+            self._h11.send(h11.Request(method=method, target=target, headers=[(n, v.strip()) for n, v in fields]))
+            if len(wire) > head_end + 4:
+                self._h11.send_with_data_passthrough(h11.Data(data=wire[head_end + 4 :]))
+            self._h11.send(h11.EndOfMessage())
         except h11.LocalProtocolError as exc:
             self._discard()
             raise ClientError(f"the request bytes are not an HTTP/1.1 request that build_request makes: {exc}; nothing was sent.") from None
@@ -346,14 +352,15 @@ class TimedClient:
                 if self._complete(parser):
                     return received
             except h11.RemoteProtocolError as exc:
-                raise _malformed(exc) from None
-            self._limit_next_recv(sock, deadline_ns - received)
-
-    def _limit_next_recv(self, sock: socket.socket, left_ns: int) -> None:
-        if left_ns <= 0:
-            raise TimeoutError
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(max(left_ns / 1e9, 1e-6)))
-        self._limit_changed = True
+                text = str(exc)
+                meaning = next((ours for theirs, ours in _H11_REFUSALS if text.startswith(theirs)),
+                               "the response is not valid HTTP/1.1")
+                raise MalformedResponse(f"{meaning} (h11: {text}).") from None
+            left_ns = deadline_ns - received
+            if left_ns <= 0:
+                raise TimeoutError
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(max(left_ns / 1e9, 1e-6)))
+            self._limit_changed = True
 
     def _complete(self, parser: h11.Connection) -> bool:
         """Take every event h11 can parse so far; True once the final response has ended."""
@@ -384,7 +391,7 @@ class TimedClient:
             pass
         if self._response is None:
             where = "before sending a complete header"
-        elif (length := _field(self._response.headers, b"content-length")) is not None:
+        elif (length := next((v for k, v in self._response.headers if k == b"content-length"), None)) is not None:
             where = f"after {sum(map(len, self._pieces))} of {int(length)} body bytes"
         else:
             where = "in the middle of a chunked body"
@@ -420,39 +427,9 @@ class TimedClient:
         )
 
 
-def _split_head(wire: bytes) -> tuple[int, list[bytes], list[list[bytes]]]:
-    """(where the head ends, the request line's parts, each header line split at its first ':')."""
-    head_end = wire.find(b"\r\n\r\n")
-    lines = wire[:head_end].split(b"\r\n") if head_end > 0 else []
-    request_line = lines[0].split(b" ") if lines else []
-    return head_end, request_line, [line.split(b":", 1) for line in lines[1:]]
-
-
-def _send_request(parser: h11.Connection, wire: bytes, head_end: int, request_line: list[bytes],
-                  fields: list[list[bytes]]) -> None:
-    """Hand h11 the request the wire bytes carry (head, body, end); a bad shape is h11.LocalProtocolError."""
-    if len(request_line) != 3 or any(len(f) != 2 for f in fields):
-        raise h11.LocalProtocolError("not a request line and 'Name: value' headers")
-    method, target, _ = request_line
-    parser.send(h11.Request(method=method, target=target, headers=[(n, v.strip()) for n, v in fields]))
-    if len(wire) > head_end + 4:
-        parser.send_with_data_passthrough(h11.Data(data=wire[head_end + 4 :]))
-    parser.send(h11.EndOfMessage())
-
-
 def _timeval(seconds: float) -> bytes:
     whole = int(seconds)
     return struct.pack("@ll", whole, int((seconds - whole) * 1e6))
-
-
-def _malformed(exc: h11.RemoteProtocolError) -> MalformedResponse:
-    text = str(exc)
-    meaning = next((ours for theirs, ours in _H11_REFUSALS if text.startswith(theirs)), "the response is not valid HTTP/1.1")
-    return MalformedResponse(f"{meaning} (h11: {text}).")
-
-
-def _field(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
-    return next((value for key, value in headers if key == name), None)
 
 
 def _fields(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:

@@ -45,7 +45,7 @@ from ..evidence.kernel_families import (
 from ..evidence.recipe import Recipe, Traces
 from .workload import Request
 
-__all__ = ["TRACES_FORMAT_VERSION", "TraceItem", "TraceLauncher", "TraceTarget", "nsys_prefix", "plan_traces",
+__all__ = ["TRACES_FORMAT_VERSION", "TraceItem", "TraceLauncher", "TraceTarget", "plan_traces",
            "run_traces", "trace_backend", "write_trace_families"]
 
 TRACES_FORMAT_VERSION = 1
@@ -71,24 +71,6 @@ class TraceLauncher(Protocol):
     def __call__(self, backend: str, prefix: list[str], wrap: str | None) -> AbstractContextManager[str]: ...
 
 
-def _position(token_counts: list[int], tokens: int) -> int:
-    """The 1-based position of the first request with `tokens` input tokens."""
-    if tokens not in token_counts:
-        raise RecipeError(f"No request of the workload has {tokens} input tokens; check traces.tokens.")
-    return token_counts.index(tokens) + 1
-
-
-def _backend_traces(recipe: Recipe, traces: Traces, backend: str, token_counts: list[int]) -> list[TraceItem]:
-    """One backend's traces: every traced length, `per_length` times, wrapped by the aux when it has it."""
-    items: list[TraceItem] = []
-    for tokens in traces.tokens:
-        position = _position(token_counts, tokens)
-        wrap = traces.aux if any(a.name == traces.aux for a in recipe.backend(backend).aux) else None
-        items.extend(TraceItem(backend, tokens, repeat, position, f"traces/{backend}-{tokens}tok-{repeat}", wrap)
-                     for repeat in range(1, traces.per_length + 1))
-    return items
-
-
 def plan_traces(recipe: Recipe, token_counts: list[int] | None = None) -> list[TraceItem]:
     """Every trace the recipe asks for (none unless traces.enabled), in run order."""
     traces = recipe.traces
@@ -96,13 +78,18 @@ def plan_traces(recipe: Recipe, token_counts: list[int] | None = None) -> list[T
         return []
     if token_counts is None:
         raise RecipeError("Traces pick requests by input token count; pass the counts from traces.token_counts.")
-    return [item for backend in traces.backends or [b.name for b in recipe.backends]
-            for item in _backend_traces(recipe, traces, backend, token_counts)]
-
-
-def nsys_prefix(recipe: Recipe, item: TraceItem, run_dir: Path, nsys: str = "nsys") -> list[str]:
-    assert recipe.traces is not None
-    return [nsys, *recipe.traces.nsys_args, "-o", str(run_dir / item.output), "--force-overwrite=false"]
+    # per backend: every traced length, `per_length` times, at the first request of that length (1-based),
+    # wrapped by the aux when the backend has it
+    items: list[TraceItem] = []
+    for backend in traces.backends or [b.name for b in recipe.backends]:
+        for tokens in traces.tokens:
+            if tokens not in token_counts:
+                raise RecipeError(f"No request of the workload has {tokens} input tokens; check traces.tokens.")
+            position = token_counts.index(tokens) + 1
+            wrap = traces.aux if any(a.name == traces.aux for a in recipe.backend(backend).aux) else None
+            items.extend(TraceItem(backend, tokens, repeat, position, f"traces/{backend}-{tokens}tok-{repeat}", wrap)
+                         for repeat in range(1, traces.per_length + 1))
+    return items
 
 
 def run_traces(recipe: Recipe, items: list[TraceItem], run_dir: Path, launch: TraceLauncher,
@@ -121,7 +108,9 @@ def run_traces(recipe: Recipe, items: list[TraceItem], run_dir: Path, launch: Tr
         return record
     done = []
     for item in items:
-        with launch(item.backend, nsys_prefix(recipe, item, run_dir, binary), item.wrap) as url:
+        assert recipe.traces is not None  # items come from its traces
+        prefix = [binary, *recipe.traces.nsys_args, "-o", str(run_dir / item.output), "--force-overwrite=false"]
+        with launch(item.backend, prefix, item.wrap) as url:
             send(url, item.position)
         reports = sorted(p.name for p in out.glob(Path(item.output).name + ".*"))
         done.append(dict(item.to_dict(), reports=reports))
@@ -228,7 +217,10 @@ def _traced_request(target: TraceTarget, item: TraceItem, request: Request, time
     if response.status != 200:
         raise BackendError(f"Backend {target.backend}: traced request {name} answered {response.status}: "
                            f"{body[:200].decode('utf-8', 'replace')}")
-    tokens = _input_tokens(body)
+    try:
+        tokens = msgspec.json.decode(body, type=_Answer).usage.input_tokens
+    except msgspec.DecodeError:
+        tokens = None
     if tokens != item.tokens:
         raise BackendError(f"Backend {target.backend}: traced request {name} ({request.id}) has {tokens} input tokens, "
                            f"not {item.tokens}: traces.token_counts does not match the workload.")
@@ -237,13 +229,6 @@ def _traced_request(target: TraceTarget, item: TraceItem, request: Request, time
         raise BackendError(f"Backend {target.backend}: the trace of {name} is not in the run's traces/ "
                            f"(the backend wrote {written!r}); start it with --trace-dir {{run}}/traces.")
     return relative
-
-
-def _input_tokens(body: bytes) -> int | None:
-    try:
-        return msgspec.json.decode(body, type=_Answer).usage.input_tokens
-    except msgspec.DecodeError:
-        return None
 
 
 def trace_backend(target: TraceTarget, say: Callable[[str], None]) -> None:
@@ -265,18 +250,13 @@ def trace_backend(target: TraceTarget, say: Callable[[str], None]) -> None:
             continue
         entries.append(TraceEntry(backend=item.backend, tokens=item.tokens, repeat=item.repeat, case_id=request.id,
                                   status="done", file=_traced_request(target, item, request, timeout)))
-    _record(target.run_dir, entries)
-    say(f"{target.backend}: {len(items)} traces skipped: {reason}" if reason
-        else f"{target.backend}: {len(items)} traced requests (torch profiler, not timed) in traces/")
-
-
-def _record(run_dir: Path, entries: list[TraceEntry]) -> None:
-    """traces/traces.json with this backend's entries after the earlier backends'."""
-    (run_dir / "traces").mkdir(exist_ok=True)
-    earlier = read_traces_record(run_dir)
+    (target.run_dir / "traces").mkdir(exist_ok=True)  # traces.json: this backend's entries after the earlier's
+    earlier = read_traces_record(target.run_dir)
     record = TracesRecord(format_version=2, profiler="torch", header=TRACE_HEADER,
                           entries=[*(earlier.entries if earlier else []), *entries])
-    write_json_atomic(run_dir / TRACES_RECORD, record.to_json(), indent=1, sort_keys=True)
+    write_json_atomic(target.run_dir / TRACES_RECORD, record.to_json(), indent=1, sort_keys=True)
+    say(f"{target.backend}: {len(items)} traces skipped: {reason}" if reason
+        else f"{target.backend}: {len(items)} traced requests (torch profiler, not timed) in traces/")
 
 
 def write_trace_families(run_dir: Path, recipe: Recipe, root: Path) -> None:

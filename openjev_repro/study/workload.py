@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import RecipeError
 from ..evidence.files import read_jsonl
 
-__all__ = ["QUESTION_ID", "Request", "Task", "build_requests", "load_tasks", "request_body", "select"]
+__all__ = ["QUESTION_ID", "Request", "Task", "build_requests", "load_tasks", "select"]
 
 QUESTION_ID = "q"  # never shown to the model, so any fixed id will do
 
@@ -80,11 +80,8 @@ def _exactly(chosen: list[Task], ids: Sequence[str]) -> list[Task]:
     return [by_id[i] for i in ids]
 
 
-def request_body(task: Task, model: str = "open-jev") -> bytes:
-    body = {"model": model, "state": task.state, "questions": {QUESTION_ID: task.question}}
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
 def build_requests(tasks: list[Task], model: str = "open-jev") -> list[Request]:
     """One Request per task, its HTTP body serialised now so that no serialisation is timed."""
-    return [Request(id=t.id, body=request_body(t, model), label=t.expected) for t in tasks]
+    return [Request(id=t.id, label=t.expected, body=json.dumps(
+        {"model": model, "state": t.state, "questions": {QUESTION_ID: t.question}}, ensure_ascii=False,
+        separators=(",", ":")).encode("utf-8")) for t in tasks]
