@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from ..errors import EvidenceError, VerificationError
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, guard_output, scan_tree
 from ..evidence.statement import Statement
-from ..manifest.dsse import envelope_bytes, make_envelope, verify_envelope
+from ..manifest.dsse import Envelope, envelope_bytes, make_envelope, verify_envelope
 from ..manifest.keys import keyid, load_private_key, load_public_key
 from ..manifest.statement import build_statement, read_statement_record
 from .verify import verify_dir
@@ -92,16 +92,15 @@ def _write_verified(run: RunDir, members: dict[str, str], extra_bytes: dict[str,
     return out
 
 
-def _check_signature(run: RunDir, envelope: dict[str, Any], trusted: list[Ed25519PublicKey]) -> None:
+def _check_signature(run: RunDir, envelope: Envelope, trusted: list[Ed25519PublicKey]) -> None:
     """A signed run is published only when its signature verifies with a key the user gave (--pubkey, or
     the public half of --key): a corrupt or foreign signature is never carried into a bundle."""
-    signatures = envelope["signatures"]
-    if not signatures:
+    if not envelope.signatures:
         return  # an UNSIGNED run makes an UNSIGNED-source bundle; verify says so
     ids = {keyid(k): k for k in trusted}
-    by = [s["keyid"] for s in signatures if s["keyid"] in ids]
+    by = [k for k in envelope.keyids if k in ids]
     if not by:
-        raise VerificationError(f"{run.path} is signed by key {str(signatures[0]['keyid'])[:16]}…; pass --pubkey with "
+        raise VerificationError(f"{run.path} is signed by key {envelope.keyids[0][:16]}…; pass --pubkey with "
                                 "that public key so publish can check the signature (nothing was published).")
     try:
         verify_envelope(envelope, ids[by[0]])

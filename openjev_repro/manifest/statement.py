@@ -29,7 +29,7 @@ from ..evidence.statement import PREDICATE_FORMAT_VERSION, PREDICATE_TYPE, STATE
 from ..evidence.summary import read_summary
 from ..hashing import hash_file
 from ..limits import MAX_JSON_DEPTH, loads_bounded
-from .dsse import envelope_bytes, make_envelope, parse_envelope, payload_of
+from .dsse import Envelope, envelope_bytes, make_envelope, parse_envelope, payload_of
 from .keys import load_private_key
 
 __all__ = [
@@ -176,19 +176,19 @@ def write_manifest(run_dir: Path, *, key_path: Path | None) -> Path:
     return out
 
 
-def read_statement(envelope_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def read_statement(envelope_path: Path) -> tuple[Envelope, dict[str, Any]]:
     """(envelope, statement) of an envelope file, checked for shape (`Statement.parse`) but not for signature."""
     envelope, statement, _ = _read(envelope_path)
     return envelope, statement
 
 
-def read_statement_record(envelope_path: Path) -> tuple[dict[str, Any], Statement]:
+def read_statement_record(envelope_path: Path) -> tuple[Envelope, Statement]:
     """(envelope, the statement's record) of an envelope file, checked for shape but not for signature."""
     envelope, _, record = _read(envelope_path)
     return envelope, record
 
 
-def _read(envelope_path: Path) -> tuple[dict[str, Any], dict[str, Any], Statement]:
+def _read(envelope_path: Path) -> tuple[Envelope, dict[str, Any], Statement]:
     try:
         data = Path(envelope_path).read_bytes()
     except FileNotFoundError as exc:
