@@ -27,7 +27,7 @@ from .manifest import (
     read_source_manifest,
     verify_source,
 )
-from .published import published_gates, study_facts
+from .published import published_gates, study_documents, study_facts
 from .rows import arm_files, collector_paused, read_arm_files
 from .run import IMPORT_FORMAT_VERSION, Origin, converted_files, imported_recipe, new_run, write_record, write_summary
 
@@ -130,7 +130,7 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
             read = read_arm_files(root, files, workload, tmp)
             verified_digests = [(n, manifest.entries[n]["sha256"]) for n in checked.verified]
             arm_names = sorted(read.arms)
-            study = study_facts(manifest.meta, plan, their_summary_doc, arms=arm_names,
+            study = study_facts(study_documents(manifest.meta, plan, their_summary_doc), arms=arm_names,
                                 descriptions=_descriptions(plan, arm_names))
             recipe = imported_recipe(origin, folder, {workload: (files[0][2], max(max(p) for p in read.arms.values()))},
                                      arm_names, verified_digests, fmt="system1-omni", study=study, note=_NOTE)
@@ -151,7 +151,8 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
                                 if e.first_inference is not UNSET},
             "cleanup": _cleanup(their_summary, cleanup_json),
             "published": their_summary.verdicts(),
-            "study": study, "published_gates": published_gates(their_summary_doc, plan),
+            "study": study.to_json(),
+            "published_gates": [g.to_json() for g in published_gates(study_documents(their_summary_doc, plan))],
             "notes": read.notes,
         }
         write_record(tmp, report)
