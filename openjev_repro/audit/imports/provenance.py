@@ -108,7 +108,7 @@ class RawRow(msgspec.Struct, frozen=True, kw_only=True):
     usage: Usage | NotAnObject = None
     t_start: Annotated[float, Meta(ge=0, le=MAX_INT / 1e9)] | None = None  # their start clock, epoch seconds
 
-    def sample(self, body: dict[str, Any], mode: str, their_pass: int, where: str) -> Sample:
+    def sample(self, body: Any, mode: str, their_pass: int, where: str) -> Sample:
         if self.tag not in (UNSET, mode) or self.pass_index not in (UNSET, their_pass):
             raise EvidenceError(f"{where}: tag {str(self.tag)[:20]!r} / pass {str(self.pass_index)[:20]} "
                                 f"differ from the file name's {mode!r} / {their_pass}.")
@@ -136,8 +136,6 @@ def _read_rows(root: Path, names: list[str]) -> list[Sample]:
                 obj = json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
             except (ValueError, RecursionError) as exc:
                 raise EvidenceError(f"{where}: not JSON ({str(exc)[:80]}).") from None
-            if not isinstance(obj, dict):
-                raise EvidenceError(f"{where}: a row is {type(obj).__name__}, not a JSON object.")
             sample = decode(obj, RawRow, where).sample(obj, match["mode"], int(match["pass"]), where)
             if sample.id in ids:
                 raise EvidenceError(f"{where}: duplicate case id {sample.id}; a pass holds each case once.")
@@ -157,6 +155,31 @@ def _reference_first(summary: dict[str, Any], modes: set[str]) -> list[str]:
     return []
 
 
+def _check_files(root: Path, digests: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
+    """(verified, absent, unlisted) files of the folder. Every listed file that is present must match its
+    sha256 (absent is recorded, not wrong). The raw files imported are exactly the ones the listing names,
+    each present and verified: a raw file it does not name never becomes an arm or a pass, and one it names
+    that is absent is never dropped from the count. summary.json may be unlisted (the published layout does
+    not list it). InputMismatch naming what is not so."""
+    states = {name: file_state(root / name, digests[name], PROVENANCE_NAME) for name in sorted(digests)}
+    problems = [f"{n}: {state}" for n, state in states.items() if state not in ("", "absent")]
+    if problems:
+        raise InputMismatch(f"{root} does not match its {PROVENANCE_NAME}: " + "; ".join(problems)
+                            + ". Nothing was imported; fetch the evidence again.")
+    verified = [n for n, state in states.items() if not state]
+    absent = [n for n, state in states.items() if state == "absent"]
+    present = sorted(p.name for p in root.iterdir() if p.is_file() and not p.is_symlink())
+    unlisted = [n for n in present if n not in digests and n != PROVENANCE_NAME]
+    _refuse(unlisted, f"present but not listed in {PROVENANCE_NAME}; only the rows it lists are the published evidence")
+    _refuse(absent, f"listed in {PROVENANCE_NAME} but missing; the published figures count its rows. Fetch the "
+            "evidence again")
+    if not any(_RAW.match(n) for n in verified):
+        raise InputMismatch(f"{root}: no raw-<mode>-c<n>-p<pass>.jsonl is present.")
+    if SUMMARY_NAME not in verified + unlisted:
+        raise InputMismatch(f"{SUMMARY_NAME}: not present; the published figures come from it.")
+    return verified, absent, unlisted
+
+
 def _refuse(names: list[str], problem: str) -> None:
     """InputMismatch naming the raw files among `names` (unlisted or missing ones) and their problem."""
     raw = sorted(n for n in names if _RAW.match(n))
@@ -170,35 +193,14 @@ _NOTE = ("Imported evidence (provenance-json): latencies are their client_s; pas
 
 def import_provenance(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None,
                       origin: Origin | None = None) -> dict:
-    """Verify `src` against its provenance.json and convert its raw rows into the new run `out`.
-
-    Every listed file that is present must match its sha256 (absent is recorded, not wrong). The raw
-    files imported are exactly the ones the listing names, each present and verified: a raw file it does
-    not name never becomes an arm or a pass, and one it names that is absent is never dropped from the
-    count. summary.json may be unlisted (the published layout does not list it)."""
+    """Verify `src` against its provenance.json and convert its raw rows into the new run `out`."""
     root = Path(src).resolve()
     if not detect(root):
         raise InputMismatch(f"{src}: no {PROVENANCE_NAME} with raw-<mode>-c<n>-p<pass>.jsonl; "
                             "not the provenance-json layout.")
     listing, data, entries = Listing.read(root)
-    digests = {e.file: e.sha256.lower() for e in listing.files}
-    states = {name: file_state(root / name, digests[name], PROVENANCE_NAME) for name in sorted(digests)}
-    problems = [f"{n}: {state}" for n, state in states.items() if state not in ("", "absent")]
-    if problems:
-        raise InputMismatch(f"{root} does not match its {PROVENANCE_NAME}: " + "; ".join(problems)
-                            + ". Nothing was imported; fetch the evidence again.")
-    verified = [n for n, state in states.items() if not state]
-    absent = [n for n, state in states.items() if state == "absent"]
-    present = sorted(p.name for p in root.iterdir() if p.is_file() and not p.is_symlink())
-    unlisted = [n for n in present if n not in entries and n != PROVENANCE_NAME]
-    _refuse(unlisted, f"present but not listed in {PROVENANCE_NAME}; only the rows it lists are the published evidence")
-    _refuse(absent, f"listed in {PROVENANCE_NAME} but missing; the published figures count its rows. Fetch the "
-            "evidence again")
+    verified, absent, unlisted = _check_files(root, {e.file: e.sha256.lower() for e in listing.files})
     raw = sorted(n for n in verified if _RAW.match(n))
-    if not raw:
-        raise InputMismatch(f"{root}: no raw-<mode>-c<n>-p<pass>.jsonl is present.")
-    if SUMMARY_NAME not in verified + unlisted:
-        raise InputMismatch(f"{SUMMARY_NAME}: not present; the published figures come from it.")
     summary = read_finite_json(root / SUMMARY_NAME, SUMMARY_NAME)
     if not isinstance(summary, dict):
         raise EvidenceError(f"{SUMMARY_NAME}: not a JSON object.")

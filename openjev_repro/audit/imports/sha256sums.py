@@ -141,7 +141,7 @@ class SumsRow(msgspec.Struct, frozen=True, kw_only=True):
     id: Quoted | UnsetType = UNSET
     sample: Quoted | UnsetType = UNSET
 
-    def sample_of(self, body: dict[str, Any], stem: str, where: str) -> Sample:
+    def sample_of(self, body: Any, stem: str, where: str) -> Sample:
         variant, cell = str(self.variant).lower(), str(self.cell).lower()
         if not _NAME.match(variant) or not _NAME.match(cell):
             raise EvidenceError(f"{where}: variant {variant[:40]!r} or cell {cell[:40]!r} is not a name.")
@@ -169,8 +169,6 @@ def _rows(root: Path, name: str) -> list[Sample]:
             obj = json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
         except (ValueError, RecursionError) as exc:
             raise EvidenceError(f"{where}: not JSON ({str(exc)[:80]}).") from None
-        if not isinstance(obj, dict):
-            raise EvidenceError(f"{where}: a row is {type(obj).__name__}, not a JSON object.")
         sample = decode(obj, SumsRow, where).sample_of(obj, stem, where)
         if (sample.arm, sample.workload, sample.id) in seen:
             raise EvidenceError(f"{where}: sample {sample.id} of {sample.arm} {sample.workload} appears twice.")

@@ -33,12 +33,6 @@ from .run import IMPORT_FORMAT_VERSION, Origin, converted_files, imported_recipe
 
 __all__ = ["detect", "import_system1"]
 
-def _obj(doc: Any, key: str) -> dict[str, Any]:
-    """doc[key] when doc is an object and that value is an object too; {} otherwise."""
-    value = doc.get(key) if isinstance(doc, dict) else None
-    return value if isinstance(value, dict) else {}
-
-
 _NOTE = ("Imported evidence: rows come from the source's client nanoseconds; bodies are their `raw`"
          " as canonical JSON, not the original bytes; labels are inferred from checks.correct when present.")
 
@@ -65,7 +59,8 @@ def _optional_json(root: Path, name: str, verified: list[str]) -> Any:
 def _descriptions(plan: Any, arms: list[str]) -> dict[str, str]:
     if not isinstance(plan, dict):
         return {}
-    libraries = _obj(plan, "libraries")
+    libraries = plan.get("libraries")
+    libraries = libraries if isinstance(libraries, dict) else {}
     out = {}
     for arm in arms:
         where = libraries.get(arm)
@@ -110,12 +105,6 @@ def _read_source(src: Path, out: Path, subdir: str | None) -> _Source:
                    _optional_json(root, f"{prefix}plan.json", checked.verified))
 
 
-def _normalization(manifest: Any, verified: list[str]) -> list[dict[str, Any]]:
-    """Each display copy's normalization note, and whether that file was present."""
-    return [{"path": n, "note": e["normalization"], "present": n in verified}
-            for n, e in sorted(manifest.entries.items()) if "normalization" in e]
-
-
 def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None,
                    origin: Origin | None = None) -> dict:
     """Verify and convert their evidence into a new run directory `out`; returns import.json's content.
@@ -128,7 +117,7 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
     with new_run(out, root) as tmp:
         with collector_paused():
             read = read_arm_files(root, files, workload, tmp)
-            verified_digests = [(n, manifest.entries[n]["sha256"]) for n in checked.verified]
+            verified_digests = [(n, manifest.entries[n].sha256.lower()) for n in checked.verified]
             arm_names = sorted(read.arms)
             study = study_facts(study_documents(manifest.meta, plan, their_summary_doc), arms=arm_names,
                                 descriptions=_descriptions(plan, arm_names))
@@ -142,8 +131,9 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
             "evidence_folder": folder, "signed": False, "measured_by_us": False,
             "provenance": "verified", "digests_file": "manifest.json",
             "files_verified": len(checked.verified), "verified": checked.verified, "absent": checked.absent,
-            "source_manifest": manifest.entries, "source_manifest_meta": manifest.meta,
-            "normalization": _normalization(manifest, checked.verified),
+            "source_manifest": manifest.published, "source_manifest_meta": manifest.meta,
+            "normalization": [{"path": n, "note": e.normalization, "present": n in checked.verified}
+                              for n, e in sorted(manifest.entries.items()) if e.normalization is not UNSET],
             "rows": len(read.rows), "converted": converted_files(tmp),
             "figures": [f.to_json() for f in figures], "figure_counts": figure_counts(figures).to_json(),
             "readiness": {a: e.readiness for a, e in their_summary.arms.items()},
