@@ -158,10 +158,6 @@ class Difference(msgspec.Struct, frozen=True):
     item: str
     text: str
 
-    @property
-    def numeric(self) -> bool:
-        return self.item in NUMERIC_ITEMS
-
 
 class RunEnvironment:
     """One run's recorded environment, each file read and decoded once."""
@@ -230,7 +226,8 @@ class RunEnvironment:
                 f"{threads}/{_as(entry.torch_interop_threads, int)}",
                 "cpu_model": self.cpu.model or (_as(self.env.host, _Cpu) or _Cpu()).model,
                 "container_image": self.image(backend),
-                "libraries": None if identity is None else _library_paths(identity),
+                "libraries": None if identity is None else {
+                    _IN_CACHE.sub(r"<\1 cache>/", path): sha for path, sha in identity.library_digests().items()},
                 "kernel_caches": self.cache_digests(backend, identity),
                 "autotune": self.autotune(entry, identity)}
 
@@ -243,7 +240,8 @@ class RunEnvironment:
 
     def autotune(self, entry: _BackendEntry, identity: RuntimeIdentity | None) -> dict[str, str] | None:
         """kernel -> its chosen configuration as one phrase: from the caches, and FLA's in-memory choices."""
-        found = {} if identity is None else {k: _config(v) for k, v in identity.autotune.items()}
+        found = {} if identity is None else {k: ", ".join(f"{n}: {x}" for n, x in sorted(v.items()))
+                                                  for k, v in identity.autotune.items()}
         tuned = _as(entry.autotune_after_passes, dict[str, dict[str, str]]) or {}
         found |= {f"{kernel} {key}": config for kernel, keys in tuned.items() for key, config in keys.items()}
         return found or None
@@ -252,14 +250,6 @@ class RunEnvironment:
         check = _as(self.check[backend], _CheckBackend) if backend in self.check else None
         pinned = self.caches.differences(backend) if self.caches is not None else []
         return [*(check.differences if check else ()), *pinned]
-
-
-def _config(values: dict[str, Any]) -> str:
-    return ", ".join(f"{k}: {v}" for k, v in sorted(values.items()))
-
-
-def _library_paths(identity: RuntimeIdentity) -> dict[str, str]:
-    return {_IN_CACHE.sub(r"<\1 cache>/", path): sha for path, sha in identity.library_digests().items()}
 
 
 def _project_text(commit: str | None, dirty: bool | None) -> str | None:
@@ -359,7 +349,7 @@ def explanations(pair: dict[str, Any]) -> list[str]:
     flips, delta = answers.decision_flips or (), answers.max_abs_probability_delta
     if not flips and not delta:
         return []
-    found = [d for d in (seen.environment or _Environment()).differences if d.numeric]
+    found = [d for d in (seen.environment or _Environment()).differences if d.item in NUMERIC_ITEMS]
     where = f"{seen.workload}/{seen.baseline_backend}→{seen.candidate_backend}"
     what = f"{len(flips)} decision flips, max |Δp| {delta!r}"
     if not found:

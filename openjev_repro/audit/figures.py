@@ -263,6 +263,14 @@ class System1Summary(Published, frozen=True, kw_only=True):
         return {k: v for k, v in (("completed", self.completed), ("accepted_e2e_latency_gate",
                 self.accepted_e2e_latency_gate), ("conclusion", self.conclusion)) if v is not UNSET}
 
+    def cleanup_record(self, cleanup_json: Any) -> dict[str, Any]:
+        """Their cleanup as published (in the summary, per arm, and in cleanup.json) and whether the summary's
+        agrees with cleanup.json."""
+        per_arm = {a: e.cleanup for a, e in self.arms.items() if e.cleanup is not UNSET}
+        both = self.cleanup is not None and cleanup_json is not None
+        return {"summary": self.cleanup, "per_arm": per_arm or None, "cleanup_json": cleanup_json,
+                **({"consistent": self.cleanup == cleanup_json} if both else {})}
+
     def reduction_figures(self, aggregates: dict[str, float | None], published: dict[str, Any]) -> list[Figure]:
         """Their `*_reduction_percent` figures: the aggregate one recomputed when there is one
         baseline/candidate pair, as their expression 100 * (1 - candidate / baseline) of the aggregate

@@ -91,15 +91,6 @@ def _optional_json(run: RunDir, name: str) -> Any:
     return run.read(name) if name in READABLE_VERSIONS else read_json(path)
 
 
-def _recipe(run: RunDir) -> tuple[dict[str, Any], str]:
-    path = run.file("recipe.yaml")
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError as exc:
-        raise EvidenceError(f"{run.path} has no recipe.yaml; it is not a complete run.") from exc
-    return recipe_json(data), hashlib.sha256(data).hexdigest()
-
-
 def recipe_json(data: bytes) -> Any:
     """The recipe as the predicate records it: YAML's dates become ISO strings (the predicate is JSON)."""
     return json.loads(json.dumps(safe_yaml(data.decode("utf-8")), default=_iso))
@@ -127,7 +118,10 @@ def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
 
     `subjects` replaces hashing every evidence file, for a caller that already holds the
     digests (publish, after one verification); it must list every file, as `subjects_of` would."""
-    recipe, recipe_sha = _recipe(run)
+    try:
+        recipe_bytes = run.file("recipe.yaml").read_bytes()
+    except FileNotFoundError as exc:
+        raise EvidenceError(f"{run.path} has no recipe.yaml; it is not a complete run.") from exc
     if not run.file("summary.json").is_file():
         raise EvidenceError(f"{run.path} has no summary.json; the study did not finish its results step.")
     summary = read_summary(run.file("summary.json"))  # a summary of an unknown format is never signed
@@ -137,8 +131,8 @@ def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
         "signed": signed,
         "aggregate_only": aggregate_only,
         "study_id": summary.study_id,  # the recipe's study id, as summarize recorded it
-        "recipe": recipe,
-        "recipe_sha256": recipe_sha,
+        "recipe": recipe_json(recipe_bytes),
+        "recipe_sha256": hashlib.sha256(recipe_bytes).hexdigest(),
         "pins": copied["plan"].get("pins", {"available": False, "reason": "plan.json states no pins"}),  # copied as is
         **copied,
         "timing_boundary": _timing_boundary(copied["plan"], copied["calibration"]),

@@ -52,14 +52,6 @@ def folder_date(name: str) -> str | None:
     return f"{match[1]}-{match[2]}-{match[3]}" if match else None
 
 
-def _workloads(samples: list[Sample]) -> dict[str, tuple[str, int]]:
-    out: dict[str, tuple[str, int]] = {}
-    for s in samples:
-        first, passes = out.get(s.workload, ("imported", 0))
-        out[s.workload] = (first, max(passes, s.pass_index))
-    return out
-
-
 def _check_passes(samples: list[Sample]) -> None:
     """The samples are passes a run can hold, as verify checks them: at most MAX_PASSES, each case once in a
     pass, and every pass (of every arm) of a workload the same cases. EvidenceError naming the first that is not."""
@@ -99,7 +91,10 @@ def finish(layout: Layout, out: Path, origin: Origin | None = None) -> dict:
                                       for a in arms})
     with new_run(out, layout.root) as tmp:
         rows = write_samples(tmp, layout.samples)
-        workloads = {w: (layout.files[0], p) for w, (_, p) in _workloads(layout.samples).items()}
+        passes: dict[str, int] = {}
+        for s in layout.samples:
+            passes[s.workload] = max(passes.get(s.workload, 0), s.pass_index)
+        workloads = {w: (layout.files[0], p) for w, p in passes.items()}
         recipe = imported_recipe(origin, "", workloads, arms, sorted(imported.items()), fmt=layout.fmt,
                                  study=study, note=layout.note or f"Imported evidence ({layout.fmt}); not measured here.")
         write_summary(tmp, recipe, rows)

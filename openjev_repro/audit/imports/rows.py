@@ -133,10 +133,6 @@ _VALUE_CHECKS: tuple[tuple[Callable[[_TheirRow], bool], Callable[[_TheirRow], st
 )
 
 
-def _value_problems(row: _TheirRow) -> list[str]:
-    return [message(row) for holds, message in _VALUE_CHECKS if not holds(row)]
-
-
 def _clock_problems(start: Any, end: Any) -> list[str]:
     if not _count(start) or not _count(end) or start > MAX_INT or end > MAX_INT:
         return [f"client_*_monotonic_ns ({str(start)[:30]}, {str(end)[:30]}) are not integers in [0, 2**63)"]
@@ -157,7 +153,7 @@ def _usage_problems(raw: Any) -> list[str]:
 
 def _checked(row: _TheirRow, where: str) -> _TheirRow:
     """Every field of one of their rows, checked (types too: `_validated` passes them unchecked)."""
-    problems = (_id_problems(row.id) + _value_problems(row)
+    problems = (_id_problems(row.id) + [message(row) for holds, message in _VALUE_CHECKS if not holds(row)]
                 + _clock_problems(row.client_start_monotonic_ns, row.client_end_monotonic_ns) + _usage_problems(row.raw))
     if problems:
         raise EvidenceError(f"{where}: {'; '.join(problems)}.")

@@ -88,6 +88,11 @@ def new_run(out: Path, root: Path) -> Iterator[Path]:
                             "nothing was written.") from None
 
 
+def _purpose(source: Path, folder: str, fmt: str, hypothesis: str | None) -> str:
+    purpose = f"Per-request evidence imported from {source / folder if folder else source} ({fmt} format); not measured here."
+    return purpose + (f" Their hypothesis (quoted): \"{hypothesis}\"" if hypothesis else "")
+
+
 def imported_recipe(origin: Origin, folder: str, workloads: dict[str, tuple[str, int]], arms: list[str],
                     verified: list[tuple[str, str]], *, fmt: str, study: PublishedStudy | None = None,
                     note: str) -> dict:
@@ -99,12 +104,10 @@ def imported_recipe(origin: Origin, folder: str, workloads: dict[str, tuple[str,
     study = study or PublishedStudy()
     source = Path(origin.source)
     passes = max(p for _, p in workloads.values())
-    purpose = f"Per-request evidence imported from {source / folder if folder else source} ({fmt} format); not measured here."
-    quoted = f" Their hypothesis (quoted): \"{study.hypothesis}\"" if study.hypothesis else ""
     return {
         "format_version": 1,
         "study": {"id": re.sub(r"[^a-z0-9_.-]+", "-", f"imported-{source.name}".lower()).strip("-.")[:80] or "imported",
-                  "date": study.date or origin.date, "purpose": purpose + quoted, "source": str(source)},
+                  "date": study.date or origin.date, "purpose": _purpose(source, folder, fmt, study.hypothesis), "source": str(source)},
         "inputs": {"root": str(source),
                    "files": [{"path": n, "sha256": s, "role": "imported-evidence"} for n, s in verified]},
         "workloads": [{"name": w, "requests": first, "feasibility_passes": 0, "measured_passes": p}

@@ -20,7 +20,7 @@ from ...errors import EvidenceError
 from ...evidence.rows import Row
 from ..figures import Samples
 
-__all__ = ["MAX_INT", "MAX_TOKENS", "Sample", "check_id", "check_int", "check_seconds", "samples_of",
+__all__ = ["MAX_INT", "MAX_TOKENS", "Sample", "check_id", "check_seconds", "samples_of",
            "write_samples"]
 
 MAX_INT = 2**63 - 1  # nanosecond clocks and counts: what a signed 64-bit integer holds
@@ -39,12 +39,6 @@ def check_id(value: Any, where: str) -> str:
         raise EvidenceError(f"{where}: id {value[:40]!r} holds a lone surrogate, not a Unicode scalar value.")
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
         raise EvidenceError(f"{where}: id {value[:40]!r} holds a control character.")
-    return value
-
-
-def check_int(value: Any, where: str, name: str, limit: int = MAX_INT) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= limit:
-        raise EvidenceError(f"{where}: {name} {str(value)[:40]} is not an integer in [0, {limit}].")
     return value
 
 

@@ -45,13 +45,6 @@ def detect(src: Path) -> bool:
     return True
 
 
-def _cleanup(summary: System1Summary, cleanup_json: Any) -> dict[str, Any]:
-    published = summary.cleanup
-    per_arm = {a: e.cleanup for a, e in summary.arms.items() if e.cleanup is not UNSET}
-    consistent = {"consistent": published == cleanup_json} if published is not None and cleanup_json is not None else {}
-    return {"summary": published, "per_arm": per_arm or None, "cleanup_json": cleanup_json, **consistent}
-
-
 def _optional_json(root: Path, name: str, verified: list[str]) -> Any:
     return read_finite_json(root / name, name) if name in verified else None
 
@@ -139,7 +132,7 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
             "readiness": {a: e.readiness for a, e in their_summary.arms.items()},
             "first_inference": {a: e.first_inference for a, e in their_summary.arms.items()
                                 if e.first_inference is not UNSET},
-            "cleanup": _cleanup(their_summary, cleanup_json),
+            "cleanup": their_summary.cleanup_record(cleanup_json),
             "published": their_summary.verdicts(),
             "study": study.to_json(),
             "published_gates": [g.to_json() for g in published_gates(study_documents(their_summary_doc, plan))],
