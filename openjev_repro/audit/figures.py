@@ -451,6 +451,14 @@ class Mode(Published, frozen=True, kw_only=True):
     median_s: Quoted | UnsetType = UNSET
     mean_s: Quoted | UnsetType = UNSET
 
+    def figures(self, key: str, mode: str, samples: Samples) -> list[Figure]:
+        """n, median_s and mean_s over every row of the mode, then over each pass's (theirs count from 0)."""
+        figures = _seconds_figures(self, key, None, _seconds_of(samples, mode))
+        for p in self.passes or ():
+            seconds = _seconds_of(samples, mode, p.index)
+            figures += _seconds_figures(p, key, p.index, seconds) if seconds else []
+        return figures
+
 
 def _seconds_of(samples: Samples, mode: str, their_pass: int | None = None) -> list[float]:
     """Every published latency of one mode, or of one of its passes (theirs count from 0, ours from 1)."""
@@ -465,19 +473,19 @@ def _seconds_figures(published: Published, key: str, index: int | None, seconds:
 def provenance_figures(summary: dict[str, Any], samples: Samples) -> list[Figure]:
     """jev_vl review layout: per mode (cache_<mode>) n, median_s, mean_s over all passes and per pass,
     and `<a>_div_<b>_median` ratios of the modes' medians."""
-    keys = {mode: f"cache_{mode}" if f"cache_{mode}" in summary else mode for mode in sorted({a for a, _, _ in samples})}
-    modes = {key: decode(summary[key], Mode, f"summary.json: {key}") for key in keys.values()
-             if isinstance(summary.get(key), dict)}
     figures: list[Figure] = []
     medians: dict[str, float] = {}
-    for mode, key in keys.items():
-        if key in modes:
-            every = _seconds_of(samples, mode)
-            medians[mode] = _median(every)
-            figures += _seconds_figures(modes[key], key, None, every)
-            for p in modes[key].passes or ():
-                seconds = _seconds_of(samples, mode, p.index)
-                figures += _seconds_figures(p, key, p.index, seconds) if seconds else []
+    for mode in sorted({a for a, _, _ in samples}):
+        key = f"cache_{mode}" if f"cache_{mode}" in summary else mode
+        if isinstance(summary.get(key), dict):
+            figures += decode(summary[key], Mode, f"summary.json: {key}").figures(key, mode, samples)
+            medians[mode] = _median(_seconds_of(samples, mode))
+    return figures + _ratio_figures(summary, medians)
+
+
+def _ratio_figures(summary: dict[str, Any], medians: dict[str, float]) -> list[Figure]:
+    """Their `<a>_div_<b>_median` ratios against the ratio of our medians."""
+    figures: list[Figure] = []
     for key in sorted(k for k in summary if k.endswith("_median") and "_div_" in k):
         a, b = key[: -len("_median")].split("_div_", 1)
         if a in medians and b in medians and medians[b]:

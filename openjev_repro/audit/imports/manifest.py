@@ -90,6 +90,18 @@ def read_finite_json(path: Path, name: str) -> Any:
     return data
 
 
+def _listed_items(listing: Any, where: str) -> list[tuple[Any, Any]]:
+    """(path, spec) of each listed file: from a {path: digest | object} mapping or a [{path, ...}] list."""
+    if isinstance(listing, dict):
+        return list(listing.items())
+    if not isinstance(listing, list):
+        raise InputMismatch(f"{where}: files is {type(listing).__name__}, not an object or a list.")
+    if not all(isinstance(item, dict) for item in listing):
+        raise InputMismatch(f"{where}: a files entry is not an object.")
+    return [(item.get("path", item.get("name")), {k: v for k, v in item.items() if k not in ("path", "name")})
+            for item in listing]
+
+
 def read_source_manifest(root: Path) -> SourceManifest:
     """Their manifest.json: `files` as a {path: digest | object} mapping or a [{path, sha256, ...}] list
     (`name` for `path` too), or without `files` the document itself as that mapping."""
@@ -98,19 +110,9 @@ def read_source_manifest(root: Path) -> SourceManifest:
     if not isinstance(data, dict):
         raise InputMismatch(f"{where}: not a JSON object.")
     meta = {k: v for k, v in data.items() if k != "files"} if "files" in data else {}
-    listing = data.get("files", data)
-    if isinstance(listing, list):
-        if not all(isinstance(item, dict) for item in listing):
-            raise InputMismatch(f"{where}: a files entry is not an object.")
-        items = [(item.get("path", item.get("name")), {k: v for k, v in item.items() if k not in ("path", "name")})
-                 for item in listing]
-    elif isinstance(listing, dict):
-        items = list(listing.items())
-    else:
-        raise InputMismatch(f"{where}: files is {type(listing).__name__}, not an object or a list.")
     entries: dict[str, ManifestEntry] = {}
     published: dict[str, dict[str, Any]] = {}
-    for raw_path, spec in items:
+    for raw_path, spec in _listed_items(data.get("files", data), where):
         path = _check_path(raw_path, where)
         entry = {"sha256": spec} if isinstance(spec, str) else spec
         if not isinstance(entry, dict):

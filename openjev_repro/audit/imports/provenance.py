@@ -155,19 +155,23 @@ def _reference_first(summary: dict[str, Any], modes: set[str]) -> list[str]:
     return []
 
 
+def _listed_states(root: Path, digests: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(verified, absent) listed files; InputMismatch naming every one present with another sha256."""
+    states = {name: file_state(root / name, digests[name], PROVENANCE_NAME) for name in sorted(digests)}
+    problems = [f"{n}: {state}" for n, state in states.items() if state not in ("", "absent")]
+    if problems:
+        raise InputMismatch(f"{root} does not match its {PROVENANCE_NAME}: " + "; ".join(problems)
+                            + ". Nothing was imported; fetch the evidence again.")
+    return [n for n, state in states.items() if not state], [n for n, state in states.items() if state == "absent"]
+
+
 def _check_files(root: Path, digests: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
     """(verified, absent, unlisted) files of the folder. Every listed file that is present must match its
     sha256 (absent is recorded, not wrong). The raw files imported are exactly the ones the listing names,
     each present and verified: a raw file it does not name never becomes an arm or a pass, and one it names
     that is absent is never dropped from the count. summary.json may be unlisted (the published layout does
     not list it). InputMismatch naming what is not so."""
-    states = {name: file_state(root / name, digests[name], PROVENANCE_NAME) for name in sorted(digests)}
-    problems = [f"{n}: {state}" for n, state in states.items() if state not in ("", "absent")]
-    if problems:
-        raise InputMismatch(f"{root} does not match its {PROVENANCE_NAME}: " + "; ".join(problems)
-                            + ". Nothing was imported; fetch the evidence again.")
-    verified = [n for n, state in states.items() if not state]
-    absent = [n for n, state in states.items() if state == "absent"]
+    verified, absent = _listed_states(root, digests)
     present = sorted(p.name for p in root.iterdir() if p.is_file() and not p.is_symlink())
     unlisted = [n for n in present if n not in digests and n != PROVENANCE_NAME]
     _refuse(unlisted, f"present but not listed in {PROVENANCE_NAME}; only the rows it lists are the published evidence")

@@ -10,6 +10,7 @@ summary) is decoded once into a `StudyDocument`; the facts and gates are read fr
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -96,6 +97,14 @@ class StudyDocument(msgspec.Struct, frozen=True, kw_only=True):
         numbers = {k: v for k, v in doc.items() if isinstance(v, int | float) and not isinstance(v, bool)}
         return decode({**doc, "*gate* and accepted* booleans": flags, "*numbers*": numbers}, cls, where)
 
+    def published_date(self) -> str | None:
+        return next((d for d in (self.date_utc, self.date) if isinstance(d, str) and _DATE.match(d)), None)
+
+    def variable(self) -> str | None:
+        """The independent variable it names (at the top, else under controls)."""
+        controls = self.controls.independent_variable if isinstance(self.controls, Controls) else None
+        return _text(self.independent_variable) or _text(controls)
+
     def hardware_lines(self) -> list[str]:
         """`key: value` of each hardware fact, from fixed_controls, controls, hardware, then host's driver."""
         lines = [line for p in (self.fixed_controls, self.controls, self.hardware) if isinstance(p, Controls)
@@ -128,34 +137,41 @@ def study_documents(*docs: Any, where: str = "a published study document") -> li
     return [d for d in (StudyDocument.read(doc, where) for doc in docs) if d is not None]
 
 
+def _first(values: Iterable[str | None]) -> str | None:
+    return next((v for v in values if v), None)
+
+
 def study_facts(docs: list[StudyDocument], *, arms: list[str], descriptions: dict[str, str] | None = None,
                 date: str | None = None) -> PublishedStudy:
-    """The published study's own facts (its date, else `date`), from its documents."""
-    dates = [d for doc in docs for d in (doc.date_utc, doc.date) if isinstance(d, str) and _DATE.match(d)]
+    """The published study's own facts (its date, else `date`), the first document that states each."""
     hardware = [line for doc in docs for line in doc.hardware_lines()]
-    variables = [v for doc in docs for v in (_text(doc.independent_variable), _text(
-        doc.controls.independent_variable) if isinstance(doc.controls, Controls) else None) if v]
-    hypotheses = [h for h in (_text(doc.hypothesis) for doc in docs) if h]
-    return PublishedStudy(date=next(iter(dates), date), hardware=tuple(dict.fromkeys(hardware)),
+    return PublishedStudy(date=_first(doc.published_date() for doc in docs) or date,
+                          hardware=tuple(dict.fromkeys(hardware)),
                           arms={a: (descriptions or {}).get(a, "") for a in arms},
-                          hypothesis=next(iter(hypotheses), None), independent_variable=next(iter(variables), None))
+                          hypothesis=_first(_text(doc.hypothesis) for doc in docs),
+                          independent_variable=_first(doc.variable() for doc in docs))
 
 
 def published_gates(docs: list[StudyDocument]) -> list[PublishedGate]:
     """Every gate or acceptance criterion with its published outcome (True, False or None: not published).
     A criterion goes to the first gate still without one whose name contains, or is contained in, its
-    own; a criterion no gate reports on stands alone, with the value they published, if any."""
+    own; a criterion no gate reports on stands alone, with the value they published, if any (a number
+    under its own name or the name they publish it as, from the first document that has one)."""
     gates = [g for doc in docs for g in doc.gates_declared()]
     named = {g.name for g in gates}
-    criteria = {name: text for doc in docs for name, text in doc.criteria().items()}
-    for name, criterion in criteria.items():
-        at = next((i for i, g in enumerate(gates) if g.criterion_text is None and (name in g.name or g.name in name)),
-                  None)
+    numbers = {k: v for doc in reversed(docs) for k, v in doc.numbers.items()}
+    for name, criterion in {n: t for doc in docs for n, t in doc.criteria().items()}.items():
+        related = (i for i, g in enumerate(gates) if name in g.name or g.name in name)
+        at = next((i for i in related if gates[i].criterion_text is None), None)
         if at is not None:
             gates[at] = msgspec.structs.replace(gates[at], criterion_text=criterion)
         elif name not in named:
-            value = next((f"{key}: {doc.numbers[key]}" for key in (name, *_MEASURED_AS.get(name, ()))
-                          for doc in docs if key in doc.numbers), None)
-            text = f"{criterion}; published value {value}" if value else criterion
-            gates.append(PublishedGate(name=name, criterion_text=text[:_TEXT_LIMIT], outcome=None))
+            gates.append(_criterion_gate(name, criterion, numbers))
     return gates
+
+
+def _criterion_gate(name: str, criterion: str, numbers: dict[str, int | float]) -> PublishedGate:
+    """A criterion no gate reports on: no published outcome, and the value they published, if any."""
+    value = next((f"{key}: {numbers[key]}" for key in (name, *_MEASURED_AS.get(name, ())) if key in numbers), None)
+    text = f"{criterion}; published value {value}" if value else criterion
+    return PublishedGate(name=name, criterion_text=text[:_TEXT_LIMIT], outcome=None)

@@ -82,8 +82,7 @@ def _inflate(path: Path) -> bytes:
 def _verify(root: Path, sums: dict[str, str], originals: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
     """(verified, absent, originals verified): each member against SHA256SUMS and, where provenance.json
     publishes its uncompressed original's sha256, that second level too. InputMismatch naming every digest
-    that differs, a present file SHA256SUMS does not list, and a listed rows member that is missing (never
-    dropped from the count of the published figures)."""
+    that differs, and every problem of the listing."""
     problems: list[str] = []
     verified: list[str] = []
     absent: list[str] = []
@@ -101,13 +100,19 @@ def _verify(root: Path, sums: dict[str, str], originals: dict[str, str]) -> tupl
         else:
             verified.append(name)
             inner += [original] if original in originals else []
-    present = sorted(p.name for p in root.iterdir() if p.is_file())
-    problems += [f"{n}: present but not in {SUMS_NAME}" for n in present if n not in sums and n != SUMS_NAME]
-    problems += [f"{n}: listed but missing; the published figures count its rows" for n in absent if _ROWS.match(n)]
+    problems += _listing_problems(root, sums, absent)
     if problems:
         raise InputMismatch(f"{root} does not match its {SUMS_NAME}: " + "; ".join(problems)
                             + ". Nothing was imported; fetch the evidence again.")
     return verified, absent, inner
+
+
+def _listing_problems(root: Path, sums: dict[str, str], absent: list[str]) -> list[str]:
+    """A present file SHA256SUMS does not list, and a listed rows member that is missing (never dropped from
+    the count of the published figures)."""
+    present = sorted(p.name for p in root.iterdir() if p.is_file())
+    return ([f"{n}: present but not in {SUMS_NAME}" for n in present if n not in sums and n != SUMS_NAME]
+            + [f"{n}: listed but missing; the published figures count its rows" for n in absent if _ROWS.match(n)])
 
 
 class Originals(msgspec.Struct, frozen=True, kw_only=True):
