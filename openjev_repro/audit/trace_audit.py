@@ -16,6 +16,8 @@ from typing import Any
 from ..evidence.kernel_families import (
     FAMILIES_FILE,
     TRACES_RECORD,
+    KernelFamilyFile,
+    TracesRecord,
     compute_kernel_families,
     read_kernel_families,
     read_traces_record,
@@ -51,6 +53,16 @@ def kernel_families_recomputed(run_dir: Path, recipe: Recipe, aggregate_only: bo
     if record is None or not _torch_traces(recipe):
         return _outcome(False, f"{FAMILIES_FILE} is there but the run has no torch-profiler {TRACES_RECORD} "
                                "or its recipe asks for no torch traces")
+    unusable = _unusable_files(run_dir, record, aggregate_only)
+    if unusable:
+        return unusable
+    assert recipe.traces is not None
+    return _compared(compute_kernel_families(run_dir, record, recipe.traces.families), signed, first_difference)
+
+
+def _unusable_files(run_dir: Path, record: TracesRecord, aggregate_only: bool) -> list[Outcome]:
+    """The outcome when the trace files cannot be recomputed from: an aggregate-only bundle carries none, or
+    a file under traces/ is not listed; [] when they can."""
     listed = {e.file for e in record.entries if e.status == "done" and e.file is not None}
     if aggregate_only and not any((run_dir / name).is_file() for name in listed):
         return _outcome(None, "an aggregate-only bundle carries no trace files to recompute from")
@@ -58,8 +70,12 @@ def kernel_families_recomputed(run_dir: Path, recipe: Recipe, aggregate_only: bo
                       if p.is_file() and p.relative_to(run_dir).as_posix() not in listed | {TRACES_RECORD})
     if unlisted:
         return _outcome(False, f"files under traces/ that {TRACES_RECORD} does not list: {', '.join(unlisted[:4])}")
-    assert recipe.traces is not None
-    ours = compute_kernel_families(run_dir, record, recipe.traces.families)
+    return []
+
+
+def _compared(ours: KernelFamilyFile, signed: KernelFamilyFile,
+              first_difference: Callable[[Any, Any], str | None]) -> list[Outcome]:
+    """The kernel families recomputed from the listed trace files against the signed ones."""
     changed = [t.file for t, s in zip(ours.traces, signed.traces, strict=False) if t.file == s.file and t.sha256 != s.sha256]
     if changed:
         more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
