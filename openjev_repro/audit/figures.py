@@ -282,12 +282,7 @@ class System1Summary(Published, frozen=True, kw_only=True):
         for key, value in sorted(self.reductions.items()):
             if key == "aggregate_reduction_percent" and len(candidates) == 1 and aggregates[base]:
                 b, c = aggregates[base], aggregates[candidates[0]]
-                pb: Any = published.get(base)
-                pc: Any = published.get(candidates[0])
-                propagated = 0.0
-                if _number(pb) and _number(pc) and pb:
-                    propagated = 100 * (half_unit(float(pc)) / abs(float(pb)) + abs(float(pc)) * half_unit(float(pb))
-                                        / float(pb) ** 2)
+                propagated = _aggregate_half_units(published.get(base), published.get(candidates[0]))
                 ours = (1 - c / b) * 100 if b and c is not None else None
                 figures.append(figure(f"{candidates[0]} vs {base}", None, key, value, ours, propagated))
             else:
@@ -295,6 +290,14 @@ class System1Summary(Published, frozen=True, kw_only=True):
                                       status="not_compared", difference=None, half_unit=None, rule=None,
                                       matches=False, note="no unambiguous baseline/candidate pair to recompute it from"))
         return figures
+
+
+def _aggregate_half_units(pb: Any, pc: Any) -> float:
+    """How far the published aggregates' own half units can move 100 * (1 - c / b)."""
+    if not (_number(pb) and _number(pc) and pb):
+        return 0.0
+    fb, fc = float(pb), float(pc)
+    return 100 * (half_unit(fc) / abs(fb) + abs(fc) * half_unit(fb) / fb ** 2)
 
 
 def published_figures(summary: System1Summary, latencies: dict[tuple[str, int], list[float]],
@@ -365,6 +368,14 @@ def _fmean(xs: list[float]) -> float:
     return math.fsum(xs) / len(xs)
 
 
+def _pass_metrics(rows: list[tuple[float, int]]) -> dict[str, Any]:
+    """One pass's figures from its rows' seconds and decisions, by their published names."""
+    ms = [s * 1000 for s, _ in rows]
+    seconds = math.fsum(s for s, _ in rows)
+    return {"requests": len(ms), "mean_ms": _fmean(ms), "p50_ms": _median(ms), "p95_ms": _nearest_rank(ms, 95),
+            "successful_decisions_per_second": sum(d for _, d in rows) / seconds if seconds else None}
+
+
 class TimingsPass(Published, frozen=True, kw_only=True):
     requests: Quoted | UnsetType = UNSET
     mean_ms: Quoted | UnsetType = UNSET
@@ -392,11 +403,7 @@ class TimingsSummary(Published, frozen=True, kw_only=True):
                     if not rows:
                         figures.append(_no_rows(f"{arm} {workload}", index))
                         continue
-                    ms = [s * 1000 for s, _ in rows]
-                    seconds = math.fsum(s for s, _ in rows)
-                    ours = {"requests": len(ms), "mean_ms": _fmean(ms), "p50_ms": _median(ms),
-                            "p95_ms": _nearest_rank(ms, 95),
-                            "successful_decisions_per_second": sum(d for _, d in rows) / seconds if seconds else None}
+                    ours = _pass_metrics(rows)
                     ours_by.setdefault((arm, workload), []).append(ours)
                     figures += published.against(f"{arm} {workload}", index, ours)
         everything = [r for rows in samples.values() for r in rows]
@@ -411,19 +418,23 @@ class TimingsSummary(Published, frozen=True, kw_only=True):
         base, candidates = baseline_and_candidates(arms) if arms else ("", [])
         if len(candidates) != 1:
             return []
-        cand, figures = candidates[0], []
-        for workload, published in sorted(self.reductions.items()):
-            for key, value in sorted(published.items()):
-                metric = key.replace("_reduction_percent", "_ms")
-                b_ours, c_ours = ours_by.get((base, workload)), ours_by.get((cand, workload))
-                if not b_ours or not c_ours or metric not in b_ours[0]:
-                    continue
-                pb = [p.quoted().get(metric) for p in self.results[base][workload]]
-                pc = [p.quoted().get(metric) for p in self.results[cand][workload]]
-                b, c = _fmean([m[metric] for m in b_ours]), _fmean([m[metric] for m in c_ours])
-                ours, propagated = (100 * (1 - c / b), _pass_half_units(pb, pc)) if b else (None, 0.0)
-                figures.append(figure(f"{cand} vs {base} {workload}", None, key, value, ours, propagated))
-        return figures
+        cand = candidates[0]
+        found = [self.metric_reduction(base, cand, workload, key, value, ours_by)
+                 for workload, published in sorted(self.reductions.items()) for key, value in sorted(published.items())]
+        return [f for f in found if f is not None]
+
+    def metric_reduction(self, base: str, cand: str, workload: str, key: str, value: Quoted,
+                         ours_by: dict[tuple[str, str], list[dict[str, Any]]]) -> Figure | None:
+        """One published `<metric>_reduction_percent` of a workload against ours; None if we lack that metric."""
+        metric = key.replace("_reduction_percent", "_ms")
+        b_ours, c_ours = ours_by.get((base, workload)), ours_by.get((cand, workload))
+        if not b_ours or not c_ours or metric not in b_ours[0]:
+            return None
+        pb = [p.quoted().get(metric) for p in self.results[base][workload]]
+        pc = [p.quoted().get(metric) for p in self.results[cand][workload]]
+        b, c = _fmean([m[metric] for m in b_ours]), _fmean([m[metric] for m in c_ours])
+        ours, propagated = (100 * (1 - c / b), _pass_half_units(pb, pc)) if b else (None, 0.0)
+        return figure(f"{cand} vs {base} {workload}", None, key, value, ours, propagated)
 
 
 def _pass_half_units(pb: list[Any], pc: list[Any]) -> float:

@@ -157,7 +157,7 @@ class SumsRow(msgspec.Struct, frozen=True, kw_only=True):
         else:
             raise EvidenceError(f"{where}: no seconds, latency_s or latency_ms.")
         case = self.id if self.id is not UNSET else None if self.sample is UNSET else self.sample
-        case = check_id(str(case) if isinstance(case, int) and not isinstance(case, bool) else case, where)
+        case = check_id(str(case) if type(case) is int else case, where)  # an integer sample number, not a bool
         return Sample(id=case, arm=f"{stem}.{variant}", workload=cell, pass_index=1, seconds=seconds, body=body)
 
 
