@@ -66,8 +66,8 @@ def _unusable_files(run_dir: Path, record: TracesRecord, aggregate_only: bool) -
     listed = {e.file for e in record.entries if e.status == "done" and e.file is not None}
     if aggregate_only and not any((run_dir / name).is_file() for name in listed):
         return _outcome(None, "an aggregate-only bundle carries no trace files to recompute from")
-    unlisted = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "traces").rglob("*")
-                      if p.is_file() and p.relative_to(run_dir).as_posix() not in listed | {TRACES_RECORD})
+    present = {p.relative_to(run_dir).as_posix() for p in (run_dir / "traces").rglob("*") if p.is_file()}
+    unlisted = sorted(present - listed - {TRACES_RECORD})
     if unlisted:
         return _outcome(False, f"files under traces/ that {TRACES_RECORD} does not list: {', '.join(unlisted[:4])}")
     return []

@@ -209,6 +209,8 @@ def import_provenance(src: Path, out: Path, *, workload: str = "mixed", subdir: 
     if not isinstance(summary, dict):
         raise EvidenceError(f"{SUMMARY_NAME}: not a JSON object.")
     samples = _read_rows(root, raw)
+    meta = dict(data)  # provenance.json as published, but for the files its listing holds
+    del meta["files"]
     modes = {s.arm for s in samples}
     unverified = sorted({*raw, SUMMARY_NAME} & set(unlisted))
     layout = Layout(fmt="provenance-json", root=root, samples=samples, summary=summary,
@@ -218,7 +220,7 @@ def import_provenance(src: Path, out: Path, *, workload: str = "mixed", subdir: 
                     provenance=(f"partly verified: {', '.join(unverified)} not listed in {PROVENANCE_NAME}"
                                 if unverified else "verified"),
                     digests_file=PROVENANCE_NAME, verified=verified, source_digests=entries,
-                    documents=[data, summary], meta={k: v for k, v in data.items() if k != "files"},
+                    documents=[data, summary], meta=meta,
                     absent=absent, notes=[f"{n}: present but not listed in {PROVENANCE_NAME}: imported, not verified"
                                           for n in unlisted],
                     note=_NOTE)

@@ -157,17 +157,25 @@ def published_gates(docs: list[StudyDocument]) -> list[PublishedGate]:
     A criterion goes to the first gate still without one whose name contains, or is contained in, its
     own; a criterion no gate reports on stands alone, with the value they published, if any (a number
     under its own name or the name they publish it as, from the first document that has one)."""
-    gates = [g for doc in docs for g in doc.gates_declared()]
+    gates: list[PublishedGate] = []
+    criteria: dict[str, str] = {}
+    numbers: dict[str, int | float] = {}
+    for doc in docs:
+        gates += doc.gates_declared()
+        criteria |= doc.criteria()
+        numbers = doc.numbers | numbers  # the first document's value wins
     named = {g.name for g in gates}
-    numbers = {k: v for doc in reversed(docs) for k, v in doc.numbers.items()}
-    for name, criterion in {n: t for doc in docs for n, t in doc.criteria().items()}.items():
-        related = (i for i, g in enumerate(gates) if name in g.name or g.name in name)
-        at = next((i for i in related if gates[i].criterion_text is None), None)
+    for name, criterion in criteria.items():
+        at = next((i for i, g in enumerate(gates) if g.criterion_text is None and _related(name, g.name)), None)
         if at is not None:
             gates[at] = msgspec.structs.replace(gates[at], criterion_text=criterion)
         elif name not in named:
             gates.append(_criterion_gate(name, criterion, numbers))
     return gates
+
+
+def _related(criterion: str, gate: str) -> bool:
+    return criterion in gate or gate in criterion
 
 
 def _criterion_gate(name: str, criterion: str, numbers: dict[str, int | float]) -> PublishedGate:

@@ -150,8 +150,9 @@ class SumsRow(msgspec.Struct, frozen=True, kw_only=True):
         variant, cell = str(self.variant).lower(), str(self.cell).lower()
         if not _NAME.match(variant) or not _NAME.match(cell):
             raise EvidenceError(f"{where}: variant {variant[:40]!r} or cell {cell[:40]!r} is not a name.")
-        if self.seconds is not UNSET or self.latency_s is not UNSET:
-            seconds = check_seconds(self.latency_s if self.seconds is UNSET else self.seconds, where, "seconds")
+        given = self.latency_s if self.seconds is UNSET else self.seconds
+        if given is not UNSET:
+            seconds = check_seconds(given, where, "seconds")
         elif self.latency_ms is not UNSET:
             seconds = check_seconds(self.latency_ms, where, "latency_ms") / 1000
         else:
