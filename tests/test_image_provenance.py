@@ -20,7 +20,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 from openjev_repro.images import load_spec
 from openjev_repro.images.debian import read_packages_lock
 from openjev_repro.images.lockfile import read_lock
-from openjev_repro.manifest.dsse import verify_envelope
+from openjev_repro.manifest.dsse import parse_envelope, verify_envelope
 from openjev_repro.manifest.keys import generate_keypair, load_public_key
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,9 +79,9 @@ def test_build_records_hold_a_valid_sbom_and_a_signed_slsa_statement(tmp_path, m
     assert {f"deb:{n}" for n in debian} | {f"pypi:{p.name}" for p in read_lock(spec.lock_path).pins} == names
     assert bom["metadata"]["component"]["hashes"] == [{"alg": "SHA-256", "content": "1" * 64}]
 
-    envelope = json.loads((tmp_path / f"{spec.name}.provenance.dsse.json").read_text())
+    envelope = parse_envelope((tmp_path / f"{spec.name}.provenance.dsse.json").read_bytes())
     verify_envelope(envelope, load_public_key(public))
-    statement = json.loads(base64.b64decode(envelope["payload"]))
+    statement = json.loads(base64.b64decode(envelope.payload))
     assert statement["predicateType"] == "https://slsa.dev/provenance/v1"
     assert statement["subject"] == [{"name": spec.tag, "digest": {"sha256": "1" * 64}}]
     predicate = statement["predicate"]

@@ -254,5 +254,5 @@ def test_provenance_summary_whose_passes_is_not_a_list_is_one_error_line(tmp_pat
     proc = cli("import-evidence", "--src", str(src), "--out", str(tmp_path / "run"), "--format", "auto")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
     assert [line for line in proc.stderr.splitlines() if line.startswith("error:")] == [
-        f"error: summary.json: {mode}.passes is 3, not a list of passes."], proc.stderr
+        f"error: summary.json: {mode}: Expected `array | null`, got `int` - at `$.passes`."], proc.stderr
     assert not (tmp_path / "run").exists()

@@ -232,8 +232,10 @@ def test_absent_summary_out_inside_the_source_and_existing_out_are_refused(tmp_p
 
 @pytest.mark.parametrize("edit, message", [
     (lambda summary: summary["arms"]["baseline"]["passes"][0].update(mean_ms=float("nan")), "holds NaN or Infinity"),
-    (lambda summary: summary["arms"]["baseline"].update(passes={"pass": 1}), "passes is not a list"),
-    (lambda summary: summary["arms"]["baseline"]["passes"].append("two"), "not an object with an integer pass"),
+    (lambda summary: summary["arms"]["baseline"].update(passes={"pass": 1}),
+     "arm 'baseline': Expected `array`, got `object` - at `$.passes`"),
+    (lambda summary: summary["arms"]["baseline"]["passes"].append("two"),
+     "arm 'baseline': Expected `object`, got `str` - at `$.passes[2]`"),
     (lambda summary: summary.update(arms=["baseline"]), "arms is not an object"),
 ])
 def test_malformed_published_summary_is_one_error_line(tmp_path, edit, message):
@@ -266,10 +268,10 @@ def test_half_unit_counts_at_most_fifteen_significant_digits():
     assert half_unit(227.70445899999999) == pytest.approx(5e-13)  # 227.704459000000 at 15 digits
     assert half_unit(48.375) == pytest.approx(5e-4)
     assert half_unit(74) == 0.5
-    assert classify(227.704459, 227.70445899999999)["status"] == "within_rounding"
-    assert classify(227.70446, 227.70445899999999)["status"] == "mismatch"
-    assert classify(48.375, 48.375)["status"] == "exact"
-    assert classify(73, 74)["status"] == "mismatch"  # counts reproduce exactly or not at all
+    assert classify(227.704459, 227.70445899999999).status == "within_rounding"
+    assert classify(227.70446, 227.70445899999999).status == "mismatch"
+    assert classify(48.375, 48.375).status == "exact"
+    assert classify(73, 74).status == "mismatch"  # counts reproduce exactly or not at all
 
 
 # --- imported runs in the other tools --------------------------------------------------------

@@ -49,7 +49,7 @@ def test_keygen_modes_keyid_and_no_overwrite(tmp_path):
 def test_signed_manifest_lists_every_evidence_file_and_carries_the_study(tmp_path):
     run, _private, public = signed_run(tmp_path)
     envelope, statement = read_statement(run.file(ENVELOPE_NAME))
-    assert envelope["payloadType"] == PAYLOAD_TYPE
+    assert envelope.payload_type == PAYLOAD_TYPE
     assert statement["_type"] == STATEMENT_TYPE and statement["predicateType"] == PREDICATE_TYPE
     names = [s["name"] for s in statement["subject"]]
     assert names == [p.relative_to(run.path).as_posix() for p in run.evidence_files()]
@@ -64,8 +64,8 @@ def test_signed_manifest_lists_every_evidence_file_and_carries_the_study(tmp_pat
     assert pred["recipe_sha256"] == hashlib.sha256(run.file("recipe.yaml").read_bytes()).hexdigest()
     assert verify_envelope(envelope, load_public_key(public)) == keyid(load_public_key(public))
     # the signature is standard base64 of an Ed25519 signature over PAE
-    sig = base64.standard_b64decode(envelope["signatures"][0]["sig"])
-    load_public_key(public).verify(sig, pae(PAYLOAD_TYPE, base64.standard_b64decode(envelope["payload"])))
+    sig = base64.standard_b64decode(envelope.signatures[0].sig)
+    load_public_key(public).verify(sig, pae(PAYLOAD_TYPE, base64.standard_b64decode(envelope.payload)))
 
 
 def test_no_private_material_in_the_manifest(tmp_path):
@@ -82,7 +82,7 @@ def test_unsigned_manifest_says_so(tmp_path):
     run = build_run(tmp_path)
     write_manifest(run.path, key_path=None)
     envelope, statement = read_statement(run.file(ENVELOPE_NAME))
-    assert envelope["signatures"] == [] and statement["predicate"]["signed"] is False
+    assert envelope.signatures == () and statement["predicate"]["signed"] is False
 
 
 def test_incomplete_run_is_never_signed(tmp_path):

@@ -43,16 +43,6 @@ def opened(path: Path) -> Iterator[Path]:
         yield Path(tmp)
 
 
-def _member_name(name: str, seen: set[str]) -> str:
-    pure = PurePosixPath(name)
-    if not name or pure.is_absolute() or any(p in ("..", ".", "") for p in name.split("/")) or "\\" in name:
-        raise EvidenceError(f"bundle member {name!r} is not a plain relative path.")
-    if name in seen:
-        raise EvidenceError(f"bundle member {name!r} appears twice.")
-    seen.add(name)
-    return name
-
-
 def extract_bundle(path: Path, dest: Path, *, max_bytes: int = MAX_BUNDLE_BYTES,
                    max_members: int = MAX_BUNDLE_MEMBERS) -> None:
     """Stream-extract a publish bundle into the empty directory dest, checking every header first."""
@@ -62,7 +52,12 @@ def extract_bundle(path: Path, dest: Path, *, max_bytes: int = MAX_BUNDLE_BYTES,
         with gzip.open(path, "rb") as raw:
             for member, content in tarstream.members(raw, _CHUNK):
                 total += _check_member(path, member, seen, total, max_members, max_bytes)
-                _write_member(dest / member.name, content)
+                target = dest / member.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                with os.fdopen(fd, "wb") as out:
+                    for data in content:
+                        out.write(data)
     except tarstream.TarFormatError as exc:
         raise EvidenceError(f"{path} is not a bundle as publish writes it: {exc}; "
                             "GNU tar could extract other files than verify reads, so it is refused.") from None
@@ -76,18 +71,15 @@ def _check_member(path: Path, member: tarstream.Member, seen: set[str], total: i
     if member.kind is not None:
         raise EvidenceError(f"bundle member {member.name.rstrip('/')!s} is {member.kind}; "
                             "a bundle holds only regular files.")
-    name = _member_name(member.name, seen)
+    name = member.name
+    if not name or PurePosixPath(name).is_absolute() or any(p in ("..", ".", "") for p in name.split("/")) or "\\" in name:
+        raise EvidenceError(f"bundle member {name!r} is not a plain relative path.")
+    if name in seen:
+        raise EvidenceError(f"bundle member {name!r} appears twice.")
+    seen.add(name)
     if len(seen) > max_members:
         raise EvidenceError(f"{path} has more than {max_members} members; a bundle holds at most that many.")
     if total + member.size > max_bytes:
         raise EvidenceError(f"{path} holds more than {max_bytes} bytes once extracted "
                             f"(member {name} declares {member.size}); refused before extracting it.")
     return member.size
-
-
-def _write_member(target: Path, content: Iterator[bytes]) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as out:
-        for data in content:
-            out.write(data)

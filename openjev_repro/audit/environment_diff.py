@@ -158,10 +158,6 @@ class Difference(msgspec.Struct, frozen=True):
     item: str
     text: str
 
-    @property
-    def numeric(self) -> bool:
-        return self.item in NUMERIC_ITEMS
-
 
 class RunEnvironment:
     """One run's recorded environment, each file read and decoded once."""
@@ -243,7 +239,8 @@ class RunEnvironment:
 
     def autotune(self, entry: _BackendEntry, identity: RuntimeIdentity | None) -> dict[str, str] | None:
         """kernel -> its chosen configuration as one phrase: from the caches, and FLA's in-memory choices."""
-        found = {} if identity is None else {k: _config(v) for k, v in identity.autotune.items()}
+        found = {} if identity is None else {k: ", ".join(f"{n}: {x}" for n, x in sorted(v.items()))
+                                                  for k, v in identity.autotune.items()}
         tuned = _as(entry.autotune_after_passes, dict[str, dict[str, str]]) or {}
         found |= {f"{kernel} {key}": config for kernel, keys in tuned.items() for key, config in keys.items()}
         return found or None
@@ -370,7 +367,7 @@ def explanations(pair: dict[str, Any]) -> list[str]:
     flips, delta = answers.decision_flips or (), answers.max_abs_probability_delta
     if not flips and not delta:
         return []
-    found = [d for d in (seen.environment or _Environment()).differences if d.numeric]
+    found = [d for d in (seen.environment or _Environment()).differences if d.item in NUMERIC_ITEMS]
     where = f"{seen.workload}/{seen.baseline_backend}→{seen.candidate_backend}"
     what = f"{len(flips)} decision flips, max |Δp| {delta!r}"
     if not found:

@@ -1,7 +1,9 @@
 """The figure rules: a published figure next to ours, labelled exact, within rounding or mismatch.
 
 Shared by every import format (`audit/imports/`) and by `verify`, which recomputes the figures
-of an imported run from its rows with these same functions. Pure functions: no file access.
+of an imported run from its rows with these same functions. Each layout's published summary is
+decoded once into its type here (`System1Summary`, `TimingsSummary`, `Mode`, `SumsMember`), which
+lists the figures it publishes next to ours. Pure functions: no file access.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import msgspec
 
 from ..errors import EvidenceError
-from ..evidence.decoding import UNSET, Number, Quoted, Record, UnsetType, decode
+from ..evidence.decoding import UNSET, Count, Number, Quoted, Record, UnsetType, decode
 from ..evidence.records import FigureCounts
 from ..results.statistics import latency_stats, mean
 
@@ -22,8 +24,13 @@ __all__ = [
     "MAX_FIGURE",
     "SIGNIFICANT_DIGITS",
     "Figure",
+    "Mode",
+    "Outcome",
+    "Published",
     "Samples",
-    "arms_of",
+    "SumsMember",
+    "System1Summary",
+    "TimingsSummary",
     "baseline_and_candidates",
     "classify",
     "figure",
@@ -34,12 +41,6 @@ __all__ = [
     "published_figures",
     "summary_from_figures",
 ]
-
-def _obj(doc: Any, key: str) -> dict[str, Any]:
-    """doc[key] when doc is an object and that value is an object too; {} otherwise."""
-    value = doc.get(key) if isinstance(doc, dict) else None
-    return value if isinstance(value, dict) else {}
-
 
 # A binary double carries 15 significant decimal digits (DBL_DIG); digits a JSON writer
 # prints past the 15th are representation noise, not precision.
@@ -123,10 +124,6 @@ def figure_counts(figures: list[Figure]) -> FigureCounts:
                         largest_within_rounding_difference=max(within, default=None))
 
 
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def half_unit(published: float) -> float:
     """Half a unit of the last decimal `published` prints, counting at most 15 significant digits."""
     if isinstance(published, int):
@@ -139,14 +136,27 @@ def half_unit(published: float) -> float:
     return 0.5 * 10.0 ** -decimals
 
 
-def classify(ours: float | None, published: Any, propagated: float = 0.0) -> dict[str, Any]:
+class Outcome(msgspec.Struct, frozen=True, kw_only=True):
+    """How one recomputed value compares with its published figure."""
+
+    status: str  # exact, within_rounding or mismatch
+    difference: float | None
+    half_unit: float | None
+
+    @property
+    def rank(self) -> tuple[int, float]:
+        """Better outcomes sort first: exact, then within rounding (smaller differences first), then mismatch."""
+        return {"exact": 0, "within_rounding": 1}.get(self.status, 2), self.difference or 0
+
+
+def classify(ours: float | None, published: Any, propagated: float = 0.0) -> Outcome:
     """exact (bit for bit), within_rounding (|ours - published| <= half a unit) or mismatch.
 
     `propagated` widens the tolerance of a figure derived from other published figures by
     the change their own half units can make (see `published_figures`).
     """
     if ours is None or not _number(published):
-        return {"status": "mismatch", "difference": None, "half_unit": None}
+        return Outcome(status="mismatch", difference=None, half_unit=None)
     tolerance = half_unit(published) + propagated
     difference = abs(float(ours) - float(published))
     if float(ours) == float(published):
@@ -155,38 +165,23 @@ def classify(ours: float | None, published: Any, propagated: float = 0.0) -> dic
         status = "mismatch"  # a count reproduces exactly or not at all
     else:
         status = "within_rounding" if difference <= tolerance else "mismatch"
-    return {"status": status, "difference": difference, "half_unit": tolerance}
+    return Outcome(status=status, difference=difference, half_unit=tolerance)
 
 
-_ORDER = {"exact": 0, "within_rounding": 1, "mismatch": 2}
-
-
-def figure(arm: str, pass_index: int | None, name: str, published: Any, ours: Any,
+def figure(arm: str | None, pass_index: int | None, name: str, published: Any, ours: Any,
            propagated: float = 0.0) -> Figure:
     if isinstance(ours, dict):  # P95: one value per rank rule; the best-reproducing rule wins
         outcomes = {rule: classify(value, published) for rule, value in ours.items()}
-        best = min(outcomes.values(), key=lambda o: (_ORDER[o["status"]], o["difference"] or 0))
-        rules = [r for r, o in outcomes.items() if o["status"] == best["status"] != "mismatch"]
-        value = ours[rules[0]] if rules else None
-        return Figure(arm=arm, pass_index=pass_index, figure=name, published=published, ours=value,
-                      ours_by_rule=ours, **best, rule=" and ".join(rules) or None,
-                      matches=best["status"] != "mismatch")
+        best = min(outcomes.values(), key=lambda o: o.rank)
+        rules = [r for r, o in outcomes.items() if o.status == best.status != "mismatch"]
+        return Figure(arm=arm, pass_index=pass_index, figure=name, published=published,
+                      ours=ours[rules[0]] if rules else None, ours_by_rule=ours, status=best.status,
+                      difference=best.difference, half_unit=best.half_unit, rule=" and ".join(rules) or None,
+                      matches=best.status != "mismatch")
     outcome = classify(ours, published, propagated)
-    return Figure(arm=arm, pass_index=pass_index, figure=name, published=published, ours=ours, **outcome,
-                  rule=None, matches=outcome["status"] != "mismatch")
-
-
-def arms_of(summary: dict) -> dict[str, Any]:
-    arms = summary.get("arms", summary)
-    if not isinstance(arms, dict):
-        raise EvidenceError("summary.json: arms is not an object.")
-    return arms
-
-
-def baseline_and_candidates(arms: Iterable[str]) -> tuple[str, list[str]]:
-    names = list(arms)
-    base = "baseline" if "baseline" in names else names[0]
-    return base, [n for n in names if n != base]
+    return Figure(arm=arm, pass_index=pass_index, figure=name, published=published, ours=ours,
+                  status=outcome.status, difference=outcome.difference, half_unit=outcome.half_unit,
+                  rule=None, matches=outcome.status != "mismatch")
 
 
 def _no_rows(arm: str, index: int | None) -> Figure:
@@ -195,128 +190,166 @@ def _no_rows(arm: str, index: int | None) -> Figure:
                   difference=None, half_unit=None, rule=None, matches=False)
 
 
-def _pass_index(p: Any, arm_name: Any) -> int:
-    if not isinstance(p, dict) or not _count(p.get("pass", 0)):
-        raise EvidenceError(f"summary.json: {arm_name}.passes holds {p!r}, not an object with an integer pass.")
-    return int(p.get("pass", 0))
+def baseline_and_candidates(arms: Iterable[str]) -> tuple[str, list[str]]:
+    names = list(arms)
+    base = "baseline" if "baseline" in names else names[0]
+    return base, [n for n in names if n != base]
 
 
-def _ours_of_pass(rows: list[float], max_delta: dict[tuple[str, int], float] | None, key: tuple[str, int]
-                  ) -> dict[str, Any]:
-    stats = latency_stats(rows)
-    ours: dict[str, Any] = {"mean_ms": stats.mean_ms, "p50_ms": stats.p50_ms,
-                            "p95_ms": {"jevbench": stats.p95_jevbench_ms,
-                                       "nearest_rank": stats.p95_nearest_rank_ms},
-                            "requests": stats.n}
-    if max_delta is not None:
-        ours["max_probability_delta"] = max_delta.get(key)
-    return ours
+# --- their published documents, decoded once ---------------------------------------------------------
 
 
-def _pass_figures(arm: str, arm_name: Any, entry: dict, latencies: dict[tuple[str, int], list[float]],
-                  max_delta: dict[tuple[str, int], float] | None) -> list[Figure]:
-    passes = entry.get("passes", [])
-    if not isinstance(passes, list):
-        raise EvidenceError(f"summary.json: {arm_name}.passes is not a list.")
-    figures = []
-    for p in passes:
-        index = _pass_index(p, arm_name)
-        ours = _ours_of_pass(latencies.get((arm, index), []), max_delta, (arm, index))
-        figures += [figure(arm, index, name, p[name], value) for name, value in ours.items() if name in p]
-    return figures
+class Published(msgspec.Struct, frozen=True, kw_only=True):
+    """A part of another project's published summary, decoded once where the figure rules meet it: the keys
+    the rules read are typed (values quoted as published, numbers bounded), the keys they do not read are
+    left alone (their documents carry more than we can name)."""
+
+    def quoted(self) -> dict[str, Any]:
+        """The published figures of this part, by their published names (absent ones left out)."""
+        data: dict[str, Any] = msgspec.to_builtins(self)
+        return data
+
+    def against(self, where: str, index: int | None, ours: dict[str, Any]) -> list[Figure]:
+        """Each figure of ours that this part publishes, next to its published value, in the order of `ours`."""
+        published = self.quoted()
+        return [figure(where, index, name, published[name], value) for name, value in ours.items()
+                if name in published]
 
 
-def published_figures(summary: dict, latencies: dict[tuple[str, int], list[float]],
-                      max_delta: dict[tuple[str, int], float] | None = None) -> list[Figure]:
-    """Each figure their summary.json publishes next to ours, recomputed from the rows' latencies (ms)."""
-    figures = []
-    aggregates: dict[str, float | None] = {}
-    published_aggregates: dict[str, Any] = {}
-    for arm_name, entry in arms_of(summary).items():
-        arm = str(arm_name).lower()
-        if not isinstance(entry, dict):
-            raise EvidenceError(f"summary.json: arm {arm_name!r} is not an object.")
-        arm_latencies = [x for (a, _), xs in sorted(latencies.items()) if a == arm for x in xs]
-        if not arm_latencies:
-            figures.append(_no_rows(arm, None))
-            continue
-        figures += _pass_figures(arm, arm_name, entry, latencies, max_delta)
-        aggregates[arm] = mean(arm_latencies)
-        if "aggregate_mean_ms" in entry:
-            published_aggregates[arm] = entry["aggregate_mean_ms"]
-            figures.append(figure(arm, None, "aggregate_mean_ms", entry["aggregate_mean_ms"], aggregates[arm]))
-    return figures + _reduction_figures(summary, aggregates, published_aggregates)
+class System1Pass(Published, frozen=True, kw_only=True):
+    index: Count = msgspec.field(name="pass", default=0)
+    mean_ms: Quoted | UnsetType = UNSET
+    p50_ms: Quoted | UnsetType = UNSET
+    p95_ms: Quoted | UnsetType = UNSET
+    requests: Quoted | UnsetType = UNSET
+    max_probability_delta: Quoted | UnsetType = UNSET
+
+
+class System1Arm(Published, frozen=True, kw_only=True):
+    passes: tuple[System1Pass, ...] = ()
+    aggregate_mean_ms: Quoted | UnsetType = UNSET
+    cleanup: Quoted | UnsetType = UNSET
+    readiness: Quoted = None
+    first_inference: Quoted | UnsetType = UNSET
+
+
+class System1Summary(Published, frozen=True, kw_only=True):
+    """system1-omni's summary.json: per arm its passes and aggregate, at the top `*_reduction_percent`
+    figures (gathered under one field by `read`; no key of theirs has its name), cleanup and verdicts."""
+
+    arms: dict[str, System1Arm]
+    reductions: dict[str, Quoted] = msgspec.field(default_factory=dict, name="*_reduction_percent")
+    cleanup: Quoted = None
+    completed: Quoted | UnsetType = UNSET
+    accepted_e2e_latency_gate: Quoted | UnsetType = UNSET
+    conclusion: Quoted | UnsetType = UNSET
+
+    @classmethod
+    def read(cls, doc: Any, where: str = "summary.json") -> System1Summary:
+        """Their summary.json (its `arms`, or without that key the document itself as the arms); each arm
+        decoded on its own, so that an error names it."""
+        if not isinstance(doc, dict):
+            raise EvidenceError(f"{where}: not a JSON object.")
+        arms = doc.get("arms", doc)
+        if not isinstance(arms, dict):
+            raise EvidenceError(f"{where}: arms is not an object.")
+        top = {**doc, "arms": {}, "*_reduction_percent": {k: v for k, v in doc.items()
+                                                           if k.endswith("_reduction_percent")}} if "arms" in doc else {"arms": {}}
+        return msgspec.structs.replace(decode(top, cls, where), arms={
+            name: decode(entry, System1Arm, f"{where}: arm {name[:40]!r}") for name, entry in arms.items()})
+
+    def verdicts(self) -> dict[str, Quoted]:
+        """What the summary concludes (completed, the e2e latency gate, its conclusion), as published."""
+        return {k: v for k, v in (("completed", self.completed), ("accepted_e2e_latency_gate",
+                self.accepted_e2e_latency_gate), ("conclusion", self.conclusion)) if v is not UNSET}
+
+    def cleanup_record(self, cleanup_json: Any) -> dict[str, Any]:
+        """Their cleanup as published (in the summary, per arm, and in cleanup.json) and whether the summary's
+        agrees with cleanup.json."""
+        per_arm = {a: e.cleanup for a, e in self.arms.items() if e.cleanup is not UNSET}
+        both = self.cleanup is not None and cleanup_json is not None
+        return {"summary": self.cleanup, "per_arm": per_arm or None, "cleanup_json": cleanup_json,
+                **({"consistent": self.cleanup == cleanup_json} if both else {})}
+
+    def reduction_figures(self, aggregates: dict[str, float | None], published: dict[str, Any]) -> list[Figure]:
+        """Their `*_reduction_percent` figures: the aggregate one recomputed when there is one
+        baseline/candidate pair, as their expression 100 * (1 - candidate / baseline) of the aggregate
+        means (the algebraically equal (b - c) / b * 100 of results.statistics.summarize differs from it
+        in the last bits), its tolerance widened by how far the published aggregates' own half units
+        can move it (d/db = 100 c / b^2, d/dc = -100 / b)."""
+        base, candidates = baseline_and_candidates(aggregates) if aggregates else ("", [])
+        figures: list[Figure] = []
+        for key, value in sorted(self.reductions.items()):
+            if key == "aggregate_reduction_percent" and len(candidates) == 1 and aggregates[base]:
+                b, c = aggregates[base], aggregates[candidates[0]]
+                propagated = _aggregate_half_units(published.get(base), published.get(candidates[0]))
+                ours = (1 - c / b) * 100 if b and c is not None else None
+                figures.append(figure(f"{candidates[0]} vs {base}", None, key, value, ours, propagated))
+            else:
+                figures.append(Figure(arm=None, pass_index=None, figure=key, published=value, ours=None,
+                                      status="not_compared", difference=None, half_unit=None, rule=None,
+                                      matches=False, note="no unambiguous baseline/candidate pair to recompute it from"))
+        return figures
 
 
 def _aggregate_half_units(pb: Any, pc: Any) -> float:
-    """How far the published aggregates' own half units can move 100 * (1 - c / b):
-    d/db = 100 c / b^2, d/dc = -100 / b."""
-    numbers = all(isinstance(x, (int, float)) and _number(x) for x in (pb, pc))
-    if not numbers or not pb:
+    """How far the published aggregates' own half units can move 100 * (1 - c / b)."""
+    if not (_number(pb) and _number(pc) and pb):
         return 0.0
     fb, fc = float(pb), float(pc)
     return 100 * (half_unit(fc) / abs(fb) + abs(fc) * half_unit(fb) / fb ** 2)
 
 
-def _aggregate_reduction(summary: dict, key: str, aggregates: dict[str, float | None],
-                         published_aggregates: dict[str, Any], base: str, cand: str) -> Figure:
-    b, c = aggregates[base], aggregates[cand]
-    # Their expression, 100 * (1 - candidate / baseline) of the aggregate means; the algebraically
-    # equal (b - c) / b * 100 of results.statistics.summarize differs from it in the last bits.
-    ours_pct = (1 - c / b) * 100 if b and c is not None else None
-    propagated = _aggregate_half_units(published_aggregates.get(base), published_aggregates.get(cand))
-    return figure(f"{cand} vs {base}", None, key, summary[key], ours_pct, propagated)
+def published_figures(summary: System1Summary, latencies: dict[tuple[str, int], list[float]],
+                      max_delta: dict[tuple[str, int], float] | None = None) -> list[Figure]:
+    """Each figure their summary.json publishes next to ours, recomputed from the rows' latencies (ms)."""
+    figures = []
+    aggregates: dict[str, float | None] = {}
+    published_aggregates: dict[str, Any] = {}
+    for arm_name, entry in summary.arms.items():
+        arm = arm_name.lower()
+        arm_latencies = [x for (a, _), xs in sorted(latencies.items()) if a == arm for x in xs]
+        if not arm_latencies:
+            figures.append(_no_rows(arm, None))
+            continue
+        for p in entry.passes:
+            stats = latency_stats(latencies.get((arm, p.index), []))
+            ours: dict[str, Any] = {"mean_ms": stats.mean_ms, "p50_ms": stats.p50_ms,
+                                    "p95_ms": {"jevbench": stats.p95_jevbench_ms,
+                                               "nearest_rank": stats.p95_nearest_rank_ms},
+                                    "requests": stats.n}
+            if max_delta is not None:
+                ours |= {"max_probability_delta": max_delta.get((arm, p.index))}
+            figures += p.against(arm, p.index, ours)
+        aggregates[arm] = mean(arm_latencies)
+        if entry.aggregate_mean_ms is not UNSET:
+            published_aggregates[arm] = entry.aggregate_mean_ms
+            figures.append(figure(arm, None, "aggregate_mean_ms", entry.aggregate_mean_ms, aggregates[arm]))
+    return figures + summary.reduction_figures(aggregates, published_aggregates)
 
 
-def _not_compared(key: str, published: Any) -> Figure:
-    return Figure(arm=None, pass_index=None, figure=key, published=published, ours=None, status="not_compared",
-                  difference=None, half_unit=None, rule=None, matches=False,
-                  note="no unambiguous baseline/candidate pair to recompute it from")
-
-
-def _reduction_figures(summary: dict, aggregates: dict[str, float | None],
-                       published_aggregates: dict[str, Any]) -> list[Figure]:
-    """Their `*_reduction_percent` figures: the aggregate one recomputed when there is one baseline/candidate pair."""
-    base, candidates = baseline_and_candidates(aggregates) if aggregates else ("", [])
-    pair = len(candidates) == 1 and bool(aggregates.get(base))
-    figures: list[Figure] = []
-    for key in sorted(k for k in summary if isinstance(k, str) and k.endswith("_reduction_percent")):
-        if key == "aggregate_reduction_percent" and pair:
-            figures.append(_aggregate_reduction(summary, key, aggregates, published_aggregates, base, candidates[0]))
-        else:
-            figures.append(_not_compared(key, summary[key]))
-    return figures
-
-
-def summary_from_figures(figures: list[Figure]) -> dict[str, Any]:
+def summary_from_figures(figures: list[Figure]) -> System1Summary:
     """The part of their summary.json that import.json's figures record (to recompute them in `verify`)."""
-    arms: dict[str, dict[str, Any]] = {}
-    top: dict[str, Any] = {}
+    arms: dict[str, tuple[dict[str, Any], dict[int, dict[str, Any]]]] = {}
+    reductions: dict[str, Any] = {}
     for f in figures:
         if f.figure.endswith("_reduction_percent"):
-            top[f.figure] = f.published
-            continue
-        if f.arm is None or f.figure == "rows":
-            continue
-        entry = arms.setdefault(f.arm, {"passes": []})
-        if f.pass_index is None:
-            entry[f.figure] = f.published
-            continue
-        passes = {p["pass"]: p for p in entry["passes"]}
-        if f.pass_index not in passes:
-            entry["passes"].append({"pass": f.pass_index})
-            passes[f.pass_index] = entry["passes"][-1]
-        passes[f.pass_index][f.figure] = f.published
-    return {"arms": arms, **top}
-
+            reductions[f.figure] = f.published
+        elif f.arm is not None and f.figure != "rows":
+            aggregate, passes = arms.setdefault(f.arm, ({}, {}))
+            target = aggregate if f.pass_index is None else passes.setdefault(f.pass_index, {"pass": f.pass_index})
+            target[f.figure] = f.published
+    return System1Summary.read({"arms": {arm: {**aggregate, "passes": list(passes.values())}
+                                         for arm, (aggregate, passes) in arms.items()}, **reductions},
+                               "import.json: figures")
 
 
 # --- figures of the other layouts (timings-csv, provenance-json, sha256sums) ----------------------
 #
 # Their rows become samples: (arm, workload, pass) -> [(seconds, decisions), ...] in file order,
-# the exact floats they published. Each function lists every figure of their summary it can
-# recompute from the samples, labelled with `figure`; `verify` calls it again on the samples the
-# imported run's responses/ hold and expects the same list.
+# the exact floats they published. Each layout's summary type lists every figure it can recompute
+# from the samples, labelled with `figure`; `verify` calls it again on the samples the imported
+# run's responses/ hold and expects the same list.
 
 Samples = dict[tuple[str, str, int], list[tuple[float, int]]]
 
@@ -335,11 +368,73 @@ def _fmean(xs: list[float]) -> float:
     return math.fsum(xs) / len(xs)
 
 
-def _pass_metrics(samples: list[tuple[float, int]]) -> dict[str, Any]:
-    ms = [s * 1000 for s, _ in samples]
-    seconds = math.fsum(s for s, _ in samples)
+def _pass_metrics(rows: list[tuple[float, int]]) -> dict[str, Any]:
+    """One pass's figures from its rows' seconds and decisions, by their published names."""
+    ms = [s * 1000 for s, _ in rows]
+    seconds = math.fsum(s for s, _ in rows)
     return {"requests": len(ms), "mean_ms": _fmean(ms), "p50_ms": _median(ms), "p95_ms": _nearest_rank(ms, 95),
-            "successful_decisions_per_second": sum(d for _, d in samples) / seconds if seconds else None}
+            "successful_decisions_per_second": sum(d for _, d in rows) / seconds if seconds else None}
+
+
+class TimingsPass(Published, frozen=True, kw_only=True):
+    requests: Quoted | UnsetType = UNSET
+    mean_ms: Quoted | UnsetType = UNSET
+    p50_ms: Quoted | UnsetType = UNSET
+    p95_ms: Quoted | UnsetType = UNSET
+    successful_decisions_per_second: Quoted | UnsetType = UNSET
+
+
+class TimingsSummary(Published, frozen=True, kw_only=True):
+    """prefill_batching's summary.json: results[arm][workload][pass] metrics, reductions[workload] and
+    the measured totals."""
+
+    results: dict[str, dict[str, tuple[TimingsPass, ...]]] = {}
+    reductions: dict[str, dict[str, Quoted]] = {}
+    measured_requests: Quoted | UnsetType = UNSET
+    measured_decisions: Quoted | UnsetType = UNSET
+
+    def figures(self, samples: Samples) -> list[Figure]:
+        figures: list[Figure] = []
+        ours_by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for arm, workloads in sorted(self.results.items()):
+            for workload, passes in sorted(workloads.items()):
+                for index, published in enumerate(passes, start=1):
+                    rows = samples.get((arm, workload, index))
+                    if not rows:
+                        figures.append(_no_rows(f"{arm} {workload}", index))
+                        continue
+                    ours = _pass_metrics(rows)
+                    ours_by.setdefault((arm, workload), []).append(ours)
+                    figures += published.against(f"{arm} {workload}", index, ours)
+        everything = [r for rows in samples.values() for r in rows]
+        totals = {"measured_requests": len(everything), "measured_decisions": sum(d for _, d in everything)}
+        return figures + self.reduction_figures(ours_by) + self.against("all", None, totals)
+
+    def reduction_figures(self, ours_by: dict[tuple[str, str], list[dict[str, Any]]]) -> list[Figure]:
+        """Each published `<metric>_reduction_percent` of a workload against ours: 100 * (1 - mean(candidate
+        pass metrics) / mean(baseline pass metrics)), its tolerance widened by how far the published pass
+        metrics' own half units can move it (d/db = 100 c / b^2, d/dc = -100 / b)."""
+        arms = sorted(self.results, key=lambda a: a != "baseline")
+        base, candidates = baseline_and_candidates(arms) if arms else ("", [])
+        if len(candidates) != 1:
+            return []
+        cand = candidates[0]
+        found = [self.metric_reduction(base, cand, workload, key, value, ours_by)
+                 for workload, published in sorted(self.reductions.items()) for key, value in sorted(published.items())]
+        return [f for f in found if f is not None]
+
+    def metric_reduction(self, base: str, cand: str, workload: str, key: str, value: Quoted,
+                         ours_by: dict[tuple[str, str], list[dict[str, Any]]]) -> Figure | None:
+        """One published `<metric>_reduction_percent` of a workload against ours; None if we lack that metric."""
+        metric = key.replace("_reduction_percent", "_ms")
+        b_ours, c_ours = ours_by.get((base, workload)), ours_by.get((cand, workload))
+        if not b_ours or not c_ours or metric not in b_ours[0]:
+            return None
+        pb = [p.quoted().get(metric) for p in self.results[base][workload]]
+        pc = [p.quoted().get(metric) for p in self.results[cand][workload]]
+        b, c = _fmean([m[metric] for m in b_ours]), _fmean([m[metric] for m in c_ours])
+        ours, propagated = (100 * (1 - c / b), _pass_half_units(pb, pc)) if b else (None, 0.0)
+        return figure(f"{cand} vs {base} {workload}", None, key, value, ours, propagated)
 
 
 def _pass_half_units(pb: list[Any], pc: list[Any]) -> float:
@@ -351,74 +446,29 @@ def _pass_half_units(pb: list[Any], pc: list[Any]) -> float:
     return 100 * (hc / abs(fb) + abs(fc) * hb / fb ** 2) if fb else 0.0
 
 
-def _reduction(base: list[float], cand: list[float], pb: list[Any], pc: list[Any]) -> tuple[float | None, float]:
-    """100 * (1 - mean(candidate pass metrics) / mean(baseline pass metrics)), and how far the published
-    pass metrics' own half units can move it (d/db = 100 c / b^2, d/dc = -100 / b)."""
-    b, c = _fmean(base), _fmean(cand)
-    if not b:
-        return None, 0.0
-    return 100 * (1 - c / b), _pass_half_units(pb, pc)
+class ModePass(Published, frozen=True, kw_only=True):
+    index: Count = msgspec.field(name="pass")  # theirs count from 0, ours from 1
+    n: Quoted | UnsetType = UNSET
+    median_s: Quoted | UnsetType = UNSET
+    mean_s: Quoted | UnsetType = UNSET
 
 
-def _workload_figures(arm: str, workload: str, passes: Any, samples: Samples,
-                      ours_by: dict[tuple[str, str], list[dict[str, Any]]]) -> list[Figure]:
-    """One arm and workload: each pass's published metrics against ours (kept in ours_by for reductions)."""
-    if not isinstance(passes, list):
-        raise EvidenceError(f"summary.json: results.{arm}.{workload} is not a list of passes.")
-    figures: list[Figure] = []
-    for index, published in enumerate(passes, start=1):
-        rows = samples.get((str(arm), str(workload), index))
-        if not isinstance(published, dict) or not rows:
-            figures.append(_no_rows(f"{arm} {workload}", index))
-            continue
-        ours = _pass_metrics(rows)
-        ours_by.setdefault((str(arm), str(workload)), []).append(ours)
-        figures += [figure(f"{arm} {workload}", index, name, published[name], value)
-                    for name, value in ours.items() if name in published]
-    return figures
+class Mode(Published, frozen=True, kw_only=True):
+    """One mode of jev_vl's review summary.json (`cache_<mode>`): n, median_s, mean_s over all passes
+    and per pass."""
 
+    passes: tuple[ModePass, ...] | None = None
+    n: Quoted | UnsetType = UNSET
+    median_s: Quoted | UnsetType = UNSET
+    mean_s: Quoted | UnsetType = UNSET
 
-def timings_figures(summary: dict, samples: Samples) -> list[Figure]:
-    """prefill_batching layout: results[arm][workload][pass] metrics, reductions[workload], totals."""
-    figures: list[Figure] = []
-    results = _obj(summary, "results")
-    ours_by: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for arm, workloads in sorted(results.items()):
-        for workload, passes in sorted(workloads.items()) if isinstance(workloads, dict) else []:
-            figures += _workload_figures(arm, workload, passes, samples, ours_by)
-    figures += _timings_reductions(summary, results, ours_by)
-    figures += _timings_totals(summary, samples)
-    return figures
-
-
-def _metric_reduction(results: dict, ours_by: dict, arms: tuple[str, str], workload: str, key: str,
-                      value: Any) -> Figure | None:
-    """One published `<metric>_reduction_percent` of a workload against ours; None if we lack that metric."""
-    base, cand = arms
-    metric = key.replace("_reduction_percent", "_ms")
-    b_ours, c_ours = ours_by.get((base, workload)), ours_by.get((cand, workload))
-    if not b_ours or not c_ours or metric not in b_ours[0]:
-        return None
-    pb = [p.get(metric) for p in results[base][workload] if isinstance(p, dict)]
-    pc = [p.get(metric) for p in results[cand][workload] if isinstance(p, dict)]
-    ours, propagated = _reduction([m[metric] for m in b_ours], [m[metric] for m in c_ours], pb, pc)
-    return figure(f"{cand} vs {base} {workload}", None, key, value, ours, propagated)
-
-
-def _timings_reductions(summary: dict, results: dict, ours_by: dict) -> list[Figure]:
-    base, candidates = baseline_and_candidates(sorted(results, key=lambda a: a != "baseline")) if results else ("", [])
-    if len(candidates) != 1:
-        return []
-    found = [_metric_reduction(results, ours_by, (base, candidates[0]), workload, key, value)
-             for workload, published in sorted(_obj(summary, "reductions").items()) if isinstance(published, dict)
-             for key, value in sorted(published.items())]
-    return [f for f in found if f is not None]
-
-
-def _timings_totals(summary: dict, samples: Samples) -> list[Figure]:
-    everything = [r for rows in samples.values() for r in rows]
-    ours = {"measured_requests": len(everything), "measured_decisions": sum(d for _, d in everything)}
-    return [figure("all", None, k, summary[k], v) for k, v in ours.items() if k in summary]
+    def figures(self, key: str, mode: str, samples: Samples) -> list[Figure]:
+        """n, median_s and mean_s over every row of the mode, then over each pass's (theirs count from 0)."""
+        figures = _seconds_figures(self, key, None, _seconds_of(samples, mode))
+        for p in self.passes or ():
+            seconds = _seconds_of(samples, mode, p.index)
+            figures += _seconds_figures(p, key, p.index, seconds) if seconds else []
+        return figures
 
 
 def _seconds_of(samples: Samples, mode: str, their_pass: int | None = None) -> list[float]:
@@ -427,83 +477,70 @@ def _seconds_of(samples: Samples, mode: str, their_pass: int | None = None) -> l
             if a == mode and (their_pass is None or index == their_pass + 1) for s, _ in xs]
 
 
-def _mode_figures(key: str, published: dict, seconds: list[float], pass_index: int | None) -> list[Figure]:
-    ours = {"n": len(seconds), "median_s": _median(seconds), "mean_s": _fmean(seconds)}
-    return [figure(key, pass_index, k, published[k], v) for k, v in ours.items() if k in published]
+def _seconds_figures(published: Published, key: str, index: int | None, seconds: list[float]) -> list[Figure]:
+    return published.against(key, index, {"n": len(seconds), "median_s": _median(seconds), "mean_s": _fmean(seconds)})
 
 
-def _mode_passes(key: str, published: dict, samples: Samples, mode: str) -> list[Figure]:
-    figures: list[Figure] = []
-    passes = published.get("passes") or []
-    if not isinstance(passes, list):
-        raise EvidenceError(f"summary.json: {key}.passes is {str(passes)[:80]}, not a list of passes.")
-    for p in passes:
-        if not isinstance(p, dict) or not _count(p.get("pass")):
-            raise EvidenceError(f"summary.json: {key}.passes holds {str(p)[:80]}, not an object with a pass.")
-        seconds = _seconds_of(samples, mode, p["pass"])
-        if seconds:
-            figures += _mode_figures(key, p, seconds, p["pass"])
-    return figures
-
-
-def provenance_figures(summary: dict, samples: Samples) -> list[Figure]:
+def provenance_figures(summary: dict[str, Any], samples: Samples) -> list[Figure]:
     """jev_vl review layout: per mode (cache_<mode>) n, median_s, mean_s over all passes and per pass,
     and `<a>_div_<b>_median` ratios of the modes' medians."""
     figures: list[Figure] = []
     medians: dict[str, float] = {}
-    for mode in sorted({arm for arm, _, _ in samples}):
+    for mode in sorted({a for a, _, _ in samples}):
         key = f"cache_{mode}" if f"cache_{mode}" in summary else mode
-        published = summary.get(key)
-        if not isinstance(published, dict):
-            continue
-        every = _seconds_of(samples, mode)
-        medians[mode] = _median(every)
-        figures += _mode_figures(key, published, every, None) + _mode_passes(key, published, samples, mode)
+        if isinstance(summary.get(key), dict):
+            figures += decode(summary[key], Mode, f"summary.json: {key}").figures(key, mode, samples)
+            medians[mode] = _median(_seconds_of(samples, mode))
     return figures + _ratio_figures(summary, medians)
 
 
-def _ratio_figures(summary: dict, medians: dict[str, float]) -> list[Figure]:
+def _ratio_figures(summary: dict[str, Any], medians: dict[str, float]) -> list[Figure]:
     """Their `<a>_div_<b>_median` ratios against the ratio of our medians."""
     figures: list[Figure] = []
-    for key in sorted(k for k in summary if isinstance(k, str) and k.endswith("_median") and "_div_" in k):
+    for key in sorted(k for k in summary if k.endswith("_median") and "_div_" in k):
         a, b = key[: -len("_median")].split("_div_", 1)
         if a in medians and b in medians and medians[b]:
             figures.append(figure(f"{a} / {b}", None, key, summary[key], medians[a] / medians[b]))
     return figures
 
 
-def layout_figures(fmt: str, summary: dict, samples: Samples) -> list[Figure]:
+class SumsCell(Published, frozen=True, kw_only=True):
+    n: Quoted | UnsetType = UNSET
+    p50_ms: Quoted | UnsetType = UNSET
+    p95_ms: Quoted | UnsetType = UNSET
+
+
+class SumsVariants(Published, frozen=True, kw_only=True):
+    variants: dict[str, dict[str, SumsCell]] = {}
+
+
+class SumsMember(Published, frozen=True, kw_only=True):
+    """lfm2's `<stem>.summary.json` member: summary.variants[variant][cell] = {n, p50_ms, p95_ms}."""
+
+    summary: SumsVariants = msgspec.field(default_factory=SumsVariants)
+
+
+def sums_figures(summaries: dict[str, Any], samples: Samples) -> list[Figure]:
+    """lfm2 layout: each member's cells recomputed over that member's rows (`summaries` maps stem -> summary)."""
+    figures: list[Figure] = []
+    for stem, doc in sorted(summaries.items()):
+        member = decode(doc, SumsMember, f"{stem}.summary.json.gz")
+        for variant, cells in sorted(member.summary.variants.items()):
+            for cell, published in sorted(cells.items()):
+                ms = [s * 1000 for (a, w, _), xs in samples.items() if a == f"{stem}.{variant}" and w == cell
+                      for s, _ in xs]
+                if ms:
+                    figures += published.against(f"{stem} {variant} {cell}", None, {
+                        "n": len(ms), "p50_ms": _median(ms), "p95_ms": _nearest_rank(ms, 95)})
+    return figures
+
+
+def layout_figures(fmt: str, summary: dict[str, Any], samples: Samples) -> list[Figure]:
     """The figures of `fmt`'s summary recomputed from `samples` (every format but system1-omni)."""
     if fmt == "timings-csv":
-        return timings_figures(summary, samples)
+        return decode(summary, TimingsSummary, "summary.json").figures(samples)
     if fmt == "provenance-json":
         return provenance_figures(summary, samples)
     if fmt == "sha256sums":
         return sums_figures(summary, samples)
     raise EvidenceError(f"no figure rules for format {fmt!r}.")
-
-
-def sums_figures(summaries: dict, samples: Samples) -> list[Figure]:
-    """lfm2 layout: `<stem>.summary.json` members, each with summary.variants[variant][cell] =
-    {n, p50_ms, p95_ms} over that member's rows (`summaries` maps stem -> summary)."""
-    figures: list[Figure] = []
-    for stem, doc in sorted(summaries.items()):
-        inner = doc.get("summary") if isinstance(doc, dict) else None
-        variants = inner.get("variants") if isinstance(inner, dict) else None
-        if not isinstance(variants, dict):
-            continue
-        for variant, cells in sorted(variants.items()):
-            if isinstance(cells, dict):
-                figures += _cell_figures(stem, str(variant), cells, samples)
-    return figures
-
-
-def _cell_figures(stem: str, variant: str, cells: dict, samples: Samples) -> list[Figure]:
-    figures: list[Figure] = []
-    for cell, published in sorted(cells.items()):
-        ms = [s * 1000 for (a, w, _), xs in samples.items() if a == f"{stem}.{variant}" and w == cell for s, _ in xs]
-        if isinstance(published, dict) and ms:
-            ours = {"n": len(ms), "p50_ms": _median(ms), "p95_ms": _nearest_rank(ms, 95)}
-            figures += [figure(f"{stem} {variant} {cell}", None, k, published[k], v)
-                        for k, v in ours.items() if k in published]
-    return figures

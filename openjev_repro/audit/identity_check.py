@@ -30,17 +30,14 @@ def _identity_phrases(run: RunDir) -> list[tuple[bool, str]]:
     return phrases
 
 
-def _caches_phrase(run: RunDir) -> list[tuple[bool, str]]:
-    try:
-        caches = KernelCachesRecord.read(run)
-    except EvidenceError as exc:
-        return [(False, str(exc))]
-    return [] if caches is None else [(True, f"kernel caches of {len(caches.backends)} backends")]
-
-
 def runtime_identity_verdict(run: RunDir) -> tuple[bool, str] | None:
     """(passed, detail) of the "runtime identity" check; None when the run records nothing to check."""
-    phrases = _identity_phrases(run) + _caches_phrase(run)
+    phrases = _identity_phrases(run)
+    try:
+        caches = KernelCachesRecord.read(run)
+        phrases += [] if caches is None else [(True, f"kernel caches of {len(caches.backends)} backends")]
+    except EvidenceError as exc:
+        phrases.append((False, str(exc)))
     if not phrases:
         return None
     problems = [text for ok, text in phrases if not ok]

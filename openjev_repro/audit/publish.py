@@ -35,22 +35,18 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from ..errors import EvidenceError, VerificationError
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, guard_output, scan_tree
 from ..evidence.statement import Statement
-from ..manifest.dsse import envelope_bytes, make_envelope, verify_envelope
+from ..manifest.dsse import Envelope, envelope_bytes, make_envelope, verify_envelope
 from ..manifest.keys import keyid, load_private_key, load_public_key
 from ..manifest.statement import build_statement, read_statement_record
 from .verify import verify_dir
 
-__all__ = ["BUNDLE_SUFFIX", "COMPRESS_LEVEL", "OMITTED_DIRS", "SOURCE_ENVELOPE", "is_omitted", "publish"]
+__all__ = ["BUNDLE_SUFFIX", "COMPRESS_LEVEL", "OMITTED_DIRS", "SOURCE_ENVELOPE", "publish"]
 
 BUNDLE_SUFFIX = ".tar.gz"
 
 OMITTED_DIRS = ("responses", "logs")
 SOURCE_ENVELOPE = "source.dsse.json"
 COMPRESS_LEVEL = 1  # rows.jsonl: ~15% more bytes than level 6 at a third of the time (docs/benchmarks.md)
-
-
-def is_omitted(name: str) -> bool:
-    return name.split("/", 1)[0] in OMITTED_DIRS
 
 
 def publish(run_dir: Path, out: Path, *, aggregate_only: bool, key_path: Path | None,
@@ -92,16 +88,15 @@ def _write_verified(run: RunDir, members: dict[str, str], extra_bytes: dict[str,
     return out
 
 
-def _check_signature(run: RunDir, envelope: dict[str, Any], trusted: list[Ed25519PublicKey]) -> None:
+def _check_signature(run: RunDir, envelope: Envelope, trusted: list[Ed25519PublicKey]) -> None:
     """A signed run is published only when its signature verifies with a key the user gave (--pubkey, or
     the public half of --key): a corrupt or foreign signature is never carried into a bundle."""
-    signatures = envelope["signatures"]
-    if not signatures:
+    if not envelope.signatures:
         return  # an UNSIGNED run makes an UNSIGNED-source bundle; verify says so
     ids = {keyid(k): k for k in trusted}
-    by = [s["keyid"] for s in signatures if s["keyid"] in ids]
+    by = [k for k in envelope.keyids if k in ids]
     if not by:
-        raise VerificationError(f"{run.path} is signed by key {str(signatures[0]['keyid'])[:16]}…; pass --pubkey with "
+        raise VerificationError(f"{run.path} is signed by key {envelope.keyids[0][:16]}…; pass --pubkey with "
                                 "that public key so publish can check the signature (nothing was published).")
     try:
         verify_envelope(envelope, ids[by[0]])
@@ -122,7 +117,7 @@ def _prepare(run: RunDir, key: Any, aggregate_only: bool = True,
     envelope, source = read_statement_record(run.file(ENVELOPE_NAME))
     _check_signature(run, envelope, trusted or [])
     signed = source.digests
-    dropped = {n for n in signed if is_omitted(n)} if aggregate_only else set()  # --include-bodies keeps them all
+    dropped = {n for n in signed if n.split("/", 1)[0] in OMITTED_DIRS} if aggregate_only else set()  # --include-bodies keeps them all
     omitted = [{"name": n, "sha256": signed[n]} for n in signed if n in dropped]
     members = {n: d for n, d in signed.items() if n not in dropped}
     _require_members(run, members, present)
@@ -134,11 +129,6 @@ def _prepare(run: RunDir, key: Any, aggregate_only: bool = True,
     return members, {SOURCE_ENVELOPE: source_bytes, ENVELOPE_NAME: envelope_bytes(make_envelope(statement.payload(), key))}
 
 
-def _created(source: Statement) -> dict[str, Any]:
-    """The run's own signed creation time, not the clock's: two publishes of one run are the same bytes."""
-    return {"created_utc": source.predicate["created_utc"]} if "created_utc" in source.predicate else {}
-
-
 def _present_files(run: RunDir) -> set[str]:
     """The relative names of the run's files; VerificationError when it holds anything but regular files."""
     files, problems = scan_tree(run.path)
@@ -146,6 +136,11 @@ def _present_files(run: RunDir) -> set[str]:
         raise VerificationError(f"{run.path} does not verify (run entries: {'; '.join(problems[:6])}); "
                                 "only verified runs are published.")
     return {p.relative_to(run.path).as_posix() for p in files}
+
+
+def _created(source: Statement) -> dict[str, Any]:
+    """The run's own signed creation time, not the clock's: two publishes of one run are the same bytes."""
+    return {"created_utc": source.predicate["created_utc"]} if "created_utc" in source.predicate else {}
 
 
 def _require_members(run: RunDir, members: dict[str, str], present: set[str]) -> None:
@@ -194,15 +189,6 @@ def _member(name: str, size: int) -> tarfile.TarInfo:
     return info
 
 
-def _open_regular(path: Path) -> IO[bytes]:
-    """Open a regular file for reading, never through a final link and never blocking on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise VerificationError(f"{path} is not a regular file; nothing was published.")
-    return os.fdopen(fd, "rb")
-
-
 def _write_tar(run: RunDir, members: dict[str, str], extra: dict[str, bytes], tmp: Path) -> None:
     """Sorted members streamed into `tmp` (gzip, mtime 0); a member whose bytes differ from its digest fails."""
     with open(tmp, "wb") as raw, \
@@ -212,7 +198,12 @@ def _write_tar(run: RunDir, members: dict[str, str], extra: dict[str, bytes], tm
             if name in extra:
                 tar.addfile(_member(name, len(extra[name])), io.BytesIO(extra[name]))
                 continue
-            with _open_regular(run.path / name) as fh:
+            # a regular file, never opened through a final link and never blocking on a FIFO
+            fd = os.open(run.path / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise VerificationError(f"{run.path / name} is not a regular file; nothing was published.")
+            with os.fdopen(fd, "rb") as fh:
                 reader = _Hashing(fh)
                 tar.addfile(_member(name, os.fstat(fh.fileno()).st_size), reader)
             if reader.digest.hexdigest() != members[name]:

@@ -67,14 +67,6 @@ def _text(field: bytes, what: str, offset: int) -> str:
         raise TarFormatError(f"header at byte {offset}: the {what} field is not UTF-8") from None
 
 
-def _check_header(block: bytes, offset: int) -> None:
-    if block[257:265] != b"ustar\x0000":
-        raise TarFormatError(f"header at byte {offset} is not a POSIX ustar header")
-    declared = _octal(block[148:156], "checksum", offset)
-    if declared != sum(block[:148]) + 8 * 32 + sum(block[156:]):
-        raise TarFormatError(f"header at byte {offset} has a bad checksum")
-
-
 def _pax_record(rest: bytes, offset: int) -> tuple[str, bytes, bytes]:
     """One `LEN key=value\n` record: its key, value, and the bytes after it."""
     length_text, space, _ = rest.partition(b" ")
@@ -138,11 +130,6 @@ class _Blocks:
         if pad and self.read(pad) != b"\0" * pad:
             raise TarFormatError(f"the padding before byte {self.offset} is not zero bytes")
 
-    def rest_is_zero(self) -> None:
-        while data := self.read(1 << 20):
-            if data.strip(b"\0"):
-                raise TarFormatError("data follows the end-of-archive marker")
-
 
 def _check_published_fields(block: bytes, offset: int, mode: int) -> None:
     """Mode, owner and time exactly as publish writes them: GNU tar, run as root, restores a set-uid
@@ -160,7 +147,10 @@ def _check_published_fields(block: bytes, offset: int, mode: int) -> None:
 
 
 def _header_member(block: bytes, offset: int, pax: dict[str, str], mode: int = PUBLISHED_MODE) -> Member:
-    _check_header(block, offset)
+    if block[257:265] != b"ustar\x0000":
+        raise TarFormatError(f"header at byte {offset} is not a POSIX ustar header")
+    if _octal(block[148:156], "checksum", offset) != sum(block[:148]) + 8 * 32 + sum(block[156:]):
+        raise TarFormatError(f"header at byte {offset} has a bad checksum")
     _check_published_fields(block, offset, mode)
     size = _octal(block[124:136], "size", offset)
     name, prefix = _text(block[0:100], "name", offset), _text(block[345:500], "prefix", offset)
@@ -178,18 +168,13 @@ def _header_member(block: bytes, offset: int, pax: dict[str, str], mode: int = P
     return Member(name, size, kind, offset)
 
 
-def _read_pax(blocks: _Blocks, block: bytes, offset: int, chunk: int) -> dict[str, str]:
-    size = _header_member(block, offset, {}, mode=0).size
-    if size > _MAX_PAX_BYTES:
-        raise TarFormatError(f"pax header at byte {offset} declares {size} bytes")
-    return _pax_records(b"".join(blocks.content(size, chunk)), offset)
-
-
 def _end(blocks: _Blocks, pax: dict[str, str], offset: int) -> None:
     """A zero block: the end marker only if a second follows, no pax header is pending, and zeros follow."""
     if pax or blocks.block() != b"\0" * BLOCK:
         raise TarFormatError(f"a lone zero block at byte {offset} is not an end-of-archive marker")
-    blocks.rest_is_zero()
+    while data := blocks.read(1 << 20):
+        if data.strip(b"\0"):
+            raise TarFormatError("data follows the end-of-archive marker")
 
 
 def members(raw: Readable, chunk: int = 1 << 20) -> Iterator[tuple[Member, Iterator[bytes]]]:
@@ -206,7 +191,10 @@ def members(raw: Readable, chunk: int = 1 << 20) -> Iterator[tuple[Member, Itera
         if block[156:157] == b"x":
             if pax:
                 raise TarFormatError(f"header at byte {offset}: two pax headers in a row")
-            pax = _read_pax(blocks, block, offset, chunk)
+            size = _header_member(block, offset, {}, mode=0).size
+            if size > _MAX_PAX_BYTES:
+                raise TarFormatError(f"pax header at byte {offset} declares {size} bytes")
+            pax = _pax_records(b"".join(blocks.content(size, chunk)), offset)
             continue
         member = _header_member(block, offset, pax)
         if member.kind is not None and member.size:

@@ -23,7 +23,7 @@ from ..evidence.records import plan_of
 from ..evidence.rundir import ENVELOPE_NAME, READABLE_VERSIONS, RunDir
 from ..evidence.statement import Statement
 from ..hashing import hash_files
-from ..manifest.dsse import verify_envelope
+from ..manifest.dsse import Envelope, verify_envelope
 from ..manifest.keys import keyid, load_public_key
 from ..manifest.statement import OPTIONAL_FILES, read_statement_record, recipe_json
 from ..results.energy import GPU_FILE, read_gpu_events
@@ -49,7 +49,7 @@ __all__ = ["SignedRun"]
 class SignedRun:
     """A run whose envelope and statement have the shape this tool writes, and what it was given to check."""
 
-    def __init__(self, ev: Evidence, files: list[Path], envelope: dict[str, Any], statement: Statement,
+    def __init__(self, ev: Evidence, files: list[Path], envelope: Envelope, statement: Statement,
                  pubkey: Path | None, allow_unsigned: bool) -> None:
         self.ev, self.run = ev, ev.run
         self.envelope, self.statement = envelope, statement
@@ -98,7 +98,7 @@ class SignedRun:
     # --- signature and digests ---------------------------------------------------------
 
     def signature(self) -> Check:
-        signatures = self.envelope["signatures"]
+        signatures = self.envelope.signatures
         if bool(signatures) != self.statement.signed:
             return Check("signature", False, f"the predicate says signed={self.predicate.get('signed')!r} "
                                              f"but the envelope has {len(signatures)} signatures")
@@ -269,7 +269,7 @@ class SignedRun:
         except BAD_EVIDENCE as exc:
             return [Check("source manifest", False, str(exc))]
         checks = [self.source_subjects_check(source.digests)]
-        if envelope["signatures"] and self.pubkey is not None:
+        if envelope.signatures and self.pubkey is not None:
             checks.append(_source_signature(envelope, self.pubkey))
         return [*checks, self.omitted_check()]
 
@@ -290,11 +290,11 @@ class SignedRun:
                      "their hashes are listed but their content cannot be inspected")
 
 
-def _source_signature(envelope: dict[str, Any], pubkey: Path) -> Check:
+def _source_signature(envelope: Envelope, pubkey: Path) -> Check:
     """The run's own signature: checked when it is by the given key (FAIL when it does not verify), N/A when
     the run was signed by another key, whose public half verify was not given."""
     key = load_public_key(pubkey)
-    if keyid(key) not in {s["keyid"] for s in envelope["signatures"]}:
+    if keyid(key) not in envelope.keyids:
         return Check("source signature", None, "the run's own manifest is signed by another key than the given one; "
                      "verify the run with its own key to check it")
     try:

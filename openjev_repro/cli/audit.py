@@ -47,9 +47,9 @@ def _collection_checks(directory: Path, pubkey: str | None) -> list:
         keyid = verify_summary(directory, Path(pubkey))
     except (VerificationError, EvidenceError, ValueError) as exc:
         return [Check("collection signature and digests", False, str(exc).splitlines()[0] if str(exc) else repr(exc))]
-    envelope = json.loads((directory / "summary.dsse.json").read_text(encoding="utf-8"))
-    from ..manifest.dsse import payload_of
+    from ..manifest.dsse import parse_envelope, payload_of
 
+    envelope = parse_envelope((directory / "summary.dsse.json").read_bytes(), "summary.dsse.json")
     listed = {s["name"] for s in json.loads(payload_of(envelope))["subject"]} | {"summary.dsse.json"}
     extra = sorted(p.name for p in directory.iterdir() if p.name not in listed)
     return [Check("collection signature", True, f"summary.dsse.json signed by keyid {keyid}"),

@@ -49,7 +49,7 @@ def _unsigned(envelope_path: Path) -> bool:
     from ..manifest.statement import read_statement
 
     envelope, _ = read_statement(envelope_path)
-    return not envelope.get("signatures")
+    return not envelope.signatures
 
 
 def _sign_over_unsigned(run: Path, key: Path) -> None:

@@ -75,12 +75,6 @@ def _cpu_model() -> str | None:
                  if line.startswith("model name")), None)
 
 
-def _memory_total_bytes() -> int | None:
-    meminfo = _read("/proc/meminfo") or ""
-    mem_kib = next((int(line.split()[1]) for line in meminfo.splitlines() if line.startswith("MemTotal:")), None)
-    return mem_kib * 1024 if mem_kib is not None else None
-
-
 def _affinity() -> list[int] | None:
     return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
 
@@ -92,7 +86,8 @@ def _or_absent(value: Any, reason: str) -> Any:
 
 def collect_host() -> dict[str, Any]:
     model = _cpu_model()
-    mem_bytes = _memory_total_bytes()
+    meminfo = _read("/proc/meminfo") or ""
+    mem_kib = next((int(line.split()[1]) for line in meminfo.splitlines() if line.startswith("MemTotal:")), None)
     affinity = _affinity()
     nodes = sorted(p.name for p in Path("/sys/devices/system/node").glob("node[0-9]*"))
     return {
@@ -104,7 +99,7 @@ def collect_host() -> dict[str, Any]:
         "numa_nodes": [int(n[4:]) for n in nodes] if nodes else absent("no /sys/devices/system/node"),
         "kernel": platform.release(),
         "os": platform.platform(),
-        "memory_total_bytes": mem_bytes if mem_bytes is not None else absent("no MemTotal in /proc/meminfo"),
+        "memory_total_bytes": mem_kib * 1024 if mem_kib is not None else absent("no MemTotal in /proc/meminfo"),
     }
 
 

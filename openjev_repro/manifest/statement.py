@@ -29,7 +29,7 @@ from ..evidence.statement import PREDICATE_FORMAT_VERSION, PREDICATE_TYPE, STATE
 from ..evidence.summary import read_summary
 from ..hashing import hash_file
 from ..limits import MAX_JSON_DEPTH, loads_bounded
-from .dsse import envelope_bytes, make_envelope, parse_envelope, payload_of
+from .dsse import Envelope, envelope_bytes, make_envelope, parse_envelope, payload_of
 from .keys import load_private_key
 
 __all__ = [
@@ -91,15 +91,6 @@ def _optional_json(run: RunDir, name: str) -> Any:
     return run.read(name) if name in READABLE_VERSIONS else read_json(path)
 
 
-def _recipe(run: RunDir) -> tuple[dict[str, Any], str]:
-    path = run.file("recipe.yaml")
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError as exc:
-        raise EvidenceError(f"{run.path} has no recipe.yaml; it is not a complete run.") from exc
-    return recipe_json(data), hashlib.sha256(data).hexdigest()
-
-
 def recipe_json(data: bytes) -> Any:
     """The recipe as the predicate records it: YAML's dates become ISO strings (the predicate is JSON)."""
     return json.loads(json.dumps(safe_yaml(data.decode("utf-8")), default=_iso))
@@ -127,7 +118,10 @@ def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
 
     `subjects` replaces hashing every evidence file, for a caller that already holds the
     digests (publish, after one verification); it must list every file, as `subjects_of` would."""
-    recipe, recipe_sha = _recipe(run)
+    try:
+        recipe_bytes = run.file("recipe.yaml").read_bytes()
+    except FileNotFoundError as exc:
+        raise EvidenceError(f"{run.path} has no recipe.yaml; it is not a complete run.") from exc
     if not run.file("summary.json").is_file():
         raise EvidenceError(f"{run.path} has no summary.json; the study did not finish its results step.")
     summary = read_summary(run.file("summary.json"))  # a summary of an unknown format is never signed
@@ -137,8 +131,8 @@ def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
         "signed": signed,
         "aggregate_only": aggregate_only,
         "study_id": summary.study_id,  # the recipe's study id, as summarize recorded it
-        "recipe": recipe,
-        "recipe_sha256": recipe_sha,
+        "recipe": recipe_json(recipe_bytes),
+        "recipe_sha256": hashlib.sha256(recipe_bytes).hexdigest(),
         "pins": copied["plan"].get("pins", {"available": False, "reason": "plan.json states no pins"}),  # copied as is
         **copied,
         "timing_boundary": _timing_boundary(copied["plan"], copied["calibration"]),
@@ -176,19 +170,19 @@ def write_manifest(run_dir: Path, *, key_path: Path | None) -> Path:
     return out
 
 
-def read_statement(envelope_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def read_statement(envelope_path: Path) -> tuple[Envelope, dict[str, Any]]:
     """(envelope, statement) of an envelope file, checked for shape (`Statement.parse`) but not for signature."""
     envelope, statement, _ = _read(envelope_path)
     return envelope, statement
 
 
-def read_statement_record(envelope_path: Path) -> tuple[dict[str, Any], Statement]:
+def read_statement_record(envelope_path: Path) -> tuple[Envelope, Statement]:
     """(envelope, the statement's record) of an envelope file, checked for shape but not for signature."""
     envelope, _, record = _read(envelope_path)
     return envelope, record
 
 
-def _read(envelope_path: Path) -> tuple[dict[str, Any], dict[str, Any], Statement]:
+def _read(envelope_path: Path) -> tuple[Envelope, dict[str, Any], Statement]:
     try:
         data = Path(envelope_path).read_bytes()
     except FileNotFoundError as exc:

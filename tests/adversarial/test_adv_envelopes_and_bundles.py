@@ -56,7 +56,7 @@ def test_a_respelled_signature_of_a_run_fails_verify(tmp_path):
 
 
 def test_a_respelled_payload_is_refused():
-    envelope = make_envelope(b"ab", None)  # two bytes: one "=" of padding, two padding bits
+    envelope = make_envelope(b"ab", None).to_json()  # two bytes: one "=" of padding, two padding bits
     envelope["payload"] = respelled(envelope["payload"])
     with pytest.raises(VerificationError, match="^e: payload is not canonical base64"):
         parse_envelope(envelope_bytes(envelope), "e")

@@ -233,8 +233,7 @@ def test_a_400_digit_integer_is_one_error_line(tmp_path):
     path.write_text("\n".join([json.dumps(row), *rows[1:]]) + "\n")
     _relist_provenance(src)
     line = one_error_line(_import(src, tmp_path / "run"))
-    assert line.startswith("error: raw-off-c1-p0.jsonl:1: client_s 1000000000000000000000000000000000000000 is not "
-                           "a finite number of seconds")
+    assert line == "error: raw-off-c1-p0.jsonl:1: Number out of range - at `$.client_s`."
 
 
 def test_a_published_mean_of_1e200_is_not_reproduced(tmp_path):

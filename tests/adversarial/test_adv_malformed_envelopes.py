@@ -35,7 +35,7 @@ def test_garbage_signatures(tmp_path):
     run, _, public = signed_run(tmp_path)
     envelope = parse_envelope(run.file(ENVELOPE_NAME).read_bytes())
     for garbage in (["garbage"], [{"keyid": 5, "sig": "x"}], "garbage", [{"keyid": "a"}]):
-        run.file(ENVELOPE_NAME).write_bytes(envelope_bytes(dict(envelope, signatures=garbage)))
+        run.file(ENVELOPE_NAME).write_bytes(envelope_bytes(dict(envelope.to_json(), signatures=garbage)))
         assert "signatures is not a list of {keyid, sig} strings" in envelope_failure(run, public)
 
 
@@ -73,7 +73,7 @@ def test_deep_json_and_huge_integers(tmp_path):
 def test_cli_prints_one_fail_line_and_exits_1(tmp_path):
     run, _, public = signed_run(tmp_path)
     envelope = parse_envelope(run.file(ENVELOPE_NAME).read_bytes())
-    run.file(ENVELOPE_NAME).write_bytes(envelope_bytes(dict(envelope, signatures=["garbage"])))
+    run.file(ENVELOPE_NAME).write_bytes(envelope_bytes(dict(envelope.to_json(), signatures=["garbage"])))
     proc = invoke("verify", "--run", str(run.path), "--pubkey", str(public))
     assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr
     # the checks on stdout, one `error:` line on stderr (the shared CLI rule)

@@ -70,7 +70,7 @@ def test_verify_never_trusts_a_key_inside_the_run(tmp_path):
 def test_verify_of_a_collection_whose_signed_subject_names_a_path_is_one_failed_check(tmp_path):
     """A validly signed summary whose subject is not a file of the directory (here `../x`, or not an object) is
     damaged evidence: a failed check, never a traceback and never a file hashed outside the collection."""
-    from openjev_repro.manifest.dsse import envelope_bytes, make_envelope, payload_of
+    from openjev_repro.manifest.dsse import envelope_bytes, make_envelope, parse_envelope, payload_of
     from openjev_repro.manifest.keys import load_private_key
 
     lab = keypair(tmp_path / "lab")
@@ -78,7 +78,7 @@ def test_verify_of_a_collection_whose_signed_subject_names_a_path_is_one_failed_
     assert invoke("collect", "--submission", str(sub.path), "--pubkey", str(lab[1])).returncode == 0
     [collected] = sub.path.glob("collect-*")
     envelope_path = collected / "summary.dsse.json"
-    statement = json.loads(payload_of(json.loads(envelope_path.read_text())))
+    statement = json.loads(payload_of(parse_envelope(envelope_path.read_bytes())))
     for subject in ({"name": "../x", "digest": {"sha256": "0" * 64}}, "summary.md"):
         statement["subject"][0] = subject
         envelope_path.write_bytes(envelope_bytes(make_envelope(json.dumps(statement).encode(),

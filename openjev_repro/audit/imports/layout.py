@@ -17,7 +17,7 @@ from ...errors import EvidenceError
 from ...hashing import hash_file
 from ...limits import MAX_PASSES
 from ..figures import NotReproduced, figure_counts, layout_figures
-from .published import published_gates, study_facts
+from .published import published_gates, study_documents, study_facts
 from .run import IMPORT_FORMAT_VERSION, Origin, converted_files, imported_recipe, new_run, write_record, write_summary
 from .samples import Sample, samples_of, write_samples
 
@@ -50,14 +50,6 @@ def folder_date(name: str) -> str | None:
     """The date a folder is named for (review-20261006, 20261003), as YYYY-MM-DD; None if none."""
     match = re.search(r"(?<![0-9])(20[0-9]{2})(0[1-9]|1[0-2])(0[1-9]|[12][0-9]|3[01])(?![0-9])", name)
     return f"{match[1]}-{match[2]}-{match[3]}" if match else None
-
-
-def _workloads(samples: list[Sample]) -> dict[str, tuple[str, int]]:
-    out: dict[str, tuple[str, int]] = {}
-    for s in samples:
-        first, passes = out.get(s.workload, ("imported", 0))
-        out[s.workload] = (first, max(passes, s.pass_index))
-    return out
 
 
 def _check_passes(samples: list[Sample]) -> None:
@@ -93,14 +85,16 @@ def finish(layout: Layout, out: Path, origin: Origin | None = None) -> dict:
     arms = sorted({s.arm for s in layout.samples})
     if sorted(layout.arm_order) == arms:
         arms = list(layout.arm_order)
-    study = study_facts(*layout.documents, arms=arms,
+    documents = study_documents(*layout.documents)
+    study = study_facts(documents, arms=arms, date=folder_date(Path(origin.source).name),
                         descriptions={a: layout.arm_descriptions.get(a, f"arm {a} of the published study")
                                       for a in arms})
-    if study["date"] is None:
-        study["date"] = folder_date(Path(origin.source).name)
     with new_run(out, layout.root) as tmp:
         rows = write_samples(tmp, layout.samples)
-        workloads = {w: (layout.files[0], p) for w, (_, p) in _workloads(layout.samples).items()}
+        passes: dict[str, int] = {}
+        for s in layout.samples:
+            passes[s.workload] = max(passes.get(s.workload, 0), s.pass_index)
+        workloads = {w: (layout.files[0], p) for w, p in passes.items()}
         recipe = imported_recipe(origin, "", workloads, arms, sorted(imported.items()), fmt=layout.fmt,
                                  study=study, note=layout.note or f"Imported evidence ({layout.fmt}); not measured here.")
         write_summary(tmp, recipe, rows)
@@ -115,7 +109,7 @@ def finish(layout: Layout, out: Path, origin: Origin | None = None) -> dict:
             "imported_files": imported, "rows": len(rows), "converted": converted_files(tmp),
             "figures": [f.to_json() for f in figures], "figure_counts": figure_counts(figures).to_json(),
             "published_summary": layout.summary,
-            "study": study, "published_gates": published_gates(*layout.documents),
+            "study": study.to_json(), "published_gates": [g.to_json() for g in published_gates(documents)],
             "notes": layout.notes,
         }
         write_record(tmp, record)

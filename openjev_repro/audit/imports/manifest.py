@@ -15,14 +15,18 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
 
 from ...errors import EvidenceError, InputMismatch
+from ...evidence.decoding import UNSET, UnsetType, decode
 from ...evidence.files import read_json
 from ...hashing import hash_file
 from .rows import FILE_RE
 
-__all__ = ["MANIFEST_NAME", "CheckedSource", "SourceManifest", "evidence_folder", "file_state", "locate_source", "read_finite_json",
+__all__ = ["MANIFEST_NAME", "CheckedSource", "ManifestEntry", "SourceManifest", "evidence_folder", "file_state", "locate_source", "read_finite_json",
            "read_source_manifest", "verify_source"]
 
 MANIFEST_NAME = "manifest.json"
@@ -30,10 +34,37 @@ _UPWARD = 3  # how many folders above --src may hold manifest.json
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 
 
+class ManifestEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One listed file of their manifest.json: its sha256 (a bare digest string lists only that) and, where
+    published, its size, source, source's sha256 and normalization note (their other keys left alone)."""
+
+    sha256: Annotated[str, Meta(pattern=_HEX64.pattern)]
+    size: Annotated[int, Meta(ge=0, le=2**63 - 1)] | UnsetType = msgspec.field(default=UNSET, name="bytes")
+    source: str | UnsetType = UNSET
+    source_sha256: Annotated[str, Meta(pattern=_HEX64.pattern)] | UnsetType = UNSET
+    normalization: str | UnsetType = UNSET
+
+    def state(self, path: Path, name: str) -> str:
+        """"" when the listed file is present with its bytes and sha256, "absent", or the problem."""
+        if path.is_symlink():
+            return f"{name}: is a symbolic link, not a file"
+        if not path.exists():
+            return "absent"
+        if not path.is_file():
+            return f"{name}: is not a regular file"
+        if self.size is not UNSET and path.stat().st_size != self.size:
+            return f"{name}: {path.stat().st_size} bytes, the manifest says {self.size}"
+        got = hash_file(path)
+        if got != self.sha256.lower():
+            return f"{name}: sha256 {got[:12]}… differs from the manifest's {self.sha256.lower()[:12]}…"
+        return ""
+
+
 @dataclass(frozen=True)
 class SourceManifest:
     root: Path  # the folder holding manifest.json
-    entries: dict[str, dict[str, Any]]  # path -> {sha256, bytes?, source?, source_sha256?, normalization?, ...}
+    entries: dict[str, ManifestEntry]  # path -> its entry, decoded
+    published: dict[str, dict[str, Any]]  # path -> its entry as published (sha256 in lower case), for import.json
     meta: dict[str, Any] = field(default_factory=dict)  # every other top-level field
 
 
@@ -45,38 +76,6 @@ def _check_path(path: Any, where: str) -> str:
     if pure.is_absolute() or ".." in pure.parts or str(pure) != path or path == MANIFEST_NAME:
         raise InputMismatch(f"{where}: file name {path!r} leaves the directory or is not normalised.")
     return path
-
-
-def _entry(path: Any, spec: Any, where: str) -> tuple[str, dict[str, Any]]:
-    path = _check_path(path, where)
-    entry = {"sha256": spec} if isinstance(spec, str) else dict(spec) if isinstance(spec, dict) else None
-    if entry is None:
-        raise InputMismatch(f"{where}: {path}: entry is {type(spec).__name__}, not a sha256 string or an object.")
-    digest = entry.get("sha256")
-    if not isinstance(digest, str) or not _HEX64.match(digest):
-        raise InputMismatch(f"{where}: {path}: sha256 {digest!r} is not 64 hex digits.")
-    entry["sha256"] = digest.lower()
-    _check_optional(entry, path, where)
-    return path, entry
-
-
-def _is_size(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**63 - 1
-
-
-def _is_hex64(value: Any) -> bool:
-    return isinstance(value, str) and bool(_HEX64.match(value))
-
-
-def _check_optional(entry: dict[str, Any], path: str, where: str) -> None:
-    """The optional fields of one manifest entry: bytes, source_sha256, source, normalization."""
-    if "bytes" in entry and not _is_size(entry["bytes"]):
-        raise InputMismatch(f"{where}: {path}: bytes {str(entry['bytes'])[:30]} is not a non-negative integer.")
-    if "source_sha256" in entry and not _is_hex64(entry["source_sha256"]):
-        raise InputMismatch(f"{where}: {path}: source_sha256 {str(entry['source_sha256'])[:70]!r} is not 64 hex digits.")
-    for key in ("source", "normalization"):
-        if key in entry and not isinstance(entry[key], str):
-            raise InputMismatch(f"{where}: {path}: {key} is not a string.")
 
 
 def read_finite_json(path: Path, name: str) -> Any:
@@ -97,31 +96,34 @@ def _listed_items(listing: Any, where: str) -> list[tuple[Any, Any]]:
         return list(listing.items())
     if not isinstance(listing, list):
         raise InputMismatch(f"{where}: files is {type(listing).__name__}, not an object or a list.")
-    items = []
-    for item in listing:
-        if not isinstance(item, dict):
-            raise InputMismatch(f"{where}: a files entry is {type(item).__name__}, not an object.")
-        rest = {k: v for k, v in item.items() if k not in ("path", "name")}
-        items.append((item.get("path", item.get("name")), rest))
-    return items
+    if not all(isinstance(item, dict) for item in listing):
+        raise InputMismatch(f"{where}: a files entry is not an object.")
+    return [(item.get("path", item.get("name")), {k: v for k, v in item.items() if k not in ("path", "name")})
+            for item in listing]
 
 
 def read_source_manifest(root: Path) -> SourceManifest:
-    """Their manifest.json: `files` as a {path: digest | object} mapping or a [{path, sha256, ...}] list."""
+    """Their manifest.json: `files` as a {path: digest | object} mapping or a [{path, sha256, ...}] list
+    (`name` for `path` too), or without `files` the document itself as that mapping."""
     where = str(Path(root) / MANIFEST_NAME)
     data = read_finite_json(Path(root) / MANIFEST_NAME, where)
     if not isinstance(data, dict):
         raise InputMismatch(f"{where}: not a JSON object.")
     meta = {k: v for k, v in data.items() if k != "files"} if "files" in data else {}
-    entries: dict[str, dict[str, Any]] = {}
+    entries: dict[str, ManifestEntry] = {}
+    published: dict[str, dict[str, Any]] = {}
     for raw_path, spec in _listed_items(data.get("files", data), where):
-        path, entry = _entry(raw_path, spec, where)
+        path = _check_path(raw_path, where)
+        entry = {"sha256": spec} if isinstance(spec, str) else spec
+        if not isinstance(entry, dict):
+            raise InputMismatch(f"{where}: {path}: entry is {type(spec).__name__}, not a sha256 string or an object.")
         if path in entries:
             raise InputMismatch(f"{where}: {path} is listed twice.")
-        entries[path] = entry
+        entries[path] = decode(entry, ManifestEntry, f"{where}: {path}")
+        published[path] = {**entry, "sha256": entries[path].sha256.lower()}
     if not entries:
         raise InputMismatch(f"{where}: lists no files.")
-    return SourceManifest(Path(root), entries, meta)
+    return SourceManifest(Path(root), entries, published, meta)
 
 
 def file_state(path: Path, digest: str, listing: str) -> str:
@@ -143,22 +145,6 @@ def locate_source(src: Path) -> Path:
             return candidate
     raise InputMismatch(f"{src}: no {MANIFEST_NAME} here or in the {_UPWARD} folders above; "
                         "point --src at the folder that holds their manifest.json.")
-
-
-def _listed_state(path: Path, entry: dict[str, Any], name: str) -> str:
-    """"" when the listed file is present with its bytes and sha256, "absent", or the problem."""
-    if path.is_symlink():
-        return f"{name}: is a symbolic link, not a file"
-    if not path.exists():
-        return "absent"
-    if not path.is_file():
-        return f"{name}: is not a regular file"
-    if "bytes" in entry and path.stat().st_size != entry["bytes"]:
-        return f"{name}: {path.stat().st_size} bytes, the manifest says {entry['bytes']}"
-    got = hash_file(path)
-    if got != entry["sha256"]:
-        return f"{name}: sha256 {got[:12]}… differs from the manifest's {entry['sha256'][:12]}…"
-    return ""
 
 
 def _unlisted(manifest: SourceManifest) -> list[str]:
@@ -192,7 +178,7 @@ def verify_source(manifest: SourceManifest) -> CheckedSource:
     Returns the verified and the absent files; raises InputMismatch naming every problem.
     """
     root = manifest.root
-    states = {name: _listed_state(root / name, entry, name) for name, entry in sorted(manifest.entries.items())}
+    states = {name: entry.state(root / name, name) for name, entry in sorted(manifest.entries.items())}
     problems = [state for state in states.values() if state not in ("", "absent")] + _unlisted(manifest)
     if problems:
         raise InputMismatch(f"{root} does not match its {MANIFEST_NAME}: " + "; ".join(problems)

@@ -118,10 +118,6 @@ def _id_problems(case: Any) -> list[str]:
     return []
 
 
-def _checks_are_booleans(checks: Any) -> bool:
-    return isinstance(checks, dict) and all(isinstance(v, bool) for v in checks.values())
-
-
 # Each value check of one of their rows: (holds, what is wrong when it does not).
 _VALUE_CHECKS: tuple[tuple[Callable[[_TheirRow], bool], Callable[[_TheirRow], str]], ...] = (
     (lambda r: _number(r.latency_s) and r.latency_s >= 0,
@@ -132,12 +128,9 @@ _VALUE_CHECKS: tuple[tuple[Callable[[_TheirRow], bool], Callable[[_TheirRow], st
      lambda r: f"probability_delta {r.probability_delta!r} is not a finite number"),
     (lambda r: r.predicted in ("yes", "no"), lambda r: f"predicted {r.predicted!r} is not 'yes' or 'no'"),
     (lambda r: isinstance(r.raw, dict), lambda r: "raw is not a JSON object"),
-    (lambda r: _checks_are_booleans(r.checks), lambda r: "checks is not an object of booleans"),
+    (lambda r: isinstance(r.checks, dict) and all(isinstance(v, bool) for v in r.checks.values()),
+     lambda r: "checks is not an object of booleans"),
 )
-
-
-def _value_problems(row: _TheirRow) -> list[str]:
-    return [message(row) for holds, message in _VALUE_CHECKS if not holds(row)]
 
 
 def _clock_problems(start: Any, end: Any) -> list[str]:
@@ -160,7 +153,7 @@ def _usage_problems(raw: Any) -> list[str]:
 
 def _checked(row: _TheirRow, where: str) -> _TheirRow:
     """Every field of one of their rows, checked (types too: `_validated` passes them unchecked)."""
-    problems = (_id_problems(row.id) + _value_problems(row)
+    problems = (_id_problems(row.id) + [message(row) for holds, message in _VALUE_CHECKS if not holds(row)]
                 + _clock_problems(row.client_start_monotonic_ns, row.client_end_monotonic_ns) + _usage_problems(row.raw))
     if problems:
         raise EvidenceError(f"{where}: {'; '.join(problems)}.")
@@ -278,14 +271,6 @@ def _read_pass(root: Path, name: str, index: int, w: _PassWriter) -> set[str]:
     return ids
 
 
-def _same_cases(name: str, reference: set[str], ids: set[str]) -> None:
-    if ids != reference:
-        missing, extra = sorted(reference - ids), sorted(ids - reference)
-        raise EvidenceError(f"{name}: case ids differ from the arm's first pass "
-                            f"(missing {', '.join(missing[:5]) or 'none'}; "
-                            f"extra {', '.join(extra[:5]) or 'none'}).")
-
-
 def read_arm_files(root: Path, files: list[tuple[str, int, str]], workload: str, run: Path) -> ArmRead:
     """Stream every arm file into rows.jsonl and responses/<arm>.jsonl under `run` (buffered writes: the
     run is a temporary directory renamed into place only when complete, so a crash leaves no partial run)."""
@@ -298,9 +283,12 @@ def read_arm_files(root: Path, files: list[tuple[str, int, str]], workload: str,
                 writer = _PassWriter(out, rows_file, responses, arm, workload)
                 for _, index, name in sorted(f for f in files if f[0] == arm):
                     ids = _read_pass(root, name, index, writer)
-                    if reference is None:
-                        reference = ids
-                    _same_cases(name, reference, ids)
+                    reference = ids if reference is None else reference
+                    if ids != reference:
+                        missing, extra = sorted(reference - ids), sorted(ids - reference)
+                        raise EvidenceError(f"{name}: case ids differ from the arm's first pass "
+                                            f"(missing {', '.join(missing[:5]) or 'none'}; "
+                                            f"extra {', '.join(extra[:5]) or 'none'}).")
     return out
 
 
@@ -329,16 +317,12 @@ def _check_passes(files: list[tuple[str, int, str]]) -> None:
         raise EvidenceError(f"arms have different numbers of passes ({counts}); the import needs them equal.")
 
 
-def _in_folder(pure: PurePosixPath, folder: str) -> bool:
-    return (str(pure.parent) if str(pure.parent) != "." else "") == folder
-
-
 def arm_files(folder: str, verified: list[str]) -> list[tuple[str, int, str]]:
     files, seen = [], set()
     for name in verified:
         pure = PurePosixPath(name)
         match = FILE_RE.match(pure.name)
-        if match and _in_folder(pure, folder):
+        if match and (str(pure.parent) if str(pure.parent) != "." else "") == folder:
             key = (match["arm"].lower(), int(match["pass"]))
             if key in seen:
                 raise EvidenceError(f"{name}: arm {key[0]} pass {key[1]} appears twice (arm names ignore case).")

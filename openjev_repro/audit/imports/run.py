@@ -14,13 +14,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from ...errors import EvidenceError
 from ...evidence.files import atomic_directory, write_json_atomic
 from ...evidence.recipe import parse_recipe
+from ...evidence.records import PublishedStudy
 from ...evidence.rows import Row
 from ...evidence.rundir import RunDir, enclosing_run
 from ...evidence.state import StateRecord, Status
@@ -88,36 +88,31 @@ def new_run(out: Path, root: Path) -> Iterator[Path]:
                             "nothing was written.") from None
 
 
-def _study_id(source: Path) -> str:
-    return re.sub(r"[^a-z0-9_.-]+", "-", f"imported-{source.name}".lower()).strip("-.")[:80] or "imported"
-
-
 def _purpose(source: Path, folder: str, fmt: str, hypothesis: str | None) -> str:
     purpose = f"Per-request evidence imported from {source / folder if folder else source} ({fmt} format); not measured here."
     return purpose + (f" Their hypothesis (quoted): \"{hypothesis}\"" if hypothesis else "")
 
 
 def imported_recipe(origin: Origin, folder: str, workloads: dict[str, tuple[str, int]], arms: list[str],
-                    verified: list[tuple[str, str]], *, fmt: str, study: dict[str, Any] | None = None,
+                    verified: list[tuple[str, str]], *, fmt: str, study: PublishedStudy | None = None,
                     note: str) -> dict:
     """The recipe of an imported run. `workloads`: name -> (a file of its rows, measured passes).
 
     `study` holds what the source publishes about itself: `date` (its own, not the import's),
     `hypothesis`, and per arm a `description`. `arms` in their order: the reference (baseline) first.
     """
-    study = study or {}
+    study = study or PublishedStudy()
     source = Path(origin.source)
     passes = max(p for _, p in workloads.values())
-    described = study.get("arms") or {}
     return {
         "format_version": 1,
-        "study": {"id": _study_id(source), "date": study.get("date") or origin.date,
-                  "purpose": _purpose(source, folder, fmt, study.get("hypothesis")), "source": str(source)},
+        "study": {"id": re.sub(r"[^a-z0-9_.-]+", "-", f"imported-{source.name}".lower()).strip("-.")[:80] or "imported",
+                  "date": study.date or origin.date, "purpose": _purpose(source, folder, fmt, study.hypothesis), "source": str(source)},
         "inputs": {"root": str(source),
                    "files": [{"path": n, "sha256": s, "role": "imported-evidence"} for n, s in verified]},
         "workloads": [{"name": w, "requests": first, "feasibility_passes": 0, "measured_passes": p}
                       for w, (first, p) in workloads.items()],
-        "backends": [{"name": a, "command": ["imported"], "description": str(described.get(a) or "imported arm")}
+        "backends": [{"name": a, "command": ["imported"], "description": str(study.arms.get(a) or "imported arm")}
                      for a in arms],  # in the order given: the reference arm first
         "protocol": {"feasibility_passes": 0, "measured_passes": passes},
         "notes": [note],

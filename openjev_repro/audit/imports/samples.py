@@ -20,7 +20,7 @@ from ...errors import EvidenceError
 from ...evidence.rows import Row
 from ..figures import Samples
 
-__all__ = ["MAX_INT", "MAX_TOKENS", "Sample", "bounded_number", "check_id", "check_int", "check_seconds", "samples_of",
+__all__ = ["MAX_INT", "MAX_TOKENS", "Sample", "check_id", "check_seconds", "samples_of",
            "write_samples"]
 
 MAX_INT = 2**63 - 1  # nanosecond clocks and counts: what a signed 64-bit integer holds
@@ -42,22 +42,10 @@ def check_id(value: Any, where: str) -> str:
     return value
 
 
-def check_int(value: Any, where: str, name: str, limit: int = MAX_INT) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= limit:
-        raise EvidenceError(f"{where}: {name} {str(value)[:40]} is not an integer in [0, {limit}].")
-    return value
-
-
-def bounded_number(value: Any, low: float, high: float) -> bool:
-    """A JSON number (never a bool) in [low, high]: compared as it is, so a 400-digit integer is out of
-    range rather than an OverflowError when converted to a float."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    return (isinstance(value, int) or math.isfinite(value)) and low <= value <= high
-
-
 def check_seconds(value: Any, where: str, name: str) -> float:
-    if not bounded_number(value, 0, MAX_SECONDS):
+    # compared as it is (never a bool), so a 400-digit integer is out of range rather than an OverflowError
+    number = not isinstance(value, bool) and isinstance(value, int | float)
+    if not (number and (isinstance(value, int) or math.isfinite(value)) and 0 <= value <= MAX_SECONDS):
         raise EvidenceError(f"{where}: {name} {str(value)[:40]} is not a finite number of seconds in [0, {MAX_SECONDS:g}].")
     return float(value)
 

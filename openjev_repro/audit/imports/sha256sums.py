@@ -24,9 +24,13 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ...errors import EvidenceError, InputMismatch
+from ...evidence.decoding import UNSET, Quoted, UnsetType, decode
 from .layout import Layout, finish
 from .manifest import file_state, read_finite_json
+from .published import NotAnObject
 from .run import Origin
 from .samples import Sample, check_id, check_seconds
 
@@ -52,11 +56,12 @@ def read_sums(root: Path) -> dict[str, str]:
     sums: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         match = _LINE.match(line)
-        if not match or match["name"] in (".", "..", SUMS_NAME):
+        digest, name = match.groups() if match else ("", "")
+        if not match or name in (".", "..", SUMS_NAME):
             raise InputMismatch(f"{SUMS_NAME}:{number}: {line[:80]!r} is not '<sha256>  <file name>'.")
-        if match["name"] in sums:
-            raise InputMismatch(f"{SUMS_NAME}:{number}: {match['name']} is listed twice.")
-        sums[match["name"]] = match["digest"].lower()
+        if name in sums:
+            raise InputMismatch(f"{SUMS_NAME}:{number}: {name} is listed twice.")
+        sums[name] = digest.lower()
     if not sums:
         raise InputMismatch(f"{SUMS_NAME}: lists no files.")
     return sums
@@ -74,33 +79,32 @@ def _inflate(path: Path) -> bytes:
     return data
 
 
-def _member_check(root: Path, name: str, digest: str, originals: dict[str, str]) -> tuple[str, list[str], str]:
-    """("verified" | "absent" | "bad", its problems, the original whose second digest level was checked or "")."""
-    state = file_state(root / name, digest, SUMS_NAME)
-    if state == "absent":
-        return "absent", [], ""
-    if state:
-        return "bad", [f"{name}: {state}"], ""
-    original = name[: -len(".gz")] if name.endswith(".gz") else ""
-    problem = _original_problem(root / name, original, originals)
-    return "verified", [problem] if problem else [], original if original in originals and not problem else ""
-
-
 def _verify(root: Path, sums: dict[str, str], originals: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
-    """(verified, absent, originals verified); InputMismatch naming every digest that differs."""
+    """(verified, absent, originals verified): each member against SHA256SUMS and, where provenance.json
+    publishes its uncompressed original's sha256, that second level too. InputMismatch naming every digest
+    that differs, and every problem of the listing."""
     problems: list[str] = []
-    by_kind: dict[str, list[str]] = {"verified": [], "absent": [], "bad": []}
+    verified: list[str] = []
+    absent: list[str] = []
     inner: list[str] = []
     for name, digest in sorted(sums.items()):
-        kind, found, original = _member_check(root, name, digest, originals)
-        by_kind[kind].append(name)
-        problems += found
-        inner += [original] if original else []
-    problems += _listing_problems(root, sums, by_kind["absent"])
+        state = file_state(root / name, digest, SUMS_NAME)
+        original = name.removesuffix(".gz") if name.endswith(".gz") else ""
+        if state == "absent":
+            absent.append(name)
+        elif state:
+            problems.append(f"{name}: {state}")
+        elif original in originals and hashlib.sha256(_inflate(root / name)).hexdigest() != originals[original]:
+            verified.append(name)
+            problems.append(f"{name}: its uncompressed {original} differs from {PROVENANCE_NAME}'s sha256")
+        else:
+            verified.append(name)
+            inner += [original] if original in originals else []
+    problems += _listing_problems(root, sums, absent)
     if problems:
         raise InputMismatch(f"{root} does not match its {SUMS_NAME}: " + "; ".join(problems)
                             + ". Nothing was imported; fetch the evidence again.")
-    return by_kind["verified"], by_kind["absent"], inner
+    return verified, absent, inner
 
 
 def _listing_problems(root: Path, sums: dict[str, str], absent: list[str]) -> list[str]:
@@ -111,46 +115,55 @@ def _listing_problems(root: Path, sums: dict[str, str], absent: list[str]) -> li
             + [f"{n}: listed but missing; the published figures count its rows" for n in absent if _ROWS.match(n)])
 
 
-def _original_problem(path: Path, original: str, originals: dict[str, str]) -> str:
-    """The second digest level: a gzip member's uncompressed content against provenance.json's sha256."""
-    if original not in originals or hashlib.sha256(_inflate(path)).hexdigest() == originals[original]:
-        return ""
-    return f"{path.name}: its uncompressed {original} differs from {PROVENANCE_NAME}'s sha256"
+class Originals(msgspec.Struct, frozen=True, kw_only=True):
+    """provenance.json of this layout: the sha256 of uncompressed originals, by name."""
+
+    report_source_sha256: dict[str, Quoted] | NotAnObject = None
 
 
 def _originals(root: Path, sums: dict[str, str]) -> tuple[Any, dict[str, str]]:
     if PROVENANCE_NAME not in sums or not (root / PROVENANCE_NAME).is_file():
         return None, {}
     data = read_finite_json(root / PROVENANCE_NAME, PROVENANCE_NAME)
-    listed = data.get("report_source_sha256") if isinstance(data, dict) else None
+    listed = decode(data, Originals, PROVENANCE_NAME).report_source_sha256 if isinstance(data, dict) else None
     if not isinstance(listed, dict):
         return data, {}
     bad = [k for k, v in listed.items() if not isinstance(v, str) or not re.fullmatch(r"[0-9a-f]{64}", v)]
     if bad:
         raise InputMismatch(f"{PROVENANCE_NAME}: report_source_sha256 of {bad[0][:60]!r} is not 64 hex digits.")
-    return data, dict(listed)
+    return data, {k: str(v) for k, v in listed.items()}
 
 
-def _row(obj: Any, stem: str, where: str) -> Sample:
-    if not isinstance(obj, dict):
-        raise EvidenceError(f"{where}: a row is {type(obj).__name__}, not a JSON object.")
-    variant, cell = str(obj.get("variant", "default")).lower(), str(obj.get("cell", "all")).lower()
-    if not _NAME.match(variant) or not _NAME.match(cell):
-        raise EvidenceError(f"{where}: variant {variant[:40]!r} or cell {cell[:40]!r} is not a name.")
-    if "seconds" in obj or "latency_s" in obj:
-        seconds = check_seconds(obj.get("seconds", obj.get("latency_s")), where, "seconds")
-    elif "latency_ms" in obj:
-        seconds = check_seconds(obj["latency_ms"], where, "latency_ms") / 1000
-    else:
-        raise EvidenceError(f"{where}: no seconds, latency_s or latency_ms.")
-    case = obj.get("id", obj.get("sample"))
-    case = check_id(str(case) if isinstance(case, int) and not isinstance(case, bool) else case, where)
-    return Sample(id=case, arm=f"{stem}.{variant}", workload=cell, pass_index=1, seconds=seconds, body=obj)
+class SumsRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of a `<stem>.jsonl.gz` member (this importer's assumption, docs/manifest.md): the keys it
+    reads; the row itself is kept whole, as their body."""
+
+    variant: Quoted = "default"
+    cell: Quoted = "all"
+    seconds: Quoted | UnsetType = UNSET
+    latency_s: Quoted | UnsetType = UNSET
+    latency_ms: Quoted | UnsetType = UNSET
+    id: Quoted | UnsetType = UNSET
+    sample: Quoted | UnsetType = UNSET
+
+    def sample_of(self, body: Any, stem: str, where: str) -> Sample:
+        variant, cell = str(self.variant).lower(), str(self.cell).lower()
+        if not _NAME.match(variant) or not _NAME.match(cell):
+            raise EvidenceError(f"{where}: variant {variant[:40]!r} or cell {cell[:40]!r} is not a name.")
+        given = self.latency_s if self.seconds is UNSET else self.seconds
+        if given is not UNSET:
+            seconds = check_seconds(given, where, "seconds")
+        elif self.latency_ms is not UNSET:
+            seconds = check_seconds(self.latency_ms, where, "latency_ms") / 1000
+        else:
+            raise EvidenceError(f"{where}: no seconds, latency_s or latency_ms.")
+        case = self.id if self.id is not UNSET else None if self.sample is UNSET else self.sample
+        case = check_id(str(case) if type(case) is int else case, where)  # an integer sample number, not a bool
+        return Sample(id=case, arm=f"{stem}.{variant}", workload=cell, pass_index=1, seconds=seconds, body=body)
 
 
 def _rows(root: Path, name: str) -> list[Sample]:
-    match = _ROWS.match(name)
-    assert match is not None
+    stem = name.removesuffix(".jsonl.gz")
     try:
         text = _inflate(root / name).decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -162,7 +175,7 @@ def _rows(root: Path, name: str) -> list[Sample]:
             obj = json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
         except (ValueError, RecursionError) as exc:
             raise EvidenceError(f"{where}: not JSON ({str(exc)[:80]}).") from None
-        sample = _row(obj, match["stem"], where)
+        sample = decode(obj, SumsRow, where).sample_of(obj, stem, where)
         if (sample.arm, sample.workload, sample.id) in seen:
             raise EvidenceError(f"{where}: sample {sample.id} of {sample.arm} {sample.workload} appears twice.")
         seen.add((sample.arm, sample.workload, sample.id))
@@ -184,12 +197,6 @@ def _summaries(root: Path, verified: list[str]) -> dict[str, Any]:
     return out
 
 
-def _source_digests(sums: dict[str, str], originals: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """Their digests as published: each member's sha256 and, where provenance.json publishes it, its original's."""
-    return {n: {"sha256": d, **({"original_sha256": originals[n[:-3]]} if n[:-3] in originals else {})}
-            for n, d in sums.items()}
-
-
 def import_sha256sums(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None,
                       origin: Origin | None = None) -> dict:
     """Verify `src` against SHA256SUMS (and provenance.json's uncompressed digests); import its rows."""
@@ -206,7 +213,8 @@ def import_sha256sums(src: Path, out: Path, *, workload: str = "mixed", subdir: 
     layout = Layout(fmt="sha256sums", root=root, samples=samples, summary=_summaries(root, verified),
                     files=[SUMS_NAME, *verified], provenance="verified", digests_file=SUMS_NAME,
                     verified=verified, absent=absent,
-                    source_digests=_source_digests(sums, originals),
+                    source_digests={n: {"sha256": d, **({"original_sha256": originals[n[:-3]]} if n[:-3] in originals
+                                                         else {})} for n, d in sums.items()},  # as published
                     documents=[provenance] if provenance is not None else [],
                     meta={"originals_verified": inner, "originals_published": sorted(originals)},
                     note=("Imported evidence (sha256sums): gzip members checked against SHA256SUMS and, where "

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import EvidenceError, InputMismatch
-from ..figures import NotReproduced, arms_of, figure_counts, published_figures
+from ...evidence.decoding import UNSET
+from ..figures import NotReproduced, System1Summary, figure_counts, published_figures
 from .manifest import (
     CheckedSource,
     SourceManifest,
@@ -26,17 +27,11 @@ from .manifest import (
     read_source_manifest,
     verify_source,
 )
-from .published import published_gates, study_facts
+from .published import published_gates, study_documents, study_facts
 from .rows import arm_files, collector_paused, read_arm_files
 from .run import IMPORT_FORMAT_VERSION, Origin, converted_files, imported_recipe, new_run, write_record, write_summary
 
 __all__ = ["detect", "import_system1"]
-
-def _obj(doc: Any, key: str) -> dict[str, Any]:
-    """doc[key] when doc is an object and that value is an object too; {} otherwise."""
-    value = doc.get(key) if isinstance(doc, dict) else None
-    return value if isinstance(value, dict) else {}
-
 
 _NOTE = ("Imported evidence: rows come from the source's client nanoseconds; bodies are their `raw`"
          " as canonical JSON, not the original bytes; labels are inferred from checks.correct when present.")
@@ -50,15 +45,6 @@ def detect(src: Path) -> bool:
     return True
 
 
-def _cleanup(summary: dict, cleanup_json: Any) -> dict[str, Any]:
-    published = summary.get("cleanup")
-    per_arm = {a: e.get("cleanup") for a, e in arms_of(summary).items() if isinstance(e, dict) and "cleanup" in e}
-    record: dict[str, Any] = {"summary": published, "per_arm": per_arm or None, "cleanup_json": cleanup_json}
-    if published is not None and cleanup_json is not None:
-        record["consistent"] = published == cleanup_json
-    return record
-
-
 def _optional_json(root: Path, name: str, verified: list[str]) -> Any:
     return read_finite_json(root / name, name) if name in verified else None
 
@@ -66,7 +52,8 @@ def _optional_json(root: Path, name: str, verified: list[str]) -> Any:
 def _descriptions(plan: Any, arms: list[str]) -> dict[str, str]:
     if not isinstance(plan, dict):
         return {}
-    libraries = _obj(plan, "libraries")
+    libraries = plan.get("libraries")
+    libraries = libraries if isinstance(libraries, dict) else {}
     out = {}
     for arm in arms:
         where = libraries.get(arm)
@@ -81,7 +68,8 @@ class _Source:
     checked: CheckedSource
     folder: str
     files: list[tuple[str, int, str]]
-    summary: dict
+    summary_doc: dict[str, Any]  # their summary.json as published (study facts, gates)
+    summary: System1Summary
     cleanup_json: Any
     plan: Any
 
@@ -103,29 +91,11 @@ def _read_source(src: Path, out: Path, subdir: str | None) -> _Source:
     if summary_name not in checked.verified:
         state = "not present" if summary_name in checked.absent else "not listed in manifest.json"
         raise InputMismatch(f"{summary_name}: {state}; the published figures come from it.")
-    summary = read_finite_json(root / summary_name, summary_name)
-    if not isinstance(summary, dict):
-        raise EvidenceError(f"{summary_name}: not a JSON object.")
-    arms_of(summary)
-    return _Source(root, manifest, checked, folder, files, summary,
+    summary_doc = read_finite_json(root / summary_name, summary_name)
+    summary = System1Summary.read(summary_doc, summary_name)
+    return _Source(root, manifest, checked, folder, files, summary_doc, summary,
                    _optional_json(root, f"{prefix}cleanup.json", checked.verified),
                    _optional_json(root, f"{prefix}plan.json", checked.verified))
-
-
-_PUBLISHED_KEYS = ("completed", "accepted_e2e_latency_gate", "conclusion")
-
-
-def _normalization(manifest: Any, verified: list[str]) -> list[dict[str, Any]]:
-    """Each display copy's normalization note, and whether that file was present."""
-    return [{"path": n, "note": e["normalization"], "present": n in verified}
-            for n, e in sorted(manifest.entries.items()) if "normalization" in e]
-
-
-def _per_arm_records(arms: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Their per-arm readiness and first-inference records, as published."""
-    described = {a: e for a, e in arms.items() if isinstance(e, dict)}
-    return {"readiness": {a: e.get("readiness") for a, e in described.items()},
-            "first_inference": {a: e["first_inference"] for a, e in described.items() if "first_inference" in e}}
 
 
 def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str | None = None,
@@ -136,33 +106,36 @@ def import_system1(src: Path, out: Path, *, workload: str = "mixed", subdir: str
     source = _read_source(src, out, subdir)
     origin = Origin.of(source.root, origin)
     root, manifest, checked, folder, files = source.root, source.manifest, source.checked, source.folder, source.files
-    their_summary, cleanup_json, plan = source.summary, source.cleanup_json, source.plan
+    their_summary, their_summary_doc, cleanup_json, plan = source.summary, source.summary_doc, source.cleanup_json, source.plan
     with new_run(out, root) as tmp:
         with collector_paused():
             read = read_arm_files(root, files, workload, tmp)
-            verified_digests = [(n, manifest.entries[n]["sha256"]) for n in checked.verified]
+            verified_digests = [(n, manifest.entries[n].sha256.lower()) for n in checked.verified]
             arm_names = sorted(read.arms)
-            study = study_facts(manifest.meta, plan, their_summary, arms=arm_names,
+            study = study_facts(study_documents(manifest.meta, plan, their_summary_doc), arms=arm_names,
                                 descriptions=_descriptions(plan, arm_names))
             recipe = imported_recipe(origin, folder, {workload: (files[0][2], max(max(p) for p in read.arms.values()))},
                                      arm_names, verified_digests, fmt="system1-omni", study=study, note=_NOTE)
             write_summary(tmp, recipe, read.rows)
         figures = published_figures(their_summary, read.latencies, read.max_delta)
         NotReproduced.check(figures)
-        arms = arms_of(their_summary)
         report = {
             "format_version": IMPORT_FORMAT_VERSION, "format": "system1-omni", "source": origin.source,
             "evidence_folder": folder, "signed": False, "measured_by_us": False,
             "provenance": "verified", "digests_file": "manifest.json",
             "files_verified": len(checked.verified), "verified": checked.verified, "absent": checked.absent,
-            "source_manifest": manifest.entries, "source_manifest_meta": manifest.meta,
-            "normalization": _normalization(manifest, checked.verified),
+            "source_manifest": manifest.published, "source_manifest_meta": manifest.meta,
+            "normalization": [{"path": n, "note": e.normalization, "present": n in checked.verified}
+                              for n, e in sorted(manifest.entries.items()) if e.normalization is not UNSET],
             "rows": len(read.rows), "converted": converted_files(tmp),
             "figures": [f.to_json() for f in figures], "figure_counts": figure_counts(figures).to_json(),
-            **_per_arm_records(arms),
-            "cleanup": _cleanup(their_summary, cleanup_json),
-            "published": {k: their_summary[k] for k in _PUBLISHED_KEYS if k in their_summary},
-            "study": study, "published_gates": published_gates(their_summary, plan),
+            "readiness": {a: e.readiness for a, e in their_summary.arms.items()},
+            "first_inference": {a: e.first_inference for a, e in their_summary.arms.items()
+                                if e.first_inference is not UNSET},
+            "cleanup": their_summary.cleanup_record(cleanup_json),
+            "published": their_summary.verdicts(),
+            "study": study.to_json(),
+            "published_gates": [g.to_json() for g in published_gates(study_documents(their_summary_doc, plan))],
             "notes": read.notes,
         }
         write_record(tmp, report)

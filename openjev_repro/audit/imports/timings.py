@@ -19,7 +19,7 @@ from ...errors import EvidenceError, InputMismatch
 from .layout import Layout, finish
 from .manifest import read_finite_json
 from .run import Origin
-from .samples import MAX_INT, Sample, check_id, check_int, check_seconds
+from .samples import MAX_INT, Sample, check_id, check_seconds
 
 __all__ = ["detect", "import_timings"]
 
@@ -60,7 +60,9 @@ def _float(text: str, where: str, name: str) -> float:
 def _decisions(text: str, where: str) -> int:
     if not text.isdigit() or len(text) > 19:
         raise EvidenceError(f"{where}: decisions {text[:40]!r} is not a non-negative integer.")
-    return check_int(int(text), where, "decisions", MAX_INT)
+    if int(text) > MAX_INT:
+        raise EvidenceError(f"{where}: decisions {text} is not an integer in [0, {MAX_INT}].")
+    return int(text)
 
 
 def _csv_table(path: Path) -> list[list[str]]:
