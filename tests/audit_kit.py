@@ -87,7 +87,7 @@ def build_run(parent: Path, *, backends: dict[str, float] | None = None, status:
     for b in backends:
         run.log_path(b).write_text(f"{b} started\n{b} stopped\n")
     write_rows(run, backends, seed=seed)
-    summary = summarize(read_rows(run.rows_path), parse_recipe(run.file("recipe.yaml").read_text()))
+    summary = summarize(read_rows(run.rows_path), parse_recipe(run.file("recipe.yaml").read_text())).to_json()
     write_json_atomic(run.file("summary.json"), summary)
     run.update_state(status=status, attempted=["study"], finished=["study"] if status == "complete" else [])
     return run

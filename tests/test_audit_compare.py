@@ -29,8 +29,9 @@ def runs(tmp_path_factory):
 
 def test_same_setup_within_tolerances(runs):
     a, b, _ = runs
-    result = compare_runs(a.path, b.path, tolerances=TOL, seed=5)
-    assert result["verdict"]["passed"] is True and result["unmatched"] == []
+    compared = compare_runs(a.path, b.path, tolerances=TOL, seed=5)
+    assert compared.verdict.passed is True and compared.unmatched == []
+    result = compared.to_json()  # the --out file
     native = next(p for p in result["pairs"] if p["baseline_backend"] == "native")
     m = native["metrics"]
     assert set(m) == {"overall.mean_ms", "overall.p50_ms", "overall.p95_jevbench_ms",
@@ -40,17 +41,18 @@ def test_same_setup_within_tolerances(runs):
     assert lo <= m["overall.mean_ms"]["delta"] <= hi
     assert native["answers"]["decision_flips"] == [] and native["answers"]["max_abs_probability_delta"] == 0.0
     # seeded: the same seed gives the same interval
-    assert compare_runs(a.path, b.path, seed=5)["pairs"][1]["bootstrap"] == native["bootstrap"]
+    assert compare_runs(a.path, b.path, seed=5).to_json()["pairs"][1]["bootstrap"] == native["bootstrap"]
 
 
 def test_slower_candidate_exceeds_mean_ratio(runs):
     a, _, slow = runs
     result = compare_runs(a.path, slow.path, tolerances=TOL)
-    assert result["verdict"]["passed"] is False
-    assert any("mixed/native→native: mean ratio" in f for f in result["verdict"]["failures"])
-    native = next(p for p in result["pairs"] if p["baseline_backend"] == "native")
-    assert native["pass_mean_ranges_ms"]["overlap"] is False
-    lo, hi = native["bootstrap"]["mean_diff_ci95_ms"]
+    assert result.verdict.passed is False
+    assert any("mixed/native→native: mean ratio" in f for f in result.verdict.failures)
+    native = next(p for p in result.pairs if p.baseline_backend == "native")
+    assert native.pass_mean_ranges_ms.overlap is False
+    assert native.bootstrap.mean_diff_ci95_ms is not None
+    lo, hi = native.bootstrap.mean_diff_ci95_ms
     assert 0 < lo < 20.0 < hi  # 20 ms slower by construction; the interval excludes no difference
 
 
@@ -59,12 +61,12 @@ def test_decision_flip_and_probability_delta_by_case(runs):
     base = read_rows(a.rows_path)
     cand = [dataclasses.replace(r, probability=0.49) if (r.backend, r.id) == ("native", "case-03") else r
             for r in read_rows(b.rows_path)]
-    result = compare_rows(base, cand, tolerances=TOL)
-    native = next(p for p in result["pairs"] if p["baseline_backend"] == "native")
+    compared = compare_rows(base, cand, tolerances=TOL)
+    native = next(p for p in compared.to_json()["pairs"] if p["baseline_backend"] == "native")
     assert native["answers"]["decision_flips"] == [{"id": "case-03", "seq": 3, "baseline": "yes", "candidate": "no"}]
     case = next(c for c in native["answers"]["by_case"] if c["id"] == "case-03")
     assert case["delta"] == pytest.approx(0.49 - case["baseline"])
-    failures = result["verdict"]["failures"]
+    failures = compared.verdict.failures
     assert any("decisions differ (case-03)" in f for f in failures)
     assert any("max probability delta" in f for f in failures)
 
@@ -74,11 +76,11 @@ def test_backend_mapping(tmp_path, runs):
     renamed = build_run(tmp_path, backends={"hf": 300.0, "native-v2": 40.0},
                         recipe=recipe_dict(("hf", "native-v2")))
     unmapped = compare_runs(a.path, renamed.path, tolerances=TOL)
-    assert unmapped["unmatched"] == ["mixed/native"] and unmapped["verdict"]["passed"] is False
+    assert unmapped.unmatched == ["mixed/native"] and unmapped.verdict.passed is False
     mapped = compare_runs(a.path, renamed.path, tolerances={**TOL, "backends": {"native": "native-v2"}})
-    assert sorted((p["baseline_backend"], p["candidate_backend"]) for p in mapped["pairs"]) == [
+    assert sorted((p.baseline_backend, p.candidate_backend) for p in mapped.pairs) == [
         ("hf", "hf"), ("native", "native-v2")]
-    assert mapped["unmatched"] == []
+    assert mapped.unmatched == []
     with pytest.raises(EvidenceError, match="share no"):
         compare_rows([r for r in read_rows(a.rows_path) if r.backend == "hf"],
                      [r for r in read_rows(renamed.rows_path) if r.backend == "native-v2"])
@@ -106,9 +108,9 @@ def test_cli_writes_json_and_markdown(tmp_path, runs):
 def test_per_backend_limits_replace_the_top_level_ones(runs):
     a, _, slow = runs   # slow: native 1.5x slower, hf unchanged
     loose = {**TOL, "per_backend": {"native": {"max_mean_ratio": 1.6}}}
-    assert compare_runs(a.path, slow.path, tolerances=loose)["verdict"]["passed"] is True
+    assert compare_runs(a.path, slow.path, tolerances=loose).verdict.passed is True
     tight = {**loose, "per_backend": {**loose["per_backend"], "hf": {"max_mean_ratio": 0.5}}}
-    failures = compare_runs(a.path, slow.path, tolerances=tight)["verdict"]["failures"]
+    failures = compare_runs(a.path, slow.path, tolerances=tight).verdict.failures
     assert len(failures) == 1 and "mixed/hf→hf: mean ratio" in failures[0] and "exceeds 0.5" in failures[0]
 
 
@@ -127,14 +129,14 @@ def test_bad_per_backend_limits(tmp_path, text, message):
 
 def test_committed_rerun_tolerances_file_loads():
     tolerances = load_tolerances(ROOT / "manifests" / "tolerances" / "h200-reference-rerun.yaml")
-    assert tolerances["decisions_must_match"] is True and tolerances["max_probability_delta"] <= 1e-3
-    assert tolerances["weights_must_match"] is True
+    top = tolerances.limits
+    assert top.decisions_must_match is True and top.max_probability_delta == 0.0 and top.weights_must_match is True
     for backend in ("reference-fast", "reference-fast-graph64"):
-        limits = tolerances["per_backend"][backend]
-        assert 1.0 < limits["max_mean_ratio"] < 1.10   # a 10% regression fails for these configurations
+        limits = tolerances.limits_for(backend)
+        assert 1.0 < limits.max_mean_ratio < 1.10   # a 10% regression fails
     # raw mode's host-to-host noise is larger than 10% (the file's comment gives the four hosts'
     # figures), so its limit catches only a gross regression; it must still be a real bound.
-    assert 1.10 <= tolerances["per_backend"]["reference-raw"]["max_mean_ratio"] <= 1.30
+    assert 1.10 <= tolerances.limits_for("reference-raw").max_mean_ratio <= 1.30
 
 
 def test_weights_fingerprints_are_compared_per_backend(tmp_path, runs):
@@ -150,14 +152,14 @@ def test_weights_fingerprints_are_compared_per_backend(tmp_path, runs):
     (cand / "backends.json").write_text(json.dumps({"format_version": 1, "backends": {"hf": {"weights_fingerprint": same},
                                                                  "native": {"weights_fingerprint": other}}}))
     reported = compare_runs(base, cand, tolerances=TOL)
-    by_backend = {p["baseline_backend"]: p["weights_fingerprint"] for p in reported["pairs"]}
+    by_backend = {p["baseline_backend"]: p["weights_fingerprint"] for p in reported.to_json()["pairs"]}
     assert by_backend["hf"]["same"] is True and by_backend["native"] == {"baseline": same, "candidate": other,
                                                                          "same": False}
-    assert reported["verdict"]["passed"] is True            # reported, not required
+    assert reported.verdict.passed is True            # reported, not required
     assert "- weights fingerprint: DIFFERENT" in to_markdown(reported)
     required = compare_runs(base, cand, tolerances={**TOL, "weights_must_match": True})
-    assert [f for f in required["verdict"]["failures"] if "weights" in f] == [
+    assert [f for f in required.verdict.failures if "weights" in f] == [
         f"mixed/native→native: weights fingerprints differ or are missing (baseline {same}, candidate {other})"]
     old_runs = compare_runs(a.path, b.path, tolerances={**TOL, "weights_must_match": True})
-    assert len([f for f in old_runs["verdict"]["failures"] if "missing" in f]) == 2
+    assert len([f for f in old_runs.verdict.failures if "missing" in f]) == 2
     assert "weights fingerprint" not in to_markdown(compare_runs(a.path, b.path, tolerances=TOL))

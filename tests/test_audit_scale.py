@@ -59,7 +59,7 @@ def cpu_seconds(fn) -> float:
 def test_no_quadratic_path_30000_differing_decisions_summarise_in_under_a_second():
     recipe = parse_recipe(TWO_BACKENDS)
     small, large = every_decision_differs(3_000), every_decision_differs(30_000)
-    summary = summarize(large, recipe)
+    summary = summarize(large, recipe).to_json()
     comparison = summary["workloads"]["mixed"]["comparisons"][0]
     assert comparison["agreement"] == 0 and len(comparison["differing_ids"]) == 30_000
     # CPU time, not wall time: other work on a busy machine does not count against us.
@@ -75,8 +75,8 @@ def test_table_and_row_objects_give_the_same_summary(tmp_path):
     recipe = parse_recipe(run.file("recipe.yaml").read_text())
     table = read_table(run.rows_path)
     assert list(table.rows()) == read_rows(run.rows_path)
-    assert summarize(table, recipe) == summarize(read_rows(run.rows_path), recipe)
-    assert json.loads(run.file("summary.json").read_text()) == json.loads(json.dumps(summarize(table, recipe)))
+    assert summarize(table, recipe).to_json() == summarize(read_rows(run.rows_path), recipe).to_json()
+    assert json.loads(run.file("summary.json").read_text()) == json.loads(json.dumps(summarize(table, recipe).to_json()))
 
 
 def test_chunked_reading_merges_interned_strings(tmp_path):
@@ -120,7 +120,7 @@ def test_bootstrap_is_seeded_chunked_and_independent_of_threads(monkeypatch):
 
 def test_compare_records_the_bootstrap_method(tmp_path):
     a, b = build_run(tmp_path / "a"), build_run(tmp_path / "b", seed=9)
-    result = compare_runs(a.path, b.path)
+    result = compare_runs(a.path, b.path).to_json()
     assert result["bootstrap_method"]["version"] == BOOTSTRAP_METHOD["version"] == 2
     assert {p["bootstrap"]["method_version"] for p in result["pairs"]} == {2}
 
@@ -183,7 +183,7 @@ def test_compare_markdown_names_the_first_flips_and_the_json_all(tmp_path):
     a_rows = [r for r in table.rows() if r.backend == "a"]
     b_rows = [Row(**{**r.__dict__, "backend": "a"}) for r in table.rows() if r.backend == "b"]
     result = compare_rows(a_rows, b_rows)
-    flips = result["pairs"][0]["answers"]["decision_flips"]
+    flips = result.to_json()["pairs"][0]["answers"]["decision_flips"]
     assert len(flips) == 50
     line = next(li for li in to_markdown(result).splitlines() if li.startswith("- decision flips"))
     assert line.startswith("- decision flips: 50 of 50 paired cases (case-000000, case-000001")

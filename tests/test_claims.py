@@ -104,3 +104,19 @@ def test_cli_exit_status(tmp_path):
     bad_file.write_text(yaml.safe_dump(data))
     bad = invoke("claims", "--file", str(bad_file), cwd=ROOT, timeout=120)
     assert bad.returncode == 1 and "FAIL    speedup.native_vs_hf" in bad.stdout and "1 failed" in bad.stdout
+
+
+def test_claims_on_an_80_column_terminal_keep_every_word_and_name_whole():
+    """Issue 41 item 2 for `claims`: at 80 columns a table whose names and words are never split or cut;
+    through a pipe the one-line-per-claim text (the tests above) is unchanged."""
+    from rich.cells import cell_len
+    from test_cli_output import on_terminal
+
+    code, lines = on_terminal(["claims", "--file", str(PUBLISHED[2])], columns=80)
+    assert code == 0, "\n".join(lines)
+    assert [line for line in lines if cell_len(line) > 80] == []
+    assert any(line.split()[:4] == ["OK", "max_probability_delta.consistent", "0.03435", "0.03435"] for line in lines)
+    words = " ".join(" ".join(lines).split())
+    assert "FINDING gap_closed.long_silu 94.19 94.20 percent_gap_closed; reachable within" in words
+    assert "the printed 94.19 is reachable only from the unrounded two-trace means (or by truncation)." in words
+    assert "16 claims: 0 failed, 2 declared findings." in lines

@@ -58,7 +58,7 @@ def test_new_true_false_operators(claim, holds):
     ({"value": "2.83", "unit": "ms", "derive": "mean_of", "from": ["a", "b", "c"], "printed": "2.83", "tolerance": "1"},
      None),  # tolerance is a known key (of within); accepted
     ({"value": "2.83", "unit": "ms", "derive": "mean_of", "from": ["a", "b", "c"], "printed": "2.83", "tolrance": "1"},
-     "unknown keys"),
+     r"unknown field `tolrance` - at `\$\.claims\[0\]`"),
     ({"value": "2.83", "derive": "mean_of", "from": ["a", "b", "c"], "printed": "2.83"}, "declares no unit"),
     ({"value": "2.83", "unit": "s", "derive": "mean_of", "from": ["a", "b", "c"], "printed": "2.83"}, "is in 's'"),
     ({"value": "64.71", "unit": "ms", "derive": "percent_lower", "from": ["a", "b"], "printed": "64.71"}, "'%'"),

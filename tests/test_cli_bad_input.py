@@ -56,6 +56,7 @@ def cases(bad: dict[str, str]) -> list[tuple[str, list[str]]]:
         "environment": ["--recipe", "{}"],
         "submit": ["--recipe", "{}", "--replicates", "2", "--key", "{}"], "status": ["--submission", "{}"],
         "collect": ["--submission", "{}"],
+        "kernel-cache": ["--run", "{}", "--backend", "one", "--out", "caches.tar.xz"],
     }
     kinds = list(bad.values())
     out = [(task, [a.replace("{}", path) for a in argv]) for task, argv in every_kind.items() for path in kinds]
@@ -74,6 +75,8 @@ def cases(bad: dict[str, str]) -> list[tuple[str, list[str]]]:
         ("study", ["--recipe", DEMO_RECIPE, "--out", bad["binary"]]),
         ("lock", ["--backend", "no-such-image"]),
         ("build", ["--backend", bad["directory"]]),
+        ("sbom", ["--backend", "no-such-image"]),
+        ("sbom", ["--backend", "hf", "--out", bad["directory"]]),
         ("reserve", ["--gpu-ids", "0"]),
         ("reserve", ["--gpu-ids", "GPU-x", "--timeout", "soon", "--", "true"]),
         ("bench-client", ["--requests", "many", "--out", ""]),

@@ -24,7 +24,7 @@ def test_committed_h200_run_verifies(name):
 def test_committed_rerun_is_within_declared_tolerances():
     """The README's cross-host claim: same weights, bit-identical probabilities, PASS verdict."""
     tolerances = read_yaml(TOLERANCES, "tolerances")
-    result = compare_runs(RESULTS / "run", RESULTS / "rerun", tolerances=tolerances)
+    result = compare_runs(RESULTS / "run", RESULTS / "rerun", tolerances=tolerances).to_json()
     assert result["verdict"]["passed"] is True, result["verdict"]["failures"]
     assert len(result["pairs"]) == 3
     for pair in result["pairs"]:
@@ -92,7 +92,7 @@ def test_committed_fast_rerun_on_a_second_host_passes_every_gate_and_differs_onl
     report = _verified_report("rerun", "signing-key.pub")
     assert "| reference-fast-best | 148 | 47.06 | 29.50 | 1.60× | 24.88 | 11.94 | 2.08× |" in report
     assert "FAILED" not in report
-    result = compare_runs(FAST / "run", FAST / "rerun")
+    result = compare_runs(FAST / "run", FAST / "rerun").to_json()
     deltas = {pair["candidate_backend"]: pair["answers"] for pair in result["pairs"]}
     assert deltas["reference-raw"]["max_abs_probability_delta"] == 0.0
     assert deltas["reference-fast-eager"]["max_abs_probability_delta"] == 0.0
@@ -109,6 +109,6 @@ def test_committed_pinned_best_on_a_third_host_is_not_bit_identical_and_says_its
     assert [c.name for c in checks if c.passed is False] == []
     check = json.loads((run / "environment_check.json").read_text())
     assert check["triton_cache"]["reference-fast-best"]["unchanged"] is False
-    pair = compare_runs(FAST / "run", run)["pairs"][0]
+    pair = compare_runs(FAST / "run", run).to_json()["pairs"][0]
     assert pair["candidate_backend"] == "reference-fast-best" and not pair["answers"]["decision_flips"]
     assert 0.0106 < pair["answers"]["max_abs_probability_delta"] < 0.0108

@@ -105,8 +105,9 @@ def test_a_run_without_drift_has_no_banner_and_records_the_kernels_it_ran(runs):
 
 def test_compare_lists_environment_differences_and_its_verdict_names_what_can_explain_them(runs):
     _, _, base, allowed = runs
-    result = compare_runs(base.path, allowed.path, tolerances={"format_version": 1, "decisions_must_match": True,
-                                                                "max_probability_delta": 0.0})
+    compared = compare_runs(base.path, allowed.path, tolerances={"format_version": 1, "decisions_must_match": True,
+                                                                  "max_probability_delta": 0.0})
+    result = compared.to_json()
     raw = next(p for p in result["pairs"] if p["baseline_backend"] == "reference-raw")
     texts = [d["text"] for d in raw["environment"]["differences"]]
     assert "dtype: float32 vs bfloat16" in texts
@@ -120,7 +121,7 @@ def test_compare_lists_environment_differences_and_its_verdict_names_what_can_ex
                for d in verdict["environment_drift"])
     fast = next(p for p in result["pairs"] if p["baseline_backend"] == "reference-fast")
     assert [d for d in fast["environment"]["differences"] if d["item"] != "drift"] == []
-    text = to_markdown(result)
+    text = to_markdown(compared)
     verdict_part = text.split("**Verdict:", 1)[1]
     assert "explained by the environment" in verdict_part and "dtype: float32 vs bfloat16" in verdict_part
     assert "Environment differences (baseline vs candidate):" in text

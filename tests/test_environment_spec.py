@@ -12,6 +12,7 @@ from studykit import scripted_backend, write_study
 from openjev_repro.backend.kernel_choice import autotune_choices, check_bound, kernel_summary
 from openjev_repro.errors import RecipeError, ReproError
 from openjev_repro.evidence.recipe import EnvironmentSpec, load_recipe
+from openjev_repro.evidence.records import EnvironmentRecord
 from openjev_repro.hashing import source_digest, tree_digest
 from openjev_repro.host.driver import reason_names
 from openjev_repro.host.smi import parse_state
@@ -74,7 +75,8 @@ def test_a_backend_that_reports_nothing_fails_every_declaration_and_another_sour
     assert differences(spec, observed({}, None, "b")) == [
         "package torch: recipe 2.13.0, the backend reports no package versions",
         "implementations.linear_attention: recipe reference, backend reports nothing"]
-    env = {"backends": {"b": {"packages": {"torch": "2.13.0"}}}}  # environment.json's probe of its interpreter
+    env = EnvironmentRecord.from_json({"format_version": 2, "backends": {"b": {  # the probe of its interpreter
+        "available": True, "packages": {"torch": "2.13.0"}}}})
     assert differences(EnvironmentSpec(packages={"torch": "2.13.0"}), observed({}, env, "b")) == []
     found = differences(EnvironmentSpec(), observed(_health(), None, "b"), source_sha256="t" * 64)
     assert found == ["source_sha256: the study runs tttttttttttt, the backend runs ssssssssssss (different project code)"]

@@ -131,15 +131,17 @@ def test_gpu_state_header_of_another_format_version_is_unsupported(tmp_path):
         read_gpu_events(path)
 
 
-def test_energy_above_idle_subtracts_the_idle_windows_power():
+def test_energy_above_idle_subtracts_the_idle_windows_power(tmp_path):
     header = {"kind": "header", "available": True, "format_version": 1}
     events = [header,
               {"kind": "idle_begin", "label": "b", "t_ns": 0, "energy_mj": 0, "power_w": 100.0},
               {"kind": "idle_end", "label": "b", "t_ns": 2_000_000_000, "energy_mj": 200_000, "power_w": 100.0},
               {"kind": "begin", "label": "b/w/measured-1", "t_ns": 3_000_000_000, "energy_mj": 300_000},
               {"kind": "end", "label": "b/w/measured-1", "t_ns": 4_000_000_000, "energy_mj": 900_000}]
-    energy, _ = energy_and_state(events, {"b/w/measured-1": 4}, ["b"])
-    b = energy["workloads"]["w"]["b"]
+    path = tmp_path / "gpu.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    energy, _ = energy_and_state(read_gpu_events(path), {"b/w/measured-1": 4}, ["b"])
+    b = energy.to_json()["workloads"]["w"]["b"]
     assert b["idle_power_w"] == 100.0
     assert b["joules_per_decision"] == 150.0  # 600 J / 4
     assert b["above_idle_joules_per_decision"] == 125.0  # (600 J - 100 W x 1 s) / 4

@@ -103,7 +103,7 @@ def test_terminating_reserve_stops_its_command_before_releasing(tmp_path):
                             cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "OPENJEV_LOCK_DIR": str(tmp_path)})
     try:
         assert proc.stdout.readline().strip() == "go"
-        assert holder_of(GPU, tmp_path)["pid"] == proc.pid
+        assert holder_of(GPU, tmp_path).pid == proc.pid
         proc.terminate()
         assert proc.wait(30) == 128 + 15
     finally:

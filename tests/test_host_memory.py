@@ -44,11 +44,11 @@ def test_per_pass_max_sample_and_value_after_the_pass(tmp_path):
         memory.set(51089)
         sampler.end("hf/short/measured-2")
     first, second = sampler.passes()
-    assert first["label"] == "hf/short/measured-1" and first["max_sample_mib"] == 50947
-    assert first["after_mib"] == 50900 and first["samples"] >= 3 and first["note"] == "samples, not peaks"
-    assert (second["max_sample_mib"], second["after_mib"]) == (51089, 51089)
+    assert first.label == "hf/short/measured-1" and first.max_sample_mib == 50947
+    assert first.after_mib == 50900 and first.samples >= 3 and first.note == "samples, not peaks"
+    assert (second.max_sample_mib, second.after_mib) == (51089, 51089)
     summary = sampler.summary()
-    assert summary["note"] == "samples, not peaks" and summary["max_sample_mib"] == 51089 and summary["errors"] == 0
+    assert summary.note == "samples, not peaks" and summary.max_sample_mib == 51089 and summary.errors == 0
 
 
 def test_the_thread_samples_periodically_and_stops():
@@ -56,15 +56,15 @@ def test_the_thread_samples_periodically_and_stops():
     started = time.monotonic()
     sampler = MemorySampler(gpus, UUID, period_s=0.02).start()
     deadline = time.monotonic() + 30  # on a loaded machine the thread may start late: wait for samples, not a time
-    while sampler.summary()["samples"] < 5:
+    while sampler.summary().samples < 5:
         assert time.monotonic() < deadline, "the sampler took fewer than 5 samples in 30 s"
         time.sleep(0.01)
     sampler.stop()
     elapsed = time.monotonic() - started
-    count = sampler.summary()["samples"]
+    count = sampler.summary().samples
     assert 5 <= count <= elapsed / 0.02 + 2  # never faster than its period, however slow the machine
     time.sleep(0.1)  # five periods: a stopped sampler takes no more samples
-    assert sampler.summary()["samples"] == count
+    assert sampler.summary().samples == count
 
 
 def test_a_failed_read_is_recorded_and_sampling_goes_on():
@@ -79,7 +79,7 @@ def test_a_failed_read_is_recorded_and_sampling_goes_on():
     gpus.script_memory(UUID, flaky)
     sampler = MemorySampler(gpus, UUID)
     assert [sampler.sample(), sampler.sample(), sampler.sample()] == [7, None, 7]
-    assert sampler.summary()["errors"] == 1
+    assert sampler.summary().errors == 1
 
 
 def test_memory_jsonl_has_a_header_and_every_event(tmp_path):

@@ -58,8 +58,8 @@ def test_this_hosts_summary_is_read_from_sysfs():
     summary = numa_summary()
     online = Path("/sys/devices/system/node/online")
     expected = parse_cpulist(online.read_text()) if online.exists() else [0]
-    assert summary["nodes"] == expected and summary["single_node"] == (len(expected) == 1)
-    assert summary["numactl"] == shutil.which("numactl")
+    assert summary.nodes == expected and summary.single_node == (len(expected) == 1)
+    assert summary.numactl == shutil.which("numactl")
 
 
 def test_cpus_of_another_node_are_refused(tmp_path):

@@ -71,8 +71,8 @@ def test_holder_details_are_readable_by_others(tmp_path, holder):
     other = holder([GPU_A], "label-1")
     wait_held(other)
     info = holder_of(GPU_A, tmp_path)
-    assert info["pid"] == other.pid and info["note"] == "label-1" and info["uuid"] == GPU_A
-    assert info["format_version"] == 1 and info["started_at"]
+    assert info.pid == other.pid and info.note == "label-1" and info.uuid == GPU_A
+    assert info.format_version == 1 and info.started_at
     other.stdin.close()
     other.wait(10)
     assert holder_of(GPU_A, tmp_path) is None  # released, and its details cleared
@@ -85,7 +85,7 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path, holder):
     other.wait(10)
     assert holder_of(GPU_A, tmp_path) is None  # the kernel dropped the flock with the process
     with reserve_gpus([GPU_A], note="next", directory=tmp_path) as held:
-        assert holder_of(GPU_A, tmp_path)["note"] == "next"
+        assert holder_of(GPU_A, tmp_path).note == "next"
         assert held.waited_s < 1
 
 
@@ -94,11 +94,11 @@ def test_a_waiter_gets_the_gpu_when_the_holder_releases(tmp_path, holder):
     wait_held(first)
     second = holder([GPU_A], "second", wait_s=20)
     time.sleep(0.5)
-    assert holder_of(GPU_A, tmp_path)["note"] == "first"
+    assert holder_of(GPU_A, tmp_path).note == "first"
     first.stdin.close()
     waited = wait_held(second)
     assert waited >= 0.4
-    assert holder_of(GPU_A, tmp_path)["pid"] == second.pid
+    assert holder_of(GPU_A, tmp_path).pid == second.pid
 
 
 def test_several_gpus_all_or_nothing(tmp_path, holder):
@@ -114,13 +114,13 @@ def test_a_child_inherits_its_parents_reservation(tmp_path):
         from pathlib import Path
         from openjev_repro.host import reserve_gpus
         with reserve_gpus([{GPU_A!r}], wait_s=0, note="child", directory=Path({str(tmp_path)!r})) as r:
-            print(r.inherited[{GPU_A!r}]["note"])
+            print(r.inherited[{GPU_A!r}].note)
     """)
     with reserve_gpus([GPU_A], note="parent", directory=tmp_path) as held:
         out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, check=False)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "parent"
-        assert holder_of(GPU_A, tmp_path)["note"] == "parent"  # the child did not take or drop it
+        assert holder_of(GPU_A, tmp_path).note == "parent"  # the child did not take or drop it
     assert held.to_dict()["released_at"]
 
 

@@ -90,7 +90,9 @@ def test_plots_of_an_imported_run_say_imported_and_the_published_date(tmp_path):
             self.text = text
 
     fig = Fig()
-    info = imported_run_info("run", ImportRecord.from_json({"study": {"date": "2026-10-03", "hardware": ["hardware_name: H200"]}}))
+    info = imported_run_info("run", ImportRecord.from_json({
+        "format_version": 2, "format": "x", "source": "s", "files_verified": 0, "rows": 0,
+        "study": {"date": "2026-10-03", "hardware": ["hardware_name: H200"]}}))
     _title(fig, "imported-x", info, ["mixed"], "Latency")
     assert fig.text.startswith("Latency: IMPORTED evidence, not measured by us\n")
     assert "published 2026-10-03" in fig.text and "H200" in fig.text

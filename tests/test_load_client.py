@@ -14,6 +14,7 @@ import pytest
 from openjev_repro.evidence.recipe import Load, LoadLevel
 from openjev_repro.evidence.rows import RowWriter, read_rows
 from openjev_repro.study.load import (
+    ArrivalStream,
     LevelConnections,
     arrival_offsets_ns,
     connection_count,
@@ -155,3 +156,39 @@ def test_a_server_stall_raises_the_latency_of_every_request_scheduled_during_it(
     assert statistics.median(r.latency_ns for r in during) < 0.1e9  # what coordinated omission would report
     assert sum(r.late_ns > 50_000_000 for r in during) >= len(during) - 2  # the rows say the schedule slipped
     assert max(r.from_schedule_ns for r in rows if r.seq < 5) < 0.2e9
+
+
+def test_a_levels_passes_continue_one_schedule_so_a_stall_across_a_pass_boundary_is_recorded(tmp_path):
+    """Issue 41 item 8: the second pass of a level takes the next times of the level's one schedule, not a
+    schedule restarted after the first pass's last response. The last request of pass 1 stalls the server
+    for 1 s; the first requests of pass 2 were due during that stall, so they go out late and their latency
+    from the schedule carries it (a restarted schedule would have begun after the stall and recorded none)."""
+    serving = threading.Lock()
+
+    def behave(number):
+        with serving:
+            if number == 9:
+                threading.Event().wait(STALL_S)
+        return 0.0
+
+    server = _serve(behave)
+    runner = _runner(tmp_path, server)
+    level = LoadLevel("open-r20", "open", rate_per_s=20.0, arrivals="fixed")
+    with _connections(server, 2) as connections:
+        first = run_level_pass(runner, connections, level, _requests(10), workload="w", phase="measured", index=1)
+        second = run_level_pass(runner, connections, level, _requests(20), workload="w", phase="measured", index=2)
+    runner.rows.close()
+    server.shutdown()
+    stall_end = max(r.end_ns for r in first)
+    due = sorted(r.scheduled_ns for r in first + second)
+    assert all(b - a == 50_000_000 for a, b in itertools.pairwise(due))  # one schedule, 20/s, across both passes
+    during = [r for r in second if r.scheduled_ns < stall_end - 100_000_000]
+    assert len(during) >= 15  # about a second of arrivals at 20/s, all recorded in pass 2
+    assert all(r.late_ns > 50_000_000 and r.from_schedule_ns > r.latency_ns for r in during)
+    assert statistics.median(r.from_schedule_ns for r in during) > 0.3e9
+
+
+def test_an_arrival_stream_continues_where_a_pass_left_off():
+    poisson = LoadLevel("open-r20", "open", rate_per_s=20.0, arrivals="poisson", seed=7)
+    stream = ArrivalStream(poisson)
+    assert stream.take(5) + stream.take(7) == arrival_offsets_ns(poisson, 12)

@@ -19,7 +19,7 @@ def _slower_at(rows: list[Row], level: str, extra_ms: int) -> list[Row]:
 
 def test_each_level_is_compared_on_its_own():
     base = run_rows("a")
-    result = compare_rows(base, _slower_at(base, "closed-c2", 30), seed=7)
+    result = compare_rows(base, _slower_at(base, "closed-c2", 30), seed=7).to_json()
     (pair,) = result["pairs"]
     assert [lv["level"] for lv in pair["levels"]] == ["closed-c1", "closed-c2", "open-r10"]
     assert pair["unmatched_levels"] == []
@@ -38,10 +38,10 @@ def test_a_regression_at_one_level_fails_the_limit_there():
     base = [r for r in run_rows("a") if r.error is None]
     cand = _slower_at(base, "open-r10", 40)
     result = compare_rows(base, cand, tolerances={"format_version": 1, "max_mean_ratio": 1.7})
-    assert result["pairs"][0]["metrics"]["overall.mean_ms"]["ratio"] < 1.7
-    assert result["verdict"]["passed"] is False
-    assert result["verdict"]["failures"] == ["mixed/a→a level open-r10: mean ratio 2.778 exceeds 1.7"]
-    assert "mixed/a→a level closed-c1: mean ratio <= 1.7" in result["verdict"]["checked"]
+    assert result.pairs[0].overall.mean_ms.ratio < 1.7
+    assert result.verdict.passed is False
+    assert result.verdict.failures == ["mixed/a→a level open-r10: mean ratio 2.778 exceeds 1.7"]
+    assert "mixed/a→a level closed-c1: mean ratio <= 1.7" in result.verdict.checked
 
 
 def test_the_markdown_has_a_table_per_level():
@@ -56,15 +56,15 @@ def test_runs_without_levels_compare_as_before():
     plain = [dataclasses.replace(r, level=None, scheduled_ns=None, connection=None, server_queue_ms=None)
              for r in run_rows("a") if r.level == "closed-c1"]
     result = compare_rows(plain, plain)
-    assert "levels" not in result["pairs"][0] and "Per load level" not in to_markdown(result)
+    assert "levels" not in result.to_json()["pairs"][0] and "Per load level" not in to_markdown(result)
 
 
 def test_two_signed_load_runs_compare_level_by_level(tmp_path):
     base, _, _ = signed_load_run(tmp_path / "one")
     cand, _, _ = signed_load_run(tmp_path / "two")
     result = compare_runs(base.path, cand.path, tolerances={"format_version": 1, "max_p95_ratio": 1.01})
-    assert [len(p["levels"]) for p in result["pairs"]] == [3, 3]
-    assert result["verdict"]["failures"] == [
+    assert [len(p.levels or []) for p in result.pairs] == [3, 3]
+    assert result.verdict.failures == [
         "mixed/a→a level closed-c2: failed requests (baseline 1, candidate 1)",
         "mixed/a→a: failed requests in the measured passes ({'baseline': 1, 'candidate': 1})",
         "mixed/b→b level closed-c2: failed requests (baseline 1, candidate 1)",

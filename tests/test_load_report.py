@@ -56,12 +56,42 @@ def test_the_plot_is_a_png_with_one_column_per_loop_mode_and_says_when_imported(
 
 
 def test_the_servers_section_of_a_load_run_names_its_connections():
+    from openjev_repro.evidence.records import BackendsRecord, ServersRecord
     from openjev_repro.results.servers import server_lines
 
     conn = {"connections_opened": 16, "closed_by_server": 0, "reconnected_requests": 0, "requests": 292,
             "http_versions": ["1.1"]}
-    lines = server_lines({"backends": {"one": {"connections": conn}}}, {"backends": {}}, ["one"])
+    entry = {"connections": conn, "launched": True, "owned": True, "url": None, "readiness_kind": "status-ready",
+             "health": "/health", "endpoint": "/v1/systemone", "model": None}
+    lines = server_lines(ServersRecord.from_json({"format_version": 1, "backends": {"one": entry}}), BackendsRecord(),
+                         ["one"])
     assert "16 connections for 292 requests, each kept open (HTTP/1.1)" in lines[0]
     assert "over one persistent connection" not in lines[-1]
     assert lines[-1].endswith("No server closed a connection: every request went out on a connection already open "
                               "(load levels open theirs before their first pass).")
+
+
+def _legend(ax) -> list[str]:
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_every_curve_names_its_level_and_the_open_panel_shows_the_rate_the_schedule_drew():
+    """Issue 41 item 8: the CDF and scatter of a load run have one curve per (backend, level), named by level
+    (not "measured pass 1..8" in four line styles), with no pooled marks over levels; the load plot's ticks
+    name each level, and its open panel shows the drawn rate beside the declared one."""
+    from openjev_repro.results.report import plot_figures
+
+    summary, rows, _ = _load_run()
+    figures = plot_figures(rows, "load-synthetic")
+    for fig in figures.values():
+        labels = _legend(fig.axes[0])
+        assert [label for label in labels if label.startswith(("level", "measured"))] == [
+            "level closed-c1", "level closed-c2", "level open-r10"]
+        assert not any("pooled" in label for label in labels)
+    styles = {line.get_linestyle() for line in figures["latency_cdf.png"].axes[0].get_lines() if len(line.get_xdata()) > 1}
+    assert len(styles) == 3
+    load = load_plot_figure(summary)
+    ticks = [[t.get_text() for t in ax.get_xticklabels()] for ax in load.axes]
+    assert ticks[0] == ["1\nclosed-c1", "2\nclosed-c2"] and ticks[1] == ["10\nopen-r10"]
+    open_bottom = _legend(load.axes[3])
+    assert "a rate the schedule drew" in open_bottom and "offered rate (declared)" in open_bottom

@@ -73,7 +73,7 @@ def run_rows(backend="a", t0=0):
 
 
 def test_closed_levels_measure_from_the_send_and_sum_pass_durations():
-    load = load_summary(RowTable.from_rows(run_rows()), parse_recipe(RECIPE))
+    load = load_summary(RowTable.from_rows(run_rows()), parse_recipe(RECIPE)).to_json()
     assert load is not None
     wl = load["workloads"]["mixed"]
     assert [lv["level"] for lv in wl["levels"]] == ["closed-c1", "closed-c2", "open-r10"]
@@ -96,7 +96,7 @@ def test_closed_levels_measure_from_the_send_and_sum_pass_durations():
 
 
 def test_open_levels_measure_from_the_schedule_and_count_late_sends():
-    load = load_summary(RowTable.from_rows(run_rows()), parse_recipe(RECIPE))
+    load = load_summary(RowTable.from_rows(run_rows()), parse_recipe(RECIPE)).to_json()
     assert load is not None
     op = load["workloads"]["mixed"]["backends"]["a"][2]
     assert op["latency_from"] == "schedule"
@@ -112,24 +112,24 @@ def test_a_lag_within_the_tolerance_is_not_late():
     rows = run_rows()
     shifted = [r if r.scheduled_ns is None or r.seq == 0 else
                Row(**{**r.__dict__, "start_ns": r.scheduled_ns + int(LATE_AFTER_MS * MS)}) for r in rows]
-    load = load_summary(RowTable.from_rows(shifted), parse_recipe(RECIPE))
+    load = load_summary(RowTable.from_rows(shifted), parse_recipe(RECIPE)).to_json()
     assert load is not None
     assert load["workloads"]["mixed"]["backends"]["a"][2]["schedule"]["late_sends"] == 0
 
 
 def test_the_summary_has_a_load_section_only_for_load_recipes():
     rows = run_rows("a") + run_rows("b", t0=10**12)
-    summary = summarize(rows, parse_recipe(RECIPE))
+    summary = summarize(rows, parse_recipe(RECIPE)).to_json()
     assert set(summary["load"]["workloads"]["mixed"]["backends"]) == {"a", "b"}
     json.dumps(summary, allow_nan=False)  # strict JSON: no NaN anywhere
     plain = [Row(**{**r.__dict__, "level": None, "scheduled_ns": None, "connection": None, "server_queue_ms": None})
              for r in rows if r.level == "closed-c1"]
-    assert "load" not in summarize(plain, parse_recipe(PLAIN))
+    assert "load" not in summarize(plain, parse_recipe(PLAIN)).to_json()
 
 
 def test_a_level_without_rows_has_no_figures():
     rows = [r for r in run_rows() if r.level != "closed-c2"]
-    load = load_summary(RowTable.from_rows(rows), parse_recipe(RECIPE))
+    load = load_summary(RowTable.from_rows(rows), parse_recipe(RECIPE)).to_json()
     assert load is not None
     c2 = load["workloads"]["mixed"]["backends"]["a"][1]
     assert (c2["n"], c2["requests"], c2["mean_ms"], c2["throughput_per_s"], c2["passes"]) == (0, 0, None, None, [])
@@ -138,7 +138,7 @@ def test_a_level_without_rows_has_no_figures():
 def test_row_order_does_not_change_any_figure():
     rows = run_rows("a") + run_rows("b", t0=10**12)
     recipe = parse_recipe(RECIPE)
-    assert load_summary(RowTable.from_rows(rows[::-1]), recipe) == load_summary(RowTable.from_rows(rows), recipe)
+    assert load_summary(RowTable.from_rows(rows[::-1]), recipe).to_json() == load_summary(RowTable.from_rows(rows), recipe).to_json()
 
 
 def test_a_request_that_failed_before_it_was_timed_adds_no_time():
@@ -147,7 +147,7 @@ def test_a_request_that_failed_before_it_was_timed_adds_no_time():
         return Row(**{**r.__dict__, "start_ns": 0, "end_ns": 0, "status": None, "error": "ConnectionResetError"})
 
     rows = [untimed(r) if r.pass_index in (3, 5) and r.seq == 1 and r.phase == "measured" else r for r in run_rows()]
-    load = load_summary(RowTable.from_rows(rows), parse_recipe(RECIPE))
+    load = load_summary(RowTable.from_rows(rows), parse_recipe(RECIPE)).to_json()
     assert load is not None
     _, c2, op = load["workloads"]["mixed"]["backends"]["a"]
     assert c2["passes"][0]["duration_s"] == 0.02 and c2["errors"] == 1
@@ -156,3 +156,13 @@ def test_a_request_that_failed_before_it_was_timed_adds_no_time():
     assert op["passes"][0]["duration_s"] == 0.01 and op["errors"] == 1
     assert op["schedule"] == {"scheduled": 3, "late_sends": 0, "max_lag_ms": 0.0, "mean_lag_ms": 0.0,
                               "scheduled_rate_per_s": 10.0}  # the untimed request keeps its scheduled time
+
+
+def test_passes_whose_spans_overlap_in_a_stall_count_the_overlap_once():
+    """A level's passes continue one schedule: after a stall the next pass's first sends are due before the
+    previous pass's last response. Pass 5 spans 0-3000 ms, pass 6 2000-4000 ms: the level lasted 4 s, not 5."""
+    rows = sends("a", "open-r10", "measured", 5, [(0, 3000), (3000, 3010)], schedule=[0, 100], t0=7000 * MS)
+    rows += sends("a", "open-r10", "measured", 6, [(3000, 3500), (3500, 4000)], schedule=[2000, 2100], t0=7000 * MS)
+    level = load_summary(RowTable.from_rows(rows), parse_recipe(RECIPE)).to_json()["workloads"]["mixed"]["backends"]["a"][2]
+    assert [p["duration_s"] for p in level["passes"]] == [3.01, 2.0]
+    assert level["duration_s"] == 4.0 and level["throughput_per_s"] == 1.0

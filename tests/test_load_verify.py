@@ -40,7 +40,7 @@ def _write(run: RunDir, rows: list[Row]) -> None:
                     out.write(json.dumps({"backend": r.backend, "workload": r.workload, "phase": r.phase,
                                           "pass_index": r.pass_index, "seq": r.seq, "id": r.id,
                                           "body": body.decode()}, sort_keys=True) + "\n")
-    write_json_atomic(run.file("summary.json"), summarize(rows, parse_recipe(RECIPE)))
+    write_json_atomic(run.file("summary.json"), summarize(rows, parse_recipe(RECIPE)).to_json())
 
 
 def signed_load_run(tmp, rows: list[Row] | None = None):

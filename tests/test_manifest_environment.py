@@ -36,9 +36,10 @@ def test_failing_collector_is_recorded_as_absent_not_raised():
     def broken():
         raise RuntimeError("no such thing")
 
-    env = collect_environment(collectors={"ok": lambda: {"available": True, "x": 1}, "broken": broken}).to_json()
-    assert env == {"format_version": 2, "ok": {"available": True, "x": 1},
-                   "broken": {"available": False, "reason": "RuntimeError: no such thing"}}
+    ok = {"available": True, "commit": "0" * 40, "dirty": False}
+    env = collect_environment(collectors={"project_git": lambda: ok, "host": broken}).to_json()
+    assert env == {"format_version": 2, "project_git": ok,
+                   "host": {"available": False, "reason": "RuntimeError: no such thing"}}
 
 
 def test_default_capture_on_this_host(tmp_path):

@@ -28,7 +28,7 @@ def invoke(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
 def test_the_demo_ships_a_tolerances_file_compare_accepts_and_collect_has_the_same_limits_plus_cross_host():
     compare_limits = load_tolerances(TOLERANCES / "demo.yaml")
     collect_limits, cross_host = load_cross_host_tolerances(TOLERANCES / "demo-cross-host.yaml")
-    assert collect_limits == compare_limits and cross_host
+    assert collect_limits == compare_limits.to_json() and cross_host
     with pytest.raises(RecipeError, match=r"cross_host is `invoke collect`'s section.*manifests/tolerances/demo.yaml"):
         load_tolerances(TOLERANCES / "demo-cross-host.yaml")
 
@@ -199,11 +199,12 @@ def test_report_rounds_numbers_lists_backends_in_recipe_order_and_an_imported_ru
     from openjev_repro.evidence.recipe import load_recipe
     from openjev_repro.evidence.records import BackendsRecord
     from openjev_repro.evidence.rundir import RunDir
+    from openjev_repro.evidence.summary import GateResult
     from openjev_repro.results.report import _gate_lines, render_report, run_facts_of
     from openjev_repro.results.statistics import summarize
 
-    gate = {"name": "g", "kind": "max_probability_delta", "evaluated": True, "passed": True, "errors": 0,
-            "detail": "max |p(a) - p(b)| = 6.00337503842141e-06 over 24 pairs (allowed <= 0.001); ratio 1.0672755456898344"}
+    gate = GateResult(name="g", kind="max_probability_delta", evaluated=True, passed=True, errors=0,
+                      detail="max |p(a) - p(b)| = 6.00337503842141e-06 over 24 pairs (allowed <= 0.001); ratio 1.0672755456898344")
     line = _gate_lines([gate])[-1]
     assert "6.003e-06" in line and "ratio 1.067 |" in line and "0.001" in line and "1.06727" not in line, line
     backends = {"backends": {"a-raw": {"weights_fingerprint": "wfp1:" + "0" * 64},

@@ -80,7 +80,9 @@ def test_cuda_graph_plan_gates_and_passes():
     assert [p["backend"] for p in plan["passes"]] == ["native-eager", "native-graph8", "native-graph64"]
     for sequence in plan["passes"]:
         phases = [(s["phase"], s.get("workload")) for s in sequence["steps"]]
-        assert phases[2:] == [("feasibility", "short-107"), ("measured", "short-107"), ("measured", "short-107"),
+        # each workload is warmed up before its passes (what the runner always did; the plan now says so)
+        assert phases[1:] == [("warmup", "short-107"), ("feasibility", "short-107"), ("measured", "short-107"),
+                              ("measured", "short-107"), ("warmup", "jevbench-noul-74"),
                               ("feasibility", "jevbench-noul-74"), ("measured", "jevbench-noul-74"),
                               ("measured", "jevbench-noul-74")], sequence["backend"]
     assert plan["protocol"]["warmup"]["longest_of"] == "jevbench-noul-74"
@@ -185,8 +187,8 @@ def test_plan_is_a_typed_record_whose_json_is_plan_json(tmp_path):
     assert isinstance(plan, Plan) and plan.format_version == PLAN_FORMAT_VERSION
     assert plan.study.id == "open-jev-h200-cuda-graph-2026-10-03" and plan.controls.gpu is not None
     first = plan.backends[0]
-    assert first.start_order == [a.name for a in first.aux] + ["command"] and first.launched
-    assert [s.label() for s in plan.passes[0].steps][:2] == ["first", "warmup"]
+    assert first.start_order == (*[a.name for a in first.aux], "command") and first.is_launched
+    assert [s.label() for s in plan.passes[0].steps][:2] == ["first", "warmup short-107"]
     data = plan.to_json()
     assert data["format_version"] == PLAN_FORMAT_VERSION and data["needs_preparation"] is plan.needs_preparation
     assert json.loads(json.dumps(data)) == data  # plain JSON: what the runner writes and `--json` prints

@@ -37,7 +37,7 @@ def make_run(tmp_path: Path, status: str = "complete", summary: bool = True, err
         for row in study_rows():
             writer.write(row)
     if summary:
-        write_json_atomic(run.file("summary.json"), summarize(study_rows(), recipe()))
+        write_json_atomic(run.file("summary.json"), summarize(study_rows(), recipe()).to_json())
     return run.path
 
 
@@ -241,7 +241,7 @@ def test_write_report_on_a_complete_run(tmp_path):
 def test_missing_or_wrong_summary_is_said(tmp_path):
     run = make_run(tmp_path, summary=False)
     assert "summary.json is absent" in write_report(run).read_text(encoding="utf-8")
-    data = summarize(study_rows(), recipe())
+    data = summarize(study_rows(), recipe()).to_json()
     data["workloads"]["mixed"]["backends"]["hf"]["overall"]["mean_ms"] = 1.0
     write_json_atomic(run / "summary.json", data)
     assert "SUMMARY MISMATCH" in write_report(run).read_text(encoding="utf-8")
@@ -302,3 +302,28 @@ def test_task_on_incomplete_run_is_loud_and_fails(tmp_path):
 def test_task_on_missing_dir_prints_one_line(tmp_path):
     done = invoke("report", "--run", str(tmp_path / "nope"))
     assert done.returncode == 1 and "not a run directory" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_rows_without_token_counts_draw_no_scatter_and_say_why():
+    """Issue 41 item 11: imported timings publish no token counts; the scatter draws no empty axes and no
+    legend of absent points, and says why."""
+    import dataclasses
+
+    rows = [dataclasses.replace(r, input_tokens=None) for r in study_rows()]
+    ax = plot_figures(rows, "synthetic")[PLOT_NAMES[0]].axes[0]
+    assert not ax.axison and ax.get_legend() is None
+    assert [t.get_text() for t in ax.texts] == [
+        "No plot: no measured row of this workload\ncarries an input token count\n(the evidence publishes latencies only)."]
+    with_tokens = plot_figures(study_rows(), "synthetic")[PLOT_NAMES[0]].axes[0]
+    assert with_tokens.axison and not with_tokens.texts
+
+
+def test_a_further_section_prints_after_the_runs_own_facts_and_an_empty_one_not_at_all():
+    """The place issue 43's kernel-family tables take: after the hardware floor, before the plots."""
+    from openjev_repro.results.report import ReportSection
+
+    rows, rec = study_rows(), recipe()
+    text = render_report(summarize(rows, rec), rows, rec, floor=["floor line"],
+                         sections=[ReportSection("Kernel families", ["| family | ms |"]), ReportSection("Empty", [])])
+    assert text.index("## Hardware floor") < text.index("## Kernel families\n\n| family | ms |\n") < text.index("Plots:")
+    assert "## Empty" not in text

@@ -32,3 +32,68 @@ def test_committed_report_re_renders_byte_identically(run, tmp_path):
     assert out == tmp_path / "out" / "report.md"
     assert out.read_bytes() == (RENDERED / f"{run.parent.name}--{run.name}.md").read_bytes()
     assert {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in run.iterdir()} == before  # only read
+
+
+def _snapshot(run: Path) -> dict[Path, tuple[int, bytes]]:
+    return {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in run.rglob("*") if p.is_file()}
+
+
+def test_a_committed_signed_run_re_reports_in_place_printing_its_report_and_changing_nothing():
+    """Issue 41 item 3: the run is named by the id the study recorded, not by the folder it was moved to
+    (`run`), so `invoke report --run results/.../run` renders report.md and both plots identical to the
+    signed ones: it prints the report, exits 0 and writes nothing."""
+    from invoking import invoke
+
+    run = REPO / "results" / "h200-fast-27b-shape" / "run"
+    before = _snapshot(run)
+    done = invoke("report", "--run", str(run), timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "h200-fast-27b-shape-20261202T212525Z-04b59b, started 2026-12-02 21:25:25 UTC" in done.stdout
+    assert "Run: run," not in done.stdout and f"report: {run / 'report.md'}" in done.stdout
+    assert _snapshot(run) == before
+
+
+def _at_80_columns(*args: str) -> str:
+    """`invoke ARGS` on a real pseudo-terminal of 80 columns (what a user sees), escape codes removed."""
+    import fcntl
+    import os
+    import pty
+    import re
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 80, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen([sys.executable, "-m", "invoke", *args], cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=slave, stderr=slave, env={**env, "TERM": "xterm"})
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=300)
+    os.close(master)
+    text = b"".join(chunks).decode("utf-8", errors="replace").replace("\r", "")
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+
+
+def test_the_reports_tables_fit_80_columns_without_splitting_a_word_or_losing_a_column():
+    """Issue 41 item 2 (invoke report): at 80 columns a table too wide for its words (the workload table's 8
+    columns, the hardware floor's 14) is shown as one block per row; no line is wider than the terminal,
+    no header breaks mid-word and no number is split or dropped."""
+    text = _at_80_columns("report", "--run", str(REPO / "results" / "h200-fast-27b-shape" / "run"))
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
+    assert "Successf" not in text.replace("Successful measured requests", "")
+    floor = text[text.index("Hardware floor"):text.index("Plots:")]
+    assert "12.34×" in floor and "80–110-token mean ms" in floor  # the raw backend's P50 ratio, whole
+    blocks = {block.split()[1]: block for block in floor.split("\n\n") if block.startswith("backend  ")}
+    assert sorted(blocks) == ["reference-fast-best", "reference-fast-eager", "reference-raw"]
+    assert all(block.count("ratio") == 4 for block in blocks.values())  # every column of the grid, none lost

@@ -109,7 +109,7 @@ def study_rows():
 
 @pytest.fixture(scope="module")
 def summary():
-    return summarize(study_rows(), recipe())
+    return summarize(study_rows(), recipe()).to_json()
 
 
 def gate(summary, name):
@@ -124,9 +124,9 @@ def test_p95_rules_for_74_values_pick_70th_and_71st():
     assert p95_jevbench(values) == 70.0
     assert p95_nearest_rank(values) == 71.0
     stats = latency_stats(values)
-    assert stats["p95_jevbench_ms"] == 70.0 and stats["p95_nearest_rank_ms"] == 71.0
-    assert stats["p50_ms"] == 37.5 and stats["mean_ms"] == 37.5
-    assert (stats["min_ms"], stats["max_ms"], stats["n"]) == (1.0, 74.0, 74)
+    assert stats.p95_jevbench_ms == 70.0 and stats.p95_nearest_rank_ms == 71.0
+    assert stats.p50_ms == 37.5 and stats.mean_ms == 37.5
+    assert (stats.min_ms, stats.max_ms, stats.n) == (1.0, 74.0, 74)
 
 
 def test_p95_rules_agree_when_095n_is_whole():
@@ -135,16 +135,16 @@ def test_p95_rules_agree_when_095n_is_whole():
 
 
 def test_latency_stats_odd_and_empty():
-    assert latency_stats([3.0, 1.0, 2.0])["p50_ms"] == 2.0
-    assert latency_stats([5.0])["p95_jevbench_ms"] == 5.0  # index clamps to the first value
+    assert latency_stats([3.0, 1.0, 2.0]).p50_ms == 2.0
+    assert latency_stats([5.0]).p95_jevbench_ms == 5.0  # index clamps to the first value
     empty = latency_stats([])
-    assert empty["n"] == 0 and all(v is None for k, v in empty.items() if k != "n")
+    assert empty.n == 0 and all(v is None for k, v in empty.to_json().items() if k != "n")
 
 
 def test_mean_is_exactly_rounded_and_order_independent():
     values = [0.1] * 10 + [1e16, -1e16]
-    assert latency_stats(values)["mean_ms"] == math.fsum(values) / 12
-    assert latency_stats(list(reversed(values)))["mean_ms"] == latency_stats(values)["mean_ms"]
+    assert latency_stats(values).mean_ms == math.fsum(values) / 12
+    assert latency_stats(list(reversed(values))).mean_ms == latency_stats(values).mean_ms
 
 
 def test_token_buckets_edges():
@@ -193,7 +193,7 @@ def test_failed_rows_are_counted_but_not_timed(summary):
 def test_correctness_uses_recomputed_decisions_and_flags_mismatches():
     rows = make_pass("hf", "mixed", "measured", 1, [1, 1, 1, 1], [0.5, 0.49, 0.9, 0.1],
                      decisions=["no", "no", "yes", "no"])
-    s = summarize(rows, recipe())["workloads"]["mixed"]["backends"]["hf"]
+    s = summarize(rows, recipe()).to_json()["workloads"]["mixed"]["backends"]["hf"]
     # labels yes,no,yes,no; recomputed decisions yes,no,yes,no -> 4 correct despite the bad record
     assert (s["correct"], s["labelled"], s["unanswered"]) == (4, 4, 0)
     assert s["decision_mismatches"] == [{"id": "c1", "seq": 0, "phase": "measured", "pass": 1,
@@ -284,7 +284,7 @@ def test_gate_over_data_with_errors_says_so(summary):
 
 def test_missing_backend_data_fails_gates_not_crashes():
     rows = [r for r in study_rows() if r.backend != "native"]
-    s = summarize(rows, recipe())
+    s = summarize(rows, recipe()).to_json()
     assert gate(s, "speed-ok")["passed"] is False
     assert gate(s, "delta-ok")["passed"] is False and gate(s, "delta-ok")["errors"] == 4
     assert s["workloads"]["mixed"]["backends"]["native"]["measured"][0]["mean_ms"] is None
@@ -295,23 +295,23 @@ def test_missing_backend_data_fails_gates_not_crashes():
 
 def test_summary_is_strict_json_and_deterministic(summary):
     text = json.dumps(summary, sort_keys=True, allow_nan=False)
-    again = summarize(study_rows(), recipe())
+    again = summarize(study_rows(), recipe()).to_json()
     assert json.loads(text) == again
     assert summary["format_version"] == 1 and summary["study_id"] == "synthetic"
     assert set(summary["p95_rules"]) == {"p95_jevbench_ms", "p95_nearest_rank_ms"}
 
 
 def test_rows_in_another_order_give_the_same_summary(summary):
-    assert summarize(list(reversed(study_rows())), recipe()) == summary
+    assert summarize(list(reversed(study_rows())), recipe()).to_json() == summary
 
 
 def test_unknown_backend_or_duplicate_row_is_an_evidence_error():
     rows = make_pass("other", "mixed", "measured", 1, [1], [0.5], ids=["c1"])
     with pytest.raises(EvidenceError, match="does not declare"):
-        summarize(rows, recipe())
+        summarize(rows, recipe()).to_json()
     dup = make_pass("hf", "mixed", "measured", 1, [1], [0.5], ids=["c1"])
     with pytest.raises(EvidenceError, match="share"):
-        summarize(dup + dup, recipe())
+        summarize(dup + dup, recipe()).to_json()
 
 
 def test_mean_reduction_fails_on_overlapping_pass_ranges_alone():
@@ -320,7 +320,7 @@ def test_mean_reduction_fails_on_overlapping_pass_ranges_alone():
     rows += make_pass("hf", "mixed", "measured", 2, [12, 22, 32, 42], HF_P)  # mean 27
     rows += make_pass("native", "mixed", "measured", 1, [16, 18, 20, 26], NATIVE_P)  # mean 20
     rows += make_pass("native", "mixed", "measured", 2, [20, 24, 28, 32], NATIVE_P)  # mean 26
-    s = summarize(rows, rec)
+    s = summarize(rows, rec).to_json()
     g = gate(s, "speed-ok")
     assert g["errors"] == 0 and g["passed"] is False  # 11.5% >= 5% but [20, 26] overlaps [25, 27]
     assert "disjoint: False" in g["detail"] and "every baseline pass mean: False" in g["detail"]
@@ -329,7 +329,7 @@ def test_mean_reduction_fails_on_overlapping_pass_ranges_alone():
 
 
 def test_no_rows_pass_no_gate():
-    s = summarize([], recipe())
+    s = summarize([], recipe()).to_json()
     assert {g["name"]: g["passed"] for g in s["gates"]} == {
         g: (None if g == "traces" else False) for g in [g["name"] for g in s["gates"]]}
     assert s["workloads"]["mixed"]["backends"]["hf"]["probabilities_stable"] is None
@@ -365,7 +365,7 @@ def test_decisions_gate_min_margin_excludes_close_cases_and_lists_them():
   - {name: margin-covers, kind: decisions_unchanged, workload: mixed, a: hf, b: native, min_margin: 0.1}
   - {name: margin-short, kind: decisions_unchanged, workload: mixed, a: hf, b: native, min_margin: 0.05}
 """
-    s = summarize(study_rows(), parse_recipe(RECIPE + extra))
+    s = summarize(study_rows(), parse_recipe(RECIPE + extra)).to_json()
     covers, short = gate(s, "margin-covers"), gate(s, "margin-short")
     assert covers["passed"] is True and "excluded by the margin: c3 (margin 0.1000)" in covers["detail"]
     assert short["passed"] is False and "differing there: c3 (margin 0.1000)" in short["detail"]

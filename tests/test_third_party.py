@@ -163,7 +163,7 @@ def test_token_differences_say_which_cases_differ():
     known = np.array([True, True, True, False])
     diff = token_differences(["a", "b", "c", "d"], [0, 1, 2, 3], np.array([10, 20, 30, 0]), known,
                              np.array([36, 20, 56, 40]), np.ones(4, dtype=bool))
-    assert diff["differing"] == 2 and diff["deltas"] == {"26": 2} and diff["missing"] == 1
+    assert diff.differing == 2 and diff.deltas == {"26": 2} and diff.missing == 1
     assert token_phrase(diff, "B", "A") == "input tokens DIFFER in 2 of 3 cases (B − A: +26 in 2): a, c; 1 without a count"
     same = token_differences(["a"], [0], np.array([5]), np.array([True]), np.array([5]), np.array([True]))
     assert token_phrase(same, "B", "A") == "input tokens identical in all 1 cases"
@@ -320,7 +320,7 @@ def test_third_party_demo_verifies_and_agrees_with_our_raw_backend(third_party_r
     assert pair["max_probability_delta"] == 0.0 and pair["agreement"] == pair["n"] == 24
     tolerances = {"format_version": 1, "backends": {"reference-raw": "jev-compatible-server"}}
     result = compare_runs(run.path, run.path, tolerances=tolerances)
-    (tokens,) = [p["input_tokens"] for p in result["pairs"]
+    (tokens,) = [p["input_tokens"] for p in result.to_json()["pairs"]
                  if (p["baseline_backend"], p["candidate_backend"]) == ("reference-raw", "jev-compatible-server")]
     assert tokens["compared"] == 24 and tokens["differing"] == 0
     assert "input tokens identical in all 24 cases" in to_markdown(result)
@@ -352,7 +352,7 @@ def test_compare_reports_input_token_differences_per_case():
     from openjev_repro.audit.compare import compare_rows
 
     result = compare_rows(_rows("b", [10, 20, 30]), _rows("b", [36, 20, 56]))
-    (pair,) = result["pairs"]
+    (pair,) = result.to_json()["pairs"]
     tokens = pair["input_tokens"]
     assert [c["delta"] for c in tokens["by_case"]] == [26, 0, 26] and tokens["differing"] == 2
     assert pair["answers"]["max_abs_probability_delta"] == 0.0  # same probabilities, different prompts
@@ -365,9 +365,18 @@ def test_compare_reports_input_token_differences_per_case():
     [], {"backends": {"a": {"launched": False, "url": "http://x:1\\nnext line"}}},
 ])
 def test_server_lines_take_hostile_servers_files(servers):
+    """A servers.json of a wrong shape is refused by its record (one line); one that decodes prints one line per
+    backend whatever its text holds."""
+    from openjev_repro.errors import EvidenceError
+    from openjev_repro.evidence.records import BackendsRecord, ServersRecord
     from openjev_repro.results.servers import server_lines
 
-    lines = server_lines(servers, {"backends": []}, ["a"])  # type: ignore[arg-type]
+    try:
+        record = ServersRecord.from_json(servers)
+    except EvidenceError as exc:
+        assert "\n" not in str(exc)
+        return
+    lines = server_lines(record, BackendsRecord(), ["a"])
     assert all(isinstance(line, str) and "\n" not in line for line in lines)
 
 

@@ -1,6 +1,6 @@
 """Claims files: the figures a published report states, and how the derived ones follow.
 
-A claims file (YAML, format_version 1 or 2) has base `figures` (as printed) and `claims`,
+A claims file (YAML, format_version 1, 2 or 3) has base `figures` (as printed) and `claims`,
 each a stated figure with a declared derivation from earlier figures or claims:
 
     format_version: 2
@@ -38,27 +38,38 @@ Format history:
        `all`/`any` (every / some member of a group `op` a bound) and `and` (of earlier
        true/false claims or figures). Every key is checked (an unknown one is an error);
        every figure and numeric claim declares its `unit`, and units are checked; each claim
-       names the `printed` text it checks, which must show the stated value, and no two claims
-       state the same printed text; a signed zero (-0.00) keeps its sign; rounding
-       reachability carries through chains (a claim used as an input lies in its own
-       reachable interval, not only in its printed one).
+       names the `printed` text it checks, which must show the stated value (a rank printed
+       in words must mean that rank: "second fastest" is rank 2), and no two claims state the
+       same printed text; a signed zero (-0.00) keeps its sign; rounding reachability carries
+       through chains (a claim used as an input lies in its own reachable interval, not only
+       in its printed one).
 
 Every version: values are bounded (at most 24 significant digits, 20 decimals, magnitude
 below 10**24; at most 10,000 figures per claim and claims per file), every operator checks
 its domain (a division by zero is one error naming the claim), and evaluation is bounded:
 rounding bounds of many inputs come from interval arithmetic, not from every corner.
+
+The file decodes once into a `ClaimsFile`: `Figure`s and one `Claim` per claim, each an
+instance of its kind (`MeanOf`, `Ratio`, ..., `Within`, `And`). A kind knows its own shape
+(`check_shape`), its value (`value`, or `holds` for a true/false kind), the bounds its value
+takes over the inputs' rounding intervals (`bounds`) and its unit; `Claim.check` gives the
+`ClaimResult`.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from pathlib import Path
-from typing import Any
+from typing import Annotated, ClassVar
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
 
 from ..errors import RecipeError
 from ..evidence.recipe import read_yaml
@@ -68,12 +79,18 @@ __all__ = [
     "CLAIMS_FORMAT_VERSION",
     "CLAIMS_FORMAT_VERSIONS",
     "DERIVATIONS",
+    "FORMAT_3_OPERATORS",
+    "KINDS",
+    "Claim",
     "ClaimResult",
+    "ClaimsFile",
     "Figure",
     "check_claims",
     "format_results",
     "load_claims",
     "parse_claims",
+    "printable",
+    "summary_line",
 ]
 
 CLAIMS_FORMAT_VERSION = 3  # written by this version; every version in CLAIMS_FORMAT_VERSIONS is read
@@ -83,14 +100,121 @@ MAX_DECIMALS = 20
 MAX_EXPONENT = 24  # |value| < 10**24
 MAX_ITEMS = 10_000  # figures per claim; claims and figures per file
 _PRECISION = 80  # decimal digits of every intermediate (the limits above keep every result exact well within it)
-_TOP_KEYS = {"format_version", "report", "experiment", "figures", "claims", "source", "notes"}
-_FIGURE_KEYS = {"value", "unit", "where", "decimals", "printed"}
-_CLAIM_KEYS = {"name", "value", "derive", "from", "where", "expect", "finding", "q", "rule", "unit", "printed",
-               "tolerance", "op", "order", "decimals"}
-_PERCENT_UNITS = {"%", "percent"}
-_RATIO_UNITS = {"x", "×", "", "1"}
-PERCENTILE_RULES = ("nearest_rank", "jevbench")
 _CORNER_LIMIT = 10  # up to this many inputs, rounding bounds come from every corner of the input box
+PERCENTILE_RULES = ("nearest_rank", "jevbench")
+_PERCENT_UNITS = frozenset({"%", "percent"})
+_RATIO_UNITS = frozenset({"x", "×", "", "1"})
+
+Values = list[Decimal]
+Interval = tuple[Decimal, Decimal]
+_INFINITE: Interval = (Decimal("-Infinity"), Decimal("Infinity"))
+Printed = str | int | float | bool  # a value as YAML gives it
+Name = Annotated[str, Meta(min_length=1, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")]  # one printable line
+
+
+# --- the file as written -------------------------------------------------------------------------
+
+class FigureSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A figure as written (format 1-2: other keys are ignored)."""
+
+    value: Printed | None = None
+    unit: str | UnsetType = UNSET
+    where: str = ""
+    decimals: int | float | UnsetType = UNSET  # checked where it is read (a quoted value carries its own)
+    printed: str | UnsetType = UNSET
+
+
+class ClaimSpec(FigureSpec, frozen=True, kw_only=True, rename={"inputs": "from"}):
+    """A claim as written: a stated figure, its derivation and that derivation's parameters."""
+
+    name: Name
+    derive: str
+    inputs: list[str | list[str]] | UnsetType = UNSET
+    expect: str = ""
+    finding: str = ""
+    q: int | float | str | UnsetType = UNSET
+    rule: str | UnsetType = UNSET
+    tolerance: int | float | str | UnsetType = UNSET
+    op: str | UnsetType = UNSET
+    order: str = "ascending"
+
+
+class StrictFigureSpec(FigureSpec, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Format 3: a figure holds only the keys a figure knows."""
+
+
+class StrictClaimSpec(ClaimSpec, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Format 3: a claim holds only the keys a claim knows."""
+
+
+class FileSpec(msgspec.Struct, frozen=True, kw_only=True):
+    format_version: int
+    report: str | None = None
+    experiment: str | None = None
+    figures: dict[Name, FigureSpec | Printed] | None = None
+    claims: list[ClaimSpec] | None = None
+
+
+class StrictFileSpec(FileSpec, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    figures: dict[Name, StrictFigureSpec | Printed] | None = None  # type: ignore[assignment]
+    claims: list[StrictClaimSpec] | None = None  # type: ignore[assignment]
+    source: str | None = None
+    notes: str | list[str] | None = None
+
+
+# --- numbers as printed ---------------------------------------------------------------------------
+
+def _number_text(raw: object) -> str:
+    """The value as printed: a string (commas, a leading + and the minus sign U+2212 allowed) or a YAML number."""
+    if isinstance(raw, str):
+        return raw.strip().replace(",", "").replace("\u2212", "-").lstrip("+")
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        return str(raw)
+    return repr(raw)
+
+
+def _decimal(raw: object, what: str, where: str) -> Decimal:
+    """A finite decimal within the digit, decimal and magnitude limits; RecipeError otherwise."""
+    text = _number_text(raw)
+    try:
+        value = Decimal(text) if len(text) <= 4 * MAX_DIGITS else Decimal("NaN")
+    except InvalidOperation:
+        value = Decimal("NaN")
+    if not value.is_finite():
+        raise RecipeError(f"{where}: {what} has value {str(raw)[:60]!r}, which is not a number; quote it as printed.")
+    digits, exponent = value.as_tuple().digits, value.as_tuple().exponent
+    assert isinstance(exponent, int)
+    if len(digits) > MAX_DIGITS or -exponent > MAX_DECIMALS or value.adjusted() >= MAX_EXPONENT:
+        raise RecipeError(f"{where}: {what} has value {str(raw)[:60]!r}: at most {MAX_DIGITS} significant digits, "
+                          f"{MAX_DECIMALS} decimals and a magnitude below 1e{MAX_EXPONENT}.")
+    return value
+
+
+def _round(value: Decimal, decimals: int) -> Decimal:
+    return value.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
+
+
+def _mean(xs: Values) -> Decimal:
+    return sum(xs, Decimal(0)) / len(xs)
+
+
+def percentile_index(n: int, q: Decimal, rule: str) -> int:
+    """0-based index into the sorted values: nearest rank ceil(q/100*N)-1, or JevBench's int(q/100*N)-1.
+
+    Both use the binary float q/100*N exactly as the upstream expressions do (see
+    ../shared/facts/upstream.md); JevBench's rank of a single value is index -1, that value.
+    """
+    share = float(q) / 100 * n
+    return math.ceil(share) - 1 if rule == "nearest_rank" else int(share) - 1
+
+
+_NUMBER_IN_TEXT = re.compile(r"[-+]?\d+(?:\.\d+)?")
+
+
+def _shows(text: str, value: Decimal) -> bool:
+    """Whether the text shows `value` with its sign and decimals (minus sign, commas and thin spaces allowed)."""
+    normal = text.replace("\u2212", "-").replace(",", "").replace("\u2009", "").replace("\u202f", "")
+    return any(v == value and v.as_tuple() == value.as_tuple() for v in map(Decimal, _NUMBER_IN_TEXT.findall(normal)))
 
 
 @dataclass(frozen=True)
@@ -100,6 +224,38 @@ class Figure:
     decimals: int  # printed decimals; 0 for integers and booleans
     unit: str = ""
     where: str = ""
+
+    @classmethod
+    def of(cls, name: str, spec: FigureSpec, where: str) -> Figure:
+        unit = "" if spec.unit is UNSET else spec.unit
+        if isinstance(spec.value, bool):
+            return cls(name, spec.value, 0, unit, spec.where)
+        value = _decimal(spec.value, f"figure {name!r}", where)
+        exponent = value.as_tuple().exponent
+        assert isinstance(exponent, int)
+        decimals = max(-exponent, 0)
+        if not isinstance(spec.value, str) and spec.decimals is not UNSET:  # a YAML number says how it was printed
+            if not isinstance(spec.decimals, int) or not 0 <= spec.decimals <= MAX_DECIMALS:
+                raise RecipeError(f"{where}: {name!r} decimals {str(spec.decimals)[:40]!r} is not an integer in "
+                                  f"[0, {MAX_DECIMALS}].")
+            decimals = spec.decimals or decimals
+        return cls(name, value, decimals, unit, spec.where)
+
+    @property
+    def number(self) -> Decimal:
+        assert isinstance(self.value, Decimal)
+        return self.value
+
+    def reached(self, lo: Decimal, hi: Decimal) -> Interval | None:
+        """The part of this figure's rounding interval that [lo, hi] reaches; None if it reaches none."""
+        s_lo, s_hi = self.interval
+        return None if hi < s_lo or lo > s_hi else (max(lo, s_lo), min(hi, s_hi))
+
+    @property
+    def interval(self) -> Interval:
+        """Where the unrounded value lay: the printed value plus or minus half its last decimal."""
+        half = Decimal(5).scaleb(-self.decimals - 1)
+        return self.number - half, self.number + half
 
 
 @dataclass(frozen=True)
@@ -119,677 +275,726 @@ class ClaimResult:
     def failed(self) -> bool:
         return (self.status == "mismatch") != self.expected_mismatch
 
+    @property
+    def mark(self) -> str:
+        """OK, FAIL, FINDING (a declared mismatch) or STALE (a declared mismatch that now reproduces)."""
+        if self.status == "exact":
+            return "STALE" if self.expected_mismatch else "OK"
+        return "FINDING" if self.expected_mismatch else "FAIL"
 
-Values = list[Decimal]
+    @property
+    def reading(self) -> str:
+        """Its derivation, then why it does not reproduce and the finding declared: one text that wraps."""
+        found = [f"finding: {printable(self.finding)}"] if self.finding else []
+        return "; ".join(part for part in (self.derive, self.note, *found) if part)
 
-
-def _mean(xs: Values, _: dict) -> Decimal: return sum(xs, Decimal(0)) / len(xs)
-def _ratio(xs: Values, _: dict) -> Decimal: return xs[0] / xs[1]
-def _percent_lower(xs: Values, _: dict) -> Decimal: return (xs[0] - xs[1]) / xs[0] * 100
-def _percent_gap_closed(xs: Values, _: dict) -> Decimal: return (xs[0] - xs[1]) / (xs[0] - xs[2]) * 100
-def _difference(xs: Values, _: dict) -> Decimal: return xs[0] - sum(xs[1:])
-def _spread(xs: Values, _: dict) -> Decimal: return max(xs) - min(xs)
-def _same(xs: Values, _: dict) -> Decimal: return xs[0]
-def _sum(xs: Values, _: dict) -> Decimal: return sum(xs, Decimal(0))
-def _max(xs: Values, _: dict) -> Decimal: return max(xs)
-def _min(xs: Values, _: dict) -> Decimal: return min(xs)
-
-
-def _percent_change(xs: Values, _: dict) -> Decimal: return (xs[1] - xs[0]) / xs[0] * 100
-def _relative_range(xs: Values, _: dict) -> Decimal: return (max(xs) - min(xs)) / _mean(xs, _) * 100
-
-
-def _rank(xs: Values, claim: dict) -> Decimal:
-    target, others = xs[0], xs[1:]
-    if claim.get("order", "ascending") == "descending":
-        return Decimal(1 + sum(1 for x in others if x > target))
-    return Decimal(1 + sum(1 for x in others if x < target))
+    @property
+    def note(self) -> str:
+        """Why it does not reproduce: beyond its value, or whether rounding could reach it ("" when exact)."""
+        if self.detail:
+            return self.detail
+        if self.status == "exact":
+            return ""
+        return "reachable within the inputs' rounding" if self.within_rounding else "not reachable even within rounding"
 
 
-def _product(xs: Values, _: dict) -> Decimal:
-    out = Decimal(1)
-    for x in xs:
-        out *= x
-    return out
+# --- claims: one class per kind ---------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Claim:
+    """A stated figure and its derivation from earlier figures; each kind is a subclass."""
 
-def _median(xs: Values, _: dict) -> Decimal:
-    s, n = sorted(xs), len(xs)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+    kind: ClassVar[str]
+    description: ClassVar[str]
+    introduced: ClassVar[int] = 1  # the format_version that introduced the kind
+    boolean: ClassVar[bool] = False  # states true or false
+    of_booleans: ClassVar[bool] = False  # derives from true/false figures
 
+    spec: ClaimSpec
+    stated: Figure
+    sides: tuple[tuple[str, ...], ...]  # `from`: each side a figure, or a group of them
+    at: str  # where in the file, for errors: "FILE: claims[3]"
 
-def percentile_index(n: int, q: Decimal, rule: str) -> int:
-    """0-based index into the sorted values: nearest rank ceil(q/100*N)-1, or JevBench's int(q/100*N)-1.
+    @property
+    def name(self) -> str:
+        return self.spec.name
 
-    Both use the binary float q/100*N exactly as the upstream expressions do (see
-    ../shared/facts/upstream.md); JevBench's rank of a single value is index -1, that value.
-    """
-    share = float(q) / 100 * n
-    return math.ceil(share) - 1 if rule == "nearest_rank" else int(share) - 1
+    @property
+    def names(self) -> list[str]:
+        """The input figures, every member of every side."""
+        return [n for side in self.sides for n in side]
 
+    @classmethod
+    def may_group(cls, version: int) -> bool:
+        """Whether `from` may hold groups (the true/false comparisons do)."""
+        return True
 
-def _percentile(xs: Values, claim: dict) -> Decimal:
-    return sorted(xs)[percentile_index(len(xs), Decimal(str(claim["q"])), claim["rule"])]
+    def check_shape(self, version: int) -> None:
+        """The claim's `from` and parameters, as its kind and the file's format version allow."""
+        if self.introduced > version:
+            raise RecipeError(f"{self.at}: {self.kind} needs format_version {self.introduced}.")
 
+    def check_inputs(self, inputs: list[Figure]) -> None:
+        """The stated value and the inputs are of the kinds this claim derives (numbers, or true/false)."""
+        if self.boolean != isinstance(self.stated.value, bool):
+            raise RecipeError(f"{self.at}: {self.kind} states {'true or false' if self.boolean else 'a number'}.")
+        booleans = [isinstance(f.value, bool) for f in inputs]
+        if self.of_booleans and not all(booleans):
+            raise RecipeError(f"{self.at}: {self.kind} combines true/false figures or claims only.")
+        if not self.of_booleans and any(booleans):
+            raise RecipeError(f"{self.at}: {self.kind} derives from a true/false figure.")
 
-# name -> (function, least inputs, most inputs or None, format version that introduced it, description)
-DERIVATIONS: dict[str, tuple[Callable[[Values, dict], Decimal], int, int | None, int, str]] = {
-    "mean_of": (_mean, 1, None, 1, "arithmetic mean (overall mean of equal-sized passes)"),
-    "ratio": (_ratio, 2, 2, 1, "a / b (speedup = baseline mean / candidate mean)"),
-    "percent_lower": (_percent_lower, 2, 2, 1, "(baseline - candidate) / baseline * 100"),
-    "percent_gap_closed": (_percent_gap_closed, 3, 3, 1, "(before - after) / (before - target) * 100"),
-    "difference": (_difference, 2, None, 1, "first - second - ... (version 1: exactly two)"),
-    "spread": (_spread, 1, None, 1, "max - min (pass-to-pass spread)"),
-    "rounded": (_same, 1, 1, 1, "the same figure printed with fewer decimals"),
-    "product": (_product, 2, None, 1, "a * b * ... (version 1: exactly two)"),
-    "sum": (_sum, 1, None, 1, "a + b + ..."),
-    "max": (_max, 1, None, 2, "the largest listed value"),
-    "min": (_min, 1, None, 2, "the smallest listed value"),
-    "range": (_spread, 1, None, 2, "max - min of the listed values"),
-    "median": (_median, 1, None, 2, "the middle value (mean of the two middle values for an even count)"),
-    "percentile": (_percentile, 1, None, 2, "sorted[rank] with `q` and `rule`: nearest_rank or jevbench"),
-    "percent_change": (_percent_change, 2, 2, 3, "(b - a) / a * 100, signed: negative when b is below a"),
-    "relative_range": (_relative_range, 2, None, 3, "(max - min) / mean * 100 of the listed values"),
-    "rank": (_rank, 2, None, 3, "1 + how many of the others are lower (order: descending: higher) than the first"),
-}
-BOOLEAN_DERIVATIONS = {
-    "disjoint_ranges": "the [min, max] ranges of the two groups do not overlap",
-    "all_below": "every figure of the first group is below every figure of the second",
-    "at_least": "a >= b for every member of whichever side is a group (one side at most)",
-    "at_most": "a <= b for every member of whichever side is a group (one side at most)",
-    "within": "|a - b| <= tolerance (format 3; `tolerance` in the figures' unit)",
-    "all": "every member of the group `op` the bound (format 3; op one of < <= > >=)",
-    "any": "at least one member of the group `op` the bound (format 3)",
-    "and": "every listed true/false figure or claim is true (format 3)",
-}
-_BOOLEAN_VERSION = {"within": 3, "all": 3, "any": 3, "and": 3}
-# The operators format 3 adds (a test asserts the committed claims-3 files use them).
-FORMAT_3_OPERATORS = frozenset({k for k, spec in DERIVATIONS.items() if spec[3] == 3} | set(_BOOLEAN_VERSION))
-_OPS = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
-_VERSION_1_ARITY = {"difference": 2, "product": 2}
-_SELECTING = {"rounded", "max", "min", "percentile", "median"}  # may not print more decimals than their inputs
-_INCREASING = {"mean_of", "sum", "max", "min", "median", "percentile", "rounded"}  # in every input
+    def check_units(self, inputs: list[Figure]) -> None:
+        """Format 3: the inputs share one unit, and the stated one is what the kind gives of it."""
+        units = sorted({f.unit for f in inputs})
+        if len(units) > 1:
+            raise RecipeError(f"{self.at}: {self.kind} mixes units {units}; its inputs must share one unit.")
 
+    def check_printed(self, text: str) -> None:
+        """Refuse printed text whose words contradict the stated value (a kind that reads words says how)."""
 
-def _number_text(raw: Any) -> str:
-    """The value as printed: a string (commas, a leading + and the minus sign U+2212 allowed) or a YAML number."""
-    if isinstance(raw, str):
-        return raw.strip().replace(",", "").replace("\u2212", "-").lstrip("+")
-    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        return str(raw)
-    return repr(raw)
+    def shows(self, text: str) -> bool:
+        """Whether the report's printed text shows the stated value."""
+        return _shows(text, self.stated.number)
 
+    def check(self, figures: dict[str, Figure], intervals: dict[str, Interval], version: int) -> ClaimResult:
+        raise NotImplementedError
 
-def _decimal(raw: Any, what: str, where: str) -> Decimal:
-    """A finite decimal within the digit, decimal and magnitude limits; RecipeError otherwise."""
-    text = _number_text(raw)
-    try:
-        value = Decimal(text) if len(text) <= 4 * MAX_DIGITS else Decimal("NaN")
-    except InvalidOperation:
-        value = Decimal("NaN")
-    if not value.is_finite():
-        raise RecipeError(f"{where}: {what} has value {str(raw)[:60]!r}, which is not a number; quote it as printed.")
-    digits, exponent = value.as_tuple().digits, value.as_tuple().exponent
-    assert isinstance(exponent, int)
-    if len(digits) > MAX_DIGITS or -exponent > MAX_DECIMALS or value.adjusted() >= MAX_EXPONENT:
-        raise RecipeError(f"{where}: {what} has value {str(raw)[:60]!r}: at most {MAX_DIGITS} significant digits, "
-                          f"{MAX_DECIMALS} decimals and a magnitude below 1e{MAX_EXPONENT}.")
-    return value
-
-
-def _text_field(spec: dict, key: str, where: str) -> str:
-    value = spec.get(key, "")
-    if not isinstance(value, str):
-        raise RecipeError(f"{where}: {key} is {type(value).__name__}, not text.")
-    return value
-
-
-def _check_known_keys(name: str, spec: dict, where: str) -> None:
-    """Format 3: a figure or claim holds only the keys its kind knows."""
-    unknown = sorted(set(map(str, spec)) - (_CLAIM_KEYS if "derive" in spec else _FIGURE_KEYS))
-    if unknown:
-        raise RecipeError(f"{where}: {name!r} has unknown keys {unknown}.")
-
-
-def _declared_decimals(name: str, spec: dict, raw: Any, decimals: int, where: str) -> int:
-    """The decimals a YAML number declares it was printed with (a quoted value carries its own)."""
-    if isinstance(raw, str) or "decimals" not in spec:
-        return decimals
-    declared = spec["decimals"]
-    if not isinstance(declared, int) or isinstance(declared, bool) or not 0 <= declared <= MAX_DECIMALS:
-        raise RecipeError(f"{where}: {name!r} decimals {str(declared)[:40]!r} is not an integer in "
-                          f"[0, {MAX_DECIMALS}].")
-    return declared or decimals
-
-
-def _figure(name: str, spec: Any, where: str, version: int = 2) -> Figure:
-    if not isinstance(spec, dict):
-        spec = {"value": spec}
-    if version >= 3:
-        _check_known_keys(name, spec, where)
-    raw = spec.get("value")
-    unit, place = _text_field(spec, "unit", where), _text_field(spec, "where", where)
-    if isinstance(raw, bool):
-        return Figure(name, raw, 0, unit, place)
-    value = _decimal(raw, f"figure {name!r}", where)
-    exponent = value.as_tuple().exponent
-    assert isinstance(exponent, int)
-    return Figure(name, value, _declared_decimals(name, spec, raw, max(-exponent, 0), where), unit, place)
-
-
-_GROUPED = {"ratio", "percent_lower", "percent_change"}  # format 3: a side may be a group, taken as its mean
-
-
-def _check_from(inputs: Any, groups: list[list[Any]], where: str) -> None:
-    if any(not isinstance(n, str) for g in groups for n in g):
-        raise RecipeError(f"{where}: `from` holds something other than figure names.")
-    if sum(len(g) for g in groups) > MAX_ITEMS:
-        raise RecipeError(f"{where}: `from` names more than {MAX_ITEMS} figures.")
-
-
-def _takes_groups(kind: str, version: int) -> bool:
-    """Whether `from` may hold groups: the true/false comparisons, and format 3's grouped sides."""
-    return not (kind in DERIVATIONS or kind == "and") or (version >= 3 and kind in _GROUPED)
-
-
-def _groups(inputs: Any, where: str, kind: str, version: int = 2) -> list[list[str]]:
-    if not isinstance(inputs, list) or not inputs:
-        raise RecipeError(f"{where}: `from` is a list of figure names (or, for booleans, of groups).")
-    groups = [g if isinstance(g, list) else [g] for g in inputs]
-    _check_from(inputs, groups, where)
-    if not _takes_groups(kind, version) and any(isinstance(g, list) for g in inputs):
-        raise RecipeError(f"{where}: {kind} takes a flat list of figures; groups are for "
-                          f"{', '.join(sorted(set(BOOLEAN_DERIVATIONS) - {'and'}))}.")
-    return groups
-
-
-def _check_arity(kind: str, claim: dict, groups: list[list[str]], version: int, where: str) -> None:
-    if kind in DERIVATIONS:
-        _check_numeric_shape(kind, claim, version, where)
-    else:
-        _check_boolean_shape(kind, claim, groups, version, where)
+    def _result(self, stated: str, recomputed: str, status: str, within_rounding: bool, detail: str = "") -> ClaimResult:
+        return ClaimResult(name=self.name, derive=self.kind, stated=stated, recomputed=recomputed, status=status,
+                           within_rounding=within_rounding, expected_mismatch=self.spec.expect == "mismatch",
+                           finding=self.spec.finding, where=self.spec.where, detail=detail)
 
 
 def _count_text(least: int, most: int | None) -> str:
     return f"{least}" if least == most else f"at least {least}" if most is None else f"{least} to {most}"
 
 
-def _check_count(kind: str, n: int, version: int, where: str) -> None:
-    _, least, most, introduced, _ = DERIVATIONS[kind]
-    if introduced > version:
-        raise RecipeError(f"{where}: {kind} needs format_version {introduced}.")
-    if version == 1 and kind in _VERSION_1_ARITY:
-        most = _VERSION_1_ARITY[kind]
-        if n > most:
-            raise RecipeError(f"{where}: {kind} takes {most} figures in format_version 1, got {n}; "
-                              "n-ary needs format_version 2.")
-    if n < least or (most is not None and n > most):
-        raise RecipeError(f"{where}: {kind} takes {_count_text(least, most)} figures, got {n}.")
+class NumericClaim(Claim):
+    """A claim whose value is a number derived from its inputs."""
+
+    least: ClassVar[int] = 1
+    most: ClassVar[int | None] = None
+    most_in_version_1: ClassVar[int | None] = None  # n-ary kinds took exactly two figures in format 1
+    grouped: ClassVar[bool] = False  # format 3: a side may be a group, taken as its mean
+    selecting: ClassVar[bool] = False  # selects or restates an input: no more decimals than its inputs
+    divisors: ClassVar[tuple[int, ...]] = ()  # the inputs it divides by
+
+    @classmethod
+    def may_group(cls, version: int) -> bool:
+        return version >= 3 and cls.grouped
+
+    def check_shape(self, version: int) -> None:
+        super().check_shape(version)
+        n = len(self.sides)
+        most = self.most
+        if version == 1 and self.most_in_version_1 is not None:
+            most = self.most_in_version_1
+            if n > most:
+                raise RecipeError(f"{self.at}: {self.kind} takes {most} figures in format_version 1, got {n}; "
+                                  "n-ary needs format_version 2.")
+        if n < self.least or (most is not None and n > most):
+            raise RecipeError(f"{self.at}: {self.kind} takes {_count_text(self.least, most)} figures, got {n}.")
+        self.check_parameters()
+
+    def check_parameters(self) -> None:
+        """The kind's own parameters (q and rule are percentile's)."""
+        if self.spec.q is not UNSET or self.spec.rule is not UNSET:
+            raise RecipeError(f"{self.at}: q and rule belong to percentile, not {self.kind}.")
+
+    def check_units(self, inputs: list[Figure]) -> None:
+        if self.spec.unit is UNSET:
+            raise RecipeError(f"{self.at}: {self.name} declares no unit (format 3 needs `unit`; \"\" is dimensionless).")
+        super().check_units(inputs)
+        unit = inputs[0].unit if inputs else ""
+        expected = self.units_of(unit)
+        if self.stated.unit not in expected:
+            raise RecipeError(f"{self.at}: {self.name} is in {self.stated.unit!r}, but {self.kind} of figures in "
+                              f"{unit!r} is in {' or '.join(repr(u) for u in sorted(expected))}.")
+
+    def units_of(self, unit: str) -> frozenset[str]:
+        """The units the derivation of figures in `unit` may be stated in."""
+        return frozenset({unit})
+
+    def value(self, xs: Values) -> Decimal:
+        raise NotImplementedError
+
+    def bounds(self, lo: Values, hi: Values) -> Interval:
+        """The least and greatest value when each input lies in [lo, hi] (from every corner of that box)."""
+        if any(lo[i] <= 0 <= hi[i] for i in self.divisors):
+            return _INFINITE  # a divisor's interval holds zero: every value is reachable
+        corners = [self.value([b if s > 0 else a for a, b, s in zip(lo, hi, signs, strict=True)])
+                   for signs in itertools.product((-1, 1), repeat=len(lo))]
+        return min(corners), max(corners)
+
+    def _side_values(self, value_of: Callable[[str], Decimal]) -> Values:
+        """Each side's value: a figure's, or (format 3) the mean of a group's."""
+        return [value_of(side[0]) if len(side) == 1 else _mean([value_of(n) for n in side]) for side in self.sides]
+
+    def _exact(self, figures: dict[str, Figure]) -> Decimal:
+        values = self._side_values(lambda n: figures[n].number)
+        try:
+            return self.value(values)
+        except ArithmeticError:
+            raise RecipeError(f"claim {self.name}: {self.kind} of {values[:4]} divides by zero; "
+                              "the claim has no value.") from None
+
+    def extra_decimals(self, n: int) -> int:
+        """Decimals the value may print beyond its inputs' (a selecting kind's value is one of them)."""
+        return 0
+
+    def _unsupported_decimals(self, inputs: list[Figure]) -> str:
+        """Why a selecting claim prints more decimals than its inputs support ("" if it does not)."""
+        printed = max(f.decimals for f in inputs)
+        supported = printed + self.extra_decimals(len(inputs))
+        if self.selecting and self.stated.decimals > supported:
+            return (f"states {self.stated.decimals} decimals; {self.kind} of inputs printed with at most "
+                    f"{printed} supports {supported}")
+        return ""
+
+    def check(self, figures: dict[str, Figure], intervals: dict[str, Interval], version: int) -> ClaimResult:
+        exact = self._exact(figures)
+        lo, hi = self.bounds(self._side_values(lambda n: intervals[n][0]), self._side_values(lambda n: intervals[n][1]))
+        stated = self.stated.number
+        recomputed = _round(exact, self.stated.decimals)
+        detail = self._unsupported_decimals([figures[n] for n in self.names])
+        if detail:
+            return self._result(str(stated), str(recomputed), "mismatch", False, detail)
+        signed_zero = version >= 3 and recomputed.is_zero() and recomputed.is_signed() != stated.is_signed()
+        status = "exact" if recomputed == stated and not signed_zero else "mismatch"  # -0.00: it was negative
+        reached = self.stated.reached(lo, hi)
+        if version >= 3 and reached:  # carried into the claims that use this one
+            intervals[self.name] = reached
+        return self._result(str(stated), str(recomputed), status, reached is not None)
 
 
-def _check_numeric_shape(kind: str, claim: dict, version: int, where: str) -> None:
-    n = len(claim["from"])
-    _check_count(kind, n, version, where)
-    if kind == "percentile":
-        _check_percentile(claim, n, where)
-    elif "q" in claim or "rule" in claim:
-        raise RecipeError(f"{where}: q and rule belong to percentile, not {kind}.")
-    if kind == "rank" and claim.get("order", "ascending") not in ("ascending", "descending"):
-        raise RecipeError(f"{where}: rank order is ascending or descending, got {str(claim.get('order'))[:40]!r}.")
+class Increasing(NumericClaim):
+    """A derivation that grows with every input: its bounds are its value at the low and the high ends."""
+
+    def bounds(self, lo: Values, hi: Values) -> Interval:
+        return self.value(lo), self.value(hi)
 
 
-def _check_sides(kind: str, claim: dict, groups: list[list[str]], where: str) -> None:
-    """The two sides of a true/false comparison, as its kind needs them."""
-    if kind in ("at_least", "at_most") and all(isinstance(g, list) and len(g) > 1 for g in claim["from"]):
-        raise RecipeError(f"{where}: {kind} between two groups is ambiguous (pairwise or every pair?); "
-                          "make one side a single figure, or use all_below.")
-    if kind in ("all", "any") and (claim.get("op") not in _OPS or len(groups[1]) != 1):
-        raise RecipeError(f"{where}: {kind} needs op: one of {' '.join(_OPS)} and `from: [[members...], bound]`.")
-    if kind == "within":
-        _check_within(claim, groups, where)
+class MeanOf(Increasing):
+    kind, description = "mean_of", "arithmetic mean (overall mean of equal-sized passes)"
+
+    def value(self, xs: Values) -> Decimal:
+        return _mean(xs)
 
 
-def _check_boolean_shape(kind: str, claim: dict, groups: list[list[str]], version: int, where: str) -> None:
-    if _BOOLEAN_VERSION.get(kind, 1) > version:
-        raise RecipeError(f"{where}: {kind} needs format_version {_BOOLEAN_VERSION[kind]}.")
-    if kind == "and":
-        return
-    if len(groups) != 2:
-        raise RecipeError(f"{where}: {kind} compares two sides, got {len(groups)}; write [a, b] or [[a, c], b].")
-    _check_sides(kind, claim, groups, where)
+class Sum(Increasing):
+    kind, description = "sum", "a + b + ..."
+
+    def value(self, xs: Values) -> Decimal:
+        return sum(xs, Decimal(0))
 
 
-def _check_within(claim: dict, groups: list[list[str]], where: str) -> None:
-    if len(groups[0]) != 1 or len(groups[1]) != 1:
-        raise RecipeError(f"{where}: within compares two figures: `from: [a, b]`.")
-    if _decimal(claim.get("tolerance"), "tolerance", where) < 0:
-        raise RecipeError(f"{where}: within needs a tolerance >= 0, got {claim.get('tolerance')!r}.")
+class Rounded(Increasing):
+    kind, description, most, selecting = "rounded", "the same figure printed with fewer decimals", 1, True
+
+    def value(self, xs: Values) -> Decimal:
+        return xs[0]
 
 
-def _check_percentile(claim: dict, n: int, where: str) -> None:
-    rule, q = claim.get("rule"), claim.get("q")
-    if rule not in PERCENTILE_RULES:
-        raise RecipeError(f"{where}: percentile needs rule: {' or '.join(PERCENTILE_RULES)}, got {str(rule)[:40]!r}.")
-    try:
-        q_value = Decimal(str(q)) if len(str(q)) <= MAX_DIGITS else Decimal("NaN")
-    except InvalidOperation:
-        q_value = Decimal("NaN")
-    if isinstance(q, bool) or not q_value.is_finite() or not 0 < q_value <= 100:
-        raise RecipeError(f"{where}: percentile needs q in (0, 100], got {str(q)[:40]!r}.")
-    index = percentile_index(n, q_value, rule)
-    if not (0 <= index < n or (index == -1 and n == 1)):
-        raise RecipeError(f"{where}: the {rule} rank of q={q} over {n} values is index {index}, outside the list.")
+class Max(Increasing):
+    kind, description, introduced, selecting = "max", "the largest listed value", 2, True
+
+    def value(self, xs: Values) -> Decimal:
+        return max(xs)
 
 
-_RANK_WORDS = {1: ("fastest", "first", "highest", "largest", "lowest", "smallest", "slowest", "best", "most", "least",
-                   "top"), 2: ("second",), 3: ("third",)}
-_NUMBER_IN_TEXT = re.compile(r"[-+]?\d+(?:\.\d+)?")
+class Min(Increasing):
+    kind, description, introduced, selecting = "min", "the smallest listed value", 2, True
+
+    def value(self, xs: Values) -> Decimal:
+        return min(xs)
 
 
-def _printed_key(claim: dict, stated: Figure, seen: dict[str, str], where: str) -> str:
-    """The claim's printed text, stripped; refused when missing or already stated by another claim."""
-    printed = claim.get("printed")
-    if not isinstance(printed, str) or not printed.strip():
-        raise RecipeError(f"{where}: {stated.name} needs `printed`: the text of the report it checks, e.g. \"−3.81%\".")
-    key = printed.strip()
-    if key in seen:
-        raise RecipeError(f"{where}: {stated.name} states the printed text {key!r} that {seen[key]} already states; "
-                          "one printed figure is one claim.")
-    seen[key] = stated.name
-    return key
+class Median(Increasing):
+    kind, introduced, selecting = "median", 2, True
+    description = "the middle value (mean of the two middle values for an even count)"
+
+    def value(self, xs: Values) -> Decimal:
+        s, n = sorted(xs), len(xs)
+        return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+    def extra_decimals(self, n: int) -> int:
+        return 1 if n % 2 == 0 else 0  # the mean of the two middle values
 
 
-def _rank_word(claim: dict, value: Decimal, key: str) -> bool:
-    """A rank may be printed as a word: "fastest", "second", ..."""
-    return claim.get("derive") == "rank" and any(w in key.lower() for w in _RANK_WORDS.get(int(value), ()))
+class Percentile(Increasing):
+    kind, introduced, selecting = "percentile", 2, True
+    description = "sorted[rank] with `q` and `rule`: nearest_rank or jevbench"
+
+    @property
+    def q(self) -> Decimal:
+        text = str(self.spec.q)
+        try:
+            return Decimal(text) if len(text) <= MAX_DIGITS else Decimal("NaN")
+        except InvalidOperation:
+            return Decimal("NaN")
+
+    def check_parameters(self) -> None:
+        rule, q, n = self.spec.rule, self.q, len(self.sides)
+        if rule not in PERCENTILE_RULES:
+            raise RecipeError(f"{self.at}: percentile needs rule: {' or '.join(PERCENTILE_RULES)}, "
+                              f"got {str(None if rule is UNSET else rule)[:40]!r}.")
+        if not q.is_finite() or not 0 < q <= 100:
+            shown = None if self.spec.q is UNSET else self.spec.q
+            raise RecipeError(f"{self.at}: percentile needs q in (0, 100], got {str(shown)[:40]!r}.")
+        index = percentile_index(n, q, rule)
+        if not (0 <= index < n or (index == -1 and n == 1)):
+            raise RecipeError(f"{self.at}: the {rule} rank of q={self.spec.q} over {n} values is index {index}, "
+                              "outside the list.")
+
+    def value(self, xs: Values) -> Decimal:
+        assert isinstance(self.spec.rule, str)
+        return sorted(xs)[percentile_index(len(xs), self.q, self.spec.rule)]
 
 
-def _shows(key: str, value: Decimal) -> bool:
-    """Whether the text shows `value` with its sign and decimals (minus sign, commas and thin spaces allowed)."""
-    normal = key.replace("\u2212", "-").replace(",", "").replace("\u2009", "").replace("\u202f", "")
-    shown = [Decimal(m) for m in _NUMBER_IN_TEXT.findall(normal)]
-    return any(v == value and v.as_tuple() == value.as_tuple() for v in shown)
+class Spread(NumericClaim):
+    kind, description = "spread", "max - min (pass-to-pass spread)"
+
+    def value(self, xs: Values) -> Decimal:
+        return max(xs) - min(xs)
+
+    def bounds(self, lo: Values, hi: Values) -> Interval:
+        return max(Decimal(0), max(lo) - min(hi)), max(hi) - min(lo)
 
 
-def _check_printed(claim: dict, stated: Figure, seen: dict[str, str], where: str) -> None:
-    """Format 3: the claim's printed text shows its stated value, and no other claim states that text."""
-    key = _printed_key(claim, stated, seen, where)
-    if isinstance(stated.value, bool) or _rank_word(claim, stated.value, key):
-        return
-    if not _shows(key, stated.value):
-        raise RecipeError(f"{where}: {stated.name} states {stated.value} but its printed text {key!r} does not show "
-                          "that value with that sign and those decimals.")
+class Range(Spread):
+    kind, description, introduced = "range", "max - min of the listed values", 2
 
 
-def _same_unit(units: list[str], kind: str, where: str) -> str:
-    if len(set(units)) > 1:
-        raise RecipeError(f"{where}: {kind} mixes units {sorted(set(units))}; its inputs must share one unit.")
-    return units[0] if units else ""
+class Difference(NumericClaim):
+    kind, description, least, most_in_version_1 = "difference", "first - second - ... (version 1: exactly two)", 2, 2
+
+    def value(self, xs: Values) -> Decimal:
+        return xs[0] - sum(xs[1:])
+
+    def bounds(self, lo: Values, hi: Values) -> Interval:
+        if len(lo) > _CORNER_LIMIT:  # decreasing in every input but the first
+            return self.value(lo[:1] + hi[1:]), self.value(hi[:1] + lo[1:])
+        return super().bounds(lo, hi)
 
 
-_PERCENT_KINDS = ("percent_lower", "percent_change", "percent_gap_closed", "relative_range")
+class Product(NumericClaim):
+    kind, description, least, most_in_version_1 = "product", "a * b * ... (version 1: exactly two)", 2, 2
+
+    def value(self, xs: Values) -> Decimal:
+        out = Decimal(1)
+        for x in xs:
+            out *= x
+        return out
+
+    def bounds(self, lo: Values, hi: Values) -> Interval:
+        """Interval arithmetic: the product of independent intervals, one input at a time (linear in the inputs)."""
+        if min(lo) >= 0:
+            return self.value(lo), self.value(hi)
+        low, high = Decimal(1), Decimal(1)
+        for a, b in zip(lo, hi, strict=True):
+            corners = (low * a, low * b, high * a, high * b)
+            low, high = min(corners), max(corners)
+        return low, high
+
+    def check_units(self, inputs: list[Figure]) -> None:
+        if self.spec.unit is UNSET:
+            super().check_units(inputs)  # the message for a missing unit
+        # a product's unit is the file's to declare (products multiply units)
 
 
-def _expected_units(kind: str, unit: str) -> set[str]:
-    """The units a derivation of figures in `unit` may be stated in."""
-    if kind in _PERCENT_KINDS:
-        return _PERCENT_UNITS
-    if kind == "ratio":
+class Ratio(NumericClaim):
+    kind, description, least, most = "ratio", "a / b (speedup = baseline mean / candidate mean)", 2, 2
+    grouped, divisors = True, (1,)
+
+    def value(self, xs: Values) -> Decimal:
+        return xs[0] / xs[1]
+
+    def units_of(self, unit: str) -> frozenset[str]:
         return _RATIO_UNITS
-    if kind == "rank":
-        return {"", "rank"}
-    return {unit}
 
 
-def _check_units(kind: str, stated: Figure, inputs: list[Figure], claim: dict, where: str) -> None:
-    """Format 3: units are declared on every figure and numeric claim, and the derivation's unit must match."""
-    if "unit" not in claim and kind in DERIVATIONS:
-        raise RecipeError(f"{where}: {stated.name} declares no unit (format 3 needs `unit`; \"\" is dimensionless).")
-    if kind in ("and", "product"):
-        return  # true/false, or a unit the file declares (products multiply units)
-    unit = _same_unit([f.unit for f in inputs], kind, where)
-    if kind in BOOLEAN_DERIVATIONS:
-        return
-    expected = _expected_units(kind, unit)
-    if stated.unit not in expected:
-        raise RecipeError(f"{where}: {stated.name} is in {stated.unit!r}, but {kind} of figures in {unit!r} is in "
-                          f"{' or '.join(repr(u) for u in sorted(expected))}.")
+class Percent(NumericClaim):
+    """A derivation stated in percent."""
+
+    def units_of(self, unit: str) -> frozenset[str]:
+        return _PERCENT_UNITS
 
 
-def _claim_kind(claim: Any, where: str) -> tuple[str, str]:
-    if not isinstance(claim, dict) or "name" not in claim or "derive" not in claim:
-        raise RecipeError(f"{where}: each claim needs name, value, derive and from.")
-    name, kind = claim["name"], claim["derive"]
-    if not isinstance(name, str) or not name or not isinstance(kind, str):
-        raise RecipeError(f"{where}: name and derive are text, got {type(name).__name__} and {type(kind).__name__}.")
-    if kind not in DERIVATIONS and kind not in BOOLEAN_DERIVATIONS:
-        raise RecipeError(f"{where}: unknown derivation {kind[:40]!r}; known: "
-                          f"{', '.join(sorted([*DERIVATIONS, *BOOLEAN_DERIVATIONS]))}.")
-    return name, kind
+class PercentLower(Percent):
+    kind, description, least, most = "percent_lower", "(baseline - candidate) / baseline * 100", 2, 2
+    grouped, divisors = True, (0,)
+
+    def value(self, xs: Values) -> Decimal:
+        return (xs[0] - xs[1]) / xs[0] * 100
 
 
-def _check_input_kinds(kind: str, stated: Figure, inputs: list[Figure], where: str) -> None:
-    if (kind in BOOLEAN_DERIVATIONS) != isinstance(stated.value, bool):
-        expected = "true or false" if kind in BOOLEAN_DERIVATIONS else "a number"
-        raise RecipeError(f"{where}: {kind} states {expected}.")
-    booleans = [isinstance(f.value, bool) for f in inputs]
-    if kind == "and" and not all(booleans):
-        raise RecipeError(f"{where}: and combines true/false figures or claims only.")
-    if kind != "and" and any(booleans):
-        raise RecipeError(f"{where}: {kind} derives from a true/false figure.")
+class PercentChange(Percent):
+    kind, description, least, most = "percent_change", "(b - a) / a * 100, signed: negative when b is below a", 2, 2
+    introduced, grouped, divisors = 3, True, (0,)
+
+    def value(self, xs: Values) -> Decimal:
+        return (xs[1] - xs[0]) / xs[0] * 100
 
 
-def _claim_figure(claim: Any, i: int, figures: dict[str, Figure], version: int, source: str) -> tuple[str, Figure]:
-    where = f"{source}: claims[{i}]"
-    name, kind = _claim_kind(claim, where)
-    groups = _groups(claim.get("from"), where, kind, version)
-    flat = [n for g in groups for n in g]
-    missing = [n for n in flat if n not in figures]
-    if missing:
-        raise RecipeError(f"{where}: {name} derives from unknown figures {missing[:10]}; "
-                          "declare them under figures or as an earlier claim.")
-    _check_arity(kind, claim, groups, version, where)
-    if name in figures:
-        raise RecipeError(f"{where}: {name!r} is declared twice.")
-    stated = _figure(name, claim, where, version)
-    inputs = [figures[n] for n in flat]
-    _check_input_kinds(kind, stated, inputs, where)
-    if version >= 3:
-        _check_units(kind, stated, inputs, claim, where)
-    return where, stated
+class PercentGapClosed(Percent):
+    kind, description, least, most = "percent_gap_closed", "(before - after) / (before - target) * 100", 3, 3
+
+    def value(self, xs: Values) -> Decimal:
+        return (xs[0] - xs[1]) / (xs[0] - xs[2]) * 100
+
+    def bounds(self, lo: Values, hi: Values) -> Interval:
+        if lo[0] - hi[2] <= 0 <= hi[0] - lo[2]:
+            return _INFINITE  # the divisor (before - target) may be zero
+        return super().bounds(lo, hi)
 
 
-def _version(data: Any, source: str) -> int:
+class RelativeRange(Percent):
+    kind, description, least, introduced = "relative_range", "(max - min) / mean * 100 of the listed values", 2, 3
+
+    def value(self, xs: Values) -> Decimal:
+        return (max(xs) - min(xs)) / _mean(xs) * 100
+
+    def bounds(self, lo: Values, hi: Values) -> Interval:
+        spread_lo, spread_hi = max(Decimal(0), max(lo) - min(hi)), max(hi) - min(lo)
+        mean_lo, mean_hi = _mean(lo), _mean(hi)
+        if mean_lo <= 0:
+            return _INFINITE
+        return spread_lo / mean_hi * 100, spread_hi / mean_lo * 100
+
+
+# A rank printed in words: an ordinal ("second", "3rd"; "first" is 1) and a superlative. A superlative
+# names the first place ("fastest", "lowest" in ascending order) or the last ("slowest", "lowest" in
+# descending order), counted from that end: "second slowest" of five is rank 4.
+_ORDINALS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7, "eighth": 8,
+             "ninth": 9, "tenth": 10}
+_FIRST_WORDS = {"fastest", "best", "top", "quickest"}
+_LAST_WORDS = {"slowest", "worst", "last", "bottom"}
+_LOW_WORDS = {"lowest", "smallest", "least", "fewest", "shortest", "cheapest"}
+_HIGH_WORDS = {"highest", "largest", "most", "greatest", "longest", "biggest"}
+_WORD = re.compile(r"[a-z]+|\d+(?:st|nd|rd|th)\b")
+
+
+class Rank(NumericClaim):
+    kind, least, introduced = "rank", 2, 3
+    description = "1 + how many of the others are lower (order: descending: higher) than the first"
+
+    @property
+    def descending(self) -> bool:
+        return self.spec.order == "descending"
+
+    def check_parameters(self) -> None:
+        super().check_parameters()
+        if self.spec.order not in ("ascending", "descending"):
+            raise RecipeError(f"{self.at}: rank order is ascending or descending, got {self.spec.order[:40]!r}.")
+
+    def value(self, xs: Values) -> Decimal:
+        target, others = xs[0], xs[1:]
+        return Decimal(1 + sum(1 for x in others if (x > target if self.descending else x < target)))
+
+    def bounds(self, lo: Values, hi: Values) -> Interval:
+        (tlo, thi), others = (lo[0], hi[0]), list(zip(lo[1:], hi[1:], strict=True))
+        if self.descending:
+            return Decimal(1 + sum(1 for a, _ in others if a > thi)), Decimal(1 + sum(1 for _, b in others if b > tlo))
+        return Decimal(1 + sum(1 for _, b in others if b < tlo)), Decimal(1 + sum(1 for a, _ in others if a < thi))
+
+    def units_of(self, unit: str) -> frozenset[str]:
+        return frozenset({"", "rank"})
+
+    def words_rank(self, text: str) -> int | None:
+        """The rank the text states in words ("fastest": 1, "second slowest" of 5: 4), None if it uses none."""
+        words = _WORD.findall(text.lower())
+        ordinal = next((_ORDINALS[w] if w in _ORDINALS else int(w[:-2]) for w in words
+                        if w in _ORDINALS or w[:1].isdigit()), None)
+        high, low = (_HIGH_WORDS, _LOW_WORDS) if self.descending else (_LOW_WORDS, _HIGH_WORDS)
+        if (_LAST_WORDS | low).intersection(words):
+            return len(self.sides) + 1 - (ordinal or 1)  # counted from the last place
+        return ordinal or (1 if (_FIRST_WORDS | high).intersection(words) else None)
+
+    def check_printed(self, text: str) -> None:
+        in_words = self.words_rank(text)
+        if in_words is not None and in_words != self.stated.number:
+            raise RecipeError(f"{self.at}: {self.name} states rank {self.stated.value} but its printed text {text!r} "
+                              f"says rank {in_words}.")
+
+    def shows(self, text: str) -> bool:
+        """A rank printed in words shows it when the words mean it (checked above), else as a number."""
+        return self.words_rank(text) is not None or super().shows(text)
+
+
+class BooleanClaim(Claim):
+    """A claim that states true or false of its inputs: two sides, each a figure or a group."""
+
+    boolean = True
+
+    def check_shape(self, version: int) -> None:
+        super().check_shape(version)
+        if len(self.sides) != 2:
+            raise RecipeError(f"{self.at}: {self.kind} compares two sides, got {len(self.sides)}; "
+                              "write [a, b] or [[a, c], b].")
+
+    def holds(self, groups: list[list[Decimal]]) -> bool:
+        raise NotImplementedError
+
+    def shows(self, text: str) -> bool:
+        return True  # true or false is the claim's own reading of the text
+
+    def check(self, figures: dict[str, Figure], intervals: dict[str, Interval], version: int) -> ClaimResult:
+        got = self.holds([[figures[n].value for n in side] for side in self.sides])  # type: ignore[misc]
+        ok = got == self.stated.value
+        return self._result(str(self.stated.value).lower(), str(got).lower(), "exact" if ok else "mismatch", ok)
+
+
+class DisjointRanges(BooleanClaim):
+    kind, description = "disjoint_ranges", "the [min, max] ranges of the two groups do not overlap"
+
+    def holds(self, groups: list[list[Decimal]]) -> bool:
+        a, b = groups
+        return max(a) < min(b) or max(b) < min(a)
+
+
+class AllBelow(BooleanClaim):
+    kind, description = "all_below", "every figure of the first group is below every figure of the second"
+
+    def holds(self, groups: list[list[Decimal]]) -> bool:
+        return max(groups[0]) < min(groups[1])
+
+
+class AtLeast(BooleanClaim):
+    kind, description = "at_least", "a >= b for every member of whichever side is a group (one side at most)"
+    test: ClassVar[Callable[[Decimal, Decimal], bool]] = operator.ge
+
+    def check_shape(self, version: int) -> None:
+        super().check_shape(version)
+        if all(len(side) > 1 for side in self.sides):
+            raise RecipeError(f"{self.at}: {self.kind} between two groups is ambiguous (pairwise or every pair?); "
+                              "make one side a single figure, or use all_below.")
+
+    def holds(self, groups: list[list[Decimal]]) -> bool:
+        a, b = groups
+        return all(type(self).test(x, y) for x in a for y in b)
+
+
+class AtMost(AtLeast):
+    kind, description = "at_most", "a <= b for every member of whichever side is a group (one side at most)"
+    test = operator.le
+
+
+class Within(BooleanClaim):
+    kind, description, introduced = "within", "|a - b| <= tolerance (format 3; `tolerance` in the figures' unit)", 3
+
+    @property
+    def tolerance(self) -> Decimal:
+        return _decimal(None if self.spec.tolerance is UNSET else self.spec.tolerance, "tolerance", self.at)
+
+    def check_shape(self, version: int) -> None:
+        super().check_shape(version)
+        if any(len(side) != 1 for side in self.sides):
+            raise RecipeError(f"{self.at}: within compares two figures: `from: [a, b]`.")
+        if self.tolerance < 0:
+            raise RecipeError(f"{self.at}: within needs a tolerance >= 0, got {self.spec.tolerance!r}.")
+
+    def holds(self, groups: list[list[Decimal]]) -> bool:
+        return abs(groups[0][0] - groups[1][0]) <= self.tolerance
+
+
+_OPS: dict[str, Callable[[Decimal, Decimal], bool]] = {"<": operator.lt, "<=": operator.le, ">": operator.gt,
+                                                       ">=": operator.ge}
+
+
+class AllHold(BooleanClaim):
+    kind, description, introduced = "all", "every member of the group `op` the bound (format 3; op one of < <= > >=)", 3
+    combine: ClassVar[Callable[[list[bool]], bool]] = all
+
+    def check_shape(self, version: int) -> None:
+        super().check_shape(version)
+        if self.spec.op not in _OPS or len(self.sides[1]) != 1:
+            raise RecipeError(f"{self.at}: {self.kind} needs op: one of {' '.join(_OPS)} and "
+                              "`from: [[members...], bound]`.")
+
+    def holds(self, groups: list[list[Decimal]]) -> bool:
+        assert isinstance(self.spec.op, str)
+        test, bound = _OPS[self.spec.op], groups[1][0]
+        return type(self).combine([test(x, bound) for x in groups[0]])
+
+
+class AnyHolds(AllHold):
+    kind, description = "any", "at least one member of the group `op` the bound (format 3)"
+    combine = any
+
+
+class And(BooleanClaim):
+    kind, description, introduced = "and", "every listed true/false figure or claim is true (format 3)", 3
+    of_booleans = True
+
+    @classmethod
+    def may_group(cls, version: int) -> bool:
+        return False
+
+    def check_shape(self, version: int) -> None:
+        Claim.check_shape(self, version)  # any number of sides
+
+    def check_units(self, inputs: list[Figure]) -> None:
+        return  # true/false
+
+    def holds(self, groups: list[list[Decimal]]) -> bool:
+        return all(x is True for g in groups for x in g)
+
+
+NUMERIC_KINDS: tuple[type[NumericClaim], ...] = (
+    MeanOf, Ratio, PercentLower, PercentGapClosed, Difference, Spread, Rounded, Product, Sum, Max, Min, Range, Median,
+    Percentile, PercentChange, RelativeRange, Rank)
+BOOLEAN_KINDS: tuple[type[BooleanClaim], ...] = (DisjointRanges, AllBelow, AtLeast, AtMost, Within, AllHold, AnyHolds, And)
+KINDS: dict[str, type[Claim]] = {k.kind: k for k in (*NUMERIC_KINDS, *BOOLEAN_KINDS)}
+DERIVATIONS = {k.kind: k.description for k in NUMERIC_KINDS}  # name -> what it computes
+BOOLEAN_DERIVATIONS = {k.kind: k.description for k in BOOLEAN_KINDS}
+FORMAT_3_OPERATORS = frozenset(name for name, k in KINDS.items() if k.introduced == 3)  # a test: all are used
+
+
+# --- the file ----------------------------------------------------------------------------------------
+
+def _sides(spec: ClaimSpec, kind: type[Claim], version: int, at: str) -> tuple[tuple[str, ...], ...]:
+    """`from` as sides (a bare name is a side of one), refused where the kind takes no groups."""
+    if spec.inputs is UNSET or not spec.inputs:
+        raise RecipeError(f"{at}: `from` is a list of figure names (or, for booleans, of groups).")
+    sides = tuple(tuple(g) if isinstance(g, list) else (g,) for g in spec.inputs)
+    if sum(map(len, sides)) > MAX_ITEMS:
+        raise RecipeError(f"{at}: `from` names more than {MAX_ITEMS} figures.")
+    if not kind.may_group(version) and any(isinstance(g, list) for g in spec.inputs):
+        raise RecipeError(f"{at}: {kind.kind} takes a flat list of figures; groups are for "
+                          f"{', '.join(sorted(set(BOOLEAN_DERIVATIONS) - {'and'}))}.")
+    return sides
+
+
+@dataclass(frozen=True)
+class ClaimsFile:
+    """A claims file decoded once: its figures (base figures and stated claims, by name) and its claims in order."""
+
+    version: int
+    report: str | None
+    experiment: str | None
+    figures: dict[str, Figure]
+    claims: tuple[Claim, ...]
+
+    @classmethod
+    def parse(cls, data: object, source: str = "<claims>") -> ClaimsFile:
+        spec = _decode(data, source)
+        figures = _base_figures(spec, source)
+        printed: dict[str, str] = {}  # printed text -> the claim that states it
+        claims = []
+        for i, claim_spec in enumerate(spec.claims or []):
+            claim = _claim(claim_spec, figures, spec.format_version, f"{source}: claims[{i}]")
+            if spec.format_version >= 3:
+                _check_printed(claim, printed)
+            figures[claim.name] = claim.stated
+            claims.append(claim)
+        return cls(spec.format_version, spec.report, spec.experiment, figures, tuple(claims))
+
+    def check(self) -> list[ClaimResult]:
+        """Every claim recomputed from the printed figures, in order."""
+        intervals = {n: f.interval for n, f in self.figures.items() if not isinstance(f.value, bool)}
+        with localcontext() as ctx:
+            ctx.prec = _PRECISION
+            ctx.Emax, ctx.Emin = 10**6, -(10**6)
+            return [claim.check(self.figures, intervals, self.version) for claim in self.claims]
+
+
+def _decode(data: object, source: str) -> FileSpec:
+    """The file decoded as its format version reads it (format 3: every key known), within the size limit."""
     version = data.get("format_version") if isinstance(data, dict) else None
     if version not in CLAIMS_FORMAT_VERSIONS or isinstance(version, bool):
         raise RecipeError(f"{source}: not a claims file with format_version "
                           f"{', '.join(map(str, CLAIMS_FORMAT_VERSIONS[:-1]))} or {CLAIMS_FORMAT_VERSIONS[-1]}.")
-    return int(version)
-
-
-def _check_section_types(raw_figures: Any, raw_claims: Any, source: str) -> None:
-    if not isinstance(raw_figures, dict):
-        raise RecipeError(f"{source}: figures is a mapping of name to value.")
-    if not isinstance(raw_claims, list):
-        raise RecipeError(f"{source}: claims is a list.")
-    if len(raw_figures) + len(raw_claims) > MAX_ITEMS:
-        raise RecipeError(f"{source}: more than {MAX_ITEMS} figures and claims.")
-
-
-def _check_format_3_units(raw_figures: dict, source: str) -> None:
-    """Format 3: a unit on every figure."""
-    undeclared = [n for n, spec in raw_figures.items() if not isinstance(spec, dict) or "unit" not in spec]
-    if undeclared:
-        raise RecipeError(f"{source}: figures {undeclared[:5]} declare no unit (format 3 needs `unit`).")
-
-
-def _sections(data: Any, source: str) -> tuple[int, dict, list]:
-    """format_version, figures and claims of a claims file, each of the right type and size."""
-    version = _version(data, source)
-    raw_figures, raw_claims = data.get("figures") or {}, data.get("claims") or []
-    if version >= 3 and set(map(str, data)) - _TOP_KEYS:
-        raise RecipeError(f"{source}: unknown keys {sorted(set(map(str, data)) - _TOP_KEYS)}.")
-    _check_section_types(raw_figures, raw_claims, source)
-    if version >= 3:
-        _check_format_3_units(raw_figures, source)
-    return version, raw_figures, raw_claims
-
-
-def parse_claims(data: Any, source: str = "<claims>") -> dict[str, Any]:
-    version, raw_figures, raw_claims = _sections(data, source)
-    figures = {str(name): _figure(str(name), spec, source, version) for name, spec in raw_figures.items()}
-    claims: list[dict] = []
-    printed: dict[str, str] = {}
-    for i, claim in enumerate(raw_claims):
-        where, stated = _claim_figure(claim, i, figures, version, source)
-        if version >= 3:
-            _check_printed(claim, stated, printed, where)
-        figures[stated.name] = stated
-        claims.append(claim)
-    return {"meta": {k: data.get(k) for k in ("report", "experiment")}, "figures": figures, "claims": claims,
-            "format_version": version}
-
-
-def load_claims(path: Path) -> dict[str, Any]:
-    data = read_yaml(path, "claims file")
-    return parse_claims(data, str(path))
-
-
-def _round(value: Decimal, decimals: int) -> Decimal:
-    return value.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
-
-
-def _half(f: Figure) -> Decimal:
-    return Decimal(5).scaleb(-f.decimals - 1)
-
-
-def _disjoint(groups: list[list[Any]], _: dict) -> bool:
-    a, b = groups
-    return max(a) < min(b) or max(b) < min(a)
-
-
-def _within(groups: list[list[Any]], claim: dict) -> bool:
-    return abs(groups[0][0] - groups[1][0]) <= _decimal(claim["tolerance"], "tolerance", "")
-
-
-def _held(groups: list[list[Any]], claim: dict) -> list[bool]:
-    test = _OPS[claim["op"]]
-    return [test(x, groups[1][0]) for x in groups[0]]
-
-
-def _one_against_every(kind: str) -> Callable[[list[list[Any]], dict], bool]:
-    """at_least / at_most: one side is one figure; it must hold against every member of the other."""
-    def holds(groups: list[list[Any]], _: dict) -> bool:
-        a, b = groups
-        return all(x >= y if kind == "at_least" else x <= y for x in a for y in b)
-    return holds
-
-
-_BOOLEANS: dict[str, Callable[[list[list[Any]], dict], bool]] = {
-    "and": lambda groups, _: all(x is True for g in groups for x in g),
-    "disjoint_ranges": _disjoint,
-    "all_below": lambda groups, _: max(groups[0]) < min(groups[1]),
-    "within": _within,
-    "all": lambda groups, claim: all(_held(groups, claim)),
-    "any": lambda groups, claim: any(_held(groups, claim)),
-    "at_least": _one_against_every("at_least"),
-    "at_most": _one_against_every("at_most"),
-}
-
-
-def _boolean(kind: str, groups: list[list[Any]], claim: dict) -> bool:
-    return _BOOLEANS[kind](groups, claim)
-
-
-_INFINITE = (Decimal("-Infinity"), Decimal("Infinity"))
-
-
-def _product_bounds(lo_in: Values, hi_in: Values) -> tuple[Decimal, Decimal]:
-    """Interval arithmetic: the product of independent intervals, one input at a time (linear in the inputs)."""
-    lo, hi = Decimal(1), Decimal(1)
-    for a, b in zip(lo_in, hi_in, strict=True):
-        corners = (lo * a, lo * b, hi * a, hi * b)
-        lo, hi = min(corners), max(corners)
-    return lo, hi
-
-
-def _rank_bounds(lo_in: Values, hi_in: Values, claim: dict) -> tuple[Decimal, Decimal]:
-    (tlo, thi), others = (lo_in[0], hi_in[0]), list(zip(lo_in[1:], hi_in[1:], strict=True))
-    if claim.get("order", "ascending") == "descending":
-        return Decimal(1 + sum(1 for lo, _ in others if lo > thi)), Decimal(1 + sum(1 for _, hi in others if hi > tlo))
-    return Decimal(1 + sum(1 for _, hi in others if hi < tlo)), Decimal(1 + sum(1 for lo, _ in others if lo < thi))
-
-
-def _spread_bounds(lo_in: Values, hi_in: Values) -> tuple[Decimal, Decimal]:
-    return max(Decimal(0), max(lo_in) - min(hi_in)), max(hi_in) - min(lo_in)
-
-
-def _relative_range_bounds(lo_in: Values, hi_in: Values, claim: dict) -> tuple[Decimal, Decimal]:
-    (spread_lo, spread_hi), mean_lo, mean_hi = _spread_bounds(lo_in, hi_in), _mean(lo_in, claim), _mean(hi_in, claim)
-    if mean_lo <= 0:
-        return _INFINITE
-    return spread_lo / mean_hi * 100, spread_hi / mean_lo * 100
-
-
-_DIVISORS = {"ratio": [1], "percent_lower": [0], "percent_change": [0]}
-
-
-def _divisor_spans_zero(kind: str, lo_in: Values, hi_in: Values) -> bool:
-    """Whether a divisor's interval holds zero (then every value is reachable)."""
-    if kind == "percent_gap_closed":
-        return lo_in[0] - hi_in[2] <= 0 <= hi_in[0] - lo_in[2]
-    return any(lo_in[i] <= 0 <= hi_in[i] for i in _DIVISORS.get(kind, []))
-
-
-def _corner_bounds(kind: str, function: Callable[[Values, dict], Decimal], lo_in: Values, hi_in: Values,
-                   claim: dict) -> tuple[Decimal, Decimal]:
-    """The extremes over every corner of the input box (monotone in each input between the corners)."""
-    if kind == "difference" and len(lo_in) > _CORNER_LIMIT:
-        return function(lo_in[:1] + hi_in[1:], claim), function(hi_in[:1] + lo_in[1:], claim)
-    if _divisor_spans_zero(kind, lo_in, hi_in):
-        return _INFINITE
-    corners = [function([hi if s > 0 else lo for lo, hi, s in zip(lo_in, hi_in, signs, strict=True)], claim)
-               for signs in itertools.product((-1, 1), repeat=len(lo_in))]
-    return min(corners), max(corners)
-
-
-def _bounds(kind: str, function: Callable[[Values, dict], Decimal], lo_in: Values, hi_in: Values,
-            claim: dict) -> tuple[Decimal, Decimal]:
-    """The least and greatest value the derivation takes when each input lies in its interval."""
-    if kind in ("spread", "range"):
-        return _spread_bounds(lo_in, hi_in)
-    if kind in _INCREASING or (kind == "product" and min(lo_in) >= 0):
-        return function(lo_in, claim), function(hi_in, claim)
-    special = {"product": lambda: _product_bounds(lo_in, hi_in), "rank": lambda: _rank_bounds(lo_in, hi_in, claim),
-               "relative_range": lambda: _relative_range_bounds(lo_in, hi_in, claim)}
-    if kind in special:
-        return special[kind]()
-    return _corner_bounds(kind, function, lo_in, hi_in, claim)
-
-
-def _side(values: Values) -> Decimal:
-    return values[0] if len(values) == 1 else sum(values, Decimal(0)) / len(values)
-
-
-def _exact(kind: str, function: Callable[[Values, dict], Decimal], values: Values, claim: dict, where: str) -> Decimal:
     try:
-        return function(values, claim)
-    except (ZeroDivisionError, ArithmeticError):
-        raise RecipeError(f"{where}: {kind} of {values[:4]} divides by zero; the claim has no value.") from None
+        spec = msgspec.convert(data, StrictFileSpec if version >= 3 else FileSpec)
+    except msgspec.ValidationError as exc:
+        raise RecipeError(f"{source}: {exc}.") from None
+    if len(spec.figures or {}) + len(spec.claims or []) > MAX_ITEMS:
+        raise RecipeError(f"{source}: more than {MAX_ITEMS} figures and claims.")
+    return spec
 
 
-def _common(claim: dict) -> dict[str, Any]:
-    return {"name": claim["name"], "derive": claim["derive"], "expected_mismatch": claim.get("expect") == "mismatch",
-            "finding": str(claim.get("finding", "")), "where": str(claim.get("where", ""))}
+def _base_figures(spec: FileSpec, source: str) -> dict[str, Figure]:
+    """The `figures` section (a bare value is a figure without unit or place; format 3 needs a unit)."""
+    written = {name: f if isinstance(f, FigureSpec) else FigureSpec(value=f) for name, f in (spec.figures or {}).items()}
+    undeclared = [name for name, f in written.items() if f.unit is UNSET]
+    if spec.format_version >= 3 and undeclared:
+        raise RecipeError(f"{source}: figures {undeclared[:5]} declare no unit (format 3 needs `unit`).")
+    return {name: Figure.of(name, f, source) for name, f in written.items()}
 
 
-def _check_boolean(claim: dict, figures: dict[str, Figure]) -> ClaimResult:
-    stated = figures[claim["name"]]
-    groups = [[figures[n].value for n in (g if isinstance(g, list) else [g])] for g in claim["from"]]
-    got = _boolean(claim["derive"], groups, claim)
-    ok = got == stated.value
-    return ClaimResult(stated=str(stated.value).lower(), recomputed=str(got).lower(),
-                       status="exact" if ok else "mismatch", within_rounding=ok, **_common(claim))
+def _claim(spec: ClaimSpec, figures: dict[str, Figure], version: int, at: str) -> Claim:
+    """One claim of the file, of its kind, checked against the figures declared before it."""
+    kind = KINDS.get(spec.derive)
+    if kind is None:
+        raise RecipeError(f"{at}: unknown derivation {spec.derive[:40]!r}; known: {', '.join(sorted(KINDS))}.")
+    sides = _sides(spec, kind, version, at)
+    claim = kind(spec=spec, stated=Figure.of(spec.name, spec, at), sides=sides, at=at)
+    missing = [n for n in claim.names if n not in figures]
+    if missing:
+        raise RecipeError(f"{at}: {spec.name} derives from unknown figures {missing[:10]}; "
+                          "declare them under figures or as an earlier claim.")
+    claim.check_shape(version)
+    if spec.name in figures:
+        raise RecipeError(f"{at}: {spec.name!r} is declared twice.")
+    inputs = [figures[n] for n in claim.names]
+    claim.check_inputs(inputs)
+    if version >= 3:
+        claim.check_units(inputs)
+    return claim
 
 
-def _selecting_detail(kind: str, stated: Figure, inputs: list[Figure]) -> str:
-    """Why a claim that selects or restates an input prints more decimals than its inputs support ("" if it does not)."""
-    supported = max(f.decimals for f in inputs) + (1 if kind == "median" and len(inputs) % 2 == 0 else 0)
-    if kind in _SELECTING and stated.decimals > supported:
-        return (f"states {stated.decimals} decimals; {kind} of inputs printed with at most "
-                f"{max(f.decimals for f in inputs)} supports {supported}")
-    return ""
+def _check_printed(claim: Claim, seen: dict[str, str]) -> None:
+    """Format 3: the claim's printed text shows its stated value, and no other claim states that text."""
+    text = "" if claim.spec.printed is UNSET else claim.spec.printed.strip()
+    if not text:
+        raise RecipeError(f"{claim.at}: {claim.name} needs `printed`: the text of the report it checks, "
+                          "e.g. \"−3.81%\".")
+    if text in seen:
+        raise RecipeError(f"{claim.at}: {claim.name} states the printed text {text!r} that {seen[text]} already "
+                          "states; one printed figure is one claim.")
+    seen[text] = claim.name
+    claim.check_printed(text)
+    if not claim.shows(text):
+        raise RecipeError(f"{claim.at}: {claim.name} states {claim.stated.value} but its printed text {text!r} does "
+                          "not show that value with that sign and those decimals.")
 
 
-def _status(recomputed: Decimal, stated: Decimal, version: int) -> str:
-    if recomputed != stated:
-        return "mismatch"
-    if version >= 3 and recomputed.is_zero() and recomputed.is_signed() != stated.is_signed():
-        return "mismatch"  # -0.00 says the value was negative; 0.00 that it was not
-    return "exact"
+def parse_claims(data: object, source: str = "<claims>") -> ClaimsFile:
+    return ClaimsFile.parse(data, source)
 
 
-def _sides(claim: dict) -> list[list[str]]:
-    return [g if isinstance(g, list) else [g] for g in claim["from"]]  # a group (format 3) is its mean
+def load_claims(path: Path) -> ClaimsFile:
+    return ClaimsFile.parse(read_yaml(path, "claims file"), str(path))
 
 
-def _side_values(claim: dict, figures: dict[str, Figure]) -> Values:
-    """Each side's value: a figure, or (format 3) the mean of a group."""
-    return [_side([figures[n].value for n in side]) for side in _sides(claim)]  # type: ignore[misc]
+def check_claims(parsed: ClaimsFile) -> list[ClaimResult]:
+    return parsed.check()
 
 
-def _interval_bounds(kind: str, function: Callable[[Values, dict], Decimal], claim: dict,
-                     intervals: dict[str, tuple[Decimal, Decimal]]) -> tuple[Decimal, Decimal]:
-    sides = _sides(claim)
-    return _bounds(kind, function, [_side([intervals[n][0] for n in side]) for side in sides],
-                   [_side([intervals[n][1] for n in side]) for side in sides], claim)
-
-
-def _check(claim: dict, figures: dict[str, Figure], intervals: dict[str, tuple[Decimal, Decimal]],
-           version: int = 2) -> ClaimResult:
-    kind, stated = claim["derive"], figures[claim["name"]]
-    if kind in BOOLEAN_DERIVATIONS:
-        return _check_boolean(claim, figures)
-    function = DERIVATIONS[kind][0]
-    exact = _exact(kind, function, _side_values(claim, figures), claim, f"claim {claim['name']}")
-    lo, hi = _interval_bounds(kind, function, claim, intervals)
-    assert isinstance(stated.value, Decimal)
-    recomputed = _round(exact, stated.decimals)
-    detail = _selecting_detail(kind, stated, [figures[n] for side in _sides(claim) for n in side])
-    status = "mismatch" if detail else _status(recomputed, stated.value, version)
-    reached = None if detail else _reached(stated, lo, hi)
-    if version >= 3 and reached:  # carried into the claims that use this one
-        intervals[claim["name"]] = reached
-    return ClaimResult(stated=str(stated.value), recomputed=str(recomputed), status=status,
-                       within_rounding=reached is not None, detail=detail, **_common(claim))
-
-
-def _reached(stated: Figure, lo: Decimal, hi: Decimal) -> tuple[Decimal, Decimal] | None:
-    """The part of the stated figure's rounding interval that [lo, hi] reaches; None if it reaches none."""
-    assert isinstance(stated.value, Decimal)
-    s_lo, s_hi = stated.value - _half(stated), stated.value + _half(stated)
-    if hi < s_lo or lo > s_hi:
-        return None
-    return max(lo, s_lo), min(hi, s_hi)
-
-
-def check_claims(parsed: dict[str, Any]) -> list[ClaimResult]:
-    figures: dict[str, Figure] = parsed["figures"]
-    version = int(parsed.get("format_version", 2))
-    intervals = {n: (f.value - _half(f), f.value + _half(f)) for n, f in figures.items()
-                 if not isinstance(f.value, bool)}
-    with localcontext() as ctx:
-        ctx.prec = _PRECISION
-        ctx.Emax, ctx.Emin = 10**6, -(10**6)
-        return [_check(claim, figures, intervals, version) for claim in parsed["claims"]]
-
-
-
-def _mark(r: ClaimResult) -> str:
-    if r.status == "exact":
-        return "STALE" if r.expected_mismatch else "OK"
-    return "FINDING" if r.expected_mismatch else "FAIL"
-
-
-def _note(r: ClaimResult) -> str:
-    if r.detail:
-        return f" ({r.detail})"
-    if r.status == "exact":
-        return ""
-    return " (reachable within the inputs' rounding)" if r.within_rounding else " (not reachable even within rounding)"
-
-
-def _result_line(r: ClaimResult, width: int, derive_width: int) -> str:
-    line = (f"{_mark(r):<7} {r.name.ljust(width)}  {r.derive.ljust(derive_width)} stated {r.stated:>10}  "
-            f"recomputed {r.recomputed:>10}{_note(r)}")
-    return line + (f"\n        finding: {r.finding}" if r.finding else "")
-
+# --- the printed results -------------------------------------------------------------------------------
 
 def format_results(results: list[ClaimResult]) -> str:
+    """One line per claim (and its finding), then the count: the text a pipe gets."""
     width = max((len(r.name) for r in results), default=0)
     derive_width = max((len(r.derive) for r in results), default=0) + 1
-    lines = [_result_line(r, width, derive_width) for r in results]
+    lines = []
+    for r in results:
+        lines.append(f"{r.mark:<7} {r.name.ljust(width)}  {r.derive.ljust(derive_width)} stated {r.stated:>10}  "
+                     f"recomputed {r.recomputed:>10}{f' ({r.note})' if r.note else ''}")
+        lines += [f"        finding: {printable(r.finding)}"] if r.finding else []
+    return "\n".join([*lines, summary_line(results)])
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """A file's own text on one line: control characters shown as escapes."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
+
+def summary_line(results: list[ClaimResult]) -> str:
     failed = sum(r.failed for r in results)
     findings = sum(1 for r in results if r.status == "mismatch" and r.expected_mismatch)
-    lines.append(f"{len(results)} claims: {failed} failed, {findings} declared findings.")
-    return "\n".join(lines)
+    return f"{len(results)} claims: {failed} failed, {findings} declared findings."

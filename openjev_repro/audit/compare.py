@@ -28,36 +28,45 @@ differences that can explain differing decisions or probabilities, and says when
 different project code.
 `input_tokens`: each paired case's usage.input_tokens in both runs and the difference (candidate -
 baseline), beside the probability differences (a changed prompt shows as a token offset).
+
+The two recipes are compared too (docs/manifest.md#compare): a difference in what a pair measured
+(the protocol, or the pair's workload: its requests, selection, passes and load levels, the arrival
+process and seed of an open-loop level included) fails the verdict, naming it; any other difference
+beyond the backends' own (inputs, environment expectations, host controls, gates) is listed in the
+verdict. The study's id, date and purpose, its notes and where its inputs lie are not compared.
+
+The result is a `Comparison`: its `Pair`s (one per backend pair: figures, answers, environment;
+`failures(limits)`, `lines()`), its `Verdict` and `to_json()`, the `--out` file.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+import dataclasses
+import functools
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+import msgspec
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from ..decision import YES_THRESHOLD
 from ..errors import EvidenceError, RecipeError, RunIncomplete
-from ..evidence.recipe import parse_recipe, read_yaml
+from ..evidence.recipe import Recipe, parse_recipe, read_yaml
+from ..evidence.records import backends_of, import_of, state_of
 from ..evidence.rows import Row
 from ..evidence.rundir import RunDir
-from ..evidence.summary import LatencyKey
-from ..evidence.tolerances import LIMIT_KEYS, TOLERANCE_KEYS, Tolerances
+from ..evidence.tolerances import LIMIT_KEYS, TOLERANCE_KEYS, Limits, Tolerances
+from ..results.latency import latency_stats
 from ..results.row_table import RowTable, as_table, read_table
-from ..results.statistics import (
-    BOOTSTRAP_METHOD,
-    bootstrap_mean_diff_ci,
-    latency_stats,
-    pair_by_id_and_seq,
-    ranges_disjoint,
-)
-from ..results.tokens import token_differences, token_phrase
+from ..results.statistics import BOOTSTRAP_METHOD, pair_by_id_and_seq, ranges_disjoint
+from ..results.tokens import TokenDifferences, token_differences, token_phrase
 from .bundle import opened
 from .environment_diff import RunEnvironment, environment_differences, explanations, project_note
-from .load_compare import level_failures, level_lines, level_pairs
+from .load_compare import Bootstrap, LevelPair, Metric, fmt, level_columns, level_pairs, level_table, shown
 
 __all__ = [
     "COMPARABLE_STATUSES",
@@ -65,91 +74,618 @@ __all__ = [
     "LIMIT_KEYS",
     "NO_LIMITS",
     "TOLERANCE_KEYS",
+    "Comparison",
+    "Pair",
+    "Verdict",
     "check_tolerances",
     "compare_rows",
     "compare_runs",
-    "limits_for",
     "load_tolerances",
     "run_status",
     "to_markdown",
 ]
 
 COMPARE_FORMAT_VERSION = 1
-N_BOOT = 2000
-_STATS: tuple[LatencyKey, ...] = ("mean_ms", "p50_ms", "p95_jevbench_ms", "p95_nearest_rank_ms")
+COMPARABLE_STATUSES = ("complete", "imported")  # a finished run: a study's, or an import of published evidence
+NO_LIMITS = "no limits declared"
+TOLERANCES_HINT = ("declare limits with --tolerances FILE (format in docs/manifest.md#compare; "
+                   "example: manifests/tolerances/h200-reference-rerun.yaml)")
+MARKDOWN_FLIP_IDS = 20  # the JSON (--out) lists every flip; the printed line names the first ones
+MARKDOWN_RECIPE_LINES = 20  # the JSON lists every recipe difference
 
 
-def load_tolerances(path: Path) -> dict[str, Any]:
+# --- tolerances --------------------------------------------------------------------------------------
+
+def load_tolerances(path: Path) -> Tolerances:
     data = read_yaml(path, "tolerances file")
     if isinstance(data, dict) and "cross_host" in data:  # a collect file (docs/cluster.md), not compare's
         raise RecipeError(f"{path}: cross_host is `invoke collect`'s section (the spread across hosts); compare "
                           "two runs with the file without it, e.g. manifests/tolerances/demo.yaml.")
-    return check_tolerances(data, path)
+    return Tolerances.parse(data, path)
 
 
-def check_tolerances(data: Any, path: Path) -> dict[str, Any]:
-    """A parsed tolerances mapping, checked (`evidence.tolerances.Tolerances.parse`); RecipeError naming path."""
+def check_tolerances(data: object, path: Path | str) -> dict[str, object]:
+    """A tolerances mapping, checked (`Tolerances.parse`; RecipeError naming path), as parsed."""
     return Tolerances.parse(data, path).to_json()
 
 
-def limits_for(tolerances: dict, baseline_backend: str) -> dict[str, Any]:
-    """The top-level limits with the backend's own (per_backend) replacing them key by key."""
-    return Tolerances.of(tolerances).limits_for(baseline_backend).to_json()
+# --- one backend pair ----------------------------------------------------------------------------------
+
+class Overall(msgspec.Struct, frozen=True):
+    """The pooled latency figures of the measured passes."""
+
+    mean_ms: Metric
+    p50_ms: Metric
+    p95_jevbench_ms: Metric
+    p95_nearest_rank_ms: Metric
 
 
-def _load(directory: Path) -> tuple[RowTable, Any, dict[str, str | None]]:
-    recipe_path = Path(directory) / "recipe.yaml"
-    if not recipe_path.is_file():
-        raise EvidenceError(f"{directory} has no recipe.yaml; compare reads run directories or bundles.")
-    return (read_table(Path(directory) / "rows.jsonl"),
-            parse_recipe(recipe_path.read_text(encoding="utf-8"), str(recipe_path)),
-            _fingerprints(Path(directory) / "backends.json"))
+class _Latencies(msgspec.Struct, frozen=True):
+    mean_ms: float | None
+    p50_ms: float | None
+    p95_jevbench_ms: float | None
+    p95_nearest_rank_ms: float | None
+
+    @classmethod
+    def of(cls, latencies: np.ndarray) -> _Latencies:
+        return msgspec.convert(latency_stats(latencies), cls)
 
 
-def _fingerprints(path: Path) -> dict[str, str | None]:
-    """backend -> weights_fingerprint from a run's backends.json ({} when the run has none)."""
-    if not path.is_file():
-        return {}
-    backends = RunDir(path.parent).read(path.name).get("backends") or {}
-    return {name: info.get("weights_fingerprint") if isinstance(info.get("weights_fingerprint"), str) else None
-            for name, info in backends.items() if isinstance(info, dict)}
+class Counts(msgspec.Struct, frozen=True):
+    baseline: int
+    candidate: int
 
 
-# Statuses of a finished run: a study's, or an import of published evidence.
-COMPARABLE_STATUSES = ("complete", "imported")
+class PassRanges(msgspec.Struct, frozen=True):
+    """[lowest, highest] pass mean of each run, and whether they overlap."""
 
+    baseline: list[float] | None
+    candidate: list[float] | None
+    overlap: bool | None
+
+    @classmethod
+    def of(cls, means_b: Iterable[float | None], means_c: Iterable[float | None]) -> PassRanges:
+        range_b, range_c = _range(means_b), _range(means_c)
+        disjoint = ranges_disjoint(range_b, range_c)
+        return cls(range_b, range_c, None if disjoint is None else not disjoint)
+
+
+def _range(means: Iterable[float | None]) -> list[float] | None:
+    """[lowest, highest] pass mean; a pass with no successful request has no mean and is left out."""
+    known = [m for m in means if m is not None]
+    return [min(known), max(known)] if known else None
+
+
+class Flip(msgspec.Struct, frozen=True):
+    id: str | None
+    seq: int
+    baseline: str
+    candidate: str
+
+
+class WeightsFingerprint(msgspec.Struct, frozen=True):
+    baseline: str | None
+    candidate: str | None
+    same: bool | None
+
+    @classmethod
+    def of(cls, b: str | None, c: str | None) -> WeightsFingerprint:
+        return cls(b, c, None if b is None or c is None else b == c)
+
+    def lines(self) -> list[str]:
+        if not (self.baseline or self.candidate):
+            return []
+        same = {True: "same", False: "DIFFERENT", None: "not comparable"}[self.same]
+        return [f"- weights fingerprint: {same} (baseline {self.baseline}, candidate {self.candidate})"]
+
+
+class PublishedFigure(msgspec.Struct, frozen=True):
+    """A figure an imported run's evidence publishes (import.json `figures`)."""
+
+    arm: str
+    figure: str
+    published: int | float
+    status: str | None = None
+
+
+class PublishedBeside(msgspec.Struct, frozen=True):
+    """A published reduction of an imported run's arms, beside ours."""
+
+    published: int | float
+    status: str | None
+    ours: float | None
+
+
+@dataclass(frozen=True)
+class Answers:
+    """The first measured passes paired by (id, seq): both probabilities of each answered case."""
+
+    ids: list[str | None]
+    seqs: np.ndarray
+    baseline: np.ndarray  # probabilities
+    candidate: np.ndarray
+    unpaired: int
+
+    @property
+    def paired(self) -> int:
+        return len(self.ids)
+
+    @functools.cached_property
+    def max_abs_probability_delta(self) -> float | None:
+        return float(np.abs(self.candidate - self.baseline).max()) if self.paired else None
+
+    @functools.cached_property
+    def decision_flips(self) -> list[Flip]:
+        yes_b, yes_c = self.baseline >= YES_THRESHOLD, self.candidate >= YES_THRESHOLD
+        word = {True: "yes", False: "no"}
+        return [Flip(self.ids[k], int(self.seqs[k]), word[bool(yes_b[k])], word[bool(yes_c[k])])
+                for k in np.flatnonzero(yes_b != yes_c).tolist()]
+
+    def to_json(self) -> dict[str, object]:
+        delta = self.candidate - self.baseline
+        by_case = [{"id": i, "seq": q, "baseline": x, "candidate": y, "delta": d} for i, q, x, y, d in
+                   zip(self.ids, self.seqs.tolist(), self.baseline.tolist(), self.candidate.tolist(), delta.tolist(),
+                       strict=True)]
+        return {"paired": self.paired, "unpaired": self.unpaired,
+                "decision_flips": msgspec.to_builtins(self.decision_flips),
+                "max_abs_probability_delta": self.max_abs_probability_delta, "by_case": by_case}
+
+
+class EnvironmentItem(msgspec.Struct, frozen=True):
+    item: str
+    text: str
+
+
+class Environment(msgspec.Struct, frozen=True):
+    """A pair's environment differences (audit/environment_diff.py), decoded once."""
+
+    differences: list[EnvironmentItem]
+    not_recorded: list[str]
+
+    def drift(self) -> list[str]:
+        """The environment drift a run was measured with (--allow-environment-drift)."""
+        return [d.text for d in self.differences if d.item == "drift"]
+
+    def lines(self) -> list[str]:
+        lines = ["Environment differences (baseline vs candidate):", ""]
+        lines += [f"- {d.text}" for d in self.differences] or ["- none recorded"]
+        if self.not_recorded:
+            lines.append(f"- not recorded by either run: {', '.join(self.not_recorded)}")
+        return lines
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What a check found: its failures, and each limit it checked."""
+
+    failures: list[str] = field(default_factory=list)
+    checked: list[str] = field(default_factory=list)
+
+    def __add__(self, other: Findings) -> Findings:
+        return Findings(self.failures + other.failures, self.checked + other.checked)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One (workload, baseline backend → candidate backend): figures, answers and what explains them."""
+
+    workload: str
+    baseline_backend: str
+    candidate_backend: str
+    errors: Counts  # failed measured requests
+    overall: Overall
+    passes: dict[int, Metric]  # pass index -> pass mean
+    pass_mean_ranges_ms: PassRanges
+    bootstrap: Bootstrap
+    answers: Answers
+    input_tokens: TokenDifferences  # results/tokens.py's record of the paired cases' token counts
+    weights_fingerprint: WeightsFingerprint
+    levels: list[LevelPair] | None = None  # load runs only
+    unmatched_levels: list[str] = field(default_factory=list)
+    environment: Environment | None = None  # compare_runs: from the run directories
+    published: dict[str, PublishedBeside] = field(default_factory=dict)  # an imported run against itself
+
+    @property
+    def where(self) -> str:
+        return f"{self.workload}/{self.baseline_backend}→{self.candidate_backend}"
+
+    def failures(self, limits: Limits) -> Findings:
+        """The declared limits this pair exceeds (and every limit checked), at every load level too; a level
+        in one run only and a failed request fail whatever the limits."""
+        where = self.where
+        found = self._figures_within(limits) + self._answers_and_weights(limits)
+        found.failures.extend(f"{where}: level {u} has no counterpart" for u in self.unmatched_levels)
+        for level in self.levels or []:
+            found += Findings(*level.failures(limits, where))
+        if self.errors.baseline or self.errors.candidate:
+            counts = f"{{'baseline': {self.errors.baseline}, 'candidate': {self.errors.candidate}}}"
+            found.failures.append(f"{where}: failed requests in the measured passes ({counts})")
+        return found
+
+    def _figures_within(self, limits: Limits) -> Findings:
+        """The pooled mean and P95 ratios and the largest probability delta against their limits."""
+        where, found = self.where, Findings()
+        mean, delta = self.overall.mean_ms, self.answers.max_abs_probability_delta
+        for limit, label, value in ((limits.max_mean_ratio, "mean ratio", mean.ratio),
+                                    (limits.max_p95_ratio, "P95 (JevBench) ratio", self.overall.p95_jevbench_ms.ratio),
+                                    (limits.max_probability_delta, "max probability delta", delta)):
+            if limit is not UNSET:
+                found.checked.append(f"{where}: {label} {shown(value)} <= {limit}")
+                if value is None or value > limit:
+                    found.failures.append(f"{where}: {label} {shown(value)} exceeds {limit}")
+        if limits.min_mean_ratio is not UNSET:
+            found.checked.append(f"{where}: mean ratio >= {limits.min_mean_ratio}")
+            if mean.ratio_failure("mean ratio", limits.min_mean_ratio, above=False):
+                found.failures.append(f"{where}: mean ratio {shown(mean.ratio)} is below {limits.min_mean_ratio} "
+                                      "(much faster than the baseline is a finding too)")
+        return found
+
+    def _answers_and_weights(self, limits: Limits) -> Findings:
+        where, found = self.where, Findings()
+        if limits.decisions_must_match is True:
+            flips = self.answers.decision_flips
+            found.checked.append(f"{where}: decisions match ({len(flips)} flips)")
+            if flips or self.answers.unpaired:
+                found.failures.append(f"{where}: decisions differ ({', '.join(str(f.id) for f in flips) or 'unpaired cases'})")
+        if limits.weights_must_match is True:
+            w = self.weights_fingerprint
+            found.checked.append(f"{where}: weights fingerprints match")
+            if w.same is not True:
+                found.failures.append(f"{where}: weights fingerprints differ or are missing "
+                                      f"(baseline {w.baseline}, candidate {w.candidate})")
+        return found
+
+    def explanations(self) -> list[str]:
+        """The recorded environment differences that can explain differing answers (environment_diff.py)."""
+        flips = msgspec.to_builtins(self.answers.decision_flips)
+        return explanations({"workload": self.workload, "baseline_backend": self.baseline_backend,
+                             "candidate_backend": self.candidate_backend,
+                             "answers": {"decision_flips": flips,
+                                         "max_abs_probability_delta": self.answers.max_abs_probability_delta},
+                             "environment": msgspec.to_builtins(self.environment)})
+
+    def metrics(self) -> Iterator[tuple[str, Metric]]:
+        """(name, metric) as the table and the JSON name them: overall.mean_ms, ..., pass1.mean_ms, ..."""
+        yield from ((f"overall.{k}", getattr(self.overall, k)) for k in Overall.__struct_fields__)
+        yield from ((f"pass{p}.mean_ms", m) for p, m in self.passes.items())
+
+    def lines(self) -> list[str]:
+        """The pair's section: its metric table, a line per finding, its environment differences."""
+        lines = [f"### {self.workload}: {self.baseline_backend} (baseline) vs {self.candidate_backend} (candidate)",
+                 "", "| metric | baseline (ms) | candidate (ms) | delta (ms) | ratio |",
+                 "| --- | ---: | ---: | ---: | ---: |"]
+        lines += [f"| {name} | {fmt(m.baseline)} | {fmt(m.candidate)} | {fmt(m.delta)} | {fmt(m.ratio, 4)} |"
+                  for name, m in self.metrics()]
+        a, b = self.answers, self.bootstrap
+        interval = self.bootstrap.interval()
+        lines += ["", f"- pass mean ranges overlap: {self.pass_mean_ranges_ms.overlap}",
+                  (f"- bootstrap 95% interval of the mean difference: "
+                   f"{interval if interval == '—' else interval + ' ms'} (seed {b.seed}, "
+                   f"bootstrap method v{b.method_version})"),
+                  f"- decision flips: {len(a.decision_flips)} of {a.paired} paired cases" + _flip_ids(a.decision_flips),
+                  f"- max |probability delta|: {a.max_abs_probability_delta!r}",
+                  f"- {token_phrase(self.input_tokens, 'candidate', 'baseline')}"]
+        lines += [f"- published {figure} (imported run): {v.published!r}; ours {v.ours!r} "
+                  f"({(v.status or 'unknown').replace('_', ' ')} at import)" for figure, v in self.published.items()]
+        lines += self.weights_fingerprint.lines()
+        if self.levels is not None:
+            lines += level_table(self.levels, self.unmatched_levels)
+        return lines + ["", *(self.environment.lines() if self.environment else []), ""]
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "workload": self.workload, "baseline_backend": self.baseline_backend,
+            "candidate_backend": self.candidate_backend, "errors": msgspec.to_builtins(self.errors),
+            "metrics": {name: msgspec.to_builtins(m) for name, m in self.metrics()},
+            "pass_mean_ranges_ms": msgspec.to_builtins(self.pass_mean_ranges_ms),
+            "bootstrap": msgspec.to_builtins(self.bootstrap), "answers": self.answers.to_json(),
+            "input_tokens": self.input_tokens.to_json(), "weights_fingerprint": msgspec.to_builtins(self.weights_fingerprint)}
+        if self.levels is not None:
+            out.update(levels=msgspec.to_builtins(self.levels), unmatched_levels=self.unmatched_levels)
+        if self.environment is not None:
+            out.update(environment=msgspec.to_builtins(self.environment))
+        if self.published:
+            out.update(published=msgspec.to_builtins(self.published))
+        return out
+
+
+def _flip_ids(flips: list[Flip]) -> str:
+    if not flips:
+        return ""
+    more = len(flips) - MARKDOWN_FLIP_IDS
+    return (f" ({', '.join(str(f.id) for f in flips[:MARKDOWN_FLIP_IDS])}"
+            f"{f', … and {more} more (all in the --out JSON)' if more > 0 else ''})")
+
+
+# --- the pair from two runs' rows ------------------------------------------------------------------------
+
+Passes = dict[int, np.ndarray]  # pass index -> row indices in seq order
+
+
+@dataclass(frozen=True)
+class Side:
+    """One run's measured rows of one (workload, backend)."""
+
+    t: RowTable
+    passes: Passes
+
+    def latencies(self, rows: np.ndarray) -> np.ndarray:
+        return self.t.latency_ms[rows[self.t.ok[rows]]]
+
+    def all_latencies(self) -> np.ndarray:
+        return np.concatenate([self.latencies(self.passes[p]) for p in sorted(self.passes)])
+
+    def pass_means(self) -> dict[int, float | None]:
+        return {p: _Latencies.of(self.latencies(rows)).mean_ms for p, rows in self.passes.items()}
+
+    def errors(self) -> int:
+        return sum(int((~self.t.ok[rows]).sum()) for rows in self.passes.values())
+
+    @property
+    def first(self) -> np.ndarray:
+        """The first measured pass: where answers are paired."""
+        return self.passes[min(self.passes)]
+
+
+def _ids_in(t: RowTable, other: RowTable, idx: np.ndarray) -> np.ndarray:
+    """The id codes of `other`'s rows at idx, translated into `t`'s codes (new ids get new codes)."""
+    lookup = t.ids.lookup()
+    remap = np.array([lookup.setdefault(v, len(lookup)) for v in other.ids.values] or [0], dtype=np.int64)
+    return remap[other.ids.codes[idx]]
+
+
+def _paired_cases(b: Side, c: Side) -> tuple[Answers, TokenDifferences]:
+    """The first measured passes paired by (id, seq): the answers, and the input-token differences."""
+    tb, tc, base, cand = b.t, c.t, b.first, c.first
+    match, unpaired = pair_by_id_and_seq(tb.ids.codes[base].astype(np.int64), tb.seq[base], _ids_in(tb, tc, cand),
+                                         tc.seq[cand])
+    pb, pc = base[match >= 0], cand[match[match >= 0]]
+    tokens = token_differences(tb.ids.strings(pb), tb.seq[pb].tolist(), tb.input_tokens[pb], tb.has_input_tokens[pb],
+                               tc.input_tokens[pc], tc.has_input_tokens[pc])
+    answered = tb.has_probability[pb] & tc.has_probability[pc]
+    ab, ac = pb[answered], pc[answered]
+    return Answers(tb.ids.strings(ab), tb.seq[ab], tb.probability[ab], tc.probability[ac], unpaired), tokens
+
+
+def _pair(workload: str, names: tuple[str, str], b: Side, c: Side, seed: int, levels: tuple[list[LevelPair], list[str]] | None,
+          fingerprints: tuple[str | None, str | None]) -> Pair:
+    lat_b, lat_c = b.all_latencies(), c.all_latencies()
+    sb, sc = _Latencies.of(lat_b), _Latencies.of(lat_c)
+    means_b, means_c = b.pass_means(), c.pass_means()
+    answers, tokens = _paired_cases(b, c)
+    return Pair(workload, *names, errors=Counts(b.errors(), c.errors()),
+                overall=Overall(*(Metric.of(getattr(sb, k), getattr(sc, k)) for k in Overall.__struct_fields__)),
+                passes={p: Metric.of(means_b.get(p), means_c.get(p)) for p in sorted(set(means_b) | set(means_c))},
+                pass_mean_ranges_ms=PassRanges.of(means_b.values(), means_c.values()),
+                bootstrap=Bootstrap.of_latencies(lat_b, lat_c, seed, "mean(candidate) - mean(baseline), measured latencies"),
+                answers=answers, input_tokens=tokens, weights_fingerprint=WeightsFingerprint.of(*fingerprints),
+                levels=None if levels is None else levels[0], unmatched_levels=[] if levels is None else levels[1])
+
+
+# --- the recipes ---------------------------------------------------------------------------------------------
+
+class RecipeDifference(msgspec.Struct, frozen=True):
+    """One setting the two recipes hold differently (JSON text of each value; "absent" where one has none)."""
+
+    path: str
+    baseline: str
+    candidate: str
+    measured: bool  # a setting of what a pair measured (protocol, the pair's workload): fails the verdict
+
+    def text(self) -> str:
+        return f"{self.path}: {self.baseline} vs {self.candidate}"
+
+
+_NOT_COMPARED = ("study.", "notes", "backends[", "inputs.root")  # descriptive, the backends' own, where inputs lie
+_ABSENT = object()
+
+
+def _named(items: object) -> dict[str, object] | None:
+    """A list of settings that each have a name (or a path), by it; None for any other value."""
+    if not isinstance(items, list) or not items or not all(isinstance(v, dict) and ("name" in v or "path" in v)
+                                                            for v in items):
+        return None
+    return {str(v.get("name", v.get("path"))): v for v in items}
+
+
+def _children(b: object, c: object, path: str) -> dict[str, tuple[object, object]] | None:
+    """The settings under two values of a recipe dump, by path (_ABSENT where one has none); None for two
+    values that are single settings (numbers, text, lists without names)."""
+    if isinstance(b, dict) and isinstance(c, dict):
+        return {f"{path}.{_key(k)}" if path else _key(k): (b.get(k, _ABSENT), c.get(k, _ABSENT)) for k in [*b, *c]}
+    named_b, named_c = _named(b), _named(c)
+    if named_b is None or named_c is None:
+        return None
+    return {f"{path}[{_key(k)}]": (named_b.get(k, _ABSENT), named_c.get(k, _ABSENT)) for k in [*named_b, *named_c]}
+
+
+def _key(key: object) -> str:
+    """A key or a name as one printable line (a recipe's own text: control characters escaped)."""
+    return json.dumps(str(key), ensure_ascii=False)[1:-1]
+
+
+def _differing(b: object, c: object, path: str) -> Iterator[tuple[str, str, str]]:
+    """(path, baseline text, candidate text) of each setting the two recipe dumps hold differently; a
+    setting present in one only is one difference, not one per field."""
+    children = _children(b, c, path)
+    if children is None:
+        yield from [(path, _text(b), _text(c))] if b != c else []
+        return
+    for sub, (x, y) in children.items():
+        if x is _ABSENT or y is _ABSENT:
+            yield sub, _text(x), _text(y)
+        else:
+            yield from _differing(x, y, sub)
+
+
+def _text(value: object) -> str:
+    """A setting as JSON (control characters escaped), at most 60 characters; "absent" where there is none."""
+    if value is _ABSENT:
+        return "absent"
+    text = json.dumps(value, ensure_ascii=True)
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def recipe_differences(base: Recipe, cand: Recipe, workloads: Iterable[str]) -> list[RecipeDifference]:
+    """Every setting beyond the backends' own that the two recipes hold differently, in the baseline's order;
+    those of what a compared pair measured (the protocol, its workloads) fail the verdict."""
+    measured = ("protocol.", *(f"workloads[{w}]" for w in workloads))
+    return [RecipeDifference(path, b, c, path.startswith(measured))
+            for path, b, c in _differing(base.model_dump(mode="json"), cand.model_dump(mode="json"), "")
+            if not path.startswith(_NOT_COMPARED)]
+
+
+# --- the verdict ---------------------------------------------------------------------------------------------
+
+class Verdict(msgspec.Struct, frozen=True, omit_defaults=True):
+    """PASS/FAIL against the declared limits; a missing counterpart, a failed measured request or a recipe
+    difference in what was measured fails whether limits are declared or not; with no limit declared and
+    nothing failed, passed is None."""
+
+    passed: bool | None
+    failures: list[str]
+    checked: list[str]
+    note: str | UnsetType = UNSET
+    tolerances: dict[str, object] | UnsetType = UNSET
+    incomplete_runs: list[str] | UnsetType = UNSET
+    recipe_differences: list[RecipeDifference] | UnsetType = UNSET
+    explanations: list[str] | UnsetType = UNSET  # from the run directories (compare_runs)
+    project_code: str | None | UnsetType = UNSET
+    environment_drift: list[str] | UnsetType = UNSET
+
+    @classmethod
+    def of(cls, found: Findings, tolerances: Tolerances | None, recipes: list[RecipeDifference]) -> Verdict:
+        """FAIL on any failure; else PASS when a limit was checked; else no verdict, and where limits come from."""
+        passed = False if found.failures else (True if found.checked else None)
+        note = UNSET if found.checked else NO_LIMITS if tolerances else f"{NO_LIMITS}: {TOLERANCES_HINT}"
+        return cls(passed, found.failures, found.checked, note=note,
+                   tolerances=tolerances.to_json() if tolerances else UNSET, recipe_differences=recipes or UNSET)
+
+    def _recipe_lines(self) -> list[str]:
+        listed = [d.text() for d in self.recipe_differences or [] if not d.measured]
+        lines = [f"- the recipes differ beyond their backends: {text}" for text in listed[:MARKDOWN_RECIPE_LINES]]
+        more = len(listed) - MARKDOWN_RECIPE_LINES
+        return lines + ([f"- … and {more} more recipe differences (all in the --out JSON)"] if more > 0 else [])
+
+    @property
+    def headline(self) -> str:
+        verdict = NO_LIMITS if self.passed is None else ("PASS" if self.passed else "FAIL")
+        if self.incomplete_runs:
+            verdict += " over INCOMPLETE runs (--allow-incomplete): " + "; ".join(self.incomplete_runs)
+        return verdict
+
+    def lines(self) -> list[str]:
+        """The verdict, its failures, and on PASS every limit checked; with no limit, where limits come from;
+        then what else differs: the recipes beyond what was measured, and the environment."""
+        lines = [f"**Verdict: {self.headline}**", *(f"- {f}" for f in self.failures)]
+        if self.passed and self.checked:
+            lines += ["", "Limits checked:", *(f"- {c}" for c in self.checked)]
+        if not self.checked:
+            lines.append(f"- {NO_LIMITS if self.note is UNSET else self.note}")
+        return lines + self.differences()
+
+    def differences(self) -> list[str]:
+        """The recipe differences that do not fail it (the first ones), the environment's explanations,
+        drift and project code."""
+        lines = self._recipe_lines()
+        lines += [f"- explained by the environment: {e}" for e in self.explanations or []]
+        lines += [f"- {d}" for d in self.environment_drift or []]
+        return lines + ([f"- {self.project_code}"] if self.project_code else [])
+
+
+def _verdict(pairs: list[Pair], tolerances: Tolerances | None, unmatched: list[str],
+             recipes: list[RecipeDifference]) -> Verdict:
+    found = Findings([f"backend {name} has no counterpart in the other run" for name in unmatched])
+    for p in pairs:
+        found += p.failures(tolerances.limits_for(p.baseline_backend) if tolerances else Limits())
+    found.failures.extend(f"the recipes measure differently: {d.text()}" for d in recipes if d.measured)
+    return Verdict.of(found, tolerances, recipes)
+
+
+# --- the comparison ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two runs compared: every backend pair, the backends without a counterpart, and the verdict."""
+
+    pairs: list[Pair]
+    unmatched: list[str]
+    verdict: Verdict
+    runs: dict[str, str] = field(default_factory=dict)  # baseline, candidate and their study ids (compare_runs)
+
+    def to_json(self) -> dict[str, object]:
+        """The --out file."""
+        return {"format_version": COMPARE_FORMAT_VERSION, "pairs": [p.to_json() for p in self.pairs],
+                "unmatched": self.unmatched, "bootstrap_method": dict(BOOTSTRAP_METHOD, numpy=np.__version__),
+                "verdict": msgspec.to_builtins(self.verdict), **self.runs}
+
+    def markdown(self) -> str:
+        return "\n".join([line for p in self.pairs for line in p.lines()] + self.verdict.lines()) + "\n"
+
+
+def to_markdown(result: Comparison) -> str:
+    return result.markdown()
+
+
+def _tolerances(tolerances: Tolerances | Mapping[str, object] | None) -> Tolerances | None:
+    """A caller's tolerances as the record (a mapping is checked as a file's would be)."""
+    if tolerances is None or isinstance(tolerances, Tolerances):
+        return tolerances
+    return Tolerances.parse(dict(tolerances), "<tolerances>")
+
+
+def compare_rows(base_rows: RowTable | Iterable[Row], cand_rows: RowTable | Iterable[Row], *,
+                 tolerances: Tolerances | Mapping[str, object] | None = None, seed: int = 20261003,
+                 fingerprints: tuple[Mapping[str, str | None], Mapping[str, str | None]] = ({}, {}),
+                 recipes: tuple[Recipe, Recipe] | None = None) -> Comparison:
+    """Compare two runs' rows (RowTables, or iterables of Row) backend by backend."""
+    tol = _tolerances(tolerances)
+    tb, tc = as_table(base_rows), as_table(cand_rows)
+    base, cand = tb.by_pass("measured"), tc.by_pass("measured")
+    levels_b, levels_c = level_columns(tb), level_columns(tc)
+    pairs, unmatched = [], []
+    for (workload, name) in base:  # the runs' own order (the recipe's: backends run one after another)
+        other = tol.candidate_for(name) if tol else name
+        if other is None:
+            continue  # a mapping target pairs only with what the user mapped to it, not with its namesake
+        if (workload, other) not in cand:
+            unmatched.append(f"{workload}/{name}")
+            continue
+        levels = level_pairs(levels_b, levels_c, workload, name, other, seed)  # load runs only
+        pairs.append(_pair(workload, (name, other), Side(tb, base[(workload, name)]), Side(tc, cand[(workload, other)]),
+                           seed, levels, (fingerprints[0].get(name), fingerprints[1].get(other))))
+    if not pairs:
+        raise EvidenceError("The two runs share no (workload, backend) pair; map backend names in the tolerances file.")
+    differences = recipe_differences(*recipes, dict.fromkeys(p.workload for p in pairs)) if recipes else []
+    return Comparison(pairs, unmatched, _verdict(pairs, tol, unmatched, differences))
+
+
+# --- two run directories ------------------------------------------------------------------------------------------
 
 def run_status(directory: Path) -> str:
     """The run's status; a "running" run whose study died reads "incomplete"; no state.json reads "unknown"."""
     if not (Path(directory) / "state.json").is_file():
         return "unknown"
-    return str(RunDir(Path(directory)).effective_state().get("status"))
+    return str(state_of(RunDir(Path(directory))).status)
 
 
-def compare_runs(baseline: Path, candidate: Path, *, tolerances: dict | None = None, seed: int = 20261003,
-                 allow_incomplete: bool = False) -> dict:
-    """Compare two runs; an incomplete one is refused unless allow_incomplete, and then named in the verdict."""
-    incomplete: list[str] = []
-    environments: list[RunEnvironment] = []
-    with contextlib.ExitStack() as stack:
-        loaded = []
-        for role, path in (("baseline", baseline), ("candidate", candidate)):
-            directory = stack.enter_context(opened(path))
-            incomplete += _incomplete(role, path, directory, allow_incomplete)
-            loaded.append(_load(directory))
-            environments.append(RunEnvironment(directory))
-        base, cand = loaded
-        same_run = Path(baseline).resolve() == Path(candidate).resolve()
-        published = _published_figures(Path(baseline)) if same_run else []
-    result = compare_rows(base[0], cand[0], tolerances=tolerances, seed=seed, fingerprints=(base[2], cand[2]))
-    result.update(baseline=str(baseline), candidate=str(candidate),
-                  baseline_study=base[1].study.id, candidate_study=cand[1].study.id)
-    if incomplete:
-        result["verdict"]["incomplete_runs"] = incomplete
-    _explain(result, *environments)
-    for pair in result["pairs"]:  # an imported run's arms against each other: their published reduction too
-        _add_published(pair, published)
-    return result
+@dataclass(frozen=True)
+class Run:
+    """What compare reads of one run directory: its rows, recipe, fingerprints and recorded environment."""
+
+    table: RowTable
+    recipe: Recipe
+    fingerprints: dict[str, str | None]
+    environment: RunEnvironment
+
+    @classmethod
+    def at(cls, directory: Path) -> Run:
+        recipe_path = Path(directory) / "recipe.yaml"
+        if not recipe_path.is_file():
+            raise EvidenceError(f"{directory} has no recipe.yaml; compare reads run directories or bundles.")
+        return cls(read_table(Path(directory) / "rows.jsonl"),
+                   parse_recipe(recipe_path.read_text(encoding="utf-8"), str(recipe_path)),
+                   backends_of(RunDir(Path(directory))).fingerprints(), RunEnvironment(directory))
 
 
 def _incomplete(role: str, path: Path, directory: Path, allow_incomplete: bool) -> list[str]:
@@ -163,343 +699,54 @@ def _incomplete(role: str, path: Path, directory: Path, allow_incomplete: bool) 
     return [f"{role} {path} (status {status!r})"]
 
 
-def _add_published(pair: dict[str, Any], published: list[dict[str, Any]]) -> None:
-    """The published reductions of this pair's arms (an imported run), beside ours."""
-    name = f"{pair['candidate_backend']} vs {pair['baseline_backend']}"
-    ratio = pair["metrics"]["overall.mean_ms"]["ratio"]
-    for f in published:
-        if f["arm"] == name and f["figure"].endswith("_reduction_percent"):
-            pair.setdefault("published", {})[f["figure"]] = {
-                "published": f["published"], "status": f.get("status"),
-                "ours": None if ratio is None else (1 - ratio) * 100}
+def _published_figures(directory: Path) -> list[PublishedFigure]:
+    """An imported run's published figures (none for a study's run); entries of another shape are skipped."""
+    record = import_of(RunDir(directory))
+    return [f for f in map(_figure, record.figures if record else ()) if f is not None]
+
+
+def _figure(entry: object) -> PublishedFigure | None:
+    with contextlib.suppress(msgspec.ValidationError):
+        return msgspec.convert(entry, PublishedFigure)
+    return None
+
+
+def _published_beside(pair: Pair, figures: list[PublishedFigure]) -> dict[str, PublishedBeside]:
+    """The published reductions of this pair's arms (an imported run compared with itself), beside ours."""
+    name, ratio = f"{pair.candidate_backend} vs {pair.baseline_backend}", pair.overall.mean_ms.ratio
+    return {f.figure: PublishedBeside(f.published, f.status, None if ratio is None else (1 - ratio) * 100)
+            for f in figures if f.arm == name and f.figure.endswith("_reduction_percent")}
+
+
+def compare_runs(baseline: Path, candidate: Path, *, tolerances: Tolerances | Mapping[str, object] | None = None,
+                 seed: int = 20261003, allow_incomplete: bool = False) -> Comparison:
+    """Compare two runs; an incomplete one is refused unless allow_incomplete, and then named in the verdict."""
+    incomplete: list[str] = []
+    with contextlib.ExitStack() as stack:
+        runs = []
+        for role, path in (("baseline", baseline), ("candidate", candidate)):
+            directory = stack.enter_context(opened(path))
+            incomplete += _incomplete(role, path, directory, allow_incomplete)
+            runs.append(Run.at(directory))
+        same_run = Path(baseline).resolve() == Path(candidate).resolve()
+        published = _published_figures(Path(baseline)) if same_run else []
+    b, c = runs
+    compared = compare_rows(b.table, c.table, tolerances=tolerances, seed=seed,
+                            fingerprints=(b.fingerprints, c.fingerprints), recipes=(b.recipe, c.recipe))
+    pairs = [_with_environment(p, b.environment, c.environment, published) for p in compared.pairs]
+    drift = sorted({text for p in pairs if p.environment for text in p.environment.drift()})
+    verdict = msgspec.structs.replace(
+        compared.verdict, incomplete_runs=incomplete or UNSET, explanations=[e for p in pairs for e in p.explanations()],
+        project_code=project_note(b.environment, c.environment), environment_drift=drift)
+    return Comparison(pairs, compared.unmatched, verdict,
+                      {"baseline": str(baseline), "candidate": str(candidate), "baseline_study": b.recipe.study.id,
+                       "candidate_study": c.recipe.study.id})
+
+
+def _with_environment(pair: Pair, base: RunEnvironment, cand: RunEnvironment,
+                      published: list[PublishedFigure]) -> Pair:
+    """The pair with its environment differences (environment_diff.py) and any published figures beside it."""
+    found = environment_differences(base, cand, pair.baseline_backend, pair.candidate_backend)
+    return dataclasses.replace(pair, environment=msgspec.convert(found, Environment, from_attributes=True),
+                   published=_published_beside(pair, published))
 
-
-def _published_figures(directory: Path) -> list[dict[str, Any]]:
-    """An imported run's published figures ({arm, figure, published, status}); entries of another shape are skipped."""
-    if not (directory / "import.json").is_file():
-        return []
-    record = RunDir(directory).read("import.json")
-    figures = record.get("figures") if isinstance(record, dict) else None
-    return [f for f in figures if _is_figure(f)] if isinstance(figures, list) else []
-
-
-def _is_figure(f: Any) -> bool:
-    if not isinstance(f, dict) or not isinstance(f.get("arm"), str) or not isinstance(f.get("figure"), str):
-        return False
-    published = f.get("published")
-    return isinstance(published, (int, float)) and not isinstance(published, bool) and \
-        isinstance(f.get("status"), (str, type(None)))
-
-
-def _explain(result: dict, base: RunEnvironment, cand: RunEnvironment) -> None:
-    """Environment differences per pair; the verdict's explanation and project-code lines."""
-    for pair in result["pairs"]:
-        pair["environment"] = environment_differences(base, cand, pair["baseline_backend"], pair["candidate_backend"])
-    verdict = result["verdict"]
-    verdict["explanations"] = [line for pair in result["pairs"] for line in explanations(pair)]
-    verdict["project_code"] = project_note(base, cand)
-    drift = sorted({d["text"] for p in result["pairs"] for d in p["environment"]["differences"] if d["item"] == "drift"})
-    verdict["environment_drift"] = drift
-
-
-_Passes = dict[int, np.ndarray]  # pass index -> row indices in seq order
-
-
-def _metric(b: float | None, c: float | None) -> dict[str, float | None]:
-    return {"baseline": b, "candidate": c, "delta": None if b is None or c is None else c - b,
-            "ratio": c / b if b and c is not None else None}
-
-
-def _range(means: Iterable[float | None]) -> list[float] | None:
-    """[lowest, highest] pass mean; a pass with no successful request has no mean and is left out."""
-    known = [m for m in means if m is not None]
-    return [min(known), max(known)] if known else None
-
-
-def _ok_latencies(t: RowTable, idx: np.ndarray) -> np.ndarray:
-    return t.latency_ms[idx[t.ok[idx]]]
-
-
-def _pair(workload: str, base_name: str, cand_name: str, tb: RowTable, base: _Passes, tc: RowTable, cand: _Passes,
-          seed: int) -> dict[str, Any]:
-    lat_b = np.concatenate([_ok_latencies(tb, base[p]) for p in sorted(base)])
-    lat_c = np.concatenate([_ok_latencies(tc, cand[p]) for p in sorted(cand)])
-    means_b, means_c = _pass_means(tb, base), _pass_means(tc, cand)
-    return {
-        "workload": workload, "baseline_backend": base_name, "candidate_backend": cand_name,
-        "errors": {"baseline": _errors(tb, base), "candidate": _errors(tc, cand)},
-        "metrics": _pair_metrics(lat_b, lat_c, means_b, means_c),
-        "pass_mean_ranges_ms": _pass_mean_ranges(means_b, means_c),
-        "bootstrap": _bootstrap(lat_b, lat_c, seed),
-        **_answers(tb, base[min(base)], tc, cand[min(cand)]),
-        "input_tokens": _input_tokens(tb, base[min(base)], tc, cand[min(cand)]),
-    }
-
-
-def _pass_means(t: RowTable, passes: _Passes) -> dict[int, float | None]:
-    return {p: latency_stats(_ok_latencies(t, rows))["mean_ms"] for p, rows in passes.items()}
-
-
-def _errors(t: RowTable, passes: _Passes) -> int:
-    return sum(int((~t.ok[rows]).sum()) for rows in passes.values())
-
-
-def _pair_metrics(lat_b: np.ndarray, lat_c: np.ndarray, means_b: dict[int, float | None],
-                  means_c: dict[int, float | None]) -> dict[str, dict[str, float | None]]:
-    sb, sc = latency_stats(lat_b), latency_stats(lat_c)
-    metrics = {f"overall.{k}": _metric(sb[k], sc[k]) for k in _STATS}
-    for p in sorted(set(means_b) | set(means_c)):
-        metrics[f"pass{p}.mean_ms"] = _metric(means_b.get(p), means_c.get(p))
-    return metrics
-
-
-def _pass_mean_ranges(means_b: dict[int, float | None], means_c: dict[int, float | None]) -> dict[str, Any]:
-    range_b, range_c = _range(means_b.values()), _range(means_c.values())
-    disjoint = ranges_disjoint(range_b, range_c)
-    return {"baseline": range_b, "candidate": range_c, "overlap": None if disjoint is None else not disjoint}
-
-
-def _bootstrap(lat_b: np.ndarray, lat_c: np.ndarray, seed: int) -> dict[str, Any]:
-    ci = bootstrap_mean_diff_ci(lat_b, lat_c, seed=seed, n_boot=N_BOOT) if len(lat_b) and len(lat_c) else None
-    return {"mean_diff_ci95_ms": list(ci) if ci else None, "seed": seed, "n_boot": N_BOOT,
-            "method_version": BOOTSTRAP_METHOD["version"],
-            "of": "mean(candidate) - mean(baseline), measured latencies"}
-
-
-def _input_tokens(tb: RowTable, base: np.ndarray, tc: RowTable, cand: np.ndarray) -> dict[str, Any]:
-    """Input-token counts of the first measured passes by case (paired by id and seq, as the answers)."""
-    match, _ = pair_by_id_and_seq(tb.ids.codes[base].astype(np.int64), tb.seq[base], _ids_in(tb, tc, cand), tc.seq[cand])
-    b, c = base[match >= 0], cand[match[match >= 0]]
-    return token_differences(tb.ids.strings(b), tb.seq[b].tolist(), tb.input_tokens[b], tb.has_input_tokens[b],
-                             tc.input_tokens[c], tc.has_input_tokens[c])
-
-
-def _ids_in(t: RowTable, other: RowTable, idx: np.ndarray) -> np.ndarray:
-    """The id codes of `other`'s rows at idx, translated into `t`'s codes (new ids get new codes)."""
-    lookup = t.ids.lookup()
-    remap = np.array([lookup.setdefault(v, len(lookup)) for v in other.ids.values] or [0], dtype=np.int64)
-    return remap[other.ids.codes[idx]]
-
-
-def _answers(tb: RowTable, base: np.ndarray, tc: RowTable, cand: np.ndarray) -> dict[str, Any]:
-    """Pair the first measured passes by (id, seq); probabilities, deltas and decision flips by case."""
-    match, unpaired = pair_by_id_and_seq(tb.ids.codes[base].astype(np.int64), tb.seq[base],
-                                         _ids_in(tb, tc, cand), tc.seq[cand])
-    paired = match >= 0
-    b, c = base[paired], cand[match[paired]]
-    answered = tb.has_probability[b] & tc.has_probability[c]
-    b, c = b[answered], c[answered]
-    pb, pc = tb.probability[b], tc.probability[c]
-    delta = pc - pb
-    ids, seqs = tb.ids.strings(b), tb.seq[b].tolist()
-    cases = [{"id": i, "seq": q, "baseline": x, "candidate": y, "delta": d}
-             for i, q, x, y, d in zip(ids, seqs, pb.tolist(), pc.tolist(), delta.tolist(), strict=True)]
-    yes_b, yes_c = pb >= YES_THRESHOLD, pc >= YES_THRESHOLD
-    flips = [{"id": ids[k], "seq": seqs[k], "baseline": "yes" if yes_b[k] else "no",
-              "candidate": "yes" if yes_c[k] else "no"} for k in np.flatnonzero(yes_b != yes_c).tolist()]
-    return {"answers": {"paired": len(cases), "unpaired": unpaired, "decision_flips": flips,
-                        "max_abs_probability_delta": max(np.abs(delta).tolist(), default=None),
-                        "by_case": cases}}
-
-
-def _mean_floor(where: str, limits: dict, ratio: float | None) -> list[str]:
-    """min_mean_ratio: the lower of the two-sided mean limits (much faster than the baseline is a finding too)."""
-    if "min_mean_ratio" not in limits or (ratio is not None and ratio >= limits["min_mean_ratio"]):
-        return []
-    return [(f"{where}: mean ratio {_shown(ratio)} is below {limits['min_mean_ratio']} (much faster than the baseline "
-             "is a finding too)")]
-
-
-_LIMIT_LABELS = {"max_mean_ratio": "mean ratio", "max_p95_ratio": "P95 (JevBench) ratio",
-                 "max_probability_delta": "max probability delta"}
-NO_LIMITS = "no limits declared"
-TOLERANCES_HINT = ("declare limits with --tolerances FILE (format in docs/manifest.md#compare; "
-                   "example: manifests/tolerances/h200-reference-rerun.yaml)")
-
-
-def _pair_values(p: dict) -> dict[str, Any]:
-    return {"max_mean_ratio": p["metrics"]["overall.mean_ms"]["ratio"],
-            "max_p95_ratio": p["metrics"]["overall.p95_jevbench_ms"]["ratio"],
-            "max_probability_delta": p["answers"]["max_abs_probability_delta"]}
-
-
-def _shown(value: float | None) -> str:
-    """A compared figure in a verdict line: four significant digits (the --out JSON keeps every digit)."""
-    return "—" if value is None else f"{value:.4g}"
-
-
-def _check_pair(p: dict, limits: dict, where: str) -> tuple[list[str], list[str]]:
-    """(failures, limits checked) of one pair against its limits."""
-    failures, checked = [], []
-    for key, value in _pair_values(p).items():
-        if key in limits:
-            shown = "—" if value is None else f"{value:.4g}"
-            checked.append(f"{where}: {_LIMIT_LABELS[key]} {shown} <= {limits[key]}")
-            if value is None or value > limits[key]:
-                failures.append(f"{where}: {_LIMIT_LABELS[key]} {_shown(value)} exceeds {limits[key]}")
-    if "min_mean_ratio" in limits:
-        checked.append(f"{where}: mean ratio >= {limits['min_mean_ratio']}")
-        failures += _mean_floor(where, limits, p["metrics"]["overall.mean_ms"]["ratio"])
-    for check in (_decisions_match, _weights_match):
-        check(p, limits, where, failures, checked)
-    return failures, checked
-
-
-def _decisions_match(p: dict, limits: dict, where: str, failures: list[str], checked: list[str]) -> None:
-    if limits.get("decisions_must_match"):
-        checked.append(f"{where}: decisions match ({len(p['answers']['decision_flips'])} flips)")
-        if p["answers"]["decision_flips"] or p["answers"]["unpaired"]:
-            ids = ", ".join(f["id"] for f in p["answers"]["decision_flips"]) or "unpaired cases"
-            failures.append(f"{where}: decisions differ ({ids})")
-
-
-def _weights_match(p: dict, limits: dict, where: str, failures: list[str], checked: list[str]) -> None:
-    if limits.get("weights_must_match"):
-        w = p.get("weights_fingerprint", {})
-        checked.append(f"{where}: weights fingerprints match")
-        if w.get("same") is not True:
-            failures.append(f"{where}: weights fingerprints differ or are missing "
-                            f"(baseline {w.get('baseline')}, candidate {w.get('candidate')})")
-
-
-def _verdict(pairs: list[dict], tolerances: dict | None, unmatched: list[str]) -> dict[str, Any]:
-    """PASS/FAIL against the declared limits; a missing counterpart or a failed measured request fails
-    whether limits are declared or not; with no limit declared and nothing failed, passed is None."""
-    failures = [f"backend {name} has no counterpart in the other run" for name in unmatched]
-    checked: list[str] = []
-    for p in pairs:
-        where = f"{p['workload']}/{p['baseline_backend']}→{p['candidate_backend']}"
-        pair_failures, pair_checked = _check_pair(p, limits_for(tolerances or {}, p["baseline_backend"]), where)
-        level_failed, level_checked = level_failures(p, limits_for(tolerances or {}, p["baseline_backend"]), where)
-        failures += pair_failures + level_failed
-        checked += pair_checked + level_checked
-        if p["errors"]["candidate"] or p["errors"]["baseline"]:
-            failures.append(f"{where}: failed requests in the measured passes ({p['errors']})")
-    return _verdict_record(failures, checked, tolerances)
-
-
-def _verdict_record(failures: list[str], checked: list[str], tolerances: dict | None) -> dict[str, Any]:
-    passed = False if failures else (True if checked else None)
-    verdict: dict[str, Any] = {"passed": passed, "failures": failures, "checked": checked}
-    if not checked:
-        verdict["note"] = NO_LIMITS if tolerances else f"{NO_LIMITS}: {TOLERANCES_HINT}"
-    if tolerances:
-        verdict["tolerances"] = tolerances
-    return verdict
-
-
-def compare_rows(base_rows: RowTable | Iterable[Row], cand_rows: RowTable | Iterable[Row], *,
-                 tolerances: dict | None = None, seed: int = 20261003,
-                 fingerprints: tuple[dict[str, str | None], dict[str, str | None]] = ({}, {})) -> dict[str, Any]:
-    """Compare two runs' rows (RowTables, or iterables of Row) backend by backend."""
-    tb, tc = as_table(base_rows), as_table(cand_rows)
-    base, cand = tb.by_pass("measured"), tc.by_pass("measured")
-    mapping = dict((tolerances or {}).get("backends") or {})
-    pairs, unmatched = [], []
-    for (workload, name) in base:  # the runs' own order (the recipe's: backends run one after another)
-        if name not in mapping and name in mapping.values():
-            continue  # a mapping target pairs only with what the user mapped to it, not with its namesake
-        other = mapping.get(name, name)
-        if (workload, other) in cand:
-            pair = _pair(workload, name, other, tb, base[(workload, name)], tc, cand[(workload, other)], seed)
-            pair.update(level_pairs(tb, tc, workload, name, other, seed))  # load runs only
-            fb, fc = fingerprints[0].get(name), fingerprints[1].get(other)
-            pair["weights_fingerprint"] = {"baseline": fb, "candidate": fc,
-                                           "same": None if fb is None or fc is None else fb == fc}
-            pairs.append(pair)
-        else:
-            unmatched.append(f"{workload}/{name}")
-    if not pairs:
-        raise EvidenceError("The two runs share no (workload, backend) pair; map backend names in the tolerances file.")
-    return {"format_version": COMPARE_FORMAT_VERSION, "pairs": pairs, "unmatched": unmatched,
-            "bootstrap_method": dict(BOOTSTRAP_METHOD, numpy=np.__version__),
-            "verdict": _verdict(pairs, tolerances, unmatched)}
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-MARKDOWN_FLIP_IDS = 20  # the JSON (--out) lists every flip; the printed line names the first ones
-
-
-def _flip_ids(flips: list[dict[str, Any]]) -> str:
-    if not flips:
-        return ""
-    shown = ", ".join(f["id"] for f in flips[:MARKDOWN_FLIP_IDS])
-    more = len(flips) - MARKDOWN_FLIP_IDS
-    return f" ({shown}{f', … and {more} more (all in the --out JSON)' if more > 0 else ''})"
-
-
-def _environment_verdict(v: dict[str, Any]) -> list[str]:
-    """The verdict's lines on the environment: explanations, recorded drift, different project code."""
-    lines = [f"- explained by the environment: {e}" for e in v.get("explanations") or []]
-    lines += [f"- {d}" for d in v.get("environment_drift") or []]
-    return lines + ([f"- {v['project_code']}"] if v.get("project_code") else [])
-
-
-def _environment_lines(env: dict[str, Any] | None) -> list[str]:
-    if env is None:
-        return []
-    lines = ["Environment differences (baseline vs candidate):", ""]
-    lines += [f"- {d['text']}" for d in env["differences"]] or ["- none recorded"]
-    if env["not_recorded"]:
-        lines.append(f"- not recorded by either run: {', '.join(env['not_recorded'])}")
-    return lines
-
-
-def to_markdown(result: dict[str, Any]) -> str:
-    lines = []
-    for p in result["pairs"]:
-        lines += _pair_lines(p)
-    return "\n".join(lines + _verdict_lines(result["verdict"])) + "\n"
-
-
-def _pair_lines(p: dict[str, Any]) -> list[str]:
-    """One pair's section: its metric table, then one line per finding, then its environment differences."""
-    lines = [f"### {p['workload']}: {p['baseline_backend']} (baseline) vs {p['candidate_backend']} (candidate)", "",
-             "| metric | baseline (ms) | candidate (ms) | delta (ms) | ratio |", "| --- | ---: | ---: | ---: | ---: |"]
-    for name, m in p["metrics"].items():
-        lines.append(f"| {name} | {_fmt(m['baseline'])} | {_fmt(m['candidate'])} | {_fmt(m['delta'])} | {_fmt(m['ratio'], 4)} |")
-    ci = p["bootstrap"]["mean_diff_ci95_ms"]
-    r = p["pass_mean_ranges_ms"]
-    a = p["answers"]
-    lines += ["", f"- pass mean ranges overlap: {r['overlap']}",
-              (f"- bootstrap 95% interval of the mean difference: "
-              f"{'—' if ci is None else f'[{ci[0]:.3f}, {ci[1]:.3f}] ms'} (seed {p['bootstrap']['seed']}, "
-              f"bootstrap method v{p['bootstrap'].get('method_version', 1)})"),
-              f"- decision flips: {len(a['decision_flips'])} of {a['paired']} paired cases"
-              + _flip_ids(a["decision_flips"]),
-              f"- max |probability delta|: {a['max_abs_probability_delta']!r}"]
-    if "input_tokens" in p:  # absent from compare JSON written before token counts were compared
-        lines.append(f"- {token_phrase(p['input_tokens'], 'candidate', 'baseline')}")
-    lines += _published_lines(p.get("published") or {}) + _weights_lines(p.get("weights_fingerprint") or {})
-    lines += level_lines(p)  # load runs only
-    return lines + ["", *_environment_lines(p.get("environment")), ""]
-
-
-def _published_lines(published: dict[str, Any]) -> list[str]:
-    return [f"- published {figure} (imported run): {v['published']!r}; ours {v['ours']!r} "
-            f"({(v['status'] or 'unknown').replace('_', ' ')} at import)" for figure, v in published.items()]
-
-
-def _weights_lines(w: dict[str, Any]) -> list[str]:
-    if not (w.get("baseline") or w.get("candidate")):
-        return []
-    same = {True: "same", False: "DIFFERENT", None: "not comparable"}[w.get("same")]
-    return [f"- weights fingerprint: {same} (baseline {w.get('baseline')}, candidate {w.get('candidate')})"]
-
-
-def _verdict_lines(v: dict[str, Any]) -> list[str]:
-    """The verdict, its failures, and on PASS every limit checked; with no limit, where limits come from."""
-    verdict = NO_LIMITS if v["passed"] is None else ("PASS" if v["passed"] else "FAIL")
-    if v.get("incomplete_runs"):
-        verdict += " over INCOMPLETE runs (--allow-incomplete): " + "; ".join(v["incomplete_runs"])
-    lines = [f"**Verdict: {verdict}**"]
-    lines += [f"- {f}" for f in v["failures"]]
-    if v["passed"] and v.get("checked"):
-        lines += ["", "Limits checked:", *(f"- {c}" for c in v["checked"])]
-    if not v.get("checked"):
-        lines.append(f"- {v.get('note', NO_LIMITS)}")
-    lines += _environment_verdict(v)
-    return lines

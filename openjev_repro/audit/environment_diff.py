@@ -1,189 +1,388 @@
 """compare's "Environment differences": what differed between the two runs of each backend pair,
-from each run's environment.json, backends.json, host.json and environment_check.json (any of
-which an older run may lack: then that item is "not recorded", never a difference).
+from each run's environment.json, backends.json, host.json, environment_check.json and
+kernel_caches.json (any of which an older run may lack: then that item is "not recorded", never a
+difference).
 
-Items: packages, kernel implementations, weights fingerprint, project commit + dirty flag +
-source digest, GPU model and driver, torch threads, CPU model, container image; plus the drift
-a run recorded when measured with --allow-environment-drift. When decisions or probabilities
-differ, `explanations` names the recorded differences that can explain it.
+Items: packages, kernel implementations, dtype, weights fingerprint, project commit + dirty flag +
+source digest, GPU model and driver, torch threads, CPU model, load average, container image; what
+actually ran (issue 39): the shared objects the backend mapped (added, removed, same path with another
+sha256), its kernel caches' digests and the autotuned choice of each kernel; plus the drift a run
+recorded (--allow-environment-drift, a pinned kernel cache that changed). When decisions or
+probabilities differ, `explanations` names the recorded differences that can explain it.
+
+Each file is decoded once into typed views of the fields read here (`_EnvironmentFile`, `_BackendEntry`,
+...); a part whose shape is not the one written (an older or damaged file) reads as not recorded.
 """
 
 from __future__ import annotations
 
-import json
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from ..errors import EvidenceError
+from ..evidence.identity import RuntimeIdentity
 from ..evidence.rundir import RunDir
+from ..study.kernel_caches import KernelCachesRecord
 
-__all__ = ["RunEnvironment", "environment_differences", "explanations", "project_note"]
+__all__ = ["Difference", "RunEnvironment", "environment_differences", "explanations", "project_note"]
 
-# Differences that can change probabilities (kernels, numerics, weights, code); the others
-# (CPU model, threads, GPU driver) mostly move latency.
-NUMERIC_ITEMS = ("implementations", "packages", "dtype", "weights_fingerprint", "project_source", "gpu", "drift")
+# Differences that can change probabilities (kernels, numerics, weights, code, the kernels a process
+# loaded or tuned); the others (CPU model, load, threads) mostly move latency.
+NUMERIC_ITEMS = ("implementations", "packages", "dtype", "weights_fingerprint", "project_source", "gpu", "drift",
+                 "libraries", "kernel_caches", "autotune")
+SHOWN = 6  # of a long list of differing libraries or kernels, this many are named
+LOAD_RATIO, LOAD_STEP = 1.25, 0.5  # 1-minute load averages this far apart differ
+# A mapped object inside a run's own kernel cache (Triton's launcher, Inductor's C++ kernels) is named
+# by its place in the cache, so two runs' caches compare by content, not by their folders' names.
+_IN_CACHE = re.compile(r"^.*\.kernel-caches/[^/]+/(triton|inductor)/")
+T = TypeVar("T")
+
+# The views below name only the fields read here; msgspec leaves the files' other keys alone.
 
 
-def _read(run: RunDir, name: str) -> dict:
-    if not run.file(name).is_file():
-        return {}
+class _Git(msgspec.Struct, frozen=True):
+    commit: str | None = None
+    dirty: bool | None = None
+
+
+class _Digest(msgspec.Struct, frozen=True):
+    sha256: str | None = None
+
+
+class _Cpu(msgspec.Struct, frozen=True):
+    model: str | None = None
+    cores_usable: int | None = None
+    load_average_1_5_15: tuple[float, float, float] | None = None
+
+
+class _Device(msgspec.Struct, frozen=True):
+    name: str | None = None
+    driver_version: str | None = None
+
+
+class _Driver(msgspec.Struct, frozen=True):
+    version: str | None = None
+
+
+class _HostDevice(msgspec.Struct, frozen=True):
+    name: str | None = None
+    driver: _Driver | None = None
+
+
+class _Image(msgspec.Struct, frozen=True):
+    id: str | None = None
+    repo_digests: tuple[str, ...] = ()
+
+
+class _EnvironmentFile(msgspec.Struct, frozen=True):
+    project_git: msgspec.Raw = msgspec.Raw(b"null")
+    project_source: msgspec.Raw = msgspec.Raw(b"null")
+    cpu: msgspec.Raw = msgspec.Raw(b"null")
+    host: msgspec.Raw = msgspec.Raw(b"null")
+    gpus: msgspec.Raw = msgspec.Raw(b"null")
+    container_images: msgspec.Raw = msgspec.Raw(b"null")
+    backends: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Devices(msgspec.Struct, frozen=True):
+    devices: tuple[msgspec.Raw, ...] = ()
+
+
+class _HostFile(msgspec.Struct, frozen=True):
+    device: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _EnvBackend(msgspec.Struct, frozen=True):
+    packages: dict[str, msgspec.Raw] | None = None
+
+
+class _BackendEntry(msgspec.Struct, frozen=True):
+    packages: dict[str, msgspec.Raw] | None = None
+    kernels: dict[str, msgspec.Raw] | None = None
+    implementations: dict[str, msgspec.Raw] | None = None
+    dtype: msgspec.Raw = msgspec.Raw(b"null")
+    weights_fingerprint: msgspec.Raw = msgspec.Raw(b"null")
+    torch_threads: msgspec.Raw = msgspec.Raw(b"null")
+    torch_interop_threads: msgspec.Raw = msgspec.Raw(b"null")
+    runtime_identity: msgspec.Raw = msgspec.Raw(b"null")
+    autotune_after_passes: msgspec.Raw = msgspec.Raw(b"null")  # FLA's in-memory choices (runs from 2026-12)
+
+
+class _BackendsFile(msgspec.Struct, frozen=True):
+    backends: dict[str, msgspec.Raw] = {}
+
+
+class _CheckBackend(msgspec.Struct, frozen=True):
+    differences: tuple[str, ...] = ()
+
+
+class _CheckFile(msgspec.Struct, frozen=True):
+    backends: dict[str, msgspec.Raw] = {}
+
+
+def _as(raw: msgspec.Raw | bytes | None, kind: type[T]) -> T | None:
+    """`raw` decoded as `kind`; None where it is absent, null or of another shape."""
+    if raw is None:
+        return None
     try:
-        data = run.read(name)
-    except (EvidenceError, OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        return msgspec.json.decode(raw, type=kind | None)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
 
 
-def _get(data: Any, *keys: str) -> Any:
-    for key in keys:
-        data = data.get(key) if isinstance(data, dict) else None
-    return data
+def _file(run: RunDir, name: str, kind: type[T]) -> T | None:
+    path = run.file(name)
+    try:
+        return _as(path.read_bytes(), kind) if path.is_file() else None
+    except OSError:
+        return None
 
 
-def _version(value: Any) -> str | None:
-    return value if isinstance(value, str) else ("not installed" if isinstance(value, dict) else None)
+def _text(raw: msgspec.Raw) -> str | None:
+    """A value that is text; None for absent values and {"available": false} markers."""
+    return _as(raw, str)
+
+
+def _shown(value: msgspec.Raw) -> str:
+    """A recorded value as one phrase: text as it is, anything else as its JSON."""
+    text = _text(value)
+    return text if text is not None else bytes(value).decode("utf-8", "replace")
+
+
+class Difference(msgspec.Struct, frozen=True):
+    """One difference between the two runs of a pair: the item it belongs to and one phrase."""
+
+    item: str
+    text: str
+
+    @property
+    def numeric(self) -> bool:
+        return self.item in NUMERIC_ITEMS
 
 
 class RunEnvironment:
-    """One run's recorded environment, read once."""
+    """One run's recorded environment, each file read and decoded once."""
 
     def __init__(self, directory: Path) -> None:
         run = RunDir(Path(directory))
-        self.env, self.backends = _read(run, "environment.json"), _read(run, "backends.json").get("backends") or {}
-        self.host, self.check = _read(run, "host.json"), _read(run, "environment_check.json")
+        self.env = _file(run, "environment.json", _EnvironmentFile) or _EnvironmentFile()
+        self.backends = (_file(run, "backends.json", _BackendsFile) or _BackendsFile()).backends
+        self.host = _file(run, "host.json", _HostFile) or _HostFile()
+        self.check = (_file(run, "environment_check.json", _CheckFile) or _CheckFile()).backends
+        try:
+            self.caches = KernelCachesRecord.read(run)
+        except EvidenceError:
+            self.caches = None
+        self.cpu = _as(self.env.cpu, _Cpu) or _Cpu()
 
-    def project(self) -> dict[str, Any]:
-        git = self.env.get("project_git") or {}
-        return {"commit": git.get("commit"), "dirty": git.get("dirty"),
-                "source_sha256": _get(self.env, "project_source", "sha256")}
+    def project(self) -> tuple[str | None, bool | None, str | None]:
+        """(commit, dirty, source sha256) as environment.json recorded them."""
+        git = _as(self.env.project_git, _Git) or _Git()
+        return git.commit, git.dirty, (_as(self.env.project_source, _Digest) or _Digest()).sha256
 
     def gpu(self) -> str | None:
-        devices = _get(self.env, "gpus", "devices")
-        if isinstance(devices, list) and devices and isinstance(devices[0], dict):
-            d = devices[0]
-            return f"{d.get('name')} driver {d.get('driver_version')}"
-        device = self.host.get("device")
-        if isinstance(device, dict):
-            return f"{device.get('name')} driver {_get(device, 'driver', 'version')}"
-        return None
+        devices = (_as(self.env.gpus, _Devices) or _Devices()).devices
+        first = _as(devices[0], _Device) if devices else None
+        if first is not None:
+            return f"{first.name} driver {first.driver_version}"
+        device = _as(self.host.device, _HostDevice)
+        return f"{device.name} driver {device.driver.version if device.driver else None}" if device else None
+
+    def load(self) -> tuple[float, int | None] | None:
+        """The 1-minute load average when the run started, and the usable cores it is over."""
+        averages = self.cpu.load_average_1_5_15
+        return (averages[0], self.cpu.cores_usable) if averages is not None else None
+
+    def image(self, backend: str) -> str | None:
+        images = _as(self.env.container_images, dict[str, msgspec.Raw]) or {}
+        image = _as(images[backend], _Image) if backend in images else None
+        return None if image is None else (image.repo_digests[0] if image.repo_digests else image.id)
+
+    def entry(self, backend: str) -> _BackendEntry:
+        return _as(self.backends[backend], _BackendEntry) or _BackendEntry() if backend in self.backends \
+            else _BackendEntry()
+
+    def packages(self, backend: str, entry: _BackendEntry) -> dict[str, str] | None:
+        packages = entry.packages
+        if packages is None:
+            envs = _as(self.env.backends, dict[str, msgspec.Raw]) or {}
+            packages = (_as(envs[backend], _EnvBackend) or _EnvBackend()).packages if backend in envs else None
+        return None if packages is None else {k: _text(v) or "not installed" for k, v in packages.items()}
+
+    def identity(self, entry: _BackendEntry) -> RuntimeIdentity | None:
+        return _as(entry.runtime_identity, RuntimeIdentity)
 
     def items(self, backend: str) -> dict[str, Any]:
         """item -> recorded value (None: not recorded) for one backend of this run."""
-        found = self.backends.get(backend)
-        b: dict[str, Any] = found if isinstance(found, dict) else {}
-        return {"packages": self._packages(b, backend), "implementations": _first_dict(b, "kernels", "implementations"),
-                "dtype": _str(b.get("dtype")), "weights_fingerprint": _str(b.get("weights_fingerprint")),
-                "project_commit": _project_text(self.project()), "project_source": self.project()["source_sha256"],
-                "gpu": self.gpu(), "torch_threads": _threads(b),
-                "cpu_model": _get(self.env, "cpu", "model") or _get(self.env, "host", "cpu_model"),
-                "container_image": _image(_get(self.env, "container_images", backend))}
+        entry = self.entry(backend)
+        kernels = entry.kernels if entry.kernels is not None else entry.implementations
+        threads = _as(entry.torch_threads, int)
+        commit, dirty, source = self.project()
+        identity = self.identity(entry)
+        return {"packages": self.packages(backend, entry),
+                "implementations": None if kernels is None else {k: _shown(v) for k, v in kernels.items()},
+                "dtype": _text(entry.dtype), "weights_fingerprint": _text(entry.weights_fingerprint),
+                "project_commit": _project_text(commit, dirty), "project_source": source,
+                "gpu": self.gpu(), "torch_threads": None if threads is None else
+                f"{threads}/{_as(entry.torch_interop_threads, int)}",
+                "cpu_model": self.cpu.model or (_as(self.env.host, _Cpu) or _Cpu()).model,
+                "container_image": self.image(backend),
+                "libraries": None if identity is None else _library_paths(identity),
+                "kernel_caches": self.cache_digests(backend, identity),
+                "autotune": self.autotune(entry, identity)}
 
-    def _packages(self, b: dict[str, Any], backend: str) -> dict[str, str | None] | None:
-        packages = b.get("packages")
-        if not isinstance(packages, dict):
-            packages = _get(self.env, "backends", backend, "packages")
-        return {k: _version(v) for k, v in packages.items()} if isinstance(packages, dict) else None
+    def cache_digests(self, backend: str, identity: RuntimeIdentity | None) -> dict[str, str] | None:
+        """kind -> the digest of the cache the backend ran with (after its passes)."""
+        recorded = self.caches.backends.get(backend) if self.caches is not None else None
+        if recorded:
+            return {c.kind: (c.before if isinstance(c.after, msgspec.UnsetType) else c.after).sha256 for c in recorded}
+        return identity.cache_digests() or None if identity is not None else None
+
+    def autotune(self, entry: _BackendEntry, identity: RuntimeIdentity | None) -> dict[str, str] | None:
+        """kernel -> its chosen configuration as one phrase: from the caches, and FLA's in-memory choices."""
+        found = {} if identity is None else {k: _config(v) for k, v in identity.autotune.items()}
+        tuned = _as(entry.autotune_after_passes, dict[str, dict[str, str]]) or {}
+        found |= {f"{kernel} {key}": config for kernel, keys in tuned.items() for key, config in keys.items()}
+        return found or None
 
     def drift(self, backend: str) -> list[str]:
-        found = _get(self.check, "backends", backend, "differences")
-        return [str(d) for d in found] if isinstance(found, list) else []
+        check = _as(self.check[backend], _CheckBackend) if backend in self.check else None
+        pinned = self.caches.differences(backend) if self.caches is not None else []
+        return [*(check.differences if check else ()), *pinned]
 
 
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+def _config(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in sorted(values.items()))
 
 
-def _first_dict(b: dict[str, Any], *keys: str) -> dict | None:
-    return next((b[k] for k in keys if isinstance(b.get(k), dict)), None)
+def _library_paths(identity: RuntimeIdentity) -> dict[str, str]:
+    return {_IN_CACHE.sub(r"<\1 cache>/", path): sha for path, sha in identity.library_digests().items()}
 
 
-def _threads(b: dict[str, Any]) -> str | None:
-    threads = b.get("torch_threads")
-    return None if threads is None or isinstance(threads, dict) else f"{threads}/{b.get('torch_interop_threads')}"
+def _project_text(commit: str | None, dirty: bool | None) -> str | None:
+    return f"{commit[:12]}{' (dirty)' if dirty else ''}" if commit else None
 
 
-def _image(image: Any) -> str | None:
-    if not isinstance(image, dict):
-        return None
-    return _get(image, "id") or json.dumps(image, sort_keys=True)[:80]
+def _listed(item: str, phrases: list[str]) -> list[Difference]:
+    """At most SHOWN phrases of one item, then how many more."""
+    more = [f"{item}: and {len(phrases) - SHOWN} more"] if len(phrases) > SHOWN else []
+    return [Difference(item, text) for text in phrases[:SHOWN] + more]
 
 
-def _project_text(project: dict[str, Any]) -> str | None:
-    if not project.get("commit"):
-        return None
-    return f"{str(project['commit'])[:12]}{' (dirty)' if project.get('dirty') else ''}"
+def _library_differences(a: dict[str, str], b: dict[str, str]) -> list[Difference]:
+    """Shared objects only one backend mapped, and the same path with two digests."""
+    phrases = [f"libraries: only the baseline mapped {p}" for p in sorted(set(a) - set(b))]
+    phrases += [f"libraries: only the candidate mapped {p}" for p in sorted(set(b) - set(a))]
+    phrases += [f"libraries: {p} has sha256 {a[p][:12]} vs {b[p][:12]}" for p in sorted(set(a) & set(b))
+                if a[p] != b[p]]
+    return _listed("libraries", phrases)
 
 
-def _dict_differences(item: str, a: dict, b: dict) -> list[str]:
+def _dict_differences(item: str, a: dict, b: dict) -> list[Difference]:
     """Keys whose values differ, or that one run recorded with a value and the other did not."""
     missing = "not recorded"
-    return [f"{item}.{k}: {a.get(k, missing)} vs {b.get(k, missing)}" for k in sorted(set(a) | set(b))
-            if a.get(k) != b.get(k) and (a.get(k) or b.get(k))]
+    phrases = [f"{item}.{k}: {a.get(k, missing)} vs {b.get(k, missing)}" for k in sorted(set(a) | set(b))
+               if a.get(k) != b.get(k) and (a.get(k) or b.get(k))]
+    return _listed(item, phrases) if item == "autotune" else [Difference(item, p) for p in phrases]
 
 
-def _item_differences(item: str, a: Any, b: Any) -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return _dict_differences(item, a, b)
+def _item_differences(item: str, a: Any, b: Any) -> list[Difference]:
+    both = isinstance(a, dict) and isinstance(b, dict)
+    if both:
+        return _library_differences(a, b) if item == "libraries" else _dict_differences(item, a, b)
     if isinstance(a, dict) or isinstance(b, dict):
-        return [f"{item}: recorded by one run only"]
-    return [] if a == b else [f"{item}: {a or 'not recorded'} vs {b or 'not recorded'}"]
+        return [Difference(item, f"{item}: recorded by one run only")]
+    return [] if a == b else [Difference(item, f"{item}: {a or 'not recorded'} vs {b or 'not recorded'}")]
+
+
+def _load_difference(a: tuple[float, int | None] | None, b: tuple[float, int | None] | None) -> list[Difference]:
+    """The machines' 1-minute load when each run started, when they differ enough to move latency."""
+    if a is None or b is None:
+        return []
+    low, high = sorted((a[0], b[0]))
+    if high - low < LOAD_STEP or high < LOAD_RATIO * low:
+        return []
+    cores = "" if a[1] is None or b[1] is None else f" on {a[1]} vs {b[1]} cores"
+    return [Difference("load_average", f"load_average (1 minute, at the start): {a[0]:g} vs {b[0]:g}{cores}")]
 
 
 def environment_differences(base: RunEnvironment, cand: RunEnvironment, base_name: str,
                             cand_name: str) -> dict[str, Any]:
     """Per item: the difference (baseline vs candidate), and which items neither run recorded."""
     ia, ib = base.items(base_name), cand.items(cand_name)
-    differences = [{"item": item, "text": text} for item in ia if ia[item] is not None or ib[item] is not None
-                   for text in _item_differences(item, ia[item], ib[item])]
+    found = [d for item in ia if ia[item] is not None or ib[item] is not None
+             for d in _item_differences(item, ia[item], ib[item])]
+    found += _load_difference(base.load(), cand.load())
     for role, env, name in (("baseline", base, base_name), ("candidate", cand, cand_name)):
-        differences += [{"item": "drift", "text": f"{role} measured with allowed environment drift: {d}"}
-                        for d in env.drift(name)]
-    return {"differences": differences, "not_recorded": [i for i in ia if ia[i] is None and ib[i] is None]}
+        found += [Difference("drift", f"{role} measured with allowed environment drift: {d}") for d in env.drift(name)]
+    not_recorded = [i for i in ia if ia[i] is None and ib[i] is None]
+    return {"differences": msgspec.to_builtins(found), "not_recorded": not_recorded}
 
 
-def _numeric_differences(pair: dict[str, Any]) -> list[dict[str, str]]:
-    return [d for d in (pair.get("environment") or {}).get("differences", []) if d["item"] in NUMERIC_ITEMS]
+class _Answers(msgspec.Struct, frozen=True):
+    decision_flips: tuple[object, ...] | None = None
+    max_abs_probability_delta: float | None = None
 
 
-def _fla_in_one_run(found: list[dict[str, str]]) -> bool:
-    """FLA recorded (package or kernels) by one run and not the other: not a recipe's mere mention of it."""
-    return any(d["item"] in ("packages", "implementations") and "fla" in d["text"].lower() for d in found)
+class _Environment(msgspec.Struct, frozen=True):
+    differences: tuple[Difference, ...] = ()
 
 
-def _explanation_texts(found: list[dict[str, str]]) -> list[str]:
-    texts = ["FLA kernels in one run and not the other"] if _fla_in_one_run(found) else []
-    texts += [d["text"] for d in found if d["item"] != "drift"]
-    return texts + (["the allowed environment drift listed below"] if any(d["item"] == "drift" for d in found) else [])
+class _Pair(msgspec.Struct, frozen=True):
+    """What `explanations` reads of one of compare's pairs."""
+
+    workload: str
+    baseline_backend: str
+    candidate_backend: str
+    answers: _Answers | None = None
+    environment: _Environment | None = None
+
+
+def _explanation_texts(found: list[Difference]) -> list[str]:
+    """What can explain a drift, in words: FLA in one run only, autotuned choices, each other difference."""
+    items = {d.item for d in found}
+    fla = any(d.item in ("packages", "implementations") and "fla" in d.text.lower() for d in found)
+    texts = ["FLA kernels in one run and not the other"] if fla else []
+    tuned = sum(d.item == "autotune" for d in found)
+    texts += [f"autotuned kernels chose differently ({tuned} listed below)"] if tuned else []
+    texts += [d.text for d in found if d.item not in ("drift", "autotune")]
+    return texts + (["the allowed environment drift listed below"] if "drift" in items else [])
 
 
 def explanations(pair: dict[str, Any]) -> list[str]:
     """The recorded differences that can explain differing decisions or probabilities of a pair."""
-    answers = pair.get("answers") or {}
-    flips, delta = answers.get("decision_flips") or [], answers.get("max_abs_probability_delta")
+    seen = msgspec.convert(pair, _Pair)
+    answers = seen.answers or _Answers()
+    flips, delta = answers.decision_flips or (), answers.max_abs_probability_delta
     if not flips and not delta:
         return []
-    found = _numeric_differences(pair)
-    where = f"{pair['workload']}/{pair['baseline_backend']}→{pair['candidate_backend']}"
+    found = [d for d in (seen.environment or _Environment()).differences if d.numeric]
+    where = f"{seen.workload}/{seen.baseline_backend}→{seen.candidate_backend}"
     what = f"{len(flips)} decision flips, max |Δp| {delta!r}"
     if not found:
         return [f"{where}: {what}; no recorded environment difference explains it"]
     return [f"{where}: {what}; can be explained by " + "; ".join(_explanation_texts(found))]
 
 
-def _same_clean_commit(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return bool(a["commit"]) and a["commit"] == b["commit"] and a["dirty"] is False and b["dirty"] is False
+def _same_clean_commit(a: tuple[str | None, bool | None, str | None], b: tuple[str | None, bool | None, str | None],
+                       ) -> bool:
+    return bool(a[0]) and a[0] == b[0] and a[1] is False and b[1] is False
 
 
 def project_note(base: RunEnvironment, cand: RunEnvironment) -> str | None:
     """A line when the two runs ran different project code (or one cannot tell)."""
     a, b = base.project(), cand.project()
-    if a["source_sha256"] and b["source_sha256"]:
-        if a["source_sha256"] == b["source_sha256"]:
+    if a[2] and b[2]:
+        if a[2] == b[2]:
             return None
-        return (f"the two runs ran different project code: source digest {a['source_sha256'][:12]} vs "
-                f"{b['source_sha256'][:12]} (commits {_project_text(a)} vs {_project_text(b)})")
+        return (f"the two runs ran different project code: source digest {a[2][:12]} vs "
+                f"{b[2][:12]} (commits {_project_text(*a[:2])} vs {_project_text(*b[:2])})")
     if _same_clean_commit(a, b):
         return None
-    recorded = "one run only" if a["source_sha256"] or b["source_sha256"] else "neither run"
-    return (f"the two runs may have run different project code: commits {_project_text(a) or 'not recorded'} vs "
-            f"{_project_text(b) or 'not recorded'}; a source digest is recorded by {recorded}")
+    recorded = "one run only" if a[2] or b[2] else "neither run"
+    return (f"the two runs may have run different project code: commits {_project_text(*a[:2]) or 'not recorded'} vs "
+            f"{_project_text(*b[:2]) or 'not recorded'}; a source digest is recorded by {recorded}")
+

@@ -123,10 +123,10 @@ def _pass_index(p: Any, arm_name: Any) -> int:
 def _ours_of_pass(rows: list[float], max_delta: dict[tuple[str, int], float] | None, key: tuple[str, int]
                   ) -> dict[str, Any]:
     stats = latency_stats(rows)
-    ours: dict[str, Any] = {"mean_ms": stats["mean_ms"], "p50_ms": stats["p50_ms"],
-                            "p95_ms": {"jevbench": stats["p95_jevbench_ms"],
-                                       "nearest_rank": stats["p95_nearest_rank_ms"]},
-                            "requests": stats["n"]}
+    ours: dict[str, Any] = {"mean_ms": stats.mean_ms, "p50_ms": stats.p50_ms,
+                            "p95_ms": {"jevbench": stats.p95_jevbench_ms,
+                                       "nearest_rank": stats.p95_nearest_rank_ms},
+                            "requests": stats.n}
     if max_delta is not None:
         ours["max_probability_delta"] = max_delta.get(key)
     return ours

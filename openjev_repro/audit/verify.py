@@ -45,8 +45,11 @@ from ..manifest.keys import load_public_key
 from ..manifest.statement import OPTIONAL_FILES, read_statement, recipe_json
 from ..results.energy import GPU_FILE, read_gpu_events
 from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
+from ..results.trace_gates import trace_inputs
 from .bundle import opened
 from .figures import Samples, layout_figures, published_figures, summary_from_figures
+from .identity_check import runtime_identity_verdict
+from .trace_audit import kernel_families_recomputed as _trace_outcomes
 
 __all__ = [
     "Check",
@@ -194,7 +197,8 @@ def _verify_signed(ev: Evidence, files: list[Path], envelope: dict, statement: d
         ev.preload()  # the rows parse here, while the files hash
         subjects = _subject_digests(statement, present, checks, hashing)
     aggregate_only = bool(predicate.get("aggregate_only"))
-    for step in (_complete, _copied_files, _case_ids, _protocol_passes, _responses, _recomputed):
+    for step in (_complete, _copied_files, _case_ids, _protocol_passes, _responses, _recomputed, _kernel_families,
+                 _runtime_identity):
         checks.extend(_signed_step(step, ev, predicate, aggregate_only, checks))
     if aggregate_only:
         checks.extend(_source_manifest(run, predicate, subjects, pubkey))
@@ -202,6 +206,12 @@ def _verify_signed(ev: Evidence, files: list[Path], envelope: dict, statement: d
 
 
 _Step = Callable[[Evidence, dict, bool], list[Check]]
+
+
+def _runtime_identity(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check]:
+    """Issue 39: backends.json runtime_identity and kernel_caches.json well-formed (no check when absent)."""
+    verdict = runtime_identity_verdict(ev.run)
+    return [] if verdict is None else [Check("runtime identity", *verdict)]
 
 
 def _step_name(step: _Step) -> str:
@@ -380,7 +390,7 @@ def _imported_statistics(ev: Evidence, record: dict, _: bool) -> list[Check]:
     from ..results.statistics import summarize
 
     run, t = ev.run, ev.table
-    ours = json.loads(json.dumps(summarize(t, ev.recipe), allow_nan=False))
+    ours = json.loads(json.dumps(summarize(t, ev.recipe).to_json(), allow_nan=False))
     diff = first_difference(ours, run.read("summary.json"))
     checks = [Check("statistics recomputed", diff is None,
                     f"recomputed from rows differs from summary.json at {diff}" if diff
@@ -860,8 +870,10 @@ def _recomputed(ev: Evidence, predicate: dict, aggregate_only: bool,
     # Round-trip through JSON so recomputed and stored values are compared as written.
     # Energy and GPU state come from gpu.jsonl (runs from 2026-12 on); older runs have neither.
     gpu_path = ev.run.file(GPU_FILE)
-    extra = {"gpu": read_gpu_events(gpu_path)} if gpu_path.is_file() else {}
-    ours = json.loads(json.dumps(summarize(ev.table, ev.recipe, **extra), allow_nan=False))
+    gpu = read_gpu_events(gpu_path) if gpu_path.is_file() else None
+    # kernel-families.json, recomputed from traces/ by kernel_families_recomputed
+    ours = json.loads(json.dumps(summarize(ev.table, ev.recipe, gpu=gpu, **trace_inputs(ev.run.path)).to_json(),
+                                 allow_nan=False))
     stats_ours = {k: v for k, v in ours.items() if k != "gates"}
     stats_signed = {k: v for k, v in (predicate.get("summary") or {}).items() if k != "gates"}
     checks = []
@@ -876,6 +888,10 @@ def _recomputed(ev: Evidence, predicate: dict, aggregate_only: bool,
     return checks + _load_levels(ev, predicate, aggregate_only)  # load runs only
 
 
+def _kernel_families(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check]:
+    return [Check(*outcome) for outcome in _trace_outcomes(ev.run.path, ev.recipe, aggregate_only, first_difference)]
+
+
 def _load_levels(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Check]:
     """Load runs only (no check for a recipe without a load): the rows are the declared levels with their
     passes and schedules, and every per-level figure recomputed from them equals the signed `load` section."""
@@ -885,7 +901,8 @@ def _load_levels(ev: Evidence, predicate: dict, aggregate_only: bool) -> list[Ch
     if not has_load(ev.recipe):
         return []
     problems = level_problems(ev.table, ev.recipe)
-    ours = json.loads(json.dumps(load_summary(ev.table, ev.recipe), allow_nan=False))
+    load = load_summary(ev.table, ev.recipe)
+    ours = json.loads(json.dumps(load.to_json() if load is not None else {}, allow_nan=False))
     signed = (predicate.get("summary") or {}).get("load")
     diff = first_difference(ours, signed, "load") if isinstance(signed, dict) else "load: absent from the signed summary"
     figures = sum(len(wl["levels"]) * len(wl["backends"]) for wl in ours["workloads"].values())

@@ -34,6 +34,7 @@ from .server import (
     MAX_QUEUE,
     ReferenceServer,
 )
+from .tracing import Tracing
 
 __all__ = [
     "Loader",
@@ -103,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-queue", type=int, default=MAX_QUEUE, metavar="N",
                    help=f"inference requests waiting for the model behind the running one; one more gets 503 "
                         f"queue_full with Retry-After (default {MAX_QUEUE}; 0: a busy model refuses)")
+    p.add_argument("--trace-dir", type=Path, default=None, metavar="DIR",
+                   help="allow traced requests (header X-OpenJev-Trace: NAME): each runs under the PyTorch "
+                        "profiler and writes DIR/NAME.pt.trace.json.gz (docs/traces.md); off by default")
     return p
 
 
@@ -202,6 +206,7 @@ def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
     try:
         apply_kernel_choice(args.kernels, args.mode)
         meta, package = _static_meta(args)
+        tracing = Tracing.allowed_in(args.trace_dir)  # issue 43: backend/tracing.py
     except ReproError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -217,6 +222,7 @@ def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
     except OSError as exc:
         print(f"error: cannot bind {args.host}:{args.port} ({exc}).", file=sys.stderr)
         return 2
+    server.tracing = tracing
     _event("listening", host=args.host, port=server.server_address[1])
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     stop = threading.Event()

@@ -55,6 +55,8 @@ from typing import Any
 from ..limits import JsonLimitError, NonFiniteNumber, has_lone_surrogate, loads_bounded
 from .model_queue import MAX_QUEUE, ModelQueue, Ticket
 from .prompts import MODEL_ALIASES, RequestInvalid, accepted_models, parse_request
+from .runtime_identity import RuntimeIdentityReporter
+from .tracing import TRACE_FILE_HEADER, TRACE_HEADER, TraceRefused, TraceRequest, Tracing
 
 __all__ = [
     "COMPUTE_TIMEOUT_S",
@@ -154,8 +156,10 @@ class ReferenceServer(ThreadingHTTPServer):
         self.queue = ModelQueue(max_queue)  # inferences one at a time, in arrival order, bounded
         self.deadlines = Deadlines()
         self.served = 0
+        self.tracing = Tracing()  # traced requests refused unless started with --trace-dir (backend/tracing.py)
         # One thread for every inference, warm-up included: torch's per-thread state is built once.
         self.model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+        self.identity = RuntimeIdentityReporter()  # /health `runtime_identity` (issue 39)
 
     def shutdown(self) -> None:
         """Stop serving; a queued inference is dropped, a running one finishes on its own thread."""
@@ -190,6 +194,7 @@ class ReferenceServer(ThreadingHTTPServer):
         status, payload = self.infer(json.dumps(WARMUP_BODY).encode())
         if status != 200:
             raise RuntimeError(f"warm-up inference failed: {payload}")
+        self.identity.start()
         self.status = "ready"
 
     def models(self) -> dict[str, Any]:
@@ -207,11 +212,13 @@ class ReferenceServer(ThreadingHTTPServer):
         return 200, {"status": "ready", "model": MODEL_ALIASES[0], "method": self.static_meta["method"],
                      "base_model": self.static_meta["base_model_id"], "max_length": self.model.settings.max_length,
                      "served": self.served, "busy": self.queue.busy, **self.model.describe(),
-                     "serving": self.queue.describe()}
+                     "serving": self.queue.describe(), "tracing": self.tracing.describe(),
+                     "runtime_identity": self.identity.report()}
 
     # ------------------------------------------------------------ inference
 
-    def infer(self, raw: bytes, ticket: Ticket | None = None) -> tuple[int, dict[str, Any]]:
+    def infer(self, raw: bytes, ticket: Ticket | None = None,
+              trace: TraceRequest | None = None) -> tuple[int, dict[str, Any]]:
         refused, body = _parse_body(raw)
         if refused:
             return refused
@@ -226,7 +233,7 @@ class ReferenceServer(ThreadingHTTPServer):
         with self.queue.turn(ticket):
             started = time.perf_counter()
             try:
-                answers = self._answer(state, questions, candidates)
+                answers = self._answer(state, questions, candidates, trace)
             except ComputeDeadline as exc:
                 return 503, _error("compute_deadline", str(exc))
             except Exception as exc:  # noqa: BLE001 - any failure inside the model becomes a 500; the server keeps serving
@@ -239,13 +246,15 @@ class ReferenceServer(ThreadingHTTPServer):
                      "usage": {"input_tokens": sum(tokens), "output_tokens": 0},
                      "metadata": self._metadata(seconds, tokens)}
 
-    def _answer(self, state: Any, questions: Any, candidates: list) -> Any:
-        """model.answer on the model thread, ended between two candidates once compute_timeout_s has passed."""
+    def _answer(self, state: Any, questions: Any, candidates: list, trace: TraceRequest | None = None) -> Any:
+        """model.answer on the model thread (under the profiler for a traced request), ended between two
+        candidates once compute_timeout_s has passed."""
+        answer = self.model.answer if trace is None else trace.around(self.model)
         if not self.compute_timeout_s:
-            return self.model_thread.submit(self.model.answer, state, questions, candidates).result()
+            return self.model_thread.submit(answer, state, questions, candidates).result()
         bounded = _DeadlineCandidates(candidates, time.monotonic() + self.compute_timeout_s)
         try:
-            return self.model_thread.submit(self.model.answer, state, questions, bounded).result()
+            return self.model_thread.submit(answer, state, questions, bounded).result()
         except ComputeDeadline:
             raise ComputeDeadline(f"the inference ran past this server's compute deadline of "
                                   f"{self.compute_timeout_s:g} s (--compute-timeout) after {bounded.scored} of "
@@ -438,16 +447,26 @@ class _Handler(BaseHTTPRequestHandler):
         """Admit the request to the model's queue (503 queue_full when full), infer in its turn,
         answer with X-Queue-Time-Ms when it reached the model."""
         queue = self.server.queue
+        trace = None
+        if self.headers.get(TRACE_HEADER) is not None:  # the study's trace step only (backend/tracing.py)
+            try:
+                trace = self.server.tracing.claim(self.headers[TRACE_HEADER].strip())
+            except TraceRefused as exc:
+                self._send(exc.status, _error(exc.kind, exc.message))
+                return
         ticket = queue.admit(received)
         if ticket is None:
             self._send(*_queue_full(queue))
             return
         try:
-            status, payload = self.server.infer(raw, ticket)
+            status, payload = self.server.infer(raw, ticket, trace)
         finally:
             queue.leave(ticket)
         waited = ticket.queue_ms
-        self._send(status, payload, None if waited is None else {"X-Queue-Time-Ms": f"{waited:.3f}"})
+        headers = {} if waited is None else {"X-Queue-Time-Ms": f"{waited:.3f}"}
+        if trace is not None and status == 200:
+            headers[TRACE_FILE_HEADER] = trace.path.name
+        self._send(status, payload, headers or None)
 
     def _drain_or_close(self) -> None:
         length = self._content_length()  # framing checked first

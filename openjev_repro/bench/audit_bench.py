@@ -156,7 +156,7 @@ def synthesize_run(source: Path, out: Path, k: int, key: Path) -> Path:
     RunDir(out).update_state(signing_requested=False)
     recipe = load_recipe(out / "recipe.yaml")
     gpu = read_gpu_events(out / GPU_FILE) if (out / GPU_FILE).is_file() else None  # energy, as the runner sums it
-    write_json_atomic(out / "summary.json", summarize(read_table(out / "rows.jsonl"), recipe, gpu=gpu))
+    write_json_atomic(out / "summary.json", summarize(read_table(out / "rows.jsonl"), recipe, gpu=gpu).to_json())
     write_report(out)
     write_manifest(out, key_path=key)
     return out

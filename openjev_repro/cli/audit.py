@@ -110,10 +110,9 @@ def _path_or_none(option: str | None) -> Path | None:
             "allow_incomplete": "compare a run that is not complete (the verdict then says so)"})
 @user_errors
 def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003, allow_incomplete=False):
-    """Compare two runs backend by backend, with a verdict; exit 1 on any failure.
-
-    A failure is a declared limit exceeded, a backend without a counterpart, or a measured request
-    that failed (with or without --tolerances)."""
+    """Compare two runs backend by backend; exit 1 when a declared limit is exceeded, a backend has no
+    counterpart, a measured request failed, or the recipes differ in what was measured (with or without
+    --tolerances)."""
     from ..audit.compare import compare_runs, load_tolerances, to_markdown
 
     if out:
@@ -123,12 +122,12 @@ def compare(c, baseline, candidate, tolerances=None, out=None, seed=20261003, al
                           allow_incomplete=allow_incomplete)
     markdown = to_markdown(result)
     if out:
-        Path(out).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        Path(out).write_text(json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n")
         Path(out).with_suffix(".md").write_text(markdown)
     from .output import print_markdown
 
     print_markdown(markdown)  # rendered on a terminal, as `invoke report` does; verbatim through a pipe
-    if result["verdict"]["passed"] is False:
+    if result.verdict.passed is False:
         raise Exit(code=1)
 
 
@@ -147,16 +146,46 @@ def _guard_outputs(out: Path) -> None:
 @user_errors
 def claims(c, file):
     """Recompute every derived figure of a published report from its base figures; non-zero exit on a mismatch."""
-    from ..audit.claims import check_claims, format_results, load_claims
+    from ..audit.claims import check_claims, load_claims, printable
 
     loaded = load_claims(Path(file))
-    meta = loaded.get("meta") or {}
-    what = " · ".join(str(meta[k]) for k in ("report", "experiment") if meta.get(k)) or "a report"
-    echo(f"claims of {what} ({file}):")  # which report's figures are checked
+    what = " · ".join(printable(part) for part in (loaded.report, loaded.experiment) if part) or "a report"
+    header = f"claims of {what} ({file}):"  # which report's figures are checked
     results = check_claims(loaded)
-    echo(format_results(results))
+    _print_claims(header, results)
     if any(r.failed for r in results):
         raise Exit(code=1)
+
+
+def _print_claims(header: str, results: list) -> None:
+    """A table at the terminal's width (words whole, nothing cut); through a pipe, one line per claim."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..audit.claims import format_results, summary_line
+    from .output import console
+
+    out = console()
+    if not out.is_terminal:
+        print(header)
+        print(format_results(results))
+        return
+    mark = len("FINDING")
+    stated, recomputed = (max(len(title), *map(len, cells)) for title, cells in (
+        ("stated", [r.stated for r in results]), ("recomputed", [r.recomputed for r in results])))
+    room = out.width - mark - stated - recomputed - 4  # the claim and the derivation share the rest, 1 space apart
+    claim = max(8, min(max(len(r.name) for r in results), room - 19))  # whole when there is room (else it folds)
+    table = Table(box=None, padding=(0, 1, 0, 0), show_edge=False, pad_edge=False)
+    table.add_column("", no_wrap=True, width=mark)
+    table.add_column("claim", overflow="fold", width=claim)
+    table.add_column("stated", justify="right", no_wrap=True, width=stated)
+    table.add_column("recomputed", justify="right", no_wrap=True, width=recomputed)
+    table.add_column("derivation", width=max(18, room - claim))  # then why it does not reproduce, and the finding
+    for r in results:
+        table.add_row(*(Text(cell) for cell in (r.mark, r.name, r.stated, r.recomputed, r.reading)))
+    out.print(Text(header))
+    out.print(table)
+    out.print(Text(summary_line(results)))
 
 
 @task(name="import-evidence",

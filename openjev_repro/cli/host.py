@@ -113,7 +113,7 @@ def gpus(ctx, json_=False):
         inv = inventory(driver)
     finally:
         driver.close()
-    print(json.dumps(inv, indent=2, sort_keys=True) if json_ else format_inventory(inv))
+    print(json.dumps(inv.to_json(), indent=2, sort_keys=True) if json_ else format_inventory(inv))
 
 
 @task(

@@ -37,26 +37,35 @@ def lock(c, backend=None, offline=False, skip_debian=False):
     "source": "checkout of the image's upstream source at its pinned commit (e.g. the one `invoke prepare` made); "
               "hf/fast: adds the source layer; native: required",
     "target": "Dockerfile images: stop at this stage (native: `toolchain` builds without upstream code)",
+    "key": "private key from `invoke keygen`: sign the image's SLSA provenance (DSSE); without it, unsigned",
 })
 @user_errors
-def build(c, backend=None, offline=False, no_cache=False, check_reproducible=False, source=None, target=None):
+def build(c, backend=None, offline=False, no_cache=False, check_reproducible=False, source=None, target=None,
+          key=None):
     """Build an image through the docker SDK; the record goes to .cache/images/<name>.json."""
     from pathlib import Path
 
     from ..images import build as build_image
     from ..images import check_reproducible as check
     from ..images import load_spec, record_path
+    from .identity import write_image_records
 
     if not backend:
         raise Exit("error: --backend is required (hf, fast, native or reference).", code=1)
     spec = load_spec(backend, offline)
     _check_source_option(spec, backend, source, target)
+    if key:
+        from ..manifest.keys import load_private_key
+
+        load_private_key(Path(key))  # a bad key is refused before the build, not after it
     if check_reproducible:
         _check_reproducible(check(spec))
         return
     record = build_image(spec, no_cache=no_cache, source=Path(source) if source else None, target=target)
     print(f"built {record['tag']} image {record['image_id']} layers {', '.join(record['diff_ids'])} "
           f"in {record['duration_s']} s; record {record_path(spec)}")
+    write_image_records(spec, record, key, {"offline": offline, "no_cache": no_cache, "target": target,
+                                            "source": bool(source)})  # issue 39: SBOM and SLSA provenance
 
 
 def _check_source_option(spec: Any, backend: str, source: str | None, target: str | None) -> None:

@@ -149,9 +149,14 @@ def _markdown_class():
     from rich.markdown import Markdown, TableElement
     from rich.table import Table
 
+    from ..results.narrow import stacked
+
     class FoldingTable(TableElement):
         def __rich_console__(self, console, options):
             for table in super().__rich_console__(console, options):
+                if isinstance(table, Table) and (rows := stacked(table, options.max_width)) is not None:
+                    yield rows  # too wide to keep words whole: one block per row (results/narrow.py)
+                    continue
                 if isinstance(table, Table):  # what TableElement renders to
                     if table.columns and max((len(str(c)) for c in table.columns[0].cells), default=0) <= 24:
                         table.columns[0].no_wrap = True  # short names (the backends) stay whole

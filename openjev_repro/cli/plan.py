@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from invoke import task
+from invoke import Exit, task
 
 from . import user_errors
 from .output import echo
@@ -55,10 +55,10 @@ def _load_lines(steps: tuple[PlanStep, ...]) -> list[str]:
     levels: dict[tuple[str, str], dict[str, Any]] = {}
     passes: dict[tuple[str, str], list[str]] = {}
     for x in steps:
-        if x.level is not None and x.workload is not None:
+        if isinstance(x.level, str) and isinstance(x.workload, str) and x.load:
             key = (x.workload, x.level)
-            spec = levels.setdefault(key, {k: v for k, v in (x.load or {}).items() if k != "id"})
-            if x.latency_bound_ms is not None:
+            spec = levels.setdefault(key, {k: v for k, v in x.load.to_json().items() if k != "id"})
+            if x.latency_bound_ms:
                 spec["latency_bound_ms"] = x.latency_bound_ms
             passes.setdefault(key, []).append(f"{x.phase}#{x.index}")
     return [f"load level {workload}/{level}: " + ", ".join(f"{k}={v}" for k, v in spec.items())
@@ -77,7 +77,7 @@ def _pass_and_gate_lines(p: Plan) -> list[str]:
         out.append("passes per backend: " + ", ".join(step.label() for step in s.steps))
         out += _load_lines(s.steps)
     if p.traces.enabled:
-        out.append(f"traces: {len(p.traces.items)} (opt-in, Nsight Systems, outside timed passes)")
+        out.append(f"traces: {len(p.traces.items or ())} (opt-in, outside the timed passes; docs/traces.md)")
     return out + ["gates:", *(_gate_line(g) for g in p.gates)]
 
 
@@ -104,16 +104,24 @@ def _controls_line(controls: Controls) -> str:
 
 
 @task(help={"recipe": "recipe YAML file", "json": "print the plan as JSON",
+            "out": "write the plan as JSON to this new file (refused if it exists): `invoke study --plan` runs it",
             "inputs": "inputs root (default: the recipe's inputs.root)", "runtime": "override every backend's runtime"})
 @user_errors
-def plan(c, recipe, json_=False, inputs=None, runtime=None):
+def plan(c, recipe, json_=False, inputs=None, runtime=None, out=None):
     """Print the fully resolved plan of a recipe, and validate every pin, without network or GPU."""
+    from ..evidence.files import write_json_atomic
     from ..study.plan import resolve_plan
     from ..study.resolved import resolve_recipe
 
-    study = resolve_recipe(Path(recipe), inputs_root_override=Path(inputs) if inputs else None, apply_lock=False)
+    study = resolve_recipe(Path(recipe), inputs_root_override=Path(inputs) if inputs else None,
+                           apply_lock=out is not None)  # a plan to run has the inputs lock applied, as a study's
     resolved = resolve_plan(study, runtime=runtime)
-    if json_:
+    if out is not None:
+        if Path(out).exists():
+            raise Exit(f"error: {out} exists; the plan is written to a new file only.", code=1)
+        write_json_atomic(Path(out), resolved.to_json())
+        print(f"plan written to {out}; run it with `invoke study --plan {out}`")
+    elif json_:
         print(json.dumps(resolved.to_json(), indent=1))
     else:
         _print_plan(resolved)

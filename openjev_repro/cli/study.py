@@ -36,7 +36,9 @@ def verify_inputs_task(c, recipe, inputs_root=None):
 
 
 @task(help={
-    "recipe": "recipe YAML to run",
+    "recipe": "recipe YAML to run (planned, then that plan run); or give --plan",
+    "plan": "a plan file (`invoke plan --recipe R --out plan.json`, edited or not) to run exactly as written; "
+            "the recipe it names must be unchanged",
     "out": "parent directory of the new run directory (default: runs/)",
     "runtime": "override every backend's runtime: local or docker",
     "inputs_root": "directory the recipe's input paths are relative to (default: the recipe's inputs.root)",
@@ -53,22 +55,36 @@ def verify_inputs_task(c, recipe, inputs_root=None):
     "fail_on_gates": FAIL_ON_GATES_HELP,
 })
 @user_errors
-def study(c, recipe, out="runs", runtime=None, inputs_root=None, key=None, allow_busy=False, gpu_uuid=None,
+def study(c, recipe=None, plan=None, out="runs", runtime=None, inputs_root=None, key=None, allow_busy=False, gpu_uuid=None,
           gpu_index=None, gpu_source=None, allow_environment_drift=False, fail_on_gates=False):
-    """Run a recipe's study end to end; the last line printed is the run directory."""
+    """Run a recipe's study (or a plan file) end to end; the last line printed is the run directory."""
     from ..orchestrator.progress import ConsoleProgress
     from ..orchestrator.runner import StudyOptions, plan_study, run_study
     from .output import console
 
     override = _gpu_override(gpu_uuid, gpu_index, gpu_source)
-    opts = StudyOptions(recipe_path=Path(recipe), out_dir=Path(out), runtime=runtime,
+    planned = _plan_file(recipe, plan, runtime, inputs_root)
+    opts = StudyOptions(recipe_path=planned.study.path if planned else Path(recipe), out_dir=Path(out), runtime=runtime,
                         inputs_root=Path(inputs_root) if inputs_root else None,
                         key_path=Path(key) if key else None, allow_busy=allow_busy, gpu_override=override,
                         progress=ConsoleProgress(console(stderr=True)), allow_environment_drift=allow_environment_drift)
-    run = run_study(opts, plan_study(opts))
+    run = run_study(opts, planned or plan_study(opts))  # --recipe: planned here, then that plan runs
     sys.stdout.write(f"{run.path}\n")
     if fail_on_gates:
         exit_on_failed_gates(run.path / "summary.json", str(run.path))
+
+
+def _plan_file(recipe, plan, runtime, inputs_root):
+    """The plan file given with --plan, read and checked against its recipe; None with --recipe."""
+    from ..orchestrator.runner import read_plan
+
+    if (recipe is None) == (plan is None):
+        raise Exit("error: give either --recipe (plan it, then run that plan) or --plan (run a plan file).", code=1)
+    if plan is None:
+        return None
+    if runtime is not None or inputs_root is not None:
+        raise Exit("error: --runtime and --inputs-root are fixed by the plan file; make the plan with them.", code=1)
+    return read_plan(Path(plan))
 
 
 def _gpu_override(gpu_uuid, gpu_index, gpu_source):

@@ -202,7 +202,7 @@ def _reports(recipe: Recipe, base: HostRun, others: list[HostRun], everyone: lis
              compare_tol: dict[str, Any], cross_tol: dict[str, float]) -> tuple[dict[str, Any], list[BackendReport]]:
     """Each other run compared with the baseline, and a cross-host report per (workload, backend)."""
     # `invoke compare`'s own code, on the run directories (it reads rows, recipe and backends.json).
-    comparisons = {run.label: compare_runs(base.path, run.path, tolerances=compare_tol or None) for run in others}
+    comparisons = {run.label: compare_runs(base.path, run.path, tolerances=compare_tol or None).to_json() for run in others}
     means = {run.label: host_means(run.rows) for run in everyone}
     order = [(w.name, b.name) for w in recipe.workloads for b in recipe.backends]
     return comparisons, [backend_report(w, b, everyone, means, comparisons, cross_tol) for w, b in order]

@@ -165,7 +165,7 @@ class BackendReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _mean_ms(latencies: list[float]) -> float:
-    mean = latency_stats(latencies)["mean_ms"]
+    mean = latency_stats(latencies).mean_ms
     assert mean is not None  # host_means groups only successful requests, so no list is empty
     return mean
 

@@ -15,6 +15,7 @@ Format history:
        `Workload.load` (issue 29): a closed concurrency ladder and/or open-loop arrival rates,
        each level run with the protocol's feasibility and measured passes (absent: one closed
        level at concurrency 1, today's protocol, evidence unchanged).
+       `Backend.kernel_caches` (issue 39): fresh or pinned Triton/Inductor caches of a launched backend.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -32,6 +33,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from ..errors import RecipeError
 from ..limits import MAX_PASSES, MAX_REPEAT, MAX_TIMEOUT_S
 from ..schema import StrictModel
+from .trace_recipe import Families, GraphReplayGate, KernelTimeReductionGate
 
 __all__ = [
     "COMMIT_RE",
@@ -47,6 +49,8 @@ __all__ = [
     "Gate",
     "InputFile",
     "Inputs",
+    "KernelCachePin",
+    "KernelCaches",
     "Load",
     "LoadLevel",
     "NoAliasLoader",
@@ -262,6 +266,45 @@ class TritonCache(StrictModel):
         return _relative_path(value)
 
 
+KernelCacheKind = Literal["triton", "inductor"]
+
+
+class KernelCachePin(StrictModel):
+    """An archive made by `invoke kernel-cache` (under inputs.root) and the sha256 of its bytes."""
+
+    archive: str
+    sha256: Annotated[str, Field(pattern=SHA256_RE)]
+
+    @field_validator("archive")
+    @classmethod
+    def _inside_root(cls, value: str) -> str:
+        return _relative_path(value)
+
+
+class KernelCaches(StrictModel):
+    """The kernel caches the study gives one launched backend (issue 39, openjev_repro/study/kernel_caches.py):
+    each kind a fresh directory beside the run (triton: TRITON_CACHE_DIR, FLA's autotune results too;
+    inductor: TORCHINDUCTOR_CACHE_DIR), filled from the `pinned` archives, which must stay unchanged."""
+
+    kinds: Annotated[list[KernelCacheKind], Field(min_length=1)]
+    pinned: list[KernelCachePin] = []
+
+    @model_validator(mode="after")
+    def _distinct(self) -> KernelCaches:
+        _unique(list(self.kinds), "kernel cache kind")
+        _unique([p.archive for p in self.pinned], "kernel cache archive")
+        return self
+
+    def check_launch(self, backend: str, runtime: str, env: dict[str, str]) -> None:
+        """The study points a local backend at the caches: `env` may not name them, docker cannot write them."""
+        named = sorted({"triton": "TRITON_CACHE_DIR", "inductor": "TORCHINDUCTOR_CACHE_DIR"}[k] for k in self.kinds)
+        if set(named) & set(env):
+            raise ValueError(f"backend {backend!r}: kernel_caches sets {', '.join(named)}; `env` cannot set it too")
+        if runtime != "local":
+            raise ValueError(f"backend {backend!r}: kernel_caches need the local runtime (the study's cache folders "
+                             f"are not mounted into a {runtime} container)")
+
+
 class EnvironmentSpec(StrictModel):
     """What a backend must report once ready (its /health, else environment.json): checked before
     the first inference; each difference stops the study unless --allow-environment-drift."""
@@ -304,15 +347,23 @@ def parse_server_url(value: str) -> tuple[str, int]:
     parts = urlsplit(value)
     if parts.scheme != "http":
         raise ValueError(f"url {value!r}: only http:// is supported (the timed client speaks plain HTTP/1.1)")
-    try:
-        port = parts.port
-    except ValueError:
-        raise ValueError(f"url {value!r}: the port is not a number from 1 to 65535") from None
     if not parts.hostname or parts.username or parts.password or parts.query or parts.fragment \
             or parts.path not in ("", "/"):
         raise ValueError(f"url {value!r}: give only http://HOST:PORT (no path, query or user; "
                          "the path goes into `endpoint` and `health`)")
-    return parts.hostname, port or 80
+    return parts.hostname, _server_port(parts, value)
+
+
+def _server_port(parts: SplitResult, value: str) -> int:
+    """The port of a server's url: 80 when none is given; port 0 ("any free port" when listening) is
+    no server's port, and is refused rather than read as 80."""
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"url {value!r}: the port is not a number from 1 to 65535") from None
+    if port == 0:
+        raise ValueError(f"url {value!r}: port 0 is no server's port; give the port it listens on, 1 to 65535")
+    return 80 if port is None else port
 
 
 class Backend(StrictModel):
@@ -339,6 +390,7 @@ class Backend(StrictModel):
     description: str = ""
     aux: list[AuxProcess] = []  # started before command, stopped after it
     environment: EnvironmentSpec | None = None  # on top of the recipe's `environment`
+    kernel_caches: KernelCaches | None = None  # fresh or pinned kernel caches (issue 39)
 
     @field_validator("endpoint", "health")
     @classmethod
@@ -352,6 +404,8 @@ class Backend(StrictModel):
             raise ValueError(f"backend {self.name!r} needs a `command` to launch, or the `url` of a running server")
         if self.url is not None:
             self._check_url_backend()
+        if self.kernel_caches is not None:
+            self.kernel_caches.check_launch(self.name, self.runtime, self.env)
         return self
 
     def _check_url_backend(self) -> None:
@@ -360,8 +414,11 @@ class Backend(StrictModel):
         if self.command:
             raise ValueError(f"backend {self.name!r} has both `command` and `url`; give one "
                              "(url: a server already running, which the study does not launch)")
-        launch_only = [f for f in ("image", "cwd", "port") if getattr(self, f) is not None]
-        launch_only += [f for f in ("env", "aux") if getattr(self, f)] + (["runtime"] if self.runtime != "local" else [])
+        given = {"image": self.image is not None, "cwd": self.cwd is not None, "port": self.port is not None,
+                 "env": bool(self.env), "aux": bool(self.aux), "kernel_caches": self.kernel_caches is not None,
+                 "runtime": self.runtime != "local",
+                 "environment.triton_cache": bool(self.environment and self.environment.triton_cache)}
+        launch_only = [name for name, set_ in given.items() if set_]
         if launch_only:
             raise ValueError(f"backend {self.name!r} is reached by `url`, so {', '.join(launch_only)} "
                              "(which apply to a launched command) cannot be set")
@@ -389,6 +446,9 @@ class Protocol(StrictModel):
     request_timeout_s: Seconds = 120.0
     ready_timeout_s: Seconds = 600.0
     stop_grace_s: Seconds = 10.0
+    # The largest answer the timed client takes (header and body as received); a larger one fails its
+    # request (docs/security.md). A /v1/systemone answer is a few KB.
+    max_response_bytes: Annotated[int, Field(ge=1 << 10, le=1 << 31)] = 64 << 20
 
 
 class Gpu(StrictModel):
@@ -479,7 +539,7 @@ class ExternalGate(_Gate):
 
 Gate = Annotated[
     MeanReductionGate | MaxProbabilityDeltaGate | DecisionsUnchangedGate | ProbabilitiesStableGate
-    | GpuNotThrottledGate | ExternalGate,
+    | GpuNotThrottledGate | ExternalGate | KernelTimeReductionGate | GraphReplayGate,
     Field(discriminator="kind"),
 ]
 
@@ -595,6 +655,10 @@ class Traces(StrictModel):
     token_counts: str | None = None  # input with per-request token counts, in request order
     nsys_args: list[str] = ["profile", "--trace=cuda,nvtx", "--cuda-graph-trace=node"]
     aux: str | None = None  # wrap this aux process (the GPU worker) instead of the command
+    # Issue 43 (evidence/trace_recipe.py, docs/traces.md): `torch` traces requests inside our own
+    # backend (started with --trace-dir); kernel families by name patterns, counted per trace.
+    profiler: Literal["nsys", "torch"] = "nsys"
+    families: Families = {}
 
 
 class Recipe(StrictModel):
@@ -624,7 +688,15 @@ class Recipe(StrictModel):
         _unique([g.name for g in self.gates], "gate")
         for g in self.gates:
             self._check_gate(g)
+        self._check_url_pins()
         return self
+
+    def _check_url_pins(self) -> None:
+        """The study-level Triton cache pin applies to every backend: none may be reached by `url`."""
+        reached = [b.name for b in self.backends if not b.launched]
+        if reached and self.environment.triton_cache is not None:
+            raise ValueError(f"environment.triton_cache pins a cache, but backend {reached[0]!r} is reached by "
+                             "`url`, not launched by the study: the pin could not apply to it")
 
     def _check_gate(self, g: Any) -> None:
         """A gate names only backends and workloads of this recipe."""
@@ -636,6 +708,10 @@ class Recipe(StrictModel):
         wl = getattr(g, "workload", None)
         if wl is not None and wl not in {w.name for w in self.workloads}:
             raise ValueError(f"gate {g.name!r}: workload {wl!r} is not a workload of this recipe")
+        if isinstance(g, (KernelTimeReductionGate, GraphReplayGate)):  # trace gates (evidence/trace_recipe.py)
+            if self.traces is None or not self.traces.enabled:
+                raise ValueError(f"gate {g.name!r}: a trace gate needs traces enabled")
+            g.check_recipe(set(self.traces.backends or backends), set(self.traces.families), set(self.traces.tokens))
 
     def _check_preparation(self, declared: set[str]) -> None:
         unpinned = self.unpinned()

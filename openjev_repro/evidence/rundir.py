@@ -38,14 +38,16 @@ import socket
 import stat
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ..errors import EvidenceError
-from .files import check_format, fsync_directory, read_versioned, write_json_atomic
-from .state import STATE_FORMAT_VERSION, StateRecord, Status
+from .decoding import UnsetType
+from .files import check_format, fsync_directory, json_text, read_json, read_versioned, write_json_atomic
+from .state import STATE_FORMAT_VERSION, Owner, StateRecord, Status
 
 __all__ = [
     "BACKENDS_FORMAT_VERSION",
@@ -198,31 +200,28 @@ def process_start_ticks(pid: int) -> int | None:
         return None
 
 
-def _owner() -> dict:
-    return {"pid": os.getpid(), "boot_id": boot_id(), "start_ticks": process_start_ticks(os.getpid()),
-            "host": socket.gethostname()}
+def _owner() -> Owner:
+    return Owner(pid=os.getpid(), boot_id=boot_id(), start_ticks=process_start_ticks(os.getpid()),
+                 host=socket.gethostname())
 
 
-def _local_owner(state: dict) -> dict | None:
+def _local_owner(state: StateRecord) -> Owner | None:
     """The owner of a "running" state when its liveness can be checked on this machine, else None.
 
     A run written before owners were recorded (no `owner`) and another machine's study give None.
     """
-    if state.get("status") != Status.RUNNING:
+    if state.status != Status.RUNNING or isinstance(state.owner, UnsetType):
         return None
-    owner = state.get("owner")
-    if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
-        return None
-    if owner.get("host") not in (None, socket.gethostname()):
+    if state.owner.host not in (None, socket.gethostname()):
         return None  # another machine's study: its liveness cannot be checked here
-    return owner
+    return state.owner
 
 
-def _rebooted_since(owner: dict) -> bool:
-    return bool(owner.get("boot_id") and boot_id() and owner["boot_id"] != boot_id())
+def _rebooted_since(owner: Owner) -> bool:
+    return bool(owner.boot_id and boot_id() and owner.boot_id != boot_id())
 
 
-def stale_reason(state: dict) -> str | None:
+def stale_reason(state: StateRecord) -> str | None:
     """Why a run whose state says "running" has no live study behind it; None when it may be live.
 
     A run written before owners were recorded (no `owner`) is never called stale.
@@ -231,20 +230,19 @@ def stale_reason(state: dict) -> str | None:
     if owner is None:
         return None
     if _rebooted_since(owner):
-        return f"the study (pid {owner['pid']}) ran before the machine rebooted"
-    ticks = process_start_ticks(owner["pid"])
-    if ticks is None or (owner.get("start_ticks") is not None and ticks != owner["start_ticks"]):
-        return f"the study that wrote it (pid {owner['pid']}) is no longer running"
+        return f"the study (pid {owner.pid}) ran before the machine rebooted"
+    ticks = process_start_ticks(owner.pid)
+    if ticks is None or (owner.start_ticks is not None and ticks != owner.start_ticks):
+        return f"the study that wrote it (pid {owner.pid}) is no longer running"
     return None
 
 
-def unsigned_reason(state: dict, has_manifest: bool) -> str | None:
+def unsigned_reason(state: StateRecord, has_manifest: bool) -> str | None:
     """Why a "complete" run of a study started with --key is not complete: its manifest was never
     written (the study died between the two). None while the study itself is writing it."""
-    if state.get("status") != "complete" or not state.get("signing_requested") or has_manifest:
+    if state.status != Status.COMPLETE or state.signing_requested is not True or has_manifest:
         return None
-    owner = state.get("owner")
-    if isinstance(owner, dict) and owner.get("pid") == os.getpid():
+    if not isinstance(state.owner, UnsetType) and state.owner.pid == os.getpid():
         return None  # this process is the study, between "complete" and its manifest
     return ("state.json says complete, but the study was started with --key and its manifest was never "
             "written (it ended before signing)")
@@ -299,19 +297,34 @@ class RunDir:
         """A JSON file of the run (a key of READABLE_VERSIONS), refused unless its format_version is readable."""
         return read_versioned(self.path / name, READABLE_VERSIONS[name])
 
-    def state(self) -> dict:
-        return self.read("state.json")
+    def read_unversioned(self, name: str) -> Any:
+        """A JSON file of the run written without a format_version (calibration.json)."""
+        return read_json(self.path / name)
+
+    def state(self) -> dict[str, Any]:
+        """state.json as written, as a dict (for readers not typed yet; `state_record()` is the record)."""
+        return dict(self.state_record().to_json())
 
     def state_record(self) -> StateRecord:
         """state.json as written (no stale check: `effective_state` and `records.state_of` make that)."""
-        return StateRecord.from_json(self.state())
+        return StateRecord.from_json(self.read("state.json"), str(self.path / "state.json"))
 
     def write_state(self, state: StateRecord | Mapping[str, Any]) -> StateRecord:
-        """Write the state (a mapping is read as a record first) with this version and the time; return it."""
-        record = state if isinstance(state, StateRecord) else StateRecord.from_json(state)
-        record = replace(record, format_version=STATE_FORMAT_VERSION, updated_unix=round(time.time(), 3))
+        """Write the state (a mapping is decoded into the record first) with this version and the time; return it."""
+        record = state if isinstance(state, StateRecord) else StateRecord.from_json(dict(state))
+        record = msgspec.structs.replace(record, format_version=STATE_FORMAT_VERSION,
+                                         updated_unix=round(time.time(), 3))
         write_json_atomic(self.path / "state.json", record.to_json())
         return record
+
+    def rewrite_state_in_place(self, record: StateRecord) -> None:
+        """state.json overwritten in its own blocks (no temporary file): what a full disk still allows."""
+        data = json_text(record.to_json(), indent=2, sort_keys=True).encode()
+        with open(self.path / "state.json", "r+b") as fh:
+            fh.write(data)
+            fh.truncate()
+            fh.flush()
+            os.fsync(fh.fileno())
 
     def update_state(self, **changes: Any) -> StateRecord:
         return self.write_state(self.state_record().changed(**changes))
@@ -322,16 +335,21 @@ class RunDir:
     def finish(self, step: str) -> None:
         self.write_state(self.state_record().finishing(step))
 
-    def effective_state(self) -> dict:
+    def effective_state_record(self) -> StateRecord:
         """state.json, with a "running" status whose study has died reported as "incomplete" (stale)."""
-        state = self.state()
+        state = self.state_record()
         reason = stale_reason(state)
         if reason:
-            state = dict(state, status=Status.INCOMPLETE.value, stale=True,
-                         error=f"stale run: state.json says running, but {reason}")
-        elif unsigned_reason(state, (self.path / ENVELOPE_NAME).exists()):
-            state = dict(state, status="incomplete", error=unsigned_reason(state, False))
+            return msgspec.structs.replace(state, status=Status.INCOMPLETE.value, stale=True,
+                                           error=f"stale run: state.json says running, but {reason}")
+        unsigned = unsigned_reason(state, (self.path / ENVELOPE_NAME).exists())
+        if unsigned:
+            return msgspec.structs.replace(state, status=Status.INCOMPLETE.value, error=unsigned)
         return state
+
+    def effective_state(self) -> dict[str, Any]:
+        """`effective_state_record()` as a dict (for readers not typed yet)."""
+        return dict(self.effective_state_record().to_json())
 
     def evidence_files(self) -> list[Path]:
         """Every file of the run except the top-level envelope, hidden names included, sorted by relative path.

@@ -1,19 +1,21 @@
 """state.json's record: the run's `Status` and the steps attempted and finished (format history in rundir.py).
 
 `StateRecord.from_json(data).to_json()` gives back `data` for every state this tool writes:
-the keys the record does not name (a cluster's `slurm_end`, ...) travel in `extra`, and an
-optional key that was absent stays absent. `RunDir` writes `to_json()` through
-`files.write_json_atomic`, so state.json's bytes are what the dict writers wrote.
+every key any writer wrote is a field (a cluster's `slurm_end` included), and an optional key
+that was absent stays absent (UNSET). `RunDir` writes `to_json()` through
+`files.write_json_atomic`, so state.json's bytes are what the dict writers wrote. Read a run's
+state with `records.state_of(run)` (stale runs reported incomplete) or `RunDir.state_record()`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
 
-__all__ = ["STATE_FORMAT_VERSION", "StateRecord", "Status"]
+import msgspec
+
+from .decoding import UNSET, Count, Finite, Number, Record, Text, UnsetType, decode
+
+__all__ = ["STATE_FORMAT_VERSION", "Owner", "SlurmEnd", "StateRecord", "Status"]
 
 STATE_FORMAT_VERSION = 1
 
@@ -27,50 +29,47 @@ class Status(StrEnum):
     IMPORTED = "imported"  # another project's published evidence, converted (audit/importer.py)
 
 
-# The keys StateRecord names; `stale` is never written (RunDir.effective_state adds it when reading).
-_NAMED = frozenset({"status", "attempted", "finished", "error", "started_utc", "updated_unix", "owner",
-                    "signing_requested", "stale", "format_version"})
+class Owner(Record, frozen=True, kw_only=True):
+    """The study writing the run (rundir.stale_reason): its pid, the boot, when it started, where."""
+
+    pid: Count
+    boot_id: Text | None = None
+    start_ticks: Count | None = None
+    host: Text | None = None
 
 
-def _number(value: Any) -> float | None:
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+class SlurmEnd(Record, frozen=True, kw_only=True):
+    """How Slurm ended the task of a cluster run (cluster/status.py)."""
+
+    state: Text
+    reason: Text | None = None
+    exit_code: Text | Number | None = None
+    source: Text | None = None
+    recorded_utc: Text | None = None
 
 
-@dataclass(frozen=True)
-class StateRecord:
+class StateRecord(Record, frozen=True, kw_only=False):
     """state.json, as written and read; `status` is the plain word written."""
 
-    status: str
-    attempted: tuple[str, ...] = ()
-    finished: tuple[str, ...] = ()
-    error: str | None = None
-    started_utc: str | None = None  # absent before 2026-11's additive field
-    updated_unix: float | None = None
-    stale: bool = False  # a "running" state whose study died, reported incomplete (RunDir.effective_state)
-    format_version: int = 1
-    owner: dict[str, Any] | None = None  # the study writing the run (rundir.stale_reason)
-    signing_requested: bool | None = None  # written (True) when the study was started with --key
-    extra: dict[str, Any] = field(default_factory=dict)  # keys other writers add (cluster: slurm_end)
+    status: Text
+    attempted: tuple[Text, ...] = ()
+    finished: tuple[Text, ...] = ()
+    error: Text | None = None
+    format_version: int = STATE_FORMAT_VERSION
+    started_utc: Text | UnsetType = UNSET  # absent before 2026-11's additive field
+    updated_unix: Finite | UnsetType = UNSET
+    owner: Owner | UnsetType = UNSET  # the study writing the run (rundir.stale_reason)
+    signing_requested: bool | UnsetType = UNSET  # written (True) when the study was started with --key
+    slurm_end: SlurmEnd | UnsetType = UNSET  # cluster/status.py: how Slurm ended the task
+    stale: bool | UnsetType = UNSET  # never written: RunDir.effective_state's reading of a dead "running" study
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> StateRecord:
-        owner, signing = data.get("owner"), data.get("signing_requested")
-        return cls(status=str(data.get("status", "unknown")), attempted=tuple(data.get("attempted") or ()),
-                   finished=tuple(data.get("finished") or ()), error=data.get("error") or None,
-                   started_utc=str(data["started_utc"]) if data.get("started_utc") else None,
-                   updated_unix=_number(data.get("updated_unix")), stale=bool(data.get("stale")),
-                   format_version=int(data.get("format_version", 1)),
-                   owner=dict(owner) if isinstance(owner, Mapping) else None,
-                   signing_requested=signing if isinstance(signing, bool) else None,
-                   extra={key: value for key, value in data.items() if key not in _NAMED})
+    def from_json(cls, data: object, where: str = "state.json") -> StateRecord:
+        return decode(data, cls, where)
 
-    def to_json(self) -> dict[str, Any]:
-        """The dict state.json holds (`stale` is a reading, never written)."""
-        optional = {"started_utc": self.started_utc, "updated_unix": self.updated_unix, "owner": self.owner,
-                    "signing_requested": self.signing_requested}
-        return {**self.extra, "status": self.status, "attempted": list(self.attempted),
-                "finished": list(self.finished), "error": self.error, "format_version": self.format_version,
-                **{key: value for key, value in optional.items() if value is not None}}
+    @property
+    def is_stale(self) -> bool:
+        return self.stale is True
 
     @property
     def known_status(self) -> Status | None:
@@ -79,14 +78,15 @@ class StateRecord:
 
     def as_status(self, status: str) -> StateRecord:
         """The same state with another status (the runner renders the report of a run it is about to complete)."""
-        return replace(self, status=str(status))
+        return msgspec.structs.replace(self, status=str(status))
 
-    def changed(self, **changes: Any) -> StateRecord:
-        """The state with `changes` applied, named fields and others alike (what `RunDir.update_state` writes)."""
-        return StateRecord.from_json({**self.to_json(), **changes})
+    def changed(self, **changes: object) -> StateRecord:
+        """The state with `changes` applied (what `RunDir.update_state` writes); a SlurmEnd or Owner may be a dict."""
+        plain = {key: str(value) if isinstance(value, StrEnum) else value for key, value in changes.items()}
+        return StateRecord.from_json({**self.to_json(), **plain})
 
     def attempting(self, step: str) -> StateRecord:
-        return replace(self, attempted=(*self.attempted, step))
+        return msgspec.structs.replace(self, attempted=(*self.attempted, step))
 
     def finishing(self, step: str) -> StateRecord:
-        return replace(self, finished=(*self.finished, step))
+        return msgspec.structs.replace(self, finished=(*self.finished, step))

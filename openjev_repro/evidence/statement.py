@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from ..errors import VerificationError
 from .files import check_format
@@ -31,11 +33,18 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://openjev-repro.dev/study-result/v1"
 PREDICATE_FORMAT_VERSION = 1
 
-_SHA256_HEX = frozenset("0123456789abcdef")
+class _Digest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    sha256: Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 
 
-def _is_sha256(value: Any) -> bool:
-    return isinstance(value, str) and len(value) == 64 and set(value) <= _SHA256_HEX
+class _SubjectFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: str
+    digest: _Digest
+
+
+class _Omitted(msgspec.Struct, frozen=True):
+    name: str
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -48,12 +57,11 @@ class Subject:
     @classmethod
     def from_json(cls, data: Any) -> Subject | None:
         """The subject, None unless it is exactly {name: string, digest: {sha256: 64 hex digits}}."""
-        digest = data.get("digest") if isinstance(data, dict) else None
-        sha = digest.get("sha256") if isinstance(digest, dict) else None
-        if not (isinstance(data, dict) and set(data) == {"name", "digest"} and isinstance(data["name"], str)
-                and _is_sha256(sha)):
+        try:
+            subject = msgspec.convert(data, _SubjectFile, strict=True)
+        except msgspec.ValidationError:
             return None
-        return cls(data["name"], str(sha))
+        return cls(subject.name, subject.digest.sha256)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "digest": {"sha256": self.sha256}}
@@ -61,12 +69,11 @@ class Subject:
 
 def _omitted(predicate: Mapping[str, Any]) -> tuple[tuple[str, str], ...] | None:
     """An aggregate-only predicate's omitted files as (name, sha256); None when malformed."""
-    omitted = predicate.get("omitted", [])
-    if not isinstance(omitted, list) or not all(
-        isinstance(o, dict) and isinstance(o.get("name"), str) and isinstance(o.get("sha256"), str) for o in omitted
-    ):
+    try:
+        omitted = msgspec.convert(predicate.get("omitted", []), list[_Omitted], strict=True)
+    except msgspec.ValidationError:
         return None
-    return tuple((o["name"], o["sha256"]) for o in omitted)
+    return tuple((o.name, o.sha256) for o in omitted)
 
 
 def _predicate_problem(predicate: Mapping[str, Any]) -> str | None:

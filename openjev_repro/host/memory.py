@@ -16,16 +16,33 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 from ..errors import EvidenceError
+from ..evidence.records import MemoryPart, MemoryPass
 from .driver import GpuDriver
 from .periodic import PeriodicSampler
 
-__all__ = ["MEMORY_FORMAT_VERSION", "NOTE", "MemorySampler"]
+__all__ = ["MEMORY_FORMAT_VERSION", "NOTE", "MemoryEvent", "MemorySampler"]
 
 MEMORY_FORMAT_VERSION = 1
 NOTE = "samples, not peaks"
+
+
+@dataclass(frozen=True)
+class MemoryEvent:
+    """One line of memory.jsonl after the header: a sample, a pass boundary or mark, or a failed read."""
+
+    kind: Literal["sample", "begin", "end", "mark", "error"]
+    t_ns: int
+    used_mib: int | None = None  # sample
+    label: str | None = None  # begin, end, mark
+    error: str | None = None  # error
+
+    def to_json(self) -> dict[str, object]:
+        return {key: value for key, value in asdict(self).items() if value is not None}
 
 
 class MemorySampler(PeriodicSampler):
@@ -33,7 +50,7 @@ class MemorySampler(PeriodicSampler):
 
     def __init__(self, driver: GpuDriver, uuid: str, period_s: float = 0.1) -> None:
         self.driver, self.uuid, self.period_s = driver, uuid, period_s
-        self._events: list[dict] = []
+        self._events: list[MemoryEvent] = []
         self._lock = threading.Lock()
         self._init_periodic("memory sampler")
 
@@ -42,72 +59,68 @@ class MemorySampler(PeriodicSampler):
 
     # --- recording ---------------------------------------------------------------------
 
-    def _add(self, event: dict) -> dict:
-        event = {"t_ns": time.monotonic_ns(), **event}
+    def _add(self, kind: Literal["sample", "begin", "end", "mark", "error"], **fields: int | str) -> None:
+        event = MemoryEvent(kind, time.monotonic_ns(), **fields)  # type: ignore[arg-type]
         with self._lock:
             self._events.append(event)
-        return event
 
     def sample(self) -> int | None:
         """Take one sample now (the thread calls this; begin/end call it too)."""
         try:
             used = self.driver.memory_used_mib(self.uuid)
         except Exception as exc:  # noqa: BLE001 - keep sampling: one failed read must not end the record
-            self._add({"kind": "error", "error": str(exc)})
+            self._add("error", error=str(exc))
             return None
-        self._add({"kind": "sample", "used_mib": used})
+        self._add("sample", used_mib=used)
         return used
 
     def mark(self, label: str) -> None:
-        self._add({"kind": "mark", "label": label})
+        self._add("mark", label=label)
 
     def begin(self, label: str) -> None:
-        self._add({"kind": "begin", "label": label})
+        self._add("begin", label=label)
         self.sample()
 
     def end(self, label: str) -> None:
         """Close a pass; the sample taken right here is the pass's 'after' value."""
         self.sample()
-        self._add({"kind": "end", "label": label})
+        self._add("end", label=label)
 
     # --- results -----------------------------------------------------------------------
 
-    def events(self) -> list[dict]:
+    def events(self) -> list[MemoryEvent]:
         with self._lock:
             return list(self._events)
 
-    def passes(self) -> list[dict]:
+    def passes(self) -> list[MemoryPass]:
         """Per begin/end pair: the largest sample inside it and the last one (after the pass)."""
-        result, open_at = [], {}
+        result: list[MemoryPass] = []
+        open_at: dict[str, int] = {}
         events = self.events()
         for i, event in enumerate(events):
-            if event["kind"] == "begin":
-                open_at[event["label"]] = i
-            elif event["kind"] == "end" and event["label"] in open_at:
-                inside = [e["used_mib"] for e in events[open_at.pop(event["label"]): i] if e["kind"] == "sample"]
-                result.append({
-                    "label": event["label"],
-                    "samples": len(inside),
-                    "max_sample_mib": max(inside) if inside else None,
-                    "after_mib": inside[-1] if inside else None,
-                    "note": NOTE,
-                })
+            if event.kind == "begin" and event.label is not None:
+                open_at[event.label] = i
+            elif event.kind == "end" and event.label in open_at:
+                inside = [e.used_mib for e in events[open_at.pop(event.label): i] if e.used_mib is not None]
+                result.append(MemoryPass(label=event.label, samples=len(inside), max_sample_mib=max(inside, default=None),
+                                         after_mib=inside[-1] if inside else None, note=NOTE))
         return result
 
-    def summary(self) -> dict:
-        samples = [e["used_mib"] for e in self.events() if e["kind"] == "sample"]
-        return {
-            "format_version": MEMORY_FORMAT_VERSION, "uuid": self.uuid, "period_s": self.period_s, "note": NOTE,
-            "samples": len(samples), "max_sample_mib": max(samples) if samples else None,
-            "errors": sum(e["kind"] == "error" for e in self.events()), "passes": self.passes(),
-        }
+    def summary(self) -> MemoryPart:
+        """host.json's `memory`."""
+        events = self.events()
+        samples = [e.used_mib for e in events if e.used_mib is not None]
+        return MemoryPart(format_version=MEMORY_FORMAT_VERSION, uuid=self.uuid, period_s=self.period_s, note=NOTE,
+                          samples=len(samples), max_sample_mib=max(samples, default=None),
+                          errors=sum(e.kind == "error" for e in events), passes=self.passes())
 
     def write(self, path: Path) -> None:
         """Write memory.jsonl; refuses to overwrite an existing file."""
         header = {"format_version": MEMORY_FORMAT_VERSION, "kind": "header", "uuid": self.uuid,
                   "period_s": self.period_s, "note": NOTE}
+        lines = [header, *(e.to_json() for e in self.events())]
         try:
             with open(path, "x", encoding="utf-8") as fh:
-                fh.writelines(json.dumps(event, sort_keys=True) + "\n" for event in [header, *self.events()])
+                fh.writelines(json.dumps(line, sort_keys=True) + "\n" for line in lines)
         except FileExistsError as exc:
             raise EvidenceError(f"{path} already exists; memory samples are never overwritten.") from exc

@@ -11,10 +11,13 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import msgspec
+
 from ..errors import HostError
 
 __all__ = [
     "NUMACTL_HINT",
+    "NumaSummary",
     "docker_cpuset",
     "effective_binding",
     "format_cpulist",
@@ -81,15 +84,21 @@ def pci_numa_node(bus_id: str, sys_root: Path = Path("/sys")) -> int | None:
     return node if node >= 0 else None
 
 
-def numa_summary(sys_root: Path = Path("/sys")) -> dict:
-    """Nodes, their CPUs, and whether numactl is installed: for host.json and `invoke gpus`."""
+class NumaSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """The host's NUMA nodes, their CPUs, and where numactl is (None: not installed)."""
+
+    nodes: list[int]
+    single_node: bool
+    cpus_by_node: dict[str, str]
+    numactl: str | None
+
+
+def numa_summary(sys_root: Path = Path("/sys")) -> NumaSummary:
+    """Nodes, their CPUs, and whether numactl is installed: for `invoke gpus`."""
     nodes = numa_nodes(sys_root)
-    return {
-        "nodes": nodes,
-        "single_node": len(nodes) == 1,
-        "cpus_by_node": {str(n): format_cpulist(node_cpus(n, sys_root)) for n in nodes},
-        "numactl": shutil.which("numactl"),
-    }
+    return NumaSummary(nodes=nodes, single_node=len(nodes) == 1,
+                       cpus_by_node={str(n): format_cpulist(node_cpus(n, sys_root)) for n in nodes},
+                       numactl=shutil.which("numactl"))
 
 
 def _checked_cpus(node: int, cpus: str | None, sys_root: Path) -> str:

@@ -6,10 +6,12 @@ start children, and any of them may hold the GPU.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import HostError
@@ -72,26 +74,33 @@ def process_stopped(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] in ("T", "t")
 
 
-def stop_group(pgid: int, grace_s: float, leader: subprocess.Popen | None = None) -> dict:
+@dataclass(frozen=True)
+class GroupStop:
+    """What stopping a process group took: SIGTERM, SIGKILL after the grace period, and whether it is gone."""
+
+    pgid: int
+    sigterm: bool = False
+    sigkill: bool = False
+    group_exited: bool = True
+
+
+def stop_group(pgid: int, grace_s: float, leader: subprocess.Popen | None = None) -> GroupStop:
     """SIGTERM to the group, `grace_s` to exit, then SIGKILL. Returns what was needed."""
-    record = {"pgid": pgid, "sigterm": False, "sigkill": False, "group_exited": True}
     if not group_alive(pgid):
-        return record
+        return GroupStop(pgid)
     try:
         os.killpg(pgid, signal.SIGTERM)
-        record["sigterm"] = True
-        os.killpg(pgid, signal.SIGCONT)  # a stopped member handles its SIGTERM only once continued
     except ProcessLookupError:
-        return record
+        return GroupStop(pgid)
+    with contextlib.suppress(ProcessLookupError):  # gone already: the wait below sees it at once
+        os.killpg(pgid, signal.SIGCONT)  # a stopped member handles its SIGTERM only once continued
     if _wait_group(pgid, grace_s, leader):
-        return record
+        return GroupStop(pgid, sigterm=True)
     try:
         os.killpg(pgid, signal.SIGKILL)
-        record["sigkill"] = True
     except ProcessLookupError:
-        return record
-    record["group_exited"] = _wait_group(pgid, 5.0, leader)
-    return record
+        return GroupStop(pgid, sigterm=True)
+    return GroupStop(pgid, sigterm=True, sigkill=True, group_exited=_wait_group(pgid, 5.0, leader))
 
 
 def _describe_status(code: int) -> tuple[int | None, str | None]:
@@ -135,9 +144,9 @@ def run_with_timeout(
         "timed_out": timed_out,
         "timeout_s": timeout_s,
         "grace_s": grace_s,
-        "stragglers_stopped": (not timed_out) and stop["sigterm"],
-        "sigterm": stop["sigterm"],
-        "killed": stop["sigkill"],
-        "group_exited": stop["group_exited"],
+        "stragglers_stopped": (not timed_out) and stop.sigterm,
+        "sigterm": stop.sigterm,
+        "killed": stop.sigkill,
+        "group_exited": stop.group_exited,
         "duration_s": round(time.monotonic() - started, 3),
     }

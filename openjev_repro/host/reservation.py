@@ -28,9 +28,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
+
 from ..errors import HostError, ReservationTimeout
 
-__all__ = ["LOCK_FORMAT_VERSION", "Reservation", "holder_of", "lock_dir", "reserve_gpus"]
+__all__ = ["LOCK_FORMAT_VERSION", "Holder", "Reservation", "holder_of", "lock_dir", "reserve_gpus"]
 
 # Format history of the lock file content: 1 (2026-11) first version.
 LOCK_FORMAT_VERSION = 1
@@ -103,25 +105,53 @@ _INFO_TYPES = {"pid": int, "user": str, "host": str, "note": str, "started_at": 
                "format_version": int}
 
 
-def _read_info(fd: int) -> dict:
-    """The holder's details as written; a file of another shape reads {"malformed": reason}."""
+class Holder(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Who holds a GPU's lock, as its lock file says (keys another version adds are not ours to read),
+    or why the file cannot say (`malformed`)."""
+
+    pid: int | None = None
+    user: str | None = None
+    host: str | None = None
+    note: str | None = None
+    started_at: str | None = None
+    uuid: str | None = None
+    format_version: int | None = None
+    malformed: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = msgspec.to_builtins(self)
+        return data
+
+    def describe(self) -> str:
+        """The holder in words, for `invoke gpus`."""
+        note = f" {self.note!r}" if self.note else ""
+        return f"pid {self.pid} {self.user or ''}{note} since {self.started_at or '?'}"
+
+
+def _misfit(key: str, value: object) -> str | None:
+    """Why a holder's `key` is not what `reserve_gpus` writes there; None when it is (or is absent)."""
+    kind = _INFO_TYPES[key]
+    if value is None or (isinstance(value, kind) and not isinstance(value, bool)):
+        return None
+    return f"{key} is {json.dumps(value)[:40]}, not {'a number' if kind is int else 'text'}"
+
+
+def _read_info(fd: int) -> Holder | None:
+    """The holder's details as written (None before it wrote any); a file of another shape is `malformed`."""
     raw = os.pread(fd, 65536, 0)
     if not raw.strip():
-        return {}
+        return None
     try:
         info = json.loads(raw)
     except (ValueError, RecursionError):
-        return {"malformed": "not JSON"}
+        return Holder(malformed="not JSON")
     if not isinstance(info, dict):
-        return {"malformed": "not a JSON object"}
-    for key, kind in _INFO_TYPES.items():
-        value = info.get(key)
-        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
-            return {"malformed": f"{key} is {json.dumps(value)[:40]}, not {'a number' if kind is int else 'text'}"}
-    return info
+        return Holder(malformed="not a JSON object")
+    misfit = next((m for key in _INFO_TYPES if (m := _misfit(key, info.get(key))) is not None), None)
+    return Holder(malformed=misfit) if misfit else Holder(**{key: info[key] for key in _INFO_TYPES if key in info})
 
 
-def holder_of(uuid: str, directory: Path | None = None) -> dict | None:
+def holder_of(uuid: str, directory: Path | None = None) -> Holder | None:
     """Who holds the reservation of this GPU now, or None if nobody does.
 
     Probes with a shared non-blocking lock, so it never holds anyone up for more than an instant."""
@@ -133,7 +163,7 @@ def holder_of(uuid: str, directory: Path | None = None) -> dict | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return _read_info(fd) or {"pid": None, "note": "(holder is still writing its details)"}
+            return _read_info(fd) or Holder(note="(holder is still writing its details)")
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:
@@ -152,14 +182,14 @@ def _ancestors(pid: int) -> set[int]:
     return found
 
 
-def _describe(uuid: str, info: dict) -> str:
-    if info.get("malformed"):
-        return f"GPU {uuid} is reserved by a holder whose lock file is malformed ({info['malformed']})"
-    if not info.get("pid"):
+def _describe(uuid: str, info: Holder) -> str:
+    if info.malformed:
+        return f"GPU {uuid} is reserved by a holder whose lock file is malformed ({info.malformed})"
+    if not info.pid:
         return f"GPU {uuid} is reserved (holder details not yet written)"
-    note = f", note {info['note']!r}" if info.get("note") else ""
-    return (f"GPU {uuid} is reserved by pid {info['pid']} (user {info.get('user')} on {info.get('host')}, "
-            f"since {info.get('started_at')}{note})")
+    note = f", note {info.note!r}" if info.note else ""
+    return (f"GPU {uuid} is reserved by pid {info.pid} (user {info.user} on {info.host}, "
+            f"since {info.started_at}{note})")
 
 
 @dataclass
@@ -175,13 +205,14 @@ class Reservation:
     started_at: str  # ISO 8601 UTC, when every lock was held
     waited_s: float
     wait_limit_s: float
-    inherited: dict[str, dict] = field(default_factory=dict)  # uuid -> ancestor holder's details
+    inherited: dict[str, Holder] = field(default_factory=dict)  # uuid -> ancestor holder's details
     released_at: str | None = None
     _fds: dict[str, int] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data.pop("_fds")
+        data["inherited"] = {uuid: holder.to_json() for uuid, holder in self.inherited.items()}
         return data
 
     def release(self) -> None:
@@ -221,7 +252,7 @@ def _acquire(uuid: str, directory: Path, deadline: float, wait_s: float, poll_s:
     fd = _open_lock_file(_lock_path(directory, uuid))
     while not _try_lock(fd):
         if time.monotonic() >= deadline:
-            info = _read_info(fd)
+            info = _read_info(fd) or Holder()
             os.close(fd)
             raise ReservationTimeout(
                 f"{_describe(uuid, info)} and was not released within {wait_s:g} s. "
@@ -236,7 +267,7 @@ def _acquire_all(reservation: Reservation, directory: Path, wait_s: float, poll_
     deadline = time.monotonic() + wait_s
     for uuid in sorted(set(reservation.uuids)):  # one global order: two reservers cannot deadlock
         holder = holder_of(uuid, directory)
-        if holder and holder.get("pid") in ancestors:
+        if holder and holder.pid in ancestors:
             reservation.inherited[uuid] = holder
             continue
         fd = _acquire(uuid, directory, deadline, wait_s, poll_s)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 from typing import Self
 
@@ -163,11 +162,12 @@ class HostSession:
             self._stack.close()
         record = host_record(self.reservation.to_dict() if self.reservation else None, self.device,
                              {"prefix": self.command_prefix(), "effective": self.bindings},
-                             cleanup, self.sampler.summary() if self.sampler else None)
+                             cleanup, self.sampler.summary().to_json() if self.sampler else None)
         override = None if self.gpu_override is None else self.override_record or {
             **self.gpu_override.declared(self.recipe_gpu), "resolved": False}
         # slurm: job, array index, node and allocated GPU when run as a Slurm task
-        return replace(record, controlled=self.controls.gpu is not None, override=override, slurm=slurm_record())
+        slurm = slurm_record()
+        return record.changed(controlled=self.controls.gpu is not None, gpu_override=override, slurm=slurm)
 
 
 def _starting_state(driver: GpuDriver, uuid: str) -> dict:

@@ -21,7 +21,8 @@ STATE_FIELDS = ("clocks.sm", "clocks.mem", "clocks_event_reasons.active", "tempe
 _MISSING = {"", "[N/A]", "N/A", "[Not Supported]", "[Insufficient Permissions]"}
 
 
-def _rows(text: str, fields: tuple[str, ...]) -> list[dict[str, str | None]]:
+def _rows(text: str, fields: tuple[str, ...]) -> list[tuple[str | None, ...]]:
+    """Each CSV line's values in the order of `fields` (None for a value nvidia-smi could not read)."""
     rows = []
     for number, values in enumerate(csv.reader(io.StringIO(text), skipinitialspace=True), start=1):
         if not values or (len(values) == 1 and not values[0].strip()):
@@ -33,7 +34,7 @@ def _rows(text: str, fields: tuple[str, ...]) -> list[dict[str, str | None]]:
                 f"nvidia-smi printed a line with {len(values)} fields where {len(fields)} were asked for "
                 f"(line {number}: {','.join(values)!r}); the driver's output format is not understood."
             )
-        rows.append({f: (None if v.strip() in _MISSING else v.strip()) for f, v in zip(fields, values, strict=True)})
+        rows.append(tuple(None if v.strip() in _MISSING else v.strip() for v in values))
     return rows
 
 
@@ -41,34 +42,30 @@ def _int(value: str | None) -> int | None:
     return None if value is None else int(float(value))
 
 
-def _required(row: dict[str, str | None], field: str) -> str:
-    value = row[field]
+def _required(value: str | None, field: str, row: tuple[str | None, ...]) -> str:
     if value is None:
-        raise HostError(f"nvidia-smi printed no {field} ({row}); the driver's output format is not understood.")
+        raise HostError(f"nvidia-smi printed no {field} ({','.join(v or '' for v in row)}); the driver's output "
+                        "format is not understood.")
     return value
 
 
 def parse_gpus(text: str) -> list[GpuInfo]:
     """Parse `nvidia-smi --query-gpu=<GPU_FIELDS> --format=csv,noheader,nounits`."""
-    return [
-        GpuInfo(
-            index=int(_required(row, "index")),
-            uuid=row["uuid"] or "",
-            name=row["name"] or "",
-            memory_used_mib=_int(row["memory.used"]) or 0,
-            memory_total_mib=_int(row["memory.total"]) or 0,
-            pci_bus_id=row["pci.bus_id"] or "",
-        )
-        for row in _rows(text, GPU_FIELDS)
-    ]
+    gpus = []
+    for row in _rows(text, GPU_FIELDS):
+        index, uuid, name, used, total, bus_id = row
+        gpus.append(GpuInfo(index=int(_required(index, "index", row)), uuid=uuid or "", name=name or "",
+                            memory_used_mib=_int(used) or 0, memory_total_mib=_int(total) or 0, pci_bus_id=bus_id or ""))
+    return gpus
 
 
 def parse_apps(text: str) -> dict[str, list[GpuProcess]]:
     """Parse `nvidia-smi --query-compute-apps=<APP_FIELDS> --format=csv,noheader,nounits` by GPU UUID."""
     by_gpu: dict[str, list[GpuProcess]] = {}
     for row in _rows(text, APP_FIELDS):
-        proc = GpuProcess(pid=int(_required(row, "pid")), name=row["process_name"], used_memory_mib=_int(row["used_memory"]))
-        by_gpu.setdefault(row["gpu_uuid"] or "", []).append(proc)
+        gpu_uuid, pid, process_name, used = row
+        proc = GpuProcess(pid=int(_required(pid, "pid", row)), name=process_name, used_memory_mib=_int(used))
+        by_gpu.setdefault(gpu_uuid or "", []).append(proc)
     return by_gpu
 
 
@@ -78,12 +75,9 @@ def parse_state(text: str) -> dict | None:
     rows = _rows(text, STATE_FIELDS)
     if not rows:
         return None
-    row = rows[0]
-    reasons = row["clocks_event_reasons.active"]
-    power = row["power.draw"]
-    return {"sm_clock_mhz": _int(row["clocks.sm"]), "mem_clock_mhz": _int(row["clocks.mem"]),
-            "clock_event_reasons": int(reasons, 16) if reasons else None,
-            "temperature_c": _int(row["temperature.gpu"]),
+    sm, mem, reasons, temperature, power = rows[0]
+    return {"sm_clock_mhz": _int(sm), "mem_clock_mhz": _int(mem),
+            "clock_event_reasons": int(reasons, 16) if reasons else None, "temperature_c": _int(temperature),
             "power_w": None if power is None else float(power), "energy_mj": None}
 
 

@@ -20,7 +20,9 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+import msgspec
 
 from ..evidence.records import EnvironmentRecord
 from ..hashing import hash_file, source_digest
@@ -246,25 +248,47 @@ def gpus_from_nvidia_smi(executable: str = "nvidia-smi") -> list[dict[str, Any]]
     ).stdout
     header = subprocess.run([executable], capture_output=True, text=True, timeout=30, check=False).stdout
     cuda = next((part.split(":", 1)[1].split("|")[0].strip() for part in header.split("CUDA Version")[1:2]), None)
-    gpus = []
-    for line in out.strip().splitlines():
-        values = dict(zip(_SMI_FIELDS, (v.strip() for v in line.split(",")), strict=True))
-        gpus.append({
-            "index": int(values["index"]),
-            "name": values["name"],
-            "uuid": values["uuid"],
-            "driver_version": values["driver_version"],
+    return [_SmiGpu.of(line).as_json(cuda) for line in out.strip().splitlines()]
+
+
+class _SmiGpu(NamedTuple):
+    """One line of `nvidia-smi --query-gpu=<_SMI_FIELDS>`, in that order."""
+
+    gpu_index: str
+    name: str
+    uuid: str
+    driver_version: str
+    memory_total: str
+    memory_used: str
+    clocks_sm: str
+    clocks_mem: str
+    clocks_max_sm: str
+    persistence_mode: str
+    ecc_mode: str
+
+    @classmethod
+    def of(cls, line: str) -> _SmiGpu:
+        values = [v.strip() for v in line.split(",")]
+        if len(values) != len(_SMI_FIELDS):
+            raise ValueError(f"nvidia-smi printed {len(values)} fields, not {len(_SMI_FIELDS)}: {line[:200]!r}")
+        return cls(*values)
+
+    def as_json(self, cuda: str | None) -> dict[str, Any]:
+        return {
+            "index": int(self.gpu_index),
+            "name": self.name,
+            "uuid": self.uuid,
+            "driver_version": self.driver_version,
             "cuda_driver_version": cuda or absent("nvidia-smi printed no CUDA Version"),
-            "memory_total_mib": _smi_number(values.get("memory.total")),
-            "memory_used_mib": _smi_number(values.get("memory.used")),
+            "memory_total_mib": _smi_number(self.memory_total),
+            "memory_used_mib": _smi_number(self.memory_used),
             "sm_count": absent("nvidia-smi does not report SM count"),
-            "clocks_mhz": {"sm": _smi_number(values.get("clocks.sm")), "memory": _smi_number(values.get("clocks.mem")),
-                           "sm_max": _smi_number(values.get("clocks.max.sm"))},
-            "persistence_mode": _smi_flag(values.get("persistence_mode")),
-            "ecc_enabled": _smi_flag(values.get("ecc.mode.current")),
+            "clocks_mhz": {"sm": _smi_number(self.clocks_sm), "memory": _smi_number(self.clocks_mem),
+                           "sm_max": _smi_number(self.clocks_max_sm)},
+            "persistence_mode": _smi_flag(self.persistence_mode),
+            "ecc_enabled": _smi_flag(self.ecc_mode),
             "source": "nvidia-smi",
-        })
-    return gpus
+        }
 
 
 def _smi_number(text: str | None) -> Any:
@@ -333,9 +357,20 @@ def collect_python(python: str, packages: tuple[str, ...] = PACKAGES) -> dict[st
         return absent(f"could not run {python}: {exc}")
     if result.returncode != 0:
         return absent(f"{python} exited {result.returncode}: {result.stderr.strip()[-300:]}")
-    info = json.loads(result.stdout)
-    info["packages"] = {k: (v if v is not None else absent("not installed")) for k, v in info["packages"].items()}
-    return {"available": True, **info}
+    try:
+        probe = msgspec.json.decode(result.stdout, type=_Probe)
+    except msgspec.DecodeError as exc:
+        return absent(f"{python} printed no package versions ({exc})")
+    return {"available": True, "python": probe.python, "executable": probe.executable,
+            "packages": {k: (v if v is not None else absent("not installed")) for k, v in probe.packages.items()}}
+
+
+class _Probe(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What `_PROBE` prints."""
+
+    python: str
+    executable: str
+    packages: dict[str, str | None]
 
 
 # --- this project -------------------------------------------------------------------------
@@ -386,4 +421,4 @@ def collect_environment(*, backends_python: dict[str, str] | None = None,
             parts[name] = collector()
         except Exception as exc:  # noqa: BLE001 - capture never stops a study; it says what it could not see
             parts[name] = absent(f"{type(exc).__name__}: {exc}")
-    return EnvironmentRecord(parts, ENVIRONMENT_FORMAT_VERSION)
+    return EnvironmentRecord.from_parts(ENVIRONMENT_FORMAT_VERSION, parts)

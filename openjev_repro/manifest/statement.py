@@ -111,8 +111,9 @@ def _iso(value: Any) -> str:
     raise TypeError(f"{type(value).__name__} in recipe.yaml cannot be recorded in a manifest")
 
 
-def _timing_boundary(plan: dict, calibration: dict) -> Any:
-    """The run's own statement of what a latency includes; the row contract when it states none."""
+def _timing_boundary(plan: object, calibration: object) -> Any:
+    """The run's own statement of what a latency includes (plan.json's, else calibration.json's, copied as
+    the predicate copies those files); the row contract when neither states one."""
     for source in (plan, calibration):
         if isinstance(source, dict) and "timing_boundary" in source:
             return source["timing_boundary"]
@@ -131,19 +132,18 @@ def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
         raise EvidenceError(f"{run.path} has no summary.json; the study did not finish its results step.")
     summary = read_summary(run.file("summary.json"))  # a summary of an unknown format is never signed
     copied = {key: _optional_json(run, name) for key, name in OPTIONAL_FILES.items()}
-    plan = copied["plan"]
     predicate: dict[str, Any] = {
         "format_version": PREDICATE_FORMAT_VERSION,
         "signed": signed,
         "aggregate_only": aggregate_only,
-        "study_id": (recipe.get("study") or {}).get("id"),
+        "study_id": summary.study_id,  # the recipe's study id, as summarize recorded it
         "recipe": recipe,
         "recipe_sha256": recipe_sha,
-        "pins": plan.get("pins", {"available": False, "reason": "plan.json states no pins"}),
+        "pins": copied["plan"].get("pins", {"available": False, "reason": "plan.json states no pins"}),  # copied as is
         **copied,
-        "timing_boundary": _timing_boundary(plan, copied["calibration"]),
-        "summary": summary,
-        "gates": summary.get("gates", []),
+        "timing_boundary": _timing_boundary(copied["plan"], copied["calibration"]),
+        "summary": summary.to_json(),
+        "gates": [g.to_json() for g in summary.gates],
         "state": run.state(),
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
     }
@@ -159,10 +159,10 @@ def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
 def write_manifest(run_dir: Path, *, key_path: Path | None) -> Path:
     """Sign (or, without a key, write unsigned) the manifest of a complete run; returns its path."""
     run = RunDir.open(run_dir)
-    state = run.effective_state()  # a "running" run whose study died reads incomplete (stale)
-    status = state.get("status")
+    state = run.effective_state_record()  # a "running" run whose study died reads incomplete (stale)
+    status = state.status
     if status != Status.COMPLETE:
-        stale = f" ({state['error']})" if state.get("stale") else ""
+        stale = f" ({state.error})" if state.is_stale else ""
         raise RunIncomplete(
             f"{run.path} has status {status!r}{stale}; only a complete study gets a manifest. "
             "Re-run the study; an incomplete run is never signed."

@@ -21,12 +21,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ..errors import InputMismatch, ReproError
+from ..evidence.decoding import UnsetType, decode
 from ..evidence.files import write_json_atomic
 from ..evidence.recipe import EnvironmentSpec
+from ..evidence.records import BackendCheck, EnvironmentCheckRecord, EnvironmentRecord, TritonCacheEntry
 from ..evidence.rundir import RunDir
 from ..hashing import tree_digest
 
@@ -53,17 +56,15 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _packages(health: dict, environment: dict | None, name: str) -> dict[str, str | None] | None:
+def _packages(health: dict, environment: EnvironmentRecord | None, name: str) -> dict[str, str | None] | None:
     """/health `packages`, else environment.json's probe of the backend's interpreter."""
     packages = health.get("packages")
-    if not isinstance(packages, dict):
-        backends = (environment or {}).get("backends")
-        entry = backends.get(name) if isinstance(backends, dict) else None
-        packages = entry.get("packages") if isinstance(entry, dict) else None
+    if not isinstance(packages, dict) and environment is not None:
+        packages = environment.backend_packages(name)
     return {_norm(str(k)): _version_of(v) for k, v in packages.items()} if isinstance(packages, dict) else None
 
 
-def observed(health: dict, environment: dict | None, name: str) -> dict[str, Any]:
+def observed(health: dict, environment: EnvironmentRecord | None, name: str) -> dict[str, Any]:
     """What one backend reports about itself (None where it says nothing)."""
     kernels = health.get("kernels")
     return {"packages": _packages(health, environment, name),
@@ -119,11 +120,15 @@ def differences(spec: EnvironmentSpec, seen: dict[str, Any], source_sha256: str 
 class EnvironmentCheck:
     """Collects each backend's check into environment_check.json; raises on drift unless allowed."""
 
-    def __init__(self, run: RunDir, allow_drift: bool, project: dict[str, Any], environment: dict | None) -> None:
+    def __init__(self, run: RunDir, allow_drift: bool, environment: EnvironmentRecord) -> None:
         self.run, self.allow_drift, self.environment = run, allow_drift, environment
         self.caches: dict[str, tuple[Path, str, str]] = {}
-        self.data: dict[str, Any] = {"format_version": CHECK_FORMAT_VERSION, "allow_drift": allow_drift,
-                                     "project": project, "backends": {}, "differences": []}
+        self.record = EnvironmentCheckRecord(format_version=CHECK_FORMAT_VERSION, allow_drift=allow_drift,
+                                             project=environment.project_ref)
+
+    def _write(self, **changes: object) -> None:
+        self.record = msgspec.structs.replace(self.record, **changes)
+        write_json_atomic(self.run.file(CHECK_FILE), self.record.to_json())
 
     def triton_cache(self, name: str, spec: EnvironmentSpec, root: Path) -> dict[str, str]:
         """The backend's environment variables for a pinned Triton cache: its tree digest checked, a
@@ -151,19 +156,24 @@ class EnvironmentCheck:
         copy, rel, declared = self.caches.pop(name)
         after = tree_digest(copy)["sha256"]
         shutil.rmtree(copy, ignore_errors=True)
-        self.data.setdefault("triton_cache", {})[name] = {
-            "dir": rel, "sha256": declared, "after_sha256": after, "unchanged": after == declared,
-            "note": "unchanged: every autotuned kernel found its choice in the pinned cache; changed: some "
-                    "kernel autotuned or compiled anew on this host"}
-        write_json_atomic(self.run.file(CHECK_FILE), self.data)
+        entry = TritonCacheEntry(dir=rel, sha256=declared, after_sha256=after, unchanged=after == declared,
+                                 note="unchanged: every autotuned kernel found its choice in the pinned cache; "
+                                      "changed: some kernel autotuned or compiled anew on this host")
+        caches = {} if isinstance(self.record.triton_cache, UnsetType) else self.record.triton_cache
+        self._write(triton_cache={**caches, name: entry})
+
+    def add_differences(self, found: list[str]) -> None:
+        """Differences found after a backend ran (a pinned kernel cache that changed), measured with drift allowed."""
+        if found:
+            self._write(differences=[*self.record.differences, *found])
 
     def check(self, name: str, spec: EnvironmentSpec, health: dict) -> list[str]:
         seen = observed(health, self.environment, name)
-        found = differences(spec, seen, self.data["project"].get("source_sha256"))
-        self.data["backends"][name] = {"declared": spec.model_dump(mode="json", exclude_defaults=True),
-                                       "observed": seen, "differences": found}
-        self.data["differences"] += [f"{name}: {d}" for d in found]
-        write_json_atomic(self.run.file(CHECK_FILE), self.data)
+        found = differences(spec, seen, self.record.project.source_sha256)
+        check = decode({"declared": spec.model_dump(mode="json", exclude_defaults=True), "observed": seen,
+                        "differences": found}, BackendCheck, f"backend {name}'s environment")
+        self._write(backends={**self.record.backends, name: check},
+                    differences=[*self.record.differences, *(f"{name}: {d}" for d in found)])
         if found and not self.allow_drift:
             raise EnvironmentDrift(f"Environment drift: backend {name} does not report what the recipe declares: "
                                    + "; ".join(found) + ". Fix the environment or the recipe, or pass "

@@ -13,6 +13,7 @@ import socket
 from pathlib import Path
 
 from ..errors import DockerError, InputMismatch, RecipeError, ReproError
+from ..evidence.plan import Plan
 from ..evidence.recipe import Recipe
 from ..evidence.rundir import guard_output
 from ..study.resolved import ResolvedRecipe
@@ -95,33 +96,51 @@ def check_inputs_present(study: ResolvedRecipe) -> None:
         raise InputMismatch(f"{which} missing under {study.root}; {input_fix(study)}.")
 
 
-def check_ports(recipe: Recipe, host: str = "127.0.0.1") -> None:
-    for backend in recipe.backends:
-        fixed = [(backend.name, backend.port)] + [(f"{backend.name}.{a.name}", a.port) for a in backend.aux]
+def check_schedules(study: ResolvedRecipe) -> None:
+    """No open-loop pass whose arrival schedule would last longer than a pass may (study/load.MAX_SCHEDULE_S)."""
+    from ..study.load import schedule_problem
+    from ..study.workload import load_tasks, select
+
+    for w in study.recipe.workloads:
+        levels = w.levels() or []
+        if not any(level.kind == "open" for level in levels):
+            continue
+        count = len(select(load_tasks(study.root / w.requests), w.selection.types, w.selection.ids,
+                           w.selection.first, w.repeat))
+        problems = [p for level in levels if (p := schedule_problem(level, count)) is not None]
+        if problems:
+            raise RecipeError(f"Workload {w.name}, " + "; ".join(problems) + ".")
+
+
+def check_ports(planned: Plan, host: str = "127.0.0.1") -> None:
+    for backend in planned.backends:
+        fixed = [(backend.name, backend.command.fixed_port)] + [(f"{backend.name}.{a.name}", a.fixed_port)
+                                                                 for a in backend.aux]
         for name, port in fixed:
             if port is not None and port_in_use(host, port):
                 raise ReproError(f"Port {port}, fixed for {name} in the recipe, is in use; stop what holds it "
                                  f"(`ss -ltnp 'sport = :{port}'`) or remove the fixed port.")
 
 
-def check_servers(recipe: Recipe, timeout_s: float = 3.0) -> None:
+def check_servers(planned: Plan, timeout_s: float = 3.0) -> None:
     """Every `url` backend accepts a TCP connection now (it is a server running already, not one we start)."""
     from ..evidence.recipe import parse_server_url
 
-    for backend in recipe.backends:
-        if backend.url is None:
+    for backend in planned.backends:
+        url = backend.server_url
+        if url is None:
             continue
-        host, port = parse_server_url(backend.url)
+        host, port = parse_server_url(url)
         try:
             socket.create_connection((host, port), timeout=timeout_s).close()
         except OSError as exc:
-            raise ReproError(f"Backend {backend.name}: nothing accepts connections at {backend.url} "
+            raise ReproError(f"Backend {backend.name}: nothing accepts connections at {url} "
                              f"({exc.strerror or exc}); a `url` backend is a server running already: start it "
                              "first, or fix its `url:` in the recipe.") from None
 
 
-def check_docker(recipe: Recipe, runtime: str | None) -> None:
-    docker_backends = [b for b in recipe.backends if b.launched and (runtime or b.runtime) == "docker"]
+def check_docker(planned: Plan) -> None:
+    docker_backends = [b for b in planned.backends if b.is_launched and b.runtime == "docker"]
     if not docker_backends:
         return
     images = []
@@ -139,16 +158,19 @@ def check_docker(recipe: Recipe, runtime: str | None) -> None:
         client.close()
 
 
-def preflight(study: ResolvedRecipe, *, out_dir: Path, key_path: Path | None, runtime: str | None) -> None:
+def preflight(study: ResolvedRecipe, planned: Plan, *, out_dir: Path, key_path: Path | None) -> None:
     """Every check that needs no run directory; raises a ReproError whose message says how to fix it."""
-    if runtime is not None and runtime not in RUNTIMES:
-        raise RecipeError(f"--runtime {runtime!r} is not one of {', '.join(RUNTIMES)}.")
+    for backend in planned.backends:
+        if backend.runtime not in RUNTIMES:
+            raise RecipeError(f"--runtime {backend.runtime!r} is not one of {', '.join(RUNTIMES)} "
+                              f"(the runtime of backend {backend.name}).")
     check_key(key_path)
     check_out_dir(out_dir)
     check_inputs_present(study)
-    check_ports(study.recipe)
-    check_servers(study.recipe)
+    check_schedules(study)
+    check_ports(planned)
+    check_servers(planned)
     try:
-        check_docker(study.recipe, runtime)
+        check_docker(planned)
     except DockerError as exc:
         raise DockerError(f"--runtime docker: {exc}") from None

@@ -20,25 +20,38 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
-import os
 import shutil
 import signal
 import socket
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from ..errors import BackendError, RecipeError, ReproError, RunIncomplete
-from ..evidence.files import write_json_atomic
-from ..evidence.recipe import AuxProcess, Backend, LoadLevel, Recipe, Workload, parse_server_url
-from ..evidence.records import BackendsRecord, EnvironmentRecord, HostRecord, backends_of
-from ..evidence.rows import Phase, RowWriter, read_rows
+import msgspec
+
+from ..errors import BackendError, EvidenceError, RecipeError, ReproError, RunIncomplete
+from ..evidence.decoding import UnsetType, decode
+from ..evidence.files import read_json, write_json_atomic
+from ..evidence.identity import RuntimeIdentity
+from ..evidence.plan import RUN_ONLY_FIELDS, Plan, PlanBackend, PlanGpuOverride, PlanProcess
+from ..evidence.recipe import EnvironmentSpec, Recipe, parse_server_url
+from ..evidence.records import (
+    Autotune,
+    BackendFacts,
+    BackendsRecord,
+    CalibrationRecord,
+    EnvironmentRecord,
+    HostRecord,
+    InputsRecord,
+    ProcessesRecord,
+    RecordedGpuOverride,
+    ServerEntry,
+    ServersRecord,
+    backends_of,
+    servers_of,
+)
+from ..evidence.rows import RowWriter, read_rows
 from ..evidence.rundir import (
-    BACKENDS_FORMAT_VERSION,
     INPUTS_FORMAT_VERSION,
     PROCESSES_FORMAT_VERSION,
     SERVERS_FORMAT_VERSION,
@@ -46,20 +59,20 @@ from ..evidence.rundir import (
     Status,
     fsync_tree,
 )
+from ..hashing import hash_file
 from ..host.driver import GpuDriver
 from ..host.override import GpuOverride
 from ..host.reaper import Reaper
 from ..host.session import HostSession
 from ..runtime import ExitRecord, LaunchSpec, RunningBackend, get_runtime
 from ..runtime.external import ExternalBackend
-from ..runtime.readiness import first_inference_hint
+from ..study import kernel_caches
 from ..study.inputs import checks_table, require_all_ok, verify_inputs
-from ..study.load import LevelConnections, connection_count, merged_connections, run_level_pass
-from ..study.passes import PassBudget, PassRunner, ResponseLog
+from ..study.passes import BackendPasses, PassBudget, PassRunner, ResponseLog, first_request
 from ..study.placeholders import LAUNCH_NAMES, fill
-from ..study.plan import REPRO_ROOT
 from ..study.resolved import ResolvedRecipe, resolve_recipe
 from ..study.timed_client import TimedClient
+from ..study.traces import TraceTarget, trace_backend, write_trace_families
 from ..study.workload import Request, Task, build_requests, load_tasks, select
 from .environment_check import EnvironmentCheck
 from .preflight import input_fix, port_in_use, preflight
@@ -67,15 +80,16 @@ from .progress import ConsoleProgress, StudyProgress
 
 __all__ = [
     "RUN_ONLY_FIELDS",
-    "TIMING_BOUNDARY",
+    "TIMING_BOUNDARY_TEXT",
     "StudyOptions",
     "StudyPlan",
     "free_port",
     "plan_study",
+    "read_plan",
     "run_study",
 ]
 
-TIMING_BOUNDARY = (
+TIMING_BOUNDARY_TEXT = (  # calibration.json's sentence (manifest/statement.TIMING_BOUNDARY is the signed dict)
     "Client monotonic clock (ns) from just before the request's first byte is sent to just after the "
     "response's last byte is received, over one HTTP/1.1 connection per backend kept open for as long as the "
     "server allows (servers.json counts each backend's connections; a TCP connect, first or renewed, happens "
@@ -100,31 +114,25 @@ class StudyOptions:
     allow_environment_drift: bool = False  # measure even when a backend reports another environment (recorded)
 
 
-# plan.json fields that only the run can know, next to the planned ones (never one of them).
-RUN_ONLY_FIELDS = ("case_ids", "gpu_override")
-
-
 @dataclass(frozen=True)
 class StudyPlan:
-    """A study resolved before anything runs: the recipe, its inputs lock applied, and its plan.
+    """A study resolved before anything runs: the recipe, its inputs lock applied, and the plan it executes.
 
-    `planned` is `resolve_plan`'s result for this recipe and runtime: what `invoke plan --json`
-    prints. The run adds what only it can know in RUN_ONLY_FIELDS and never rewrites a planned field.
+    `planned` is what `invoke plan --json` prints (`resolve_plan`), or a plan read back from a
+    file (`read_plan`); the runner writes it to plan.json with the run-only fields set
+    (`Plan.with_run_facts`) and runs exactly its backends' processes and steps.
     """
 
     study: ResolvedRecipe
-    planned: dict[str, Any]
+    planned: Plan
 
-    def record(self, workloads: dict[str, list[Task]], gpu_override: GpuOverride | None) -> dict[str, Any]:
-        """plan.json: the planned fields unchanged, then the run-only ones."""
-        clash = sorted(set(RUN_ONLY_FIELDS) & set(self.planned))
-        if clash:
-            raise AssertionError(f"the plan already holds the run-only fields {clash}")
-        # The exact request order of every pass, so `verify` can tell a case missing from every pass.
-        run_only: dict[str, Any] = {"case_ids": {name: [t.id for t in tasks] for name, tasks in workloads.items()}}
-        if gpu_override is not None:
-            run_only["gpu_override"] = gpu_override.declared(self.study.recipe.controls.gpu)
-        return {**self.planned, **run_only}
+    def plan_json(self, workloads: dict[str, list[Task]], gpu_override: GpuOverride | None) -> Plan:
+        """plan.json: the planned fields unchanged, then the exact request order of every pass (so
+        `verify` can tell a case missing from every pass) and the GPU override."""
+        declared = None if gpu_override is None else decode(
+            gpu_override.declared(self.study.recipe.controls.gpu), PlanGpuOverride, "the GPU override")
+        return self.planned.with_run_facts({name: [t.id for t in tasks] for name, tasks in workloads.items()},
+                                           declared)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -190,13 +198,7 @@ def mark_incomplete(run: RunDir, error: str) -> bool:
         run.update_state(status=Status.INCOMPLETE, error=error)
         return True
     try:
-        state = run.state_record().changed(status=Status.INCOMPLETE, error=error[:500])
-        data = (json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n").encode()
-        with open(run.file("state.json"), "r+b") as fh:
-            fh.write(data)
-            fh.truncate()
-            fh.flush()
-            os.fsync(fh.fileno())
+        run.rewrite_state_in_place(run.state_record().changed(status=Status.INCOMPLETE, error=error[:500]))
         return True
     except (OSError, ValueError, ReproError):
         return False  # readers still see a stale "running" run once this process is gone
@@ -220,7 +222,29 @@ def plan_study(opts: StudyOptions) -> StudyPlan:
     from ..study.plan import resolve_plan
 
     study = resolve_recipe(opts.recipe_path, inputs_root_override=opts.inputs_root)
-    return StudyPlan(study=study, planned=resolve_plan(study, runtime=opts.runtime).to_json())
+    return StudyPlan(study=study, planned=resolve_plan(study, runtime=opts.runtime))
+
+
+def read_plan(path: Path) -> StudyPlan:
+    """A plan file (`invoke plan --out`), checked against the recipe it names, ready to run as written.
+
+    The recipe must still have the sha256 the plan recorded, and the plan the recipe's backends
+    and workloads (their requests, gates and report come from the recipe); what each backend runs
+    (argv, env, runtime, readiness) and its steps are the plan's, edits included.
+    """
+    planned = Plan.from_json(read_json(path), str(path))
+    recipe_path = Path(planned.recipe_path)
+    if not recipe_path.is_file() or hash_file(recipe_path) != planned.recipe_sha256:
+        raise RecipeError(f"{path}: the recipe it names ({recipe_path}) is missing or changed since the plan "
+                          "(sha256 differs); make the plan again with `invoke plan`.")
+    study = resolve_recipe(recipe_path, inputs_root_override=Path(planned.inputs_root))
+    recipe = study.recipe
+    mismatch = planned.mismatch([b.name for b in recipe.backends], [w.name for w in recipe.workloads])
+    if mismatch:
+        raise RecipeError(f"{path}: {mismatch}")
+    for backend in planned.backends:  # an edited argv or env holds only what launch fills: refused now, not mid-run
+        _Launcher.check_placeholders(backend, f"{path}: backend {backend.name}")
+    return StudyPlan(study=study, planned=planned)
 
 
 @dataclass
@@ -253,7 +277,7 @@ def run_study(opts: StudyOptions, plan: StudyPlan | None = None) -> RunDir:
     plan = plan if plan is not None else plan_study(opts)
     recipe = plan.study.recipe
     # Everything that can fail before any work is checked first: a study that never started leaves no run directory.
-    preflight(plan.study, out_dir=opts.out_dir, key_path=opts.key_path, runtime=opts.runtime)
+    preflight(plan.study, plan.planned, out_dir=opts.out_dir, key_path=opts.key_path)
     try:
         run = RunDir.create(opts.out_dir, recipe.study.id)
     except OSError as exc:
@@ -315,6 +339,7 @@ def _execute(ctx: StudyRun) -> None:
     with _step(ctx.run, "calibration"):
         step_calibration(ctx)
     step_backends(ctx)
+    write_trace_families(ctx.run.path, ctx.recipe, ctx.root)  # kernel-families.json from traces/ (issue 43)
     with _step(ctx.run, "summary"):
         step_summary(ctx)
     step_sign(ctx)
@@ -324,8 +349,9 @@ def step_inputs(ctx: StudyRun) -> None:
     """Hash every declared input; inputs.json records each; any mismatch stops the study."""
     recipe, root = ctx.recipe, ctx.root
     checks = verify_inputs(recipe, root, console=ctx.progress.console)
-    write_json_atomic(ctx.run.file("inputs.json"), {
-        "format_version": INPUTS_FORMAT_VERSION, "root": str(root), "files": [c.to_dict() for c in checks]})
+    record = InputsRecord.from_json({"format_version": INPUTS_FORMAT_VERSION, "root": str(root),
+                                     "files": [c.to_dict() for c in checks]})
+    write_json_atomic(ctx.run.file("inputs.json"), record.to_json())
     if any(c.status != "ok" for c in checks) and ctx.progress.console is not None:
         ctx.progress.console.print(checks_table(checks, root))
     require_all_ok(checks, root, input_fix(ctx.plan.study, changed=True))
@@ -339,37 +365,36 @@ def step_workloads(ctx: StudyRun) -> None:
 
 
 def step_plan(ctx: StudyRun) -> None:
-    write_json_atomic(ctx.run.file("plan.json"), ctx.plan.record(ctx.workloads, ctx.opts.gpu_override))
+    write_json_atomic(ctx.run.file("plan.json"), ctx.plan.plan_json(ctx.workloads, ctx.opts.gpu_override).to_json())
 
 
 def step_environment(ctx: StudyRun) -> None:
-    environment = _environment(ctx.recipe, ctx.opts, ctx.reaper)
+    environment = _environment(ctx)
     if ctx.opts.gpu_override is not None:
-        environment = environment.with_gpu_override(ctx.opts.gpu_override.declared(ctx.recipe.controls.gpu))
-    data = environment.to_json()
-    write_json_atomic(ctx.run.file("environment.json"), data)
-    ctx.envcheck = EnvironmentCheck(ctx.run, ctx.opts.allow_environment_drift, _project(data), data)
+        declared = ctx.opts.gpu_override.declared(ctx.recipe.controls.gpu)
+        environment = environment.with_gpu_override(decode(declared, RecordedGpuOverride, "gpu override"))
+    write_json_atomic(ctx.run.file("environment.json"), environment.to_json())
+    ctx.envcheck = EnvironmentCheck(ctx.run, ctx.opts.allow_environment_drift, environment)
 
 
 def step_calibration(ctx: StudyRun) -> None:
     calibration = _calibrate()
-    write_json_atomic(ctx.run.file("calibration.json"), calibration)
-    ctx.progress.message(f"client overhead on loopback: p50 {calibration.get('p50_us', '?')} µs, "
-                         f"p99 {calibration.get('p99_us', '?')} µs")
+    write_json_atomic(ctx.run.file("calibration.json"), calibration.to_json())
+    ctx.progress.message(f"client overhead on loopback: p50 {calibration.p50_us} µs, p99 {calibration.p99_us} µs")
 
 
 def step_backends(ctx: StudyRun) -> None:
-    """Host controls held around every backend's passes; then cleanup, leftovers and failed requests checked."""
-    run, recipe, opts = ctx.run, ctx.recipe, ctx.opts
-    budget = PassBudget({(b.name, w.name): recipe.passes_for(w)[1] for b in recipe.backends for w in recipe.workloads})
+    """Host controls held around every backend's steps; then cleanup, leftovers and failed requests checked."""
+    run, opts, planned = ctx.run, ctx.opts, ctx.plan.planned
+    budget = PassBudget(planned.measured_budget())
     failures = 0
-    host = HostSession(recipe.controls, run.path, allow_busy=opts.allow_busy, driver=opts.gpu_driver,
+    host = HostSession(planned.controls, run.path, allow_busy=opts.allow_busy, driver=opts.gpu_driver,
                        gpu_override=opts.gpu_override)
     run.attempt("host-controls")
     with host:  # leaving it writes host.json (memory samples, cleanup checks, the GPU released)
         run.finish("host-controls")
         with RowWriter(run.rows_path) as rows:
-            for backend in recipe.backends:
+            for backend in planned.backends:
                 with _step(run, f"backend:{backend.name}"):
                     failures += _run_backend(ctx, backend, rows, budget, host)
     _check_after_backends(ctx, host.record, failures)
@@ -377,46 +402,98 @@ def step_backends(ctx: StudyRun) -> None:
 
 def _check_after_backends(ctx: StudyRun, host_record: HostRecord | None, failures: int) -> None:
     """The GPU left clean, every process gone, no timed request failed; else the study stops here."""
-    cleanup = host_record.cleanup if host_record is not None else None
-    if cleanup is not None and not cleanup.get("passed"):
-        raise BackendError(f"Cleanup checks failed after the study: {cleanup}.")
-    leftovers = [r for r in ctx.records if _left_alive(r)]
+    if host_record is not None and host_record.cleanup is not None and not host_record.cleanup.passed:
+        raise BackendError(f"Cleanup checks failed after the study: {host_record.cleanup.to_json()}.")
+    leftovers = [r for r in ctx.records if r.launched and not r.exited]  # a `url` server is not ours: it stays up
     if leftovers:
         raise BackendError(f"Processes still alive after stop: {', '.join(r.ident for r in leftovers)}.")
     if failures:
         raise RunIncomplete(f"{failures} request(s) failed; see the rows with an error in {ctx.run.rows_path}.")
 
 
-def _left_alive(record: ExitRecord) -> bool:
-    """A process we started that is still alive after its stop (a `url` server is not ours and stays up)."""
-    return record.launched and not record.exited
-
-
-def _run_backend(ctx: StudyRun, backend: Backend, rows: RowWriter, budget: PassBudget, host: HostSession) -> int:
-    """Start one backend (its aux processes first) or reach its `url`, run its passes, stop everything it started."""
-    recipe, run, progress = ctx.recipe, ctx.run, ctx.progress
+def _run_backend(ctx: StudyRun, backend: PlanBackend, rows: RowWriter, budget: PassBudget, host: HostSession) -> int:
+    """Start one backend (its aux processes first) or reach its `url`, run its steps of the plan, stop
+    everything it started; returns its failed timed requests."""
+    run, progress, protocol = ctx.run, ctx.progress, ctx.plan.planned.protocol
     prepared = {name: build_requests(tasks, backend.model) for name, tasks in ctx.workloads.items()}
     started: list[RunningBackend] = []  # aux processes first, the client-facing command last
-    server: dict[str, Any] = _server_record(backend)
+    readiness = connections = None
+    refused = 0
     try:
         handle = _start(ctx, backend, host, started)
-        health = handle.wait_ready(recipe.protocol.ready_timeout_s, probe=_first_request(recipe, prepared).body)
-        server["readiness"] = handle.readiness.to_dict() if handle.readiness else None
-        progress.message(f"{backend.name}: ready ({health.get('method', health.get('model', backend.readiness))})")
+        health = handle.wait_ready(protocol.ready_timeout_s, probe=first_request(protocol.warmup, prepared).body)
+        readiness = handle.readiness.to_dict() if handle.readiness else None
+        ready = _HealthReady.of(health)
+        progress.message(f"{backend.name}: ready ({ready.method or ready.model or backend.readiness_kind})")
         write_json_atomic(run.file(f"logs/{backend.name}.health.json"), health)
         _record_backend_identity(run, backend.name, health)
         step_environment_check(ctx, backend, health, host)
         for process in started:  # read once ready: numactl binds, then execs under the same pid
             host.record_binding(process.spec.name, process.pid)
-        alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
-        failures = _protocol(ctx, backend, handle, alive, prepared, rows, budget, host, server)
+        passes = _backend_passes(ctx, backend, handle, started, prepared, rows, budget, host)
+        try:
+            for step in ctx.plan.planned.steps_of(backend.name):
+                passes.run_step(step)
+        finally:
+            passes.close()
+            passes.runner.responses.close()
+            passes.runner.client.close()
+            connections, refused = passes.connections(), passes.runner.queue_times_refused
+        if refused:
+            progress.message(f"[yellow]{backend.name}[/]: {refused} X-Queue-Time-Ms value(s) longer than their "
+                             "request or not finite, recorded as absent (servers.json queue_times_refused)")
         _record_after_passes(run, backend.name, handle)
-        return failures
+        trace_backend(TraceTarget(run.path, ctx.root, ctx.recipe, backend.name, handle.spec.host, handle.spec.port,
+                                  health, prepared), progress.message)  # after the timed passes, never timed
+        failures = passes.timed_failures()
     finally:
         _stop_all(ctx, started, host)
-        _record_server(run, backend.name, server)
+        _record_server(run, backend, readiness, connections, refused)
         if ctx.envcheck is not None:
             ctx.envcheck.close_cache(backend.name)
+        kernel_caches.close_caches(run, backend.name)
+    changed = kernel_caches.refuse_changed(run, backend.name, ctx.opts.allow_environment_drift)
+    if ctx.envcheck is not None:  # allowed: in environment_check.json, so the report's drift banner names it
+        ctx.envcheck.add_differences(changed)
+    for difference in changed:
+        progress.message(f"[yellow]environment drift (allowed)[/]: {difference}")
+    return failures
+
+
+def _backend_passes(ctx: StudyRun, backend: PlanBackend, handle: RunningBackend, started: list[RunningBackend],
+                    prepared: dict[str, list[Request]], rows: RowWriter, budget: PassBudget,
+                    host: HostSession) -> BackendPasses:
+    """The pass protocol of one ready backend, over one connection (a load level opens its own)."""
+    protocol = ctx.plan.planned.protocol
+    client = TimedClient(handle.spec.host, handle.spec.port, timeout_s=protocol.request_timeout_s,
+                         max_response_bytes=protocol.max_response_bytes)
+    alive = lambda: all(p.alive() for p in started)  # noqa: E731 - a worker dying kills the backend
+    runner = PassRunner(backend.name, client, backend.endpoint, rows, ResponseLog(ctx.run.responses_path(backend.name)),
+                        alive)
+    return BackendPasses(runner, prepared, protocol.warmup, backend.model, budget, host, ctx.progress)
+
+
+class _HealthReady(msgspec.Struct):
+    """What the study shows of a ready backend's /health (any other key is the backend's own)."""
+
+    method: str | None = None
+    model: str | None = None
+
+    @classmethod
+    def of(cls, health: dict) -> _HealthReady:
+        """The names a /health gives; none when it gives them in another shape (a foreign server's)."""
+        try:
+            return decode(health, cls, "/health")
+        except EvidenceError:
+            return cls()
+
+
+class _HealthAfterPasses(msgspec.Struct):
+    """What /health says after the passes: autotuned kernels' choices and (issue 39) the libraries mapped.
+    A key of another shape is an error naming it; an absent one stays absent."""
+
+    autotune: Autotune | None = None
+    runtime_identity: RuntimeIdentity | None = None
 
 
 def _record_after_passes(run: RunDir, name: str, handle: RunningBackend) -> None:
@@ -427,75 +504,121 @@ def _record_after_passes(run: RunDir, name: str, handle: RunningBackend) -> None
     except BackendError as exc:
         health = {"available": False, "reason": str(exc)}
     write_json_atomic(run.file(f"logs/{name}.health-after.json"), health)
-    if isinstance(health.get("autotune"), dict):
+    # after the passes /health names what autotuned kernels chose and (issue 39) every library mapped by then
+    facts = decode(health, _HealthAfterPasses, f"{name}'s /health after the passes")
+    after = {key: value for key, value in (("autotune_after_passes", facts.autotune),
+                                           ("runtime_identity", facts.runtime_identity)) if value is not None}
+    if after:
         record = backends_of(run)
-        record = record.with_entry(name, {**record.entries[name], "autotune_after_passes": health["autotune"]})
-        write_json_atomic(run.file("backends.json"), record.to_json())
+        entry = msgspec.structs.replace(record.backends[name], **after)
+        write_json_atomic(run.file("backends.json"), record.with_entry(name, entry).to_json())
 
 
-def _pinned_triton_cache(ctx: StudyRun, backend: Backend) -> dict[str, str]:
-    """A pinned Triton cache (FLA's autotuned choices): checked, copied, pointed at by the backend's env."""
-    if ctx.envcheck is None:
-        return {}
-    return ctx.envcheck.triton_cache(backend.name, ctx.recipe.environment_of(backend), ctx.root)
+def _declared_environment(backend: PlanBackend) -> EnvironmentSpec:
+    """What the plan says the backend must report once ready (the recipe's, unless the plan was edited)."""
+    declared = backend.environment
+    return EnvironmentSpec() if isinstance(declared, UnsetType) else EnvironmentSpec.model_validate(declared.to_json())
 
 
-def step_environment_check(ctx: StudyRun, backend: Backend, health: dict, host: HostSession) -> None:
-    """Once a backend is ready, before its first inference: what it reports against the recipe's
+def step_environment_check(ctx: StudyRun, backend: PlanBackend, health: dict, host: HostSession) -> None:
+    """Once a backend is ready, before its first inference: what it reports against the plan's declared
     environment (a drifted backend measures nothing unless allowed), then the quiet window whose
     power is the backend's idle power."""
     if ctx.envcheck is not None:
-        for difference in ctx.envcheck.check(backend.name, ctx.recipe.environment_of(backend), health):
+        for difference in ctx.envcheck.check(backend.name, _declared_environment(backend), health):
             ctx.progress.message(f"[yellow]environment drift (allowed)[/]: {backend.name}: {difference}")
-    host.idle_window(backend.name, ctx.recipe.controls.idle_window_s)
+    host.idle_window(backend.name, ctx.plan.planned.controls.idle_window_s)
 
 
-def _start(ctx: StudyRun, backend: Backend, host: HostSession, started: list[RunningBackend]) -> RunningBackend:
+def _start(ctx: StudyRun, backend: PlanBackend, host: HostSession, started: list[RunningBackend]) -> RunningBackend:
     """Launch the backend's aux processes and command (appending each to `started`), or reach its `url`."""
-    recipe, progress = ctx.recipe, ctx.progress
-    if not backend.launched:
-        assert backend.url is not None
-        address, port = parse_server_url(backend.url)
-        progress.message(f"[bold]{backend.name}[/]: reaching {backend.url} (running already; not launched by the study)")
-        started.append(ExternalBackend(_spec_of(ctx.run, backend, address, port), backend.url))
+    progress, protocol = ctx.progress, ctx.plan.planned.protocol
+    url = backend.server_url
+    if url is not None:
+        address, port = parse_server_url(url)
+        progress.message(f"[bold]{backend.name}[/]: reaching {url} (running already; not launched by the study)")
+        started.append(ExternalBackend(_spec_of(ctx.run, backend, address, port), url))
         return started[-1]
-    runtime = get_runtime(ctx.opts.runtime or backend.runtime, command_prefix=host.command_prefix(),
-                          reaper=ctx.reaper)
-    aux_ports: dict[str, int] = {}
+    runtime = get_runtime(backend.runtime, command_prefix=host.command_prefix(), reaper=ctx.reaper)
+    launcher = _Launcher(ctx, backend, host.gpu_uuid)
     for aux in backend.aux:
-        spec = _launch_spec(ctx, backend, aux_ports, host.gpu_uuid, aux=aux)
-        aux_ports[aux.name] = spec.port
+        spec = launcher.spec(aux)
         progress.message(f"[bold]{backend.name}[/]: starting aux {aux.name} ({runtime.name}) on port {spec.port}")
         started.append(runtime.launch(spec))
         if aux.health is not None:
-            started[-1].wait_ready(aux.ready_timeout_s or recipe.protocol.ready_timeout_s)
-    spec = _launch_spec(ctx, backend, aux_ports, host.gpu_uuid)
-    spec.env.update(_pinned_triton_cache(ctx, backend))
+            started[-1].wait_ready(aux.ready_timeout_s or protocol.ready_timeout_s)
+    spec = launcher.spec(backend.command)
+    if ctx.envcheck is not None:  # a pinned Triton cache (FLA's autotuned choices): checked, copied, pointed at
+        spec.env.update(ctx.envcheck.triton_cache(backend.name, _declared_environment(backend), ctx.root))
+    # the recipe's kernel caches (issue 39): fresh or pinned Triton and Inductor caches beside the run
+    spec.env.update(kernel_caches.open_caches(ctx.run, ctx.recipe.backend(backend.name), ctx.root, backend.runtime))
     progress.message(f"[bold]{backend.name}[/]: starting ({runtime.name}) on {spec.host}:{spec.port}")
     started.append(runtime.launch(spec))
     return started[-1]
 
 
-def _spec_of(run: RunDir, backend: Backend, address: str, port: int) -> LaunchSpec:
+class _Launcher:
+    """The launch specs of one backend's processes: the plan's argv and env with only the launch-time
+    placeholders filled ({python}, {host}, {port}, {run}, {backend}, {port.<aux>})."""
+
+    host = "127.0.0.1"
+
+    def __init__(self, ctx: StudyRun, backend: PlanBackend, gpu_uuid: str | None) -> None:
+        self.ctx, self.backend, self.gpu_uuid = ctx, backend, gpu_uuid
+        self.ports: dict[str, int] = {}  # the aux processes started so far
+
+    @staticmethod
+    def check_placeholders(backend: PlanBackend, where: str) -> None:
+        """RecipeError when a process's argv, env or the cwd names a placeholder launch does not fill."""
+        known = dict.fromkeys(["python", "host", "port", "run", "backend", *(f"port.{a.name}" for a in backend.aux)], "")
+        for process in (*backend.aux, backend.command):
+            for text in (*process.argv, *process.env.values(), backend.workdir or ""):
+                fill(text, known, f"{where} {process.name}")
+
+    def values(self, process: PlanProcess, port: int) -> dict[str, str]:
+        # In a container the backend runs under the image's interpreter, not ours.
+        python = "python3" if self.backend.runtime == "docker" else sys.executable
+        values = {"python": python, "host": self.host, "port": str(port), "run": str(self.ctx.run.path),
+                  "backend": self.backend.name, **{f"port.{name}": str(p) for name, p in self.ports.items()}}
+        if process.name != "command":  # an aux process may name its own port as {port.<its name>} too
+            values[f"port.{process.name}"] = str(port)
+        return values
+
+    def spec(self, process: PlanProcess) -> LaunchSpec:
+        backend, controls = self.backend, self.ctx.plan.planned.controls
+        aux = process.name != "command"
+        name = f"{backend.name}.{process.name}" if aux else backend.name
+        port = _port_for(name, process.fixed_port, self.host)
+        values, where = self.values(process, port), f"backend {name}"
+        argv = [fill(a, values, f"{where} command") for a in process.argv]
+        env = {k: fill(v, values, f"{where} env {k}") for k, v in process.env.items()}
+        if aux:
+            self.ports[process.name] = port
+        workdir = None if aux or backend.workdir is None else Path(fill(backend.workdir, values, f"{where} cwd"))
+        return LaunchSpec(name=name, argv=argv, env=env, host=self.host, port=port, log_path=self.ctx.run.log_path(name),
+                          health_path=(process.health or "/health") if aux else backend.health_path, image=backend.image,
+                          read_only_mounts=(self.ctx.root,), gpu_uuid=self.gpu_uuid, numa_node=controls.numa_node,
+                          cpus=controls.cpus, readiness="status-ready" if aux else backend.readiness_kind,
+                          endpoint=backend.endpoint, model=backend.model, workdir=workdir)
+
+
+def _spec_of(run: RunDir, backend: PlanBackend, address: str, port: int) -> LaunchSpec:
     """The LaunchSpec of a `url` backend: where to reach it and how to tell it is ready, nothing to launch."""
     return LaunchSpec(name=backend.name, argv=[], env={}, host=address, port=port, log_path=run.log_path(backend.name),
-                      health_path=backend.health, readiness=backend.readiness, endpoint=backend.endpoint,
+                      health_path=backend.health_path, readiness=backend.readiness_kind, endpoint=backend.endpoint,
                       model=backend.model)
 
 
-def _server_record(backend: Backend) -> dict[str, Any]:
-    """servers.json's entry of a backend: launched or reached, readiness, connections (filled as the run goes)."""
-    return {"launched": backend.launched, "owned": backend.launched, "url": backend.url,
-            "readiness_kind": backend.readiness, "health": backend.health, "endpoint": backend.endpoint,
-            "model": backend.model, "readiness": None, "connections": None}
-
-
-def _record_server(run: RunDir, name: str, record: dict[str, Any]) -> None:
-    path = run.file("servers.json")
-    data: dict[str, Any] = run.read("servers.json") if path.is_file() else {
-        "format_version": SERVERS_FORMAT_VERSION, "backends": {}}
-    data["backends"][name] = record
-    write_json_atomic(path, data)
+def _record_server(run: RunDir, backend: PlanBackend, readiness: dict[str, object] | None,
+                   connections: dict[str, object] | None, queue_times_refused: int) -> None:
+    """servers.json's entry of a backend: launched or reached, readiness, connections."""
+    refused = {"queue_times_refused": queue_times_refused} if queue_times_refused else {}
+    entry = decode({"launched": backend.is_launched, "owned": backend.is_launched, "url": backend.server_url,
+                    "readiness_kind": backend.readiness_kind, "health": backend.health_path,
+                    "endpoint": backend.endpoint, "model": backend.model, "readiness": readiness,
+                    "connections": connections, **refused}, ServerEntry, f"servers.json's {backend.name}")
+    record = servers_of(run) or ServersRecord(format_version=SERVERS_FORMAT_VERSION)
+    write_json_atomic(run.file("servers.json"), record.with_entry(backend.name, entry).to_json())
 
 
 def _stop_words(record: ExitRecord) -> str:
@@ -507,236 +630,69 @@ def _stop_words(record: ExitRecord) -> str:
 
 def _stop_all(ctx: StudyRun, started: list[RunningBackend], host: HostSession) -> None:
     """Stop the client-facing command first, then its aux processes; record every exit in processes.json."""
-    stopped = [process.stop(ctx.recipe.protocol.stop_grace_s) for process in reversed(started)]
+    stopped = [process.stop(ctx.plan.planned.protocol.stop_grace_s) for process in reversed(started)]
     ctx.records.extend(stopped)  # every process is stopped before anything is written (a full disk stops nothing)
     for record in stopped:
         if record.pid is not None:
             host.track_process(record.pid)
-    write_json_atomic(ctx.run.file("processes.json"),
-                      {"format_version": PROCESSES_FORMAT_VERSION, "processes": [r.to_dict() for r in ctx.records]})
-    for record in stopped:
-        ctx.progress.message(f"{record.name}: {_stop_words(record)}")
+    processes = ProcessesRecord.from_json({"format_version": PROCESSES_FORMAT_VERSION,
+                                           "processes": [r.to_dict() for r in ctx.records]})
+    write_json_atomic(ctx.run.file("processes.json"), processes.to_json())
+    for exit_record in stopped:
+        ctx.progress.message(f"{exit_record.name}: {_stop_words(exit_record)}")
 
 
 # What each backend said about itself once ready (the reference backend reports all of these;
-# another backend's absent keys are recorded as absent).
+# another backend's absent keys are left out).
 IDENTITY_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_weights_fingerprint",
                  "weights_fingerprint_seconds", "weights_bytes", "mode", "device", "dtype", "lora",
                  "implementations", "torch_threads", "torch_interop_threads", "thread_env", "base_model",
                  "cuda_graphs", "compiled", "hardware", "non_embedding_parameters", "prompt_format",
-                 "kernels", "packages", "source_sha256")  # the last three: runs from 2026-12 on
+                 "kernels", "packages", "source_sha256",  # these three: runs from 2026-12 on
+                 "runtime_identity")  # issue 39: shared objects, versions as loaded, kernel caches, autotune
 
 
 def _record_backend_identity(run: RunDir, name: str, health: dict) -> None:
-    """backends.json: per backend, its weights fingerprint and thread settings from /health, after ready."""
+    """backends.json: per backend, its weights fingerprint and thread settings from /health, after ready.
+
+    A key /health lacks, or holds in another shape than BackendFacts says, is left out (the whole
+    /health is in logs/<backend>.health.json)."""
     path = run.file("backends.json")
-    record = backends_of(run) if path.is_file() else BackendsRecord({}, "/health after ready", BACKENDS_FORMAT_VERSION)
-    absent = {"available": False, "reason": "not in the backend's /health"}
-    record = record.with_entry(name, {key: health.get(key, absent) for key in IDENTITY_KEYS})
-    write_json_atomic(path, record.to_json())
+    record = backends_of(run) if path.is_file() else BackendsRecord.started()
+    write_json_atomic(path, record.with_entry(name, BackendFacts.from_health(health, IDENTITY_KEYS)).to_json())
 
 
 def _port_for(name: str, fixed: int | None, host: str) -> int:
-    """The recipe's fixed port when it is free (BackendError when taken), else a free one."""
+    """The plan's fixed port when it is free (BackendError when taken), else a free one."""
     if fixed is not None and port_in_use(host, fixed):
         raise BackendError(f"Port {fixed} on {host}, fixed for {name}, is already in use by "
                            "another process; stop it or remove the fixed port from the recipe.")
     return fixed or free_port(host)
 
 
-def _launch_values(ctx: StudyRun, backend: Backend, host: str, port: int, aux_ports: dict[str, int],
-                   aux: AuxProcess | None) -> dict[str, str]:
-    """The values of the launch placeholders ({python}, {port}, {port.<aux>}, ...) for one process."""
-    # In a container the backend runs under the image's interpreter, not ours.
-    python = "python3" if (ctx.opts.runtime or backend.runtime) == "docker" else sys.executable
-    values = {"python": python, "host": host, "port": str(port), "inputs": str(ctx.root),
-              "run": str(ctx.run.path), "backend": backend.name, "repro": str(REPRO_ROOT),
-              **{f"port.{aux_name}": str(p) for aux_name, p in aux_ports.items()}}
-    if aux is not None:  # an aux process may name its own port as {port.<its name>} too
-        values[f"port.{aux.name}"] = str(port)
-    return values
-
-
-def _launch_spec(ctx: StudyRun, backend: Backend, aux_ports: dict[str, int], gpu_uuid: str | None,
-                 aux: AuxProcess | None = None) -> LaunchSpec:
-    host = "127.0.0.1"
-    name = backend.name if aux is None else f"{backend.name}.{aux.name}"
-    port = _port_for(name, backend.port if aux is None else aux.port, host)
-    values = _launch_values(ctx, backend, host, port, aux_ports, aux)
-    where = f"backend {name}"
-    command, env_template = (backend.command, backend.env) if aux is None else (aux.command, aux.env)
-    argv = [fill(a, values, f"{where} command") for a in command]
-    env = {k: fill(v, values, f"{where} env {k}") for k, v in env_template.items()}
-    controls = ctx.recipe.controls
-    health = backend.health if aux is None else (aux.health or "/health")
-    return LaunchSpec(name=name, argv=argv, env=env, host=host, port=port, log_path=ctx.run.log_path(name),
-                      health_path=health, image=backend.image, read_only_mounts=(ctx.root,),
-                      gpu_uuid=gpu_uuid, numa_node=controls.numa_node,
-                      cpus=controls.cpus, **_reach_of(backend, aux, values))
-
-
-def _reach_of(backend: Backend, aux: AuxProcess | None, values: dict[str, str]) -> dict[str, Any]:
-    """The LaunchSpec fields of how the command is reached and started: readiness, endpoint, model, cwd."""
-    if aux is not None:  # an aux process answers our /health contract and runs where the study runs
-        return {"readiness": "status-ready", "endpoint": backend.endpoint, "model": backend.model}
-    workdir = Path(fill(backend.cwd, values, f"backend {backend.name} cwd")) if backend.cwd else None
-    return {"readiness": backend.readiness, "endpoint": backend.endpoint, "model": backend.model, "workdir": workdir}
-
-
-def _protocol(ctx: StudyRun, backend: Backend, handle: RunningBackend, alive, prepared: dict[str, list[Request]],
-              rows: RowWriter, budget: PassBudget, host: HostSession, server: dict[str, Any]) -> int:
-    """First inference, warm-up, then each workload's feasibility and measured passes; returns failed requests."""
-    run, recipe = ctx.run, ctx.recipe
-    proto = recipe.protocol
-    responses = ResponseLog(run.responses_path(backend.name))
-    client = TimedClient(handle.spec.host, handle.spec.port, timeout_s=proto.request_timeout_s)
-    runner = PassRunner(backend.name, client, backend.endpoint, rows, responses, alive)
-    level_clients: list[TimedClient] = []  # the connections of load levels, counted with the main one
-    try:
-        if proto.first_inference:
-            _first_inference(runner, recipe, prepared, backend)
-        for workload in recipe.workloads:
-            requests = prepared[workload.name]
-            longest_pool = prepared[recipe.protocol.warmup.longest_of or workload.name]
-            _warmup(runner, recipe, workload, requests, longest_pool)
-            levels = workload.levels()
-            if levels is None:
-                for phase, index in _pass_plan(recipe, workload, 0):
-                    with _claimed_pass(ctx, backend, workload, budget, host, phase, index):
-                        _timed_pass(runner, requests, workload.name, phase, index, ctx.progress)
-            else:
-                level_clients += _load_levels(ctx, backend, workload, levels, runner, requests, budget, host)
-    finally:
-        client.close()
-        responses.close()
-        server["connections"] = dict(merged_connections([client, *level_clients]), requests=runner.requests)
-    return sum(1 for r in runner.failures if r.phase in ("feasibility", "measured"))
-
-
-def _pass_plan(recipe: Recipe, workload: Workload, level_number: int) -> list[tuple[Phase, int]]:
-    """The (phase, pass index) of one level's passes: its feasibility passes, then its measured
-    ones, indexes following the previous levels' (level_number 0 is the first level, or the only one)."""
-    feasibility, measured = recipe.passes_per_level(workload)
-    return ([("feasibility", level_number * feasibility + i) for i in range(1, feasibility + 1)]
-            + [("measured", level_number * measured + i) for i in range(1, measured + 1)])
-
-
-@contextmanager
-def _claimed_pass(ctx: StudyRun, backend: Backend, workload: Workload, budget: PassBudget, host: HostSession,
-                  phase: Phase, index: int) -> Iterator[None]:
-    """A timed pass: a measured one claimed from the budget; host controls mark its boundaries."""
-    if phase == "measured":
-        budget.claim(backend.name, workload.name, index)
-    label = f"{backend.name}/{workload.name}/{phase}-{index}"
-    host.begin(label)
-    yield
-    host.end(label)
-
-
-def _load_levels(ctx: StudyRun, backend: Backend, workload: Workload, levels: list[LoadLevel], runner: PassRunner,
-                 requests: list[Request], budget: PassBudget, host: HostSession) -> list[TimedClient]:
-    """Every load level of a workload, in order, each over its own connections; returns the clients used."""
-    proto = ctx.recipe.protocol
-    handle_client = runner.client
-    used: list[TimedClient] = []
-    for number, level in enumerate(levels):
-        count = connection_count(level, len(requests))
-        ctx.progress.message(f"{backend.name}/{workload.name}: load level {level.id} over {count} connection(s)")
-        with LevelConnections(lambda: TimedClient(handle_client.host, handle_client.port,
-                                                  timeout_s=proto.request_timeout_s), count) as connections:
-            used += connections.clients
-            for phase, index in _pass_plan(ctx.recipe, workload, number):
-                with _claimed_pass(ctx, backend, workload, budget, host, phase, index):
-                    _level_pass(runner, connections, level, requests, workload.name, phase, index, ctx.progress)
-    return used
-
-
-def _level_pass(runner: PassRunner, connections: LevelConnections, level: LoadLevel, requests: list[Request],
-                workload: str, phase: Phase, index: int, progress: StudyProgress) -> None:
-    """One pass of a load level; its progress is shown once it ends (never drawn while requests are timed)."""
-    progress.pass_started(runner.backend, workload, f"{phase} {level.id}", index, len(requests))
-    try:
-        for row in run_level_pass(runner, connections, level, requests, workload=workload, phase=phase, index=index):
-            progress.request_done(row)
-    finally:
-        progress.pass_finished()
-
-
-def _longest(requests: list[Request]) -> Request:
-    # Token counts are only known from responses; the serialised body size orders requests by length.
-    return max(requests, key=lambda r: len(r.body))
-
-
-def _first_request(recipe: Recipe, prepared: dict[str, list[Request]]) -> Request:
-    """The first inference's request (also the readiness probe of `readiness: first-inference`)."""
-    warm = recipe.protocol.warmup
-    every = prepared[warm.longest_of] if warm.longest_of else [r for name in prepared for r in prepared[name]]
-    return _longest(every) if warm.longest_first else every[0]
-
-
-def _first_inference(runner: PassRunner, recipe: Recipe, prepared: dict[str, list[Request]],
-                     backend: Backend) -> None:
-    req = _first_request(recipe, prepared)
-    row = runner.request(req, workload=recipe.workloads[0].name, phase="first", pass_index=1, seq=0)
-    if not row.ok or row.probability is None or row.decision is None or row.input_tokens is None:
-        error = row.error or "incomplete answer"
-        hint = first_inference_hint(row.status, error, model=backend.model, endpoint=backend.endpoint)
-        raise BackendError(f"Backend {runner.backend}: the first inference after readiness failed its check "
-                           f"(finite probability, usage, decision): {error}.{' Likely fix: ' + hint + '.' if hint else ''}")
-
-
-def _warmup(runner: PassRunner, recipe: Recipe, workload: Workload, requests: list[Request],
-            longest_pool: list[Request]) -> None:
-    warm = recipe.protocol.warmup
-    batch = ([_longest(longest_pool)] if warm.longest_first else []) + requests[: warm.requests]
-    for seq, req in enumerate(batch):
-        row = runner.request(req, workload=workload.name, phase="warmup", pass_index=1, seq=seq)
-        if not row.ok:
-            raise BackendError(f"Backend {runner.backend}: warm-up request {req.id} failed: {row.error}.")
-
-
-def _timed_pass(runner: PassRunner, requests: list[Request], workload: str, phase: Phase, index: int,
-                progress: StudyProgress) -> None:
-    progress.pass_started(runner.backend, workload, phase, index, len(requests))
-    try:
-        for seq, req in enumerate(requests):
-            progress.request_done(runner.request(req, workload=workload, phase=phase, pass_index=index, seq=seq))
-    finally:
-        progress.pass_finished()
-
-
 # --- integration points with the other concerns -------------------------------------------
 
 
-def _environment(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = None) -> EnvironmentRecord:
+def _environment(ctx: StudyRun) -> EnvironmentRecord:
     from ..manifest.environment import collect_environment
 
     # Package versions come from each backend's own interpreter (local runtime only; an image's
-    # are recorded by its digest).
+    # are recorded by its digest; a url backend's packages are not ours to list).
     pythons = {}
-    for backend in (b for b in recipe.backends if b.launched):  # a url backend's packages are not ours to list
+    for backend in ctx.plan.planned.backends:
         deferred = LAUNCH_NAMES | {f"port.{a.name}" for a in backend.aux}
-        known = {"python": sys.executable, "repro": str(REPRO_ROOT)}  # a peer's venv: {repro}/.cache/peers/...
-        argv0 = fill(backend.command[0], known, f"backend {backend.name} command", deferred=deferred)
-        if (opts.runtime or backend.runtime) == "local" and Path(argv0).name.startswith("python"):
+        argv0 = fill(backend.command.argv[0] if backend.command.argv else "", {"python": sys.executable},
+                     f"backend {backend.name} command", deferred=deferred)
+        if backend.is_launched and backend.runtime == "local" and Path(argv0).name.startswith("python"):
             pythons[backend.name] = argv0
-    return collect_environment(recipe_path=opts.recipe_path, backends_python=pythons,
-                               images=_image_digests(recipe, opts, reaper))
+    return collect_environment(recipe_path=ctx.opts.recipe_path, backends_python=pythons,
+                               images=_image_digests(ctx.plan.planned, ctx.reaper))
 
 
-def _project(environment: dict) -> dict:
-    """The project code this study runs: git commit and dirty flag (as the tree's metadata says) and
-    the digest of the package's source files as they are on disk."""
-    git, source = environment.get("project_git"), environment.get("project_source")
-    git = git if isinstance(git, dict) else {}
-    source = source if isinstance(source, dict) else {}
-    return {"commit": git.get("commit"), "dirty": git.get("dirty"), "source_sha256": source.get("sha256")}
-
-
-def _image_digests(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = None) -> dict[str, dict]:
+def _image_digests(planned: Plan, reaper: Reaper | None = None) -> dict[str, dict]:
     """Image id, repo digests, layer diff IDs and every package inside each docker backend's image
     (a missing image fails here)."""
-    docker_backends = [b for b in recipe.backends if b.launched and (opts.runtime or b.runtime) == "docker"]
+    docker_backends = [b for b in planned.backends if b.is_launched and b.runtime == "docker"]
     if not docker_backends:
         return {}
     from ..images.daemon import connect
@@ -754,18 +710,20 @@ def _image_digests(recipe: Recipe, opts: StudyOptions, reaper: Reaper | None = N
     return found
 
 
-def _calibrate() -> dict:
+def _calibrate() -> CalibrationRecord:
     from ..bench.calibration import calibrate_client_overhead
 
-    return dict(calibrate_client_overhead(), timing_boundary=TIMING_BOUNDARY)
+    return CalibrationRecord.from_json(dict(calibrate_client_overhead(), timing_boundary=TIMING_BOUNDARY_TEXT))
 
 
 def step_summary(ctx: StudyRun) -> None:
     from ..results.energy import GPU_FILE, read_gpu_events
     from ..results.statistics import summarize
+    from ..results.trace_gates import trace_inputs
 
     gpu = read_gpu_events(ctx.run.file(GPU_FILE))  # the host session always writes it (a header when GPU-less)
-    write_json_atomic(ctx.run.file("summary.json"), summarize(read_rows(ctx.run.rows_path), ctx.recipe, gpu=gpu))
+    write_json_atomic(ctx.run.file("summary.json"), summarize(read_rows(ctx.run.rows_path), ctx.recipe, gpu=gpu,
+                                                              **trace_inputs(ctx.run.path)).to_json())
 
 
 def step_sign(ctx: StudyRun) -> None:

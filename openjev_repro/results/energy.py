@@ -11,118 +11,191 @@ measured in a quiet window of its own (after readiness, model loaded, before the
 
 from __future__ import annotations
 
-import json
-import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import Annotated, Literal, TypeVar
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
 
 from ..errors import EvidenceError
 from ..evidence.files import check_format
+from ..evidence.summary import (
+    BackendEnergy,
+    ClockRange,
+    CounterSteps,
+    Energy,
+    GpuState,
+    PassEnergy,
+    PassState,
+    PowerRange,
+)
 from ..host.driver import SLOWDOWN_REASONS, reason_names
 
-__all__ = ["GPU_FILE", "energy_and_state", "read_gpu_events"]
+__all__ = ["GPU_FILE", "GpuHeader", "GpuLog", "GpuReading", "energy_and_state", "read_gpu_events"]
 
 GPU_FILE = "gpu.jsonl"
-_KINDS = {"header", "sample", "begin", "end", "idle_begin", "idle_end", "error"}
-_NUMBERS = ("t_ns", "sm_clock_mhz", "mem_clock_mhz", "clock_event_reasons", "temperature_c", "power_w", "energy_mj")
 COUNTER_METHOD = ("NVML total-energy counter (mJ) read just before the pass's first request and just after its "
                   "last response; joules per decision = pass energy / pass requests")
 INTEGRATED_METHOD = ("no energy counter: sampled power integrated over the pass (trapezoids between readings); "
                      "joules per decision = pass energy / pass requests")
 
-
-def _bad_number(value: Any) -> bool:
-    if value is None:
-        return False
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return True
-    return not math.isfinite(value) or abs(value) > 1e18
+# Bounds of what a reading may hold, checked while decoding, so no arithmetic below meets a huge or odd value.
+_Time = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+_Value = Annotated[int, Meta(ge=-(10**18), le=10**18)] | Annotated[float, Meta(ge=-1e18, le=1e18)]
+T = TypeVar("T")
+_BOUNDARIES = ("begin", "end", "idle_begin", "idle_end")
 
 
-def _check_event(number: int, event: Any) -> dict:
-    if not isinstance(event, dict) or event.get("kind") not in _KINDS:
-        raise EvidenceError(f"{GPU_FILE} line {number}: not a GPU state event")
-    for key in _NUMBERS:
-        if _bad_number(event.get(key)):
-            raise EvidenceError(f"{GPU_FILE} line {number}: {key} is not a finite number")
-    if "label" in event and not isinstance(event["label"], str):
-        raise EvidenceError(f"{GPU_FILE} line {number}: label is not text")
-    return event
+class GpuHeader(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """gpu.jsonl's first line (host/gpu_state.py writes it)."""
+
+    format_version: int
+    kind: Literal["header"]
+    available: bool
+    reason: str | UnsetType = UNSET  # available: false
+    uuid: str | UnsetType = UNSET
+    driver: str | UnsetType = UNSET
+    period_s: _Value | UnsetType = UNSET
+    note: str | UnsetType = UNSET
 
 
-def read_gpu_events(path: Path) -> list[dict]:
-    """gpu.jsonl's events, header first; EvidenceError for anything else."""
-    events = []
+class GpuReading(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One reading: a periodic sample, a pass or idle boundary (labelled), or a failed read."""
+
+    kind: Literal["sample", "begin", "end", "idle_begin", "idle_end", "error"]
+    t_ns: _Time | UnsetType = UNSET  # required: checked in __post_init__ with a message naming the event
+    label: str | UnsetType = UNSET
+    sm_clock_mhz: _Value | None | UnsetType = UNSET
+    mem_clock_mhz: _Value | None | UnsetType = UNSET
+    clock_event_reasons: Annotated[int, Meta(ge=0, le=2**63 - 1)] | None | UnsetType = UNSET
+    temperature_c: _Value | None | UnsetType = UNSET
+    power_w: _Value | None | UnsetType = UNSET
+    energy_mj: _Value | None | UnsetType = UNSET
+    error: str | UnsetType = UNSET
+
+    def __post_init__(self) -> None:
+        if isinstance(self.t_ns, UnsetType):
+            raise TypeError(f"a {self.kind} event without t_ns")
+        if self.kind in _BOUNDARIES and isinstance(self.label, UnsetType):
+            raise ValueError(f"a {self.kind} event without a label")
+
+    @property
+    def at_ns(self) -> int:
+        """Its time (every decoded reading has one)."""
+        return 0 if isinstance(self.t_ns, UnsetType) else self.t_ns
+
+    def value(self, name: Literal["sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w", "energy_mj"]
+              ) -> int | float | None:
+        found: int | float | None | UnsetType = getattr(self, name)
+        return None if isinstance(found, UnsetType) else found
+
+
+@dataclass(frozen=True)
+class GpuLog:
+    """gpu.jsonl decoded: its header and its readings in file order."""
+
+    header: GpuHeader
+    readings: list[GpuReading]
+
+
+_HEADER = msgspec.json.Decoder(GpuHeader)
+_READING = msgspec.json.Decoder(GpuReading)
+
+
+def _header(line: bytes) -> GpuHeader:
+    """The first line: its format version checked before any other field is trusted."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            for number, line in enumerate(fh, start=1):
-                try:
-                    events.append(_check_event(number, json.loads(line)))
-                except ValueError as exc:
-                    raise EvidenceError(f"{GPU_FILE} line {number}: not JSON ({exc})") from None
-    except UnicodeDecodeError as exc:
-        raise EvidenceError(f"{GPU_FILE}: not UTF-8 text ({exc})") from None
-    if not events or events[0].get("kind") != "header":
+        first = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        first = None
+    if not isinstance(first, dict) or first.get("kind") != "header":
         raise EvidenceError(f"{GPU_FILE}: the first line is not its header")
-    check_format(events[0], (1,), f"{GPU_FILE} header")
-    return events
+    check_format(first, (1,), f"{GPU_FILE} header")
+    return _HEADER.decode(line)
+
+
+def read_gpu_events(path: Path) -> GpuLog:
+    """gpu.jsonl's header and readings; EvidenceError (one line, naming the line and the field) for anything else.
+
+    Every field is decoded into its type with its bounds (times 0 <= t_ns < 2**63, readings within
+    +-1e18), and a boundary reading must name its label, so nothing computed from them can overflow."""
+    lines = [(number, line) for number, line in enumerate(Path(path).read_bytes().splitlines(), start=1)
+             if line.strip()]
+    if not lines:
+        raise EvidenceError(f"{GPU_FILE}: the first line is not its header")
+    header = _decoded(lines[0], _header)
+    return GpuLog(header, [_decoded(entry, _READING.decode) for entry in lines[1:]])
+
+
+def _decoded(entry: tuple[int, bytes], decode: Callable[[bytes], T]) -> T:
+    number, line = entry
+    try:
+        return decode(line)
+    except msgspec.DecodeError as exc:  # syntax, a wrong type, a value out of bounds, a missing key
+        raise EvidenceError(f"{GPU_FILE} line {number}: {exc}") from None
 
 
 # --- per pass -------------------------------------------------------------------------------
 
 
-def _windows(events: list[dict], start: str, end: str) -> dict[str, list[dict]]:
+def _windows(readings: list[GpuReading], start: str, end: str) -> dict[str, list[GpuReading]]:
     """label -> the readings from its `start` event to its `end` event, both included."""
-    found, open_at = {}, {}
-    for i, event in enumerate(events):
-        if event["kind"] == start:
-            open_at[event.get("label")] = i
-        elif event["kind"] == end and event.get("label") in open_at:
-            inside = events[open_at.pop(event.get("label")): i + 1]
-            found[event["label"]] = [e for e in inside if e["kind"] != "error"]
+    found: dict[str, list[GpuReading]] = {}
+    open_at: dict[str, int] = {}
+    for i, event in enumerate(readings):
+        if isinstance(event.label, UnsetType):
+            continue
+        if event.kind == start:
+            open_at[event.label] = i
+        elif event.kind == end and event.label in open_at:
+            inside = readings[open_at.pop(event.label): i + 1]
+            found[event.label] = [e for e in inside if e.kind != "error"]
     return found
 
 
-def _integrated_j(readings: list[dict]) -> float | None:
-    points = [(e["t_ns"], e["power_w"]) for e in readings if e.get("power_w") is not None]
+def _integrated_j(readings: list[GpuReading]) -> float | None:
+    points = [(e.at_ns, power) for e in readings if (power := e.value("power_w")) is not None]
     if len(points) < 2:
         return None
     return sum((t1 - t0) / 1e9 * (p0 + p1) / 2 for (t0, p0), (t1, p1) in pairwise(points))
 
 
-def _energy_j(readings: list[dict]) -> tuple[float | None, str]:
-    first, last = readings[0].get("energy_mj"), readings[-1].get("energy_mj")
+def _energy_j(readings: list[GpuReading]) -> tuple[float | None, Literal["counter", "integrated"]]:
+    first, last = readings[0].value("energy_mj"), readings[-1].value("energy_mj")
     if first is not None and last is not None:
         return (last - first) / 1000, "counter"
     return _integrated_j(readings), "integrated"
 
 
-def _seconds(readings: list[dict]) -> float:
-    return (readings[-1]["t_ns"] - readings[0]["t_ns"]) / 1e9
+def _seconds(readings: list[GpuReading]) -> float:
+    return (readings[-1].at_ns - readings[0].at_ns) / 1e9
 
 
-def _values(readings: list[dict], key: str) -> list[float]:
-    return [e[key] for e in readings if e.get(key) is not None]
+def _values(readings: list[GpuReading], name: Literal["sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w"]
+            ) -> list[int | float]:
+    return [v for e in readings if (v := e.value(name)) is not None]
 
 
-def _state(label: str, readings: list[dict]) -> dict[str, Any]:
+def _state(label: str, readings: list[GpuReading]) -> PassState:
     sm, mem = _values(readings, "sm_clock_mhz"), _values(readings, "mem_clock_mhz")
     temp, power = _values(readings, "temperature_c"), _values(readings, "power_w")
     mask = 0
-    for value in _values(readings, "clock_event_reasons"):
-        mask |= int(value)
-    return {"label": label, "readings": len(readings),
-            "sm_clock_mhz": {"min": min(sm), "median": median(sm), "max": max(sm)} if sm else None,
-            "mem_clock_mhz": {"min": min(mem), "max": max(mem)} if mem else None,
-            "temperature_c_max": max(temp) if temp else None,
-            "power_w": {"mean": round(sum(power) / len(power), 3), "max": max(power)} if power else None,
-            "clock_event_reasons": reason_names(mask), "clock_event_mask": mask,
-            "slowdown": bool(mask & SLOWDOWN_REASONS)}
+    for e in readings:
+        mask |= e.clock_event_reasons if isinstance(e.clock_event_reasons, int) else 0
+    return PassState(label=label, readings=len(readings),
+                     sm_clock_mhz=ClockRange(min=min(sm), median=median(sm), max=max(sm)) if sm else None,
+                     mem_clock_mhz=ClockRange(min=min(mem), max=max(mem)) if mem else None,
+                     temperature_c_max=max(temp) if temp else None,
+                     power_w=PowerRange(mean=round(sum(power) / len(power), 3), max=max(power)) if power else None,
+                     clock_event_reasons=reason_names(mask), clock_event_mask=mask,
+                     slowdown=bool(mask & SLOWDOWN_REASONS))
 
 
-def _idle_w(readings: list[dict] | None) -> float | None:
+def _idle_w(readings: list[GpuReading] | None) -> float | None:
     if not readings:
         return None
     joules, _ = _energy_j(readings)
@@ -134,52 +207,54 @@ def _per_decision(joules: float | None, requests: int) -> float | None:
     return None if joules is None or requests == 0 else round(joules / requests, 6)
 
 
-def _pass_energy(readings: list[dict], requests: int, idle_w: float | None) -> dict[str, Any]:
+def _pass_energy(label: str, readings: list[GpuReading], requests: int, idle_w: float | None) -> PassEnergy:
     joules, method = _energy_j(readings)
     seconds = _seconds(readings)
     above = None if joules is None or idle_w is None else joules - idle_w * seconds
-    return {"requests": requests, "seconds": round(seconds, 6), "method": method,
-            "joules": None if joules is None else round(joules, 6),
-            "joules_per_decision": _per_decision(joules, requests),
-            "mean_power_w": None if joules is None or seconds <= 0 else round(joules / seconds, 3),
-            "above_idle_joules_per_decision": _per_decision(above, requests)}
+    return PassEnergy(label=label, requests=requests, seconds=round(seconds, 6), method=method,
+                      joules=None if joules is None else round(joules, 6),
+                      joules_per_decision=_per_decision(joules, requests),
+                      mean_power_w=None if joules is None or seconds <= 0 else round(joules / seconds, 3),
+                      above_idle_joules_per_decision=_per_decision(above, requests))
 
 
-def _total(passes: list[dict], key: str) -> float | None:
-    values = [p[key] for p in passes]
-    return None if not values or any(v is None for v in values) else sum(values)
+def _sum(values: list[float | None]) -> float | None:
+    """The sum, None when there is nothing to add or any value is unknown."""
+    known = [v for v in values if v is not None]
+    return sum(known) if values and len(known) == len(values) else None
 
 
-def _backend_energy(passes: list[dict], idle_w: float | None) -> dict[str, Any]:
-    joules, requests = _total(passes, "joules"), sum(p["requests"] for p in passes)
-    above = None
-    if joules is not None and idle_w is not None:
-        above = joules - idle_w * sum(p["seconds"] for p in passes)
-    return {"passes": passes, "requests": requests, "joules": None if joules is None else round(joules, 6),
-            "joules_per_decision": _per_decision(joules, requests),
-            "idle_power_w": None if idle_w is None else round(idle_w, 3),
-            "above_idle_joules_per_decision": _per_decision(above, requests)}
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
 
 
-def _granularity(events: list[dict]) -> dict[str, Any] | None:
+def _backend_energy(passes: list[PassEnergy], idle_w: float | None) -> BackendEnergy:
+    joules, requests = _sum([p.joules for p in passes]), sum(p.requests for p in passes)
+    above = None if joules is None or idle_w is None else joules - idle_w * sum(p.seconds for p in passes)
+    return BackendEnergy(passes=passes, requests=requests, joules=_round(joules, 6),
+                         joules_per_decision=_per_decision(joules, requests), idle_power_w=_round(idle_w, 3),
+                         above_idle_joules_per_decision=_per_decision(above, requests))
+
+
+def _granularity(readings: list[GpuReading]) -> CounterSteps | None:
     """The counter's steps as the readings saw them (bounded below by the sample period)."""
-    points = [(e["t_ns"], e["energy_mj"]) for e in events if e.get("energy_mj") is not None]
+    points = [(e.at_ns, v) for e in readings if (v := e.value("energy_mj")) is not None]
     changes = [(t, v) for (_, prev), (t, v) in pairwise(points) if v != prev]
     steps = [b - a for (_, a), (_, b) in pairwise(points) if b > a]
     gaps = [(t1 - t0) / 1e6 for (t0, _), (t1, _) in pairwise(changes)]
     if not steps:
         return None
-    return {"unit": "mJ", "smallest_step_mj": min(steps),
-            "median_ms_between_changes": round(median(gaps), 3) if gaps else None,
-            "note": "as seen by this run's readings; a sample period longer than the counter's update "
-                    "interval hides its true granularity"}
+    return CounterSteps(unit="mJ", smallest_step_mj=min(steps),
+                        median_ms_between_changes=round(median(gaps), 3) if gaps else None,
+                        note="as seen by this run's readings; a sample period longer than the counter's update "
+                             "interval hides its true granularity")
 
 
-def _per_pass(events: list[dict], pass_requests: dict[str, int]) -> tuple[dict[str, dict[str, list[dict]]], list[dict]]:
+def _per_pass(log: GpuLog, pass_requests: dict[str, int], idle: dict[str, list[GpuReading]]
+              ) -> tuple[dict[str, dict[str, list[PassEnergy]]], list[PassState]]:
     """workload -> backend -> each measured pass's energy; and each pass's GPU state."""
-    windows = _windows(events, "begin", "end")
-    idle = _windows(events, "idle_begin", "idle_end")
-    by_workload: dict[str, dict[str, list[dict]]] = {}
+    windows = _windows(log.readings, "begin", "end")
+    by_workload: dict[str, dict[str, list[PassEnergy]]] = {}
     states = []
     for label, requests in pass_requests.items():
         readings = windows.get(label)
@@ -187,17 +262,17 @@ def _per_pass(events: list[dict], pass_requests: dict[str, int]) -> tuple[dict[s
             continue
         backend, workload, _ = label.split("/", 2)
         by_workload.setdefault(workload, {}).setdefault(backend, []).append(
-            {"label": label, **_pass_energy(readings, requests, _idle_w(idle.get(backend)))})
+            _pass_energy(label, readings, requests, _idle_w(idle.get(backend))))
         states.append(_state(label, readings))
     return by_workload, states
 
 
-def _workload_energy(by_workload: dict[str, dict[str, list[dict]]], idle: dict[str, list[dict]]
-                     ) -> tuple[dict[str, Any], str]:
+def _workload_energy(by_workload: dict[str, dict[str, list[PassEnergy]]], idle: dict[str, list[GpuReading]]
+                     ) -> tuple[dict[str, dict[str, BackendEnergy]], str]:
     """Per workload and backend: passes and overall figures; the method every pass used."""
     workloads = {wl: {b: _backend_energy(passes, _idle_w(idle.get(b))) for b, passes in sorted(found.items())}
                  for wl, found in sorted(by_workload.items())}
-    methods = {p["method"] for found in by_workload.values() for passes in found.values() for p in passes}
+    methods = {p.method for found in by_workload.values() for passes in found.values() for p in passes}
     return workloads, COUNTER_METHOD if methods == {"counter"} else INTEGRATED_METHOD
 
 
@@ -205,20 +280,19 @@ IDLE_METHOD = ("idle power = energy over a quiet window after readiness (model l
                "the first inference) / its duration; above idle = pass energy - idle power x pass duration")
 
 
-def energy_and_state(events: list[dict] | None, pass_requests: dict[str, int], backends: list[str],
-                     ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(summary.json's `energy`, its `gpu_state`) from gpu.jsonl's events and the requests of each
-    measured pass, keyed by its label `<backend>/<workload>/measured-<i>`."""
-    events = events or [{}]
-    header = events[0]
-    if not header.get("available"):
-        absent = {"available": False, "reason": str(header.get("reason") or "no gpu.jsonl in this run")}
-        return absent, dict(absent)
-    by_workload, states = _per_pass(events, pass_requests)
-    idle = _windows(events, "idle_begin", "idle_end")
+def energy_and_state(log: GpuLog, pass_requests: dict[str, int], backends: list[str]) -> tuple[Energy, GpuState]:
+    """(summary.json's `energy`, its `gpu_state`) from gpu.jsonl and the requests of each measured pass,
+    keyed by its label `<backend>/<workload>/measured-<i>`."""
+    header = log.header
+    if not header.available:
+        reason = header.reason if isinstance(header.reason, str) and header.reason else "no gpu.jsonl in this run"
+        return Energy(available=False, reason=reason), GpuState(available=False, reason=reason)
+    idle = _windows(log.readings, "idle_begin", "idle_end")
+    by_workload, states = _per_pass(log, pass_requests, idle)
     workloads, method = _workload_energy(by_workload, idle)
-    energy = {"available": True, "driver": header.get("driver"), "sample_period_s": header.get("period_s"),
-              "method": method, "idle_method": IDLE_METHOD, "counter": _granularity(events), "workloads": workloads}
-    state = {"available": True, "slowdown_reasons": reason_names(SLOWDOWN_REASONS), "passes": states,
-             "idle": [_state(f"{b}/idle", r) for b, r in idle.items() if b in backends]}
+    energy = Energy(available=True, driver=None if isinstance(header.driver, UnsetType) else header.driver,
+                    sample_period_s=None if isinstance(header.period_s, UnsetType) else header.period_s,
+                    method=method, idle_method=IDLE_METHOD, counter=_granularity(log.readings), workloads=workloads)
+    state = GpuState(available=True, slowdown_reasons=reason_names(SLOWDOWN_REASONS), passes=states,
+                     idle=[_state(f"{b}/idle", r) for b, r in idle.items() if b in backends])
     return energy, state

@@ -27,8 +27,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
+import msgspec
 import numpy as np
 
 from ..evidence.recipe import Recipe, Workload
@@ -41,7 +42,7 @@ from ..evidence.summary import (
     QueueStats,
     ScheduleAdherence,
 )
-from .latency import latency_stats, p99_nearest_rank
+from .latency import latency_stats, overall_stats, p99_nearest_rank
 from .row_table import Interned, RowTable
 
 __all__ = [
@@ -61,8 +62,9 @@ LOAD_RULES = {
     "latency": "open loop: (end_ns - scheduled_ns) / 1e6, from each request's scheduled send (no coordinated "
                "omission); closed loop: (end_ns - start_ns) / 1e6",
     "p99_ms": "sorted(latencies)[ceil(0.99 * N) - 1] (nearest rank)",
-    "duration_s": "sum over measured passes of (last end_ns - first scheduled_ns, else first start_ns) / 1e9; "
-                  "a request that failed before it was timed (start_ns = end_ns = 0) adds no time",
+    "duration_s": "per pass (last end_ns - first scheduled_ns, else first start_ns) / 1e9; per level the seconds "
+                  "the measured passes' spans cover together (an overlap counted once); a request that failed "
+                  "before it was timed (start_ns = end_ns = 0) adds no time",
     "throughput_per_s": "successful measured requests / duration_s",
     "goodput_per_s": "successful measured requests with latency <= latency_bound_ms / duration_s",
     "scheduled_rate_per_s": "open loop: sum over measured passes of (scheduled sends - 1) / sum of (last - first "
@@ -83,8 +85,8 @@ def has_load(recipe: Recipe) -> bool:
 
 def declared_levels(workload: Workload) -> list[LevelSpec]:
     """The workload's levels in run order (the recipe's: closed ladder ascending, then open rates ascending)."""
-    return [{"level": level.id, "mode": level.kind, "concurrency": level.concurrency, "rate_per_s": level.rate_per_s,
-             "arrivals": level.arrivals} for level in workload.levels() or []]
+    return [LevelSpec(level=level.id, mode=level.kind, concurrency=level.concurrency, rate_per_s=level.rate_per_s,
+                      arrivals=level.arrivals) for level in workload.levels() or []]
 
 
 def latency_bound_ms(workload: Workload) -> float | None:
@@ -130,20 +132,38 @@ class LevelColumns:
         return np.flatnonzero(mask & self.level.equals(level))
 
     def latency_ms(self, idx: np.ndarray) -> np.ndarray:
-        """From the schedule where the row has one, else from the actual send."""
-        return (self.t.end_ns[idx] - self.origin_ns[idx]) / 1e6
+        """From the schedule where the row has one, else from the actual send (`RowTable.latency_ms`)."""
+        return self.t.latency_ms[idx]
 
     def timed(self, idx: np.ndarray) -> np.ndarray:
         """The rows at idx that carry times (a request that failed before it was timed records 0 and 0)."""
         return idx[self.t.end_ns[idx] > 0]
 
-    def duration_s(self, idx: np.ndarray) -> float | None:
-        """First scheduled (or actual) send to last response of some rows, in seconds; None when none was timed."""
+    def span_ns(self, idx: np.ndarray) -> tuple[int, int] | None:
+        """(first scheduled or actual send, last response) of some rows; None when none was timed."""
         timed = self.timed(idx)
         if not len(timed):
             return None
         origins = self.origin_ns[idx[self.has_schedule[idx] | (self.t.end_ns[idx] > 0)]]
-        return int(self.t.end_ns[timed].max() - origins.min()) / 1e9
+        return int(origins.min()), int(self.t.end_ns[timed].max())
+
+    def duration_s(self, idx: np.ndarray) -> float | None:
+        """First scheduled (or actual) send to last response of some rows, in seconds; None when none was timed."""
+        span = self.span_ns(idx)
+        return None if span is None else (span[1] - span[0]) / 1e9
+
+    def covered_s(self, passes: list[np.ndarray]) -> float | None:
+        """The seconds the passes' spans cover together: a stall across a pass boundary makes the next pass's
+        schedule start before the previous pass's last response, and that overlap is counted once."""
+        spans = sorted(span for idx in passes if (span := self.span_ns(idx)) is not None)
+        if not spans:
+            return None
+        total, (start, end) = 0, spans[0]
+        for s, e in spans[1:]:
+            if s > end:
+                total, start = total + end - start, s
+            end = max(end, e)
+        return (total + end - start) / 1e9
 
 
 # --- one level -------------------------------------------------------------------------
@@ -156,19 +176,19 @@ def _per_second(count: int | None, seconds: float | None) -> float | None:
 def _pass(cols: LevelColumns, pass_index: int, idx: np.ndarray) -> LevelPass:
     ok = idx[cols.t.ok[idx]]
     duration = cols.duration_s(idx)
-    return {"pass": pass_index, "requests": len(idx), "errors": len(idx) - len(ok),
-            "mean_ms": latency_stats(cols.latency_ms(ok))["mean_ms"], "duration_s": duration,
-            "throughput_per_s": _per_second(len(ok), duration)}
+    return LevelPass(index=pass_index, requests=len(idx), errors=len(idx) - len(ok),
+                     mean_ms=latency_stats(cols.latency_ms(ok)).mean_ms, duration_s=duration,
+                     throughput_per_s=_per_second(len(ok), duration))
 
 
 def _adherence(cols: LevelColumns, idx: np.ndarray) -> ScheduleAdherence:
     sent = cols.timed(idx)
     lag_ms = cols.lag_ns[sent[cols.has_schedule[sent]]] / 1e6
     values = lag_ms.tolist()
-    return {"scheduled": len(values), "late_sends": int((lag_ms > LATE_AFTER_MS).sum()),
-            "max_lag_ms": max(values) if values else None,
-            "mean_lag_ms": math.fsum(values) / len(values) if values else None,
-            "scheduled_rate_per_s": _scheduled_rate(cols, idx)}
+    return ScheduleAdherence(scheduled=len(values), late_sends=int((lag_ms > LATE_AFTER_MS).sum()),
+                             max_lag_ms=max(values) if values else None,
+                             mean_lag_ms=math.fsum(values) / len(values) if values else None,
+                             scheduled_rate_per_s=_scheduled_rate(cols, idx))
 
 
 def _scheduled_rate(cols: LevelColumns, idx: np.ndarray) -> float | None:
@@ -188,7 +208,12 @@ def _queue(cols: LevelColumns, ok: np.ndarray) -> QueueStats | None:
     if not len(values):
         return None
     stats = latency_stats(values)
-    return {"n": stats["n"], "mean_ms": stats["mean_ms"], "p95_jevbench_ms": stats["p95_jevbench_ms"]}
+    return QueueStats(n=stats.n, mean_ms=stats.mean_ms, p95_jevbench_ms=stats.p95_jevbench_ms)
+
+
+def _pass_rows(cols: LevelColumns, idx: np.ndarray) -> list[np.ndarray]:
+    passes = cols.t.pass_index[idx]
+    return [idx[passes == p] for p in np.unique(passes).tolist()]
 
 
 def _passes(cols: LevelColumns, idx: np.ndarray) -> list[LevelPass]:
@@ -196,19 +221,6 @@ def _passes(cols: LevelColumns, idx: np.ndarray) -> list[LevelPass]:
     return [_pass(cols, p, idx[passes == p]) for p in np.unique(passes).tolist()]
 
 
-class _Rates(TypedDict):
-    duration_s: float | None
-    throughput_per_s: float | None
-    within_bound: int | None
-    goodput_per_s: float | None
-
-
-def _rates(passes: list[LevelPass], ok: int, within: int | None) -> _Rates:
-    """Duration, throughput and goodput of a level's measured passes."""
-    durations = [p["duration_s"] for p in passes if p["duration_s"] is not None]
-    duration = math.fsum(durations) if durations else None
-    return {"duration_s": duration, "throughput_per_s": _per_second(ok, duration), "within_bound": within,
-            "goodput_per_s": _per_second(within, duration)}
 
 
 def _number(text: str) -> float | None:
@@ -221,10 +233,10 @@ def _number(text: str) -> float | None:
 def spec_of(level: str) -> LevelSpec:
     """What a level id alone says (for rows without their recipe): open-r{rate} is open loop, else closed."""
     if level.startswith("open-r"):
-        return {"level": level, "mode": "open", "concurrency": None, "rate_per_s": _number(level[6:]), "arrivals": None}
+        return LevelSpec(level=level, mode="open", concurrency=None, rate_per_s=_number(level[6:]), arrivals=None)
     concurrency = level[8:] if level.startswith("closed-c") else ""
-    return {"level": level, "mode": "closed", "concurrency": int(concurrency) if concurrency.isdigit() else None,
-            "rate_per_s": None, "arrivals": None}
+    return LevelSpec(level=level, mode="closed", concurrency=int(concurrency) if concurrency.isdigit() else None,
+                     rate_per_s=None, arrivals=None)
 
 
 def level_stats(cols: LevelColumns, spec: LevelSpec, idx: np.ndarray, bound: float | None) -> LevelStats:
@@ -232,22 +244,23 @@ def level_stats(cols: LevelColumns, spec: LevelSpec, idx: np.ndarray, bound: flo
     ok = idx[cols.t.ok[idx]]
     latencies = cols.latency_ms(ok)
     passes = _passes(cols, idx)
-    means = [p["mean_ms"] for p in passes if p["mean_ms"] is not None]
+    means = [p.mean_ms for p in passes if p.mean_ms is not None]
     connections = cols.connection[idx]
-    open_loop = spec["mode"] == "open"
-    return {
-        "level": spec["level"],
-        "latency_from": "schedule" if open_loop else "send",
-        "requests": len(idx), "errors": len(idx) - len(ok),
-        **latency_stats(latencies),
-        "p99_ms": p99_nearest_rank(latencies),
-        "passes": passes,
-        "pass_mean_range_ms": [min(means), max(means)] if means else None,
-        **_rates(passes, len(ok), None if bound is None else int((latencies <= bound).sum())),
-        "connections": len(np.unique(connections[connections >= 0])),
-        "schedule": _adherence(cols, idx) if open_loop else None,
-        "server_queue": _queue(cols, ok),
-    }
+    duration = cols.covered_s(_pass_rows(cols, idx))
+    within = None if bound is None else int((latencies <= bound).sum())
+    return LevelStats(
+        level=spec.level,
+        latency_from="schedule" if spec.open_loop else "send",
+        **msgspec.structs.asdict(overall_stats(latencies, len(idx))),
+        p99_ms=p99_nearest_rank(latencies),
+        passes=passes,
+        pass_mean_range_ms=[min(means), max(means)] if means else None,
+        duration_s=duration, throughput_per_s=_per_second(len(ok), duration),
+        within_bound=within, goodput_per_s=_per_second(within, duration),
+        connections=len(np.unique(connections[connections >= 0])),
+        schedule=_adherence(cols, idx) if spec.open_loop else None,
+        server_queue=_queue(cols, ok),
+    )
 
 
 # --- the summary section ---------------------------------------------------------------
@@ -256,9 +269,9 @@ def level_stats(cols: LevelColumns, spec: LevelSpec, idx: np.ndarray, bound: flo
 def _workload(cols: LevelColumns, recipe: Recipe, workload: Workload) -> LoadWorkload:
     levels = declared_levels(workload)
     bound = latency_bound_ms(workload)
-    backends = {b.name: [level_stats(cols, spec, cols.measured(workload.name, b.name, spec["level"]), bound)
+    backends = {b.name: [level_stats(cols, spec, cols.measured(workload.name, b.name, spec.level), bound)
                          for spec in levels] for b in recipe.backends}
-    return {"latency_bound_ms": bound, "levels": levels, "backends": backends}
+    return LoadWorkload(latency_bound_ms=bound, levels=levels, backends=backends)
 
 
 def load_summary(t: RowTable, recipe: Recipe) -> LoadSummary | None:
@@ -267,4 +280,4 @@ def load_summary(t: RowTable, recipe: Recipe) -> LoadSummary | None:
         return None
     cols = LevelColumns.of(t)
     workloads = {w.name: _workload(cols, recipe, w) for w in recipe.workloads if w.load is not None}
-    return {"rules": dict(LOAD_RULES), "workloads": workloads}
+    return LoadSummary(rules=dict(LOAD_RULES), workloads=workloads)

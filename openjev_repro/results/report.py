@@ -8,7 +8,6 @@ reads a run directory and writes `report.md`, `latency_vs_tokens.png` and `laten
 from __future__ import annotations
 
 import io
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..decision import YES_THRESHOLD
-from ..errors import EvidenceError
+from ..errors import EvidenceError, UnsupportedFormat
 from ..evidence.files import write_bytes_atomic
 from ..evidence.recipe import Recipe, load_recipe
 from ..evidence.records import (
@@ -31,14 +30,25 @@ from ..evidence.records import (
     PublishedGate,
     StateRecord,
     backends_of,
+    environment_check_of,
     environment_of,
     host_of,
     import_of,
+    servers_of,
     state_of,
 )
 from ..evidence.rows import Row
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status, guard_output
-from ..evidence.summary import BackendSummary, GateResult, LatencyKey, PassStats, Summary, WorkloadSummary
+from ..evidence.summary import (
+    BackendSummary,
+    GateResult,
+    LatencyKey,
+    PassStats,
+    Pooled,
+    Summary,
+    WorkloadSummary,
+    read_summary,
+)
 from ..printable import printable
 from .energy import GPU_FILE, read_gpu_events
 from .floor import floor_lines
@@ -48,10 +58,13 @@ from .row_table import RowTable, as_table, read_table
 from .servers import server_lines
 from .statistics import latency_stats, pair_by_id_and_seq, summarize
 from .tokens import token_differences, token_phrase
+from .trace_gates import trace_inputs
+from .trace_report import kernel_family_lines, kernel_family_plot_bytes
 
 __all__ = [
     "DIGITS",
     "PLOT_NAMES",
+    "ReportSection",
     "RunInfo",
     "imported_note",
     "incomplete_banner",
@@ -64,16 +77,24 @@ __all__ = [
 ]
 
 # Printed precision: milliseconds, speedup factor, percentages, probabilities.
-DIGITS = {"ms": 3, "speedup": 2, "percent": 2, "probability": 6}
+@dataclass(frozen=True)
+class Digits:
+    ms: int = 3
+    speedup: int = 2
+    percent: int = 2
+    probability: int = 6
+
+
+DIGITS = Digits()
 PLOT_NAMES = ("latency_vs_tokens.png", "latency_cdf.png")
 
 
 def _ms(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.{DIGITS['ms']}f}"
+    return "n/a" if v is None else f"{v:.{DIGITS.ms}f}"
 
 
 def _prob(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.{DIGITS['probability']}f}"
+    return "n/a" if v is None else f"{v:.{DIGITS.probability}f}"
 
 
 def _yes(v: bool | None) -> str:
@@ -81,10 +102,9 @@ def _yes(v: bool | None) -> str:
 
 
 def _per_pass(passes: list[PassStats], key: LatencyKey) -> str:
-    return " / ".join(_ms(p[key]) for p in passes) or "n/a"
+    return " / ".join(_ms(p.figure(key)) for p in passes) or "n/a"
 
 
-ENVIRONMENT_CHECK = "environment_check.json"  # written by study/environment_check.py
 
 
 def drift_banner(drift: Sequence[str]) -> list[str]:
@@ -98,10 +118,8 @@ def drift_banner(drift: Sequence[str]) -> list[str]:
 
 def recorded_drift(run: RunDir) -> list[str]:
     """environment_check.json's differences (none for runs from before the check)."""
-    if not run.file(ENVIRONMENT_CHECK).is_file():
-        return []
-    found = run.read(ENVIRONMENT_CHECK).get("differences")
-    return [str(d) for d in found] if isinstance(found, list) else ["environment_check.json lists no differences"]
+    check = environment_check_of(run)
+    return [] if check is None else list(check.differences)
 
 
 def incomplete_banner(state: StateRecord) -> str:
@@ -117,7 +135,7 @@ def incomplete_banner(state: StateRecord) -> str:
 
 def _descriptions(recipe: Recipe, wl: WorkloadSummary) -> list[str]:
     """Each configuration's description under the table, so the table itself stays narrow."""
-    lines = [f"- {name}: {recipe.backend(name).description}" for name in wl["backends"]
+    lines = [f"- {name}: {recipe.backend(name).description}" for name in wl.backends
              if recipe.backend(name).description]
     return ["Configurations:", "", *lines, ""] if lines else []
 
@@ -126,26 +144,25 @@ def _table(recipe: Recipe, wl: WorkloadSummary) -> list[str]:
     head = ["Configuration", "Successful measured requests", "Overall mean (ms)", "Mean, per pass (ms)", "P50, per pass (ms)",
             "P95 JevBench rank, per pass (ms)", "P95 nearest rank, per pass (ms)", "Correct / N"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for name, b in wl["backends"].items():
-        m = b["measured"]
-        cells = [name, str(b["overall"]["n"]), _ms(b["overall"]["mean_ms"]), _per_pass(m, "mean_ms"),
+    for name, b in wl.backends.items():
+        m = b.measured
+        cells = [name, str(b.overall.n), _ms(b.overall.mean_ms), _per_pass(m, "mean_ms"),
                  _per_pass(m, "p50_ms"), _per_pass(m, "p95_jevbench_ms"), _per_pass(m, "p95_nearest_rank_ms"),
-                 f"{b['correct']} / {b['labelled']}" if b["labelled"] else "n/a (no labels)"]
+                 f"{b.correct} / {b.labelled}" if b.labelled else "n/a (no labels)"]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return lines
 
 
 def _latency_notes(wl: WorkloadSummary) -> list[str]:
     out = []
-    feas = [f"{n} {_per_pass(b['feasibility'], 'mean_ms')} ms" for n, b in wl["backends"].items() if b["feasibility"]]
+    feas = [f"{n} {_per_pass(b.feasibility, 'mean_ms')} ms" for n, b in wl.backends.items() if b.feasibility]
     if feas:
         out.append("Excluded feasibility pass means: " + "; ".join(feas) + ".")
-    pooled = [f"{n} P50 {b['overall']['p50_ms']:.3f}, P95 JevBench rank {b['overall']['p95_jevbench_ms']:.3f} ms"
-              for n, b in wl["backends"].items()
-              if b["overall"].get("p50_ms") is not None and b["overall"].get("p95_jevbench_ms") is not None]
+    pooled = [f"{n} P50 {p50:.3f}, P95 JevBench rank {p95:.3f} ms" for n, b in wl.backends.items()
+              if (p50 := b.overall.p50_ms) is not None and (p95 := b.overall.p95_jevbench_ms) is not None]
     if pooled:
         out.append("Pooled over all measured passes (the CDF plot's marks): " + "; ".join(pooled) + ".")
-    for name, b in wl["backends"].items():
+    for name, b in wl.backends.items():
         out += _failure_notes(name, b)
     return out
 
@@ -153,38 +170,38 @@ def _latency_notes(wl: WorkloadSummary) -> list[str]:
 def _failure_notes(name: str, b: BackendSummary) -> list[str]:
     """A backend's failed measured requests and rows whose recorded decision contradicts their probability."""
     out = []
-    if b["overall"]["errors"]:
-        out.append(f"**{name}: {b['overall']['errors']} failed measured request(s)**, excluded from latency "
+    if b.overall.errors:
+        out.append(f"**{name}: {b.overall.errors} failed measured request(s)**, excluded from latency "
                    f"statistics and counted as not correct.")
-    if b["decision_mismatches"]:
-        ids = ", ".join(sorted({m["id"] for m in b["decision_mismatches"]}))
-        out.append(f"**{name}: {len(b['decision_mismatches'])} rows record a decision that differs from "
+    if b.decision_mismatches:
+        ids = ", ".join(sorted({m.id for m in b.decision_mismatches}))
+        out.append(f"**{name}: {len(b.decision_mismatches)} rows record a decision that differs from "
                    f"p >= {YES_THRESHOLD} of their probability** ({ids}); correctness uses the recomputed decision.")
     return out
 
 
 def _comparison_lines(wl: WorkloadSummary) -> list[str]:
     out = []
-    for c in wl["comparisons"]:
-        if c["speedup"] is None or c["percent_lower"] is None:  # percent_lower: None for a zero baseline mean
-            out.append(f"- {c['candidate']} vs {c['baseline']}: no comparable measured means.")
+    for c in wl.comparisons:
+        if c.speedup is None or c.percent_lower is None:  # percent_lower: None for a zero baseline mean
+            out.append(f"- {c.candidate} vs {c.baseline}: no comparable measured means.")
             continue
         out.append(
-            f"- {c['candidate']} vs {c['baseline']}: {c['speedup']:.{DIGITS['speedup']}f}x by mean "
-            f"({_ms(c['baseline_mean_ms'])} -> {_ms(c['candidate_mean_ms'])} ms, "
-            f"{_percent_change(c['percent_lower'])}); pass mean ranges disjoint: "
-            f"{_yes(c['disjoint_ranges'])}; every {c['candidate']} pass mean below every {c['baseline']} "
-            f"pass mean: {_yes(c['every_pass_lower'])}."
+            f"- {c.candidate} vs {c.baseline}: {c.speedup:.{DIGITS.speedup}f}x by mean "
+            f"({_ms(c.baseline_mean_ms)} -> {_ms(c.candidate_mean_ms)} ms, "
+            f"{_percent_change(c.percent_lower)}); pass mean ranges disjoint: "
+            f"{_yes(c.disjoint_ranges)}; every {c.candidate} pass mean below every {c.baseline} "
+            f"pass mean: {_yes(c.every_pass_lower)}."
         )
     return out
 
 
 def _percent_change(percent_lower: float) -> str:
     """"4.78% lower" or "0.63% higher": the sign goes into the word, never "-0.63% lower"."""
-    rounded = round(percent_lower, DIGITS["percent"])
+    rounded = round(percent_lower, DIGITS.percent)
     if rounded == 0:
-        return f"{0:.{DIGITS['percent']}f}% difference"
-    return f"{abs(rounded):.{DIGITS['percent']}f}% {'lower' if rounded > 0 else 'higher'}"
+        return f"{0:.{DIGITS.percent}f}% difference"
+    return f"{abs(rounded):.{DIGITS.percent}f}% {'lower' if rounded > 0 else 'higher'}"
 
 
 def _first_passes(t: RowTable, workload: str) -> dict[str, np.ndarray]:
@@ -207,32 +224,32 @@ def _tokens_of(t: RowTable, first: dict[str, np.ndarray], a: str, b: str) -> str
 def _agreement_lines(wl: WorkloadSummary, t: RowTable | None = None, workload: str = "") -> list[str]:
     out = []
     first = _first_passes(t, workload) if t is not None else {}
-    for c in wl["comparisons"]:
-        buckets = "; ".join(f"{k}: {_prob(v)}" for k, v in c["max_probability_delta_by_tokens"].items())
-        differing = f"; differing: {', '.join(c['differing_ids'])}" if c["differing_ids"] else ""
-        missing = c["pair_errors"] + c["unpaired"]
+    for c in wl.comparisons:
+        buckets = "; ".join(f"{k}: {_prob(v)}" for k, v in c.max_probability_delta_by_tokens.items())
+        differing = f"; differing: {', '.join(c.differing_ids)}" if c.differing_ids else ""
+        missing = c.pair_errors + c.unpaired
         gaps = f"; {missing} requests failed or unpaired" if missing else ""
         out.append(
-            f"- {c['baseline']} / {c['candidate']}: {c['agreement']} / {c['n']} thresholded decisions agree"
-            f"{differing}; max probability difference {_prob(c['max_probability_delta'])} "
+            f"- {c.baseline} / {c.candidate}: {c.agreement} / {c.n} thresholded decisions agree"
+            f"{differing}; max probability difference {_prob(c.max_probability_delta)} "
             f"(input tokens {buckets}){gaps}"
-            + (f"; {_tokens_of(t, first, c['baseline'], c['candidate'])}." if t is not None else ".")
+            + (f"; {_tokens_of(t, first, c.baseline, c.candidate)}." if t is not None else ".")
         )
     return out
 
 
 def _stability_lines(wl: WorkloadSummary, passes: str = "feasibility and measured passes") -> list[str]:
     out = []
-    for name, b in wl["backends"].items():
-        if b["probabilities_stable"] is None:
-            why = "fewer than two passes" if b["stability_passes"] < 2 else "no rows"
+    for name, b in wl.backends.items():
+        if b.probabilities_stable is None:
+            why = "fewer than two passes" if b.stability_passes < 2 else "no rows"
             out.append(f"- {name}: {why}; stability not assessed.")
             continue
-        what = "exactly unchanged" if b["probabilities_stable"] else "NOT exactly unchanged"
-        extra = f" (changed: {', '.join(b['stability_changed_ids'])})" if b["stability_changed_ids"] else ""
-        gaps = b["stability_errors"] + b["stability_incomplete"]
+        what = "exactly unchanged" if b.probabilities_stable else "NOT exactly unchanged"
+        extra = f" (changed: {', '.join(b.stability_changed_ids)})" if b.stability_changed_ids else ""
+        gaps = b.stability_errors + b.stability_incomplete
         extra += f" ({gaps} failed or missing requests)" if gaps else ""
-        out.append(f"- {name}: probabilities {what} across its {b['stability_passes']} {passes}{extra}.")
+        out.append(f"- {name}: probabilities {what} across its {b.stability_passes} {passes}{extra}.")
     return out
 
 
@@ -249,9 +266,8 @@ def _gate_lines(gates: list[GateResult]) -> list[str]:
         return ["No gates were declared."]
     lines = ["| Gate | Kind | Outcome | Detail |", "| --- | --- | --- | --- |"]
     for g in gates:
-        outcome = "not evaluated" if not g["evaluated"] else ("PASSED" if g["passed"] else "FAILED")
-        detail = rounded_text(g["detail"]).replace("|", "\\|")  # a pipe would split the table cell
-        lines.append(f"| {g['name']} | {g['kind']} | {outcome} | {detail} |")
+        detail = rounded_text(g.detail).replace("|", "\\|")  # a pipe would split the table cell
+        lines.append(f"| {g.name} | {g.kind} | {g.outcome} | {detail} |")
     return lines
 
 
@@ -261,10 +277,10 @@ def _imported_lines(imported: ImportRecord) -> list[str]:
     out = [*_published_study_lines(imported), "## Published figures (imported evidence)", "",
            ("Each figure their summary.json publishes, recomputed from the imported rows: EXACT bit for bit, "
            "WITHIN half a unit of its last printed decimal (at most 15 significant digits), DIFF otherwise."), "",
-           "```", *figure_lines(dict(imported.raw)), "```", ""]
+           "```", *figure_lines(imported.to_json()), "```", ""]
     if imported.absent:
         out += [f"Listed in their manifest but not present, not verified: {', '.join(imported.absent)}.", ""]
-    cleanup = cleanup_line(dict(imported.cleanup))
+    cleanup = cleanup_line(imported.cleanup_quoted)
     if cleanup:
         out += [cleanup, ""]
     if imported.conclusion:
@@ -310,10 +326,30 @@ def imported_note(imported: ImportRecord) -> str:
             f"{checked}; unsigned.")
 
 
+@dataclass(frozen=True)
+class ReportSection:
+    """A section of facts after the gates and the GPU state: "## title", its lines; nothing without lines.
+
+    The run's own sections (weights, servers, hardware floor) are these; a later kind of evidence adds its
+    section here, through `render_report(sections=...)` and `_run_sections` (kernel-family tables of profiler
+    traces, issue 43), while its gates are gate kinds in results/statistics.py and print in the gate table."""
+
+    title: str
+    lines: list[str]
+
+    def markdown(self) -> list[str]:
+        return [f"## {self.title}", "", *self.lines, ""] if self.lines else []
+
+
+def _run_sections(run: RunDir) -> list[ReportSection]:
+    """Sections of further evidence a run holds, in the order they print: the traces' kernel families (issue 43)."""
+    return [ReportSection("Kernel families (traces)", kernel_family_lines(run.path))]
+
+
 def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Recipe, *, state: StateRecord | None = None,
                   notes: Iterable[str] = (), run: RunInfo | None = None, imported: ImportRecord | None = None,
                   run_facts: Iterable[str] = (), floor: Iterable[str] = (), drift: Sequence[str] = (),
-                  servers: Iterable[str] = ()) -> str:
+                  servers: Iterable[str] = (), sections: Sequence[ReportSection] = ()) -> str:
     """Markdown laid out like the published study's first table, plus agreement, determinism and gates.
 
     `state` is the run's state.json record: unless its status is "complete" the report opens (and
@@ -330,22 +366,23 @@ def render_report(summary: Summary, rows: RowTable | Iterable[Row], recipe: Reci
     """
     done = (Status.COMPLETE, Status.IMPORTED) if imported is not None else (Status.COMPLETE,)
     banner = [incomplete_banner(state), ""] if state is not None and state.status not in done else []
-    out = [f"# Study {summary['study_id']}", "", *banner, *drift_banner(drift)]
+    out = [f"# Study {summary.study_id}", "", *banner, *drift_banner(drift)]
     out += _header_lines(recipe, run, imported, list(notes))
     t = as_table(rows)
     out += _method_lines(t)
     # an imported run has only measured passes: its determinism line must not speak of feasibility passes
     passes_word = "feasibility and measured passes" if t.phase.equals("feasibility").any() else "measured passes"
-    for name, wl in summary["workloads"].items():
+    for name, wl in summary.workloads.items():
         out += _workload_lines(recipe, name, wl, t, passes_word)
     if imported is not None:
         out += _imported_lines(imported)
     out += load_lines(summary)  # load runs only (results/load_report.py)
-    out += ["## Gates", "", *_gate_lines(summary["gates"]), ""]
+    out += ["## Gates", "", *_gate_lines(summary.gates), ""]
     out += energy_lines(summary)
-    for title, section in (("Weights and GPU", list(run_facts)), ("Servers and connections", list(servers)),
-                           ("Hardware floor", list(floor))):
-        out += [f"## {title}", "", *section, ""] if section else []  # a run without the data gets no section
+    facts = [ReportSection("Weights and GPU", list(run_facts)), ReportSection("Servers and connections", list(servers)),
+             ReportSection("Hardware floor", list(floor)), *sections]
+    for section in facts:
+        out += section.markdown()  # a run without the data gets no section
     out += [("Plots: latency_vs_tokens.png (measured latency against input tokens), latency_cdf.png "
             "(CDF of measured latency)."), *load_plot_lines(summary), ""]
     if banner:
@@ -373,9 +410,25 @@ def _method_lines(t: RowTable) -> list[str]:
     ]
 
 
+def _pooled_lines(pooled: Pooled) -> list[str]:
+    """A load workload's latency is per level (the Load levels section); never one row pooling levels."""
+    rule = "from each request's scheduled send" if pooled.latency_from == "schedule" else "from the actual send"
+    others = (f"; {', '.join(pooled.not_pooled)} (another timing rule) are in the per-level table only"
+              if pooled.not_pooled else "")
+    return [("This workload ran at load levels: its latency, throughput and schedule figures are per level, in "
+             "the Load levels section below. summary.json's workload figures and the gates pool only levels of "
+             f"one timing rule: {', '.join(pooled.levels)} (latency {rule}){others}."), ""]
+
+
 def _workload_lines(recipe: Recipe, name: str, wl: WorkloadSummary, t: RowTable, passes_word: str) -> list[str]:
-    out = [f"## Workload {name}", "", *_table(recipe, wl), "", *_descriptions(recipe, wl),
-           *_latency_notes(wl), "", "Speed:", "", *_comparison_lines(wl), ""]
+    if isinstance(wl.pooled, Pooled):
+        correct = "; ".join(f"{n} {b.correct} / {b.labelled}" if b.labelled else f"{n} n/a (no labels)"
+                            for n, b in wl.backends.items())
+        out = [f"## Workload {name}", "", *_pooled_lines(wl.pooled), *_descriptions(recipe, wl),
+               f"Correct / N (first measured pass): {correct}.", ""]
+    else:
+        out = [f"## Workload {name}", "", *_table(recipe, wl), "", *_descriptions(recipe, wl),
+               *_latency_notes(wl), "", "Speed:", "", *_comparison_lines(wl), ""]
     if _answered_without_probabilities(t, name):
         # imported evidence that publishes latencies only: nothing failed, there is simply nothing to compare
         return out + [NO_PROBABILITIES_LINE, ""]
@@ -398,7 +451,7 @@ def _answered_without_probabilities(t: RowTable, workload: str) -> bool:
 
 @dataclass(frozen=True)
 class RunInfo:
-    run_id: str  # the run directory's name
+    run_id: str  # the run's id as the study named it (`recorded_run_id`)
     started: str | None  # "YYYY-MM-DD HH:MM:SS UTC"; None when not recorded
     hardware: str  # the GPU the run used (the run-time override, else the pinned one), or the CPU without a GPU
     when: str = "started"  # what `started` is: the start, or (older runs) the last state update
@@ -419,24 +472,44 @@ def _utc(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+_SIGNED_RUN_LINE = re.compile(r"^- Run: ([A-Za-z0-9][A-Za-z0-9._-]{0,200}), ", re.MULTILINE)
+
+
+def recorded_run_id(run: RunDir, study_id: str) -> str:
+    """The run's id as the study named it: the directory's own name while it is the study's
+    `<study id>-<UTC stamp>-<hex>`; for a signed run kept under another name (results/.../run) the id its
+    signed report.md names (the study wrote it there, and verify checks that file's digest); else the
+    directory's name. Never the folder a copy happens to sit in when the study recorded better."""
+    name = run.path.name
+    if name.startswith(f"{study_id}-") and _RUN_STAMP.search(name):
+        return name
+    signed_report = run.file("report.md")
+    if run.file(ENVELOPE_NAME).is_file() and signed_report.is_file():
+        found = _SIGNED_RUN_LINE.search(signed_report.read_text(encoding="utf-8", errors="replace")[:20_000])
+        if found and found.group(1).startswith(f"{study_id}-"):
+            return found.group(1)
+    return name
+
+
 def run_info(run: RunDir, recipe: Recipe) -> RunInfo:
-    """When the run started: state.json's started_utc, else the UTC stamp in the run directory's
-    name; a renamed older run falls back to state.json's last update (labelled as such)."""
-    state = StateRecord.from_json(run.state())
+    """When the run started: state.json's started_utc, else the UTC stamp in the run's id; a renamed
+    older run falls back to state.json's last update (labelled as such)."""
+    state = run.state_record()
     hardware = _hardware(environment_of(run), recipe)
+    run_id = recorded_run_id(run, recipe.study.id)
     try:
-        if state.started_utc:
-            return RunInfo(run.path.name, _utc(datetime.fromisoformat(state.started_utc)), hardware)
-        stamp = _RUN_STAMP.search(run.path.name)
+        if isinstance(state.started_utc, str):
+            return RunInfo(run_id, _utc(datetime.fromisoformat(state.started_utc)), hardware)
+        stamp = _RUN_STAMP.search(run_id)
         if stamp:
             moment = datetime.strptime(stamp.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
-            return RunInfo(run.path.name, _utc(moment), hardware)
-        if state.updated_unix is not None:
+            return RunInfo(run_id, _utc(moment), hardware)
+        if isinstance(state.updated_unix, float):
             moment = datetime.fromtimestamp(state.updated_unix, UTC)
-            return RunInfo(run.path.name, _utc(moment), hardware, when="state last updated")
+            return RunInfo(run_id, _utc(moment), hardware, when="state last updated")
     except (ValueError, OverflowError, OSError):
         pass
-    return RunInfo(run.path.name, None, hardware)
+    return RunInfo(run_id, None, hardware)
 
 
 def imported_run_info(run_id: str, imported: ImportRecord) -> RunInfo:
@@ -463,17 +536,25 @@ def _hardware(env: EnvironmentRecord, recipe: Recipe) -> str:
 
 
 PASS_MARKERS = ("o", "^", "s", "D", "v", "P", "X", "*")
-PASS_LINES = ("-", "--", ":", "-.")
+PASS_LINES = ("-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 3)), (0, (6, 2, 1, 2)))
+
+Series = int | str  # a measured pass (a run without a load) or a load level (its measured passes together)
 
 
-def _measured(t: RowTable) -> dict[str, dict[str, dict[int, np.ndarray]]]:
-    """workload -> backend -> measured pass -> row indices of successful rows (seq order), in first-seen order."""
-    out: dict[str, dict[str, dict[int, np.ndarray]]] = {}
+def _measured(t: RowTable) -> dict[str, dict[str, dict[Series, np.ndarray]]]:
+    """workload -> backend -> series -> row indices of successful rows (seq order), in first-seen order.
+
+    A series is a measured pass, or in a load run a level (its measured passes together), so every curve
+    is named by its level and no two levels share a line style."""
+    out: dict[str, dict[str, dict[Series, np.ndarray]]] = {}
     for (workload, backend), passes in t.by_pass("measured", ok_only=True).items():  # first-seen order
-        out.setdefault(workload, {})[backend] = passes
+        series: dict[Series, np.ndarray] = {}
+        for index, rows in passes.items():
+            level = t.level[int(rows[0])] if len(rows) else None
+            key: Series = index if level is None else level
+            series[key] = np.concatenate([series[key], rows]) if key in series else rows
+        out.setdefault(workload, {})[backend] = series
     return out
-
-
 def _title(fig, study_id: str, run: RunInfo | None, workloads: Sequence[str], what: str) -> None:
     """Three short lines that keep a plot's context when it is shared on its own."""
     facts = [f"workload {', '.join(workloads) or 'none'}"]
@@ -486,31 +567,45 @@ def _title(fig, study_id: str, run: RunInfo | None, workloads: Sequence[str], wh
     fig.suptitle(f"{what}\n{where}\n{' · '.join(facts)}", fontsize=10)
 
 
-def _say_when_empty(ax: Any, workload: str) -> None:
-    """A scatter panel with no point says why (e.g. imported timings that publish no token counts)."""
-    if workload and not any(len(c.get_offsets()) for c in ax.collections):
-        ax.text(0.5, 0.5, "no input token counts in these rows", transform=ax.transAxes, ha="center", va="center")
+def _say_when_empty(ax: Any, workload: str) -> bool:
+    """A scatter panel with no point draws no axes and says why (e.g. imported timings that publish no token
+    counts); True when it did."""
+    if not workload or any(len(c.get_offsets()) for c in ax.collections):
+        return False
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, "No plot: no measured row of this workload\ncarries an input token count\n"
+            "(the evidence publishes latencies only).", transform=ax.transAxes, ha="center", va="center")
+    return True
 
 
 @dataclass(frozen=True)
 class _Panels:
-    """What both plots draw: measured rows by workload, backend and pass, one colour per backend."""
+    """What both plots draw: measured rows by workload, backend and series, one colour per backend."""
 
     t: RowTable
-    data: dict[str, dict[str, dict[int, np.ndarray]]]
+    data: dict[str, dict[str, dict[Series, np.ndarray]]]
     workloads: list[str]
     backends: list[str]
     colours: dict[str, str]
-    passes: list[int]
+    series: list[Series]  # passes in index order, or levels in run order
 
     @classmethod
     def of(cls, t: RowTable) -> _Panels:
         data = _measured(t)
         backends = list(dict.fromkeys(b for wl in data.values() for b in wl))
-        return cls(t, data, list(data) or [""], backends, {b: f"C{i % 10}" for i, b in enumerate(backends)},
-                   sorted({p for wl in data.values() for b in wl.values() for p in b}))
+        keys = list(dict.fromkeys(k for wl in data.values() for b in wl.values() for k in b))
+        series = sorted(keys, key=lambda k: (isinstance(k, str), k if isinstance(k, int) else keys.index(k)))
+        return cls(t, data, list(data) or [""], backends, {b: f"C{i % 10}" for i, b in enumerate(backends)}, series)
 
-    def figure(self):
+    @property
+    def levels(self) -> bool:
+        """Whether the series are load levels (pooling them would mix loads and timing rules)."""
+        return any(isinstance(k, str) for k in self.series)
+
+    def name(self, key: Series) -> str:
+        return f"level {key}" if isinstance(key, str) else f"measured pass {key}"
+
+    def figure(self) -> Any:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
@@ -518,52 +613,60 @@ class _Panels:
         FigureCanvasAgg(fig)
         return fig
 
-    def legend(self, ax, kind: str, labels: dict[str, str] | None = None) -> None:
+    def _pooled_marks(self) -> list[Any]:
+        """The CDF's legend entries of each backend's P50 and P95 over its measured passes (never over levels)."""
+        from matplotlib.lines import Line2D
+
+        passes = self.series
+        pooled = f"passes {', '.join(map(str, passes))} pooled" if len(passes) > 1 else "the measured pass"
+        return [Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", ms=8, mew=2, label=f"P50 ({pooled})"),
+                Line2D([], [], color="0.3", marker="X", ls="none", ms=9, mew=1, label=f"P95 JevBench rank ({pooled})")]
+
+    def legend(self, ax: Any, kind: str, labels: dict[str, str] | None = None) -> None:
         from matplotlib.lines import Line2D
 
         handles = [Line2D([], [], color=self.colours[b], lw=2, label=(labels or {}).get(b, b)) for b in self.backends]
-        for n, p in enumerate(self.passes):
+        for n, key in enumerate(self.series):
             style: dict[str, Any] = ({"marker": PASS_MARKERS[n % len(PASS_MARKERS)], "ls": "none"} if kind == "scatter"
                                      else {"ls": PASS_LINES[n % len(PASS_LINES)]})
-            handles.append(Line2D([], [], color="0.3", label=f"measured pass {p}", **style))
-        if kind == "cdf" and self.backends:
-            pooled = f"passes {', '.join(map(str, self.passes))} pooled" if len(self.passes) > 1 else "the measured pass"
-            handles += [Line2D([], [], color="0.3", marker="o", mfc="white", ls="none", ms=8, mew=2,
-                               label=f"P50 ({pooled})"),
-                        Line2D([], [], color="0.3", marker="X", ls="none", ms=9, mew=1,
-                               label=f"P95 JevBench rank ({pooled})")]
+            handles.append(Line2D([], [], color="0.3", label=self.name(key), **style))
+        if kind == "cdf" and self.backends and not self.levels:
+            handles += self._pooled_marks()
         if handles:
             ax.legend(handles=handles, fontsize=8.5, loc="lower right" if kind == "cdf" else "upper left")
 
 
-def _scatter_figure(panels: _Panels, study_id: str, run: RunInfo | None):
-    t, passes = panels.t, panels.passes
+def _scatter_figure(panels: _Panels, study_id: str, run: RunInfo | None) -> Any:
+    t = panels.t
     fig = panels.figure()
     for k, name in enumerate(panels.workloads):
         ax = fig.add_subplot(1, len(panels.workloads), k + 1)
-        for b, by_pass in panels.data.get(name, {}).items():
-            for n, p in enumerate(passes):
-                rs = by_pass.get(p, np.zeros(0, dtype=np.int64))
+        for b, by_series in panels.data.get(name, {}).items():
+            for n, key in enumerate(panels.series):
+                rs = by_series.get(key, np.zeros(0, dtype=np.int64))
                 rs = rs[t.has_input_tokens[rs]]
                 ax.scatter(t.input_tokens[rs], t.latency_ms[rs], s=22, alpha=0.75, color=panels.colours[b],
                            marker=PASS_MARKERS[n % len(PASS_MARKERS)], linewidths=0)
         ax.set(xlabel="input tokens", ylabel="latency (ms)", title=f"workload {name}" if name else "no measured requests")
-        _say_when_empty(ax, name)
-        panels.legend(ax, "scatter")
+        if not _say_when_empty(ax, name):
+            panels.legend(ax, "scatter")
     _title(fig, study_id, run, [w for w in panels.workloads if w], "Measured latency against input tokens")
     return fig
 
 
-def _cdf_backend(ax, panels: _Panels, b: str, by_pass: dict[int, np.ndarray]) -> str | None:
-    """One backend's CDF lines (one per measured pass) and its P50/P95 marks; returns its legend label."""
+def _cdf_backend(ax: Any, panels: _Panels, b: str, by_series: dict[Series, np.ndarray]) -> str | None:
+    """One backend's CDF lines (one per series) and, unless the series are load levels, its pooled P50/P95
+    marks; returns its legend label."""
     t, colour = panels.t, panels.colours[b]
-    for n, p in enumerate(panels.passes):
-        lat = np.sort(t.latency_ms[by_pass[p]]) if p in by_pass else np.zeros(0)
+    for n, key in enumerate(panels.series):
+        lat = np.sort(t.latency_ms[by_series[key]]) if key in by_series else np.zeros(0)
         if len(lat):
             ax.step(lat, np.arange(1, len(lat) + 1) / len(lat), where="post", color=colour,
                     ls=PASS_LINES[n % len(PASS_LINES)], lw=1.6)
-    stats = latency_stats(t.latency_ms[np.concatenate(list(by_pass.values()))])
-    p50, p95 = stats["p50_ms"], stats["p95_jevbench_ms"]
+    if panels.levels:
+        return None
+    stats = latency_stats(t.latency_ms[np.concatenate(list(by_series.values()))])
+    p50, p95 = stats.p50_ms, stats.p95_jevbench_ms
     if p50 is None or p95 is None:
         return None
     ax.plot([p50], [YES_THRESHOLD], marker="o", mfc="white", ms=8, mew=2, color=colour, ls="none", zorder=5)
@@ -576,8 +679,8 @@ def _cdf_figure(panels: _Panels, study_id: str, run: RunInfo | None):
     for k, name in enumerate(panels.workloads):
         ax = fig.add_subplot(1, len(panels.workloads), k + 1)
         marks: dict[str, str] = {}
-        for b, by_pass in panels.data.get(name, {}).items():
-            label = _cdf_backend(ax, panels, b, by_pass)
+        for b, by_series in panels.data.get(name, {}).items():
+            label = _cdf_backend(ax, panels, b, by_series)
             if label is not None:
                 marks[b] = label
         ax.axhline(YES_THRESHOLD, color="0.6", lw=0.6, ls=":")
@@ -642,11 +745,11 @@ def _load_run(run: RunDir) -> tuple[StateRecord, Recipe, RowTable]:
 
 
 def _override_line(host: HostRecord | None) -> list[str]:
-    override = host.gpu_override if host is not None else None
+    override = host.override if host is not None else None
     if override is None:
         return []
     return [(f"- GPU override ({override.source}): ran on index {override.run_time.index} `{override.run_time.uuid}`; "
-            f"the recipe pins index {override.recipe.index} `{override.recipe.uuid}` (recipe unchanged).")]
+            f"the recipe pins index {override.recipe_gpu.index} `{override.recipe_gpu.uuid}` (recipe unchanged).")]
 
 
 def _weights_line(name: str, facts: BackendFacts) -> str:
@@ -673,8 +776,13 @@ def _summary_notes(run: RunDir, summary: Summary) -> list[str]:
     path = run.file("summary.json")
     if not path.exists():
         return ["summary.json is absent; every figure below was computed from rows.jsonl."]
-    stored = run.read("summary.json")
-    if stored != json.loads(json.dumps(summary, allow_nan=False)):
+    try:
+        same = read_summary(path) == summary
+    except UnsupportedFormat:
+        raise
+    except EvidenceError:  # a summary of another shape: it differs
+        same = False
+    if not same:
         return [("SUMMARY MISMATCH: summary.json differs from the summary recomputed from rows.jsonl and "
                 "recipe.yaml; this report shows the recomputation. Run `invoke verify` on this run.")]
     return []
@@ -682,8 +790,7 @@ def _summary_notes(run: RunDir, summary: Summary) -> list[str]:
 
 def _servers_of(run: RunDir, backends: BackendsRecord, recipe: Recipe) -> list[str]:
     """The Servers and connections section (none for runs without servers.json, so their reports stay as signed)."""
-    servers = run.read("servers.json") if run.file("servers.json").is_file() else {}
-    return server_lines(servers, dict(backends.raw), [b.name for b in recipe.backends])
+    return server_lines(servers_of(run), backends, [b.name for b in recipe.backends])
 
 
 def _render_run(run: RunDir, as_status: str | None) -> tuple[str, RowTable, Summary, RunInfo]:
@@ -691,14 +798,15 @@ def _render_run(run: RunDir, as_status: str | None) -> tuple[str, RowTable, Summ
     state, recipe, rows = _load_run(run)
     if as_status is not None:  # the runner renders the report of a run it is about to call complete
         state = state.as_status(as_status)
-    summary = summarize(rows, recipe, gpu=read_gpu_events(run.file(GPU_FILE)) if run.file(GPU_FILE).is_file() else None)
+    summary = summarize(rows, recipe, gpu=read_gpu_events(run.file(GPU_FILE)) if run.file(GPU_FILE).is_file() else None,
+                        **trace_inputs(run.path))  # the trace gates' kernel-families.json (results/trace_gates.py)
     imported = import_of(run)
     info = imported_run_info(run.path.name, imported) if imported is not None else run_info(run, recipe)
     backends = backends_of(run)
     text = render_report(summary, rows, recipe, state=state, notes=_summary_notes(run, summary), run=info,
                          imported=imported, run_facts=run_facts_of(run, backends, [b.name for b in recipe.backends]),
                          floor=floor_lines(backends, rows), drift=recorded_drift(run),
-                         servers=_servers_of(run, backends, recipe))
+                         servers=_servers_of(run, backends, recipe), sections=_run_sections(run))
     return text, rows, summary, info
 
 
@@ -728,8 +836,9 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
     text, rows, summary, info = _render_run(run, as_status)
     target = Path(out_dir) if out_dir is not None else run.path
     target.mkdir(parents=True, exist_ok=True)
-    files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows, summary["study_id"], info) if plots else {})}
+    files = {"report.md": text.encode("utf-8"), **(_plot_bytes(rows, summary.study_id, info) if plots else {})}
     files.update(load_plot_bytes(summary, info, enabled=plots))  # load runs only
+    files.update(kernel_family_plot_bytes(run.path, summary.study_id, enabled=plots))  # traced runs only
     if not _refuse_changing_signed(run, target, files):
         for name, data in files.items():
             _write_atomic(target / name, data)

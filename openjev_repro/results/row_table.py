@@ -25,10 +25,11 @@ import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
+from msgspec import Meta
 
 from ..errors import EvidenceError
 from ..evidence.rows import ROW_FORMAT_VERSION, Phase, Row, read_rows
@@ -41,6 +42,13 @@ _ROW_FIELDS = tuple(f for f in Row.__dataclass_fields__)
 _LOAD_COLUMNS = ("level", "scheduled_ns", "connection", "server_queue_ms")  # Row's load-level fields
 
 
+# Bounds checked while decoding, so no arithmetic on a column can overflow or meet a non-finite value:
+# times and counts fit int64, queue times are finite and below a year.
+_Int64 = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+_Small = Annotated[int, Meta(ge=0, le=2**31 - 1)]
+_QueueMs = Annotated[float, Meta(ge=0, le=3.2e10)]
+
+
 class _RowStruct(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """The typed shape of one rows.jsonl line (every field required, as `Row.from_dict` demands)."""
 
@@ -48,23 +56,23 @@ class _RowStruct(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     backend: str
     workload: str
     phase: Phase
-    pass_index: int
-    seq: int
-    start_ns: int
-    end_ns: int
+    pass_index: _Small
+    seq: _Small
+    start_ns: _Int64
+    end_ns: _Int64
     status: int | None
     body_sha256: str | None
     probability: float | None
     decision: str | None
     label: str | None
-    input_tokens: int | None
+    input_tokens: _Int64 | None
     error: str | None
     v: int
     reconnected: bool | None = None  # optional (rows.OPTIONAL_FIELDS): absent in older runs
     level: str | None = None  # load-level fields: optional, absent from runs without a load
-    scheduled_ns: int | None = None
-    connection: int | None = None
-    server_queue_ms: float | None = None
+    scheduled_ns: _Int64 | None = None
+    connection: _Small | None = None
+    server_queue_ms: _QueueMs | None = None
 
 
 _DECODER = msgspec.json.Decoder(_RowStruct)
@@ -152,43 +160,41 @@ class RowTable:
 
     @property
     def latency_ms(self) -> np.ndarray:
-        """`(end_ns - start_ns) / 1e6` of every row (float64, computed once)."""
+        """Every row's latency (float64, computed once): `(end_ns - scheduled_ns) / 1e6` for a row of an
+        open-loop level, which carries its scheduled send (a stall counts against every request it delayed:
+        no coordinated omission, docs/load.md), else `(end_ns - start_ns) / 1e6`."""
         if self._latency_ms is None:
-            self._latency_ms = (self.end_ns - self.start_ns) / 1e6
+            scheduled, has_schedule = _optional(self.scheduled_ns, np.int64)
+            self._latency_ms = (self.end_ns - np.where(has_schedule, scheduled, self.start_ns)) / 1e6
         return self._latency_ms
 
     # --- building ----------------------------------------------------------------------
 
     @classmethod
-    def from_columns(cls, columns: dict[str, list]) -> RowTable:
-        """A table from one Python list per Row field (all of one length)."""
-        probability, has_probability = _optional(columns["probability"], np.float64)
-        tokens, has_tokens = _optional(columns["input_tokens"], np.int64)
+    def from_columns(cls, c: Columns) -> RowTable:
+        """A table from one Python list per Row field (all of one length); EvidenceError for a load field out
+        of the bounds `_RowStruct` holds a decoded line to (rows built in memory never met the decoder)."""
+        c.check_bounds()
+        probability, has_probability = _optional(c.probability, np.float64)
+        tokens, has_tokens = _optional(c.input_tokens, np.int64)
         try:
             return cls(
-                ids=Interned.of(columns["id"]), backend=Interned.of(columns["backend"]),
-                workload=Interned.of(columns["workload"]), phase=Interned.of(columns["phase"]),
-                decision=Interned.of(columns["decision"]), label=Interned.of(columns["label"]),
-                pass_index=np.array(columns["pass_index"], dtype=np.int64),
-                seq=np.array(columns["seq"], dtype=np.int64),
-                start_ns=np.array(columns["start_ns"], dtype=np.int64),
-                end_ns=np.array(columns["end_ns"], dtype=np.int64),
+                ids=Interned.of(c.id), backend=Interned.of(c.backend), workload=Interned.of(c.workload),
+                phase=Interned.of(c.phase), decision=Interned.of(c.decision), label=Interned.of(c.label),
+                pass_index=np.array(c.pass_index, dtype=np.int64), seq=np.array(c.seq, dtype=np.int64),
+                start_ns=np.array(c.start_ns, dtype=np.int64), end_ns=np.array(c.end_ns, dtype=np.int64),
                 probability=probability, has_probability=has_probability,
                 input_tokens=tokens, has_input_tokens=has_tokens,
-                ok=~_present(columns["error"]),
-                status=list(columns["status"]), body_sha256=list(columns["body_sha256"]),
-                error=list(columns["error"]),
-                reconnected=list(columns.get("reconnected") or [None] * len(columns["status"])),
-                level=_column(columns, "level"), scheduled_ns=_column(columns, "scheduled_ns"),
-                connection=_column(columns, "connection"), server_queue_ms=_column(columns, "server_queue_ms"),
+                ok=~_present(c.error), status=c.status, body_sha256=c.body_sha256, error=c.error,
+                reconnected=c.reconnected, level=c.level, scheduled_ns=c.scheduled_ns, connection=c.connection,
+                server_queue_ms=c.server_queue_ms,
             )
         except (TypeError, ValueError, OverflowError) as exc:
             raise EvidenceError(f"rows hold a value of the wrong type ({exc}).") from exc
 
     @classmethod
     def from_rows(cls, rows: Iterable[Row]) -> RowTable:
-        rows = list(rows)
-        return cls.from_columns({name: [getattr(r, name) for r in rows] for name in _ROW_FIELDS})
+        return cls.from_columns(Columns.of(list(rows)))
 
     @classmethod
     def concat(cls, tables: Sequence[RowTable]) -> RowTable:
@@ -260,9 +266,47 @@ class RowTable:
         return out
 
 
-def _column(columns: dict[str, list], name: str) -> list:
-    """An optional field's column as a list (all None when the rows lack the field)."""
-    return list(columns.get(name) or [None] * len(columns["status"]))
+@dataclass(frozen=True)
+class Columns:
+    """One Python list per Row field, all of one length: what a table is built from."""
+
+    id: list[str]
+    backend: list[str]
+    workload: list[str]
+    phase: list[str]
+    pass_index: list[int]
+    seq: list[int]
+    start_ns: list[int]
+    end_ns: list[int]
+    status: list[int | None]
+    body_sha256: list[str | None]
+    probability: list[float | None]
+    decision: list[str | None]
+    label: list[str | None]
+    input_tokens: list[int | None]
+    error: list[str | None]
+    v: list[int]
+    reconnected: list[bool | None]
+    level: list[str | None]
+    scheduled_ns: list[int | None]
+    connection: list[int | None]
+    server_queue_ms: list[float | None]
+
+    @classmethod
+    def of(cls, rows: Sequence[Row] | Sequence[_RowStruct]) -> Columns:
+        """The columns of Row objects or decoded lines (both name every field)."""
+        return cls(**{name: list(map(operator.attrgetter(name), rows)) for name in _ROW_FIELDS})
+
+    def check_bounds(self) -> None:
+        """The bounds `_RowStruct` decodes with, for rows built in memory."""
+        for name, (low, high) in _BOUNDS.items():
+            values: list[int | float | None] = getattr(self, name)
+            bad = next((v for v in values if v is not None and not low <= v <= high), None)
+            if bad is not None:
+                raise EvidenceError(f"a row's {name} is {bad!r}, outside {low}..{high:g}; the rows are not a run's.")
+
+
+_BOUNDS = {"scheduled_ns": (0, 2**63 - 1), "connection": (0, 2**31 - 1), "server_queue_ms": (0, 3.2e10)}
 
 
 def _present(column: Sequence[object]) -> np.ndarray:
@@ -295,7 +339,7 @@ def chunks(path: Path, size: int) -> Iterator[bytes]:
 
 
 def _table_of(structs: list[_RowStruct]) -> RowTable:
-    return RowTable.from_columns({name: list(map(operator.attrgetter(name), structs)) for name in _ROW_FIELDS})
+    return RowTable.from_columns(Columns.of(structs))
 
 
 def read_table(path: Path, *, chunk_bytes: int = CHUNK_BYTES) -> RowTable:

@@ -21,37 +21,54 @@ summary.json format history:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
 
+import msgspec
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from ..decision import YES_THRESHOLD, decision_of
 from ..errors import EvidenceError
-from ..evidence.recipe import Recipe
+from ..evidence.kernel_families import KernelFamilyFile
+from ..evidence.recipe import (
+    DecisionsUnchangedGate,
+    ExternalGate,
+    Gate,
+    GpuNotThrottledGate,
+    MaxProbabilityDeltaGate,
+    MeanReductionGate,
+    ProbabilitiesStableGate,
+    Recipe,
+    Workload,
+)
 from ..evidence.rows import Row
 from ..evidence.summary import (
     SUMMARY_FORMAT_VERSION,
-    Agreement,
     BackendSummary,
     Comparison,
-    Correctness,
     DecisionMismatch,
+    Energy,
+    ExcludedRequests,
     GateResult,
+    GpuState,
     OverallStats,
     PassStats,
-    Speed,
-    Stability,
+    Pooled,
     Summary,
+    TokenBuckets,
     WorkloadSummary,
 )
-from .energy import energy_and_state
-from .latency import latency_stats
+from ..evidence.trace_recipe import GraphReplayGate, KernelTimeReductionGate
+from .energy import GpuLog, energy_and_state
+from .latency import latency_stats, overall_stats
 from .load import load_summary
 from .row_table import RowTable, as_table
+from .trace_gates import trace_gate
 
 __all__ = [
     "BOOTSTRAP_METHOD",
@@ -192,8 +209,9 @@ class _Index:
 
     def __init__(self, table: RowTable, recipe: Recipe) -> None:
         self.table = table
-        self.agreements: dict[tuple[str, str, str], Agreement] = {}
-        self.gpu_state: dict[str, Any] | None = None  # summary.json's gpu_state, when the run recorded one
+        self.agreements: dict[tuple[str, str, str], _Agreement] = {}
+        self.gpu_state: GpuState | None = None  # summary.json's gpu_state, when the run recorded one
+        self.kernel_families: KernelFamilyFile | None = None  # kernel-families.json, when the run took traces
         self._check(table, recipe)
         t = table
         timed = t.phase.equals(_MEASURED) | t.phase.equals(_FEASIBILITY)
@@ -250,12 +268,11 @@ _NONE = np.zeros(0, dtype=np.int64)
 
 
 def _overall_stats(t: RowTable, idx: np.ndarray) -> OverallStats:
-    ok = t.latency_ms[idx[t.ok[idx]]]
-    return {"requests": len(idx), "errors": len(idx) - len(ok), **latency_stats(ok)}
+    return overall_stats(t.latency_ms[idx[t.ok[idx]]], len(idx))
 
 
 def _pass_stats(t: RowTable, pass_index: int, idx: np.ndarray) -> PassStats:
-    return {"pass": pass_index, **_overall_stats(t, idx)}
+    return PassStats(index=pass_index, **msgspec.structs.asdict(_overall_stats(t, idx)))
 
 
 # --- per backend -----------------------------------------------------------------------
@@ -265,14 +282,22 @@ def _decides_yes(t: RowTable, idx: np.ndarray) -> np.ndarray:
     return t.probability[idx] >= YES_THRESHOLD  # decision_of, vectorised
 
 
-def _correctness(t: RowTable, idx: np.ndarray) -> Correctness:
-    labelled = ~t.label.equals(None)[idx]
-    answered = labelled & t.ok[idx] & t.has_probability[idx]
-    yes = _decides_yes(t, idx)
-    label_yes, label_no = t.label.equals("yes")[idx], t.label.equals("no")[idx]
-    correct = answered & ((yes & label_yes) | (~yes & label_no))
-    return {"correct": int(correct.sum()), "labelled": int(labelled.sum()),
-            "unanswered": int(labelled.sum() - answered.sum())}
+@dataclass(frozen=True)
+class _Correctness:
+    """Thresholded decisions against labels (the first measured pass)."""
+
+    correct: int
+    labelled: int
+    unanswered: int
+
+    @classmethod
+    def of(cls, t: RowTable, idx: np.ndarray) -> _Correctness:
+        labelled = ~t.label.equals(None)[idx]
+        answered = labelled & t.ok[idx] & t.has_probability[idx]
+        yes = _decides_yes(t, idx)
+        label_yes, label_no = t.label.equals("yes")[idx], t.label.equals("no")[idx]
+        correct = answered & ((yes & label_yes) | (~yes & label_no))
+        return cls(int(correct.sum()), int(labelled.sum()), int(labelled.sum() - answered.sum()))
 
 
 def _decision_mismatches(t: RowTable, idx: np.ndarray) -> list[DecisionMismatch]:
@@ -284,12 +309,23 @@ def _decision_mismatches(t: RowTable, idx: np.ndarray) -> list[DecisionMismatch]
     out: list[DecisionMismatch] = []
     for i in idx[wrong].tolist():
         r = t.row(i)
-        out.append({"id": r.id, "seq": r.seq, "phase": r.phase, "pass": r.pass_index,
-                    "recorded": r.decision, "recomputed": "no" if r.probability is None else decision_of(r.probability)})
+        out.append(DecisionMismatch(id=r.id, seq=r.seq, phase=r.phase, index=r.pass_index, recorded=r.decision,
+                                    recomputed="no" if r.probability is None else decision_of(r.probability)))
     return out
 
 
-def _stability(t: RowTable, groups: list[np.ndarray]) -> Stability:
+@dataclass(frozen=True)
+class _Stability:
+    """Whether every (id, seq) has one bit-identical probability across the timed passes."""
+
+    stable: bool | None  # None: fewer than two passes, or no rows
+    passes: int
+    changed_ids: list[str]
+    errors: int
+    incomplete: int
+
+
+def _stability(t: RowTable, groups: list[np.ndarray]) -> _Stability:
     """Whether every (id, seq) has one bit-identical probability across all given passes."""
     idx = np.concatenate(groups) if groups else _NONE
     answered = t.ok[idx] & t.has_probability[idx]
@@ -308,8 +344,7 @@ def _stability(t: RowTable, groups: list[np.ndarray]) -> Stability:
     changed = sorted({str(case) for case in t.ids.strings(v[1:][differs])})
     comparable = len(groups) >= 2 and len(counts) > 0
     stable = None if not comparable else (not changed and errors == 0 and incomplete == 0)
-    return {"probabilities_stable": stable, "stability_passes": len(groups), "stability_changed_ids": changed,
-            "stability_errors": errors, "stability_incomplete": incomplete}
+    return _Stability(stable, len(groups), changed, errors, incomplete)
 
 
 def _pass_rows(index: _Index, workload: str, backend: str, phase: str, expected: int) -> dict[int, np.ndarray]:
@@ -323,28 +358,65 @@ def _joined(rows: list[np.ndarray]) -> np.ndarray:
 
 def _mean_range(passes: list[PassStats]) -> list[float] | None:
     """[lowest, highest] pass mean, None when no pass has one."""
-    means = [p["mean_ms"] for p in passes if p["mean_ms"] is not None]
+    means = [p.mean_ms for p in passes if p.mean_ms is not None]
     return [min(means), max(means)] if means else None
 
 
-def _backend_summary(index: _Index, recipe: Recipe, workload: str, backend: str) -> BackendSummary:
+def pooled_levels(workload: Workload) -> Pooled | None:
+    """Which levels a load workload's pooled figures cover: never levels of two timing rules. The open
+    levels (latency from the schedule) when it declares any, else its closed ladder (from the send); None
+    for a workload without a load (its figures pool its measured passes, as always)."""
+    levels = workload.levels()
+    if levels is None:
+        return None
+    open_levels = [level.id for level in levels if level.kind == "open"]
+    pooled = open_levels or [level.id for level in levels]
+    return Pooled(levels=pooled, latency_from="schedule" if open_levels else "send",
+                  not_pooled=[level.id for level in levels if level.id not in pooled])
+
+
+def _pooled_passes(recipe: Recipe, workload: Workload, pooled: Pooled | None, phase: str) -> set[int] | None:
+    """The pass indexes of the pooled levels (a level's passes follow the previous level's); None: every pass."""
+    if pooled is None:
+        return None
+    per_level = recipe.passes_per_level(workload)[0 if phase == _FEASIBILITY else 1]
+    ids = [level.id for level in workload.levels() or []]
+    return {k * per_level + i for k, level in enumerate(ids) if level in pooled.levels for i in range(1, per_level + 1)}
+
+
+def _latency_rows(index: _Index, recipe: Recipe, workload: Workload, backend: str, phase: str) -> dict[int, np.ndarray]:
+    """pass index -> row indices of the passes whose latencies the workload's figures pool."""
+    expected = recipe.passes_for(workload)[0 if phase == _FEASIBILITY else 1]
+    found = _pass_rows(index, workload.name, backend, phase, expected)
+    keep = _pooled_passes(recipe, workload, pooled_levels(workload), phase)
+    return found if keep is None else {p: rows for p, rows in found.items() if p in keep}
+
+
+def _backend_summary(index: _Index, recipe: Recipe, workload: Workload, backend: str) -> BackendSummary:
     t = index.table
-    n_feas, n_meas = recipe.passes_for(next(w for w in recipe.workloads if w.name == workload))
-    meas = _pass_rows(index, workload, backend, _MEASURED, n_meas)
-    feas = _pass_rows(index, workload, backend, _FEASIBILITY, n_feas)
+    meas = _latency_rows(index, recipe, workload, backend, _MEASURED)
+    feas = _latency_rows(index, recipe, workload, backend, _FEASIBILITY)
     measured = [_pass_stats(t, p, rows) for p, rows in meas.items()]
-    meas_rows, timed = list(meas.values()), [*feas.values(), *meas.values()]
-    return {
-        "measured": measured,
-        "feasibility": [_pass_stats(t, p, rows) for p, rows in feas.items()],
-        "overall": _overall_stats(t, _joined(meas_rows)),
-        "pass_mean_range_ms": _mean_range(measured),
-        **_correctness(t, next(iter(meas_rows), _NONE)),
-        "correct_by_pass": [_correctness(t, rows)["correct"] for rows in meas_rows],
-        "decision_mismatches": _decision_mismatches(t, _joined(timed)),
-        **_stability(t, timed),
-        "excluded_requests": {ph: index.excluded.get((workload, backend, ph), 0) for ph in ("first", "warmup")},
-    }
+    meas_rows = list(meas.values())
+    n_feas, n_meas = recipe.passes_for(workload)
+    timed = [*_pass_rows(index, workload.name, backend, _FEASIBILITY, n_feas).values(),
+             *_pass_rows(index, workload.name, backend, _MEASURED, n_meas).values()]
+    first = _Correctness.of(t, _first_measured(index, workload.name, backend))
+    stability = _stability(t, timed)
+    return BackendSummary(
+        measured=measured,
+        feasibility=[_pass_stats(t, p, rows) for p, rows in feas.items()],
+        overall=_overall_stats(t, _joined(meas_rows)),
+        pass_mean_range_ms=_mean_range(measured),
+        correct=first.correct, labelled=first.labelled, unanswered=first.unanswered,
+        correct_by_pass=[_Correctness.of(t, rows).correct for rows in meas_rows],
+        decision_mismatches=_decision_mismatches(t, _joined(timed)),
+        probabilities_stable=stability.stable, stability_passes=stability.passes,
+        stability_changed_ids=stability.changed_ids, stability_errors=stability.errors,
+        stability_incomplete=stability.incomplete,
+        excluded_requests=ExcludedRequests(first=index.excluded.get((workload.name, backend, "first"), 0),
+                                           warmup=index.excluded.get((workload.name, backend, "warmup"), 0)),
+    )
 
 
 # --- comparisons -----------------------------------------------------------------------
@@ -391,7 +463,24 @@ def _paired(t: RowTable, a_rows: np.ndarray, b_rows: np.ndarray) -> tuple[np.nda
     return a[valid], b[valid], int((~valid).sum()), unpaired
 
 
-def _agreement(t: RowTable, a_rows: np.ndarray, b_rows: np.ndarray) -> Agreement:
+@dataclass(frozen=True)
+class _Agreement:
+    """Two backends' first measured passes, paired by (id, seq)."""
+
+    agreement: int
+    n: int
+    pair_errors: int
+    unpaired: int
+    differing_ids: list[str]
+    max_probability_delta: float | None
+    by_tokens: TokenBuckets
+
+    @property
+    def missing(self) -> int:
+        return self.pair_errors + self.unpaired
+
+
+def _agreement(t: RowTable, a_rows: np.ndarray, b_rows: np.ndarray) -> _Agreement:
     """Pair the first measured pass of two backends by (id, seq) and compare their answers."""
     a, b, errors, unpaired = _paired(t, a_rows, b_rows)
     same = (t.probability[a] >= YES_THRESHOLD) == (t.probability[b] >= YES_THRESHOLD)
@@ -400,30 +489,39 @@ def _agreement(t: RowTable, a_rows: np.ndarray, b_rows: np.ndarray) -> Agreement
     has_a, has_b = t.has_input_tokens[a], t.has_input_tokens[b]
     tokens = np.where(has_a, t.input_tokens[a], t.input_tokens[b])
     bucket = np.where(has_a | has_b, _bucket_of(tokens), -1)
-    return {
-        "agreement": int(same.sum()), "n": len(a), "pair_errors": errors, "unpaired": unpaired,
-        "differing_ids": differing,
-        "max_probability_delta": _max(deltas),
-        "max_probability_delta_by_tokens": {k: _max(deltas[bucket == i]) for i, k in enumerate(TOKEN_BUCKETS)},
-    }
+    below, middle, above = (_max(deltas[bucket == i]) for i in range(len(TOKEN_BUCKETS)))
+    return _Agreement(int(same.sum()), len(a), errors, unpaired, differing, _max(deltas),
+                      TokenBuckets(below_500=below, from_500_to_2000=middle, above_2000=above))
 
 
-def _speed(base: BackendSummary, cand: BackendSummary) -> Speed:
-    b, c = base["overall"]["mean_ms"], cand["overall"]["mean_ms"]
-    rb, rc = base["pass_mean_range_ms"], cand["pass_mean_range_ms"]
-    return {
-        "baseline_mean_ms": b,
-        "candidate_mean_ms": c,
-        "speedup": b / c if b is not None and c else None,
-        "percent_lower": (b - c) / b * 100 if b and c is not None else None,
-        "disjoint_ranges": ranges_disjoint(rb, rc),
-        # every candidate pass mean below every baseline pass mean
-        "every_pass_lower": rb[0] > rc[1] if rb and rc else None,
-        "measured_errors": base["overall"]["errors"] + cand["overall"]["errors"],
-    }
+@dataclass(frozen=True)
+class _Speed:
+    """A candidate's measured means against a baseline's."""
+
+    baseline_mean_ms: float | None
+    candidate_mean_ms: float | None
+    speedup: float | None  # baseline mean / candidate mean
+    percent_lower: float | None  # (baseline - candidate) / baseline * 100
+    disjoint_ranges: bool | None  # pass mean ranges do not overlap
+    every_pass_lower: bool | None  # every candidate pass mean below every baseline pass mean
+    measured_errors: int
+
+    @classmethod
+    def of(cls, base: BackendSummary, cand: BackendSummary) -> _Speed:
+        b, c = base.overall.mean_ms, cand.overall.mean_ms
+        rb, rc = base.pass_mean_range_ms, cand.pass_mean_range_ms
+        return cls(
+            baseline_mean_ms=b,
+            candidate_mean_ms=c,
+            speedup=b / c if b is not None and c else None,
+            percent_lower=(b - c) / b * 100 if b and c is not None else None,
+            disjoint_ranges=ranges_disjoint(rb, rc),
+            every_pass_lower=rb[0] > rc[1] if rb and rc else None,
+            measured_errors=base.overall.errors + cand.overall.errors,
+        )
 
 
-def _agreement_of(index: _Index, workload: str, a: str, b: str) -> Agreement:
+def _agreement_of(index: _Index, workload: str, a: str, b: str) -> _Agreement:
     """_agreement of two backends' first measured passes, computed once per summary."""
     key = (workload, a, b)
     if key not in index.agreements:
@@ -433,65 +531,65 @@ def _agreement_of(index: _Index, workload: str, a: str, b: str) -> Agreement:
 
 
 def _comparison(index: _Index, workload: str, backends: dict[str, BackendSummary], base: str, cand: str) -> Comparison:
-    agreement = _agreement_of(index, workload, base, cand)
-    return {"baseline": base, "candidate": cand, **_speed(backends[base], backends[cand]), **agreement}
+    ag = _agreement_of(index, workload, base, cand)
+    speed = _Speed.of(backends[base], backends[cand])
+    return Comparison(baseline=base, candidate=cand, **dataclasses.asdict(speed), agreement=ag.agreement, n=ag.n,
+                      pair_errors=ag.pair_errors, unpaired=ag.unpaired, differing_ids=ag.differing_ids,
+                      max_probability_delta=ag.max_probability_delta, max_probability_delta_by_tokens=ag.by_tokens)
 
 
-def _workload_summary(index: _Index, recipe: Recipe, workload: str) -> WorkloadSummary:
+def _workload_summary(index: _Index, recipe: Recipe, workload: Workload) -> WorkloadSummary:
     names = [b.name for b in recipe.backends]
     backends = {b: _backend_summary(index, recipe, workload, b) for b in names}
     pairs = [(names[i], names[j]) for i in range(len(names)) for j in range(i + 1, len(names))]
-    return {"backends": backends, "comparisons": [_comparison(index, workload, backends, a, b) for a, b in pairs]}
+    pooled = pooled_levels(workload)
+    return WorkloadSummary(backends=backends,
+                           comparisons=[_comparison(index, workload.name, backends, a, b) for a, b in pairs],
+                           pooled=UNSET if pooled is None else pooled)
 
 
 # --- gates -----------------------------------------------------------------------------
 
 
-def _gate(gate, evaluated: bool, passed: bool | None, errors: int, detail: str) -> GateResult:
+def _gate(gate: Gate, evaluated: bool, passed: bool | None, errors: int, detail: str) -> GateResult:
     if evaluated and errors:
         # A gate never passes over incomplete data: say what the data shows and why it fails.
         detail = f"{errors} failed or missing requests in the gated data, so the gate cannot pass; {detail}"
         passed = False
-    return {"name": gate.name, "kind": gate.kind, "evaluated": evaluated, "passed": passed,
-            "errors": errors, "detail": detail}
+    return GateResult(name=gate.name, kind=gate.kind, evaluated=evaluated, passed=passed, errors=errors, detail=detail)
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def _mean_reduction(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
+def _mean_reduction(gate: MeanReductionGate, workloads: dict[str, WorkloadSummary]) -> GateResult:
     wl = workloads[gate.workload]
-    s = _speed(wl["backends"][gate.baseline], wl["backends"][gate.candidate])
-    if s["percent_lower"] is None:
-        return _gate(gate, True, False, s["measured_errors"], "no measured latencies for one of the backends")
-    checks = [s["percent_lower"] >= gate.min_percent]
-    detail = (f"{gate.candidate} mean {_fmt(s['candidate_mean_ms'])} ms is {_fmt(s['percent_lower'], 2)}% below "
-              f"{gate.baseline} {_fmt(s['baseline_mean_ms'])} ms (required >= {gate.min_percent}%)")
+    s = _Speed.of(wl.backends[gate.baseline], wl.backends[gate.candidate])
+    if s.percent_lower is None:
+        return _gate(gate, True, False, s.measured_errors, "no measured latencies for one of the backends")
+    checks = [s.percent_lower >= gate.min_percent]
+    detail = (f"{gate.candidate} mean {_fmt(s.candidate_mean_ms)} ms is {_fmt(s.percent_lower, 2)}% below "
+              f"{gate.baseline} {_fmt(s.baseline_mean_ms)} ms (required >= {gate.min_percent}%)")
     if gate.disjoint_ranges:
-        checks.append(bool(s["disjoint_ranges"]))
-        detail += f"; pass mean ranges disjoint: {s['disjoint_ranges']}"
+        checks.append(bool(s.disjoint_ranges))
+        detail += f"; pass mean ranges disjoint: {s.disjoint_ranges}"
     if gate.every_pass:
-        checks.append(bool(s["every_pass_lower"]))
-        detail += f"; every candidate pass mean below every baseline pass mean: {s['every_pass_lower']}"
-    return _gate(gate, True, all(checks), s["measured_errors"], detail)
+        checks.append(bool(s.every_pass_lower))
+        detail += f"; every candidate pass mean below every baseline pass mean: {s.every_pass_lower}"
+    return _gate(gate, True, all(checks), s.measured_errors, detail)
 
 
-def _pair_gate(gate, index: _Index) -> tuple[Agreement, int]:
+def _max_delta(gate: MaxProbabilityDeltaGate, index: _Index) -> GateResult:
     ag = _agreement_of(index, gate.workload, gate.a, gate.b)
-    return ag, ag["pair_errors"] + ag["unpaired"]
-
-
-def _max_delta(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
-    ag, errors = _pair_gate(gate, index)
-    delta = ag["max_probability_delta"]
+    delta = ag.max_probability_delta
     if delta is None:
-        return _gate(gate, True, False, errors, f"no paired probabilities of {gate.a} and {gate.b}")
-    return _gate(gate, True, delta <= gate.max, errors,
-                 f"max |p({gate.a}) - p({gate.b})| = {delta!r} over {ag['n']} pairs (allowed <= {gate.max})")
+        return _gate(gate, True, False, ag.missing, f"no paired probabilities of {gate.a} and {gate.b}")
+    return _gate(gate, True, delta <= gate.max, ag.missing,
+                 f"max |p({gate.a}) - p({gate.b})| = {delta!r} over {ag.n} pairs (allowed <= {gate.max})")
 
 
-def _differing_margins(index: _Index, gate) -> list[tuple[str, float]]:
+def _differing_margins(index: _Index, gate: DecisionsUnchangedGate) -> list[tuple[str, float]]:
     """(id, a's margin |p - 0.5|) of every paired case whose decisions differ, in row order."""
     t = index.table
     a, b, _errors, _unpaired = _paired(t, _first_measured(index, gate.workload, gate.a),
@@ -501,10 +599,11 @@ def _differing_margins(index: _Index, gate) -> list[tuple[str, float]]:
     return [(str(case), float(m)) for case, m in zip(t.ids.strings(a[differ]), margins, strict=True)]
 
 
-def _margin_detail(gate, differing: list[tuple[str, float]], counted: list[tuple[str, float]]) -> str:
+def _margin_detail(gate: DecisionsUnchangedGate, margin: float, differing: list[tuple[str, float]],
+                   counted: list[tuple[str, float]]) -> str:
     """The decision gate's detail under `min_margin`: the cases that count and each one excluded, with margins."""
-    excluded = [(case, m) for case, m in differing if m <= gate.min_margin]
-    detail = f"; gated where |p({gate.a}) - 0.5| > {gate.min_margin}"
+    excluded = [(case, m) for case, m in differing if m <= margin]
+    detail = f"; gated where |p({gate.a}) - 0.5| > {margin}"
     if counted:
         detail += "; differing there: " + ", ".join(f"{case} (margin {m:.4f})" for case, m in counted)
     if excluded:
@@ -512,64 +611,68 @@ def _margin_detail(gate, differing: list[tuple[str, float]], counted: list[tuple
     return detail
 
 
-def _decisions(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
-    ag, errors = _pair_gate(gate, index)
-    if ag["n"] == 0:
-        return _gate(gate, True, False, errors, f"no paired decisions of {gate.a} and {gate.b}")
-    detail = f"{ag['agreement']}/{ag['n']} decisions agree"
-    if gate.min_margin is None:
-        if ag["differing_ids"]:
-            detail += f"; differing: {', '.join(ag['differing_ids'])}"
-        return _gate(gate, True, ag["agreement"] == ag["n"], errors, detail)
+def _decisions(gate: DecisionsUnchangedGate, index: _Index) -> GateResult:
+    ag = _agreement_of(index, gate.workload, gate.a, gate.b)
+    if ag.n == 0:
+        return _gate(gate, True, False, ag.missing, f"no paired decisions of {gate.a} and {gate.b}")
+    detail = f"{ag.agreement}/{ag.n} decisions agree"
+    margin = gate.min_margin
+    if margin is None:
+        if ag.differing_ids:
+            detail += f"; differing: {', '.join(ag.differing_ids)}"
+        return _gate(gate, True, ag.agreement == ag.n, ag.missing, detail)
     differing = _differing_margins(index, gate)
-    counted = [(case, m) for case, m in differing if m > gate.min_margin]
-    detail += _margin_detail(gate, differing, counted)
-    return _gate(gate, True, not counted, errors, detail)
+    counted = [(case, m) for case, m in differing if m > margin]
+    detail += _margin_detail(gate, margin, differing, counted)
+    return _gate(gate, True, not counted, ag.missing, detail)
 
 
-def _stable(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
-    b = workloads[gate.workload]["backends"][gate.backend]
-    errors = b["stability_errors"] + b["stability_incomplete"]
-    if b["probabilities_stable"] is None:  # fewer than two passes, or no rows at all
+def _stable(gate: ProbabilitiesStableGate, workloads: dict[str, WorkloadSummary]) -> GateResult:
+    b = workloads[gate.workload].backends[gate.backend]
+    errors = b.stability_errors + b.stability_incomplete
+    if b.probabilities_stable is None:  # fewer than two passes, or no rows at all
         return _gate(gate, True, False, errors,
                      f"{gate.backend} has no probabilities in two or more passes to compare")
-    changed = b["stability_changed_ids"]
-    detail = (f"{gate.backend} probabilities across {b['stability_passes']} feasibility and measured passes: "
+    changed = b.stability_changed_ids
+    detail = (f"{gate.backend} probabilities across {b.stability_passes} feasibility and measured passes: "
               + (f"changed for {', '.join(changed)}" if changed else "exactly unchanged"))
     return _gate(gate, True, not changed, errors, detail)
 
 
-def _gated_passes(gate, state: dict) -> list[dict]:
-    """The measured passes' GPU state the gate judges (one backend's, or every backend's)."""
-    return [p for p in state["passes"] if "/measured-" in p["label"]
-            and gate.backend in (None, p["label"].split("/", 1)[0])]
-
-
-def _not_throttled(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
-    state = index.gpu_state or {"reason": "this run recorded no GPU state (no gpu.jsonl)"}
-    if not state.get("available"):
-        return _gate(gate, True, False, 0, f"no GPU state to judge: {state.get('reason')}")
-    passes = _gated_passes(gate, state)
+def _not_throttled(gate: GpuNotThrottledGate, state: GpuState | None) -> GateResult:
+    if state is None or not state.available:
+        reason = "this run recorded no GPU state (no gpu.jsonl)" if state is None else state.reason
+        return _gate(gate, True, False, 0, f"no GPU state to judge: {reason}")
+    passes = state.measured_passes(gate.backend)
     if not passes:
         return _gate(gate, True, False, 0, "no measured pass has GPU state readings")
-    slowed = [f"{p['label']} ({', '.join(p['clock_event_reasons'])})" for p in passes if p["slowdown"]]
+    slowed = [f"{p.label} ({', '.join(p.clock_event_reasons)})" for p in passes if p.slowdown]
     detail = (f"thermal or hardware slowdown in {len(slowed)} of {len(passes)} measured passes: {'; '.join(slowed)}"
               if slowed else f"no thermal or hardware slowdown reason in {len(passes)} measured passes")
     return _gate(gate, True, not slowed, 0, detail)
 
 
-def _external(gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
+def _external(gate: ExternalGate) -> GateResult:
     return _gate(gate, False, None, 0, f"recorded, not evaluated by the runner; evidence: {gate.evidence}")
 
 
-_GATES: dict[str, Callable[[Any, _Index, dict[str, WorkloadSummary]], GateResult]] = {
-    "mean_reduction": _mean_reduction,
-    "max_probability_delta": _max_delta,
-    "decisions_unchanged": _decisions,
-    "probabilities_stable": _stable,
-    "gpu_not_throttled": _not_throttled,
-    "external": _external,
-}
+def _evaluate(gate: Gate, index: _Index, workloads: dict[str, WorkloadSummary]) -> GateResult:
+    """The gate's result by its kind (docs/results.md, Gates)."""
+    match gate:
+        case MeanReductionGate():
+            return _mean_reduction(gate, workloads)
+        case MaxProbabilityDeltaGate():
+            return _max_delta(gate, index)
+        case DecisionsUnchangedGate():
+            return _decisions(gate, index)
+        case ProbabilitiesStableGate():
+            return _stable(gate, workloads)
+        case GpuNotThrottledGate():
+            return _not_throttled(gate, index.gpu_state)
+        case ExternalGate():
+            return _external(gate)
+        case KernelTimeReductionGate() | GraphReplayGate():
+            return trace_gate(gate, index.kernel_families)
 
 
 # --- the summary -----------------------------------------------------------------------
@@ -585,29 +688,30 @@ def _measured_requests(index: _Index, recipe: Recipe) -> dict[str, int]:
     return found
 
 
-def summarize(rows: RowTable | Iterable[Row], recipe: Recipe, gpu: list[dict] | None = None) -> Summary:
-    """The content of summary.json: a pure, deterministic function of the rows and the recipe
+def summarize(rows: RowTable | Iterable[Row], recipe: Recipe, gpu: GpuLog | None = None,
+              kernel_families: KernelFamilyFile | None = None) -> Summary:
+    """summary.json's record: a pure, deterministic function of the rows and the recipe
     (and of gpu.jsonl's events where the run has one: `energy` and `gpu_state`).
 
-    `rows` is a RowTable (`row_table.read_table`) or any iterable of Row objects."""
+    `rows` is a RowTable (`row_table.read_table`) or any iterable of Row objects. `kernel_families` is
+    the run's kernel-families.json (`trace_gates.trace_inputs`), read by the trace gates only."""
     index = _Index(as_table(rows), recipe)
-    workloads = {w.name: _workload_summary(index, recipe, w.name) for w in recipe.workloads}
-    state: dict[str, Any] | None = None
+    index.kernel_families = kernel_families  # the trace gates' data (results/trace_gates.trace_inputs)
+    workloads = {w.name: _workload_summary(index, recipe, w) for w in recipe.workloads}
+    energy: Energy | UnsetType = UNSET
     if gpu is not None:  # runs from 2026-12 on; older runs' summaries have neither key
-        energy, state = energy_and_state(gpu, _measured_requests(index, recipe), [b.name for b in recipe.backends])
-        index.gpu_state = state
-    summary: Summary = {
-        "format_version": SUMMARY_FORMAT_VERSION,
-        "study_id": recipe.study.id,
-        "p95_rules": dict(P95_RULES),
-        "mean_rule": MEAN_RULE,
-        "backends": [b.name for b in recipe.backends],
-        "workloads": workloads,
-        "gates": [_GATES[g.kind](g, index, workloads) for g in recipe.gates],
-    }
-    if state is not None:
-        summary["energy"], summary["gpu_state"] = energy, state
+        energy, index.gpu_state = energy_and_state(gpu, _measured_requests(index, recipe),
+                                                   [b.name for b in recipe.backends])
     load = load_summary(index.table, recipe)  # recipes with a workload `load` only (results/load.py)
-    if load is not None:
-        summary["load"] = load
-    return summary
+    return Summary(
+        format_version=SUMMARY_FORMAT_VERSION,
+        study_id=recipe.study.id,
+        p95_rules=dict(P95_RULES),
+        mean_rule=MEAN_RULE,
+        backends=[b.name for b in recipe.backends],
+        workloads=workloads,
+        gates=[_evaluate(g, index, workloads) for g in recipe.gates],
+        energy=energy,
+        gpu_state=UNSET if index.gpu_state is None else index.gpu_state,
+        load=UNSET if load is None else load,
+    )

@@ -25,6 +25,8 @@ import threading
 import time
 from pathlib import Path
 
+import msgspec
+
 from ..errors import DockerError
 from ..images.daemon import connect, get_image
 from .base import ExitRecord, LaunchSpec, RunningBackend, Runtime
@@ -48,21 +50,34 @@ def container_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def _inside_host(value: str) -> str:
+    return _INSIDE if value in _LOOPBACK else value
+
+
+def _inside_bind(value: str) -> str:
+    host, colon, port = value.rpartition(":")
+    return f"{_INSIDE}:{port}" if colon and host in _LOOPBACK else value
+
+
+# Environment variables that name the address a server listens on: loopback means every interface inside.
+_ADDRESS_VARIABLES = {"OPEN_JEV_HOST": _inside_host, "OMNI_JEV_BIND": _inside_bind}
+
+
 def container_env(env: dict[str, str]) -> dict[str, str]:
-    out = dict(env)
-    if out.get("OPEN_JEV_HOST") in _LOOPBACK:
-        out["OPEN_JEV_HOST"] = _INSIDE
-    bind = out.get("OMNI_JEV_BIND", "")
-    if bind.rpartition(":")[0] in _LOOPBACK:
-        out["OMNI_JEV_BIND"] = f"{_INSIDE}:{bind.rpartition(':')[2]}"
-    out.setdefault("PYTHONUNBUFFERED", "1")
-    return out
+    out = {"PYTHONUNBUFFERED": "1", **env}
+    return {name: _ADDRESS_VARIABLES.get(name, str)(value) for name, value in out.items()}
 
 
 def _create_kwargs(spec: LaunchSpec) -> dict:
     import docker
 
-    kwargs: dict = {
+    workdir = spec.workdir is not None and any(Path(spec.workdir).is_relative_to(p) for p in spec.read_only_mounts)
+    gpus = [docker.types.DeviceRequest(driver="nvidia", device_ids=[spec.gpu_uuid], capabilities=[["gpu"]])
+            ] if spec.gpu_uuid else None
+    optional = {"working_dir": str(spec.workdir) if workdir else None, "device_requests": gpus,
+                "cpuset_cpus": spec.cpus or None,
+                "cpuset_mems": str(spec.numa_node) if spec.numa_node is not None else None}
+    return {
         "command": container_argv(spec.argv),
         "environment": container_env(spec.env),
         "ports": {f"{spec.port}/tcp": ("127.0.0.1", spec.port)},
@@ -74,17 +89,8 @@ def _create_kwargs(spec: LaunchSpec) -> dict:
         "user": f"{os.getuid()}:{os.getgid()}",
         "labels": {"io.openjev-repro.backend": spec.name},
         "detach": True,
+        **{key: value for key, value in optional.items() if value is not None},
     }
-    if spec.workdir is not None and any(Path(spec.workdir).is_relative_to(p) for p in spec.read_only_mounts):
-        kwargs["working_dir"] = str(spec.workdir)
-    if spec.gpu_uuid:
-        kwargs["device_requests"] = [docker.types.DeviceRequest(driver="nvidia", device_ids=[spec.gpu_uuid],
-                                                                capabilities=[["gpu"]])]
-    if spec.cpus:
-        kwargs["cpuset_cpus"] = spec.cpus
-    if spec.numa_node is not None:
-        kwargs["cpuset_mems"] = str(spec.numa_node)
-    return kwargs
 
 
 def _signal_name(code: int | None) -> str | None:
@@ -96,9 +102,49 @@ def _signal_name(code: int | None) -> str | None:
         return None
 
 
-def _gpu_uuids(host_config: dict) -> list[str]:
-    """The GPU UUIDs of a container's device requests (HostConfig.DeviceRequests[].DeviceIDs)."""
-    return [d for r in host_config.get("DeviceRequests") or [] for d in r.get("DeviceIDs") or []]
+class _DeviceRequest(msgspec.Struct):
+    device_ids: list[str] | None = msgspec.field(default=None, name="DeviceIDs")
+
+
+class _HostPort(msgspec.Struct):
+    host_ip: str = msgspec.field(default="", name="HostIp")
+    host_port: str = msgspec.field(default="", name="HostPort")
+
+
+class _HostConfig(msgspec.Struct):
+    """What the runtime reads of a container's HostConfig (the Docker Engine API's keys; others ignored)."""
+
+    cpuset_cpus: str | None = msgspec.field(default=None, name="CpusetCpus")
+    cpuset_mems: str | None = msgspec.field(default=None, name="CpusetMems")
+    device_requests: list[_DeviceRequest] | None = msgspec.field(default=None, name="DeviceRequests")
+    port_bindings: dict[str, list[_HostPort] | None] | None = msgspec.field(default=None, name="PortBindings")
+
+    @property
+    def gpu_uuids(self) -> list[str]:
+        """The GPU UUIDs of the container's device requests (HostConfig.DeviceRequests[].DeviceIDs)."""
+        return [d for r in self.device_requests or [] for d in r.device_ids or []]
+
+
+class _State(msgspec.Struct):
+    """A container's State (Docker Engine API): "removed" when the container or the daemon is gone."""
+
+    status: str = msgspec.field(default="removed", name="Status")
+    exit_code: int | None = msgspec.field(default=None, name="ExitCode")
+    oom_killed: bool = msgspec.field(default=False, name="OOMKilled")
+    error: str = msgspec.field(default="", name="Error")
+
+
+class _Inspect(msgspec.Struct):
+    state: _State = msgspec.field(default_factory=_State, name="State")
+    host_config: _HostConfig = msgspec.field(default_factory=_HostConfig, name="HostConfig")
+
+
+def _inspect(attrs: object) -> _Inspect:
+    """The container's inspect document as far as the runtime reads it; DockerError for another shape."""
+    try:
+        return msgspec.convert(attrs or {}, _Inspect)
+    except msgspec.ValidationError as exc:
+        raise DockerError(f"Docker described a container in an unexpected shape: {exc}.") from None
 
 
 class DockerBackend(RunningBackend):
@@ -134,25 +180,25 @@ class DockerBackend(RunningBackend):
             except Exception as exc:  # noqa: BLE001 - the container vanished under us (docker, requests or urllib3 errors); say so in the log
                 fh.write(f"\n[openjev-repro] log stream ended: {exc}\n".encode())
 
-    def _state(self) -> dict:
+    def _state(self) -> _State:
         import docker
 
         try:
             self.container.reload()
         except (docker.errors.DockerException, OSError):  # removed, or the daemon is gone
-            return {"Status": "removed"}
-        return self.container.attrs.get("State", {})
+            return _State()
+        return _inspect(self.container.attrs).state
 
     def alive(self) -> bool:
-        return self._state().get("Status") in ("created", "running", "restarting")
+        return self._state().status in ("created", "running", "restarting")
 
     def describe_exit(self) -> str:
         state = self._state()
-        how = "is still running" if state.get("Status") == "running" else f"exited with status {state.get('ExitCode')}"
-        if state.get("OOMKilled"):
+        how = "is still running" if state.status == "running" else f"exited with status {state.exit_code}"
+        if state.oom_killed:
             how += " (killed: out of memory)"
-        if state.get("Error"):
-            how += f" ({state['Error']})"
+        if state.error:
+            how += f" ({state.error})"
         self._log_thread.join(timeout=2)
         from .local import tail
 
@@ -160,14 +206,14 @@ class DockerBackend(RunningBackend):
 
     @property
     def binding(self) -> dict:
-        host = (self.container.attrs or {}).get("HostConfig", {})
+        host = _inspect(self.container.attrs).host_config
         return {
             "container_id": self.container.id,
             "image_id": self.image_id,
-            "cpuset_cpus": host.get("CpusetCpus") or None,
-            "cpuset_mems": host.get("CpusetMems") or None,
-            "gpu_uuids": _gpu_uuids(host),
-            "ports": dict(host.get("PortBindings") or {}),
+            "cpuset_cpus": host.cpuset_cpus or None,
+            "cpuset_mems": host.cpuset_mems or None,
+            "gpu_uuids": host.gpu_uuids,
+            "ports": msgspec.to_builtins(host.port_bindings or {}),
             "argv_in_container": container_argv(self.spec.argv),
             "read_only_mounts": [str(p) for p in self.spec.read_only_mounts],
         }
@@ -176,8 +222,8 @@ class DockerBackend(RunningBackend):
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             state = self._state()
-            if state.get("Status") in ("exited", "dead", "removed"):
-                return state.get("ExitCode")
+            if state.status in ("exited", "dead", "removed"):
+                return state.exit_code
             time.sleep(0.1)
         return None
 
@@ -193,8 +239,7 @@ class DockerBackend(RunningBackend):
                 killed = True
                 self.container.kill(signal="SIGKILL")
                 self._wait(30)
-        state = self._state()
-        code = state.get("ExitCode")
+        code = self._state().exit_code
         self._log_thread.join(timeout=5)
         self.container.remove(force=True)
         if self.reaper is not None:

@@ -73,15 +73,15 @@ class LocalBackend(RunningBackend):
         # The whole group, not just the leader: servers fork workers, and children may outlive it.
         group = stop_group(self.pgid, grace_s, leader=self.proc)
         self.proc.wait()
-        if self.reaper is not None and group["group_exited"]:
+        if self.reaper is not None and group.group_exited:
             self.reaper.forget_group(self.pgid)
         code = self.proc.returncode
         sig = signal.Signals(-code).name if code < 0 else None
         self._record = ExitRecord(
             name=self.spec.name, runtime="local", ident=str(self.proc.pid), exit_status=code, signal=sig,
-            stopped_by_us=stopped_by_us, killed=group["sigkill"],
+            stopped_by_us=stopped_by_us, killed=group.sigkill,
             intentional=stopped_by_us and (sig in ("SIGTERM", "SIGKILL") or code in (0, 143)),
-            exited=group["group_exited"], binding=self.binding,
+            exited=group.group_exited, binding=self.binding,
         )
         return self._record
 

@@ -6,9 +6,10 @@ feasibility and measured passes over the workload's requests, in `seq` order of 
 closed-c{N}  N workers, each with its own keep-alive connection, take the next request of the
              pass as soon as their previous one is answered. Rows carry `level` and
              `connection`; latency is `end_ns - start_ns`, as at concurrency 1.
-open-r{R}    Arrival times are computed before the pass from the level alone (poisson:
-             exponential gaps seeded by `seed`; fixed: one every 1/R s), the same for every
-             pass of the level. A bounded pool of connections sends each request at its time;
+open-r{R}    Arrival times come from one schedule per level (poisson: exponential gaps
+             seeded by `seed`; fixed: one every 1/R s), computed from the level alone and
+             continued by each of its passes (`ArrivalStream`), so a pass starts where the
+             previous pass's schedule ended, whatever the server did meanwhile. A bounded pool of connections sends each request at its time;
              when every connection is busy the request goes out late, on the first free one.
              Rows carry `scheduled_ns` beside the actual send (`start_ns`), so latency is
              measured from the schedule (`Row.from_schedule_ns`): a stall of the server or the
@@ -33,35 +34,66 @@ from typing import Self
 
 from ..evidence.recipe import LoadLevel
 from ..evidence.rows import Phase, Row
-from .passes import PassRunner, Via
+from .sender import PassRunner, Via
 from .timed_client import TimedClient
 from .workload import Request
 
-__all__ = ["LevelConnections", "arrival_offsets_ns", "connection_count", "merged_connections", "run_level_pass"]
+__all__ = ["MAX_SCHEDULE_S", "ArrivalStream", "LevelConnections", "arrival_offsets_ns", "connection_count",
+           "merged_connections", "run_level_pass", "schedule_problem"]
 
 OPEN_MIN_CONNECTIONS = 8  # an open-loop level never has fewer senders than this (or than its requests)
 OPEN_IN_FLIGHT_S = 1.0  # ... and enough for one second of arrivals at its rate
 OPEN_MAX_CONNECTIONS = 256
 SCHEDULE_LEAD_NS = 20_000_000  # the schedule starts 20 ms after the senders are started
+MAX_SCHEDULE_S = 600.0  # an open-loop pass's arrival schedule spans at most this (docs/load.md)
+STOP_WAIT_S = 5.0  # after a stop, how long the senders get to record the requests their stop ended
 _SLEEP_SLICE_NS = 2_000_000  # a due sender waits in an Event until 2 ms before, then sleeps the rest
 
 
-def arrival_offsets_ns(level: LoadLevel, count: int) -> list[int]:
-    """Send times of an open-loop pass of `count` requests, in ns after the schedule's start.
+class ArrivalStream:
+    """An open-loop level's send times, one stream for all its passes (feasibility and measured).
 
-    The first request is due at 0. poisson: gaps drawn from an exponential distribution of mean
-    1/rate by `random.Random(seed)` (the same gaps for every pass of the level); fixed: 1/rate."""
-    rate = level.rate_per_s
-    if level.kind != "open" or rate is None:
-        raise ValueError(f"level {level.id} has no arrival rate")
-    if level.arrivals == "fixed":
-        return [round(i * 1e9 / rate) for i in range(count)]
-    draw = random.Random(level.seed).expovariate
-    offsets, at = [], 0.0
-    for _ in range(count):
-        offsets.append(round(at))
-        at += draw(rate) * 1e9
-    return offsets
+    poisson: gaps drawn from an exponential distribution of mean 1/rate by `random.Random(seed)`; fixed:
+    1/rate. A pass takes the next `count` times of the stream, so a pass starts where the previous one's
+    schedule ended, not after its last response: a stall across a pass boundary delays (and is counted in)
+    the next pass's first requests instead of suppressing their arrivals (docs/load.md)."""
+
+    def __init__(self, level: LoadLevel) -> None:
+        if level.kind != "open" or level.rate_per_s is None:
+            raise ValueError(f"level {level.id} has no arrival rate")
+        self.level, self.rate = level, level.rate_per_s
+        self._draw = random.Random(level.seed).expovariate
+        self._sent, self._at = 0, 0.0
+
+    def take(self, count: int) -> list[int]:
+        """The next `count` send times, in ns after the stream's start (its first request is due at 0)."""
+        if self.level.arrivals == "fixed":
+            offsets = [round(i * 1e9 / self.rate) for i in range(self._sent, self._sent + count)]
+        else:
+            offsets = []
+            for _ in range(count):
+                if self._sent + len(offsets):
+                    self._at += self._draw(self.rate) * 1e9
+                offsets.append(round(self._at))
+        self._sent += count
+        return offsets
+
+
+def arrival_offsets_ns(level: LoadLevel, count: int) -> list[int]:
+    """The first `count` send times of an open-loop level, in ns after its schedule's start (`ArrivalStream`)."""
+    return ArrivalStream(level).take(count)
+
+
+def schedule_problem(level: LoadLevel, count: int) -> str | None:
+    """Why an open-loop level's pass of `count` requests would last too long (its arrival schedule spans
+    more than MAX_SCHEDULE_S); None when it does not, or for a closed level."""
+    if level.kind != "open" or count < 2:
+        return None
+    span_s = arrival_offsets_ns(level, count)[-1] / 1e9
+    if span_s <= MAX_SCHEDULE_S:
+        return None
+    return (f"level {level.id}: its arrival schedule spans {span_s:.0f} s for {count} requests, over the "
+            f"{MAX_SCHEDULE_S:.0f} s an open-loop pass may take; raise rates_per_s or send fewer requests")
 
 
 def connection_count(level: LoadLevel, requests: int) -> int:
@@ -87,10 +119,20 @@ def merged_connections(clients: Sequence[TimedClient]) -> dict[str, object]:
 
 
 class LevelConnections:
-    """The clients of one level, opened before its first pass and closed after its last."""
+    """The clients of one level, opened before its first pass and closed after its last; in open loop also the
+    level's one schedule, which its passes continue (`schedule`)."""
 
     def __init__(self, make_client: Callable[[], TimedClient], count: int) -> None:
         self.clients = [make_client() for _ in range(count)]
+        self._stream: ArrivalStream | None = None
+        self._origin_ns = 0
+
+    def schedule(self, level: LoadLevel, count: int) -> list[int]:
+        """Absolute send times (monotonic ns) of the next pass of `count` requests: the level's stream, started
+        `SCHEDULE_LEAD_NS` after its first pass begins and continued by every later pass."""
+        if self._stream is None or self._stream.level != level:
+            self._stream, self._origin_ns = ArrivalStream(level), time.monotonic_ns() + SCHEDULE_LEAD_NS
+        return [self._origin_ns + offset for offset in self._stream.take(count)]
 
     def __enter__(self) -> Self:
         try:
@@ -169,8 +211,7 @@ def run_level_pass(runner: PassRunner, connections: LevelConnections, level: Loa
     clients = connections.clients
     scheduled = None
     if level.kind == "open":
-        start = time.monotonic_ns() + SCHEDULE_LEAD_NS
-        scheduled = [start + offset for offset in arrival_offsets_ns(level, len(requests))]
+        scheduled = connections.schedule(level, len(requests))
     state = _PassState(requests, scheduled)
     job = _Pass(runner, level, workload, phase, index)
     senders = [threading.Thread(target=_send_loop, args=(job, state, i, client), daemon=True,
@@ -180,10 +221,13 @@ def run_level_pass(runner: PassRunner, connections: LevelConnections, level: Loa
             sender.start()
         for sender in senders:
             sender.join()
-    except BaseException:  # an interrupt: let the senders finish the request each has in flight
+    except BaseException:  # an interrupt (SIGTERM, Ctrl-C): end the requests in flight, wait a bounded time
         state.stop.set()
+        for client in clients:
+            client.abort()
+        deadline = time.monotonic() + STOP_WAIT_S
         for sender in senders:
-            sender.join()
+            sender.join(max(0.0, deadline - time.monotonic()))
         raise
     if state.errors:
         raise state.errors[0]

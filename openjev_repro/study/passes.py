@@ -1,84 +1,34 @@
-"""The pass protocol: first inference, warm-up, excluded feasibility passes, measured passes.
+"""The pass protocol: a backend's steps of the plan, run in order (`BackendPasses.run_step`).
 
-Timed code does as little as possible: request bodies are serialised before the clock starts
-(workload.build_requests), the client times from send to last byte, and parsing happens afterwards.
+A backend's steps come from its plan (evidence/plan.py, `Plan.steps_of`): the first inference
+after readiness, a warm-up, then each workload's excluded feasibility passes and its measured
+passes (with a `load`, each level's passes over that level's connections). `run_step` runs one
+of them; nothing here derives a schedule again. A measured pass is claimed from the plan's
+budget (`PassBudget`), and the host controls mark each timed pass's boundaries. Sending one
+request and recording it is study/sender.py's; a load level's pass is study/load.py's.
 """
 
 from __future__ import annotations
 
-import base64
-import dataclasses
-import hashlib
-import json
-import math
-import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
-from ..decision import decision_of
-from ..errors import BackendCrashed, ProtocolError, RunIncomplete
-from ..evidence.rows import Phase, Row, RowWriter
-from .timed_client import ClientError, TimedClient, TimedResponse
-from .workload import QUESTION_ID, Request
+from ..errors import BackendError, RunIncomplete
+from ..evidence.plan import PlanStep
+from ..evidence.recipe import LoadLevel, Warmup
+from ..evidence.rows import Phase, Row
+from ..runtime.readiness import first_inference_hint
+from .load import LevelConnections, connection_count, merged_connections, run_level_pass
+from .sender import ParsedAnswer, PassRunner, ResponseLog, Via, parse_noul_response, queue_time_ms
+from .timed_client import TimedClient
+from .workload import Request
 
-__all__ = ["Outcome", "ParsedAnswer", "PassBudget", "PassRunner", "Via", "parse_noul_response", "queue_time_ms"]
-
-QUEUE_TIME_HEADER = "x-queue-time-ms"  # the server's own queue time of a request, float ms (lower-case: h11)
-
-Outcome = tuple[Row, bytes | None]
-
-
-@dataclass(frozen=True)
-class ParsedAnswer:
-    probability: float
-    decision: str
-    input_tokens: int
-
-
-def parse_noul_response(body: bytes) -> ParsedAnswer:
-    """Check a /v1/systemone response to a single noul question; ProtocolError says what is wrong."""
-    answer, p, tokens = _noul_fields(_json_of(body))
-    if answer.get("type") != "noul":
-        raise ProtocolError(f"answer type is {answer.get('type')!r}, expected 'noul'")
-    _check_probability(p)
-    tokens = _input_tokens(tokens)
-    return ParsedAnswer(float(p), decision_of(p), tokens)
-
-
-def _json_of(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"response is not JSON ({exc.__class__.__name__}: {exc})") from None
-
-
-def _noul_fields(data: Any) -> tuple[Any, Any, Any]:
-    """(answer, its noul probability, usage.input_tokens) of a response, unchecked."""
-    try:
-        answer = data["answers"][QUESTION_ID]
-        return answer, answer["noul"], data["usage"]["input_tokens"]
-    except (KeyError, TypeError) as exc:
-        raise ProtocolError(f"response lacks answers.{QUESTION_ID}.noul or usage.input_tokens ({exc!r})") from None
-
-
-def _check_probability(p: Any) -> None:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0.0 <= p <= 1.0:
-        raise ProtocolError(f"probability {p!r} is not a finite number in [0, 1]")
-
-
-def _input_tokens(tokens: Any) -> int:
-    """usage.input_tokens as one positive count (a list of per-candidate counts is summed)."""
-    if isinstance(tokens, list):  # per-candidate counts; noul has one candidate
-        tokens = sum(tokens)
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
-        raise ProtocolError(f"usage.input_tokens {tokens!r} is not a positive integer")
-    return tokens
+__all__ = ["BackendPasses", "ParsedAnswer", "PassBudget", "PassMarks", "PassRunner", "ResponseLog", "StepObserver",
+           "Via", "first_request", "parse_noul_response", "queue_time_ms"]
 
 
 class PassBudget:
-    """Refuses measured passes beyond what the recipe declared (no adding passes after the fact)."""
+    """Refuses measured passes beyond what the plan declared (no adding passes after the fact)."""
 
     def __init__(self, declared: dict[tuple[str, str], int]) -> None:
         self.declared = declared
@@ -89,133 +39,140 @@ class PassBudget:
         allowed = self.declared.get(key, 0)
         if pass_index > allowed or pass_index != self.done.get(key, 0) + 1:
             raise RunIncomplete(
-                f"Refusing measured pass {pass_index} of {backend}/{workload}: the recipe declares "
+                f"Refusing measured pass {pass_index} of {backend}/{workload}: the plan declares "
                 f"{allowed} measured pass(es); passes cannot be added or repeated."
             )
         self.done[key] = pass_index
 
 
-def queue_time_ms(headers: dict[str, str]) -> float | None:
-    """The server's `X-Queue-Time-Ms` header as a finite, non-negative float; None when absent or not one."""
-    try:
-        value = float(headers[QUEUE_TIME_HEADER])
-    except (KeyError, ValueError):
-        return None
-    return value if math.isfinite(value) and value >= 0 else None
+
+class StepObserver(Protocol):
+    """What a study shows while it runs (orchestrator/progress.py's StudyProgress)."""
+
+    def message(self, text: str) -> None: ...
+
+    def pass_started(self, backend: str, workload: str, phase: str, index: int, total: int) -> None: ...
+
+    def request_done(self, row: Row) -> None: ...
+
+    def pass_finished(self) -> None: ...
 
 
-@dataclass(frozen=True)
-class Via:
-    """How a request of a load level is sent: its level, the connection (and its client) that
-    sends it and, in open loop, the time it was scheduled for (the clock of `start_ns`)."""
+class PassMarks(Protocol):
+    """The host controls' marks around a timed pass (host/session.HostSession)."""
 
-    level: str
-    connection: int
-    client: TimedClient
-    scheduled_ns: int | None = None
+    def begin(self, label: str) -> None: ...
+
+    def end(self, label: str) -> None: ...
+
+
+def _longest(requests: list[Request]) -> Request:
+    # Token counts are only known from responses; the serialised body size orders requests by length.
+    return max(requests, key=lambda r: len(r.body))
+
+
+def first_request(warmup: Warmup, prepared: dict[str, list[Request]]) -> Request:
+    """The first inference's request (also the readiness probe of `readiness: first-inference`)."""
+    every = prepared[warmup.longest_of] if warmup.longest_of else [r for name in prepared for r in prepared[name]]
+    return _longest(every) if warmup.longest_first else every[0]
 
 
 @dataclass
-class PassRunner:
-    """Runs requests of one backend and records every one: over one persistent connection, or
-    (load levels) over the connection a `Via` names, from several threads at once."""
+class BackendPasses:
+    """One backend's steps, run in order over its connection (and each load level's connections)."""
 
-    backend: str
-    client: TimedClient
-    endpoint: str
-    rows: RowWriter
-    responses: ResponseLog
-    alive: Callable[[], bool]
-    on_row: Callable[[Row], None] = lambda row: None
-    failures: list[Row] = field(default_factory=list)
-    requests: int = 0  # sent, failed ones included
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # rows and counts, across threads
+    runner: PassRunner
+    prepared: dict[str, list[Request]]  # each workload's requests, in the order every pass sends them
+    warmup: Warmup  # the protocol's: which request the first inference sends
+    model: str | None
+    budget: PassBudget
+    marks: PassMarks
+    progress: StepObserver
+    level_clients: list[TimedClient] = field(default_factory=list)  # every load level's, for the connection counts
+    _level: tuple[str, str] | None = None
+    _connections: LevelConnections | None = None
 
-    def request(self, req: Request, *, workload: str, phase: Phase, pass_index: int, seq: int,
-                via: Via | None = None) -> Row:
-        headers = {"Content-Type": "application/json"}
-        client = self.client if via is None else via.client
-        with self._lock:
-            self.requests += 1
-        try:
-            resp: TimedResponse = client.request("POST", self.endpoint, req.body, headers)
-        except (ClientError, ProtocolError) as exc:  # a timeout, reset, refused connection or bad bytes: record, then decide
-            row = self._with_load(self._row(req, workload, phase, pass_index, seq, 0, 0, None, None, None,
-                                            f"{exc.__class__.__name__}: {exc}"), via, None)
-            client.close()  # the connection state is unknown; the next request reconnects
-            self._record(row, None)
-            if not self._still_alive_after(1.0):
-                raise BackendCrashed(f"Backend {self.backend} died during {phase} pass {pass_index} "
-                                     f"(request {seq}, case {req.id}): {exc}") from None
-            return row
-        digest = hashlib.sha256(resp.body).hexdigest()
-        error = parsed = None
-        if resp.status != 200:
-            error = f"HTTP {resp.status}: {resp.body[:300].decode('utf-8', 'replace')}"
+    @property
+    def backend(self) -> str:
+        return self.runner.backend
+
+    def run_step(self, step: PlanStep) -> None:
+        if step.phase == "first":
+            self._first_inference()
+        elif step.phase == "warmup":
+            self._warm_up(step)
         else:
-            try:
-                parsed = parse_noul_response(resp.body)
-            except ProtocolError as exc:
-                error = str(exc)
-        row = self._with_load(self._row(req, workload, phase, pass_index, seq, resp.start_ns, resp.end_ns,
-                                        resp.status, digest, parsed, error, resp.reconnected), via, resp)
-        self._record(row, resp.body)
-        if not self.alive():  # an aux worker (or the server) died although this answer arrived
-            raise BackendCrashed(f"Backend {self.backend} (or one of its processes) died during {phase} pass "
-                                 f"{pass_index} after request {seq} (case {req.id}).")
-        return row
-
-    def _still_alive_after(self, seconds: float) -> bool:
-        """A reset connection often precedes the process's exit by a few ms: give it time to show."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if not self.alive():
-                return False
-            time.sleep(0.05)
-        return self.alive()
-
-    def _row(self, req: Request, workload: str, phase: Phase, pass_index: int, seq: int, start: int, end: int,
-             status: int | None, digest: str | None, parsed: ParsedAnswer | None, error: str | None,
-             reconnected: bool | None = None) -> Row:
-        return Row(id=req.id, backend=self.backend, workload=workload, phase=phase, pass_index=pass_index,
-                   seq=seq, start_ns=start, end_ns=end, status=status, body_sha256=digest,
-                   probability=parsed.probability if parsed else None,
-                   decision=parsed.decision if parsed else None, label=req.label,
-                   input_tokens=parsed.input_tokens if parsed else None, error=error, reconnected=reconnected)
-
-    @staticmethod
-    def _with_load(row: Row, via: Via | None, resp: TimedResponse | None) -> Row:
-        """The row with its load-level fields (none without a `via`, so default rows stay as they were)."""
-        if via is None:
-            return row
-        return dataclasses.replace(row, level=via.level, scheduled_ns=via.scheduled_ns, connection=via.connection,
-                                   server_queue_ms=None if resp is None else queue_time_ms(resp.headers))
-
-    def _record(self, row: Row, body: bytes | None) -> None:
-        with self._lock:
-            self.rows.write(row)
-            self.responses.write(row, body)
-            if row.error is not None:
-                self.failures.append(row)
-            self.on_row(row)
-
-
-class ResponseLog:
-    """Response bodies beside the rows (never published: JevBench terms allow aggregates only)."""
-
-    def __init__(self, path) -> None:
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - held for the run; close() closes it
-
-    def write(self, row: Row, body: bytes | None) -> None:
-        entry = {"backend": row.backend, "workload": row.workload, "phase": row.phase,
-                 "pass_index": row.pass_index, "seq": row.seq, "id": row.id}
-        if body is not None:
-            try:
-                entry["body"] = body.decode("utf-8")
-            except UnicodeDecodeError:
-                entry["body_base64"] = base64.b64encode(body).decode("ascii")
-        self._file.write(json.dumps(entry, sort_keys=True) + "\n")
-        self._file.flush()
+            self._timed_pass(step)
 
     def close(self) -> None:
-        self._file.close()
+        """Close the last load level's connections (the main connection is the caller's)."""
+        if self._connections is not None:
+            self._connections.close()
+            self._connections = None
+
+    def connections(self) -> dict[str, object]:
+        """servers.json's connections of this backend: every client's, and the requests sent."""
+        return dict(merged_connections([self.runner.client, *self.level_clients]), requests=self.runner.requests)
+
+    def timed_failures(self) -> int:
+        return sum(1 for r in self.runner.failures if r.phase in ("feasibility", "measured"))
+
+    def _first_inference(self) -> None:
+        req = first_request(self.warmup, self.prepared)
+        row = self.runner.request(req, workload=next(iter(self.prepared)), phase="first", pass_index=1, seq=0)
+        if not row.ok or row.probability is None or row.decision is None or row.input_tokens is None:
+            error = (row.error or "incomplete answer").rstrip(".")
+            hint = first_inference_hint(row.status, error, model=self.model or "", endpoint=self.runner.endpoint)
+            raise BackendError(f"Backend {self.backend}: the first inference after readiness failed its check "
+                               f"(finite probability, usage, decision): {error}."
+                               f"{' Likely fix: ' + hint + '.' if hint else ''}")
+
+    def _warm_up(self, step: PlanStep) -> None:
+        """The warm-up of a workload (the step's, else the first): its pool's longest request, then its first N."""
+        warm = step.warmup or self.warmup
+        workload = step.workload_name or next(iter(self.prepared))
+        requests = self.prepared[workload]
+        batch = ([_longest(self.prepared[warm.longest_of or workload])] if warm.longest_first else [])
+        for seq, req in enumerate(batch + requests[: warm.requests]):
+            row = self.runner.request(req, workload=workload, phase="warmup", pass_index=1, seq=seq)
+            if not row.ok:
+                raise BackendError(f"Backend {self.backend}: warm-up request {req.id} failed: {row.error}.")
+
+    def _timed_pass(self, step: PlanStep) -> None:
+        """A feasibility or measured pass: claimed (measured), marked by the host controls, shown once it runs."""
+        workload, index, level = step.workload_name or "", step.pass_index, step.load_level
+        requests = self.prepared[workload]
+        connections = None if level is None else self._level_connections(workload, level, len(requests))
+        phase: Phase = "measured" if step.phase == "measured" else "feasibility"
+        if phase == "measured":
+            self.budget.claim(self.backend, workload, index)
+        label = f"{self.backend}/{workload}/{phase}-{index}"
+        self.marks.begin(label)
+        self.progress.pass_started(self.backend, workload, phase if level is None else f"{phase} {level.id}",
+                                   index, len(requests))
+        try:
+            if connections is None or level is None:
+                for seq, req in enumerate(requests):
+                    self.progress.request_done(self.runner.request(req, workload=workload, phase=phase,
+                                                                   pass_index=index, seq=seq))
+            else:  # its progress is shown once it ends (never drawn while requests are timed)
+                for row in run_level_pass(self.runner, connections, level, requests, workload=workload, phase=phase,
+                                          index=index):
+                    self.progress.request_done(row)
+        finally:
+            self.progress.pass_finished()
+        self.marks.end(label)
+
+    def _level_connections(self, workload: str, level: LoadLevel, requests: int) -> LevelConnections:
+        """The level's connections: opened before its first pass, kept for its next ones, closed after its last."""
+        if self._level == (workload, level.id) and self._connections is not None:
+            return self._connections
+        self.close()
+        count = connection_count(level, requests)
+        self.progress.message(f"{self.backend}/{workload}: load level {level.id} over {count} connection(s)")
+        main = self.runner.client  # a load level's connections are limited as the main one is
+        connections = LevelConnections(lambda: TimedClient(main.host, main.port, timeout_s=main.timeout_s,
+                                                           max_response_bytes=main.max_response_bytes), count)
+        self.level_clients += connections.clients
+        self._connections, self._level = connections.__enter__(), (workload, level.id)
+        return connections

@@ -12,23 +12,27 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from ..errors import RecipeError
+from ..evidence.decoding import UNSET
 from ..evidence.plan import (
     PLAN_FORMAT_VERSION,
+    DeclaredEnvironment,
     PinCheck,
     Plan,
     PlanAction,
     PlanBackend,
     PlanHash,
+    PlanLoad,
     PlanPreparation,
     PlanProcess,
     PlanSequence,
     PlanStep,
     PlanTraces,
+    TraceEntry,
+    every_field_set,
 )
 from ..evidence.recipe import UNPINNED, Backend, NoAliasLoader, Recipe, Workload, _line_map
 from ..hashing import hash_file
@@ -94,7 +98,7 @@ def check_pins(recipe: Recipe, recipe_path: Path) -> list[PinCheck]:
     for path, value, kind in _pins(recipe):
         ok = _pin_ok(value, kind)
         field = ".".join(str(p) for p in path)
-        checked.append(PinCheck(field, kind, value, "unpinned" if value == UNPINNED else "ok"))
+        checked.append(PinCheck(field=field, kind=kind, value=value, status="unpinned" if value == UNPINNED else "ok"))
         if not ok:
             bad.append(f"{recipe_path}:{lines.get(path, 1)}: {field}: {value!r} is not a valid {kind}")
     if bad:
@@ -108,13 +112,13 @@ def runner_placeholders(root: Path) -> dict[str, str]:
 
 
 def _process(name: str, argv: list[str], env: dict[str, str], values: dict[str, str], where: str,
-             aux_before: list[str], health: str | None, **aux) -> PlanProcess:
+             aux_before: list[str], health: str | None, **aux: str | float | None) -> PlanProcess:
     # Left for the runner on purpose: what only launch knows, and the ports of the earlier aux processes
     # (an aux process's own too).
     deferred = (LAUNCH_NAMES - values.keys()) | {f"port.{a}" for a in aux_before}
-    return PlanProcess(name, tuple(fill(a, values, f"{where} command", deferred=deferred) for a in argv),
-                       {k: fill(v, values, f"{where} env {k}", deferred=deferred) for k, v in sorted(env.items())},
-                       health, **aux)
+    return PlanProcess(name=name, argv=tuple(fill(a, values, f"{where} command", deferred=deferred) for a in argv),
+                       env={k: fill(v, values, f"{where} env {k}", deferred=deferred) for k, v in sorted(env.items())},
+                       health=health, **aux)  # type: ignore[arg-type]
 
 
 def _backend(recipe: Recipe, b: Backend, values: dict[str, str], runtime: str | None) -> PlanBackend:
@@ -123,21 +127,25 @@ def _backend(recipe: Recipe, b: Backend, values: dict[str, str], runtime: str | 
                          port=a.port or f"free ({{port.{a.name}}})",
                          ready_timeout_s=a.ready_timeout_s or recipe.protocol.ready_timeout_s)
                 for i, a in enumerate(b.aux))
-    command = _process("command", b.command, b.env, values, f"backend {b.name}", names, b.health)
+    fixed = {} if b.port is None else {"port": b.port}
+    command = _process("command", b.command, b.env, values, f"backend {b.name}", names, b.health, **fixed)
     # What the backend must report once ready (checked before measuring), when the recipe declares any.
     declared = recipe.environment_of(b).model_dump(mode="json", exclude_defaults=True)
     return PlanBackend(name=b.name, runtime=runtime or b.runtime, image=b.image, description=b.description,
                        aux=aux, command=command, endpoint=b.endpoint, model=b.model, url=b.url,
-                       readiness=b.readiness, health=b.health, cwd=b.cwd, environment=declared or None)
+                       launched=b.url is None, owned=b.url is None, readiness=b.readiness, health=b.health, cwd=b.cwd,
+                       environment=DeclaredEnvironment(**declared) if declared else UNSET)
 
 
 def _steps(recipe: Recipe) -> tuple[PlanStep, ...]:
-    """Every backend's sequence: first inference, warm-up, then each workload's passes."""
+    """Every backend's sequence: first inference, then per workload its warm-up and its passes (a warm-up
+    names its workload when the recipe has several; one without a name warms up the only one)."""
     steps: list[PlanStep] = []
     if recipe.protocol.first_inference:
-        steps.append(PlanStep("first", detail="first inference after readiness (excluded)"))
-    steps.append(PlanStep("warmup", warmup=recipe.protocol.warmup))
+        steps.append(PlanStep(phase="first", detail="first inference after readiness (excluded)"))
+    several = len(recipe.workloads) > 1
     for w in recipe.workloads:
+        steps.append(PlanStep.warm_up(recipe.protocol.warmup, w.name if several else None))
         steps += _workload_steps(recipe, w)
     return tuple(steps)
 
@@ -145,24 +153,27 @@ def _steps(recipe: Recipe) -> tuple[PlanStep, ...]:
 def _workload_steps(recipe: Recipe, w: Workload) -> list[PlanStep]:
     """A workload's timed passes; with a `load`, each level's passes in turn, the level named (and how it loads)."""
     feas, meas = recipe.passes_per_level(w)
-    bound = w.load.latency_bound_ms if w.load is not None else None
+    bound = w.load.latency_bound_ms if w.load is not None and w.load.latency_bound_ms is not None else UNSET
     steps: list[PlanStep] = []
     for number, level in enumerate(w.levels() or [None]):
-        extra: dict[str, Any] = {} if level is None else {"level": level.id, "load": level.to_dict(),
-                                                          "latency_bound_ms": bound}
-        steps += [PlanStep("feasibility", w.name, number * feas + i, **extra) for i in range(1, feas + 1)]
-        steps += [PlanStep("measured", w.name, number * meas + i, **extra) for i in range(1, meas + 1)]
+        extra = {} if level is None else {"level": level.id, "load": PlanLoad(**level.to_dict()),
+                                          "latency_bound_ms": bound}
+        steps += [PlanStep(phase="feasibility", workload=w.name, index=number * feas + i, **extra)  # type: ignore[arg-type]
+                  for i in range(1, feas + 1)]
+        steps += [PlanStep(phase="measured", workload=w.name, index=number * meas + i, **extra)  # type: ignore[arg-type]
+                  for i in range(1, meas + 1)]
     return steps
 
 
 def _hashes(recipe: Recipe) -> list[PlanHash]:
-    rows = [PlanHash(f.path, f.sha256, f.role, f.published_sha256) for f in recipe.inputs.files]
+    rows = [PlanHash(path=f.path, sha256=f.sha256, role=f.role, published_sha256=f.published_sha256)
+            for f in recipe.inputs.files]
     seen = {r.path for r in rows}
     for b in recipe.backends:
         for a in b.artifacts:
             if a.path not in seen:
                 seen.add(a.path)
-                rows.append(PlanHash(a.path, a.sha256, f"artifact of {b.name}", None))
+                rows.append(PlanHash(path=a.path, sha256=a.sha256, role=f"artifact of {b.name}", published_sha256=None))
     return rows
 
 
@@ -180,10 +191,11 @@ def _preparation(study: ResolvedRecipe) -> PlanPreparation | None:
     if prep is None:
         return None
     actions = plan_prepare(study.recipe, study.path, root=study.root, python="{python}", probe=False)
-    return PlanPreparation(lock=str(study.lock_path), downloads=tuple(prep.downloads), sources=tuple(prep.sources),
-                           provided=tuple(prep.provided),
-                           actions=tuple(PlanAction(a.kind, a.name, a.detail, tuple(a.argv), a.env, a.cwd, a.target,
-                                                    a.done) for a in actions))
+    return PlanPreparation(lock=str(study.lock_path), downloads=tuple(every_field_set(d) for d in prep.downloads),
+                           sources=tuple(every_field_set(s) for s in prep.sources), provided=tuple(prep.provided),
+                           actions=tuple(PlanAction(kind=a.kind, name=a.name, detail=a.detail, argv=tuple(a.argv),
+                                                    env=dict(a.env or {}), cwd=a.cwd, target=a.target, done=a.done)
+                                         for a in actions))
 
 
 def _traces(recipe: Recipe, root: Path) -> PlanTraces:
@@ -191,8 +203,9 @@ def _traces(recipe: Recipe, root: Path) -> PlanTraces:
         return PlanTraces(enabled=False)
     counts = _token_counts(recipe, root)
     if not counts:
-        return PlanTraces(True, note=f"token counts {recipe.traces.token_counts} not present yet; items resolved at run time")
-    return PlanTraces(True, items=tuple(i.to_dict() for i in plan_traces(recipe, counts)))
+        return PlanTraces(enabled=True, items=(), note=f"token counts {recipe.traces.token_counts} not present yet; "
+                          "items resolved at run time")
+    return PlanTraces(enabled=True, items=tuple(TraceEntry(**i.to_dict()) for i in plan_traces(recipe, counts)))
 
 
 def resolve_plan(study: ResolvedRecipe, *, runtime: str | None = None) -> Plan:
@@ -200,10 +213,10 @@ def resolve_plan(study: ResolvedRecipe, *, runtime: str | None = None) -> Plan:
     recipe, root = study.recipe, study.root
     values = runner_placeholders(root)
     return Plan(
-        study=recipe.study, recipe_path=str(study.path), recipe_sha256=hash_file(study.path), inputs_root=str(root),
+        study=every_field_set(recipe.study), recipe_path=str(study.path), recipe_sha256=hash_file(study.path), inputs_root=str(root),
         runtime=runtime, images=tuple(sorted({b.image for b in recipe.backends if b.image})),
         unpinned=tuple(recipe.unpinned()), preparation=_preparation(study), hashes=tuple(_hashes(recipe)),
-        pins_checked=tuple(check_pins(recipe, study.path)), pins=recipe.pins, controls=recipe.controls,
-        protocol=recipe.protocol, backends=tuple(_backend(recipe, b, values, runtime) for b in recipe.backends),
-        passes=tuple(PlanSequence(b.name, _steps(recipe)) for b in recipe.backends), traces=_traces(recipe, root),
-        gates=tuple(recipe.gates), notes=tuple(recipe.notes))
+        pins_checked=tuple(check_pins(recipe, study.path)), pins=every_field_set(recipe.pins),
+        controls=every_field_set(recipe.controls), protocol=every_field_set(recipe.protocol), backends=tuple(_backend(recipe, b, values, runtime) for b in recipe.backends),
+        passes=tuple(PlanSequence(backend=b.name, steps=_steps(recipe)) for b in recipe.backends),
+        traces=_traces(recipe, root), gates=tuple(every_field_set(g) for g in recipe.gates), notes=tuple(recipe.notes))

@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..errors import CheckpointError, InputMismatch, RecipeError
+from ..errors import CheckpointError, EvidenceError, InputMismatch, RecipeError
+from ..evidence.decoding import UNSET, Count, Record, Text, UnsetType, decode
 from ..evidence.files import check_format, read_jsonl, write_bytes_atomic, write_json_atomic
 from ..evidence.recipe import UNPINNED, InputFile, Preparation, Recipe, RequestSelection, inputs_root, lock_path
 from ..hashing import hash_file
@@ -209,9 +210,9 @@ def run_prepare(recipe: Recipe, recipe_path: Path, *, root: Path | None = None, 
         say(f"{action.kind} {action.name}: {action.detail}")
         _act(action, prep, root)
     lock = _build_lock(recipe, recipe_path, root, say)
-    _write_json(lock_path(recipe, recipe_path), lock)
+    _write_json(lock_path(recipe, recipe_path), lock.to_json())
     say(f"wrote {lock_path(recipe, recipe_path)}")
-    return lock
+    return lock.to_json()
 
 
 def _act_download(action: PrepareAction, prep: Preparation, root: Path) -> None:
@@ -295,13 +296,43 @@ def _run_step(action: PrepareAction) -> None:
 # --- the lock ------------------------------------------------------------------------------
 
 
-def lock_fingerprint(recipe: Recipe) -> dict:
+class LockPins(Record, frozen=True, kw_only=True):
+    """The pins a lock was made from (none without a preparation)."""
+
+    downloads: dict[str, Text] | UnsetType = UNSET  # name -> repo@revision
+    sources: dict[str, Text] | UnsetType = UNSET  # name -> commit
+
+
+class LockedFile(Record, frozen=True, kw_only=True):
+    sha256: Text
+    size: Count
+    origin: Text  # pinned | locked | tree <dir>
+
+
+class PublishedCheck(Record, frozen=True, kw_only=True):
+    published: Text
+    actual: Text
+    match: bool
+
+
+class InputsLock(Record, frozen=True, kw_only=True):
+    """The inputs lock `invoke prepare` writes (format LOCK_FORMAT_VERSION): every prepared file's hash."""
+
+    format_version: int = LOCK_FORMAT_VERSION
+    study_id: Text
+    pins: LockPins
+    written_at: Text
+    files: dict[str, LockedFile]
+    published: dict[str, PublishedCheck]
+
+
+def lock_fingerprint(recipe: Recipe) -> LockPins:
     """The pins a lock was made from; a lock whose pins differ from the recipe's is stale."""
     prep = recipe.preparation
     if prep is None:
-        return {}
-    return {"downloads": {d.name: f"{d.repo}@{d.revision}" for d in prep.downloads},
-            "sources": {s.name: s.commit for s in prep.sources}}
+        return LockPins()
+    return LockPins(downloads={d.name: f"{d.repo}@{d.revision}" for d in prep.downloads},
+                    sources={s.name: s.commit for s in prep.sources})
 
 
 def _declared(recipe: Recipe) -> list[tuple[str, str, str | None]]:
@@ -313,10 +344,10 @@ def _declared(recipe: Recipe) -> list[tuple[str, str, str | None]]:
     return list(first.values())
 
 
-def _build_lock(recipe: Recipe, recipe_path: Path, root: Path, say: Callable[[str], None]) -> dict:
+def _build_lock(recipe: Recipe, recipe_path: Path, root: Path, say: Callable[[str], None]) -> InputsLock:
     prep = recipe.preparation
-    files: dict[str, dict] = {}
-    published: dict[str, dict] = {}
+    files: dict[str, LockedFile] = {}
+    published: dict[str, PublishedCheck] = {}
     problems: list[str] = []
     for path, pinned, pub in _declared(recipe):
         full = root / path
@@ -326,26 +357,26 @@ def _build_lock(recipe: Recipe, recipe_path: Path, root: Path, say: Callable[[st
         actual = hash_file(full)
         if pinned != UNPINNED and actual != pinned:
             problems.append(f"{path} has sha256 {actual}, the recipe pins {pinned}")
-        files[path] = {"sha256": actual, "size": full.stat().st_size, "origin": "pinned" if pinned != UNPINNED else "locked"}
+        files[path] = LockedFile(sha256=actual, size=full.stat().st_size,
+                                 origin="pinned" if pinned != UNPINNED else "locked")
         if pub is not None:
-            published[path] = {"published": pub, "actual": actual, "match": actual == pub}
+            published[path] = PublishedCheck(published=pub, actual=actual, match=actual == pub)
             say(f"{path}: {'matches' if actual == pub else 'differs from'} the published sha256 "
                 "(serialization unverified; reported, not enforced)")
     _lock_trees(prep.lock_trees if prep else [], root, files)
     if problems:
         raise InputMismatch("Prepared inputs do not match the recipe: " + "; ".join(problems) + ".")
-    return {"format_version": LOCK_FORMAT_VERSION, "study_id": recipe.study.id, "pins": lock_fingerprint(recipe),
-            "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "files": files, "published": published}
+    return InputsLock(study_id=recipe.study.id, pins=lock_fingerprint(recipe),
+                      written_at=datetime.now(UTC).isoformat(timespec="seconds"), files=files, published=published)
 
 
-def _lock_trees(trees: list[str], root: Path, files: dict[str, dict]) -> None:
+def _lock_trees(trees: list[str], root: Path, files: dict[str, LockedFile]) -> None:
     """Every file of the lock trees not already locked (caches excluded), added to `files` with its hash."""
     for tree in trees:
         for full in sorted((root / tree).rglob("*")):
             rel = full.relative_to(root).as_posix()
             if full.is_file() and rel not in files and "/.cache/" not in f"/{rel}":
-                files[rel] = {"sha256": hash_file(full), "size": full.stat().st_size, "origin": f"tree {tree}"}
+                files[rel] = LockedFile(sha256=hash_file(full), size=full.stat().st_size, origin=f"tree {tree}")
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -353,17 +384,21 @@ def _write_json(path: Path, data: dict) -> None:
     write_json_atomic(path, data, indent=1)
 
 
-def read_lock(recipe: Recipe, recipe_path: Path) -> dict | None:
+def read_lock(recipe: Recipe, recipe_path: Path) -> InputsLock | None:
     """The recipe's inputs lock, or None when prepare has not written one."""
     path = lock_path(recipe, recipe_path)
     if not path.is_file():
         return None
     try:
-        lock = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise RecipeError(f"{path} is not valid JSON; run `invoke prepare --recipe {recipe_path}` again.") from exc
-    check_format(lock, (LOCK_FORMAT_VERSION,), f"{path} (an inputs lock)")
-    if lock.get("study_id") != recipe.study.id or lock.get("pins") != lock_fingerprint(recipe):
+    check_format(data, (LOCK_FORMAT_VERSION,), f"{path} (an inputs lock)")
+    try:
+        lock = decode(data, InputsLock, f"{path} (an inputs lock)")
+    except EvidenceError as exc:
+        raise RecipeError(f"{exc} Run `invoke prepare --recipe {recipe_path}` again.") from None
+    if lock.study_id != recipe.study.id or lock.pins != lock_fingerprint(recipe):
         raise RecipeError(f"{path} was written for other pins than {recipe_path} now declares; "
                           f"run `invoke prepare --recipe {recipe_path}` again.")
     return lock
@@ -382,21 +417,20 @@ def locked_recipe(recipe: Recipe, recipe_path: Path) -> Recipe:
                               f"there is no inputs lock at {lock_path(recipe, recipe_path)}; "
                               f"run `invoke prepare --recipe {recipe_path}` first.")
         return recipe
-    locked = lock["files"]
+    locked = lock.files
     missing = [p for p in unpinned if p not in locked]
     if missing:
         raise RecipeError(f"The inputs lock has no hash for {', '.join(missing[:3])}; run prepare again.")
     data = recipe.model_dump(mode="json")
     for entry in [*data["inputs"]["files"], *(a for b in data["backends"] for a in b["artifacts"])]:
         if entry["sha256"] == UNPINNED:
-            entry["sha256"] = locked[entry["path"]]["sha256"]
+            entry["sha256"] = locked[entry["path"]].sha256
     data["inputs"]["files"] += _locked_tree_files(recipe, locked)
     return Recipe.model_validate(data)
 
 
-def _locked_tree_files(recipe: Recipe, locked: dict[str, dict]) -> list[dict]:
+def _locked_tree_files(recipe: Recipe, locked: dict[str, LockedFile]) -> list[dict]:
     """The files of the lock's trees that the recipe does not declare itself, as recipe inputs."""
     declared = {f.path for f in recipe.inputs.files} | {a.path for b in recipe.backends for a in b.artifacts}
-    return [InputFile(path=path, sha256=entry["sha256"], role=entry["origin"]).model_dump(mode="json")
-            for path, entry in sorted(locked.items())
-            if path not in declared and entry.get("origin", "").startswith("tree ")]
+    return [InputFile(path=path, sha256=entry.sha256, role=entry.origin).model_dump(mode="json")
+            for path, entry in sorted(locked.items()) if path not in declared and entry.origin.startswith("tree ")]

@@ -32,6 +32,7 @@ connection is detected (readable while idle) and replaced before sending; any fa
 
 from __future__ import annotations
 
+import contextlib
 import re
 import select
 import socket
@@ -47,9 +48,11 @@ import h11
 from ..errors import BackendError, ProtocolError
 
 __all__ = [
+    "DEFAULT_MAX_RESPONSE_BYTES",
     "ClientError",
     "ClientTimeout",
     "MalformedResponse",
+    "ResponseTooLarge",
     "TimedClient",
     "TimedResponse",
     "build_request",
@@ -59,6 +62,7 @@ _monotonic_ns = time.monotonic_ns
 _BUFFER_BYTES = 64 * 1024
 # h11 refuses a header block (or chunk-size line) longer than this while it is incomplete.
 _MAX_HEADER_BYTES = 1 << 20
+DEFAULT_MAX_RESPONSE_BYTES = 64 << 20  # the recipe's protocol.max_response_bytes
 
 # What h11's refusals mean, in this client's words (h11's own message follows in brackets).
 _H11_REFUSALS = (
@@ -80,6 +84,10 @@ class ClientError(BackendError):
 
 class ClientTimeout(ClientError):
     """The backend did not answer a request completely within the client's timeout."""
+
+
+class ResponseTooLarge(ClientError):
+    """The answer is larger than the client takes (`max_response_bytes`)."""
 
 
 class MalformedResponse(ProtocolError):
@@ -154,10 +162,12 @@ class TimedClient:
     the time left when a response takes more than one recv.
     """
 
-    def __init__(self, host: str, port: int, timeout_s: float = 60.0) -> None:
+    def __init__(self, host: str, port: int, timeout_s: float = 60.0,
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES) -> None:
         self.host = host
         self.port = port
         self.timeout_s = timeout_s
+        self.max_response_bytes = max_response_bytes
         self.connections_opened = 0
         self.closed_by_server = 0  # connections the server closed (after a response, or while idle)
         self.reconnected_requests = 0  # requests that had to open a new connection after an earlier one closed
@@ -224,6 +234,14 @@ class TimedClient:
 
     def close(self) -> None:
         self._discard()
+
+    def abort(self) -> None:
+        """From another thread: end the request in flight now (its recv returns at once and the request
+        fails); the thread that sent it discards the connection. What a stopped study does (docs/security.md)."""
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def connections(self) -> dict[str, object]:
         """What this client's connections did: opened, closed by the server, requests that reconnected."""
@@ -308,13 +326,17 @@ class TimedClient:
         kernel limit of the next one (a setsockopt only on that path, never for a one-recv answer)."""
         parser = self._h11
         assert parser is not None
-        view = self._view
+        view, room = self._view, self.max_response_bytes
         while True:
             n = sock.recv_into(view)
             received = _monotonic_ns()  # the response's end, if these were its last bytes
             if not n:
                 self._end_of_stream(parser)
                 return received
+            room -= n
+            if room < 0:
+                raise ResponseTooLarge(f"the answer of {self._host_header} is larger than max_response_bytes "
+                                       f"({self.max_response_bytes}); the request was not retried.")
             parser.receive_data(cast(bytes, view[:n]))  # h11 appends it to a bytearray: no copy of our own
             try:
                 if self._complete(parser):

@@ -115,14 +115,93 @@ def test_out_never_lets_one_output_overwrite_another(runs, tmp_path):
     assert (tmp_path / "x.md").read_text().startswith("### mixed") and proc.returncode == 0
 
 
-@pytest.mark.parametrize("figures", ['"x"', '["x", 1]', '{"a": 1}',
-                                     '[{"arm": "hf vs hf", "figure": 5, "published": "1"}]',
-                                     '[{"arm": "hf vs hf", "figure": "mean_reduction_percent"}]'])
-def test_hostile_import_records_are_ignored(tmp_path, figures):
+@pytest.mark.parametrize("figures, error", [
+    ('"x"', "Expected `array`, got `str` - at `$.figures`"),
+    ('["x", 1]', "Expected `object`, got `str` - at `$.figures[0]`"),
+    ('{"a": 1}', "Expected `array`, got `object` - at `$.figures`"),
+])
+def test_a_damaged_import_record_is_one_error_line(tmp_path, figures, error):
     run = build_run(tmp_path / "r", seed=1)
-    (run.path / "import.json").write_text('{"format_version": 1, "figures": ' + figures + "}")
+    (run.path / "import.json").write_text('{"format_version": 1, "format": "x", "source": "s", "files_verified": 0, '
+                                          '"rows": 0, "figures": ' + figures + "}")
+    line = one_error_line(invoke("compare", "--baseline", str(run.path), "--candidate", str(run.path)))
+    assert "import.json" in line and error in line
+    (run.path / "import.json").write_text("[1, 2]")
+    assert "import.json" in one_error_line(invoke("compare", "--baseline", str(run.path), "--candidate", str(run.path)))
+
+
+@pytest.mark.parametrize("figures", ['[{"arm": "hf vs hf", "figure": 5, "published": "1"}]',
+                                     '[{"arm": "hf vs hf", "figure": "mean_reduction_percent"}]'])
+def test_published_figures_of_another_shape_are_ignored(tmp_path, figures):
+    run = build_run(tmp_path / "r", seed=1)
+    (run.path / "import.json").write_text('{"format_version": 1, "format": "x", "source": "s", "files_verified": 0, '
+                                          '"rows": 0, "figures": ' + figures + "}")
     proc = invoke("compare", "--baseline", str(run.path), "--candidate", str(run.path))
     assert proc.returncode == 0 and "Traceback" not in proc.stderr and "**Verdict: no limits declared**" in proc.stdout
     assert "published" not in proc.stdout
-    (run.path / "import.json").write_text("[1, 2]")
-    assert "import.json" in one_error_line(invoke("compare", "--baseline", str(run.path), "--candidate", str(run.path)))
+
+
+def _with_recipe(run, change):
+    """The run's recipe.yaml edited by `change` (compare reads the recipe of each run as it is)."""
+    import yaml
+
+    recipe = yaml.safe_load(run.file("recipe.yaml").read_text())
+    change(recipe)
+    run.file("recipe.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return run
+
+
+def test_runs_of_recipes_that_measure_differently_fail_and_say_why(tmp_path):
+    """Issue 41 item 7: two runs of different recipes got "Verdict: PASS" without a word about the recipes."""
+    a = build_run(tmp_path / "a", seed=1)
+    b = _with_recipe(build_run(tmp_path / "b", seed=2), lambda r: r["protocol"].update(request_timeout_s=30))
+    tol = tmp_path / "tol.yaml"
+    tol.write_text("format_version: 1\nmax_mean_ratio: 1.5\n")
+    proc = _compare(a, b, "--tolerances", str(tol))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    verdict = proc.stdout.split("**Verdict:", 1)[1].splitlines()
+    assert verdict[:2] == [" FAIL**", "- the recipes measure differently: protocol.request_timeout_s: 120.0 vs 30.0"]
+
+
+def test_a_recipe_difference_beyond_what_was_measured_is_listed_not_failed(tmp_path):
+    a = build_run(tmp_path / "a", seed=1)
+    b = _with_recipe(build_run(tmp_path / "b", seed=2), lambda r: r.update(controls={"memory_sample_period_ms": 50}))
+    tol = tmp_path / "tol.yaml"
+    tol.write_text("format_version: 1\nmax_mean_ratio: 1.5\n")
+    proc = _compare(a, b, "--tolerances", str(tol))
+    assert proc.returncode == 0 and "**Verdict: PASS**" in proc.stdout
+    assert "- the recipes differ beyond their backends: controls.memory_sample_period_ms: 100 vs 50" in proc.stdout
+    assert "recipes measure differently" not in proc.stdout
+
+
+@pytest.mark.parametrize("base_open, cand_open, line", [
+    ({"arrivals": "fixed"}, {"arrivals": "poisson", "seed": 7},
+     'workloads[mixed].load.open.arrivals: "fixed" vs "poisson"'),
+    ({"arrivals": "poisson", "seed": 7}, {"arrivals": "poisson", "seed": 8}, "workloads[mixed].load.open.seed: 7 vs 8"),
+])
+def test_an_open_level_of_other_arrivals_or_another_seed_is_never_compared_silently(tmp_path, base_open, cand_open,
+                                                                                     line):
+    """Issue 40 item 10: compare paired Poisson with fixed arrivals, or two seeds, as the same level without a word."""
+    from test_load_statistics import run_rows
+    from test_load_verify import signed_load_run
+
+    rows = [r for r in run_rows("a") if r.error is None]
+    runs = [signed_load_run(tmp_path / name, rows)[0] for name in ("one", "two")]
+    for run, spec in zip(runs, (base_open, cand_open), strict=True):
+        _with_recipe(run, lambda r, spec=spec: r["workloads"][0]["load"]["open"].update(spec))
+    proc = invoke("compare", "--baseline", str(runs[0].path), "--candidate", str(runs[1].path))
+    assert proc.returncode == 1 and "| open-r10 |" in proc.stdout  # the level's figures are shown, and it fails
+    assert proc.stdout.split("**Verdict:", 1)[1].splitlines()[:2] == [
+        " FAIL**", f"- the recipes measure differently: {line}"]
+
+
+def test_recipe_text_with_control_characters_stays_on_its_line(tmp_path):
+    a = build_run(tmp_path / "a", seed=1)
+    forged = "extra.jsonl\nerror: forged\x1b[2J"
+    b = _with_recipe(build_run(tmp_path / "b", seed=2),
+                     lambda r: r["inputs"]["files"].append({"path": forged, "sha256": "0" * 64}))
+    proc = _compare(a, b)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and "\x1b" not in proc.stdout
+    assert not any(line.startswith("error:") for line in proc.stdout.splitlines())
+    assert ('- the recipes differ beyond their backends: inputs.files[extra.jsonl\\nerror: forged\\u001b[2J]: '
+            'absent vs {"path": "extra.jsonl\\nerror: forged\\u001b[2J", "sha256": "…') in proc.stdout

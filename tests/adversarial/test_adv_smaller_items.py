@@ -64,7 +64,7 @@ def test_a_re_signed_run_with_a_dropped_or_added_measured_pass_fails(tmp_path, c
     with RowWriter(run.rows_path) as writer:
         for row in rows:
             writer.write(row)
-    write_json_atomic(run.file("summary.json"), summarize(rows, parse_recipe(run.file("recipe.yaml").read_text())))
+    write_json_atomic(run.file("summary.json"), summarize(rows, parse_recipe(run.file("recipe.yaml").read_text())).to_json())
     write_manifest(run.path, key_path=private)
     have = "[1]" if change == "drop" else "[1, 2, 3]"
     problems = failed(verify_path(run.path, pubkey=public))

@@ -9,6 +9,8 @@ Behaviour comes from the environment:
     SCRIPTED_AFTER   number of /v1/systemone requests answered normally before the fault (default 0)
     SCRIPTED_DELAY_S seconds every /v1/systemone answer waits (default 0), to make passes last
     SCRIPTED_HEALTH_FILE  a JSON file whose object is merged into the /health answer (e.g. `packages`)
+    SCRIPTED_HEADER  "Name: value", a header every /v1/systemone answer carries (e.g. X-Queue-Time-Ms: 1e308)
+    SCRIPTED_PAD_BYTES  bytes of padding in every /v1/systemone answer's metadata (a huge answer)
 
 A slow answer prints SLOW_STARTED first, so a test can wait for that line in the backend's log
 instead of sleeping a fixed time.
@@ -29,6 +31,9 @@ DELAY_S = float(os.environ.get("SCRIPTED_DELAY_S", "0"))
 TRICKLE_S = float(os.environ.get("SCRIPTED_TRICKLE_S", "0.5"))
 HEALTH_FILE = os.environ.get("SCRIPTED_HEALTH_FILE")
 HEALTH_EXTRA = json.loads(Path(HEALTH_FILE).read_text(encoding="utf-8")) if HEALTH_FILE else {}
+HEADER = os.environ.get("SCRIPTED_HEADER", "")
+PAD_BYTES = int(os.environ.get("SCRIPTED_PAD_BYTES", "0"))
+SLOW_S = float(os.environ.get("SCRIPTED_SLOW_S", "5"))  # how long a `slow` answer takes
 served = 0
 SLOW_STARTED = "scripted backend: slow answer started"  # printed (to the backend log) as a slow answer begins
 
@@ -39,9 +44,11 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):  # keep the backend log readable
         pass
 
-    def _send(self, status, body: bytes, ctype="application/json", trickle=False):
+    def _send(self, status, body: bytes, ctype="application/json", trickle=False, extra=False):
         self.send_response(status)
         self.send_header("Content-Type", ctype)
+        if extra and HEADER:
+            self.send_header(*HEADER.split(": ", 1))
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if not trickle:
@@ -75,12 +82,13 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, b"<html>oops</html>", "text/html")
         if faulty and FAULT == "slow":
             print(SLOW_STARTED, flush=True)  # tests wait for this line, not for a fixed time
-            time.sleep(5)
+            time.sleep(SLOW_S)
         p = int(hashlib.sha256(state.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
         prob = float("nan") if faulty and FAULT == "nan" else p
         answer = {"model": "open-jev", "answers": {"q": {"type": "noul", "noul": prob}},
-                  "usage": {"input_tokens": 10 + len(state) // 4, "output_tokens": 0}, "metadata": {"method": "scripted"}}
-        self._send(200, json.dumps(answer).encode(), trickle=faulty and FAULT == "trickle")
+                  "usage": {"input_tokens": 10 + len(state) // 4, "output_tokens": 0},
+                  "metadata": {"method": "scripted", **({"pad": "x" * PAD_BYTES} if PAD_BYTES else {})}}
+        self._send(200, json.dumps(answer).encode(), trickle=faulty and FAULT == "trickle", extra=True)
 
 
 def main():

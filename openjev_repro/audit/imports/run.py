@@ -114,7 +114,7 @@ def write_summary(run: Path, recipe: dict, rows: list[Row]) -> None:
     recipe_text = yaml.safe_dump(recipe, sort_keys=False)
     parsed = parse_recipe(recipe_text, "imported recipe")
     (run / "recipe.yaml").write_text(recipe_text, encoding="utf-8")
-    write_json_atomic(run / "summary.json", summarize(rows, parsed))
+    write_json_atomic(run / "summary.json", summarize(rows, parsed).to_json())
 
 
 def converted_files(run: Path) -> dict[str, str]:
