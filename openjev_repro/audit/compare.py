@@ -128,7 +128,7 @@ class _Latencies(msgspec.Struct, frozen=True):
 
     @classmethod
     def of(cls, latencies: np.ndarray) -> _Latencies:
-        return msgspec.convert(latency_stats(latencies), cls)
+        return msgspec.convert(latency_stats(latencies), cls, from_attributes=True)
 
 
 class Counts(msgspec.Struct, frozen=True):
