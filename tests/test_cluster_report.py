@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from openjev_repro.audit.compare import Comparison, compare_rows
 from openjev_repro.cluster.collect import (
     Baseline,
     CrossHostSummary,
@@ -14,7 +15,6 @@ from openjev_repro.cluster.collect import (
     plot_means,
     to_markdown,
 )
-from openjev_repro.audit.compare import Comparison, compare_rows
 from openjev_repro.cluster.crosshost import BackendReport, HostMeans, HostRun, backend_report
 from openjev_repro.evidence.rows import Row
 

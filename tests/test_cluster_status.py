@@ -81,3 +81,18 @@ def test_an_aged_out_task_is_shown_from_its_own_end_record(sub: Submission, monk
     assert rows[1].slurm.state == "PREEMPTED" and rows[1].slurm.source == "attempt-1001.json"
     assert rows[2].slurm.state == "COMPLETED"  # skipped: it had complete evidence already
     assert rows[3].slurm.reason == "not in squeue/sacct and no attempt record"
+
+
+def test_a_task_stopped_while_slurm_does_not_answer_still_marks_its_run_incomplete(sub: Submission) -> None:
+    """At SIGTERM the task asks Slurm why; when Slurm cannot say (no such job, slurmctld down, no Slurm
+    here), the run's state.json still records the end, with the error of asking and no state."""
+    from openjev_repro.cluster import task
+
+    run = _run(sub, 1, "r", "running", owner=ELSEWHERE)
+    end = task._slurm_end("999999999")
+    task._mark_incomplete(run.path, end, "terminated by Slurm (SIGTERM)")
+
+    state = run.state_record()
+    assert state.status == "incomplete" and state.error == "terminated by Slurm (SIGTERM)"
+    assert state.slurm_end == end and end.state is None and end.error
+    assert json.loads(run.file("state.json").read_text())["slurm_end"].keys() == {"state", "reason", "error"}

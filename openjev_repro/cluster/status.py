@@ -14,12 +14,18 @@ from pathlib import Path
 import msgspec
 
 from ..evidence.rundir import RunDir, Status
+from ..evidence.state import SlurmEnd
 from .slurm import TERMINAL, JobState, job_states
-from .submission import SLURM_CAUSE, AttemptRecord, SlurmEnd, Submission, with_slurm_cause
+from .submission import SLURM_CAUSE, AttemptRecord, Submission, utc_now, with_slurm_cause
 
 __all__ = ["ReplicateStatus", "SlurmView", "replicate_status", "settle"]
 
 States = dict[tuple[int, int | None], JobState]
+
+
+def _final(state: JobState) -> SlurmEnd:
+    return SlurmEnd(state=state.state, reason=state.reason, exit_code=state.exit_code, source=state.source,
+                    recorded_utc=utc_now())
 
 
 def _settle_attempt(directory: Path, attempt: AttemptRecord, states: States) -> None:
@@ -28,7 +34,7 @@ def _settle_attempt(directory: Path, attempt: AttemptRecord, states: States) -> 
     state = attempt.ended_state(states)
     if state is None:
         return
-    final = SlurmEnd.final(state)
+    final = _final(state)
     outcome = "killed" if attempt.outcome == "running" else attempt.outcome  # SIGKILLed before it wrote its end
     msgspec.structs.replace(attempt, slurm_final=final, outcome=outcome).save(directory)
     if not attempt.run or not (directory / attempt.run / "state.json").is_file():
@@ -37,7 +43,7 @@ def _settle_attempt(directory: Path, attempt: AttemptRecord, states: States) -> 
     current = run.state_record()
     if current.status != Status.COMPLETE:
         cause = f"{SLURM_CAUSE} ({state.state}" + (f", reason {state.reason})" if state.reason else ")")
-        run.update_state(status=Status.INCOMPLETE, slurm_end=final.to_json(),
+        run.update_state(status=Status.INCOMPLETE, slurm_end=final,
                          error=with_slurm_cause(current.error, cause))
 
 
@@ -54,7 +60,7 @@ def settle(sub: Submission, states: States) -> None:
         if not runs or state is None or state.state not in TERMINAL or runs[-1].status == "unreadable":
             continue
         if RunDir(runs[-1].path).state_record().status == Status.RUNNING:  # stale or not: its file says so
-            RunDir(runs[-1].path).update_state(status=Status.INCOMPLETE, slurm_end=SlurmEnd.final(state).to_json(),
+            RunDir(runs[-1].path).update_state(status=Status.INCOMPLETE, slurm_end=_final(state),
                                                error=f"its Slurm task ended ({state.state}) while it was running")
 
 
@@ -80,7 +86,7 @@ class SlurmView(msgspec.Struct, frozen=True, kw_only=True):
             return cls(state="UNKNOWN", reason="not in squeue/sacct and no attempt record", node=None, source=None,
                        job=f"{job}_{k}" if job else None, job_id=None)
         last = attempts[-1]  # aged out of slurmctld and no accounting: the task's own end record
-        end = last.end() or SlurmEnd()
+        end = last.end() or SlurmEnd(state=None)
         by_outcome = "COMPLETED" if last.outcome in ("complete", "skipped") else "UNKNOWN"
         return cls(state=end.state or by_outcome, reason=end.reason, node=last.slurm.node if last.slurm else None,
                    source=last.file_name, job=f"{job}_{k}", job_id=last.job_id)

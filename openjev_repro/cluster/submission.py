@@ -27,6 +27,7 @@ from ..evidence.decoding import UNSET, Count, Record, Text, UnsetType, decode
 from ..evidence.files import read_versioned, write_json_atomic
 from ..evidence.records import SlurmPart
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status
+from ..evidence.state import SlurmEnd
 from ..printable import printable
 from .jobscript import SbatchOptions
 from .slurm import TERMINAL, JobState
@@ -38,7 +39,6 @@ __all__ = [
     "AttemptRecord",
     "Round",
     "RunAttempt",
-    "SlurmEnd",
     "Submission",
     "SubmissionRecord",
     "utc_now",
@@ -77,23 +77,6 @@ class RunAttempt:
     @property
     def complete(self) -> bool:
         return self.status == Status.COMPLETE and self.signed
-
-
-class SlurmEnd(Record, frozen=True, kw_only=True):
-    """How Slurm ended a task: what the task heard at SIGTERM (`slurm_end`: state and reason, or the
-    error of asking) or what `settle` recorded once Slurm reported a final state (`slurm_final`)."""
-
-    state: Text | None = None
-    reason: Text | None = None
-    exit_code: int | None | UnsetType = UNSET
-    source: Text | UnsetType = UNSET
-    recorded_utc: Text | UnsetType = UNSET
-    error: Text | UnsetType = UNSET
-
-    @classmethod
-    def final(cls, state: JobState) -> SlurmEnd:
-        return cls(state=state.state, reason=state.reason, exit_code=state.exit_code, source=state.source,
-                   recorded_utc=utc_now())
 
 
 class AttemptRecord(Record, frozen=True, kw_only=True):
@@ -271,8 +254,8 @@ class Submission:
         found = []
         for path in sorted(p for p in directory.iterdir() if p.is_dir()) if directory.is_dir() else []:
             try:  # a "running" run whose study died on this host reads incomplete (stale)
-                state = RunDir(path).effective_state()
-                status, error = str(state.get("status")), state.get("error")
+                state = RunDir(path).effective_state_record()
+                status, error = state.status, state.error
             except (EvidenceError, OSError) as exc:
                 status, error = "unreadable", str(exc)
             found.append(RunAttempt(path, status, error, (path / ENVELOPE_NAME).is_file()))

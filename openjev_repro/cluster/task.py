@@ -27,11 +27,12 @@ from ..errors import ReproError
 from ..evidence.recipe import load_recipe
 from ..evidence.records import SlurmGpu, SlurmPart
 from ..evidence.rundir import RunDir, Status
+from ..evidence.state import SlurmEnd
 from ..hashing import hash_file
 from ..host.allocation import allocated_gpu, slurm_record
 from ..manifest.keys import load_private_key
 from .slurm import TERMINAL, job_state
-from .submission import SLURM_CAUSE, AttemptRecord, SlurmEnd, Submission, utc_now, with_slurm_cause
+from .submission import SLURM_CAUSE, AttemptRecord, Submission, utc_now, with_slurm_cause
 
 __all__ = ["GPU_SOURCE", "TaskFailed", "main", "study_argv"]
 
@@ -88,9 +89,9 @@ def _slurm_end(job_id: str) -> SlurmEnd:
     try:
         state = job_state(int(job_id), timeout_s=10)  # well inside KillWait
     except Exception as exc:  # noqa: BLE001 - the record must be written even if Slurm does not answer
-        return SlurmEnd(error=f"{type(exc).__name__}: {exc}")
+        return SlurmEnd(state=None, error=f"{type(exc).__name__}: {exc}")
     if state is None:
-        return SlurmEnd(error="squeue does not list this job")
+        return SlurmEnd(state=None, error="squeue does not list this job")
     return SlurmEnd(state=state.state, reason=state.reason, source=state.source)
 
 
@@ -107,7 +108,7 @@ def _mark_incomplete(run_path: Path, slurm_end: SlurmEnd | None, why: str) -> No
     changes: dict[str, Any] = {"status": Status.INCOMPLETE,
                                "error": with_slurm_cause(error, why) if slurm_end is not None else (error or why)}
     if slurm_end is not None:
-        changes["slurm_end"] = slurm_end.to_json()
+        changes["slurm_end"] = slurm_end
     run.update_state(**changes)
 
 
