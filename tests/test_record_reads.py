@@ -39,7 +39,6 @@ TODAY = frozenset({
     ("audit/verify.py", "plan.json"),
     ("audit/verify.py", "state()"),
     ("audit/verify.py", "summary.json"),
-    ("bench/audit_bench.py", "plan.json"),
     ("manifest/statement.py", "RunDir.read(name)"),
     ("manifest/statement.py", "state()"),
     ("manifest/statement.py", "summary.json"),
