@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -248,3 +249,36 @@ def test_bench_hash_names_its_directory_and_disk_shows_progress_and_says_what_it
     assert cleaned.returncode == 0, cleaned.stderr
     assert [p.name for p in files.iterdir()] == ["mine.txt"]  # only its own files are removed
     assert cleaned.stderr.splitlines()[-1] == f"left none of its files in {files}"
+
+
+@pytest.mark.parametrize("answer, body, trailers", [
+    (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", b"hello", {}),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhello\r\n6\r\n world\r\n0\r\nX-T: 1\r\n\r\n",
+     b"hello world", {"x-t": "1"}),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", b"abc", {}),
+    (b"HTTP/1.0 200 OK\r\n\r\nto the end", b"to the end", {}),  # framed by the server's close
+])
+def test_the_handwritten_framing_reads_interim_chunked_and_close_framed_answers(answer, body, trailers) -> None:
+    """The baseline bench-client measures h11 against: the framings it must get right, from a real socket."""
+    from openjev_repro.bench.handwritten_client import HandwrittenFramingClient
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            for i in range(0, len(answer), 7):  # in pieces, so every wait for more bytes is taken
+                conn.sendall(answer[i:i + 7])
+                time.sleep(0.001)
+
+    server = threading.Thread(target=serve)
+    server.start()
+    client = HandwrittenFramingClient("127.0.0.1", listener.getsockname()[1], timeout_s=10)
+    try:
+        r = client.request("POST", "/v1/systemone", b"{}", {"Content-Type": "application/json"})
+    finally:
+        client.close()
+        server.join()
+        listener.close()
+    assert (r.status, r.body, r.trailers) == (200, body, trailers)

@@ -19,7 +19,6 @@ __all__ = [
     "parse_sizes",
     "run_client_bench",
     "run_hash_bench",
-    "write_result",
 ]
 
 _HOME = {
@@ -28,7 +27,6 @@ _HOME = {
     "parse_sizes": "hash_bench",
     "run_client_bench": "client_bench",
     "run_hash_bench": "hash_bench",
-    "write_result": "machine",
 }
 
 

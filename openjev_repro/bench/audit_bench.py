@@ -111,12 +111,32 @@ def _copies(entries: list[Entry], k: int, lengths: dict[tuple[str, str, str, int
         yield from (renamed(e, id=_copy_id(e.id, j), seq=e.seq + j * n) for j in range(k))
 
 
+def _pass_lengths(rows: list[Row]) -> dict[tuple[str, str, str, int], int]:
+    """(backend, workload, phase, pass index) -> the number of requests of each timed pass."""
+    lengths: dict[tuple[str, str, str, int], int] = {}
+    for r in rows:
+        if r.phase in _TIMED_PHASES:
+            key = (r.backend, r.workload, r.phase, r.pass_index)
+            lengths[key] = max(lengths.get(key, 0), r.seq + 1)
+    return lengths
+
+
 def _responses(path: Path) -> list[ResponseEntry]:
     return [decode(check_response_entry(entry, f"{path}:{number}"), ResponseEntry, f"{path}:{number}")
             for number, entry in read_jsonl(path, "a response entry")]
 
 
 _RECOMPUTED = {ENVELOPE_NAME, "summary.json", "report.md", "latency_vs_tokens.png", "latency_cdf.png", "rows.jsonl"}
+
+
+def _copy_unchanged(source: Path, out: Path) -> None:
+    """Every file of the source run the synthetic run keeps as it is (not rows, responses or outputs)."""
+    for path in sorted(source.rglob("*")):
+        rel = path.relative_to(source)
+        if path.is_file() and rel.as_posix() not in _RECOMPUTED and rel.parts[0] != "responses" \
+                and not path.name.startswith("."):
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, out / rel)
 
 
 def synthesize_run(source: Path, out: Path, k: int, key: Path) -> Path:
@@ -126,19 +146,9 @@ def synthesize_run(source: Path, out: Path, k: int, key: Path) -> Path:
         raise AuditBenchError(f"{out} already exists.")
     if RunDir(source).state_record().status != Status.COMPLETE:
         raise AuditBenchError(f"{source} is not a complete run.")
-    # Every file the synthetic run keeps as it is (not rows, responses or outputs).
-    for path in sorted(source.rglob("*")):
-        rel = path.relative_to(source)
-        if path.is_file() and rel.as_posix() not in _RECOMPUTED and rel.parts[0] != "responses" \
-                and not path.name.startswith("."):
-            (out / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, out / rel)
+    _copy_unchanged(source, out)
     rows = read_rows(source / "rows.jsonl")
-    lengths: dict[tuple[str, str, str, int], int] = {}
-    for r in rows:
-        if r.phase in _TIMED_PHASES:
-            key_ = (r.backend, r.workload, r.phase, r.pass_index)
-            lengths[key_] = max(lengths.get(key_, 0), r.seq + 1)
+    lengths = _pass_lengths(rows)
     (out / "rows.jsonl").write_text("".join(f"{r.to_json()}\n" for r in _copies(rows, k, lengths, dataclasses.replace)),
                                     encoding="utf-8")
     (out / "responses").mkdir(exist_ok=True)
@@ -209,10 +219,6 @@ def synthesize_system1(run: Path, out: Path) -> int:
 
 def _files(directory: Path) -> list[Path]:
     return sorted(p for p in Path(directory).rglob("*") if p.is_file())
-
-
-def _size(directory: Path) -> int:
-    return sum(p.stat().st_size for p in _files(directory))
 
 
 # Runs in a small interpreter of its own: a child's max RSS counts the memory of the process it
@@ -432,7 +438,7 @@ def _one_size(work: Path, source: Path, k: int, keys: tuple[Path, Path], rounds:
     say(f"size {k}x: {n_rows:,} rows, {gib(tree_bytes(run))}; timing {rounds} round(s) of 5 commands")
     timings = [_round(work, run, src, public, private, f"x{k}-{i}") for i in range(rounds)]
     series = {name: _Series([r[name] for r in timings]) for name in timings[0]}
-    run_bytes, src_bytes = _size(run), _size(src)
+    run_bytes, src_bytes = tree_bytes(run), tree_bytes(src)
     commands = {name: CommandResult.of(series[name], series["sha256sum_import_source" if name == "import" else
                                                             "sha256sum_run"],
                                        src_bytes if name == "import" else run_bytes,

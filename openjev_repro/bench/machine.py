@@ -18,7 +18,7 @@ import msgspec
 
 from ..evidence.files import write_json_atomic
 
-__all__ = ["RESULT_FORMAT_VERSION", "BenchResult", "Machine", "describe_disk", "gib", "tree_bytes", "write_result"]
+__all__ = ["RESULT_FORMAT_VERSION", "BenchResult", "Machine", "describe_disk", "gib", "tree_bytes"]
 
 RESULT_FORMAT_VERSION = 1
 
@@ -77,12 +77,12 @@ class BenchResult(msgspec.Struct, frozen=True, kw_only=True):
         data: dict[str, object] = msgspec.to_builtins(self)
         return data
 
-
-def write_result(path: Path, result: BenchResult) -> None:
-    """Write a result file (replacing an older one: results are regenerated, then committed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {**result.to_json(), "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
-                      sort_keys=False)
+    def write(self, path: Path) -> None:
+        """Write the result file (replacing an older one: results are regenerated, then committed), with the
+        load average at its end."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, {**self.to_json(), "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
+                          sort_keys=False)
 
 
 def gib(n: int) -> str:

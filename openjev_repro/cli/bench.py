@@ -47,11 +47,9 @@ def _result_path(name: str, out: str | None, record: bool) -> Path | None:
 
 
 def _write(path: Path | None, result: BenchResult) -> None:
-    from ..bench import write_result
-
     if path is None:
         return
-    write_result(path, result)
+    result.write(path)
     print(f"wrote {path}" + ("  (committed figures: commit it with the README/docs that quote it)"
                              if path.parent == RECORDED else ""))
 

@@ -288,19 +288,7 @@ def verify_summary(directory: Path, pubkey: Path) -> str:
         statement = _SummaryStatement()
     if statement.predicate_type != SUMMARY_PREDICATE_TYPE:
         raise VerificationError(f"{directory}: not a cross-host summary envelope.")
-    # A subject of another shape, or naming a path, is damaged evidence.
-    damage: str | None
-    try:
-        subjects = msgspec.json.decode(statement.subject, type=list[_Subject])
-    except msgspec.DecodeError as exc:
-        subjects, damage = [], printable(str(exc))
-    else:
-        damage = next((repr(s.name)[:80] for s in subjects if Path(s.name).name != s.name or s.name in ("", ".", "..")),
-                      None)
-    if damage is not None or not subjects:
-        raise EvidenceError(f"{directory}: the signed summary's subject {damage or '[]'} is not "
-                            "{name: a file of this directory, digest: {sha256}}.")
-    for subject in subjects:
+    for subject in statement.subjects(directory):
         if hash_file(_inside(directory, subject.name)) != subject.digest.sha256:
             raise VerificationError(f"{directory}/{subject.name} changed after it was signed.")
     return signer
@@ -321,6 +309,20 @@ class _SummaryStatement(msgspec.Struct, frozen=True, rename={"predicate_type": "
 
     predicate_type: str | None = None
     subject: msgspec.Raw = msgspec.Raw(b"null")
+
+    def subjects(self, directory: Path) -> list[_Subject]:
+        """Each signed file; a subject of another shape, or naming a path, is damaged evidence."""
+        try:
+            subjects = msgspec.json.decode(self.subject, type=list[_Subject])
+        except msgspec.DecodeError as exc:
+            damage: str | None = printable(str(exc))
+        else:
+            damage = next((repr(s.name)[:80] for s in subjects
+                           if Path(s.name).name != s.name or s.name in ("", ".", "..")), None if subjects else "[]")
+        if damage is not None:
+            raise EvidenceError(f"{directory}: the signed summary's subject {damage} is not "
+                                "{name: a file of this directory, digest: {sha256}}.")
+        return subjects
 
 
 def to_markdown(summary: CrossHostSummary) -> str:

@@ -193,9 +193,17 @@ class AccountedJob(msgspec.Struct, frozen=True):
 class SqueueReply(_Reply, frozen=True):
     jobs: list[QueuedJob] = []
 
+    def tasks(self, source: str, output_under: str | None = None) -> list[JobState]:
+        """Every task of its jobs (with output_under, of the jobs whose output file lies there)."""
+        return [state for job in self.jobs if not output_under or (job.standard_output or "").startswith(output_under)
+                for state in job.states(source)]
+
 
 class SacctReply(_Reply, frozen=True):
     jobs: list[AccountedJob] = []
+
+    def tasks(self) -> list[JobState]:
+        return [state for job in self.jobs if (state := job.job_state()) is not None]
 
 
 ReplyT = TypeVar("ReplyT", SqueueReply, SacctReply)
@@ -223,35 +231,17 @@ def job_states(array_ids: list[int], output_under: str | None = None) -> dict[tu
     """
     if not array_ids:
         return {}
-    found = {(s.array_job_id, s.array_task_id): s for s in _accounted_states(array_ids)}
-    # squeue is live: it wins over accounting for tasks still known to slurmctld.
-    found.update({(s.array_job_id, s.array_task_id): s for s in _queued_states(array_ids, output_under)})
-    return found
-
-
-def _accounted_states(array_ids: list[int]) -> list[JobState]:
-    """The arrays' tasks as `sacct --json` knows them; none without accounting (no slurmdbd)."""
-    ids = ",".join(str(i) for i in sorted(set(array_ids)))
-    acct = _run(["sacct", "--json", "--jobs", ids], check=False)
+    acct = _run(["sacct", "--json", "--jobs", ",".join(str(i) for i in sorted(set(array_ids)))], check=False)
     try:  # without accounting (no slurmdbd) sacct answers in words, or with errors: not used
-        accounted = parse_reply(acct.stdout, "sacct --json", SacctReply).jobs if acct.returncode == 0 else []
+        accounted = parse_reply(acct.stdout, "sacct --json", SacctReply).tasks() if acct.returncode == 0 else []
     except SlurmError:
         accounted = []
-    states = [job.job_state() for job in accounted]
-    return [s for s in states if s is not None and s.array_job_id in array_ids]
-
-
-def _queued_states(array_ids: list[int], output_under: str | None) -> list[JobState]:
-    """The arrays' tasks still in slurmctld's memory (`squeue --json --states=all`), ours by output path."""
     proc = _run(["squeue", "--json", "--states=all"], check=False)
     if proc.returncode != 0:
         raise SlurmError(f"squeue --json failed: {(proc.stderr or proc.stdout).strip()[:200]}")
-    states: list[JobState] = []
-    for job in parse_reply(proc.stdout, "squeue --json", SqueueReply).jobs:
-        if output_under and not (job.standard_output or "").startswith(output_under):
-            continue
-        states += [s for s in job.states("squeue --json --states=all") if s.array_job_id in array_ids]
-    return states
+    queued = parse_reply(proc.stdout, "squeue --json", SqueueReply).tasks("squeue --json --states=all", output_under)
+    # squeue is live: it wins over accounting for tasks still known to slurmctld.
+    return {(s.array_job_id, s.array_task_id): s for s in [*accounted, *queued] if s.array_job_id in array_ids}
 
 
 def job_state(job_id: int, *, timeout_s: float = _TIMEOUT_S) -> JobState | None:
@@ -259,8 +249,5 @@ def job_state(job_id: int, *, timeout_s: float = _TIMEOUT_S) -> JobState | None:
     proc = _run(["squeue", "--json", "--states=all", "--jobs", str(job_id)], check=False, timeout_s=timeout_s)
     if proc.returncode != 0:
         return None
-    for job in parse_reply(proc.stdout, "squeue --json", SqueueReply).jobs:
-        for state in job.states("squeue --json --jobs"):
-            if state.job_id == job_id:
-                return state
-    return None
+    tasks = parse_reply(proc.stdout, "squeue --json", SqueueReply).tasks("squeue --json --jobs")
+    return next((state for state in tasks if state.job_id == job_id), None)

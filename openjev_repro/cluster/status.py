@@ -16,7 +16,7 @@ import msgspec
 from ..evidence.rundir import RunDir, Status
 from ..evidence.state import SlurmEnd
 from .slurm import TERMINAL, JobState, job_states
-from .submission import SLURM_CAUSE, AttemptRecord, Submission, utc_now, with_slurm_cause
+from .submission import SLURM_CAUSE, AttemptRecord, RunAttempt, Submission, utc_now, with_slurm_cause
 
 __all__ = ["ReplicateStatus", "SlurmView", "replicate_status", "settle"]
 
@@ -120,21 +120,24 @@ class ReplicateStatus(msgspec.Struct, frozen=True, kw_only=True):
         runs = sub.runs(k)
         complete = sub.complete_run(k)
         latest = runs[-1] if runs else None
-        if complete is not None:
-            evidence = "complete"
-        elif latest is None:
-            evidence = "none"
-        elif latest.status == Status.RUNNING and slurm.state in TERMINAL:
-            evidence = "incomplete"  # the task was killed before it could write its state
-        elif latest.status == Status.COMPLETE:  # every pass done, the manifest not (yet) written
-            evidence = "unsigned" if slurm.state in TERMINAL else "signing"
-        else:
-            evidence = latest.status
         chosen = complete or latest
-        return cls(replicate=k, slurm=slurm, evidence=evidence, runs=len(runs),
+        return cls(replicate=k, slurm=slurm, evidence=_evidence_word(complete, latest, slurm.state), runs=len(runs),
                    run=str(chosen.path) if chosen is not None else None,
                    error=None if complete or latest is None else latest.error,
                    terminated=[a for a in sub.attempts(k) if a.outcome in ("terminated", "killed")])
+
+
+def _evidence_word(complete: RunAttempt | None, latest: RunAttempt | None, slurm_state: str) -> str:
+    """What the replicate's evidence is: complete, none, incomplete, unsigned, signing or the latest run's status."""
+    if complete is not None:
+        return "complete"
+    if latest is None:
+        return "none"
+    if latest.status == Status.RUNNING and slurm_state in TERMINAL:
+        return "incomplete"  # the task was killed before it could write its state
+    if latest.status == Status.COMPLETE:  # every pass done, the manifest not (yet) written
+        return "unsigned" if slurm_state in TERMINAL else "signing"
+    return latest.status
 
 
 def replicate_status(sub: Submission) -> list[ReplicateStatus]:
