@@ -338,7 +338,7 @@ def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slu
     from openjev_repro.cluster.collect import verify_summary
     from openjev_repro.errors import VerificationError
 
-    verify_summary(out, public)
+    assert verify_summary(out, public).files == ["summary.json", "summary.md", "means.png"]
 
     # A given baseline run (here replicate 1's, verified with the submission's key): every
     # replicate is compared with it, itself included.

@@ -213,10 +213,10 @@ def metavars(**names: str) -> Callable[[Callable], Callable]:
 
 def exit_on_failed_gates(summary_path: Path, where: str) -> None:
     """Exit GATES_FAILED_EXIT, with one `error:` line naming them, when summary.json has a FAILED gate."""
-    import json
+    from ..evidence.summary import read_summary
 
-    gates = json.loads(summary_path.read_text(encoding="utf-8")).get("gates") or []
-    failed = [str(g.get("name")) for g in gates if isinstance(g, dict) and g.get("passed") is False]
+    gates = read_summary(summary_path).gates
+    failed = [g.name for g in gates if g.passed is False]
     if failed:
         raise Exit(f"error: {len(failed)} of {len(gates)} gates FAILED in {printable(where)}: {printable(', '.join(failed))} "
                    f"(exit {GATES_FAILED_EXIT}: --fail-on-gates).", code=GATES_FAILED_EXIT)

@@ -54,10 +54,9 @@ def recipe_with_image(image: str, dest_dir: Path = Path(".cache/demo-recipes")) 
     records this copy, so its recipe says which image it used."""
     from ..evidence.recipe import read_yaml
 
-    data = read_yaml(DEMO_RECIPE, "demo recipe")
-    data["inputs"]["root"] = str(DEMO_INPUTS.resolve())
-    for backend in data["backends"]:
-        backend["image"] = image
+    demo = read_yaml(DEMO_RECIPE, "demo recipe")
+    data = {**demo, "inputs": {**demo["inputs"], "root": str(DEMO_INPUTS.resolve())},
+            "backends": [{**backend, "image": image} for backend in demo["backends"]]}
     dest_dir.mkdir(parents=True, exist_ok=True)
     path = dest_dir / ("demo." + "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in image) + ".yaml")
     import yaml

@@ -42,6 +42,7 @@ __all__ = [
     "SUMMARY_FILES",
     "SUMMARY_PREDICATE_TYPE",
     "Collected",
+    "SignedCollection",
     "collect",
     "verify_summary",
 ]
@@ -277,8 +278,16 @@ def _inside(directory: Path, name: str) -> Path:
     return path
 
 
-def verify_summary(directory: Path, pubkey: Path) -> str:
-    """Check a collection's signature and the digest of each of its files; returns the key id."""
+@dataclass(frozen=True)
+class SignedCollection:
+    """A collection whose signature and file digests checked out: who signed it and which files it signed."""
+
+    keyid: str
+    files: list[str]
+
+
+def verify_summary(directory: Path, pubkey: Path) -> SignedCollection:
+    """Check a collection's signature and the digest of each of its files."""
     trusted_public_key(pubkey, Path(directory).parent)  # never a key inside the submission it belongs to
     envelope = parse_envelope(_inside(directory, SUMMARY_ENVELOPE).read_bytes(), SUMMARY_ENVELOPE)
     signer = verify_envelope(envelope, load_public_key(pubkey))
@@ -288,10 +297,11 @@ def verify_summary(directory: Path, pubkey: Path) -> str:
         statement = _SummaryStatement()
     if statement.predicate_type != SUMMARY_PREDICATE_TYPE:
         raise VerificationError(f"{directory}: not a cross-host summary envelope.")
-    for subject in statement.subjects(directory):
+    subjects = statement.subjects(directory)
+    for subject in subjects:
         if hash_file(_inside(directory, subject.name)) != subject.digest.sha256:
             raise VerificationError(f"{directory}/{subject.name} changed after it was signed.")
-    return signer
+    return SignedCollection(keyid=signer, files=[s.name for s in subjects])
 
 
 class _Digest(msgspec.Struct, frozen=True):
