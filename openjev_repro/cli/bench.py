@@ -88,7 +88,8 @@ def bench_hash(c, sizes="1G,1G,1G,1G", dir="", rounds=3, workers=0, clean=False,
         result = run_hash_bench(parse_sizes(sizes), directory, int(rounds), int(workers) or None, say=_say)
     finally:
         if clean:
-            _remove_generated(directory)
+            for generated in _generated(directory):
+                generated.unlink(missing_ok=True)
     _write(path, result)
     print(result.table())
     left = sum(p.stat().st_size for p in _generated(directory))
@@ -99,11 +100,6 @@ def bench_hash(c, sizes="1G,1G,1G,1G", dir="", rounds=3, workers=0, clean=False,
 def _generated(directory: Path) -> list[Path]:
     """The files bench-hash generates (by their name), never anything else in --dir."""
     return [p for p in directory.glob("hashbench-v1-*") if p.is_file()] if directory.is_dir() else []
-
-
-def _remove_generated(directory: Path) -> None:
-    for path in _generated(directory):
-        path.unlink(missing_ok=True)
 
 
 @task(help={"requests": "measured requests (default 500)"})
