@@ -82,14 +82,17 @@ class SlurmView(msgspec.Struct, frozen=True, kw_only=True):
             return cls(state=state.state, reason=state.reason, node=state.node, source=state.source,
                        job=f"{job}_{k}", job_id=state.job_id)
         attempts = [a for a in sub.attempts(k) if a.of_array(job)]
-        if not attempts:
-            return cls(state="UNKNOWN", reason="not in squeue/sacct and no attempt record", node=None, source=None,
-                       job=f"{job}_{k}" if job else None, job_id=None)
-        last = attempts[-1]  # aged out of slurmctld and no accounting: the task's own end record
+        if attempts:  # aged out of slurmctld and no accounting: the task's own end record
+            return cls.of_attempt(attempts[-1], f"{job}_{k}")
+        return cls(state="UNKNOWN", reason="not in squeue/sacct and no attempt record", node=None, source=None,
+                   job=f"{job}_{k}" if job else None, job_id=None)
+
+    @classmethod
+    def of_attempt(cls, last: AttemptRecord, job: str) -> SlurmView:
         end = last.end() or SlurmEnd(state=None)
         by_outcome = "COMPLETED" if last.outcome in ("complete", "skipped") else "UNKNOWN"
         return cls(state=end.state or by_outcome, reason=end.reason, node=last.slurm.node if last.slurm else None,
-                   source=last.file_name, job=f"{job}_{k}", job_id=last.job_id)
+                   source=last.file_name, job=job, job_id=last.job_id)
 
 
 class ReplicateStatus(msgspec.Struct, frozen=True, kw_only=True):
