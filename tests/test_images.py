@@ -445,7 +445,7 @@ def test_a_debian_relock_reaches_every_image_on_that_base():
     assert sharing_recipes(IMAGES_DIR / "hf" / "requirements.lock") == []
 
 
-def _wheel(directory: Path, name: str, version: str) -> Path:
+def _pure_wheel(directory: Path, name: str, version: str) -> Path:
     """A minimal pure-Python wheel, as a build backend writes one."""
     import zipfile
 
@@ -465,7 +465,7 @@ def test_a_pin_comes_from_pips_own_install_report(tmp_path, monkeypatch):
     report pip writes, decoded into its type."""
     from openjev_repro.images.lockfile import resolve
 
-    wheel = _wheel(tmp_path, "tiny_pkg", "1.2.3")
+    wheel = _pure_wheel(tmp_path, "tiny_pkg", "1.2.3")
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
     [pin] = resolve(["tiny_pkg==1.2.3"])
