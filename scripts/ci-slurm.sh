@@ -8,7 +8,8 @@ INVOKE=.venv/bin/invoke
 OUT=${1:-.cache/ci-slurm}
 
 # The fixture and signing key of the demo (built once; .cache/ is not committed).
-.venv/bin/python -c 'import openjev_repro.cli.demo as d; d.ensure_fixture(d.DEMO_INPUTS); d.ensure_demo_key(d.DEMO_KEYS)'
+.venv/bin/python -c 'import openjev_repro.cli.demo as d; d.ensure_fixture(d.DEMO_INPUTS)'
+[ -f .cache/demo-key/openjev-repro.key ] || $INVOKE keygen --out .cache/demo-key
 
 sub=$($INVOKE submit --recipe recipes/demo.yaml --replicates 2 --key .cache/demo-key/openjev-repro.key \
       --time 15m --out "$OUT" | tail -n 1)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from audit_kit import build_run, signed_run
 from invoking import invoke
+from studykit import scripted_backend, write_study
 
 from openjev_repro.audit.compare import compare_runs
 from openjev_repro.audit.publish import _write_tar, publish
@@ -152,15 +153,24 @@ def test_published_bundle_streams_the_signed_bytes(tmp_path):
 
 @pytest.mark.slow
 def test_bench_audit_at_a_tiny_size(tmp_path):
-    run, _, _ = signed_run(tmp_path)
+    """On a signed run of a real study (two scripted backends): each size's run is synthesised from it in its
+    file formats (plan.json read back as its record) and every command timed."""
+    recipe = write_study(tmp_path / "study", [scripted_backend("a"), scripted_backend("b")], n=6)
+    assert invoke("keygen", "--out", str(tmp_path / "keys")).returncode == 0
+    study = invoke("study", "--recipe", str(recipe), "--out", str(tmp_path / "runs"),
+                   "--key", str(tmp_path / "keys" / "openjev-repro.key"), timeout=600)
+    assert study.returncode == 0, study.stderr[-2000:]
+    run = Path(study.stdout.splitlines()[-1])
     out = tmp_path / "audit.json"
-    done = invoke("bench-audit", "--sizes", "1,2", "--rounds", "1", "--source", str(run.path),
+    done = invoke("bench-audit", "--sizes", "1,2", "--rounds", "1", "--source", str(run),
                   "--dir", str(tmp_path / "work"), "--out", str(out))
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert [s["factor"] for s in result["sizes"]] == [1, 2]
     small, double = result["sizes"]
-    assert double["rows"] == 2 * small["rows"] and double["measured_rows_imported"] == 2 * small["measured_rows_imported"]
+    untimed = sum(r.phase in ("first", "warmup") for r in read_rows(run / "rows.jsonl"))  # kept once at every size
+    assert untimed and double["rows"] - untimed == 2 * (small["rows"] - untimed)
+    assert double["measured_rows_imported"] == 2 * small["measured_rows_imported"]
     for size in result["sizes"]:
         assert set(size["commands"]) == {"import", "verify", "compare", "report", "publish"}
         for c in size["commands"].values():

@@ -9,9 +9,11 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 from invoking import INVOKE, invoke
 
@@ -19,12 +21,11 @@ from openjev_repro.backend.prompts import MODEL_ALIASES, parse_request
 from openjev_repro.bench import (
     BenchUsageError,
     calibrate_client_overhead,
-    format_client_table,
-    format_hash_table,
     parse_sizes,
     run_client_bench,
     run_hash_bench,
 )
+from openjev_repro.bench.client_bench import ClientBenchResult
 from openjev_repro.bench.hash_bench import ensure_files
 from openjev_repro.bench.server import SYSTEMONE_REQUEST, SYSTEMONE_RESPONSE, LoopbackServer
 from openjev_repro.bench.stats import summarize_ns
@@ -89,7 +90,7 @@ def test_bench_request_and_response_follow_the_http_contract() -> None:
 
 
 def test_client_bench_small() -> None:
-    result = run_client_bench(n=50, warmup=5)
+    result = run_client_bench(n=50, warmup=5).to_json()  # as the result file holds it
     assert set(result["clients"]) == {
         "raw-socket", "timed-client", "timed-client-wall", "handwritten-framing", "handwritten-framing-wall", "httpx"
     }
@@ -102,7 +103,9 @@ def test_client_bench_small() -> None:
     assert result["h11_cost_p50_over_raw_p50"] == pytest.approx(expected_cost, abs=1e-3)
     assert result["body_sha256"] == hashlib.sha256(SYSTEMONE_RESPONSE).hexdigest()
     assert result["machine"]["cores"] >= 1 and result["format_version"] == 1
-    last = format_client_table(result).splitlines()[-1]
+    assert list(result)[:5] == ["format_version", "benchmark", "date", "machine", "command"]  # the header first
+    assert list(clients["httpx"]) == ["n", "p50_us", "p99_us", "mean_us", "min_us", "p50_ratio_to_raw"]
+    last = ClientBenchResult.table(msgspec.convert(result, ClientBenchResult)).splitlines()[-1]
     assert last.startswith("timed-client/raw-socket p50 ratio: ")
     float(last.rsplit(" ", 1)[1])
 
@@ -116,7 +119,7 @@ def test_calibration_small() -> None:
 
 def test_summarize_ns_rules() -> None:
     s = summarize_ns(list(range(1000, 101_000, 1000)))  # 1..100 µs
-    assert (s["n"], s["p50_us"], s["p99_us"], s["min_us"]) == (100, 50.5, 99.0, 1.0)
+    assert (s.n, s.p50_us, s.p99_us, s.min_us) == (100, 50.5, 99.0, 1.0)
 
 
 @pytest.mark.parametrize("text, expected", [("1M", [1 << 20]), ("2K,3", [2048, 3]), ("1G, 512MiB", [1 << 30, 512 << 20])])
@@ -143,17 +146,22 @@ def test_generated_files_are_deterministic_random_and_reused(tmp_path) -> None:
 
 
 def test_hash_bench_small(tmp_path) -> None:
-    result = run_hash_bench([1 << 20, 1 << 20], tmp_path, rounds=2)
+    record = run_hash_bench([1 << 20, 1 << 20], tmp_path, rounds=2)
+    result = record.to_json()  # as the result file holds it
     assert set(result["cases"]) == {"single", "several"}
     several = result["cases"]["several"]
     assert several["bytes"] == 2 << 20 and len(several["ours"]["seconds"]) == 2
-    assert {"sha256sum", "ours-1-worker", "parallel_speedup_median"} <= set(several)
+    assert list(several) == ["files", "bytes", "ours", "sha256sum", "ours-1-worker", "ratio_median", "ratio_best",
+                             "parallel_speedup_median"]
+    assert "ours-1-worker" not in result["cases"]["single"] and "parallel_speedup_median" not in result["cases"]["single"]
     assert "warm" in result["cache"]
-    assert "ours/sha256sum throughput ratio" in format_hash_table(result)
+    table = record.table()
+    assert "ours/sha256sum throughput ratio" in table and "several ours parallel/1-worker: " in table
+    assert table.count("ours-1-worker") == 1  # one row of the several-files case
 
 
 def test_hash_bench_single_file_has_no_several_case(tmp_path) -> None:
-    assert set(run_hash_bench([4096], tmp_path, rounds=1)["cases"]) == {"single"}
+    assert set(run_hash_bench([4096], tmp_path, rounds=1).cases) == {"single"}
 
 
 def run_invoke(*args: str) -> subprocess.CompletedProcess[str]:
@@ -241,3 +249,36 @@ def test_bench_hash_names_its_directory_and_disk_shows_progress_and_says_what_it
     assert cleaned.returncode == 0, cleaned.stderr
     assert [p.name for p in files.iterdir()] == ["mine.txt"]  # only its own files are removed
     assert cleaned.stderr.splitlines()[-1] == f"left none of its files in {files}"
+
+
+@pytest.mark.parametrize("answer, body, trailers", [
+    (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", b"hello", {}),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhello\r\n6\r\n world\r\n0\r\nX-T: 1\r\n\r\n",
+     b"hello world", {"x-t": "1"}),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", b"abc", {}),
+    (b"HTTP/1.0 200 OK\r\n\r\nto the end", b"to the end", {}),  # framed by the server's close
+])
+def test_the_handwritten_framing_reads_interim_chunked_and_close_framed_answers(answer, body, trailers) -> None:
+    """The baseline bench-client measures h11 against: the framings it must get right, from a real socket."""
+    from openjev_repro.bench.handwritten_client import HandwrittenFramingClient
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            for i in range(0, len(answer), 7):  # in pieces, so every wait for more bytes is taken
+                conn.sendall(answer[i:i + 7])
+                time.sleep(0.001)
+
+    server = threading.Thread(target=serve)
+    server.start()
+    client = HandwrittenFramingClient("127.0.0.1", listener.getsockname()[1], timeout_s=10)
+    try:
+        r = client.request("POST", "/v1/systemone", b"{}", {"Content-Type": "application/json"})
+    finally:
+        client.close()
+        server.join()
+        listener.close()
+    assert (r.status, r.body, r.trailers) == (200, body, trailers)

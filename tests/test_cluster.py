@@ -20,10 +20,11 @@ from studykit import scripted_backend, write_study
 
 from openjev_repro.cluster.crosshost import load_cross_host_tolerances, spread
 from openjev_repro.cluster.jobscript import SbatchOptions, sbatch_argv, slurm_time
-from openjev_repro.cluster.slurm import SlurmError, parse_reply, task_ids
+from openjev_repro.cluster.slurm import QueuedJob, SacctReply, SlurmError, SqueueReply, parse_reply, task_ids
 from openjev_repro.cluster.submission import Submission, SubmissionRecord, with_slurm_cause
 from openjev_repro.cluster.task import GPU_SOURCE, TaskFailed, study_argv
 from openjev_repro.errors import RecipeError
+from openjev_repro.evidence.records import SlurmGpu
 from openjev_repro.host.allocation import allocated_gpu, slurm_record, visible_index
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,10 +65,37 @@ SQUEUE_DOWN = """{"meta": {"Slurm": {"release": "22.05.8"}}, "errors": [{"descri
 
 def test_a_reply_with_errors_is_an_error_not_an_empty_queue():
     with pytest.raises(SlurmError, match="Failed while looking for jobs .slurm_load_jobs.; is slurmctld running"):
-        parse_reply(SQUEUE_DOWN.replace("\n", ""), "squeue --json")
+        parse_reply(SQUEUE_DOWN.replace("\n", ""), "squeue --json", SqueueReply)
     with pytest.raises(SlurmError, match="did not print JSON"):
-        parse_reply("Slurm accounting storage is disabled", "sacct --json")
-    assert parse_reply('{"errors": [], "jobs": [{"job_id": 7}]}', "squeue --json")["jobs"] == [{"job_id": 7}]
+        parse_reply("Slurm accounting storage is disabled", "sacct --json", SacctReply)
+    assert parse_reply('{"errors": [], "jobs": [{"job_id": 7}]}', "squeue --json", SqueueReply).jobs == [QueuedJob(job_id=7)]
+
+
+def test_squeue_and_sacct_jobs_decode_in_the_old_and_the_new_data_parsers_shapes():
+    old = parse_reply('{"jobs": [{"job_id": 12, "array_job_id": 10, "array_task_id": 2, "job_state": "RUNNING", '
+                      '"state_reason": "None", "nodes": "n1", "exit_code": 0, "standard_output": "/s/x.out"}]}',
+                      "squeue --json", SqueueReply)
+    assert [s.to_dict() for s in old.jobs[0].states("squeue")] == [
+        {"job_id": 12, "array_job_id": 10, "array_task_id": 2, "state": "RUNNING", "reason": None, "node": "n1",
+         "exit_code": 0, "source": "squeue"}]
+    # Slurm 23.02+: numbers as {"set", "number"}, job_state a list of flags, exit_code an object; a pending
+    # array is one record whose task string names its indices.
+    new = parse_reply('{"jobs": [{"job_id": {"set": true, "number": 10}, "array_job_id": {"set": true, "number": 10},'
+                      ' "array_task_id": {"set": false, "number": 0}, "array_task_string": "1-3", "job_state": '
+                      '["PENDING"], "state_reason": "Priority", "exit_code": {"status": ["PENDING"], "return_code": '
+                      '{"set": false}}, "nodes": ""}]}', "squeue --json", SqueueReply)
+    states = new.jobs[0].states("squeue")
+    assert [(s.array_task_id, s.state, s.reason, s.node, s.exit_code) for s in states] == [
+        (1, "PENDING", "Priority", None, None), (2, "PENDING", "Priority", None, None),
+        (3, "PENDING", "Priority", None, None)]
+    acct = parse_reply('{"jobs": [{"job_id": 11, "array": {"job_id": 10, "task_id": {"set": true, "number": 1}}, '
+                       '"state": {"current": ["CANCELLED"], "reason": "None"}, "exit_code": {"return_code": '
+                       '{"set": true, "number": 15}}, "nodes": "n1"}]}', "sacct --json", SacctReply)
+    state = acct.jobs[0].job_state()
+    assert state is not None and (state.job_id, state.array_job_id, state.array_task_id, state.state,
+                                  state.exit_code) == (11, 10, 1, "CANCELLED", 15)
+    with pytest.raises(SlurmError, match=r"squeue --json printed JSON of another shape .*\$\.jobs\[0\]\.job_state"):
+        parse_reply('{"jobs": [{"job_id": 1, "job_state": {"x": 1}}]}', "squeue --json", SqueueReply)
 
 
 def test_sbatch_argv_carries_every_option(tmp_path: Path):
@@ -115,7 +143,8 @@ def test_visible_index_with_and_without_device_constraints():
 def test_study_argv_passes_the_allocated_gpu_only_for_recipes_with_gpu_controls(tmp_path: Path):
     data = SubmissionRecord(format_version=1, replicates=1, python=sys.executable, repo=str(REPO), recipe="r.yaml",
                             key="k.key", gpu_controls=False)
-    gpu = {"allocated": 3, "index": 3, "uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555", "source": "SLURM_JOB_GPUS"}
+    gpu = SlurmGpu(allocated=3, index=3, uuid="GPU-0a1b2c3d-0000-1111-2222-333344445555", source="SLURM_JOB_GPUS",
+                   uuid_error=None)
     argv = study_argv(Submission(tmp_path, data), tmp_path / "replicate-1", gpu)
     assert argv[argv.index("study") + 1:] == ["--recipe", "r.yaml", "--out", str(tmp_path / "replicate-1"),
                                               "--key", "k.key"]
@@ -123,7 +152,7 @@ def test_study_argv_passes_the_allocated_gpu_only_for_recipes_with_gpu_controls(
     with pytest.raises(TaskFailed, match="no GPU in the allocation"):
         study_argv(with_controls, tmp_path, None)
     argv = study_argv(with_controls, tmp_path, gpu)
-    assert argv[-6:] == ["--gpu-uuid", gpu["uuid"], "--gpu-source", "slurm", "--gpu-index", "3"]
+    assert argv[-6:] == ["--gpu-uuid", gpu.uuid, "--gpu-source", "slurm", "--gpu-index", "3"]
 
 
 def test_spread_of_host_means():
@@ -309,7 +338,7 @@ def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slu
     from openjev_repro.cluster.collect import verify_summary
     from openjev_repro.errors import VerificationError
 
-    verify_summary(out, public)
+    assert verify_summary(out, public).files == ["summary.json", "summary.md", "means.png"]
 
     # A given baseline run (here replicate 1's, verified with the submission's key): every
     # replicate is compared with it, itself included.
@@ -467,7 +496,7 @@ def test_a_task_whose_key_is_unusable_fails_before_measuring(tmp_path: Path, mon
         "repo": str(REPO), "gpu_controls": False})
     assert run_task(sub, 1) == 1
     [attempt] = sub.attempts(1)
-    assert attempt["outcome"] == "failed" and "signing key is not usable" in attempt["error"]
+    assert attempt.outcome == "failed" and "signing key is not usable" in str(attempt.error)
     assert sub.runs(1) == []  # no run directory: nothing was measured
 
 
@@ -500,7 +529,7 @@ def test_a_task_hands_the_allocated_gpu_to_the_study_as_a_slurm_override(tmp_pat
     # No GPU with that UUID here (no driver, or not this one): the run is incomplete, never signed.
     assert proc.returncode == 1 and run.status == "incomplete" and not run.signed
     [attempt] = sub.attempts(1)
-    assert attempt["outcome"] == "failed" and attempt["run"] == run.path.name
+    assert attempt.outcome == "failed" and attempt.run == run.path.name
 
 
 def test_study_gpu_source_needs_a_gpu_uuid(tmp_path: Path):

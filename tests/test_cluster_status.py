@@ -37,8 +37,10 @@ def _run(sub: Submission, k: int, name: str, state: str, **extra: object) -> Run
 
 def _attempt(sub: Submission, k: int, job: int, outcome: str, run: str | None, **extra: object) -> Path:
     path = sub.replicate_dir(k) / f"attempt-{job}.json"
+    slurm = {"job_id": str(job), "array_job_id": "100", "array_task_id": k, "node": "n1", "partition": None, "gpu": None,
+             "env": {}}
     write_json_atomic(path, {"format_version": ATTEMPT_FORMAT_VERSION, "job_id": job, "outcome": outcome, "run": run,
-                             "slurm": {"array_job_id": "100", "array_task_id": k, "node": "n1"}, **extra})
+                             "slurm": slurm, **extra})
     return path
 
 
@@ -55,7 +57,7 @@ def test_an_ended_task_is_settled_in_its_attempt_record_and_its_run(sub: Submiss
               (100, 3): _state(1003, 100, 3, "COMPLETED"), (100, 4): _state(1004, 100, 4, "RUNNING")}
     monkeypatch.setattr(status, "job_states", lambda ids, output_under: states)
 
-    rows = {row["replicate"]: row for row in status.replicate_status(sub)}
+    rows = {row.replicate: row for row in status.replicate_status(sub)}
 
     record = json.loads(killed.read_text())
     assert record["outcome"] == "killed" and record["slurm_final"]["state"] == "CANCELLED"
@@ -64,9 +66,9 @@ def test_an_ended_task_is_settled_in_its_attempt_record_and_its_run(sub: Submiss
     assert timed_out.state()["error"] == "terminated by Slurm (TIMEOUT); the study stopped"  # Slurm's cause first
     assert "slurm_final" not in json.loads(finished.read_text()) and complete.state()["status"] == "complete"
     assert still.state()["status"] == "running"  # Slurm says it still runs: nothing to settle
-    assert [rows[k]["evidence"] for k in range(1, 6)] == ["incomplete", "incomplete", "unsigned", "running", "none"]
-    assert rows[1]["terminations"][0]["state"] == "CANCELLED" and rows[4]["terminations"] == []
-    assert rows[5]["slurm"]["state"] == "UNKNOWN" and rows[5]["runs"] == 0
+    assert [rows[k].evidence for k in range(1, 6)] == ["incomplete", "incomplete", "unsigned", "running", "none"]
+    assert rows[1].to_json()["terminations"][0]["state"] == "CANCELLED" and rows[4].terminated == []
+    assert rows[5].slurm.state == "UNKNOWN" and rows[5].runs == 0
 
 
 def test_an_aged_out_task_is_shown_from_its_own_end_record(sub: Submission, monkeypatch) -> None:
@@ -74,8 +76,23 @@ def test_an_aged_out_task_is_shown_from_its_own_end_record(sub: Submission, monk
     _attempt(sub, 2, 1002, "skipped", None)
     monkeypatch.setattr(status, "job_states", lambda ids, output_under: {})
 
-    rows = {row["replicate"]: row for row in status.replicate_status(sub)}
+    rows = {row.replicate: row for row in status.replicate_status(sub)}
 
-    assert rows[1]["slurm"]["state"] == "PREEMPTED" and rows[1]["slurm"]["source"] == "attempt-1001.json"
-    assert rows[2]["slurm"]["state"] == "COMPLETED"  # skipped: it had complete evidence already
-    assert rows[3]["slurm"]["reason"] == "not in squeue/sacct and no attempt record"
+    assert rows[1].slurm.state == "PREEMPTED" and rows[1].slurm.source == "attempt-1001.json"
+    assert rows[2].slurm.state == "COMPLETED"  # skipped: it had complete evidence already
+    assert rows[3].slurm.reason == "not in squeue/sacct and no attempt record"
+
+
+def test_a_task_stopped_while_slurm_does_not_answer_still_marks_its_run_incomplete(sub: Submission) -> None:
+    """At SIGTERM the task asks Slurm why; when Slurm cannot say (no such job, slurmctld down, no Slurm
+    here), the run's state.json still records the end, with the error of asking and no state."""
+    from openjev_repro.cluster import task
+
+    run = _run(sub, 1, "r", "running", owner=ELSEWHERE)
+    end = task._slurm_end("999999999")
+    task._mark_incomplete(run.path, end, "terminated by Slurm (SIGTERM)")
+
+    state = run.state_record()
+    assert state.status == "incomplete" and state.error == "terminated by Slurm (SIGTERM)"
+    assert state.slurm_end == end and end.state is None and end.error
+    assert json.loads(run.file("state.json").read_text())["slurm_end"].keys() == {"state", "reason", "error"}

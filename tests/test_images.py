@@ -443,3 +443,56 @@ def test_a_debian_relock_reaches_every_image_on_that_base():
     assert [p.relative_to(IMAGES_DIR).as_posix() for p in sharing_recipes(lock)] == [
         "fast/image.yaml", "hf/image.yaml", "native/image.yaml", "reference/offline/image.yaml"]
     assert sharing_recipes(IMAGES_DIR / "hf" / "requirements.lock") == []
+
+
+def _pure_wheel(directory: Path, name: str, version: str) -> Path:
+    """A minimal pure-Python wheel, as a build backend writes one."""
+    import zipfile
+
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}/__init__.py": "", f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(path, "w") as zf:
+        for member, text in files.items():
+            zf.writestr(member, text)
+    return path
+
+
+def test_a_pin_comes_from_pips_own_install_report(tmp_path, monkeypatch):
+    """pip resolves from a local wheel folder (no index): the pin's name, version and sha256 are read from the
+    report pip writes, decoded into its type."""
+    from openjev_repro.images.lockfile import resolve
+
+    wheel = _pure_wheel(tmp_path, "tiny_pkg", "1.2.3")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+    [pin] = resolve(["tiny_pkg==1.2.3"])
+    assert pin == Pin("tiny-pkg", "1.2.3", (hashlib.sha256(wheel.read_bytes()).hexdigest(),))
+
+
+def test_installed_packages_are_the_stanzas_dpkg_marks_installed(tmp_path):
+    from openjev_repro.images.debian import installed_packages
+
+    status = tmp_path / "var/lib/dpkg/status"
+    status.parent.mkdir(parents=True)
+    status.write_text("Package: zlib1g\nStatus: install ok installed\nVersion: 1:1.2.13\nDescription: zlib\n"
+                      " continued: line\n\nPackage: gone\nStatus: deinstall ok config-files\nVersion: 1\n\n"
+                      "Package: bash\nStatus: install ok installed\nVersion: 5.2.15-2+b2\n")
+    assert installed_packages(tmp_path) == {"bash": "5.2.15-2+b2", "zlib1g": "1:1.2.13"}
+
+
+def test_docker_inspect_is_read_through_its_type():
+    """The parts of `docker image inspect` a study records; null and absent fields as the daemon gives them."""
+    import msgspec
+
+    from openjev_repro.images.inspect import ImageInspect
+
+    doc = {"Id": "sha256:ab", "RepoDigests": ["r@sha256:cd"], "Config": {"Labels": None, "Env": ["A=1"]},
+           "RootFS": {"Type": "layers", "Layers": ["sha256:01", "sha256:02"]}}
+    inspected = msgspec.convert(doc, ImageInspect)
+    assert (inspected.repo_digests, inspected.root_fs.layers, inspected.config.labels) == (
+        ["r@sha256:cd"], ["sha256:01", "sha256:02"], None)
+    empty = msgspec.convert({"Id": "sha256:ab"}, ImageInspect)
+    assert (empty.repo_digests, empty.root_fs.layers, empty.config.labels) == ([], [], None)

@@ -136,7 +136,8 @@ def _summary(tmp: Path, hosts: tuple[str, str]) -> dict:
     """A collection's summary.json as `invoke collect` writes it, two hosts."""
     run = tmp / "run"
     run.mkdir(exist_ok=True)
-    (run / "environment.json").write_text('{"host": {"cpu_model": "AMD EPYC"}, "gpus": {"devices": []}}')
+    (run / "environment.json").write_text('{"format_version": 2, "host": {"available": true, "cpu_model": "AMD EPYC"}, '
+                                          '"gpus": {"devices": []}}')
     rows = [{"label": f"replicate-{k}", "host": h, "mean_ms": 150.0 + 10 * k, "pass_means_ms": {1: 150.0 + 10 * k},
              "pass_range_ms": [140.0 + 10 * k, 160.0 + 10 * k]} for k, h in enumerate(hosts, 1)]
     return {"format_version": 1, "study": "demo", "submission": "sub", "created_utc": "2026-12-01T20:40:00Z",

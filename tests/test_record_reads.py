@@ -38,7 +38,6 @@ TODAY = frozenset({
     ("audit/verify_imported.py", "summary.json"),
     ("audit/verify_signed.py", "RunDir.read(name)"),
     ("audit/verify_signed.py", "summary.json"),
-    ("bench/audit_bench.py", "plan.json"),
     ("cluster/collect.py", "environment.json"),
     ("cluster/collect.py", "host.json"),
     ("cluster/submission.py", "effective_state()"),

@@ -1,7 +1,8 @@
 """Overhead benchmarks (issue 7): the timed client, parallel hashing, per-study calibration.
 
-Each benchmark returns a JSON-able record (header from `machine.result_header`) and has a
-formatter for the terminal; `openjev_repro/cli/bench.py` wires them to invoke tasks.
+Each benchmark returns a typed result (a `machine.BenchResult`: its header, then its own fields)
+that writes itself (`to_json`) and draws its table for the terminal; `openjev_repro/cli/bench.py`
+wires them to invoke tasks.
 
 Names are imported on first use: the loopback server child process imports this package and
 should not pay for httpx or cryptography, which only the benchmarks need.
@@ -15,23 +16,17 @@ from typing import Any
 __all__ = [
     "BenchUsageError",
     "calibrate_client_overhead",
-    "format_client_table",
-    "format_hash_table",
     "parse_sizes",
     "run_client_bench",
     "run_hash_bench",
-    "write_result",
 ]
 
 _HOME = {
     "BenchUsageError": "hash_bench",
     "calibrate_client_overhead": "calibration",
-    "format_client_table": "client_bench",
-    "format_hash_table": "hash_bench",
     "parse_sizes": "hash_bench",
     "run_client_bench": "client_bench",
     "run_hash_bench": "hash_bench",
-    "write_result": "machine",
 }
 
 

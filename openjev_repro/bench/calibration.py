@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import msgspec
+
 from ..study.timed_client import TimedClient, build_request
 from .server import SYSTEMONE_REQUEST, LoopbackServer
 from .stats import summarize_ns
@@ -39,9 +41,8 @@ def calibrate_client_overhead(n: int = 500) -> dict[str, Any]:
             if i >= _WARMUP:
                 latencies.append(r.end_ns - r.start_ns)
         connections = client.connections_opened
-    stats = summarize_ns(latencies)
     return {
-        **stats,
+        **msgspec.to_builtins(summarize_ns(latencies)),
         "connections_opened": connections,
         "load_average_1m": round(os.getloadavg()[0], 2),  # other work on the host inflates p50/p99
         "method": (

@@ -26,18 +26,18 @@ import itertools
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
 
 import httpx
+import msgspec
 
 from ..errors import BackendError
 from ..study.timed_client import TimedClient, build_request
 from .handwritten_client import HandwrittenFramingClient
-from .machine import result_header
+from .machine import BenchResult
 from .server import SYSTEMONE_REQUEST, LoopbackServer
-from .stats import summarize_ns
+from .stats import Latencies, summarize_ns
 
-__all__ = ["format_client_table", "run_client_bench"]
+__all__ = ["ClientBenchResult", "run_client_bench"]
 
 _ns = time.monotonic_ns
 _SERIES = ("raw-socket", "timed-client", "timed-client-wall", "handwritten-framing", "handwritten-framing-wall", "httpx")
@@ -91,9 +91,41 @@ def _httpx(client: httpx.Client, url: str) -> Call:
     return call
 
 
-def run_client_bench(n: int = 2000, warmup: int = 200, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+class ClientFigures(Latencies, frozen=True, kw_only=True):
+    """One series' latencies, and its median over the raw socket's."""
+
+    p50_ratio_to_raw: float
+
+
+class ClientBenchResult(BenchResult, frozen=True, kw_only=True):
+    """bench-results/client.json."""
+
+    h11_cost_p50_over_raw_p50: float
+    requests_per_client: int
+    warmup_per_client: int
+    request_bytes: int
+    response_bytes: int
+    body_sha256: str
+    timed_client_connections_opened: int
+    handwritten_framing_connections_opened: int
+    clients: dict[str, ClientFigures]
+
+    def table(self) -> str:
+        rows = [f"{'client':<26}{'n':>7}{'p50 µs':>10}{'p99 µs':>10}{'mean µs':>10}{'p50/raw':>9}"]
+        rows += [f"{name:<26}{s.n:>7}{s.p50_us:>10.1f}{s.p99_us:>10.1f}{s.mean_us:>10.1f}{s.p50_ratio_to_raw:>9.2f}"
+                 for name, s in self.clients.items()]
+        return "\n".join([
+            *rows,
+            (f"connections opened: timed client {self.timed_client_connections_opened}, "
+             f"hand-written framing {self.handwritten_framing_connections_opened}"),
+            f"handwritten-framing/raw-socket p50 ratio: {self.clients['handwritten-framing'].p50_ratio_to_raw:.2f}",
+            f"h11 cost: (timed-client - handwritten-framing) p50 / raw-socket p50: {self.h11_cost_p50_over_raw_p50:+.3f}",
+            f"timed-client/raw-socket p50 ratio: {self.clients['timed-client'].p50_ratio_to_raw:.2f}"])
+
+
+def run_client_bench(n: int = 2000, warmup: int = 200, progress: Callable[[int], None] | None = None) -> ClientBenchResult:
     """Measure every client `n` times after `warmup` untimed rounds; return the result record."""
-    result = result_header("client")
+    header = BenchResult.header("client")
     with LoopbackServer() as server:
         host = f"127.0.0.1:{server.port}"
         wire = build_request("POST", "/v1/systemone", host, SYSTEMONE_REQUEST, {"Content-Type": "application/json"})
@@ -119,26 +151,17 @@ def run_client_bench(n: int = 2000, warmup: int = 200, progress: Callable[[int],
     expected = hashlib.sha256(server.body).hexdigest()
     if digests != {expected}:
         raise AssertionError(f"response bodies differ between clients: {sorted(digests)} vs server {expected}")
-    floor = summarize_ns(samples["raw-socket"])["p50_us"]
-    clients = {}
-    for name in _SERIES:
-        s = summarize_ns(samples[name])
-        clients[name] = {**s, "p50_ratio_to_raw": round(s["p50_us"] / floor, 3)}
+    stats = {name: summarize_ns(samples[name]) for name in _SERIES}
+    floor = stats["raw-socket"].p50_us
     # What h11 costs inside the clock, in units of the floor: the issue-15 rule keeps the
     # hand-written framing only if this exceeds 0.1.
-    h11_cost = (clients["timed-client"]["p50_us"] - clients["handwritten-framing"]["p50_us"]) / floor
-    return {
-        **result,
-        "h11_cost_p50_over_raw_p50": round(h11_cost, 3),
-        "requests_per_client": n,
-        "warmup_per_client": warmup,
-        "request_bytes": len(wire),
-        "response_bytes": len(server.response),
-        "body_sha256": expected,
-        "timed_client_connections_opened": connections,
-        "handwritten_framing_connections_opened": handwritten_connections,
-        "clients": clients,
-    }
+    h11_cost = (stats["timed-client"].p50_us - stats["handwritten-framing"].p50_us) / floor
+    return ClientBenchResult(
+        **header, h11_cost_p50_over_raw_p50=round(h11_cost, 3), requests_per_client=n, warmup_per_client=warmup,
+        request_bytes=len(wire), response_bytes=len(server.response), body_sha256=expected,
+        timed_client_connections_opened=connections, handwritten_framing_connections_opened=handwritten_connections,
+        clients={name: ClientFigures(**msgspec.structs.asdict(s), p50_ratio_to_raw=round(s.p50_us / floor, 3))
+                 for name, s in stats.items()})
 
 
 def _alternate(
@@ -161,19 +184,3 @@ def _alternate(
         if progress is not None and i >= warmup:
             progress(1)
     return samples, digests
-
-
-def format_client_table(result: dict[str, Any]) -> str:
-    rows = [f"{'client':<26}{'n':>7}{'p50 µs':>10}{'p99 µs':>10}{'mean µs':>10}{'p50/raw':>9}"]
-    for name, s in result["clients"].items():
-        rows.append(
-            f"{name:<26}{s['n']:>7}{s['p50_us']:>10.1f}{s['p99_us']:>10.1f}{s['mean_us']:>10.1f}{s['p50_ratio_to_raw']:>9.2f}"
-        )
-    rows.append(
-        f"connections opened: timed client {result['timed_client_connections_opened']}, "
-        f"hand-written framing {result['handwritten_framing_connections_opened']}"
-    )
-    rows.append(f"handwritten-framing/raw-socket p50 ratio: {result['clients']['handwritten-framing']['p50_ratio_to_raw']:.2f}")
-    rows.append(f"h11 cost: (timed-client - handwritten-framing) p50 / raw-socket p50: {result['h11_cost_p50_over_raw_p50']:+.3f}")
-    rows.append(f"timed-client/raw-socket p50 ratio: {result['clients']['timed-client']['p50_ratio_to_raw']:.2f}")
-    return "\n".join(rows)

@@ -65,26 +65,30 @@ class HandwrittenFramingClient(TimedClient):
             if head_end < 0:
                 filled = self._recv_or_fail(sock, filled, "before sending a complete header")
                 continue
-            status = _status_code(buf, msg)
-            if 100 <= status < 200 and status != 101:
-                msg = head_end + 4
-                continue
-            return msg, head_end, filled, status
+            code = buf[msg + 9 : msg + 12]
+            if not (buf.startswith(b"HTTP/1.", msg) and code.isdigit()):
+                raise MalformedResponse(f"the response does not start with an HTTP/1.x status line and a "
+                                        f"three-digit code: {bytes(buf[msg:msg + 40])!r}.")
+            if not (100 <= int(code) < 200 and int(code) != 101):
+                return msg, head_end, filled, int(code)
+            msg = head_end + 4
 
     def _receive_frame(self, sock: socket.socket, head: bool) -> _Frame:
         """Read one response into the buffer and return where its parts lie."""
         msg, head_end, filled, status = self._receive_head(sock)
+        buf = self._buf
         body_start = head_end + 4
         if head or status in _NO_BODY_STATUSES or 100 <= status < 200:
             return msg, head_end, [], None, body_start, filled, False
-        fields = self._buf[msg:head_end].lower()
+        fields = buf[msg:head_end].lower()
         te = _field_value(fields, b"\r\ntransfer-encoding:")
         if te is not None and te.rsplit(b",", 1)[-1].strip() == b"chunked":
             return self._receive_chunked(sock, msg, head_end, filled)
         # another transfer coding: only the server's close ends the body
         length = _field_value(fields, b"\r\ncontent-length:") if te is None else None
         if length is None:  # no framing: the body ends when the server closes
-            filled = self._receive_to_eof(sock, filled)
+            while (got := self._recv(sock, filled)) >= 0:
+                filled = got
             return msg, head_end, [(body_start, filled)], None, filled, filled, True
         return self._receive_sized(sock, msg, head_end, filled, length)
 
@@ -117,7 +121,14 @@ class HandwrittenFramingClient(TimedClient):
         would start, the fill level)."""
         spans: list[tuple[int, int]] = []
         while True:
-            size, data, filled = self._chunk_size(sock, pos, filled)
+            while (eol := self._buf.find(b"\r\n", pos, filled)) < 0:  # the chunk's size line
+                filled = self._recv_or_fail(sock, filled, "in the middle of a chunked body")
+            try:
+                size = int(bytes(self._buf[pos:eol]).split(b";", 1)[0], 16)
+            except ValueError:
+                line = bytes(self._buf[pos:eol])[:40]
+                raise MalformedResponse(f"chunk size line {line!r} is not hexadecimal.") from None
+            data = eol + 2
             if size == 0:
                 return spans, data, filled
             need = data + size + 2
@@ -130,17 +141,6 @@ class HandwrittenFramingClient(TimedClient):
             spans.append((data, data + size))
             pos = need
 
-    def _chunk_size(self, sock: socket.socket, pos: int, filled: int) -> tuple[int, int, int]:
-        """The size of the chunk whose size line starts at `pos`, where its data starts, the fill level."""
-        buf = self._buf
-        while (eol := buf.find(b"\r\n", pos, filled)) < 0:
-            filled = self._recv_or_fail(sock, filled, "in the middle of a chunked body")
-        try:
-            size = int(bytes(buf[pos:eol]).split(b";", 1)[0], 16)
-        except ValueError:
-            raise MalformedResponse(f"chunk size line {bytes(buf[pos:eol])[:40]!r} is not hexadecimal.") from None
-        return size, eol + 2, filled
-
     def _recv_or_fail(self, sock: socket.socket, filled: int, where: str, body_start: int = 0, body_end: int = 0) -> int:
         got = self._recv(sock, filled)
         if got < 0:
@@ -148,11 +148,6 @@ class HandwrittenFramingClient(TimedClient):
                 where = f"after {filled - body_start} of {body_end - body_start} body bytes"
             raise ClientError(f"{self._host_header} closed the connection {where}; the request was not retried.")
         return got
-
-    def _receive_to_eof(self, sock: socket.socket, filled: int) -> int:
-        while (got := self._recv(sock, filled)) >= 0:
-            filled = got
-        return filled
 
     def _finish(self, start: int, end: int) -> TimedResponse:
         assert self._frame is not None
@@ -170,27 +165,17 @@ class HandwrittenFramingClient(TimedClient):
         return TimedResponse(status, reason, headers, body, start, end, trailers)
 
 
-def _status_code(buf: bytearray, msg: int) -> int:
-    """The three-digit code of the status line at `msg`; MalformedResponse when it is not HTTP/1.x."""
-    code = buf[msg + 9 : msg + 12]
-    if not (buf.startswith(b"HTTP/1.", msg) and code.isdigit()):
-        raise MalformedResponse(
-            f"the response does not start with an HTTP/1.x status line and a three-digit code: "
-            f"{bytes(buf[msg:msg + 40])!r}."
-        )
-    return int(code)
-
-
 def _parse_head(buf: bytearray, msg: int, head_end: int,
                 trailer_span: tuple[int, int] | None) -> tuple[str, int, str, dict[str, str], dict[str, str]]:
     """(version, status, reason, headers, trailers) of the response's header block and trailer."""
     lines = bytes(buf[msg:head_end]).decode("latin-1").split("\r\n")
-    version, status, reason = _parse_status_line(lines[0])
+    version, _, rest = lines[0].partition(" ")
+    code, _, reason = rest.partition(" ")
     headers = _parse_fields(lines[1:])
     trailers = _parse_fields(bytes(buf[slice(*trailer_span)]).decode("latin-1").split("\r\n")) if trailer_span else {}
     if "transfer-encoding" not in headers and len({v.strip() for v in headers.get("content-length", "").split(",")}) > 1:
         raise MalformedResponse(f"conflicting Content-Length values {headers['content-length']!r}.")
-    return version, status, reason, headers, trailers
+    return version, int(code), reason, headers, trailers
 
 
 def _keeps_alive(version: str, status: int, headers: dict[str, str]) -> bool:
@@ -206,12 +191,6 @@ def _field_value(fields: bytearray, name: bytes) -> bytearray | None:
         return None
     j = fields.find(b"\r\n", i + 2)
     return fields[i + len(name) : j if j >= 0 else len(fields)].strip()
-
-
-def _parse_status_line(line: str) -> tuple[str, int, str]:
-    version, _, rest = line.partition(" ")
-    code, _, reason = rest.partition(" ")
-    return version, int(code), reason
 
 
 def _parse_fields(lines: list[str]) -> dict[str, str]:

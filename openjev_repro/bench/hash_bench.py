@@ -24,13 +24,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from ..errors import ReproError
+from ..evidence.decoding import UNSET, UnsetType
 from ..hashing import hash_file, hash_files
-from .machine import describe_disk, gib, result_header
+from .machine import BenchResult, describe_disk, gib
 
-__all__ = ["BenchUsageError", "default_dir", "ensure_files", "format_hash_table", "parse_sizes", "run_hash_bench"]
+__all__ = ["BenchUsageError", "Case", "HashBenchResult", "default_dir", "ensure_files", "parse_sizes", "run_hash_bench"]
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _GEN_BLOCK = 8 << 20
@@ -97,14 +99,23 @@ def _sha256sum(paths: list[Path]) -> dict[Path, str]:
     return {p: line.split()[0] for p, line in zip(paths, out.splitlines(), strict=True)}
 
 
-def _implementations() -> dict[str, Any]:
+class Implementations(msgspec.Struct, frozen=True, kw_only=True):
     """What each side runs on: the likely cause of any difference in throughput."""
-    version = subprocess.run(["sha256sum", "--version"], capture_output=True, text=True, check=False).stdout.splitlines()
-    try:
-        sha_ni = " sha_ni" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        sha_ni = None
-    return {"ours": f"hashlib ({ssl.OPENSSL_VERSION})", "sha256sum": version[0] if version else "unknown", "cpu_sha_ni": sha_ni}
+
+    ours: str
+    sha256sum: str
+    cpu_sha_ni: bool | None
+
+    @classmethod
+    def here(cls) -> Implementations:
+        version = subprocess.run(["sha256sum", "--version"], capture_output=True, text=True,
+                                 check=False).stdout.splitlines()
+        try:
+            sha_ni = " sha_ni" in Path("/proc/cpuinfo").read_text()
+        except OSError:
+            sha_ni = None
+        return cls(ours=f"hashlib ({ssl.OPENSSL_VERSION})", sha256sum=version[0] if version else "unknown",
+                   cpu_sha_ni=sha_ni)
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -113,92 +124,121 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - start, value
 
 
-_Sides = dict[str, Callable[[], dict[Path, str]]]
+# A case's sides in the order they are reported: ours, sha256sum, and (several files) ours with one worker.
+_Sides = list[tuple[str, Callable[[], dict[Path, str]]]]
 
 
 def _cases(files: list[Path], workers: int | None) -> dict[str, _Sides]:
     """What is timed: one file, and (with more than one) every file, with and without threads."""
     cases: dict[str, _Sides] = {
-        "single": {"ours": lambda: {files[0]: hash_file(files[0])}, "sha256sum": lambda: _sha256sum(files[:1])},
+        "single": [("ours", lambda: {files[0]: hash_file(files[0])}), ("sha256sum", lambda: _sha256sum(files[:1]))],
     }
     if len(files) > 1:
-        cases["several"] = {
-            "ours": lambda: hash_files(files, workers=workers),
-            "sha256sum": lambda: _sha256sum(files),
-            "ours-1-worker": lambda: hash_files(files, workers=1),  # what the threads add
-        }
+        cases["several"] = [("ours", lambda: hash_files(files, workers=workers)), ("sha256sum", lambda: _sha256sum(files)),
+                            ("ours-1-worker", lambda: hash_files(files, workers=1))]  # what the threads add
     return cases
 
 
-def _time_case(case: str, sides: _Sides, rounds: int, say: Callable[[str], None]) -> dict[str, list[float]]:
+def _time_case(case: str, sides: _Sides, rounds: int, say: Callable[[str], None]) -> list[list[float]]:
     """Seconds of each side per round, the side that goes first rotating; the digests must agree."""
-    seconds: dict[str, list[float]] = {side: [] for side in sides}
-    digests = {}
+    seconds: list[list[float]] = [[] for _ in sides]
+    digests: list[dict[Path, str]] = [{} for _ in sides]
     for r in range(rounds):
-        say(f"{case}: round {r + 1} of {rounds} ({', '.join(sides)})")
-        order = list(sides)[r % len(sides) :] + list(sides)[: r % len(sides)]  # rotate who goes first
-        for side in order:
-            elapsed, digests[side] = _timed(sides[side])
-            seconds[side].append(elapsed)
-    if any(d != digests["sha256sum"] for d in digests.values()):
+        say(f"{case}: round {r + 1} of {rounds} ({', '.join(name for name, _ in sides)})")
+        for i in [*range(r % len(sides), len(sides)), *range(r % len(sides))]:  # rotate who goes first
+            elapsed, digests[i] = _timed(sides[i][1])
+            seconds[i].append(elapsed)
+    if any(d != digests[0] for d in digests):
         raise AssertionError(f"{case}: digests differ between ours and sha256sum")
     return seconds
+
+
+class Side(msgspec.Struct, frozen=True, kw_only=True):
+    seconds: list[float]
+    median_mb_s: float
+    best_mb_s: float
+
+    @classmethod
+    def of(cls, total: int, times: list[float]) -> Side:
+        return cls(seconds=[round(t, 4) for t in times], median_mb_s=round(total / 1e6 / statistics.median(times), 1),
+                   best_mb_s=round(total / 1e6 / min(times), 1))
+
+
+class Case(msgspec.Struct, frozen=True, kw_only=True, rename={"ours_1_worker": "ours-1-worker"}):
+    """One case's sides and ours/sha256sum throughput ratios (from unrounded times: a tiny file on a loaded
+    machine rounds sha256sum's rate to 0.0 MB/s)."""
+
+    files: int
+    bytes: int
+    ours: Side
+    sha256sum: Side
+    ours_1_worker: Side | UnsetType = UNSET
+    ratio_median: float
+    ratio_best: float
+    parallel_speedup_median: float | UnsetType = UNSET
+
+    @classmethod
+    def of(cls, total: int, n_files: int, ours: list[float], sha256sum: list[float],
+           one_worker: list[float] | None = None) -> Case:
+        median, best = statistics.median, min
+        return cls(files=n_files, bytes=total, ours=Side.of(total, ours), sha256sum=Side.of(total, sha256sum),
+                   ours_1_worker=Side.of(total, one_worker) if one_worker else UNSET,
+                   ratio_median=round(median(sha256sum) / median(ours), 2), ratio_best=round(best(sha256sum) / best(ours), 2),
+                   parallel_speedup_median=round(median(one_worker) / median(ours), 2) if one_worker else UNSET)
+
+    def sides(self) -> list[tuple[str, Side]]:
+        return [("ours", self.ours), ("sha256sum", self.sha256sum),
+                *([("ours-1-worker", self.ours_1_worker)] if isinstance(self.ours_1_worker, Side) else [])]
+
+
+class FileEntry(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    bytes: int
+
+
+class HashBenchResult(BenchResult, frozen=True, kw_only=True):
+    """bench-results/hash.json."""
+
+    files: list[FileEntry]
+    rounds: int
+    workers: int
+    cache: str
+    implementations: Implementations
+    cases: dict[str, Case]
+
+    def table(self) -> str:
+        rows = [f"{'case':<9}{'files':>6}{'MB':>8}{'side':>15}{'median MB/s':>13}{'best MB/s':>11}"]
+        for name, c in self.cases.items():
+            rows += [f"{name:<9}{c.files:>6}{c.bytes / 1e6:>8.0f}{side:>15}{s.median_mb_s:>13.1f}{s.best_mb_s:>11.1f}"
+                     for side, s in c.sides()]
+        rows.append(f"({self.cache}; {self.rounds} rounds, {self.workers} workers)")
+        for name, c in self.cases.items():
+            rows.append(f"{name} ours/sha256sum throughput ratio: {c.ratio_median:.2f} (median), "
+                        f"{c.ratio_best:.2f} (best)")
+            if isinstance(c.parallel_speedup_median, float):
+                rows.append(f"{name} ours parallel/1-worker: {c.parallel_speedup_median:.2f} (median)")
+        return "\n".join(rows)
 
 
 def run_hash_bench(
     sizes: list[int], directory: Path | None = None, rounds: int = 3, workers: int | None = None,
     say: Callable[[str], None] = _quiet,
-) -> dict[str, Any]:
+) -> HashBenchResult:
     """Time ours and sha256sum `rounds` times each, warm, on files of `sizes`; return the record.
     `say` gets one line per step (files, warm-up, each round)."""
     if shutil.which("sha256sum") is None:
         raise BenchUsageError("sha256sum is not installed (it comes with GNU coreutils).")
-    result = result_header("hash")
+    header = BenchResult.header("hash")
     files = ensure_files(directory or default_dir(), sizes, say=say)
     say("reading every file once (warm page cache)")
     hash_files(files, workers=workers)  # warm the page cache: every side reads cached pages
-    out: dict[str, Any] = {}
+    cases = {}
     for case, sides in _cases(files, workers).items():
         several = case == "several"
         seconds = _time_case(case, sides, rounds, say)
-        out[case] = _case_result(sum(sizes) if several else sizes[0], len(files) if several else 1, seconds)
-    return {
-        **result,
-        "files": [{"name": p.name, "bytes": p.stat().st_size} for p in files],
-        "rounds": rounds,
-        "workers": workers or min(len(files), len(os.sched_getaffinity(0))),
-        "cache": "warm: every file read once before timing; both sides read from the page cache",
-        "implementations": _implementations(),
-        "cases": out,
-    }
-
-
-def _case_result(total: int, n_files: int, seconds: dict[str, list[float]]) -> dict[str, Any]:
-    # Ratios from the unrounded rates: a tiny file on a loaded machine rounds sha256sum's rate to 0.0 MB/s.
-    median = {side: total / 1e6 / statistics.median(times) for side, times in seconds.items()}
-    best = {side: total / 1e6 / min(times) for side, times in seconds.items()}
-    sides = {side: {"seconds": [round(t, 4) for t in times], "median_mb_s": round(median[side], 1),
-                    "best_mb_s": round(best[side], 1)} for side, times in seconds.items()}
-    case: dict[str, Any] = {"files": n_files, "bytes": total, **sides,
-                            "ratio_median": round(median["ours"] / median["sha256sum"], 2),
-                            "ratio_best": round(best["ours"] / best["sha256sum"], 2)}
-    if "ours-1-worker" in median:
-        case["parallel_speedup_median"] = round(median["ours"] / median["ours-1-worker"], 2)
-    return case
-
-
-def format_hash_table(result: dict[str, Any]) -> str:
-    rows = [f"{'case':<9}{'files':>6}{'MB':>8}{'side':>15}{'median MB/s':>13}{'best MB/s':>11}"]
-    for case, c in result["cases"].items():
-        for side in ("ours", "sha256sum", "ours-1-worker"):
-            if side in c:
-                rows.append(
-                    f"{case:<9}{c['files']:>6}{c['bytes'] / 1e6:>8.0f}{side:>15}"
-                    f"{c[side]['median_mb_s']:>13.1f}{c[side]['best_mb_s']:>11.1f}"
-                )
-    rows.append(f"({result['cache']}; {result['rounds']} rounds, {result['workers']} workers)")
-    for case, c in result["cases"].items():
-        rows.append(f"{case} ours/sha256sum throughput ratio: {c['ratio_median']:.2f} (median), {c['ratio_best']:.2f} (best)")
-        if "parallel_speedup_median" in c:
-            rows.append(f"{case} ours parallel/1-worker: {c['parallel_speedup_median']:.2f} (median)")
-    return "\n".join(rows)
+        cases[case] = Case.of(sum(sizes) if several else sizes[0], len(files) if several else 1, *seconds)
+    return HashBenchResult(
+        **header, files=[FileEntry(name=p.name, bytes=p.stat().st_size) for p in files], rounds=rounds,
+        workers=workers or min(len(files), len(os.sched_getaffinity(0))),
+        cache="warm: every file read once before timing; both sides read from the page cache",
+        implementations=Implementations.here(), cases=cases)

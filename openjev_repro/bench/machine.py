@@ -12,12 +12,13 @@ import shlex
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
+
+import msgspec
 
 from ..evidence.files import write_json_atomic
 
-__all__ = ["RESULT_FORMAT_VERSION", "describe_disk", "gib", "machine_info", "result_header", "tree_bytes",
-           "write_result"]
+__all__ = ["RESULT_FORMAT_VERSION", "BenchResult", "Machine", "describe_disk", "gib", "tree_bytes"]
 
 RESULT_FORMAT_VERSION = 1
 
@@ -32,34 +33,56 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def machine_info() -> dict[str, Any]:
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {
-        "cores": os.cpu_count(),
-        "usable_cores": usable,
-        "cpu_model": _cpu_model(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "load_average_1m": round(os.getloadavg()[0], 2),  # other work on the machine at the start
-    }
+class Machine(msgspec.Struct, frozen=True, kw_only=True):
+    """The machine a benchmark ran on, and how busy it was at the start."""
+
+    cores: int | None
+    usable_cores: int | None
+    cpu_model: str
+    platform: str
+    python: str
+    load_average_1m: float  # other work on the machine at the start
+
+    @classmethod
+    def here(cls) -> Machine:
+        usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        return cls(cores=os.cpu_count(), usable_cores=usable, cpu_model=_cpu_model(), platform=platform.platform(),
+                   python=platform.python_version(), load_average_1m=round(os.getloadavg()[0], 2))
 
 
-def result_header(benchmark: str, argv: list[str] | None = None) -> dict[str, Any]:
-    argv = sys.argv if argv is None else argv
-    return {
-        "format_version": RESULT_FORMAT_VERSION,
-        "benchmark": benchmark,
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine_info(),
-        "command": " ".join(shlex.quote(a) for a in [Path(argv[0]).name, *argv[1:]]),
-    }
+class Header(TypedDict):
+    benchmark: str
+    date: str
+    machine: Machine
+    command: str
 
 
-def write_result(path: Path, result: dict[str, Any]) -> None:
-    """Write a result file (replacing an older one: results are regenerated, then committed)."""
-    result = {**result, "load_average_1m_at_end": round(os.getloadavg()[0], 2)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, result, sort_keys=False)
+class BenchResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The header of every result file; each benchmark's result adds its own fields after it."""
+
+    format_version: int = RESULT_FORMAT_VERSION
+    benchmark: str
+    date: str
+    machine: Machine
+    command: str
+
+    @staticmethod
+    def header(benchmark: str, argv: list[str] | None = None) -> Header:
+        """The header's fields, now: `SomeResult(**BenchResult.header("name"), ...)`."""
+        argv = sys.argv if argv is None else argv
+        return Header(benchmark=benchmark, date=datetime.now(UTC).isoformat(timespec="seconds"), machine=Machine.here(),
+                      command=" ".join(shlex.quote(a) for a in [Path(argv[0]).name, *argv[1:]]))
+
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = msgspec.to_builtins(self)
+        return data
+
+    def write(self, path: Path) -> None:
+        """Write the result file (replacing an older one: results are regenerated, then committed), with the
+        load average at its end."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, {**self.to_json(), "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
+                          sort_keys=False)
 
 
 def gib(n: int) -> str:

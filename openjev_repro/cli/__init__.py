@@ -45,7 +45,7 @@ from ..errors import ReproError
 from ..printable import printable
 
 __all__ = ["BROKEN_PIPE_EXIT", "BUG_EXIT", "FAIL_ON_GATES_HELP", "GATES_FAILED_EXIT", "collect_tasks",
-           "exit_on_failed_gates", "expected_input_error", "metavars", "option_name", "required_parameters",
+           "exit_on_failed_gates", "metavars", "option_name", "required_parameters",
            "user_errors"]
 
 BROKEN_PIPE_EXIT = 141  # what a shell reports for a tool ended by SIGPIPE (128 + 13)
@@ -88,13 +88,12 @@ class NamedOptionsTask(Task):
 
     def arg_opts(self, name: str, default: Any, taken_names: set[str]) -> dict[str, Any]:
         opts = super().arg_opts(name, default, taken_names)
-        opts["positional"] = False
+        kind = opts.get("kind")
+        if kind in (int, float):  # parsed by `user_errors`, so that a bad one is an `error:` line
+            self.value_names[name] = "INT" if kind is int else "FLOAT"
         # invoke takes the first free character of the name as the short flag, even `-` (`--=STRING`)
-        opts["names"] = [n for n in opts["names"] if len(n) > 1 or n.isalnum()]
-        if opts.get("kind") in (int, float):
-            self.value_names[name] = "INT" if opts["kind"] is int else "FLOAT"
-            opts["kind"] = str
-        return opts
+        return {**opts, "positional": False, "names": [n for n in opts["names"] if len(n) > 1 or n.isalnum()],
+                **({"kind": str} if kind in (int, float) else {})}
 
     def get_arguments(self, ignore_unknown_help: bool | None = None) -> list[Any]:
         arguments = super().get_arguments(ignore_unknown_help)
@@ -213,60 +212,37 @@ def metavars(**names: str) -> Callable[[Callable], Callable]:
 
 def exit_on_failed_gates(summary_path: Path, where: str) -> None:
     """Exit GATES_FAILED_EXIT, with one `error:` line naming them, when summary.json has a FAILED gate."""
-    import json
+    from ..evidence.summary import read_summary
 
-    gates = json.loads(summary_path.read_text(encoding="utf-8")).get("gates") or []
-    failed = [str(g.get("name")) for g in gates if isinstance(g, dict) and g.get("passed") is False]
+    gates = read_summary(summary_path).gates
+    failed = [g.name for g in gates if g.passed is False]
     if failed:
         raise Exit(f"error: {len(failed)} of {len(gates)} gates FAILED in {printable(where)}: {printable(', '.join(failed))} "
                    f"(exit {GATES_FAILED_EXIT}: --fail-on-gates).", code=GATES_FAILED_EXIT)
 
 
-def _task_name(func: Callable) -> str:
-    return func.__name__.removesuffix("_task").replace("_", "-")
+def _input_error(exc: BaseException) -> str | None:
+    """One line for what the OS or a decoder refused at a task's boundary (the user's input or machine);
+    None for a bug of ours.
 
+    Bad input: an OSError naming a file, a connection or timeout error, a full or read-only disk or a
+    refused permission; text that is not UTF-8 or not JSON. Any other exception is a bug of ours.
+    """
+    import json
 
-def _input_error(exc: BaseException) -> str:
-    """One line for bad input the OS or a decoder refused."""
     if isinstance(exc, UnicodeDecodeError):
         return f"a file is not UTF-8 text ({exc.reason} at byte {exc.start}); give the file the option expects."
+    if isinstance(exc, json.JSONDecodeError):
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if not isinstance(exc, OSError) or not (exc.filename is not None or isinstance(exc, (ConnectionError, TimeoutError))
+                                            or exc.errno in _EXPECTED_ERRNOS):
+        return None
     if isinstance(exc, IsADirectoryError):
         return f"{exc.filename} is a directory; give a file."
     if isinstance(exc, NotADirectoryError):
         return f"{exc.filename} (or a folder above it) is not a directory."
-    if isinstance(exc, OSError):
-        where = f"{exc.filename}: " if exc.filename else ""
-        return f"{where}{exc.strerror or exc}."
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-
-
-def expected_input_error(exc: BaseException) -> bool:
-    """True for what the OS or a decoder refuses at a task's boundary (the user's input or machine), not a bug.
-
-    An OSError naming a file, a connection or timeout error, a full or read-only disk or a refused
-    permission; text that is not UTF-8 or not JSON. Any other exception is a bug of ours.
-    """
-    import json
-
-    if isinstance(exc, (UnicodeDecodeError, json.JSONDecodeError)):
-        return True
-    if isinstance(exc, OSError):
-        return (exc.filename is not None or isinstance(exc, (ConnectionError, TimeoutError))
-                or exc.errno in _EXPECTED_ERRNOS)
-    return False
-
-
-def _bug(exc: BaseException, as_json: bool) -> Exit:
-    """A bug of ours: the whole traceback, then one line saying so and asking for a report."""
-    traceback.print_exception(exc, file=sys.stderr)
-    message = (f"internal error ({type(exc).__name__}), a bug in openjev-repro rather than in your input; "
-               "please report it with the command you ran and the traceback above.")
-    if as_json:
-        import json
-
-        print(json.dumps({"error": message}))
-        return Exit(code=BUG_EXIT)
-    return Exit(f"error: {message}", code=BUG_EXIT)
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{exc.strerror or exc}."
 
 
 def _special_file(value: object) -> bool:
@@ -290,15 +266,15 @@ def _quiet_exit_on_broken_pipe() -> Exit:
     return Exit(code=BROKEN_PIPE_EXIT)
 
 
-def _fail(message: str, as_json: bool) -> Exit:
+def _fail(message: str, as_json: bool, code: int = 1) -> Exit:
     """One `error:` line on stderr, exit 1; under `--json`, `{"error": ...}` on stdout instead. The
     message may quote outside text (a recipe's url, a server's /health): escaped, it stays one line."""
     if as_json:
         import json
 
         print(json.dumps({"error": message}))
-        return Exit(code=1)
-    return Exit(f"error: {printable(message)}", code=1)
+        return Exit(code=code)
+    return Exit(f"error: {printable(message)}", code=code)
 
 
 def user_errors(func: Callable) -> Callable:
@@ -314,8 +290,9 @@ def user_errors(func: Callable) -> Callable:
         as_json = bool(values.get("json_"))
         missing = [name for name in required if values.get(name) in (None, "")]
         if missing:
-            raise _fail(f"{option_name(missing[0])} is required; "
-                        f"`invoke {_task_name(func)} --help` lists every option.", as_json)
+            task_name = func.__name__.removesuffix("_task").replace("_", "-")
+            raise _fail(f"{option_name(missing[0])} is required; `invoke {task_name} --help` lists every option.",
+                        as_json)
         special = [name for name, value in values.items() if _special_file(value)]
         if special:
             raise _fail(f"{values[special[0]]} ({option_name(special[0])}) is a FIFO, socket or device; "
@@ -336,8 +313,12 @@ def user_errors(func: Callable) -> Callable:
         except (Exit, KeyboardInterrupt):
             raise
         except Exception as exc:  # noqa: BLE001 - sorted here: the user's input, or a bug of ours
-            if expected_input_error(exc):
-                raise _fail(_input_error(exc), as_json) from None
-            raise _bug(exc, as_json) from None
+            line = _input_error(exc)
+            if line is not None:
+                raise _fail(line, as_json) from None
+            traceback.print_exception(exc, file=sys.stderr)  # a bug: the whole traceback, then one line saying so
+            raise _fail(f"internal error ({type(exc).__name__}), a bug in openjev-repro rather than in your input; "
+                        "please report it with the command you ran and the traceback above.", as_json,
+                        code=BUG_EXIT) from None
 
     return wrapper

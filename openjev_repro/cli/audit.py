@@ -44,15 +44,12 @@ def _collection_checks(directory: Path, pubkey: str | None) -> list:
         raise EvidenceError(f"{directory} is a collect directory, always signed: pass --pubkey with the public "
                             "half of the key collect signed with (yours, never one inside the submission).")
     try:
-        keyid = verify_summary(directory, Path(pubkey))
+        signed = verify_summary(directory, Path(pubkey))
     except (VerificationError, EvidenceError, ValueError) as exc:
         return [Check("collection signature and digests", False, str(exc).splitlines()[0] if str(exc) else repr(exc))]
-    from ..manifest.dsse import parse_envelope, payload_of
-
-    envelope = parse_envelope((directory / "summary.dsse.json").read_bytes(), "summary.dsse.json")
-    listed = {s["name"] for s in json.loads(payload_of(envelope))["subject"]} | {"summary.dsse.json"}
+    listed = {*signed.files, "summary.dsse.json"}
     extra = sorted(p.name for p in directory.iterdir() if p.name not in listed)
-    return [Check("collection signature", True, f"summary.dsse.json signed by keyid {keyid}"),
+    return [Check("collection signature", True, f"summary.dsse.json signed by keyid {signed.keyid}"),
             Check("subject digests", True, f"{len(listed) - 1} files match their signed sha256"),
             Check("no unlisted files", not extra, "unlisted: " + ", ".join(extra) if extra else
                   "every file is a subject")]

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Annotated
 
+import msgspec
 from invoke import task
 
 from ..errors import RecipeError
 from . import user_errors
 
 __all__ = ["fixture"]
+
+
+class _Lengths(msgspec.Struct, frozen=True):
+    """A --lengths file: the input token count of each request to write."""
+
+    input_tokens: list[Annotated[int, msgspec.Meta(ge=1, le=1 << 20)]]
 
 
 @task(help={"out": "directory to write (checkpoint/ and requests/ inside it)",
@@ -31,9 +38,9 @@ def fixture(c, out, lengths=None):
     counts = H200_NOUL_INPUT_TOKENS
     if lengths:
         try:
-            counts = json.loads(Path(lengths).read_text())["input_tokens"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise RecipeError(f"{lengths} is not a JSON file with an \"input_tokens\" list ({exc}).") from exc
+            counts = msgspec.json.decode(Path(lengths).read_bytes(), type=_Lengths).input_tokens
+        except (OSError, msgspec.DecodeError) as exc:
+            raise RecipeError(f"{lengths} is not a JSON file with an \"input_tokens\" list ({exc}).") from None
     files = build_fixture(root / "checkpoint")
     tokenizer = root / "checkpoint" / "base"
     files += write_request_files(tokenizer, root / "requests", counts)

@@ -14,12 +14,15 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from invoke import task
 
 from ..errors import ReproError
 from . import user_errors
+
+if TYPE_CHECKING:
+    from ..bench.machine import BenchResult
 
 __all__ = ["bench_audit", "bench_calibrate", "bench_client", "bench_hash"]
 
@@ -43,12 +46,10 @@ def _result_path(name: str, out: str | None, record: bool) -> Path | None:
     return SCRATCH / f"{name}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
 
 
-def _write(path: Path | None, result: dict[str, Any]) -> None:
-    from ..bench import write_result
-
+def _write(path: Path | None, result: BenchResult) -> None:
     if path is None:
         return
-    write_result(path, result)
+    result.write(path)
     print(f"wrote {path}" + ("  (committed figures: commit it with the README/docs that quote it)"
                              if path.parent == RECORDED else ""))
 
@@ -59,13 +60,13 @@ def _write(path: Path | None, result: dict[str, Any]) -> None:
 @user_errors
 def bench_client(c, requests=2000, warmup=200, out=None, record=False):
     """Raw socket vs the timed client vs httpx against a loopback server; p50/p99 and ratios."""
-    from ..bench import format_client_table, run_client_bench
+    from ..bench import run_client_bench
 
     path = _result_path("client", out, record)
     _say(f"bench-client: {requests} requests per client after {warmup} warm-up, on loopback")
     result = run_client_bench(int(requests), int(warmup))
     _write(path, result)
-    print(format_client_table(result))
+    print(result.table())
 
 
 @task(help={"sizes": "comma-separated file sizes, binary units (default 1G,1G,1G,1G: 4 GiB on disk)",
@@ -77,7 +78,7 @@ def bench_client(c, requests=2000, warmup=200, out=None, record=False):
 @user_errors
 def bench_hash(c, sizes="1G,1G,1G,1G", dir="", rounds=3, workers=0, clean=False, out=None, record=False):
     """Our parallel SHA256 vs sha256sum on generated files, warm page cache; MB/s and ratios."""
-    from ..bench import format_hash_table, parse_sizes, run_hash_bench
+    from ..bench import parse_sizes, run_hash_bench
     from ..bench.hash_bench import default_dir
     from ..bench.machine import gib
 
@@ -87,9 +88,10 @@ def bench_hash(c, sizes="1G,1G,1G,1G", dir="", rounds=3, workers=0, clean=False,
         result = run_hash_bench(parse_sizes(sizes), directory, int(rounds), int(workers) or None, say=_say)
     finally:
         if clean:
-            _remove_generated(directory)
+            for generated in _generated(directory):
+                generated.unlink(missing_ok=True)
     _write(path, result)
-    print(format_hash_table(result))
+    print(result.table())
     left = sum(p.stat().st_size for p in _generated(directory))
     _say(f"left {gib(left)} of benchmark files in {directory} (reused next time; delete them or pass --clean)"
          if left else f"left none of its files in {directory}")
@@ -98,11 +100,6 @@ def bench_hash(c, sizes="1G,1G,1G,1G", dir="", rounds=3, workers=0, clean=False,
 def _generated(directory: Path) -> list[Path]:
     """The files bench-hash generates (by their name), never anything else in --dir."""
     return [p for p in directory.glob("hashbench-v1-*") if p.is_file()] if directory.is_dir() else []
-
-
-def _remove_generated(directory: Path) -> None:
-    for path in _generated(directory):
-        path.unlink(missing_ok=True)
 
 
 @task(help={"requests": "measured requests (default 500)"})
@@ -128,7 +125,7 @@ def bench_calibrate(c, requests=500):
 @user_errors
 def bench_audit(c, sizes="1,10,100,1000", source=None, rounds=3, dir="", keep=False, out=None, record=False):
     """import, verify, compare, report, publish on runs of 1x..1000x the demo: time and peak memory vs sha256sum."""
-    from ..bench.audit_bench import default_source, format_audit_table, parse_factors, run_audit_bench
+    from ..bench.audit_bench import default_source, parse_factors, run_audit_bench
 
     path = _result_path("audit", out, record)
     factors = parse_factors(sizes)
@@ -137,8 +134,8 @@ def bench_audit(c, sizes="1,10,100,1000", source=None, rounds=3, dir="", keep=Fa
     from .output import print_markdown
 
     _write(path, result)
-    print_markdown(format_audit_table(result))  # a table at the terminal's width; the Markdown itself in a pipe
-    if result.get("work_dir"):
-        print(f"kept: {result['work_dir']}")
+    print_markdown(result.markdown())  # a table at the terminal's width; the Markdown itself in a pipe
+    if result.work_dir:
+        print(f"kept: {result.work_dir}")
     else:
         _say("removed every synthesised run")

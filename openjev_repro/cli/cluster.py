@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from invoke import Exit, task
 
 from ..errors import RecipeError
 from ..printable import printable
 from . import user_errors
+
+if TYPE_CHECKING:
+    from ..cluster.status import ReplicateStatus
 
 __all__ = ["collect_task", "status_task", "submit_task"]
 
@@ -85,18 +88,18 @@ def status_task(c, submission=None, json_=False, wait=False):
     Also records the final Slurm state of ended tasks in their attempt records and runs."""
     import time as clock
 
-    from ..cluster.slurm import TERMINAL
     from ..cluster.status import replicate_status
     from ..cluster.submission import Submission
 
     _required(submission, "submission", "status")
     sub = Submission.open(Path(submission))
     rows = replicate_status(sub)
-    while wait and any(r["slurm"]["state"] not in TERMINAL and r["evidence"] != "complete" for r in rows):
+    while wait and any(r.running for r in rows):
         clock.sleep(5)
         rows = replicate_status(sub)
     if json_:
-        sys.stdout.write(json.dumps({"submission": str(sub.path), "replicates": rows}, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"submission": str(sub.path), "replicates": [r.to_json() for r in rows]},
+                                    indent=2) + "\n")
         return
     from .output import console, keep_words_whole
 
@@ -105,26 +108,20 @@ def status_task(c, submission=None, json_=False, wait=False):
     out.print(keep_words_whole(_status_table(sub.id, rows), out.width))
 
 
-def _status_table(title: str, rows: list[dict]) -> Any:
-    """The replicates' rich table: Slurm state and evidence state, one row each."""
+def _status_table(title: str, rows: list[ReplicateStatus]) -> Any:
+    """The replicates' rich table: Slurm state and evidence state, one row each; the last column is the
+    run folder's name and the first line of its error if it has one."""
     from rich.table import Table
 
     table = Table(title=f"{title} ({len(rows)} replicates)")
     for column in ("replicate", "job", "Slurm state", "reason", "node", "evidence", "runs", "run / error"):
         table.add_column(column)
     for r in rows:
-        s = r["slurm"]
-        table.add_row(str(r["replicate"]), s["job"] or "", s["state"], s["reason"] or "", s["node"] or "",
-                      r["evidence"], str(r["runs"]), _run_or_error(r))
+        s = r.slurm
+        detail = (Path(r.run).name if r.run else "") + (f": {r.error.splitlines()[0]}" if r.error else "")
+        table.add_row(str(r.replicate), s.job or "", s.state, s.reason or "", s.node or "", r.evidence, str(r.runs),
+                      detail)
     return table
-
-
-def _run_or_error(r: dict) -> str:
-    """The replicate's run folder name, and the first line of its error if it has one."""
-    detail = Path(r["run"]).name if r["run"] else ""
-    if r["error"]:
-        detail += f": {r['error'].splitlines()[0]}"
-    return detail
 
 
 @task(name="collect", help={

@@ -39,25 +39,14 @@ def ensure_fixture(root: Path) -> None:
     write_peer_inputs(root)
 
 
-def ensure_demo_key(keys: Path) -> Path:
-    """A local signing key for demo runs (never committed: .cache/ is ignored)."""
-    from ..manifest.keys import PRIVATE_KEY_NAME, generate_keypair
-
-    private = keys / PRIVATE_KEY_NAME
-    if not private.is_file():
-        generate_keypair(keys)
-    return private
-
-
 def recipe_with_image(image: str, dest_dir: Path = Path(".cache/demo-recipes")) -> Path:
     """A copy of the demo recipe whose backends run in `image` (e.g. openjev-repro/hf:env); the run
     records this copy, so its recipe says which image it used."""
     from ..evidence.recipe import read_yaml
 
-    data = read_yaml(DEMO_RECIPE, "demo recipe")
-    data["inputs"]["root"] = str(DEMO_INPUTS.resolve())
-    for backend in data["backends"]:
-        backend["image"] = image
+    demo = read_yaml(DEMO_RECIPE, "demo recipe")
+    data = {**demo, "inputs": {**demo["inputs"], "root": str(DEMO_INPUTS.resolve())},
+            "backends": [{**backend, "image": image} for backend in demo["backends"]]}
     dest_dir.mkdir(parents=True, exist_ok=True)
     path = dest_dir / ("demo." + "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in image) + ".yaml")
     import yaml
@@ -73,7 +62,7 @@ def recipe_with_image(image: str, dest_dir: Path = Path(".cache/demo-recipes")) 
 @user_errors
 def demo(c, out="runs", runtime=None, image=None):
     """Run the embedded demo study end to end, sign it, print the report; the last line is the run directory."""
-    from ..manifest.keys import PUBLIC_KEY_NAME
+    from ..manifest.keys import PRIVATE_KEY_NAME, PUBLIC_KEY_NAME, generate_keypair
     from ..orchestrator.preflight import RUNTIMES, check_out_dir
     from ..orchestrator.progress import ConsoleProgress
     from ..orchestrator.runner import StudyOptions, run_study
@@ -83,7 +72,9 @@ def demo(c, out="runs", runtime=None, image=None):
         raise RecipeError(f"--runtime {runtime!r} is not one of {', '.join(RUNTIMES)}.")
     check_out_dir(Path(out))  # before the fixture is built: a bad --out costs nothing
     ensure_fixture(DEMO_INPUTS)
-    key = ensure_demo_key(DEMO_KEYS)
+    key = DEMO_KEYS / PRIVATE_KEY_NAME  # a local signing key for demo runs (never committed: .cache/ is ignored)
+    if not key.is_file():
+        generate_keypair(DEMO_KEYS)
     recipe = recipe_with_image(image) if image else DEMO_RECIPE
     run = run_study(StudyOptions(recipe_path=recipe, out_dir=Path(out), runtime=runtime, key_path=key,
                                  progress=ConsoleProgress(console(stderr=True))))

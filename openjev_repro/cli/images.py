@@ -58,8 +58,14 @@ def build(c, backend=None, offline=False, no_cache=False, check_reproducible=Fal
         from ..manifest.keys import load_private_key
 
         load_private_key(Path(key))  # a bad key is refused before the build, not after it
-    if check_reproducible:
-        _check_reproducible(check(spec))
+    if check_reproducible:  # two builds from scratch: exit 1 naming every file that differs
+        diffs = check(spec)
+        if diffs:
+            print(f"NOT reproducible: {len(diffs)} files differ between two builds:")
+            for d in diffs[:200]:
+                print(f"  {d}")
+            raise Exit("error: the two builds differ (files listed above).", code=1)
+        print("reproducible: both builds have identical root filesystems (same layer diff IDs)")
         return
     record = build_image(spec, no_cache=no_cache, source=Path(source) if source else None, target=target)
     print(f"built {record['tag']} image {record['image_id']} layers {', '.join(record['diff_ids'])} "
@@ -79,13 +85,3 @@ def _check_source_option(spec: Any, backend: str, source: str | None, target: st
                    code=1)
     if source and not Path(source).is_dir():
         raise Exit(f"error: --source {printable(str(source))} is not a directory.", code=1)
-
-
-def _check_reproducible(diffs: list[str]) -> None:
-    """Print the outcome of two builds from scratch; exit 1 naming every file that differs."""
-    if diffs:
-        print(f"NOT reproducible: {len(diffs)} files differ between two builds:")
-        for d in diffs[:200]:
-            print(f"  {d}")
-        raise Exit("error: the two builds differ (files listed above).", code=1)
-    print("reproducible: both builds have identical root filesystems (same layer diff IDs)")

@@ -35,21 +35,15 @@ def sign(c, run, key=None):
     A run that holds an UNSIGNED manifest (written by a study run without a key) is signed with the
     key given once every check of it passes: its files are still what that manifest lists."""
     from ..evidence.rundir import ENVELOPE_NAME
-    from ..manifest.statement import write_manifest
+    from ..manifest.statement import read_statement, write_manifest
 
     path = Path(run)
-    if key and (path / ENVELOPE_NAME).is_file() and _unsigned(path / ENVELOPE_NAME):
+    envelope = path / ENVELOPE_NAME
+    if key and envelope.is_file() and not read_statement(envelope)[0].signatures:  # UNSIGNED: sign over it
         _sign_over_unsigned(path, Path(key))
     else:
         write_manifest(path, key_path=Path(key) if key else None)
     print(f"{'signed' if key else 'UNSIGNED'} manifest: {path / ENVELOPE_NAME}")
-
-
-def _unsigned(envelope_path: Path) -> bool:
-    from ..manifest.statement import read_statement
-
-    envelope, _ = read_statement(envelope_path)
-    return not envelope.signatures
 
 
 def _sign_over_unsigned(run: Path, key: Path) -> None:

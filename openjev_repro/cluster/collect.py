@@ -16,11 +16,12 @@ from typing import Any
 import msgspec
 
 from ..audit.bundle import opened
-from ..audit.compare import COMPARABLE_STATUSES, compare_runs, run_status
+from ..audit.compare import COMPARABLE_STATUSES, Comparison, compare_runs, run_status
 from ..audit.verify import verify_path
 from ..errors import EvidenceError, RunIncomplete, VerificationError
 from ..evidence.files import atomic_directory
 from ..evidence.recipe import Recipe, parse_recipe
+from ..evidence.records import HostPart, SlurmPart, environment_of, host_of
 from ..evidence.rows import read_rows
 from ..evidence.rundir import ENVELOPE_NAME, RunDir
 from ..hashing import hash_file
@@ -41,6 +42,7 @@ __all__ = [
     "SUMMARY_FILES",
     "SUMMARY_PREDICATE_TYPE",
     "Collected",
+    "SignedCollection",
     "collect",
     "verify_summary",
 ]
@@ -121,12 +123,12 @@ class Collected:
 
 
 def _host_of(run: Path) -> str:
-    host = RunDir(run).read("host.json") if (run / "host.json").is_file() else {}
-    slurm = host.get("slurm") or {}
-    if slurm.get("node"):
-        return str(slurm["node"])
-    env = RunDir(run).read("environment.json") if (run / "environment.json").is_file() else {}
-    return str((env.get("host") or {}).get("hostname") or env.get("hostname") or "unknown")
+    """The Slurm node the run ran on (host.json), else the environment's hostname."""
+    host = host_of(RunDir(run))
+    if host is not None and isinstance(host.slurm, SlurmPart) and host.slurm.node:
+        return host.slurm.node
+    env = environment_of(RunDir(run)).host
+    return env.hostname if isinstance(env, HostPart) and isinstance(env.hostname, str) and env.hostname else "unknown"
 
 
 def _verified(label: str, path: Path, pubkey: Path) -> None:
@@ -199,10 +201,10 @@ def _sides(hosts: list[HostRun], baseline: Path | None,
 
 
 def _reports(recipe: Recipe, base: HostRun, others: list[HostRun], everyone: list[HostRun],
-             compare_tol: dict[str, Any], cross_tol: dict[str, float]) -> tuple[dict[str, Any], list[BackendReport]]:
+             compare_tol: dict[str, Any], cross_tol: dict[str, float]) -> tuple[dict[str, Comparison], list[BackendReport]]:
     """Each other run compared with the baseline, and a cross-host report per (workload, backend)."""
     # `invoke compare`'s own code, on the run directories (it reads rows, recipe and backends.json).
-    comparisons = {run.label: compare_runs(base.path, run.path, tolerances=compare_tol or None).to_json() for run in others}
+    comparisons = {run.label: compare_runs(base.path, run.path, tolerances=compare_tol or None) for run in others}
     means = {run.label: host_means(run.rows) for run in everyone}
     order = [(w.name, b.name) for w in recipe.workloads for b in recipe.backends]
     return comparisons, [backend_report(w, b, everyone, means, comparisons, cross_tol) for w, b in order]
@@ -232,9 +234,9 @@ def collect(submission: Path, *, pubkey: Path | None = None, tolerances: Path | 
     return Collected(_write(sub, summary, signing_key), summary)
 
 
-def _verdict(comparisons: dict[str, Any], backends: list[BackendReport], *, declared: bool) -> Verdict:
+def _verdict(comparisons: dict[str, Comparison], backends: list[BackendReport], *, declared: bool) -> Verdict:
     """Every limit crossed (compare's, per replicate, then the cross-host ones); no verdict without limits."""
-    failures = [f"{label}: {f}" for label in comparisons for f in comparisons[label]["verdict"].get("failures", [])]
+    failures = [f"{label}: {f}" for label, comparison in comparisons.items() for f in comparison.verdict.failures]
     failures += [f for b in backends for f in b.cross_host_failures]
     return Verdict(passed=False if failures else (True if declared else None), failures=failures,
                    note=None if declared else "no limits declared")
@@ -252,8 +254,8 @@ def _write(sub: Submission, summary: CrossHostSummary, key: Any) -> Path:
     statement = {"_type": "https://in-toto.io/Statement/v1",
                  "subject": [{"name": n, "digest": {"sha256": hashlib.sha256(d).hexdigest()}} for n, d in files.items()],
                  "predicateType": SUMMARY_PREDICATE_TYPE,
-                 "predicate": {"submission": summary.submission, "replicates": summary.to_json()["replicates"],
-                               "verdict": summary.to_json()["verdict"]}}
+                 "predicate": {"submission": summary.submission, "replicates": msgspec.to_builtins(summary.replicates),
+                               "verdict": msgspec.to_builtins(summary.verdict)}}
     payload = json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
     files[SUMMARY_ENVELOPE] = envelope_bytes(make_envelope(payload, key))
     with atomic_directory(out) as tmp:  # the collection appears whole or not at all, no temp left behind
@@ -276,33 +278,61 @@ def _inside(directory: Path, name: str) -> Path:
     return path
 
 
-def verify_summary(directory: Path, pubkey: Path) -> str:
-    """Check a collection's signature and the digest of each of its files; returns the key id."""
+@dataclass(frozen=True)
+class SignedCollection:
+    """A collection whose signature and file digests checked out: who signed it and which files it signed."""
+
+    keyid: str
+    files: list[str]
+
+
+def verify_summary(directory: Path, pubkey: Path) -> SignedCollection:
+    """Check a collection's signature and the digest of each of its files."""
     trusted_public_key(pubkey, Path(directory).parent)  # never a key inside the submission it belongs to
     envelope = parse_envelope(_inside(directory, SUMMARY_ENVELOPE).read_bytes(), SUMMARY_ENVELOPE)
     signer = verify_envelope(envelope, load_public_key(pubkey))
-    statement = json.loads(payload_of(envelope))
-    if not isinstance(statement, dict) or statement.get("predicateType") != SUMMARY_PREDICATE_TYPE:
+    try:
+        statement = msgspec.json.decode(payload_of(envelope), type=_SummaryStatement)
+    except msgspec.DecodeError:
+        statement = _SummaryStatement()
+    if statement.predicate_type != SUMMARY_PREDICATE_TYPE:
         raise VerificationError(f"{directory}: not a cross-host summary envelope.")
-    for name, sha256 in _signed_subjects(statement, directory):
-        if hash_file(_inside(directory, name)) != sha256:
-            raise VerificationError(f"{directory}/{name} changed after it was signed.")
-    return signer
+    subjects = statement.subjects(directory)
+    for subject in subjects:
+        if hash_file(_inside(directory, subject.name)) != subject.digest.sha256:
+            raise VerificationError(f"{directory}/{subject.name} changed after it was signed.")
+    return SignedCollection(keyid=signer, files=[s.name for s in subjects])
 
 
-def _signed_subjects(statement: dict[str, Any], directory: Path) -> list[tuple[str, str]]:
-    """(file name, sha256) of each subject; a subject of another shape, or naming a path, is damaged evidence."""
-    subjects = statement.get("subject")
-    out = []
-    for subject in subjects if isinstance(subjects, list) else [None]:
-        name = subject.get("name") if isinstance(subject, dict) else None
-        digest = subject.get("digest") if isinstance(subject, dict) else None
-        sha256 = digest.get("sha256") if isinstance(digest, dict) else None
-        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", "..") or not isinstance(sha256, str):
-            raise EvidenceError(f"{directory}: the signed summary's subject {str(subject)[:80]} is not "
+class _Digest(msgspec.Struct, frozen=True):
+    sha256: str
+
+
+class _Subject(msgspec.Struct, frozen=True):
+    name: str
+    digest: _Digest
+
+
+class _SummaryStatement(msgspec.Struct, frozen=True, rename={"predicate_type": "predicateType"}):
+    """The signed statement of a collection, as far as verifying it reads: its kind and its subjects
+    (decoded once the kind is known)."""
+
+    predicate_type: str | None = None
+    subject: msgspec.Raw = msgspec.Raw(b"null")
+
+    def subjects(self, directory: Path) -> list[_Subject]:
+        """Each signed file; a subject of another shape, or naming a path, is damaged evidence."""
+        try:
+            subjects = msgspec.json.decode(self.subject, type=list[_Subject])
+        except msgspec.DecodeError as exc:
+            damage: str | None = printable(str(exc))
+        else:
+            damage = next((repr(s.name)[:80] for s in subjects
+                           if Path(s.name).name != s.name or s.name in ("", ".", "..")), None if subjects else "[]")
+        if damage is not None:
+            raise EvidenceError(f"{directory}: the signed summary's subject {damage} is not "
                                 "{name: a file of this directory, digest: {sha256}}.")
-        out.append((name, sha256))
-    return out
+        return subjects
 
 
 def to_markdown(summary: CrossHostSummary) -> str:
@@ -330,19 +360,13 @@ def _hardware(summary: CrossHostSummary) -> str:
     return ", ".join(dict.fromkeys(names)) or "hardware not recorded"
 
 
-def _gpu_names(env: dict) -> list[str]:
-    devices = (env.get("gpus") or {}).get("devices") or []
-    return [str(d["name"]) for d in devices if isinstance(d, dict) and d.get("name")]
-
-
 def _hardware_of(run: Path) -> list[str]:
     try:
-        env = json.loads((run / "environment.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        env = environment_of(RunDir(run))
+    except EvidenceError:
         return []
-    env = env if isinstance(env, dict) else {}
-    cpu = (env.get("host") or {}).get("cpu_model")
-    return _gpu_names(env) or ([f"CPU only ({cpu})"] if cpu else [])
+    cpu = env.cpu_model
+    return [d.name for d in env.gpu_devices if d.name] or ([f"CPU only ({cpu})"] if cpu else [])
 
 
 def plot_means(summary: CrossHostSummary) -> bytes:

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..audit.compare import TOLERANCE_KEYS, check_tolerances
+from ..audit.compare import TOLERANCE_KEYS, Comparison, check_tolerances
 from ..errors import RecipeError
 from ..evidence.files import check_format
 from ..evidence.recipe import read_yaml
@@ -193,23 +193,26 @@ def spread(means: list[float]) -> Spread:
                   cv=float(values.std(ddof=1) / centre) if values.size > 1 and centre else None)
 
 
-def _host_entry(run: HostRun, means: HostMeans, pair: dict | None) -> HostEntry:
-    """One host's mean and pass range and, when it was compared, its ratio, flips, delta and failures."""
-    if pair is None:
-        return HostEntry(label=run.label, host=run.host, mean_ms=means.mean_ms, pass_means_ms=means.pass_means_ms,
-                         pass_range_ms=means.pass_range_ms)
-    answers = pair["answers"]  # compare's pair (audit/compare.py), read here until it is a typed record
-    return HostEntry(label=run.label, host=run.host, mean_ms=means.mean_ms, pass_means_ms=means.pass_means_ms,
-                     pass_range_ms=means.pass_range_ms, mean_ratio=pair["metrics"]["overall.mean_ms"]["ratio"],
-                     decision_flips=len(answers["decision_flips"]),
-                     max_abs_probability_delta=answers["max_abs_probability_delta"],
-                     weights_same=(pair.get("weights_fingerprint") or {}).get("same"), failures=pair["failures"])
+def _host_entry(run: HostRun, means: HostMeans, comparison: Comparison | None, workload: str,
+                backend: str) -> HostEntry:
+    """One host's mean and pass range and, when it was compared, its ratio, flips, delta and the
+    compare verdict's failures that name its pair."""
+    entry = HostEntry(label=run.label, host=run.host, mean_ms=means.mean_ms, pass_means_ms=means.pass_means_ms,
+                      pass_range_ms=means.pass_range_ms)
+    pairs = comparison.pairs if comparison is not None else []
+    pair = next((p for p in pairs if p.workload == workload and p.baseline_backend == backend), None)
+    if comparison is None or pair is None:
+        return entry
+    return msgspec.structs.replace(
+        entry, mean_ratio=pair.overall.mean_ms.ratio, decision_flips=len(pair.answers.decision_flips),
+        max_abs_probability_delta=pair.answers.max_abs_probability_delta, weights_same=pair.weights_fingerprint.same,
+        failures=[f for f in comparison.verdict.failures if f.startswith(f"{pair.where}:")])
 
 
 def backend_report(workload: str, backend: str, hosts: list[HostRun], means: dict[str, dict[tuple[str, str], HostMeans]],
-                   comparisons: dict[str, dict], cross_tol: dict[str, float]) -> BackendReport:
+                   comparisons: dict[str, Comparison], cross_tol: dict[str, float]) -> BackendReport:
     """One (workload, backend): every host's mean and pass range, the spread, flips, tolerance failures."""
-    per_host = [_host_entry(run, m, _pair_of(comparisons.get(run.label), workload, backend))
+    per_host = [_host_entry(run, m, comparisons.get(run.label), workload, backend)
                 for run in hosts if (m := means[run.label].get((workload, backend))) is not None]
     stats = spread([h.mean_ms for h in per_host])
     compared = [h for h in per_host if h.compared]
@@ -219,15 +222,3 @@ def backend_report(workload: str, backend: str, hosts: list[HostRun], means: dic
                          max_abs_probability_delta=max(deltas, default=None),
                          hosts_outside_tolerances=[h.label for h in compared if h.failures],
                          cross_host_failures=stats.failures(f"{workload}/{backend}", cross_tol))
-
-
-def _pair_of(comparison: dict | None, workload: str, backend: str) -> dict | None:
-    """The compare pair of this (workload, baseline backend), with the verdict failures that name it."""
-    if comparison is None:
-        return None
-    for pair in comparison["pairs"]:
-        if pair["workload"] == workload and pair["baseline_backend"] == backend:
-            where = f"{workload}/{pair['baseline_backend']}→{pair['candidate_backend']}:"
-            failures = [f for f in comparison["verdict"].get("failures", []) if f.startswith(where)]
-            return {**pair, "failures": failures}
-    return None

@@ -6,15 +6,18 @@ Finished jobs: `sacct --json` when the cluster keeps accounting (slurmdbd); othe
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from ..errors import ReproError
+from ..printable import printable
 
-__all__ = ["TERMINAL", "JobState", "SlurmError", "job_state", "job_states", "parse_reply", "sbatch", "task_ids"]
+__all__ = ["TERMINAL", "AccountedJob", "JobState", "QueuedJob", "SacctReply", "SlurmError", "SqueueReply", "job_state",
+           "job_states", "parse_reply", "sbatch", "task_ids"]
 
 # Slurm job states after which a task runs no more.
 TERMINAL = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -73,19 +76,26 @@ def sbatch(options: list[str], script: str) -> int:
     return int(head)
 
 
-def _number(value: Any) -> int | None:
-    """A number from Slurm's JSON: an int, or {"set": bool, "number": int} in newer data parsers."""
-    if isinstance(value, dict):
-        return int(value["number"]) if value.get("set") and "number" in value else None
-    return int(value) if isinstance(value, int) else None
+class _SetNumber(msgspec.Struct, frozen=True):
+    """A number in newer data parsers: {"set": bool, "number": int, "infinite": bool}."""
+
+    set: bool = False
+    number: int | None = None
 
 
-def _text(value: Any) -> str | None:
+# A number of Slurm's JSON: an int, or a _SetNumber; a text: a string, or a list of flags (job_state).
+_Number = int | _SetNumber | None
+_Text = str | list[str] | None
+
+
+def _number(value: _Number) -> int | None:
+    return (value.number if value.set else None) if isinstance(value, _SetNumber) else value
+
+
+def _text(value: _Text) -> str | None:
     if isinstance(value, list):  # newer data parsers: job_state is a list of flags
         value = value[0] if value else None
-    if value in (None, "", "None"):
-        return None
-    return str(value)
+    return None if value in (None, "", "None") else value
 
 
 def task_ids(spec: str) -> list[int]:
@@ -100,47 +110,115 @@ def task_ids(spec: str) -> list[int]:
     return ids
 
 
-def _from_squeue(job: dict[str, Any], source: str) -> list[JobState]:
-    job_id = _number(job.get("job_id"))
-    if job_id is None:
-        return []
-    array_job = _number(job.get("array_job_id")) or job_id
-    task = _number(job.get("array_task_id"))
-    pending = _text(job.get("array_task_string"))
-    tasks: list[int | None] = [task] if task is not None or not pending else list(task_ids(pending))
-    return [JobState(job_id=job_id, array_job_id=array_job, array_task_id=t,
-                     state=_text(job.get("job_state")) or "UNKNOWN", reason=_text(job.get("state_reason")),
-                     node=_text(job.get("nodes")), exit_code=_number(job.get("exit_code")), source=source)
-            for t in tasks]
+class _SlurmMessage(msgspec.Struct, frozen=True, kw_only=True):
+    description: str | None = None
+    error: str | None = None
+    source: str = "slurm"
 
 
-def _from_sacct(job: dict[str, Any]) -> JobState | None:
-    job_id = _number(job.get("job_id"))
-    if job_id is None:
-        return None
-    array = job.get("array") or {}
-    state = job.get("state") or {}
-    exit_code = job.get("exit_code") or {}
-    return JobState(job_id=job_id, array_job_id=_number(array.get("job_id")) or job_id,
-                    array_task_id=_number(array.get("task_id")), state=_text(state.get("current")) or "UNKNOWN",
-                    reason=_text(state.get("reason")), node=_text(job.get("nodes")),
-                    exit_code=_number(exit_code.get("return_code")), source="sacct --json")
+class _Reply(msgspec.Struct, frozen=True):
+    """What every JSON reply of squeue/sacct holds besides its jobs: the errors Slurm reports."""
+
+    errors: list[_SlurmMessage | str] = []
+
+    def check(self, what: str) -> None:
+        """The reply's first error (e.g. slurmctld unreachable, with exit status 0) raised as SlurmError."""
+        if self.errors:
+            first = self.errors[0] if isinstance(self.errors[0], _SlurmMessage) else _SlurmMessage(
+                description=self.errors[0])
+            raise SlurmError(f"{what}: {first.description or first.error} ({first.source}); {CONTROLLER_HINT}")
 
 
-def parse_reply(text: str, what: str) -> dict[str, Any]:
-    """A JSON reply of squeue/sacct; its "errors" (e.g. slurmctld unreachable, exit status 0) raise."""
+class QueuedJob(msgspec.Struct, frozen=True):
+    """One job (or a pending array's record) of `squeue --json`; Slurm's other fields are not read."""
+
+    job_id: _Number = None
+    array_job_id: _Number = None
+    array_task_id: _Number = None
+    array_task_string: _Text = None
+    job_state: _Text = None
+    state_reason: _Text = None
+    nodes: _Text = None
+    exit_code: _Number = None
+    standard_output: str | None = None
+
+    def states(self, source: str) -> list[JobState]:
+        """Its tasks' states: one, or one per index of a pending array's task string."""
+        job_id = _number(self.job_id)
+        if job_id is None:
+            return []
+        task = _number(self.array_task_id)
+        pending = _text(self.array_task_string)
+        tasks: list[int | None] = [task] if task is not None or not pending else list(task_ids(pending))
+        return [JobState(job_id=job_id, array_job_id=_number(self.array_job_id) or job_id, array_task_id=t,
+                         state=_text(self.job_state) or "UNKNOWN", reason=_text(self.state_reason),
+                         node=_text(self.nodes), exit_code=_number(self.exit_code), source=source)
+                for t in tasks]
+
+
+class _SacctArray(msgspec.Struct, frozen=True):
+    job_id: _Number = None
+    task_id: _Number = None
+
+
+class _SacctState(msgspec.Struct, frozen=True):
+    current: _Text = None
+    reason: _Text = None
+
+
+class _SacctExit(msgspec.Struct, frozen=True):
+    return_code: _Number = None
+
+
+class AccountedJob(msgspec.Struct, frozen=True):
+    """One job of `sacct --json`; Slurm's other fields are not read."""
+
+    job_id: _Number = None
+    array: _SacctArray | None = None
+    state: _SacctState | None = None
+    exit_code: _SacctExit | None = None
+    nodes: _Text = None
+
+    def job_state(self) -> JobState | None:
+        job_id = _number(self.job_id)
+        if job_id is None:
+            return None
+        array, state = self.array or _SacctArray(), self.state or _SacctState()
+        return JobState(job_id=job_id, array_job_id=_number(array.job_id) or job_id,
+                        array_task_id=_number(array.task_id), state=_text(state.current) or "UNKNOWN",
+                        reason=_text(state.reason), node=_text(self.nodes),
+                        exit_code=_number((self.exit_code or _SacctExit()).return_code), source="sacct --json")
+
+
+class SqueueReply(_Reply, frozen=True):
+    jobs: list[QueuedJob] = []
+
+    def tasks(self, source: str, output_under: str | None = None) -> list[JobState]:
+        """Every task of its jobs (with output_under, of the jobs whose output file lies there)."""
+        return [state for job in self.jobs if not output_under or (job.standard_output or "").startswith(output_under)
+                for state in job.states(source)]
+
+
+class SacctReply(_Reply, frozen=True):
+    jobs: list[AccountedJob] = []
+
+    def tasks(self) -> list[JobState]:
+        return [state for job in self.jobs if (state := job.job_state()) is not None]
+
+
+ReplyT = TypeVar("ReplyT", SqueueReply, SacctReply)
+
+
+def parse_reply(text: str, what: str, kind: type[ReplyT]) -> ReplyT:
+    """A JSON reply of squeue/sacct, decoded once; its "errors" (e.g. slurmctld unreachable, exit status 0) raise."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
+        reply = msgspec.json.decode(text, type=kind)
+    except msgspec.ValidationError as exc:
+        raise SlurmError(f"{what} printed JSON of another shape ({printable(str(exc))}).") from None
+    except msgspec.DecodeError as exc:
         raise SlurmError(f"{what} did not print JSON ({exc}); Slurm 21.08 or newer is needed.") from None
-    if not isinstance(data, dict):
-        raise SlurmError(f"{what} printed JSON that is not an object.")
-    errors = data.get("errors") or []
-    if errors:
-        first = errors[0] if isinstance(errors[0], dict) else {"description": str(errors[0])}
-        raise SlurmError(f"{what}: {first.get('description') or first.get('error')} "
-                         f"({first.get('source', 'slurm')}); {CONTROLLER_HINT}")
-    return data
+    reply.check(what)
+    return reply
 
 
 def job_states(array_ids: list[int], output_under: str | None = None) -> dict[tuple[int, int | None], JobState]:
@@ -153,35 +231,17 @@ def job_states(array_ids: list[int], output_under: str | None = None) -> dict[tu
     """
     if not array_ids:
         return {}
-    found = {(s.array_job_id, s.array_task_id): s for s in _accounted_states(array_ids)}
-    # squeue is live: it wins over accounting for tasks still known to slurmctld.
-    found.update({(s.array_job_id, s.array_task_id): s for s in _queued_states(array_ids, output_under)})
-    return found
-
-
-def _accounted_states(array_ids: list[int]) -> list[JobState]:
-    """The arrays' tasks as `sacct --json` knows them; none without accounting (no slurmdbd)."""
-    ids = ",".join(str(i) for i in sorted(set(array_ids)))
-    acct = _run(["sacct", "--json", "--jobs", ids], check=False)
+    acct = _run(["sacct", "--json", "--jobs", ",".join(str(i) for i in sorted(set(array_ids)))], check=False)
     try:  # without accounting (no slurmdbd) sacct answers in words, or with errors: not used
-        accounted = parse_reply(acct.stdout, "sacct --json").get("jobs", []) if acct.returncode == 0 else []
+        accounted = parse_reply(acct.stdout, "sacct --json", SacctReply).tasks() if acct.returncode == 0 else []
     except SlurmError:
         accounted = []
-    states = [_from_sacct(job) for job in accounted]
-    return [s for s in states if s is not None and s.array_job_id in array_ids]
-
-
-def _queued_states(array_ids: list[int], output_under: str | None) -> list[JobState]:
-    """The arrays' tasks still in slurmctld's memory (`squeue --json --states=all`), ours by output path."""
     proc = _run(["squeue", "--json", "--states=all"], check=False)
     if proc.returncode != 0:
         raise SlurmError(f"squeue --json failed: {(proc.stderr or proc.stdout).strip()[:200]}")
-    states: list[JobState] = []
-    for job in parse_reply(proc.stdout, "squeue --json").get("jobs", []):
-        if output_under and not str(job.get("standard_output") or "").startswith(output_under):
-            continue
-        states += [s for s in _from_squeue(job, "squeue --json --states=all") if s.array_job_id in array_ids]
-    return states
+    queued = parse_reply(proc.stdout, "squeue --json", SqueueReply).tasks("squeue --json --states=all", output_under)
+    # squeue is live: it wins over accounting for tasks still known to slurmctld.
+    return {(s.array_job_id, s.array_task_id): s for s in [*accounted, *queued] if s.array_job_id in array_ids}
 
 
 def job_state(job_id: int, *, timeout_s: float = _TIMEOUT_S) -> JobState | None:
@@ -189,8 +249,5 @@ def job_state(job_id: int, *, timeout_s: float = _TIMEOUT_S) -> JobState | None:
     proc = _run(["squeue", "--json", "--states=all", "--jobs", str(job_id)], check=False, timeout_s=timeout_s)
     if proc.returncode != 0:
         return None
-    for job in parse_reply(proc.stdout, "squeue --json").get("jobs", []):
-        for state in _from_squeue(job, "squeue --json --jobs"):
-            if state.job_id == job_id:
-                return state
-    return None
+    tasks = parse_reply(proc.stdout, "squeue --json", SqueueReply).tasks("squeue --json --jobs")
+    return next((state for state in tasks if state.job_id == job_id), None)

@@ -10,78 +10,127 @@ SIGKILL left "running" incomplete.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from ..evidence.files import write_json_atomic
+import msgspec
+
 from ..evidence.rundir import RunDir, Status
+from ..evidence.state import SlurmEnd
 from .slurm import TERMINAL, JobState, job_states
-from .submission import SLURM_CAUSE, Submission, utc_now, with_slurm_cause
+from .submission import SLURM_CAUSE, AttemptRecord, RunAttempt, Submission, utc_now, with_slurm_cause
 
-__all__ = ["replicate_status", "settle"]
+__all__ = ["ReplicateStatus", "SlurmView", "replicate_status", "settle"]
 
-
-def _final(state: JobState) -> dict[str, Any]:
-    return {"state": state.state, "reason": state.reason, "exit_code": state.exit_code, "source": state.source,
-            "recorded_utc": utc_now()}
+States = dict[tuple[int, int | None], JobState]
 
 
-def _ended_state(attempt: dict, states: dict[tuple[int, int | None], JobState]) -> JobState | None:
-    """Slurm's final state of an attempt not yet settled whose task ended without finishing; else None."""
-    slurm = attempt.get("slurm") or {}
-    if attempt.get("slurm_final") or not slurm.get("array_job_id"):
-        return None
-    state = states.get((int(slurm["array_job_id"]), slurm.get("array_task_id")))
-    if state is None or state.state not in TERMINAL or attempt.get("outcome") in ("complete", "skipped"):
-        return None
-    return state
+def _final(state: JobState) -> SlurmEnd:
+    return SlurmEnd(state=state.state, reason=state.reason, exit_code=state.exit_code, source=state.source,
+                    recorded_utc=utc_now())
 
 
-def _mark_attempt_run(directory: Path, attempt: dict, state: JobState, final: dict[str, Any]) -> None:
-    """The attempt's run, unless complete, marked incomplete with Slurm's cause first in its error."""
-    run_name = attempt.get("run")
-    if not run_name or not (directory / run_name / "state.json").is_file():
-        return
-    run = RunDir(directory / run_name)
-    current = run.state_record()
-    if current.status != Status.COMPLETE:
-        cause = f"{SLURM_CAUSE} ({state.state}" + (f", reason {state.reason})" if state.reason else ")")
-        run.update_state(status=Status.INCOMPLETE, slurm_end=final, error=with_slurm_cause(current.error, cause))
-
-
-def _settle_attempt(directory: Path, attempt: dict, states: dict[tuple[int, int | None], JobState]) -> None:
-    state = _ended_state(attempt, states)
+def _settle_attempt(directory: Path, attempt: AttemptRecord, states: States) -> None:
+    """An attempt whose task ended without finishing: Slurm's final state recorded in it and, unless
+    complete, its run marked incomplete with Slurm's cause first in its error."""
+    state = attempt.ended_state(states)
     if state is None:
         return
     final = _final(state)
-    attempt["slurm_final"] = final
-    if attempt.get("outcome") == "running":  # SIGKILLed before it could write its end
-        attempt["outcome"] = "killed"
-    write_json_atomic(directory / f"attempt-{attempt['job_id']}.json", attempt)
-    _mark_attempt_run(directory, attempt, state, final)
-
-
-def _settle_latest_run(sub: Submission, k: int, states: dict[tuple[int, int | None], JobState]) -> None:
-    """The replicate's latest run, when its file still says running but its Slurm task ended, marked incomplete."""
-    runs = sub.runs(k)
-    job = sub.latest_job(k)
-    state = states.get((job, k)) if job is not None else None
-    if not runs or state is None or state.state not in TERMINAL or runs[-1].status == "unreadable":
+    outcome = "killed" if attempt.outcome == "running" else attempt.outcome  # SIGKILLed before it wrote its end
+    msgspec.structs.replace(attempt, slurm_final=final, outcome=outcome).save(directory)
+    if not attempt.run or not (directory / attempt.run / "state.json").is_file():
         return
-    if RunDir(runs[-1].path).state_record().status == Status.RUNNING:  # stale or not: its file says so
-        RunDir(runs[-1].path).update_state(status=Status.INCOMPLETE, slurm_end=_final(state),
-                                           error=f"its Slurm task ended ({state.state}) while it was running")
+    run = RunDir(directory / attempt.run)
+    current = run.state_record()
+    if current.status != Status.COMPLETE:
+        cause = f"{SLURM_CAUSE} ({state.state}" + (f", reason {state.reason})" if state.reason else ")")
+        run.update_state(status=Status.INCOMPLETE, slurm_end=final,
+                         error=with_slurm_cause(current.error, cause))
 
 
-def settle(sub: Submission, states: dict[tuple[int, int | None], JobState]) -> None:
+def settle(sub: Submission, states: States) -> None:
     """Record how ended tasks ended, in their attempt records and runs (see the module docstring)."""
     for k in sub.replicates:
         directory = sub.replicate_dir(k)
         for attempt in sub.attempts(k):
             _settle_attempt(directory, attempt, states)
-        _settle_latest_run(sub, k, states)
+        # The replicate's latest run, when its file still says running but its Slurm task ended: incomplete.
+        runs = sub.runs(k)
+        job = sub.latest_job(k)
+        state = states.get((job, k)) if job is not None else None
+        if not runs or state is None or state.state not in TERMINAL or runs[-1].status == "unreadable":
+            continue
+        if RunDir(runs[-1].path).state_record().status == Status.RUNNING:  # stale or not: its file says so
+            RunDir(runs[-1].path).update_state(status=Status.INCOMPLETE, slurm_end=_final(state),
+                                               error=f"its Slurm task ended ({state.state}) while it was running")
 
 
-def _evidence_word(complete: Any, latest: Any, slurm_state: str | None) -> str:
+class SlurmView(msgspec.Struct, frozen=True, kw_only=True):
+    """A replicate's latest task as Slurm reports it, or as its last attempt record says, or unknown."""
+
+    state: str
+    reason: str | None
+    node: str | None
+    source: str | None
+    job: str | None  # <array job id>_<replicate>
+    job_id: int | str | None
+
+    @classmethod
+    def of(cls, sub: Submission, k: int, states: States) -> SlurmView:
+        job = sub.latest_job(k)
+        state = states.get((job, k)) if job is not None else None
+        if state is not None:
+            return cls(state=state.state, reason=state.reason, node=state.node, source=state.source,
+                       job=f"{job}_{k}", job_id=state.job_id)
+        attempts = [a for a in sub.attempts(k) if a.of_array(job)]
+        if attempts:  # aged out of slurmctld and no accounting: the task's own end record
+            return cls.of_attempt(attempts[-1], f"{job}_{k}")
+        return cls(state="UNKNOWN", reason="not in squeue/sacct and no attempt record", node=None, source=None,
+                   job=f"{job}_{k}" if job else None, job_id=None)
+
+    @classmethod
+    def of_attempt(cls, last: AttemptRecord, job: str) -> SlurmView:
+        end = last.end() or SlurmEnd(state=None)
+        by_outcome = "COMPLETED" if last.outcome in ("complete", "skipped") else "UNKNOWN"
+        return cls(state=end.state or by_outcome, reason=end.reason, node=last.slurm.node if last.slurm else None,
+                   source=last.file_name, job=job, job_id=last.job_id)
+
+
+class ReplicateStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """One replicate as `invoke status` shows it: its Slurm state, its evidence and how its tasks were stopped."""
+
+    replicate: int
+    slurm: SlurmView
+    evidence: str  # complete, none, incomplete, unsigned, signing or the latest run's status
+    runs: int
+    run: str | None
+    error: str | None
+    terminated: list[AttemptRecord]  # attempts that Slurm stopped or that were killed
+
+    def to_json(self) -> dict[str, object]:
+        return {"replicate": self.replicate, "slurm": msgspec.to_builtins(self.slurm), "evidence": self.evidence,
+                "runs": self.runs, "run": self.run, "error": self.error,
+                "terminations": [{"job_id": a.job_id, **(end.to_json() if (end := a.end()) else {})}
+                                 for a in self.terminated]}
+
+    @property
+    def running(self) -> bool:
+        """Whether its task may still add evidence (pending or running, and no complete run yet)."""
+        return self.slurm.state not in TERMINAL and self.evidence != "complete"
+
+    @classmethod
+    def of(cls, sub: Submission, k: int, states: States) -> ReplicateStatus:
+        slurm = SlurmView.of(sub, k, states)
+        runs = sub.runs(k)
+        complete = sub.complete_run(k)
+        latest = runs[-1] if runs else None
+        chosen = complete or latest
+        return cls(replicate=k, slurm=slurm, evidence=_evidence_word(complete, latest, slurm.state), runs=len(runs),
+                   run=str(chosen.path) if chosen is not None else None,
+                   error=None if complete or latest is None else latest.error,
+                   terminated=[a for a in sub.attempts(k) if a.outcome in ("terminated", "killed")])
+
+
+def _evidence_word(complete: RunAttempt | None, latest: RunAttempt | None, slurm_state: str) -> str:
     """What the replicate's evidence is: complete, none, incomplete, unsigned, signing or the latest run's status."""
     if complete is not None:
         return "complete"
@@ -94,50 +143,7 @@ def _evidence_word(complete: Any, latest: Any, slurm_state: str | None) -> str:
     return latest.status
 
 
-def _evidence(sub: Submission, k: int, slurm_state: str | None) -> dict[str, Any]:
-    runs = sub.runs(k)
-    complete = sub.complete_run(k)
-    latest = runs[-1] if runs else None
-    chosen = complete or latest
-    return {"evidence": _evidence_word(complete, latest, slurm_state), "runs": len(runs),
-            "run": str(chosen.path) if chosen is not None else None,
-            "error": None if complete or latest is None else latest.error}
-
-
-def _slurm_from_attempt(last: dict, job: int | None, k: int) -> dict[str, Any]:
-    """Aged out of slurmctld and no accounting: the task's own end record."""
-    end = last.get("slurm_final") or last.get("slurm_end") or {}
-    by_outcome = {"complete": "COMPLETED", "skipped": "COMPLETED"}.get(str(last.get("outcome")), "UNKNOWN")
-    return {"state": end.get("state") or by_outcome,
-            "reason": end.get("reason"), "node": (last.get("slurm") or {}).get("node"),
-            "source": f"attempt-{last.get('job_id')}.json", "job": f"{job}_{k}", "job_id": last.get("job_id")}
-
-
-def _slurm_view(sub: Submission, k: int, states: dict[tuple[int, int | None], JobState]) -> dict[str, Any]:
-    """The replicate's latest task as Slurm reports it, or as its last attempt record says, or unknown."""
-    job = sub.latest_job(k)
-    state = states.get((job, k)) if job is not None else None
-    if state is not None:
-        return {"state": state.state, "reason": state.reason, "node": state.node, "source": state.source,
-                "job": f"{job}_{k}", "job_id": state.job_id}
-    attempts = [a for a in sub.attempts(k) if (a.get("slurm") or {}).get("array_job_id") == str(job)]
-    if attempts:
-        return _slurm_from_attempt(attempts[-1], job, k)
-    return {"state": "UNKNOWN", "reason": "not in squeue/sacct and no attempt record", "node": None,
-            "source": None, "job": f"{job}_{k}" if job else None, "job_id": None}
-
-
-def _terminations(sub: Submission, k: int) -> list[dict[str, Any]]:
-    ended = [a for a in sub.attempts(k) if a.get("outcome") in ("terminated", "killed")]
-    return [{"job_id": a.get("job_id"), **(a.get("slurm_final") or a.get("slurm_end") or {})} for a in ended]
-
-
-def replicate_status(sub: Submission) -> list[dict[str, Any]]:
+def replicate_status(sub: Submission) -> list[ReplicateStatus]:
     states = job_states([r.array_job_id for r in sub.rounds], output_under=f"{sub.path}/")
     settle(sub, states)
-    rows = []
-    for k in sub.replicates:
-        slurm = _slurm_view(sub, k, states)
-        rows.append({"replicate": k, "slurm": slurm, **_evidence(sub, k, slurm["state"]),
-                     "terminations": _terminations(sub, k)})
-    return rows
+    return [ReplicateStatus.of(sub, k, states) for k in sub.replicates]

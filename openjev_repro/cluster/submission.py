@@ -23,15 +23,20 @@ from typing import Annotated, Any
 import msgspec
 
 from ..errors import EvidenceError
+from ..evidence.decoding import UNSET, Count, Record, Text, UnsetType, decode
 from ..evidence.files import read_versioned, write_json_atomic
+from ..evidence.records import SlurmPart
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status
+from ..evidence.state import SlurmEnd
 from ..printable import printable
 from .jobscript import SbatchOptions
+from .slurm import TERMINAL, JobState
 
 __all__ = [
     "ATTEMPT_FORMAT_VERSION",
     "SLURM_CAUSE",
     "SUBMISSION_FORMAT_VERSION",
+    "AttemptRecord",
     "Round",
     "RunAttempt",
     "Submission",
@@ -72,6 +77,48 @@ class RunAttempt:
     @property
     def complete(self) -> bool:
         return self.status == Status.COMPLETE and self.signed
+
+
+class AttemptRecord(Record, frozen=True, kw_only=True):
+    """attempt-<job id>.json: how one Slurm task of a replicate went (written by cluster/task.py at
+    its start, on SIGTERM and at its end; `slurm_final` added by `settle`)."""
+
+    format_version: int = ATTEMPT_FORMAT_VERSION
+    job_id: Text | Count
+    started_utc: Text | UnsetType = UNSET
+    slurm: SlurmPart | None = None
+    outcome: Text  # running | complete | skipped | failed | terminated | killed
+    run: Text | None = None
+    ended_utc: Text | None | UnsetType = UNSET
+    slurm_end: SlurmEnd | None | UnsetType = UNSET
+    exit_code: int | None | UnsetType = UNSET
+    error: Text | None | UnsetType = UNSET
+    slurm_final: SlurmEnd | UnsetType = UNSET
+
+    @property
+    def file_name(self) -> str:
+        return f"attempt-{self.job_id}.json"
+
+    def save(self, replicate_dir: Path) -> None:
+        write_json_atomic(replicate_dir / self.file_name, self.to_json())
+
+    def of_array(self, job: int | None) -> bool:
+        """Whether this attempt ran as a task of array job `job`."""
+        return self.slurm is not None and self.slurm.array_job_id == str(job)
+
+    def end(self) -> SlurmEnd | None:
+        """How Slurm ended it: the settled final state, else what the task heard at SIGTERM."""
+        final = self.slurm_final if isinstance(self.slurm_final, SlurmEnd) else None
+        return final or (self.slurm_end if isinstance(self.slurm_end, SlurmEnd) else None)
+
+    def ended_state(self, states: dict[tuple[int, int | None], JobState]) -> JobState | None:
+        """Slurm's final state when this attempt is not yet settled and its task ended without finishing."""
+        if self.slurm_final is not UNSET or self.slurm is None or not self.slurm.array_job_id:
+            return None
+        state = states.get((int(self.slurm.array_job_id), self.slurm.array_task_id))
+        if state is None or state.state not in TERMINAL or self.outcome in ("complete", "skipped"):
+            return None
+        return state
 
 
 MAX_REPLICATES = 10_000
@@ -207,8 +254,8 @@ class Submission:
         found = []
         for path in sorted(p for p in directory.iterdir() if p.is_dir()) if directory.is_dir() else []:
             try:  # a "running" run whose study died on this host reads incomplete (stale)
-                state = RunDir(path).effective_state()
-                status, error = str(state.get("status")), state.get("error")
+                state = RunDir(path).effective_state_record()
+                status, error = state.status, state.error
             except (EvidenceError, OSError) as exc:
                 status, error = "unreadable", str(exc)
             found.append(RunAttempt(path, status, error, (path / ENVELOPE_NAME).is_file()))
@@ -218,17 +265,18 @@ class Submission:
         """The replicate's first complete, manifest-carrying run (there is at most one: resume skips them)."""
         return next((r for r in self.runs(k) if r.complete), None)
 
-    def attempts(self, k: int) -> list[dict[str, Any]]:
-        """The end records the tasks wrote beside the replicate's runs, oldest job first."""
-        directory = self.replicate_dir(k)
-        records = []
-        def job_order(path: Path) -> tuple[int, str]:  # Slurm job ids grow; others (tests) last
+    def attempts(self, k: int) -> list[AttemptRecord]:
+        """The records the tasks wrote beside the replicate's runs, oldest job first (Slurm job ids grow;
+        others, as in tests, last). A file this tool cannot read (a later format, damage) is left as it is
+        and not listed."""
+        def job_order(path: Path) -> tuple[int, str]:
             job = path.stem.removeprefix("attempt-")
             return (int(job), "") if job.isdigit() else (2**63, job)
 
-        for path in sorted(directory.glob("attempt-*.json"), key=job_order):
+        records = []
+        for path in sorted(self.replicate_dir(k).glob("attempt-*.json"), key=job_order):
             try:
-                records.append(read_versioned(path, (ATTEMPT_FORMAT_VERSION,)))
-            except EvidenceError as exc:
-                records.append({"file": path.name, "error": str(exc)})
+                records.append(decode(read_versioned(path, (ATTEMPT_FORMAT_VERSION,)), AttemptRecord, str(path)))
+            except EvidenceError:
+                continue
         return records

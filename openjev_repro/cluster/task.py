@@ -21,15 +21,18 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import msgspec
+
 from ..errors import ReproError
-from ..evidence.files import write_json_atomic
 from ..evidence.recipe import load_recipe
+from ..evidence.records import SlurmGpu, SlurmPart
 from ..evidence.rundir import RunDir, Status
+from ..evidence.state import SlurmEnd
 from ..hashing import hash_file
 from ..host.allocation import allocated_gpu, slurm_record
 from ..manifest.keys import load_private_key
 from .slurm import TERMINAL, job_state
-from .submission import ATTEMPT_FORMAT_VERSION, SLURM_CAUSE, Submission, utc_now, with_slurm_cause
+from .submission import SLURM_CAUSE, AttemptRecord, Submission, utc_now, with_slurm_cause
 
 __all__ = ["GPU_SOURCE", "TaskFailed", "main", "study_argv"]
 
@@ -41,7 +44,7 @@ class TaskFailed(Exception):
     """A task that cannot start its study (recorded in its attempt record)."""
 
 
-def study_argv(sub: Submission, replicate_dir: Path, gpu: dict[str, Any] | None) -> list[str]:
+def study_argv(sub: Submission, replicate_dir: Path, gpu: SlurmGpu | None) -> list[str]:
     """`invoke study` for this replicate; the allocated GPU only when the recipe has GPU controls.
 
     That GPU goes through the study's run-time override (`--gpu-uuid`, `--gpu-index`), recorded
@@ -50,13 +53,13 @@ def study_argv(sub: Submission, replicate_dir: Path, gpu: dict[str, Any] | None)
     argv = [record.text("python"), "-m", "invoke", "--search-root", record.text("repo"), "study",
             "--recipe", record.text("recipe"), "--out", str(replicate_dir), "--key", record.text("key")]
     if record.gpu_controls:
-        if gpu is None or not gpu.get("uuid"):
-            why = "no GPU in the allocation" if gpu is None else gpu.get("uuid_error")
+        if gpu is None or not gpu.uuid:
+            why = "no GPU in the allocation" if gpu is None else gpu.uuid_error
             raise TaskFailed(f"the recipe pins a GPU but the allocated one is unknown ({why}); "
                               "submit with --gres gpu:1 on nodes with an NVIDIA driver")
-        argv += ["--gpu-uuid", str(gpu["uuid"]), "--gpu-source", GPU_SOURCE]
-        if gpu.get("index") is not None:
-            argv += ["--gpu-index", str(gpu["index"])]
+        argv += ["--gpu-uuid", gpu.uuid, "--gpu-source", GPU_SOURCE]
+        if gpu.index is not None:
+            argv += ["--gpu-index", str(gpu.index)]
     return argv
 
 
@@ -64,14 +67,16 @@ class _Attempt:
     """attempt-<job id>.json beside the replicate's run directories."""
 
     def __init__(self, replicate_dir: Path, job_id: str) -> None:
-        self.path = replicate_dir / f"attempt-{job_id}.json"
-        self.record: dict[str, Any] = {"format_version": ATTEMPT_FORMAT_VERSION, "job_id": job_id, "started_utc": utc_now(),
-                                       "slurm": slurm_record(), "outcome": "running", "run": None,
-                                       "ended_utc": None, "slurm_end": None, "exit_code": None, "error": None}
+        self.replicate_dir = replicate_dir
+        slurm = slurm_record()
+        self.record = AttemptRecord(job_id=job_id, started_utc=utc_now(),
+                                    slurm=msgspec.convert(slurm, SlurmPart) if slurm is not None else None,
+                                    outcome="running", run=None, ended_utc=None, slurm_end=None, exit_code=None,
+                                    error=None)
 
     def write(self, **changes: Any) -> None:
-        self.record.update(changes)
-        write_json_atomic(self.path, self.record)
+        self.record = msgspec.structs.replace(self.record, **changes)
+        self.record.save(self.replicate_dir)
 
 
 def _new_run(replicate_dir: Path, before: set[Path]) -> Path | None:
@@ -79,18 +84,18 @@ def _new_run(replicate_dir: Path, before: set[Path]) -> Path | None:
     return new[-1] if new else None
 
 
-def _slurm_end(job_id: str) -> dict[str, Any]:
+def _slurm_end(job_id: str) -> SlurmEnd:
     """Why we are being stopped, as slurmctld says (CANCELLED, TIMEOUT, PREEMPTED ... and its reason)."""
     try:
         state = job_state(int(job_id), timeout_s=10)  # well inside KillWait
     except Exception as exc:  # noqa: BLE001 - the record must be written even if Slurm does not answer
-        return {"state": None, "reason": None, "error": f"{type(exc).__name__}: {exc}"}
+        return SlurmEnd(state=None, error=f"{type(exc).__name__}: {exc}")
     if state is None:
-        return {"state": None, "reason": None, "error": "squeue does not list this job"}
-    return {"state": state.state, "reason": state.reason, "source": state.source}
+        return SlurmEnd(state=None, error="squeue does not list this job")
+    return SlurmEnd(state=state.state, reason=state.reason, source=state.source)
 
 
-def _mark_incomplete(run_path: Path, slurm_end: dict[str, Any] | None, why: str) -> None:
+def _mark_incomplete(run_path: Path, slurm_end: SlurmEnd | None, why: str) -> None:
     """The run's state says incomplete, whatever the study managed to write; a Slurm termination
     (slurm_end given) comes first in its error, the study's own message (if any) after it."""
     if not (run_path / "state.json").is_file():
@@ -107,7 +112,7 @@ def _mark_incomplete(run_path: Path, slurm_end: dict[str, Any] | None, why: str)
     run.update_state(**changes)
 
 
-def _study_argv_checked(sub: Submission, replicate_dir: Path, gpu: Any) -> list[str]:
+def _study_argv_checked(sub: Submission, replicate_dir: Path, gpu: SlurmGpu | None) -> list[str]:
     """The `invoke study` command of this replicate, once the recipe, the GPU controls and the key check out.
 
     Raises TaskFailed naming what differs from the submission or is not usable on this node.
@@ -124,12 +129,10 @@ def _study_argv_checked(sub: Submission, replicate_dir: Path, gpu: Any) -> list[
     return study_argv(sub, replicate_dir, gpu)
 
 
-def _after_termination(attempt: _Attempt, run: Path | None, terminated: dict[str, Any], code: int) -> int:
+def _after_termination(attempt: _Attempt, run: Path | None, signal_name: str, end: SlurmEnd, code: int) -> int:
     """Slurm ended the task: the run (if any) and the attempt say so, with Slurm's own reason."""
-    end = terminated["slurm_end"]
-    named = end.get("state") if end.get("state") in TERMINAL else None  # COMPLETING while stopping
-    why = f"{SLURM_CAUSE} ({named or terminated['signal']}" + \
-          (f", reason {end['reason']}" if end.get("reason") else "") + ")"
+    named = end.state if end.state in TERMINAL else None  # COMPLETING while stopping
+    why = f"{SLURM_CAUSE} ({named or signal_name}" + (f", reason {end.reason}" if end.reason else "") + ")"
     if run is not None:
         _mark_incomplete(run, end, why)
     attempt.write(outcome="terminated", run=run.name if run else None, ended_utc=utc_now(), exit_code=code,
@@ -163,22 +166,23 @@ def run_task(sub: Submission, k: int) -> int:
         return 0
     gpu = allocated_gpu()
     try:
-        argv = _study_argv_checked(sub, replicate_dir, gpu)
+        argv = _study_argv_checked(sub, replicate_dir, msgspec.convert(gpu, SlurmGpu) if gpu is not None else None)
     except TaskFailed as exc:
         attempt.write(outcome="failed", ended_utc=utc_now(), exit_code=1, error=str(exc))
         print(f"error: {exc}", file=sys.stderr)
         return 1
     before = {p for p in replicate_dir.iterdir() if p.is_dir()}
-    terminated: dict[str, Any] = {}
+    terminated: list[tuple[str, SlurmEnd]] = []  # the signal's name and what Slurm said, once
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         if terminated:
             return
-        terminated.update(signal=signal.Signals(signum).name, slurm_end=_slurm_end(job_id))
+        name = signal.Signals(signum).name
+        terminated.append((name, _slurm_end(job_id)))
         run = _new_run(replicate_dir, before)
         # Written at once: SIGKILL follows after the cluster's KillWait.
-        attempt.write(outcome="terminated", run=run.name if run else None, slurm_end=terminated["slurm_end"],
-                      error=f"{terminated['signal']} from Slurm")
+        attempt.write(outcome="terminated", run=run.name if run else None, slurm_end=terminated[0][1],
+                      error=f"{name} from Slurm")
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
@@ -189,7 +193,7 @@ def run_task(sub: Submission, k: int) -> int:
     code = child.wait()
     run = _new_run(replicate_dir, before)
     if terminated:
-        return _after_termination(attempt, run, terminated, code)
+        return _after_termination(attempt, run, *terminated[0], code)
     return _after_exit(attempt, run, code)
 
 

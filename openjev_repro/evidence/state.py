@@ -39,13 +39,16 @@ class Owner(Record, frozen=True, kw_only=True):
 
 
 class SlurmEnd(Record, frozen=True, kw_only=True):
-    """How Slurm ended the task of a cluster run (cluster/status.py)."""
+    """How Slurm ended the task of a cluster run: what the task heard at SIGTERM (cluster/task.py: state and
+    reason, or the error of asking) or the final state `settle` recorded (cluster/status.py). In state.json
+    and in the task's attempt record (cluster/submission.py)."""
 
-    state: Text
+    state: Text | None
     reason: Text | None = None
-    exit_code: Text | Number | None = None
-    source: Text | None = None
-    recorded_utc: Text | None = None
+    exit_code: Text | Number | None | UnsetType = UNSET
+    source: Text | None | UnsetType = UNSET
+    recorded_utc: Text | None | UnsetType = UNSET
+    error: Text | UnsetType = UNSET
 
 
 class StateRecord(Record, frozen=True, kw_only=False):

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
 from ..errors import DockerError, VerificationError
 from .rootfs import normalize_tar
 from .spec import DebianPin
@@ -55,12 +57,19 @@ def debootstrap(pin: DebianPin, root: Path, progress: Progress = print) -> None:
 
 def installed_packages(root: Path) -> dict[str, str]:
     """name -> version of every package dpkg marks installed, read from var/lib/dpkg/status."""
-    out: dict[str, str] = {}
-    for stanza in (root / "var/lib/dpkg/status").read_text().split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line.startswith(" "))
-        if fields.get("Status", "").endswith(" installed"):
-            out[fields["Package"]] = fields["Version"]
-    return dict(sorted(out.items()))
+    stanzas = [msgspec.convert(dict(line.split(": ", 1) for line in stanza.splitlines()
+                                    if ": " in line and not line.startswith(" ")), _DpkgStanza)
+               for stanza in (root / "var/lib/dpkg/status").read_text().split("\n\n")]
+    return dict(sorted((s.package, s.version) for s in stanzas if s.status.endswith(" installed")))
+
+
+class _DpkgStanza(msgspec.Struct, frozen=True, rename="pascal"):
+    """A package's stanza of dpkg's status file, as far as locking reads it (a stanza of a package that
+    is not installed may lack a version)."""
+
+    package: str = ""
+    version: str = ""
+    status: str = ""
 
 
 def release_date(root: Path, suite: str) -> str:

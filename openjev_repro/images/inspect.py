@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
+
 from ..errors import DockerError
 
 __all__ = ["describe_image", "image_packages"]
@@ -25,32 +27,31 @@ _PROBE = (
     "    out['torch'] = {'error': type(exc).__name__ + ': ' + str(exc)[:200]}\n"
     "print(json.dumps(out))\n"
 )
+class _Config(msgspec.Struct, frozen=True, rename="pascal"):
+    labels: dict[str, str] | None = None
+
+
+class _RootFS(msgspec.Struct, frozen=True, rename="pascal"):
+    layers: list[str] = []
+
+
+class ImageInspect(msgspec.Struct, frozen=True, rename={"repo_digests": "RepoDigests", "root_fs": "RootFS",
+                                                        "config": "Config"}):
+    """What a study reads of `docker image inspect` (the daemon's other fields are not read)."""
+
+    config: _Config = _Config()
+    repo_digests: list[str] | None = []
+    root_fs: _RootFS = _RootFS()
+
+
+class _Waited(msgspec.Struct, frozen=True, rename="pascal"):
+    """The answer of `docker wait` (the container's exit)."""
+
+    status_code: int = -1
+
+
 _LABELS = ("io.openjev-repro.image", "io.openjev-repro.lock.sha256", "io.openjev-repro.base.diff-id",
            "io.openjev-repro.debian.release-date", "org.opencontainers.image.revision")
-
-
-def _create_probe(client, image_id: str):
-    import docker
-
-    try:
-        return client.containers.create(image_id, ["python", "-c", _PROBE], network_mode="none",
-                                        cap_drop=["ALL"], security_opt=["no-new-privileges"])
-    except docker.errors.APIError as exc:
-        raise DockerError(f"Docker could not create the package probe in {image_id}: {exc.explanation or exc}.") from exc
-
-
-def _run_probe(container, image_id: str) -> tuple[int, bytes, bytes]:
-    """Start the probe and wait for it: (exit status, stdout, stderr when it failed)."""
-    import docker
-
-    try:
-        container.start()
-        status = container.wait().get("StatusCode", -1)
-        out = container.logs(stdout=True, stderr=False)
-        err = container.logs(stdout=False, stderr=True) if status else b""
-    except docker.errors.APIError as exc:
-        raise DockerError(f"Docker could not run the package probe in {image_id}: {exc.explanation or exc}.") from exc
-    return status, out, err
 
 
 def _remove_probe(container, reaper) -> None:
@@ -71,11 +72,22 @@ def image_packages(client, image_id: str, reaper=None) -> dict[str, Any]:
     The probe container is registered with the study's reaper (host/reaper.py), if given, from its
     creation until its removal, so a study killed mid-probe leaves no container behind.
     """
-    container = _create_probe(client, image_id)
+    import docker
+
+    try:
+        container = client.containers.create(image_id, ["python", "-c", _PROBE], network_mode="none",
+                                             cap_drop=["ALL"], security_opt=["no-new-privileges"])
+    except docker.errors.APIError as exc:
+        raise DockerError(f"Docker could not create the package probe in {image_id}: {exc.explanation or exc}.") from exc
     if reaper is not None:
         reaper.watch_container(container.id)
     try:
-        status, out, err = _run_probe(container, image_id)
+        container.start()
+        status = msgspec.convert(container.wait(), _Waited).status_code
+        out = container.logs(stdout=True, stderr=False)
+        err = container.logs(stdout=False, stderr=True) if status else b""
+    except docker.errors.APIError as exc:
+        raise DockerError(f"Docker could not run the package probe in {image_id}: {exc.explanation or exc}.") from exc
     finally:
         _remove_probe(container, reaper)
     if status:
@@ -88,9 +100,12 @@ def describe_image(client, reference: str, reaper=None) -> dict[str, Any]:
     from .daemon import get_image
 
     image = get_image(client, reference)
-    labels = image.attrs.get("Config", {}).get("Labels") or {}
-    return {"reference": reference, "id": image.id,
-            "repo_digests": image.attrs.get("RepoDigests", []),
-            "diff_ids": image.attrs.get("RootFS", {}).get("Layers", []),
+    try:
+        inspected = msgspec.convert(image.attrs, ImageInspect)
+    except msgspec.ValidationError as exc:
+        raise DockerError(f"Docker described {reference} in an unexpected shape ({exc}).") from None
+    labels = inspected.config.labels or {}
+    return {"reference": reference, "id": image.id, "repo_digests": inspected.repo_digests,
+            "diff_ids": inspected.root_fs.layers,
             "labels": {k: v for k, v in sorted(labels.items()) if k in _LABELS or ".source." in k},
             "python": image_packages(client, image.id, reaper)}

@@ -8,7 +8,6 @@ wheel fails the build; `verify_wheelhouse` makes the same check on the host firs
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -17,6 +16,8 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from ..errors import ReproError, VerificationError
 from ..hashing import hash_file
@@ -113,14 +114,47 @@ def resolve(requirements: list[str], python: str | None = None, platform: str | 
         if done.returncode != 0:
             errors = [ln for ln in done.stderr.splitlines() if ln.startswith("ERROR")]
             raise LockFailed("pip could not resolve the requirements: " + (" ".join(errors) or done.stderr[-500:]))
-        items = json.loads(report.read_text())["install"]
+        try:
+            items = msgspec.json.decode(report.read_bytes(), type=_InstallReport).install
+        except msgspec.DecodeError as exc:
+            raise LockFailed(f"pip's install report is not what pip writes ({exc}).") from None
     pins = []
     for item in items:
-        hashes = item["download_info"].get("archive_info", {}).get("hashes", {})
-        if "sha256" not in hashes:
-            raise LockFailed(f"the index gave no sha256 for {item['download_info']['url']}; it cannot be locked.")
-        pins.append(Pin(normalise(item["metadata"]["name"]), item["metadata"]["version"], (hashes["sha256"],)))
+        sha256 = item.download_info.archive_info.hashes.sha256
+        if sha256 is None:
+            raise LockFailed(f"the index gave no sha256 for {item.download_info.url}; it cannot be locked.")
+        pins.append(Pin(normalise(item.metadata.name), item.metadata.version, (sha256,)))
     return sorted(pins, key=lambda p: p.name)
+
+
+class _Hashes(msgspec.Struct, frozen=True):
+    sha256: str | None = None
+
+
+class _ArchiveInfo(msgspec.Struct, frozen=True):
+    hashes: _Hashes = _Hashes()
+
+
+class _DownloadInfo(msgspec.Struct, frozen=True):
+    url: str
+    archive_info: _ArchiveInfo = _ArchiveInfo()
+
+
+class _Metadata(msgspec.Struct, frozen=True):
+    name: str
+    version: str
+
+
+class _Install(msgspec.Struct, frozen=True):
+    download_info: _DownloadInfo
+    metadata: _Metadata
+
+
+class _InstallReport(msgspec.Struct, frozen=True):
+    """What locking reads of `pip install --report` (pip's installation report, format 1; its other
+    fields are not read)."""
+
+    install: list[_Install]
 
 
 def write_lock(lock: Lock, path: Path, command: str, target: str, options: Sequence[str] = ()) -> None:

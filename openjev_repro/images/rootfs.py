@@ -90,18 +90,21 @@ def _entries(src: tarfile.TarFile) -> Iterator[tuple[str, tarfile.TarInfo]]:
         yield name, seen[name]
 
 
-def _file_data(tin: tarfile.TarFile, name: str, member: tarfile.TarInfo, epoch: int) -> bytes:
-    """A regular file's (or hard link's) bytes, emptied or with shadow's dates clamped where that varies."""
-    data = _member_bytes(tin, member)
-    if name in _EMPTY:
-        return b""
-    if name in _SHADOW:
-        return _shadow(data, epoch)
-    return data
+def _normalized(tin: tarfile.TarFile, name: str, member: tarfile.TarInfo,
+                epoch: int) -> tuple[tarfile.TarInfo, bytes | None] | None:
+    """The deterministic header (and bytes, for a file) of one member; None for a member we drop.
 
-
-def _set_type(info: tarfile.TarInfo, member: tarfile.TarInfo) -> bool:
-    """Copy the type (and link or device numbers) of a non-file member; False for a type we drop."""
+    A file's bytes are emptied, or shadow's dates clamped, where they vary from build to build; another
+    member keeps its type (and link or device numbers)."""
+    info = tarfile.TarInfo(name)
+    info.mode, info.uid, info.gid = member.mode, member.uid, member.gid
+    info.uname = info.gname = ""
+    info.mtime = min(int(member.mtime), epoch)
+    if member.isfile() or member.islnk():
+        data = _member_bytes(tin, member)
+        data = b"" if name in _EMPTY else _shadow(data, epoch) if name in _SHADOW else data
+        info.type, info.size = tarfile.REGTYPE, len(data)
+        return info, data
     if member.issym():
         info.type, info.linkname = tarfile.SYMTYPE, member.linkname
     elif member.isdir():
@@ -109,22 +112,8 @@ def _set_type(info: tarfile.TarInfo, member: tarfile.TarInfo) -> bool:
     elif member.ischr() or member.isblk() or member.isfifo():
         info.type, info.devmajor, info.devminor = member.type, member.devmajor, member.devminor
     else:
-        return False
-    return True
-
-
-def _normalized(tin: tarfile.TarFile, name: str, member: tarfile.TarInfo,
-                epoch: int) -> tuple[tarfile.TarInfo, bytes | None] | None:
-    """The deterministic header (and bytes, for a file) of one member; None for a member we drop."""
-    info = tarfile.TarInfo(name)
-    info.mode, info.uid, info.gid = member.mode, member.uid, member.gid
-    info.uname = info.gname = ""
-    info.mtime = min(int(member.mtime), epoch)
-    if member.isfile() or member.islnk():
-        data = _file_data(tin, name, member, epoch)
-        info.type, info.size = tarfile.REGTYPE, len(data)
-        return info, data
-    return (info, None) if _set_type(info, member) else None
+        return None
+    return info, None
 
 
 def normalize_tar(src: Path, dest: Path, epoch: int, members_out: Path | None = None) -> str:
@@ -146,12 +135,9 @@ def normalize_tar(src: Path, dest: Path, epoch: int, members_out: Path | None = 
 
 
 def _describe(info: tarfile.TarInfo, data: bytes | None) -> dict:
-    entry = {"type": info.type.decode(), "mode": oct(info.mode), "uid": info.uid, "gid": info.gid, "mtime": info.mtime}
-    if data is not None:
-        entry["sha256"] = hashlib.sha256(data).hexdigest()
-    if info.linkname:
-        entry["link"] = info.linkname
-    return entry
+    return {"type": info.type.decode(), "mode": oct(info.mode), "uid": info.uid, "gid": info.gid, "mtime": info.mtime,
+            **({"sha256": hashlib.sha256(data).hexdigest()} if data is not None else {}),
+            **({"link": info.linkname} if info.linkname else {})}
 
 
 def read_members(path: Path) -> dict[str, dict]:
