@@ -350,7 +350,7 @@ class ReferenceServer(ThreadingHTTPServer):
                 "backbone_parameter_dtypes": model.backbone_dtypes(),
                 "code_commit": meta.code_commit, "mode": model.settings.mode,
                 "prompt_format": model.settings.prompt_format,
-                "device": str(model.device), "implementations": model.info["implementations"],
+                "device": str(model.device), "implementations": model.implementations,
                 "cuda_graphs": model.graphs.stats() if model.graphs else None}
 
 
