@@ -38,27 +38,16 @@ def block_optional_kernels() -> list[str]:
     """Make every availability check for FLA and causal-conv1d answer False; return what was patched."""
     from transformers.utils import import_utils
 
-    return [*_hide_packages(), *_patch_checks(import_utils), *_patch_copied_checks(import_utils),
-            *_unbind_modeling_kernels()]
-
-
-def _hide_packages() -> list[str]:
-    """`import fla` and `import causal_conv1d` raise ImportError in this process from now on."""
     patched = []
-    for package in _PACKAGES:
+    for package in _PACKAGES:  # `import fla` and `import causal_conv1d` raise ImportError from now on
         if sys.modules.get(package, "absent") is not None:
             sys.modules[package] = None  # type: ignore[assignment]
             patched.append(f"sys.modules[{package!r}]")
-    return patched
-
-
-def _patch_checks(import_utils: Any) -> list[str]:
-    patched = []
     for name in _CHECKS:
         if hasattr(import_utils, name):
             setattr(import_utils, name, _false)
             patched.append(f"transformers.utils.import_utils.{name}")
-    return patched
+    return [*patched, *_patch_copied_checks(import_utils), *_unbind_modeling_kernels()]
 
 
 def _patch_copied_checks(import_utils: Any) -> list[str]:

@@ -66,19 +66,22 @@ class Settings:
         """The settings fit each other and the device, else BackendError (before anything is loaded)."""
         if self.mode not in ("raw", "fast"):
             raise BackendError(f"Unknown --mode {self.mode!r}; use raw or fast.")
-        if self.compile and self.mode != "fast":
-            raise BackendError("torch.compile is part of fast mode only; drop --compile for raw mode.")
-        if self.compile and device.type != "cuda":
-            raise BackendError("--compile needs a CUDA device; drop the flag or use --device cuda.")
         if self.prompt_ids not in PROMPT_IDS:
             raise BackendError(f"Unknown --prompt-ids {self.prompt_ids!r}; use template, cached or cached-parallel.")
-        if self.fusions and self.mode != "fast":
-            raise BackendError("--fuse is part of fast mode only; drop it for raw mode.")
-        if self.cuda_graphs and self.mode != "fast":
-            raise BackendError("CUDA Graph replay is part of fast mode only; drop --cuda-graphs for raw mode.")
-        if self.cuda_graphs and device.type != "cuda":
-            raise BackendError("--cuda-graphs needs a CUDA device (graphs cannot be captured on CPU); "
-                               "drop the flag or use --device cuda.")
+        if self.mode != "fast":
+            for asked, problem in (
+                    (self.compile, "torch.compile is part of fast mode only; drop --compile for raw mode."),
+                    (self.fusions, "--fuse is part of fast mode only; drop it for raw mode."),
+                    (self.cuda_graphs, "CUDA Graph replay is part of fast mode only; drop --cuda-graphs for raw mode.")):
+                if asked:
+                    raise BackendError(problem)
+        if device.type != "cuda":
+            for asked, problem in (
+                    (self.compile, "--compile needs a CUDA device; drop the flag or use --device cuda."),
+                    (self.cuda_graphs, ("--cuda-graphs needs a CUDA device (graphs cannot be captured on CPU); "
+                                       "drop the flag or use --device cuda."))):
+                if asked:
+                    raise BackendError(problem)
 
 
 class WeightsReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -262,14 +265,12 @@ class DecisionModel:
         unmerged = _fingerprint(model, head, temperature)
         merged: str | UnsetType = UNSET
         if settings.mode == "fast":
-            model = model.merge_and_unload()
+            model = text_model = model.merge_and_unload()
             merged = _fingerprint(model, head, temperature).fingerprint
-            text_model = model
+            bound, lora = bound_implementations(text_model), "merged"
         else:
             text_model = model.get_base_model()
-        bound = bound_implementations(text_model)
-        if settings.mode == "raw":
-            bound.require_reference()
+            bound, lora = bound_implementations(text_model).require_reference(), "unmerged (PEFT)"
         kernels = KernelNames.of(settings.kernels, bound).checked()
         compiled = fusions = None
         if settings.compile:
@@ -287,7 +288,7 @@ class DecisionModel:
             source=source, patched_checks=tuple(patched),
             weights=WeightsReport(weights_fingerprint=unmerged.fingerprint, merged_weights_fingerprint=merged,
                                   weights_fingerprint_seconds=unmerged.seconds, weights_bytes=unmerged.bytes),
-            implementations=bound, lora="merged" if settings.mode == "fast" else "unmerged (PEFT)",
+            implementations=bound, lora=lora,
             lora_modules=sum(1 for name, _ in model.named_modules() if name.endswith("lora_A")),
             compiled=compiled, fusions=fusions, hardware=hardware,
             non_embedding_parameters=sum(p.numel() for name, p in text_model.named_parameters()

@@ -85,13 +85,13 @@ class _PreTokenizer(_Part, frozen=True):
 class _TokenizerJson(msgspec.Struct, frozen=True):
     """What the argument above needs of the tokenizer's own JSON (the `tokenizers` library's format)."""
 
-    model: _Part | None = None
+    model: _Part = _Part()
     normalizer: _Part | None = None
     pre_tokenizer: _PreTokenizer | None = None
 
     def structure_problem(self) -> str | None:
         """Why cutting between pre-tokens might change the ids; None when the argument holds."""
-        if self.model is None or self.model.type != "BPE":
+        if self.model.type != "BPE":
             return "not a BPE tokenizer"
         if self.normalizer is not None and self.normalizer.type != "NFC":
             return f"normalizer {self.normalizer.type}"

@@ -90,16 +90,6 @@ def _pass(client: httpx.Client, url: str, bodies: list[bytes]) -> tuple[list[flo
     return latencies, probs
 
 
-def _configs(device: str) -> dict[str, list[str]]:
-    """raw and fast everywhere; fast with CUDA Graphs (8 and 64 captures) where CUDA is there to use."""
-    import torch
-    configs = {"raw": ["--mode", "raw"], "fast": ["--mode", "fast"]}
-    if torch.cuda.is_available() and device != "cpu":
-        configs.update({"fast-graphs-8": ["--mode", "fast", "--cuda-graphs", "8"],
-                        "fast-graphs-64": ["--mode", "fast", "--cuda-graphs", "64"]})
-    return configs
-
-
 def _measure(name: str, url: str, bodies: list[bytes], passes: int) -> tuple[list[float], list[float], _Health]:
     """Pass means (ms), the last pass's probabilities and /health of one running configuration."""
     with httpx.Client(timeout=300) as client:
@@ -152,8 +142,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     bodies = [msgspec.json.encode({"model": "open-jev", "state": t.state, "questions": {"q": t.question}})
               for t in tasks]
+    import torch
+
+    configs = {"raw": ["--mode", "raw"], "fast": ["--mode", "fast"]}
+    if torch.cuda.is_available() and a.device != "cpu":  # fast with CUDA Graphs (8 and 64 captures) too
+        configs.update({"fast-graphs-8": ["--mode", "fast", "--cuda-graphs", "8"],
+                        "fast-graphs-64": ["--mode", "fast", "--cuda-graphs", "64"]})
     reference: list[float] | None = None
-    for name, extra in _configs(a.device).items():
+    for name, extra in configs.items():
         proc, url = _start(["--checkpoint", a.checkpoint, "--device", a.device, "--max-length", a.max_length, *extra],
                            a.logs / f"smoke-{name}.log")
         try:
