@@ -21,9 +21,9 @@ from openjev_repro.host.smi import parse_state
 from openjev_repro.orchestrator.environment_check import differences, observed
 
 REFERENCE = BoundKernels(linear_attention_layers=3, full_attention_layers=1, full_attention="sdpa",
-                         chunk_gated_delta_rule=("torch_chunk_gated_delta_rule",), causal_conv1d_fn=("torch (F.conv1d)",),
-                         norm=("Qwen3_5RMSNormGated",))
-FLA = msgspec.structs.replace(REFERENCE, chunk_gated_delta_rule=("fla.ops.gated_delta_rule.chunk.chunk_gated_delta_rule",))
+                         chunk_gated_delta_rule=["torch_chunk_gated_delta_rule"], causal_conv1d_fn=["torch (F.conv1d)"],
+                         norm=["Qwen3_5RMSNormGated"])
+FLA = msgspec.structs.replace(REFERENCE, chunk_gated_delta_rule=["fla.ops.gated_delta_rule.chunk.chunk_gated_delta_rule"])
 
 
 def test_kernel_names_name_reference_and_fla_as_a_recipe_declares_them():

@@ -34,7 +34,7 @@ class GpuCeilings(msgspec.Struct, frozen=True, kw_only=True):
 
     gpu: str
     matmul_bf16_tflops: float
-    matmul_shape: tuple[int, int, int] = (MATMUL_N, MATMUL_N, MATMUL_N)
+    matmul_shape: list[int] = msgspec.field(default_factory=lambda: [MATMUL_N, MATMUL_N, MATMUL_N])
     copy_tbps: float
     copy_bytes: int = COPY_BYTES
     method: str = METHOD

@@ -46,8 +46,8 @@ def apply_kernel_choice(choice: str, mode: str) -> None:
         block_optional_kernels()
 
 
-def _short(names: tuple[str, ...], reference: str, fast: dict[str, str]) -> str:
-    if names == (reference,):
+def _short(names: list[str], reference: str, fast: dict[str, str]) -> str:
+    if names == [reference]:
         return "reference"
     for prefix, short in fast.items():
         if names and all(n.startswith(prefix) for n in names):

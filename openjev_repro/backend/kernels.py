@@ -117,9 +117,9 @@ class BoundKernels(msgspec.Struct, frozen=True, kw_only=True):
     linear_attention_layers: int
     full_attention_layers: int
     full_attention: str  # the configured attention implementation (sdpa in both modes)
-    chunk_gated_delta_rule: tuple[str, ...]
-    causal_conv1d_fn: tuple[str, ...]
-    norm: tuple[str, ...]
+    chunk_gated_delta_rule: list[str]
+    causal_conv1d_fn: list[str]
+    norm: list[str]
 
     def to_json(self) -> dict[str, Any]:
         return msgspec.to_builtins(self)
@@ -131,10 +131,10 @@ class BoundKernels(msgspec.Struct, frozen=True, kw_only=True):
         for slot, found, expected in (("chunk_gated_delta_rule", self.chunk_gated_delta_rule, TORCH_DELTA_RULE),
                                       ("causal_conv1d_fn", self.causal_conv1d_fn, TORCH_CONV),
                                       ("norm", self.norm, TORCH_NORM)):
-            if found != (expected,):
+            if found != [expected]:
                 raise BackendError(
                     f"Raw mode requires every linear-attention layer to use {expected} for {slot}, "
-                    f"but found {list(found)}; optional kernels were imported before they could be blocked.")
+                    f"but found {found}; optional kernels were imported before they could be blocked.")
         if self.full_attention != "sdpa":
             raise BackendError(f"Raw mode requires stock SDPA for full attention, found {self.full_attention}.")
         return self
@@ -154,5 +154,4 @@ def bound_implementations(model: Any) -> BoundKernels:
     full = sum(1 for layer in getattr(model, "layers", []) if getattr(layer, "self_attn", None) is not None)
     attn_impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
     return BoundKernels(linear_attention_layers=len(layers), full_attention_layers=full, full_attention=str(attn_impl),
-                        chunk_gated_delta_rule=tuple(sorted(rules)), causal_conv1d_fn=tuple(sorted(convs)),
-                        norm=tuple(sorted(norms)))
+                        chunk_gated_delta_rule=sorted(rules), causal_conv1d_fn=sorted(convs), norm=sorted(norms))

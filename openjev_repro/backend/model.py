@@ -94,6 +94,9 @@ class WeightsReport(msgspec.Struct, frozen=True, kw_only=True):
     weights_fingerprint_seconds: float
     weights_bytes: int
 
+    def to_json(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
 
 class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     """What loading found, fixed from then on; /health reports it beside the figures that change while
@@ -319,7 +322,7 @@ class DecisionModel:
                 "prompt_ids": ids.status if ids else "template",
                 "prompt_ids_parallel": ids.parallel_status if ids else None,
                 "hardware": info.hardware.to_json() if info.hardware else None,
-                "non_embedding_parameters": info.non_embedding_parameters, **msgspec.to_builtins(info.weights),
+                "non_embedding_parameters": info.non_embedding_parameters, **info.weights.to_json(),
                 "torch_threads": torch.get_num_threads(), "torch_interop_threads": torch.get_num_interop_threads(),
                 "thread_env": {name: os.environ.get(name) for name in THREAD_ENV},
                 "kernels": info.kernels.to_json(), "packages": info.packages, "source_sha256": info.source_sha256,
