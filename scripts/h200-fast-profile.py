@@ -46,7 +46,7 @@ def hardware(torch) -> dict:
     """The backend's own ceilings (backend/hardware.py) plus the model's GEMM shapes at five lengths."""
     from openjev_repro.backend.hardware import measure_hardware, median_event_ms
 
-    out: dict = {**measure_hardware(torch.device("cuda")), "torch": torch.__version__}
+    out: dict = {**measure_hardware(torch.device("cuda")).to_json(), "torch": torch.__version__}
     gemms = {}
     f = torch.nn.functional.linear
     for m in (96, 300, 936, 2312, 3399):
@@ -132,7 +132,7 @@ def main() -> int:
     t0 = time.perf_counter()
     model = DecisionModel.from_random(args.config, args.tokenizer, 0, settings)
     result["build_s"] = round(time.perf_counter() - t0, 1)
-    result["info"] = {k: model.info.get(k) for k in ("weights_fingerprint", "merged_weights_fingerprint",
+    result["info"] = {k: model.describe().get(k) for k in ("weights_fingerprint", "merged_weights_fingerprint",
                                                      "implementations", "weights_bytes", "compiled", "fusions")}
     result["non_embedding_parameters"] = sum(p.numel() for n, p in model.backbone.named_parameters()
                                              if "embed_tokens" not in n)

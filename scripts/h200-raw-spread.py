@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                         prompt_format="criteria-hidden")  # the renderer of the committed H200 recipes
     model = DecisionModel.from_random(args.config, args.tokenizer, args.seed, settings)
     build_s = time.perf_counter() - started
-    print(f"built {args.mode} model in {build_s:.1f} s; weights {model.info['weights_fingerprint']}", flush=True)
+    print(f"built {args.mode} model in {build_s:.1f} s; weights {model.info.weights.weights_fingerprint}", flush=True)
     parsed = [parse_request(body, MODEL_ALIASES) for body in bodies]
     prepared = [(state, questions, model.candidates(state, questions)) for _, state, questions in parsed]
     longest = max(range(len(prepared)), key=lambda i: sum(len(c.ids) for c in prepared[i][2]))
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         "format_version": 1,
         "command": " ".join([sys.executable, *sys.argv]),
         "mode": args.mode, "config": str(args.config), "seed": args.seed, "requests": len(prepared),
-        "weights_fingerprint": model.info["weights_fingerprint"], "build_seconds": round(build_s, 1),
+        "weights_fingerprint": model.info.weights.weights_fingerprint, "build_seconds": round(build_s, 1),
         "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),
         "gpu": torch.cuda.get_device_name(model.device) if model.device.type == "cuda" else None,
         "torch": torch.__version__, "python": platform.python_version(),
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch_interop_threads": torch.get_num_interop_threads(),
         "load_average_before": [round(v, 2) for v in load_before],
         "load_average_after": [round(v, 2) for v in os.getloadavg()],
-        "implementations": model.info["implementations"],
+        "implementations": model.implementations,
         "settings": results,
     }
     print(f"cpu {cpu.get('model')}; nproc {report['nproc']}; governor "

@@ -145,7 +145,7 @@ def main() -> int:
     args.out.write_text(json.dumps({"format_version": 1, "mode": args.mode, "cuda_graphs": args.cuda_graphs,
                                     "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
                                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "nproc": os.cpu_count(),
-                                    "implementations": model.info["implementations"],
+                                    "implementations": model.implementations,
                                     "conditions": results}, indent=1) + "\n")
     print(f"wrote {args.out}")
     return 0

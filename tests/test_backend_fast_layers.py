@@ -164,7 +164,7 @@ def _model(checkpoint: Path, fusions: tuple[str, ...] = ()) -> DecisionModel:
 def test_add_norm_alone_is_bit_identical(fixture_checkpoint: Path) -> None:
     plain, fused = _model(fixture_checkpoint), _model(fixture_checkpoint, ("add-norm",))
     ids = torch.randint(0, plain.backbone.config.vocab_size, (1, 83), generator=torch.Generator().manual_seed(1))
-    assert "layers" in fused.info["fusions"]
+    assert "layers" in fused.info.fusions
     assert torch.equal(_scores(plain, ids), _scores(fused, ids))
 
 
@@ -172,13 +172,13 @@ def test_every_fusion_scores_like_the_library_and_is_reported(fixture_checkpoint
     plain, fused = _model(fixture_checkpoint), _model(fixture_checkpoint, FUSIONS)
     config = plain.backbone.config
     linear = sum(1 for kind in config.layer_types if kind == "linear_attention")
-    assert fused.info["fusions"] == (f"conv-silu, concat-in-proj, concat-gate-up, add-norm, gated-norm, grouped-qk, beta-g, "
+    assert fused.info.fusions == (f"conv-silu, concat-in-proj, concat-gate-up, add-norm, gated-norm, grouped-qk, beta-g, "
                                      f"silu-mul, silu-mul-fp32, triton-gated-norm "
                                      f"({linear} linear attention, {config.num_hidden_layers} MLPs, "
                                      f"{config.num_hidden_layers} layers, {linear} gated norms)")
-    assert fused.describe()["fusions"] == fused.info["fusions"]
-    assert fused.info["weights_fingerprint"] == plain.info["weights_fingerprint"]   # taken before concatenating
-    assert fused.info["non_embedding_parameters"] == plain.info["non_embedding_parameters"]
+    assert fused.describe()["fusions"] == fused.info.fusions
+    assert fused.info.weights.weights_fingerprint == plain.info.weights.weights_fingerprint   # taken before concatenating
+    assert fused.info.non_embedding_parameters == plain.info.non_embedding_parameters
     for length in (1, 4, 97):
         ids = torch.randint(0, config.vocab_size, (1, length), generator=torch.Generator().manual_seed(length))
         a, b = _scores(plain, ids), _scores(fused, ids)
@@ -224,7 +224,7 @@ def test_gated_norm_grouped_qk_beta_g_are_bit_identical_eager(fixture_checkpoint
     config = plain.backbone.config
     if "gated-norm" in fusions:
         linear = sum(1 for kind in config.layer_types if kind == "linear_attention")
-        assert f"{linear} gated norms" in fused.info["fusions"]
+        assert f"{linear} gated norms" in fused.info.fusions
     for length in (1, 97):
         ids = torch.randint(0, config.vocab_size, (1, length), generator=torch.Generator().manual_seed(7 + length))
         assert torch.equal(_scores(plain, ids), _scores(fused, ids)), length

@@ -106,6 +106,33 @@ def test_package_wrong_head_shape(fixture_checkpoint: Path, tmp_path: Path) -> N
         read_package(root)
 
 
+@pytest.mark.parametrize(("change", "message"), [
+    ({"max_length": "4096"}, r"model\.json: Expected `int`, got `str` - at `\$\.max_length`\.$"),
+    ({"base_revision": ["x"]}, r"model\.json: Expected `str`, got `array` - at `\$\.base_revision`\.$"),
+    ({"max_length": 0}, r"model\.json: max_length must be a positive integer\.$"),
+])
+def test_package_model_json_of_another_shape_is_one_error_naming_the_key(fixture_checkpoint: Path, tmp_path: Path,
+                                                                         change: dict, message: str) -> None:
+    root = _copy(fixture_checkpoint, tmp_path / "ckpt")
+    meta = json.loads((root / "model.json").read_text())
+    (root / "model.json").write_text(json.dumps({**meta, **change}))
+    with pytest.raises(CheckpointError, match=message):
+        read_package(root)
+
+
+def test_package_keys_this_tool_does_not_read_are_left_alone(fixture_checkpoint: Path, tmp_path: Path) -> None:
+    root = _copy(fixture_checkpoint, tmp_path / "ckpt")
+    meta = json.loads((root / "model.json").read_text())
+    (root / "model.json").write_text(json.dumps({**meta, "license": {"name": "apache-2.0"}, "base_model_id": "m/x"}))
+    config = json.loads((root / "base" / "config.json").read_text())
+    (root / "base" / "config.json").write_text(json.dumps({"text_config": config, "model_type": "wrapper"}))
+    package = read_package(root)
+    assert (package.base_model_id, package.base_revision, package.hidden_size) == ("m/x", "fixture-v1", 128)
+    (root / "base" / "config.json").write_text(json.dumps({**config, "hidden_size": True}))
+    with pytest.raises(CheckpointError, match="has no positive integer hidden_size"):
+        read_package(root)
+
+
 def test_package_digest_follows_the_adapter(fixture_checkpoint: Path, tmp_path: Path) -> None:
     root = _copy(fixture_checkpoint, tmp_path / "ckpt")
     before = package_sha256(root)

@@ -130,7 +130,7 @@ ids = torch.randint(0, 1000, (1, 41), generator=torch.Generator().manual_seed(9)
 def run(fusions):
     model = DecisionModel.from_package(package, Settings(mode="fast", device="cpu", fusions=fusions))
     with torch.inference_mode():
-        return model.backbone(input_ids=ids, use_cache=False).last_hidden_state, model.info.get("fusions")
+        return model.backbone(input_ids=ids, use_cache=False).last_hidden_state, model.info.fusions
 plain, _ = run(())
 fused, info = run(("concat-in-proj", "silu-mul", "triton-gated-norm"))
 fp32, info32 = run(("silu-mul-fp32", "triton-gated-norm"))

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 from openjev_repro.backend import parallel_tokens
 from openjev_repro.backend.model import DecisionModel, Settings
@@ -110,6 +110,12 @@ def test_off_where_the_argument_does_not_hold(parallel_model: DecisionModel, mon
     word_level = Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
     word_level.pre_tokenizer = pre_tokenizers.Whitespace()
     assert ParallelEncoder(word_level, pieces=4).status == "whole (unrecognised tokenizer: not a BPE tokenizer)"
+    bpe = Tokenizer(models.BPE({"a": 0, "b": 1}, [], unk_token=None))
+    bpe.normalizer = normalizers.Lowercase()
+    assert ParallelEncoder(bpe, pieces=4).status == "whole (unrecognised tokenizer: normalizer Lowercase)"
+    bpe.normalizer = normalizers.NFC()
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(), pre_tokenizers.Digits()])
+    assert ParallelEncoder(bpe, pieces=4).status == "whole (unrecognised tokenizer: pre-tokenizer ['Digits', 'Sequence', 'Whitespace'])"
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     off = ParallelEncoder(backend, pieces=4)
     assert not off.enabled and off.status == "whole (TOKENIZERS_PARALLELISM is off)"

@@ -91,11 +91,11 @@ def test_fingerprint_sees_every_word_name_dtype_and_shape() -> None:
     generator = torch.Generator().manual_seed(0)
     weights = {"w": torch.randn(3, 1000, generator=generator).to(torch.bfloat16),
                "v": torch.randn(7, generator=generator), "flag": torch.tensor([True, False])}
-    base = weights_fingerprint(weights.items())["fingerprint"]
-    assert weights_fingerprint(reversed(list(weights.items())))["fingerprint"] == base   # canonical order
+    base = weights_fingerprint(weights.items()).fingerprint
+    assert weights_fingerprint(reversed(list(weights.items()))).fingerprint == base   # canonical order
 
     def changed(**replace) -> str:
-        return weights_fingerprint({**weights, **replace}.items())["fingerprint"]
+        return weights_fingerprint({**weights, **replace}.items()).fingerprint
 
     one_word = weights["w"].clone()
     one_word.view(-1).view(torch.int16)[2345] += 1        # the smallest change: one bit of one BF16 value
@@ -108,4 +108,4 @@ def test_fingerprint_sees_every_word_name_dtype_and_shape() -> None:
     assert changed(v=weights["v"].double()) != base
     assert changed(flag=torch.tensor([True, True])) != base
     renamed = {("u" if k == "v" else k): t for k, t in weights.items()}
-    assert weights_fingerprint(renamed.items())["fingerprint"] != base
+    assert weights_fingerprint(renamed.items()).fingerprint != base

@@ -6,10 +6,12 @@ import subprocess
 import sys
 import types
 
+import msgspec
 import pytest
 from studykit import scripted_backend, write_study
 
-from openjev_repro.backend.kernel_choice import autotune_choices, check_bound, kernel_summary
+from openjev_repro.backend.kernel_choice import KernelNames, autotune_choices
+from openjev_repro.backend.kernels import BoundKernels
 from openjev_repro.errors import RecipeError, ReproError
 from openjev_repro.evidence.recipe import EnvironmentSpec, load_recipe
 from openjev_repro.evidence.records import EnvironmentRecord
@@ -18,21 +20,23 @@ from openjev_repro.host.driver import reason_names
 from openjev_repro.host.smi import parse_state
 from openjev_repro.orchestrator.environment_check import differences, observed
 
-REFERENCE = {"chunk_gated_delta_rule": ["torch_chunk_gated_delta_rule"], "causal_conv1d_fn": ["torch (F.conv1d)"],
-             "norm": ["Qwen3_5RMSNormGated"], "full_attention": "sdpa"}
-FLA = {**REFERENCE, "chunk_gated_delta_rule": ["fla.ops.gated_delta_rule.chunk.chunk_gated_delta_rule"]}
+REFERENCE = BoundKernels(linear_attention_layers=3, full_attention_layers=1, full_attention="sdpa",
+                         chunk_gated_delta_rule=["torch_chunk_gated_delta_rule"], causal_conv1d_fn=["torch (F.conv1d)"],
+                         norm=["Qwen3_5RMSNormGated"])
+FLA = msgspec.structs.replace(REFERENCE, chunk_gated_delta_rule=["fla.ops.gated_delta_rule.chunk.chunk_gated_delta_rule"])
 
 
-def test_kernel_summary_names_reference_and_fla_as_a_recipe_declares_them():
-    assert kernel_summary(REFERENCE) == {"linear_attention": "reference", "conv": "reference", "norm": "reference",
-                                         "full_attention": "sdpa"}
-    assert kernel_summary(FLA)["linear_attention"] == "fla"
-    check_bound("fla", kernel_summary(FLA))
-    check_bound("reference", kernel_summary(REFERENCE))
+def test_kernel_names_name_reference_and_fla_as_a_recipe_declares_them():
+    assert KernelNames.of("auto", REFERENCE).to_json() == {
+        "requested": "auto", "linear_attention": "reference", "conv": "reference", "norm": "reference",
+        "full_attention": "sdpa"}
+    assert KernelNames.of("auto", FLA).linear_attention == "fla"
+    KernelNames.of("fla", FLA).checked()
+    KernelNames.of("reference", REFERENCE).checked()
     with pytest.raises(ReproError, match="--kernels fla: the linear-attention layers are bound to reference"):
-        check_bound("fla", kernel_summary(REFERENCE))
+        KernelNames.of("fla", REFERENCE).checked()
     with pytest.raises(ReproError, match="--kernels reference"):
-        check_bound("reference", kernel_summary(FLA))
+        KernelNames.of("reference", FLA).checked()
 
 
 def test_autotune_choices_reads_each_autotuners_cache_of_loaded_fla_modules(monkeypatch):
@@ -50,7 +54,7 @@ def test_autotune_choices_reads_each_autotuners_cache_of_loaded_fla_modules(monk
 
 def _health(**changes):
     return {"packages": {"torch": "2.13.0+cpu", "transformers": "5.10.2", "flash-linear-attention": None},
-            "kernels": kernel_summary(REFERENCE), "dtype": "float32", "weights_fingerprint": "wfp1:aa",
+            "kernels": KernelNames.of("auto", REFERENCE).to_json(), "dtype": "float32", "weights_fingerprint": "wfp1:aa",
             "source_sha256": "s" * 64, **changes}
 
 

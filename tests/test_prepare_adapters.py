@@ -104,7 +104,7 @@ def test_blocking_wins_over_available_kernels(tmp_path):
     model = Qwen3_5ForCausalLM(config)
     try:
         rows = hf_raw.assert_pytorch_fallback(model, 3)
-        print("OK", rows[0]["conv"], rows[0]["delta_rule"], rows[0]["norm"])
+        print("OK", rows[0].conv, rows[0].delta_rule, rows[0].norm)
     except hf_raw.FallbackError as exc:
         print("REFUSED", exc)
     """)
@@ -113,7 +113,8 @@ def test_blocking_wins_over_available_kernels(tmp_path):
     assert blocked.stdout.strip() == "OK stock torch_chunk_gated_delta_rule Qwen3_5RMSNormGated"
     open_ = _py(code, tmp_path, "open", extra_path=str(base))
     assert open_.returncode == 0, open_.stderr
-    assert open_.stdout.startswith("REFUSED 3 linear-attention layers do not use the PyTorch fallback")
+    assert open_.stdout.startswith("REFUSED 3 linear-attention layers do not use the PyTorch fallback, e.g. "
+                                   "{'layer': 'model.layers.0.linear_attn', 'delta_rule': ")
 
 
 def test_blocking_after_model_import_is_refused(tmp_path):

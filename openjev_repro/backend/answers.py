@@ -21,8 +21,6 @@ from .prompts import Question
 
 __all__ = [
     "answer",
-    "choice_confidence",
-    "score_confidence",
     "softmax",
 ]
 
@@ -35,40 +33,21 @@ def softmax(logits: list[float], temperature: float) -> list[float]:
     return [e / total for e in exps]
 
 
-def _mode(probs: list[float]) -> int:
-    """The first maximum (ties go to the earlier candidate)."""
-    best = 0
-    for index in range(1, len(probs)):
-        if probs[index] > probs[best]:
-            best = index
-    return best
-
-
-def choice_confidence(probs: list[float], mode: int) -> float:
-    n = len(probs)
-    if n == 1:
-        return 1.0
-    return (probs[mode] - 1.0 / n) / (1.0 - 1.0 / n)
-
-
-def score_confidence(probs: list[float], mode: int) -> float:
-    n = len(probs)
-    distance = sum(abs(i - mode) * p for i, p in enumerate(probs))
-    center = (n - 1) / 2.0
-    uniform = sum(abs(i - center) for i in range(n)) / n
-    return max(0.0, 1.0 - distance / uniform)
-
-
 def answer(question: Question, logits: list[float], temperature: float) -> dict[str, Any]:
     """The answer to one question from the logits of its candidates, in answer-key order."""
     if question.type == "noul":
         return {"type": "noul", "noul": softmax([0.0, logits[0]], temperature)[1]}
     probs = softmax(logits, temperature)
-    mode = _mode(probs)
+    mode = max(range(len(probs)), key=probs.__getitem__)  # the first maximum: a tie goes to the earlier candidate
     probabilities = dict(zip(question.keys, probs, strict=True))
+    n = len(probs)
     if question.type == "choice":
+        confidence = 1.0 if n == 1 else (probs[mode] - 1.0 / n) / (1.0 - 1.0 / n)
         return {"type": "choice", "choice": question.keys[mode], "probabilities": probabilities,
-                "confidence": choice_confidence(probs, mode)}
+                "confidence": confidence}
+    distance = sum(abs(i - mode) * p for i, p in enumerate(probs))
+    center = (n - 1) / 2.0
+    uniform = sum(abs(i - center) for i in range(n)) / n
     return {"type": "score", "score": sum(i * p for i, p in enumerate(probs)), "probabilities": probabilities,
-            "confidence": score_confidence(probs, mode),
+            "confidence": max(0.0, 1.0 - distance / uniform),
             "legend": dict(zip(question.keys, question.levels, strict=True))}

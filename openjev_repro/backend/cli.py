@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import ReproError
 from .auth import ApiKey
 from .fast_layers import parse_fusions
-from .kernel_choice import KERNEL_CHOICES, apply_kernel_choice, check_bound, reported
+from .kernel_choice import KERNEL_CHOICES, apply_kernel_choice
 from .model import METHOD, DecisionModel, Settings
 from .package import package_sha256, read_package
 from .prompts import DEFAULT_PROMPT_FORMAT, PROMPT_FORMATS
@@ -156,7 +156,8 @@ def load_model(args: argparse.Namespace, package: Any) -> DecisionModel:
     max_length = args.max_length or (package.max_length if package else 4096)
     settings = Settings(mode=args.mode, device=args.device, dtype=args.dtype, max_length=max_length,
                         cuda_graphs=args.cuda_graphs, compile=args.compile, prompt_format=args.prompt_format,
-                        fusions=parse_fusions(args.fuse), prompt_ids=args.prompt_ids)
+                        fusions=parse_fusions(args.fuse), prompt_ids=args.prompt_ids, kernels=args.kernels,
+                        measure_hardware=args.measure_hardware)
     if package is not None:
         return DecisionModel.from_package(package, settings)
     return DecisionModel.from_random(args.random_init, args.tokenizer, args.seed, settings)
@@ -173,15 +174,10 @@ def _limits_error(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _counts_error(args: argparse.Namespace) -> str | None:
-    """--cuda-graphs, --torch-threads and --max-length out of range, in one sentence; None when fine."""
+def _model_flags_error(args: argparse.Namespace) -> str | None:
+    """Model flags out of range, or not fitting the mode or the device, in one sentence; None when they fit."""
     if args.cuda_graphs < 0 or args.threads < 0 or (args.max_length is not None and args.max_length <= 0):
         return "--cuda-graphs and --torch-threads must be >= 0 and --max-length > 0."
-    return None
-
-
-def _combination_error(args: argparse.Namespace) -> str | None:
-    """Options that do not fit the mode or the device, in one sentence; None when they fit."""
     if (args.cuda_graphs or args.compile) and args.mode != "fast":
         return "--cuda-graphs and --compile are part of fast mode only; use --mode fast or drop the flag."
     if args.measure_hardware and args.device == "cpu":
@@ -189,26 +185,11 @@ def _combination_error(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _argument_error(args: argparse.Namespace) -> str | None:
-    """What is wrong with the options, in one sentence; None when they fit together."""
-    return _limits_error(args) or _counts_error(args) or _combination_error(args)
-
-
-def _report_kernels(model: Any, choice: str) -> None:
-    """Check the bound kernels against --kernels; /health reports them (model.info["reported"])."""
-    info = getattr(model, "info", None)
-    if not isinstance(info, dict) or "implementations" not in info:
-        return  # a test loader's stand-in model
-    extra = reported(choice, info["implementations"])
-    check_bound(choice, extra["kernels"])
-    info["reported"] = extra
-
-
 def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
     """Serve until SIGTERM/SIGINT. `load` is a test seam: tests/servers/faulty_backend.py passes a loader
     that wraps the model to inject faults; a study never passes one, so nothing is checked per request."""
     args = build_parser().parse_args(argv)
-    problem = _argument_error(args)
+    problem = _limits_error(args) or _model_flags_error(args)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -239,12 +220,7 @@ def main(argv: list[str] | None = None, *, load: Loader = load_model) -> int:
         signal.signal(sig, lambda *_: stop.set())
     try:
         started = time.perf_counter()
-        model = load(args, package)
-        _report_kernels(model, args.kernels)
-        if args.measure_hardware:
-            from .hardware import measure_hardware
-            model.info["hardware"] = measure_hardware(model.device)
-        server.attach(model)
+        server.attach(load(args, package))  # loaded, its kernels checked (--kernels), then warmed up
     except ReproError as exc:
         print(f"error: {exc}", file=sys.stderr)
         server.shutdown()

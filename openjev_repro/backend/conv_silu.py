@@ -29,14 +29,20 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["BLOCK_C", "BLOCK_T", "conv_silu", "conv_silu_reference", "split_block", "triton_available"]
+__all__ = ["BLOCK_C", "BLOCK_T", "conv_silu", "conv_silu_reference", "split_block", "use_triton"]
 
 BLOCK_T = 16
 BLOCK_C = 256
 _KERNEL: Any = None
 
 
-def triton_available() -> bool:
+def use_triton(t: Any) -> bool:
+    """Whether a kernel of this module or gate_kernels.py runs on tensor `t`: on CUDA, and on CPU under
+    Triton's interpreter (TRITON_INTERPRET=1, where triton imports); else the references run."""
+    if t.is_cuda:
+        return True
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return False
     try:
         import triton  # noqa: F401
     except ImportError:
@@ -154,6 +160,6 @@ def conv_silu(x: Any, weight: Any, bias: Any = None, activation: bool = True,
               splits: tuple[int, ...] | None = None) -> Any:
     """Causal depthwise conv (+ SiLU) on [batch, time, channels]; Triton where it can run, else the reference.
     With `splits`, a tuple of contiguous [batch, time, width] parts (q, k, v) instead of one tensor."""
-    if x.is_cuda or (os.environ.get("TRITON_INTERPRET") == "1" and triton_available()):
+    if use_triton(x):
         return conv_silu_triton(x, weight, bias, activation, splits)
     return conv_silu_reference(x, weight, bias, activation, splits)

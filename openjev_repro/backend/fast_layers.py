@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import BackendError
 from . import gate_kernels
@@ -90,18 +90,15 @@ def beta_and_decay(b: Any, a: Any, a_log: Any, dt_bias: Any) -> tuple[Any, Any]:
 # ----------------------------------------------------------------------------- Gated DeltaNet
 
 
-def _concat_linear_attention(attn: Any) -> None:
+def _concatenated(parts: tuple[Any, ...]) -> Any:
+    """One bias-free Linear whose weight is the parts' weights one after the other (the caller drops the parts)."""
     import torch
 
-    parts = (attn.in_proj_qkv, attn.in_proj_z, attn.in_proj_b, attn.in_proj_a)
     with torch.no_grad():
         weight = torch.cat([p.weight for p in parts], dim=0)
-    attn.in_proj_splits = [p.weight.shape[0] for p in parts]
-    for name in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"):
-        delattr(attn, name)
-    attn.in_proj_all = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device,
-                                       dtype=weight.dtype)
-    attn.in_proj_all.weight = torch.nn.Parameter(weight, requires_grad=False)
+    linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype)
+    linear.weight = torch.nn.Parameter(weight, requires_grad=False)
+    return linear
 
 
 def _projections(self: Any, hidden: Any) -> tuple[Any, Any, Any, Any]:
@@ -162,27 +159,11 @@ def gated_deltanet_forward(self: Any, hidden_states: Any, cache_params: Any = No
 # ----------------------------------------------------------------------------- MLP and decoder layer
 
 
-def _concat_mlp(mlp: Any) -> None:
-    import torch
-
-    with torch.no_grad():
-        weight = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], dim=0)
-    del mlp.gate_proj, mlp.up_proj
-    mlp.gate_up_proj = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device,
-                                       dtype=weight.dtype)
-    mlp.gate_up_proj.weight = torch.nn.Parameter(weight, requires_grad=False)
-
-
-def _mlp_forward(gate_mul: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+def _mlp_forward(gate_mul: Callable[[Any, Any], Any], concatenated: bool) -> Callable[..., Any]:
+    """The MLP's forward with `gate_mul` for silu(gate) * up, on one concatenated GEMM or the library's two."""
     def forward(self: Any, x: Any) -> Any:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1) if concatenated else (self.gate_proj(x), self.up_proj(x))
         return self.down_proj(gate_mul(gate, up))
-    return forward
-
-
-def _mlp_separate_forward(gate_mul: Callable[[Any, Any], Any]) -> Callable[..., Any]:
-    def forward(self: Any, x: Any) -> Any:
-        return self.down_proj(gate_mul(self.gate_proj(x), self.up_proj(x)))
     return forward
 
 
@@ -224,47 +205,53 @@ def _set_forward(module: Any, forward: Callable[..., Any]) -> None:
 _LINEAR_ATTENTION = {"conv-silu", "concat-in-proj", "grouped-qk", "beta-g", "triton-gated-norm"}
 
 
-def _patch_linear_attention(attn: Any, fusions: set[str], compiled: dict[str, Callable[..., Any]]) -> None:
+class _Functions(NamedTuple):
+    """The functions the patched forwards call, compiled once (under `--compile`) and shared by all layers."""
+
+    gate_mul: Callable[[Any, Any], Any]   # the MLP's silu(gate) * up
+    add_norm: Callable[..., Any]
+    gated_norm: Callable[..., Any]
+    beta_g: Callable[..., Any]
+    triton_gate: Callable[[Any, Any], Any] | None   # the Triton MLP gate a fusion names, if any
+
+
+def _patch_linear_attention(attn: Any, fusions: set[str], functions: _Functions) -> None:
     if "concat-in-proj" in fusions:
-        _concat_linear_attention(attn)
+        parts = (attn.in_proj_qkv, attn.in_proj_z, attn.in_proj_b, attn.in_proj_a)
+        attn.in_proj_splits = [p.weight.shape[0] for p in parts]
+        for name in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"):
+            delattr(attn, name)
+        attn.in_proj_all = _concatenated(parts)
     setattr(attn, "fused_conv", "conv-silu" in fusions)  # noqa: B010
     setattr(attn, "grouped_qk", "grouped-qk" in fusions)  # noqa: B010
     if "beta-g" in fusions:
-        setattr(attn, "beta_g", compiled["beta-g"])  # noqa: B010
+        setattr(attn, "beta_g", functions.beta_g)  # noqa: B010
     setattr(attn, "gate_in_place", "triton-gated-norm" in fusions)  # noqa: B010
     setattr(attn, "library_forward", attn.forward)  # noqa: B010
     _set_forward(attn, gated_deltanet_forward)
 
 
-def _gate_mul(fusions: set[str]) -> Callable[[Any, Any], Any] | None:
-    """The Triton MLP gate a fusion names (`silu-mul` wins over `silu-mul-fp32`), or None."""
-    if "silu-mul" in fusions:
-        return gate_kernels.silu_mul
-    if "silu-mul-fp32" in fusions:
-        return gate_kernels.silu_mul_fp32
-    return None
-
-
-def _patch(module: Any, qwen: Any, fusions: set[str], compiled: dict[str, Callable[..., Any]]) -> str | None:
+def _patch(module: Any, qwen: Any, fusions: set[str], functions: _Functions) -> str | None:
     """Patch one module if a fusion applies to it; the name it is counted under, or None."""
     kind = type(module)
     if kind is qwen.Qwen3_5GatedDeltaNet and fusions & _LINEAR_ATTENTION:
-        _patch_linear_attention(module, fusions, compiled)
+        _patch_linear_attention(module, fusions, functions)
         return "linear attention"
-    gate_mul = _gate_mul(fusions)
     if kind is qwen.Qwen3_5MLP and "concat-gate-up" in fusions:
-        _concat_mlp(module)
-        _set_forward(module, _mlp_forward(gate_mul or compiled["gate-mul"]))
+        parts = (module.gate_proj, module.up_proj)
+        del module.gate_proj, module.up_proj
+        module.gate_up_proj = _concatenated(parts)
+        _set_forward(module, _mlp_forward(functions.triton_gate or functions.gate_mul, concatenated=True))
         return "MLPs"
-    if kind is qwen.Qwen3_5MLP and gate_mul is not None:
-        _set_forward(module, _mlp_separate_forward(gate_mul))
+    if kind is qwen.Qwen3_5MLP and functions.triton_gate is not None:
+        _set_forward(module, _mlp_forward(functions.triton_gate, concatenated=False))
         return "MLPs"
     if kind is qwen.Qwen3_5DecoderLayer and "add-norm" in fusions:
-        _set_forward(module, _layer_forward(compiled["add-norm"]))
+        _set_forward(module, _layer_forward(functions.add_norm))
         return "layers"
     if kind is qwen.Qwen3_5RMSNormGated and fusions & {"gated-norm", "triton-gated-norm"}:
         setattr(module, "library_forward", module.forward)  # noqa: B010
-        norm = gate_kernels.gated_rms_norm if "triton-gated-norm" in fusions else compiled["gated-norm"]
+        norm = gate_kernels.gated_rms_norm if "triton-gated-norm" in fusions else functions.gated_norm
         _set_forward(module, _gated_norm_forward(norm))
         return "gated norms"
     return None
@@ -281,12 +268,14 @@ def apply_fusions(model: Any, fusions: tuple[str, ...],
     from .fusion import silu_mul
 
     compile_fn = compiler or _identity
-    compiled = {name: compile_fn(fn) for name, fn in   # compiled once, shared by all layers
-                (("gate-mul", silu_mul), ("add-norm", add_rms_norm), ("gated-norm", gated_rms_norm),
-                 ("beta-g", beta_and_decay))}
+    triton_gate = (gate_kernels.silu_mul if "silu-mul" in fusions   # `silu-mul` wins over `silu-mul-fp32`
+                   else gate_kernels.silu_mul_fp32 if "silu-mul-fp32" in fusions else None)
+    functions = _Functions(gate_mul=compile_fn(silu_mul), add_norm=compile_fn(add_rms_norm),
+                           gated_norm=compile_fn(gated_rms_norm), beta_g=compile_fn(beta_and_decay),
+                           triton_gate=triton_gate)
     counts = {"linear attention": 0, "MLPs": 0, "layers": 0, "gated norms": 0}
     for module in model.modules():
-        patched = _patch(module, qwen, set(fusions), compiled)
+        patched = _patch(module, qwen, set(fusions), functions)
         if patched:
             counts[patched] += 1
     done = ", ".join(f"{n} {what}" for what, n in counts.items() if n)

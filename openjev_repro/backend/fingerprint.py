@@ -30,7 +30,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["CHUNK_WORDS", "PRIME", "VERSION", "named_tensors", "weights_fingerprint"]
+import msgspec
+
+__all__ = ["CHUNK_WORDS", "PRIME", "VERSION", "WeightsFingerprint", "named_tensors", "weights_fingerprint"]
 
 VERSION = "wfp1"
 PRIME = 2**31 - 1
@@ -91,8 +93,15 @@ def _tensor_sums(tensor: Any, weights: _Weights) -> Any:
     return torch.stack(out)
 
 
-def weights_fingerprint(tensors: Iterable[tuple[str, Any]]) -> dict[str, Any]:
-    """{"fingerprint": "wfp1:<sha256>", "tensors": N, "bytes": B, "seconds": S} over (name, tensor) pairs."""
+class WeightsFingerprint(msgspec.Struct, frozen=True, kw_only=True):
+    fingerprint: str  # "wfp1:<sha256>"
+    tensors: int
+    bytes: int  # the tensors' bytes
+    seconds: float  # how long taking it took, rounded to 1 ms
+
+
+def weights_fingerprint(tensors: Iterable[tuple[str, Any]]) -> WeightsFingerprint:
+    """The fingerprint of (name, tensor) pairs."""
     import torch
 
     started = time.perf_counter()
@@ -112,5 +121,5 @@ def weights_fingerprint(tensors: Iterable[tuple[str, Any]]) -> dict[str, Any]:
         digest.update(header.encode())
         digest.update(chunk_sums.numpy().astype("<i8").tobytes())
         total += tensor.numel() * tensor.element_size()
-    return {"fingerprint": f"{VERSION}:{digest.hexdigest()}", "tensors": len(items), "bytes": total,
-            "seconds": round(time.perf_counter() - started, 3)}
+    return WeightsFingerprint(fingerprint=f"{VERSION}:{digest.hexdigest()}", tensors=len(items), bytes=total,
+                              seconds=round(time.perf_counter() - started, 3))

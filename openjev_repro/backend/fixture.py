@@ -157,21 +157,13 @@ def random_backbone(config_dict: dict[str, Any], seed: int, device: str = "cpu",
     return model.to(device=device, dtype=dtype or torch.float32).eval()  # type: ignore[call-arg]
 
 
-def _lora_config(base_id: str) -> dict[str, Any]:
-    return {"peft_type": "LORA", "task_type": None, "base_model_name_or_path": base_id, "revision": None,
-            "r": LORA_RANK, "lora_alpha": 2 * LORA_RANK, "lora_dropout": 0.0, "bias": "none",
-            "target_modules": LORA_TARGETS, "fan_in_fan_out": False, "inference_mode": True,
-            "init_lora_weights": True, "modules_to_save": None, "use_dora": False, "use_rslora": False}
-
-
-def random_adapter(model, seed: int, base_id: str):
+def random_adapter(model, seed: int):
     """Wrap `model` in a PEFT LoRA (rank 8, alpha 16) with seeded, non-zero A and B."""
     import torch
     from peft import LoraConfig, get_peft_model
 
-    cfg = _lora_config(base_id)
-    peft_cfg = LoraConfig(r=cfg["r"], lora_alpha=cfg["lora_alpha"], lora_dropout=0.0, bias="none",
-                          target_modules=list(LORA_TARGETS))
+    peft_cfg = LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, lora_dropout=0.0, bias="none",
+                          target_modules=list(LORA_TARGETS))   # as build_fixture writes adapter_config.json
     peft_model = get_peft_model(model, peft_cfg)
     rng = random.Random(seed + 1)
     with torch.no_grad():
@@ -217,14 +209,6 @@ def _calibrate(peft_model, head, tokenizer, temperature: float) -> None:
         head.bias.fill_(-round(mean * scale * 16) / 16)
 
 
-def _head_bytes(head) -> bytes:
-    import torch
-
-    buffer = io.BytesIO()
-    torch.save({"weight": head.weight.detach().clone(), "bias": head.bias.detach().clone()}, buffer)
-    return buffer.getvalue()
-
-
 def build_fixture(out: Path, seed: int = FIXTURE_SEED) -> list[Path]:
     """Write the whole fixture package under `out`; return the files written, sorted."""
     import torch
@@ -241,16 +225,22 @@ def build_fixture(out: Path, seed: int = FIXTURE_SEED) -> list[Path]:
     state = {k: v.contiguous() for k, v in sorted(model.state_dict().items())}
     save_file(state, str(base / "model.safetensors"), metadata={"format": "pt"})
 
-    peft_model = random_adapter(model, seed, FIXTURE_ID)
-    write_json(out / "adapter" / "adapter_config.json", _lora_config(FIXTURE_ID))
+    peft_model = random_adapter(model, seed)
+    write_json(out / "adapter" / "adapter_config.json", {
+        "peft_type": "LORA", "task_type": None, "base_model_name_or_path": FIXTURE_ID, "revision": None,
+        "r": LORA_RANK, "lora_alpha": 2 * LORA_RANK, "lora_dropout": 0.0, "bias": "none",
+        "target_modules": LORA_TARGETS, "fan_in_fan_out": False, "inference_mode": True,
+        "init_lora_weights": True, "modules_to_save": None, "use_dora": False, "use_rslora": False})
     from peft import get_peft_model_state_dict
     lora = {k: v.contiguous() for k, v in sorted(get_peft_model_state_dict(peft_model, save_embedding_layers=False).items())}
     save_file(lora, str(out / "adapter" / "adapter_model.safetensors"), metadata={"format": "pt"})
 
     tokenizer = AutoTokenizer.from_pretrained(str(base), local_files_only=True)
-    head = random_head(config["hidden_size"], seed)
+    head = random_head(model.config.hidden_size, seed)
     _calibrate(peft_model, head, tokenizer, TEMPERATURE_27B)
-    (out / "head.pt").write_bytes(_head_bytes(head))
+    buffer = io.BytesIO()   # serialised in memory: the archive's name does not depend on the file's
+    torch.save({"weight": head.weight.detach().clone(), "bias": head.bias.detach().clone()}, buffer)
+    (out / "head.pt").write_bytes(buffer.getvalue())
     write_json(out / "temperature.json", {"temperature": TEMPERATURE_27B})
     write_json(out / "model.json", {"format_version": 1, "base_model": "base", "base_model_id": FIXTURE_ID,
                                     "base_revision": FIXTURE_REVISION, "max_length": 4096,

@@ -32,8 +32,9 @@ otherwise they run the `*_reference` functions, the library's arithmetic in PyTo
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from .conv_silu import use_triton
 
 __all__ = ["NORM_ROWS", "SILU_BLOCK", "gated_rms_norm", "gated_rms_norm_reference", "library_gated_rms_norm",
            "silu_mul", "silu_mul_fp32", "silu_mul_reference"]
@@ -41,15 +42,6 @@ __all__ = ["NORM_ROWS", "SILU_BLOCK", "gated_rms_norm", "gated_rms_norm_referenc
 SILU_BLOCK = 4096   # elements a program; 8 warps (4.18 TB/s at 2312 tokens on the H200)
 NORM_ROWS = 16      # rows of `dim` elements a program
 _KERNELS: dict[str, Any] = {}
-
-
-def _use_triton(t: Any) -> bool:
-    if t.is_cuda:
-        return True
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        return False
-    from .conv_silu import triton_available
-    return triton_available()
 
 
 def silu_mul_reference(gate: Any, up: Any, rounded: bool = True) -> Any:
@@ -124,7 +116,7 @@ def _kernel(name: str) -> Any:
 def silu_mul(gate: Any, up: Any, rounded: bool = True) -> Any:
     """silu(gate) * up, with the library's roundings or (rounded=False) in FP32 with one rounding: one
     Triton kernel where it can run, else the reference."""
-    if not _use_triton(gate) or gate.shape != up.shape or gate.dtype != up.dtype:
+    if not use_triton(gate) or gate.shape != up.shape or gate.dtype != up.dtype:
         return silu_mul_reference(gate, up, rounded)
     import torch
     import triton
@@ -143,7 +135,7 @@ def gated_rms_norm(x: Any, gate: Any, weight: Any, eps: float) -> Any:
     stride, unit stride inside a token) or gate shaped like x; out [rows, dim] in x's dtype."""
     rows, dim = x.shape
     token_layout = gate.dim() == 2 and gate.shape[0] * gate.shape[1] == rows * dim and gate.shape[1] % dim == 0
-    if not (token_layout and gate.stride(1) == 1 and weight.numel() == dim and _use_triton(x)):
+    if not (token_layout and gate.stride(1) == 1 and weight.numel() == dim and use_triton(x)):
         return gated_rms_norm_reference(x, gate, weight, eps)
     import torch
     import triton

@@ -18,12 +18,29 @@ import functools
 import statistics
 from typing import Any
 
+import msgspec
+
 from ..errors import BackendError
 
-__all__ = ["COPY_BYTES", "MATMUL_N", "measure_hardware", "median_event_ms"]
+__all__ = ["COPY_BYTES", "MATMUL_N", "GpuCeilings", "measure_hardware", "median_event_ms"]
 
 MATMUL_N = 8192
 COPY_BYTES = 2 << 30
+METHOD = "CUDA events, medians (openjev_repro/backend/hardware.py)"
+
+
+class GpuCeilings(msgspec.Struct, frozen=True, kw_only=True):
+    """/health `hardware` (`to_json()`, in this order)."""
+
+    gpu: str
+    matmul_bf16_tflops: float
+    matmul_shape: list[int] = msgspec.field(default_factory=lambda: [MATMUL_N, MATMUL_N, MATMUL_N])
+    copy_tbps: float
+    copy_bytes: int = COPY_BYTES
+    method: str = METHOD
+
+    def to_json(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
 
 
 def median_event_ms(torch: Any, fn: Any, warmups: int, reps: int) -> float:
@@ -41,7 +58,7 @@ def median_event_ms(torch: Any, fn: Any, warmups: int, reps: int) -> float:
     return statistics.median(times)
 
 
-def measure_hardware(device: Any) -> dict[str, Any]:
+def measure_hardware(device: Any) -> GpuCeilings:
     """Matmul rate and copy bandwidth of a CUDA device (frees what it allocated before returning)."""
     import torch
 
@@ -59,9 +76,5 @@ def measure_hardware(device: Any) -> dict[str, Any]:
         del src, dst
         torch.cuda.empty_cache()
         name = torch.cuda.get_device_name(device)
-    return {"gpu": name,
-            "matmul_bf16_tflops": round(2 * MATMUL_N**3 / (matmul_ms / 1e3) / 1e12, 1),
-            "matmul_shape": [MATMUL_N, MATMUL_N, MATMUL_N],
-            "copy_tbps": round(2 * COPY_BYTES / (copy_ms / 1e3) / 1e12, 3),
-            "copy_bytes": COPY_BYTES,
-            "method": "CUDA events, medians (openjev_repro/backend/hardware.py)"}
+    return GpuCeilings(gpu=name, matmul_bf16_tflops=round(2 * MATMUL_N**3 / (matmul_ms / 1e3) / 1e12, 1),
+                       copy_tbps=round(2 * COPY_BYTES / (copy_ms / 1e3) / 1e12, 3))

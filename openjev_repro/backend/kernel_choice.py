@@ -17,13 +17,13 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import sys
-from typing import Any
+
+import msgspec
 
 from ..errors import ReproError
-from ..hashing import source_digest
+from .kernels import TORCH_CONV, TORCH_DELTA_RULE, TORCH_NORM, BoundKernels
 
-__all__ = ["KERNEL_CHOICES", "apply_kernel_choice", "autotune_choices", "check_bound", "kernel_summary",
-           "package_versions", "reported"]
+__all__ = ["KERNEL_CHOICES", "KernelNames", "apply_kernel_choice", "autotune_choices", "package_versions"]
 
 KERNEL_CHOICES = ("auto", "reference", "fla")
 PACKAGES = ("torch", "transformers", "peft", "accelerate", "tokenizers", "safetensors",
@@ -55,25 +55,36 @@ def _short(names: list[str], reference: str, fast: dict[str, str]) -> str:
     return ",".join(names) or "none"
 
 
-def kernel_summary(impls: dict[str, Any]) -> dict[str, str]:
-    """The bound kernels as short names: linear_attention, conv, norm (reference | fla | causal_conv1d)."""
-    return {
-        "linear_attention": _short(list(impls.get("chunk_gated_delta_rule", [])), "torch_chunk_gated_delta_rule",
-                                   {"fla.": "fla"}),
-        "conv": _short(list(impls.get("causal_conv1d_fn", [])), "torch (F.conv1d)", {"causal_conv1d": "causal_conv1d"}),
-        "norm": _short(list(impls.get("norm", [])), "Qwen3_5RMSNormGated", {"FusedRMSNormGated": "fla"}),
-        "full_attention": str(impls.get("full_attention")),
-    }
+class KernelNames(msgspec.Struct, frozen=True, kw_only=True):
+    """/health `kernels`: --kernels as requested and the bound kernels by the short names a recipe's
+    `environment.implementations` declares (reference | fla | causal_conv1d)."""
 
+    requested: str
+    linear_attention: str
+    conv: str
+    norm: str
+    full_attention: str
 
-def check_bound(choice: str, summary: dict[str, str]) -> None:
-    """After loading: the layers hold what --kernels asked for."""
-    if choice == "fla" and summary["linear_attention"] != "fla":
-        raise ReproError(f"--kernels fla: the linear-attention layers are bound to {summary['linear_attention']}, "
-                         "not FLA; this Transformers release did not bind it.")
-    if choice == "reference" and summary["linear_attention"] != "reference":
-        raise ReproError(f"--kernels reference: the linear-attention layers are bound to "
-                         f"{summary['linear_attention']}; optional kernels were imported before they could be blocked.")
+    @classmethod
+    def of(cls, requested: str, bound: BoundKernels) -> KernelNames:
+        return cls(requested=requested,
+                   linear_attention=_short(bound.chunk_gated_delta_rule, TORCH_DELTA_RULE, {"fla.": "fla"}),
+                   conv=_short(bound.causal_conv1d_fn, TORCH_CONV, {"causal_conv1d": "causal_conv1d"}),
+                   norm=_short(bound.norm, TORCH_NORM, {"FusedRMSNormGated": "fla"}),
+                   full_attention=bound.full_attention)
+
+    def to_json(self) -> dict[str, str]:
+        return msgspec.to_builtins(self)
+
+    def checked(self) -> KernelNames:
+        """After loading: the layers hold what --kernels asked for (else ReproError)."""
+        if self.requested == "fla" and self.linear_attention != "fla":
+            raise ReproError(f"--kernels fla: the linear-attention layers are bound to {self.linear_attention}, "
+                             "not FLA; this Transformers release did not bind it.")
+        if self.requested == "reference" and self.linear_attention != "reference":
+            raise ReproError(f"--kernels reference: the linear-attention layers are bound to "
+                             f"{self.linear_attention}; optional kernels were imported before they could be blocked.")
+        return self
 
 
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
@@ -101,9 +112,3 @@ def autotune_choices() -> dict[str, dict[str, str]]:
                 chosen[f"{mod_name}.{attr}"] = {str(key): str(config) for key, config in sorted(
                     cache.items(), key=lambda kv: str(kv[0]))}
     return chosen
-
-
-def reported(choice: str, impls: dict[str, Any]) -> dict[str, Any]:
-    """The static part of what /health reports about kernels, packages and source."""
-    return {"kernels": {"requested": choice, **kernel_summary(impls)}, "packages": package_versions(),
-            "source_sha256": source_digest()["sha256"]}

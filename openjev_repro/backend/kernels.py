@@ -7,7 +7,7 @@ PyTorch references. Module layouts differ between Transformers releases, so `blo
 patches every copy of the checks it can find, hides the two packages from `importlib` (newer
 releases, e.g. 5.17, resolve kernels by importing the package inside a decorator at module import),
 and, if the modeling module was imported already, resets its module-level kernel bindings. `bound_implementations` then reads what each layer
-really holds, and `assert_reference` refuses anything else.
+really holds (a `BoundKernels`), and `BoundKernels.require_reference` refuses anything else.
 """
 
 from __future__ import annotations
@@ -15,20 +15,19 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import msgspec
+
 from ..errors import BackendError
 
-__all__ = ["REFERENCE", "assert_reference", "block_optional_kernels", "bound_implementations"]
+__all__ = ["BoundKernels", "block_optional_kernels", "bound_implementations"]
 
 _CHECKS = ("is_flash_linear_attention_available", "is_causal_conv1d_available")
 _KERNEL_GLOBALS = ("causal_conv1d_fn", "causal_conv1d_update", "chunk_gated_delta_rule",
                    "fused_recurrent_gated_delta_rule", "FusedRMSNormGated")
 _MODELING = "transformers.models.qwen3_5.modeling_qwen3_5"
 _PACKAGES = ("fla", "causal_conv1d")
-
-# What a raw-mode layer must be bound to (names as `bound_implementations` reports them).
-REFERENCE = {"chunk_gated_delta_rule": "torch_chunk_gated_delta_rule",
-             "causal_conv1d_fn": "torch (F.conv1d)",
-             "norm": "Qwen3_5RMSNormGated"}
+# The PyTorch references, named as `bound_implementations` names them: what every raw-mode layer must hold.
+TORCH_DELTA_RULE, TORCH_CONV, TORCH_NORM = "torch_chunk_gated_delta_rule", "torch (F.conv1d)", "Qwen3_5RMSNormGated"
 
 
 def _false(*_args: Any, **_kwargs: Any) -> bool:
@@ -39,27 +38,16 @@ def block_optional_kernels() -> list[str]:
     """Make every availability check for FLA and causal-conv1d answer False; return what was patched."""
     from transformers.utils import import_utils
 
-    return [*_hide_packages(), *_patch_checks(import_utils), *_patch_copied_checks(import_utils),
-            *_unbind_modeling_kernels()]
-
-
-def _hide_packages() -> list[str]:
-    """`import fla` and `import causal_conv1d` raise ImportError in this process from now on."""
     patched = []
-    for package in _PACKAGES:
+    for package in _PACKAGES:  # `import fla` and `import causal_conv1d` raise ImportError from now on
         if sys.modules.get(package, "absent") is not None:
             sys.modules[package] = None  # type: ignore[assignment]
             patched.append(f"sys.modules[{package!r}]")
-    return patched
-
-
-def _patch_checks(import_utils: Any) -> list[str]:
-    patched = []
     for name in _CHECKS:
         if hasattr(import_utils, name):
             setattr(import_utils, name, _false)
             patched.append(f"transformers.utils.import_utils.{name}")
-    return patched
+    return [*patched, *_patch_copied_checks(import_utils), *_unbind_modeling_kernels()]
 
 
 def _patch_copied_checks(import_utils: Any) -> list[str]:
@@ -87,7 +75,7 @@ def _unbind_modeling_kernels() -> list[str]:
             setattr(modeling, name, None)
             patched.append(f"{_MODELING}.{name}")
     if hasattr(modeling, "is_fast_path_available"):
-        modeling.__dict__["is_fast_path_available"] = False
+        modeling.is_fast_path_available = False  # type: ignore[attr-defined]
     return patched
 
 
@@ -122,44 +110,48 @@ def _kernel(attn: Any, attribute: str, module_global: str) -> Any:
     return getattr(module, module_global, None) if module is not None else None
 
 
-def _linear_layers(model: Any) -> list[tuple[int, Any]]:
-    layers = []
-    for index, layer in enumerate(getattr(model, "layers", [])):
-        attn = getattr(layer, "linear_attn", None)
-        if attn is not None:
-            layers.append((index, attn))
-    return layers
+class BoundKernels(msgspec.Struct, frozen=True, kw_only=True):
+    """The kernels a `Qwen3_5TextModel`'s layers call: /health `implementations` and every answer's
+    metadata (`to_json()`, in this order). Each kernel slot lists every implementation its layers hold."""
+
+    linear_attention_layers: int
+    full_attention_layers: int
+    full_attention: str  # the configured attention implementation (sdpa in both modes)
+    chunk_gated_delta_rule: list[str]
+    causal_conv1d_fn: list[str]
+    norm: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
+    def require_reference(self) -> BoundKernels:
+        """Raw mode: every linear-attention layer on the PyTorch references and stock SDPA, else BackendError."""
+        if self.linear_attention_layers == 0:
+            raise BackendError("Raw mode found no linear-attention layers to check; is this a Qwen3.5 model?")
+        for slot, found, expected in (("chunk_gated_delta_rule", self.chunk_gated_delta_rule, TORCH_DELTA_RULE),
+                                      ("causal_conv1d_fn", self.causal_conv1d_fn, TORCH_CONV),
+                                      ("norm", self.norm, TORCH_NORM)):
+            if found != [expected]:
+                raise BackendError(
+                    f"Raw mode requires every linear-attention layer to use {expected} for {slot}, "
+                    f"but found {found}; optional kernels were imported before they could be blocked.")
+        if self.full_attention != "sdpa":
+            raise BackendError(f"Raw mode requires stock SDPA for full attention, found {self.full_attention}.")
+        return self
 
 
-def bound_implementations(model: Any) -> dict[str, Any]:
-    """Summarise the kernels every linear-attention layer of a `Qwen3_5TextModel` is bound to."""
-    seen: dict[str, set[str]] = {"chunk_gated_delta_rule": set(), "causal_conv1d_fn": set(), "norm": set()}
-    layers = _linear_layers(model)
-    for _index, attn in layers:
-        chunk = _kernel(attn, "chunk_gated_delta_rule", "torch_chunk_gated_delta_rule")
-        impl, reference = _implementation(chunk)
-        seen["chunk_gated_delta_rule"].add("torch_chunk_gated_delta_rule" if reference else _name(impl))
+def bound_implementations(model: Any) -> BoundKernels:
+    """What every linear-attention layer of a `Qwen3_5TextModel` is bound to."""
+    rules, convs, norms = set(), set(), set()
+    layers = [attn for layer in getattr(model, "layers", []) if (attn := getattr(layer, "linear_attn", None)) is not None]
+    for attn in layers:
+        impl, reference = _implementation(_kernel(attn, "chunk_gated_delta_rule", "torch_chunk_gated_delta_rule"))
+        rules.add(TORCH_DELTA_RULE if reference else _name(impl))
         conv = _kernel(attn, "causal_conv1d_fn", "causal_conv1d_fn")
         impl, reference = _implementation(conv) if conv is not None else (None, True)
-        seen["causal_conv1d_fn"].add("torch (F.conv1d)" if reference else _name(impl))
-        seen["norm"].add(type(getattr(attn, "norm", None)).__name__)
+        convs.add(TORCH_CONV if reference else _name(impl))
+        norms.add(type(getattr(attn, "norm", None)).__name__)
     full = sum(1 for layer in getattr(model, "layers", []) if getattr(layer, "self_attn", None) is not None)
     attn_impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    return {"linear_attention_layers": len(layers), "full_attention_layers": full,
-            "full_attention": str(attn_impl),
-            **{key: sorted(values) for key, values in seen.items()}}
-
-
-def assert_reference(model: Any) -> dict[str, Any]:
-    """Refuse a model whose linear-attention layers are not all bound to the PyTorch references."""
-    impls = bound_implementations(model)
-    if impls["linear_attention_layers"] == 0:
-        raise BackendError("Raw mode found no linear-attention layers to check; is this a Qwen3.5 model?")
-    for key, expected in REFERENCE.items():
-        if impls[key] != [expected]:
-            raise BackendError(
-                f"Raw mode requires every linear-attention layer to use {expected} for {key}, "
-                f"but found {impls[key]}; optional kernels were imported before they could be blocked.")
-    if impls["full_attention"] != "sdpa":
-        raise BackendError(f"Raw mode requires stock SDPA for full attention, found {impls['full_attention']}.")
-    return impls
+    return BoundKernels(linear_attention_layers=len(layers), full_attention_layers=full, full_attention=str(attn_impl),
+                        chunk_gated_delta_rule=sorted(rules), causal_conv1d_fn=sorted(convs), norm=sorted(norms))

@@ -20,17 +20,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+from msgspec import UNSET, UnsetType
+
 from ..decision import TEMPERATURE_27B as RANDOM_TEMPERATURE  # the published 27B model's spread
 from ..errors import BackendError, CheckpointError
+from ..hashing import source_digest
 from .answers import answer as contract_answer
-from .fingerprint import named_tensors, weights_fingerprint
-from .kernels import assert_reference, block_optional_kernels, bound_implementations
+from .fingerprint import WeightsFingerprint, named_tensors, weights_fingerprint
+from .hardware import GpuCeilings
+from .kernel_choice import KernelNames, autotune_choices, package_versions
+from .kernels import BoundKernels, block_optional_kernels, bound_implementations
 from .package import Package, load_head
 from .prompts import DEFAULT_PROMPT_FORMAT, Question, RequestInvalid, candidate_texts, chat_prompt
 
 __all__ = [
     "Candidate",
     "DecisionModel",
+    "ModelInfo",
     "Settings",
     "resolve_device",
 ]
@@ -52,6 +59,65 @@ class Settings:
     prompt_format: str = DEFAULT_PROMPT_FORMAT   # prompts.PROMPT_FORMATS: how requests become prompts
     prompt_ids: str = "template"  # template | cached | cached-parallel (template_ids.py, parallel_tokens.py)
     fusions: tuple[str, ...] = ()  # fast mode: fast_layers.FUSIONS to apply (`--fuse`)
+    kernels: str = "auto"         # kernel_choice.KERNEL_CHOICES: checked against what the layers hold once loaded
+    measure_hardware: bool = False  # CUDA only: measure the GPU's ceilings once loaded (hardware.py)
+
+    def check(self, device: Any) -> None:
+        """The settings fit each other and the device, else BackendError (before anything is loaded)."""
+        if self.mode not in ("raw", "fast"):
+            raise BackendError(f"Unknown --mode {self.mode!r}; use raw or fast.")
+        if self.prompt_ids not in PROMPT_IDS:
+            raise BackendError(f"Unknown --prompt-ids {self.prompt_ids!r}; use template, cached or cached-parallel.")
+        if self.mode != "fast":
+            for asked, problem in (
+                    (self.compile, "torch.compile is part of fast mode only; drop --compile for raw mode."),
+                    (self.fusions, "--fuse is part of fast mode only; drop it for raw mode."),
+                    (self.cuda_graphs, "CUDA Graph replay is part of fast mode only; drop --cuda-graphs for raw mode.")):
+                if asked:
+                    raise BackendError(problem)
+        if device.type != "cuda":
+            for asked, problem in (
+                    (self.compile, "--compile needs a CUDA device; drop the flag or use --device cuda."),
+                    (self.cuda_graphs, ("--cuda-graphs needs a CUDA device (graphs cannot be captured on CPU); "
+                                       "drop the flag or use --device cuda."))):
+                if asked:
+                    raise BackendError(problem)
+
+
+class WeightsReport(msgspec.Struct, frozen=True, kw_only=True):
+    """/health's weights fingerprints (fingerprint.py; `to_json()`, in this order): the unmerged model's
+    (backbone with its LoRA, head and temperature) and, in fast mode, the merged model's."""
+
+    weights_fingerprint: str
+    weights_fingerprint_scope: str = "unmerged"
+    merged_weights_fingerprint: str | UnsetType = UNSET
+    weights_fingerprint_seconds: float
+    weights_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
+
+
+class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What loading found, fixed from then on; /health reports it beside the figures that change while
+    the model serves (`DecisionModel.describe`). `to_json()` is the whole record."""
+
+    source: str                       # "package", or "random-init CONFIG seed N"
+    patched_checks: tuple[str, ...]   # raw mode: the kernel availability checks made to answer False
+    weights: WeightsReport
+    implementations: BoundKernels
+    lora: str                         # "merged" | "unmerged (PEFT)"
+    lora_modules: int
+    compiled: str | None = None       # --compile: what fusion.py fused
+    fusions: str | None = None        # --fuse: what fast_layers applied
+    hardware: GpuCeilings | None = None  # --measure-hardware
+    non_embedding_parameters: int
+    kernels: KernelNames              # --kernels as requested and as bound
+    packages: dict[str, str | None]   # kernel_choice.PACKAGES as this interpreter has them
+    source_sha256: str                # the project's source files as they ran
+
+    def to_json(self) -> dict[str, Any]:
+        return msgspec.to_builtins(self)
 
 
 @dataclass(frozen=True)
@@ -81,30 +147,6 @@ def resolve_device(settings: Settings) -> tuple[Any, Any]:
     return device, dtype
 
 
-def _check_prompt_and_fusions(settings: Settings) -> None:
-    if settings.prompt_ids not in PROMPT_IDS:
-        raise BackendError(f"Unknown --prompt-ids {settings.prompt_ids!r}; use template, cached or cached-parallel.")
-    if settings.fusions and settings.mode != "fast":
-        raise BackendError("--fuse is part of fast mode only; drop it for raw mode.")
-
-
-def _check_settings(settings: Settings, device: Any) -> None:
-    if settings.mode not in ("raw", "fast"):
-        raise BackendError(f"Unknown --mode {settings.mode!r}; use raw or fast.")
-    if settings.compile:
-        if settings.mode != "fast":
-            raise BackendError("torch.compile is part of fast mode only; drop --compile for raw mode.")
-        if device.type != "cuda":
-            raise BackendError("--compile needs a CUDA device; drop the flag or use --device cuda.")
-    _check_prompt_and_fusions(settings)
-    if settings.cuda_graphs:
-        if settings.mode != "fast":
-            raise BackendError("CUDA Graph replay is part of fast mode only; drop --cuda-graphs for raw mode.")
-        if device.type != "cuda":
-            raise BackendError("--cuda-graphs needs a CUDA device (graphs cannot be captured on CPU); "
-                               "drop the flag or use --device cuda.")
-
-
 def _prepare_imports(mode: str) -> list[str]:
     """Raw mode: block optional kernels before any model class is imported."""
     return block_optional_kernels() if mode == "raw" else []
@@ -112,7 +154,7 @@ def _prepare_imports(mode: str) -> list[str]:
 
 class DecisionModel:
     def __init__(self, backbone: Any, tokenizer: Any, head: Any, temperature: float, settings: Settings,
-                 device: Any, dtype: Any, info: dict[str, Any]):
+                 device: Any, dtype: Any, info: ModelInfo):
         self.backbone = backbone
         self.tokenizer = tokenizer
         self.head = head
@@ -121,6 +163,7 @@ class DecisionModel:
         self.device = device
         self.dtype = dtype
         self.info = info
+        self.implementations = info.implementations.to_json()  # in every answer's metadata: built once
         self.graphs = None
         self._backbone_dtypes: list[str] | None = None
         self.template_ids = None
@@ -136,7 +179,7 @@ class DecisionModel:
     @classmethod
     def from_package(cls, package: Package, settings: Settings) -> DecisionModel:
         device, dtype = resolve_device(settings)
-        _check_settings(settings, device)
+        settings.check(device)
         patched = _prepare_imports(settings.mode)
         import torch
         from peft import PeftModel
@@ -156,8 +199,8 @@ class DecisionModel:
         head_state = load_head(package.head, package.hidden_size)
         head = torch.nn.Linear(package.hidden_size, 1, bias=True, dtype=torch.float32)
         head.load_state_dict(head_state)
-        info = {"source": "package", "patched_checks": patched}
-        return cls._finish(model, tokenizer, head.to(device), package.temperature, settings, device, dtype, info)
+        return cls._finish(model, tokenizer, head.to(device), package.temperature, settings, device, dtype,
+                           "package", patched)
 
     @classmethod
     def from_random(cls, config_path: Path, tokenizer_dir: Path, seed: int, settings: Settings) -> DecisionModel:
@@ -170,7 +213,7 @@ class DecisionModel:
         generators give different values. The weights fingerprint in /health shows which case holds.
         """
         device, dtype = resolve_device(settings)
-        _check_settings(settings, device)
+        settings.check(device)
         patched = _prepare_imports(settings.mode)
         import torch
         from peft import LoraConfig, get_peft_model
@@ -203,7 +246,8 @@ class DecisionModel:
         model = get_peft_model(backbone, lora)
         with torch.no_grad():   # PEFT drew lora_A from the global RNG: overwrite A and B from our seeds
             for name, param in sorted(model.named_parameters()):
-                canonical = _canonical_lora_name(name)
+                # without PEFT's wrapper prefix and adapter name: layers.0.self_attn.q_proj.lora_A.weight
+                canonical = name.removeprefix("base_model.model.").replace(".default.", ".")
                 if ".lora_A." in canonical:
                     bound = 1.0 / math.sqrt(param.shape[1])
                     param.uniform_(-bound, bound, generator=_seeded(generator, seed, canonical))
@@ -214,35 +258,45 @@ class DecisionModel:
             head.weight.normal_(0.0, 1.0 / math.sqrt(config.hidden_size),
                                 generator=_seeded(generator, seed, "head.weight"))
             head.bias.zero_()
-        info = {"source": f"random-init {config_path} seed {seed}", "patched_checks": patched}
-        return cls._finish(model.eval(), tokenizer, head, RANDOM_TEMPERATURE, settings, device, dtype, info)
+        return cls._finish(model.eval(), tokenizer, head, RANDOM_TEMPERATURE, settings, device, dtype,
+                           f"random-init {config_path} seed {seed}", patched)
 
     @classmethod
     def _finish(cls, model: Any, tokenizer: Any, head: Any, temperature: float, settings: Settings, device: Any,
-                dtype: Any, info: dict[str, Any]) -> DecisionModel:
+                dtype: Any, source: str, patched: list[str]) -> DecisionModel:
+        """Fingerprint, merge (fast mode), check the kernels, fuse, measure: the loaded model and its ModelInfo."""
         unmerged = _fingerprint(model, head, temperature)
-        info = {**info, "weights_fingerprint": unmerged["fingerprint"], "weights_fingerprint_scope": "unmerged",
-                "weights_fingerprint_seconds": unmerged["seconds"], "weights_bytes": unmerged["bytes"]}
+        merged: str | UnsetType = UNSET
         if settings.mode == "fast":
-            model = model.merge_and_unload()
-            info["merged_weights_fingerprint"] = _fingerprint(model, head, temperature)["fingerprint"]
-            text_model = model
+            model = text_model = model.merge_and_unload()
+            merged = _fingerprint(model, head, temperature).fingerprint
+            bound, lora = bound_implementations(text_model), "merged"
         else:
             text_model = model.get_base_model()
-        impls = assert_reference(text_model) if settings.mode == "raw" else bound_implementations(text_model)
+            bound, lora = bound_implementations(text_model).require_reference(), "unmerged (PEFT)"
+        kernels = KernelNames.of(settings.kernels, bound).checked()
+        compiled = fusions = None
         if settings.compile:
             from .fusion import fuse_elementwise
-            info["compiled"] = fuse_elementwise(text_model)
+            compiled = fuse_elementwise(text_model)
         if settings.fusions:   # after the fingerprints (they describe the unconcatenated weights) and after --compile
             from .fast_layers import apply_fusions
             from .fusion import compile_function
-            info["fusions"] = apply_fusions(text_model, settings.fusions,
-                                            compiler=compile_function if settings.compile else None)
-        info = {**info, "implementations": impls,
-                "non_embedding_parameters": sum(p.numel() for name, p in text_model.named_parameters()
-                                                if "embed_tokens" not in name),
-                "lora": "merged" if settings.mode == "fast" else "unmerged (PEFT)",
-                "lora_modules": _count_lora(model)}
+            fusions = apply_fusions(text_model, settings.fusions, compiler=compile_function if settings.compile else None)
+        hardware = None
+        if settings.measure_hardware:
+            from .hardware import measure_hardware
+            hardware = measure_hardware(device)
+        info = ModelInfo(
+            source=source, patched_checks=tuple(patched),
+            weights=WeightsReport(weights_fingerprint=unmerged.fingerprint, merged_weights_fingerprint=merged,
+                                  weights_fingerprint_seconds=unmerged.seconds, weights_bytes=unmerged.bytes),
+            implementations=bound, lora=lora,
+            lora_modules=sum(1 for name, _ in model.named_modules() if name.endswith("lora_A")),
+            compiled=compiled, fusions=fusions, hardware=hardware,
+            non_embedding_parameters=sum(p.numel() for name, p in text_model.named_parameters()
+                                         if "embed_tokens" not in name),
+            kernels=kernels, packages=package_versions(), source_sha256=source_digest()["sha256"])
         return cls(model.eval(), tokenizer, head.eval(), temperature, settings, device, dtype, info)
 
     # ------------------------------------------------------------ reporting
@@ -254,19 +308,25 @@ class DecisionModel:
         return list(self._backbone_dtypes)
 
     def describe(self) -> dict[str, Any]:
+        """The model's part of /health: what loading found (`self.info`) among what changes while it serves
+        (CUDA Graphs, cached prompt ids, torch's thread counts, FLA's autotuned choices once made)."""
+        import torch
+
+        info, graphs, ids = self.info, self.graphs, self.template_ids
+        autotune = autotune_choices()
         return {"mode": self.settings.mode, "device": str(self.device), "prompt_format": self.settings.prompt_format,
                 "dtype": str(self.dtype).removeprefix("torch."),
-                "implementations": self.info["implementations"], "lora": self.info["lora"],
-                "lora_modules": self.info["lora_modules"],
-                "cuda_graphs": self.graphs.stats() if self.graphs else None,
-                "compiled": self.info.get("compiled"),
-                "fusions": self.info.get("fusions"),
-                "prompt_ids": self.template_ids.status if self.template_ids else "template",
-                "prompt_ids_parallel": self.template_ids.parallel_status if self.template_ids else None,
-                "hardware": self.info.get("hardware"),
-                "non_embedding_parameters": self.info["non_embedding_parameters"],
-                **{key: self.info[key] for key in FINGERPRINT_KEYS if key in self.info},
-                **_thread_settings(), **self.info.get("reported", {}), **_autotune()}
+                "implementations": self.implementations, "lora": info.lora, "lora_modules": info.lora_modules,
+                "cuda_graphs": graphs.stats() if graphs else None,
+                "compiled": info.compiled, "fusions": info.fusions,
+                "prompt_ids": ids.status if ids else "template",
+                "prompt_ids_parallel": ids.parallel_status if ids else None,
+                "hardware": info.hardware.to_json() if info.hardware else None,
+                "non_embedding_parameters": info.non_embedding_parameters, **info.weights.to_json(),
+                "torch_threads": torch.get_num_threads(), "torch_interop_threads": torch.get_num_interop_threads(),
+                "thread_env": {name: os.environ.get(name) for name in THREAD_ENV},
+                "kernels": info.kernels.to_json(), "packages": info.packages, "source_sha256": info.source_sha256,
+                **({"autotune": autotune} if autotune else {})}
 
     # ------------------------------------------------------------ inference
 
@@ -309,34 +369,16 @@ class DecisionModel:
         return answers
 
 
-FINGERPRINT_KEYS = ("weights_fingerprint", "weights_fingerprint_scope", "merged_weights_fingerprint",
-                    "weights_fingerprint_seconds", "weights_bytes")
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
-def _fingerprint(model: Any, head: Any, temperature: float) -> dict[str, Any]:
+def _fingerprint(model: Any, head: Any, temperature: float) -> WeightsFingerprint:
     """The weights fingerprint (fingerprint.py) of backbone (with its LoRA), head and temperature."""
     import torch
 
     temp = torch.tensor([temperature], dtype=torch.float64)
     return weights_fingerprint(named_tensors("backbone.", model) + named_tensors("head.", head)
                                + [("temperature", temp)])
-
-
-def _autotune() -> dict[str, Any]:
-    """FLA's Triton autotuner choices so far (kernel_choice.autotune_choices), when FLA is loaded."""
-    from .kernel_choice import autotune_choices
-
-    chosen = autotune_choices()
-    return {"autotune": chosen} if chosen else {}
-
-
-def _thread_settings() -> dict[str, Any]:
-    """torch's intra-op/inter-op thread counts and the thread variables this process started with."""
-    import torch
-
-    return {"torch_threads": torch.get_num_threads(), "torch_interop_threads": torch.get_num_interop_threads(),
-            "thread_env": {name: os.environ.get(name) for name in THREAD_ENV}}
 
 
 def tensor_seed(seed: int, name: str) -> int:
@@ -353,17 +395,8 @@ def _seeded(generator: Any, seed: int, name: str) -> Any:
     return generator.manual_seed(tensor_seed(seed, name))
 
 
-def _canonical_lora_name(name: str) -> str:
-    """PEFT's parameter name without its wrapper prefix and adapter name: layers.0.self_attn.q_proj.lora_A.weight."""
-    return name.removeprefix("base_model.model.").replace(".default.", ".")
-
-
 def _check_constant(name: str, param: Any) -> None:
     """Parameters we do not draw must be the library's constant init; anything random would break seeding."""
     if param.numel() and not bool((param == param.reshape(-1)[0]).all()):
         raise BackendError(f"random init: {name} is not constant after the library's init; seeding would not be "
                            "reproducible (a newer transformers version?).")
-
-
-def _count_lora(model: Any) -> int:
-    return sum(1 for name, _ in model.named_modules() if name.endswith("lora_A"))

@@ -95,15 +95,12 @@ class ModelQueue:
         ticket.started = time.perf_counter()
         try:
             yield ticket
-        finally:
-            self._pass_on(ticket)
-
-    def _pass_on(self, ticket: Ticket) -> None:
-        with self._lock:
-            self._holds.append(time.perf_counter() - (ticket.started or ticket.received))
-            self._running = self._line.popleft() if self._line else None
-            if self._running is not None and self._running.turn is not None:
-                self._running.turn.set()
+        finally:  # pass the model on to the next in line
+            with self._lock:
+                self._holds.append(time.perf_counter() - (ticket.started or ticket.received))
+                self._running = self._line.popleft() if self._line else None
+                if self._running is not None and self._running.turn is not None:
+                    self._running.turn.set()
 
     # ------------------------------------------------------------ what /health and a refusal say
 
@@ -111,19 +108,21 @@ class ModelQueue:
     def busy(self) -> bool:
         return self._running is not None
 
-    def waiting(self) -> int:
-        """Admitted requests not holding the model (reading their body is over; parsing or in line)."""
-        with self._lock:
-            return max(0, self._admitted - (1 if self._running is not None and self._running.counted else 0))
-
-    def retry_after_ms(self) -> int:
-        """When a refused request may find a place: a place frees when the running inference ends,
-        so the mean hold of the last inferences (1 s before any), at least 1 ms."""
+    def refusal(self) -> tuple[str, dict[str, str]]:
+        """What a request that finds max_queue requests already waiting is told (the server's 503 queue_full):
+        the message and when to retry, in seconds (HTTP's whole seconds, at least 1) and in milliseconds
+        (Retry-After-Ms, which SDKs prefer). A place frees when the running inference ends, so the wait is
+        the mean hold of the last inferences (1 s before any), at least 1 ms."""
         with self._lock:
             mean = sum(self._holds) / len(self._holds) if self._holds else 1.0
-        return max(1, math.ceil(mean * 1000.0))
+        retry_ms = max(1, math.ceil(mean * 1000.0))
+        message = f"{self.max_queue} requests are already waiting for the model (--max-queue); retry in about {retry_ms} ms."
+        return message, {"Retry-After": str(max(1, -(-retry_ms // 1000))), "Retry-After-Ms": str(retry_ms)}
 
     def describe(self) -> dict[str, object]:
-        """/health `serving`: how this server takes concurrent requests."""
+        """/health `serving`: how this server takes concurrent requests. `waiting`: admitted requests not
+        holding the model (reading their body is over; parsing or in line)."""
+        with self._lock:
+            waiting = max(0, self._admitted - (1 if self._running is not None and self._running.counted else 0))
         return {"workers": self.workers, "batching": self.batching, "order": "arrival", "max_queue": self.max_queue,
-                "waiting": self.waiting(), "admitted": self.admitted, "refused": self.refused, "queue_time_header": "X-Queue-Time-Ms"}
+                "waiting": waiting, "admitted": self.admitted, "refused": self.refused, "queue_time_header": "X-Queue-Time-Ms"}

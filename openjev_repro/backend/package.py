@@ -8,7 +8,9 @@
     base (DIR/base or the path model.json names): config.json, *.safetensors, tokenizer files
 
 Every problem is a CheckpointError that names the offending file; a model.json of a format_version
-this tool does not read is an UnsupportedFormat (evidence.files.check_format).
+this tool does not read is an UnsupportedFormat (evidence.files.check_format). model.json and the
+base's config.json are decoded into types once (`ModelJson`, `_BaseConfig`); keys this tool does not
+read are left alone (the package and the base model are other projects' files).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ..errors import CheckpointError
 from ..evidence.files import check_format
 from ..hashing import hash_file
@@ -29,6 +33,26 @@ __all__ = ["MODEL_JSON_FORMAT", "Package", "load_head", "package_sha256", "read_
 MODEL_JSON_FORMAT = 1
 PACKAGE_FILES = ("model.json", "adapter/adapter_config.json", "adapter/adapter_model.safetensors",
                  "head.pt", "temperature.json")
+
+
+class ModelJson(msgspec.Struct, frozen=True, kw_only=True):
+    """model.json, the keys read (format_version is checked before: evidence.files.check_format)."""
+
+    format_version: int = MODEL_JSON_FORMAT
+    base_model: str = "base"  # the base model's directory, relative to the package unless absolute
+    base_model_id: str | None = None  # None: the base directory's name
+    base_revision: str = "unknown"
+    max_length: int = 4096
+
+
+class _TextConfig(msgspec.Struct, frozen=True):
+    hidden_size: int | None = None
+
+
+class _BaseConfig(_TextConfig, frozen=True):
+    """The base's config.json: a text model's, or a multimodal model's holding `text_config`."""
+
+    text_config: _TextConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -68,10 +92,12 @@ def _temperature(path: Path) -> float:
 
 
 def _check_base(base: Path) -> int:
-    config = _read_json(base / "config.json")
-    text = config.get("text_config", config) if isinstance(config, dict) else {}
-    hidden = text.get("hidden_size") if isinstance(text, dict) else None
-    if not isinstance(hidden, int) or hidden <= 0:
+    try:
+        config = msgspec.convert(_read_json(base / "config.json"), _BaseConfig)
+        hidden = (config.text_config or config).hidden_size
+    except msgspec.ValidationError:
+        hidden = None
+    if hidden is None or hidden <= 0:
         raise CheckpointError(f"Checkpoint file {base / 'config.json'} has no positive integer hidden_size.")
     if not any(base.glob("*.safetensors")):
         raise CheckpointError(f"Base model directory {base} holds no *.safetensors weights.")
@@ -105,9 +131,13 @@ def read_package(root: Path) -> Package:
     root = Path(root)
     if not root.is_dir():
         raise CheckpointError(f"Checkpoint directory {root} does not exist.")
-    meta = _read_json(root / "model.json")
-    check_format(meta, (MODEL_JSON_FORMAT,), f"Checkpoint file {root / 'model.json'}", absent=MODEL_JSON_FORMAT)
-    base = Path(str(meta.get("base_model", "base")))
+    where = f"Checkpoint file {root / 'model.json'}"
+    try:
+        meta = msgspec.convert(check_format(_read_json(root / "model.json"), (MODEL_JSON_FORMAT,), where,
+                                            absent=MODEL_JSON_FORMAT), ModelJson)
+    except msgspec.ValidationError as exc:
+        raise CheckpointError(f"{where}: {exc}.") from exc
+    base = Path(meta.base_model)
     base = base if base.is_absolute() else root / base
     if not base.is_dir():
         raise CheckpointError(f"Base model directory {base} named by {root / 'model.json'} does not exist.")
@@ -117,11 +147,10 @@ def read_package(root: Path) -> Package:
     _read_json(root / "adapter" / "adapter_config.json")
     hidden = _check_base(base)
     load_head(root / "head.pt", hidden)
-    max_length = meta.get("max_length", 4096)
-    if not isinstance(max_length, int) or max_length <= 0:
-        raise CheckpointError(f"Checkpoint file {root / 'model.json'}: max_length must be a positive integer.")
-    return Package(root=root, base=base, base_model_id=str(meta.get("base_model_id", base.name)),
-                   base_revision=str(meta.get("base_revision", "unknown")), max_length=max_length,
+    if meta.max_length <= 0:
+        raise CheckpointError(f"{where}: max_length must be a positive integer.")
+    return Package(root=root, base=base, base_model_id=base.name if meta.base_model_id is None else meta.base_model_id,
+                   base_revision=meta.base_revision, max_length=meta.max_length,
                    temperature=_temperature(root / "temperature.json"), hidden_size=hidden)
 
 

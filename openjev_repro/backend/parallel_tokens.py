@@ -19,9 +19,10 @@ is never cut. Otherwise `status` says why it is off and every text is tokenised 
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from typing import Any
+
+import msgspec
 
 __all__ = ["MAX_PIECES", "MIN_CHARS", "ParallelEncoder", "cut_points", "encode_ids"]
 
@@ -73,18 +74,32 @@ def cut_points(text: str, pieces: int) -> list[int]:
     return cuts
 
 
-def _structure_problem(backend: Any) -> str | None:
-    config = json.loads(backend.to_str())
-    if (config.get("model") or {}).get("type") != "BPE":
-        return "not a BPE tokenizer"
-    normalizer = config.get("normalizer")
-    if normalizer is not None and normalizer.get("type") != "NFC":
-        return f"normalizer {normalizer.get('type')}"
-    pre = config.get("pre_tokenizer") or {}
-    kinds = {pre.get("type")} | {p.get("type") for p in pre.get("pretokenizers", [])}
-    if not kinds <= _PRE_TOKENIZERS:
-        return f"pre-tokenizer {sorted(k for k in kinds if k)}"
-    return None
+class _Part(msgspec.Struct, frozen=True):
+    type: str | None = None
+
+
+class _PreTokenizer(_Part, frozen=True):
+    pretokenizers: list[_Part] = []
+
+
+class _TokenizerJson(msgspec.Struct, frozen=True):
+    """What the argument above needs of the tokenizer's own JSON (the `tokenizers` library's format)."""
+
+    model: _Part = _Part()
+    normalizer: _Part | None = None
+    pre_tokenizer: _PreTokenizer | None = None
+
+    def structure_problem(self) -> str | None:
+        """Why cutting between pre-tokens might change the ids; None when the argument holds."""
+        if self.model.type != "BPE":
+            return "not a BPE tokenizer"
+        if self.normalizer is not None and self.normalizer.type != "NFC":
+            return f"normalizer {self.normalizer.type}"
+        pre = self.pre_tokenizer or _PreTokenizer()
+        kinds = {pre.type} | {p.type for p in pre.pretokenizers}
+        if not kinds <= _PRE_TOKENIZERS:
+            return f"pre-tokenizer {sorted(k for k in kinds if k)}"
+        return None
 
 
 class ParallelEncoder:
@@ -103,7 +118,10 @@ class ParallelEncoder:
             return "whole (TOKENIZERS_PARALLELISM is off)"
         if self.pieces < 2:
             return "whole (one CPU)"
-        problem = _structure_problem(self.backend)
+        try:
+            problem = msgspec.json.decode(self.backend.to_str(), type=_TokenizerJson).structure_problem()
+        except msgspec.ValidationError as exc:
+            problem = f"tokenizer.json {exc}"
         if problem:
             return f"whole (unrecognised tokenizer: {problem})"
         self.enabled = True

@@ -109,12 +109,9 @@ JsonText = str | dict[str, object] | list[object]
 def _text(value: object, path: str, what: str) -> str:
     """A description, instruction or level: a string, an object or an array, rendered."""
     if not isinstance(value, (str, dict, list)):
-        raise RequestInvalid(f"{what} must be {TEXT_KINDS}, got {_kind(value)}.", path)
+        got = "null" if value is None else type(value).__name__
+        raise RequestInvalid(f"{what} must be {TEXT_KINDS}, got {got}.", path)
     return render_value(value)
-
-
-def _kind(value: object) -> str:
-    return "null" if value is None else type(value).__name__
 
 
 def _decoded(value: object, kind: Any, path: str) -> Any:

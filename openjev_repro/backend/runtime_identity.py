@@ -27,7 +27,7 @@ import msgspec
 from ..evidence.identity import CacheDigest, LoadedLibrary, RuntimeIdentity, RuntimeVersions
 from ..hashing import hash_file, tree_digest
 
-__all__ = ["RuntimeIdentityReporter", "autotune_choices", "mapped_libraries"]
+__all__ = ["RuntimeIdentityReporter", "cached_autotune_choices", "mapped_libraries"]
 
 MAPS = Path("/proc/self/maps")
 CACHE_ENV = {"triton": "TRITON_CACHE_DIR", "inductor": "TORCHINDUCTOR_CACHE_DIR"}
@@ -125,8 +125,8 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _triton_choice(path: Path) -> dict[str, Any] | None:
-    """Triton's autotune cache file: the configuration it timed fastest."""
+def _triton_choice(path: Path) -> tuple[str, dict[str, Any]] | None:
+    """Triton's `<kernel>.autotune.json` and the configuration it timed fastest."""
     try:
         tuned = msgspec.json.decode(path.read_bytes(), type=_TritonAutotune) if path.stat().st_size < MAX_CHOICE_BYTES \
             else None
@@ -135,7 +135,8 @@ def _triton_choice(path: Path) -> dict[str, Any] | None:
     if not tuned or not tuned.configs_timings:
         return None
     best = min(tuned.configs_timings, key=lambda pair: pair[1] if isinstance(pair[1], list) else [pair[1]])[0]
-    return _scalars({**msgspec.structs.asdict(best), **best.kwargs, "kwargs": None})
+    name = f"triton/{path.parent.name}/{path.name.removesuffix('.autotune.json')}"
+    return name, _scalars({**msgspec.structs.asdict(best), **best.kwargs, "kwargs": None})
 
 
 def _inductor_choice(path: Path) -> tuple[str, dict[str, Any]] | None:
@@ -148,19 +149,19 @@ def _inductor_choice(path: Path) -> tuple[str, dict[str, Any]] | None:
     return f"inductor/{path.stem}/{names[0] if names else 'kernel'}", _scalars(data)
 
 
-def autotune_choices(caches: dict[str, Path]) -> dict[str, dict[str, Any]]:
+# cache kind (CACHE_ENV) -> (its choice files, how one is read: (`<kind>/<entry>/<kernel>`, configuration))
+_CHOICE_FILES: dict[str, tuple[str, Callable[[Path], tuple[str, dict[str, Any]] | None]]] = {
+    "triton": ("*.autotune.json", _triton_choice), "inductor": ("*.best_config", _inductor_choice)}
+
+
+def cached_autotune_choices(caches: dict[str, Path]) -> dict[str, dict[str, Any]]:
     """`<kind>/<entry>/<kernel>` -> chosen configuration, from the caches' files (sorted by key)."""
     found: dict[str, dict[str, Any]] = {}
-    if "triton" in caches:
-        for path in sorted(caches["triton"].rglob("*.autotune.json")):
-            choice = _triton_choice(path)
-            if choice is not None:
-                found[f"triton/{path.parent.name}/{path.name.removesuffix('.autotune.json')}"] = choice
-    if "inductor" in caches:
-        for path in sorted(caches["inductor"].rglob("*.best_config")):
-            pair = _inductor_choice(path)
-            if pair is not None:
-                found[pair[0]] = pair[1]
+    for kind, folder in caches.items():
+        pattern, read = _CHOICE_FILES[kind]
+        for path in sorted(folder.rglob(pattern)):
+            if (choice := read(path)) is not None:
+                found[choice[0]] = choice[1]
     return dict(sorted(found.items()))
 
 
@@ -229,4 +230,4 @@ class RuntimeIdentityReporter:
         caches = self.caches()
         digests = tuple(self._cache_digest(kind, folder) for kind, folder in caches.items())
         return RuntimeIdentity(libraries=tuple(libraries), versions=_versions(), kernel_caches=digests,
-                               autotune=autotune_choices(caches), pending=pending).to_json()
+                               autotune=cached_autotune_choices(caches), pending=pending).to_json()

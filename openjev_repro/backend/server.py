@@ -320,9 +320,19 @@ class ReferenceServer(ThreadingHTTPServer):
             seconds = time.perf_counter() - started
             self.served += 1
         tokens = [len(c.ids) for c in candidates]
+        model, meta = self.model, self.static_meta
         return 200, {"model": name, "answers": answers,
                      "usage": {"input_tokens": sum(tokens), "output_tokens": 0},
-                     "metadata": self._metadata(seconds, tokens)}
+                     "metadata": {"method": meta.method, "temperature": model.temperature,
+                                  "candidate_sequences": len(tokens), "candidate_tokens": tokens,
+                                  "inference_seconds": seconds, "prefix_cache": False,
+                                  "checkpoint_sha256": meta.checkpoint_sha256,
+                                  "base_revision": meta.base_revision, "max_length": model.settings.max_length,
+                                  "backbone_parameter_dtypes": model.backbone_dtypes(),
+                                  "code_commit": meta.code_commit, "mode": model.settings.mode,
+                                  "prompt_format": model.settings.prompt_format,
+                                  "device": str(model.device), "implementations": model.implementations,
+                                  "cuda_graphs": model.graphs.stats() if model.graphs else None}}
 
     def _answer(self, state: Any, questions: Any, candidates: list, trace: TraceRequest | None = None) -> Any:
         """model.answer on the model thread (under the profiler for a traced request), ended between two
@@ -339,19 +349,6 @@ class ReferenceServer(ThreadingHTTPServer):
                                   f"(--compute-timeout) after {bounded.scored} of {len(candidates)} candidate "
                                   f"sequences ({self.compute_timeout_s:g} s per started {DEADLINE_CANDIDATES}); "
                                   "send fewer candidates per request.") from None
-
-    def _metadata(self, seconds: float, tokens: list[int]) -> dict[str, Any]:
-        model, meta = self.model, self.static_meta
-        return {"method": meta.method, "temperature": model.temperature,
-                "candidate_sequences": len(tokens), "candidate_tokens": tokens,
-                "inference_seconds": seconds, "prefix_cache": False,
-                "checkpoint_sha256": meta.checkpoint_sha256,
-                "base_revision": meta.base_revision, "max_length": model.settings.max_length,
-                "backbone_parameter_dtypes": model.backbone_dtypes(),
-                "code_commit": meta.code_commit, "mode": model.settings.mode,
-                "prompt_format": model.settings.prompt_format,
-                "device": str(model.device), "implementations": model.info["implementations"],
-                "cuda_graphs": model.graphs.stats() if model.graphs else None}
 
 
 def _parse_body(raw: bytes) -> tuple[tuple[int, dict[str, Any]] | None, Any]:
@@ -381,16 +378,6 @@ def _refuse_busy(request: socket.socket, limit: int) -> None:
         request.sendall(head + body)
     except OSError:
         pass
-
-
-def _queue_full(queue: ModelQueue) -> tuple[int, dict[str, Any], dict[str, str]]:
-    """503 for a request that finds max_queue requests already waiting: when to retry, in seconds
-    (HTTP's whole seconds, at least 1) and in milliseconds (Retry-After-Ms, which SDKs prefer)."""
-    retry_ms = queue.retry_after_ms()
-    message = (f"{queue.max_queue} requests are already waiting for the model (--max-queue); "
-               f"retry in about {retry_ms} ms.")
-    return 503, _error("queue_full", message), {"Retry-After": str(max(1, -(-retry_ms // 1000))),
-                                                  "Retry-After-Ms": str(retry_ms)}
 
 
 def _error(kind: str, message: str, field: str | None = None) -> dict[str, Any]:
@@ -548,7 +535,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return
         ticket = queue.admit(received)
         if ticket is None:
-            self._send(*_queue_full(queue))
+            message, headers = queue.refusal()
+            self._send(503, _error("queue_full", message), headers)
             return
         try:
             status, payload = self.server.infer(raw, ticket, trace)

@@ -18,8 +18,9 @@ import argparse
 import json
 import runpy
 import sys
+from typing import NamedTuple
 
-__all__ = ["assert_pytorch_fallback", "block_optional_kernels", "install_load_check", "linear_attention_report", "main"]
+__all__ = ["LinearAttentionLayer", "assert_pytorch_fallback", "block_optional_kernels", "install_load_check", "main"]
 
 _BLOCKED = ("is_flash_linear_attention_available", "is_causal_conv1d_available")
 
@@ -49,30 +50,33 @@ def _is_linear_attention(module) -> bool:
     return hasattr(module, "chunk_gated_delta_rule") and hasattr(module, "causal_conv1d_fn")
 
 
-def linear_attention_report(model) -> list[dict]:
-    """For each linear-attention layer: its delta rule, convolution and gated norm implementations."""
+class LinearAttentionLayer(NamedTuple):
+    """One linear-attention layer's delta rule, convolution and gated norm implementations."""
+
+    layer: str
+    delta_rule: str
+    delta_rule_is_torch: bool
+    conv: str  # "stock": the module's own convolution
+    norm: str
+
+
+def assert_pytorch_fallback(model, expected: int) -> list[LinearAttentionLayer]:
+    """Every linear-attention layer of `model`; FallbackError unless exactly `expected` of them all use
+    the fallback."""
     rows = []
     for name, module in model.named_modules():
         if not _is_linear_attention(module):
             continue
         home = sys.modules[type(module).__module__]
         rule = module.chunk_gated_delta_rule
-        rows.append({
-            "layer": name,
-            "delta_rule": getattr(rule, "__name__", repr(rule)),
-            "delta_rule_is_torch": rule is getattr(home, "torch_chunk_gated_delta_rule", None),
-            "conv": "stock" if module.causal_conv1d_fn is None else getattr(module.causal_conv1d_fn, "__module__", "?"),
-            "norm": type(module.norm).__name__,
-        })
-    return rows
-
-
-def assert_pytorch_fallback(model, expected: int) -> list[dict]:
-    """Raise FallbackError unless exactly `expected` linear-attention layers all use the fallback."""
-    rows = linear_attention_report(model)
-    bad = [r for r in rows if not (r["delta_rule_is_torch"] and r["conv"] == "stock" and r["norm"] == "Qwen3_5RMSNormGated")]
+        rows.append(LinearAttentionLayer(
+            layer=name, delta_rule=getattr(rule, "__name__", repr(rule)),
+            delta_rule_is_torch=rule is getattr(home, "torch_chunk_gated_delta_rule", None),
+            conv="stock" if module.causal_conv1d_fn is None else getattr(module.causal_conv1d_fn, "__module__", "?"),
+            norm=type(module.norm).__name__))
+    bad = [r for r in rows if not (r.delta_rule_is_torch and r.conv == "stock" and r.norm == "Qwen3_5RMSNormGated")]
     if bad:
-        raise FallbackError(f"{len(bad)} linear-attention layers do not use the PyTorch fallback, e.g. {bad[0]}")
+        raise FallbackError(f"{len(bad)} linear-attention layers do not use the PyTorch fallback, e.g. {bad[0]._asdict()}")
     if len(rows) != expected:
         raise FallbackError(f"found {len(rows)} linear-attention layers, expected {expected}")
     return rows
