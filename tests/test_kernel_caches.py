@@ -16,6 +16,7 @@ import pytest
 import yaml
 from studykit import scripted_backend, sha256, write_study
 
+from openjev_repro.backend.runtime_identity import cached_autotune_choices
 from openjev_repro.errors import InputMismatch, RecipeError, RunIncomplete
 from openjev_repro.evidence.recipe import load_recipe
 from openjev_repro.evidence.rundir import RunDir
@@ -83,16 +84,39 @@ def test_a_pinned_cache_that_changes_stops_the_study_unless_drift_is_allowed(tmp
     # Another autotuned choice on "this host": the double writes new entries into the pinned cache.
     recipe = _study(tmp_path / "pins", [_backend(caches=pinned, DOUBLE_CONFIG="BT=16,num_warps=8")])
     with pytest.raises(RunIncomplete, match=r"one: the pinned triton cache changed while it ran \(one.tar.xz: "
-                                            r"6 files [0-9a-f]{12} before, 12 files [0-9a-f]{12} after\)"):
+                                            r"6 files [0-9a-f]{12} before, 12 files [0-9a-f]{12} after; "
+                                            r"0 rewritten, 6 added, 0 removed: [0-9a-f]{52}/"):
         run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs2"))
     (run,) = (tmp_path / "runs2").glob("test-study-*[0-9a-f]")
     assert RunDir(run).state()["status"] == "incomplete"
     allowed = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs3", allow_environment_drift=True))
     assert allowed.state()["status"] == "complete"
     assert _recorded(allowed)["triton"].changed is True
+    changes = _recorded(allowed)["triton"].changes
+    assert (changes.added, changes.removed, changes.rewritten) == (6, 0, 0) and len(changes.names) == 6
     check = json.loads(allowed.file("environment_check.json").read_text())
     assert any("the pinned triton cache changed" in d for d in check["differences"])
     assert "the pinned triton cache changed" in allowed.file("report.md").read_text()  # the drift banner
+
+
+def test_a_pinned_cache_rewritten_in_place_names_the_files_and_keeps_the_choices(tmp_path):
+    """The same files with other bytes (autotune timings written again, the choice the same): still drift,
+    and the record names exactly the rewritten files, so a reader can tell it from a new kernel."""
+    first = run_study(StudyOptions(recipe_path=_study(tmp_path / "a", [_backend()]), out_dir=tmp_path / "runs"))
+    out = tmp_path / "pins" / "inputs" / "one.tar.xz"
+    pack_caches({"triton": caches_dir(first.path) / "one" / "triton"}, out)
+    pinned = {"kinds": ["triton"], "pinned": [{"archive": "one.tar.xz", "sha256": sha256(out)}]}
+    recipe = _study(tmp_path / "pins", [_backend(caches=pinned, DOUBLE_RETIME="0.02")])
+    with pytest.raises(RunIncomplete, match=r"6 files [0-9a-f]{12} before, 6 files [0-9a-f]{12} after; "
+                                            r"2 rewritten, 0 added, 0 removed: [0-9a-f]{52}/\w+\.autotune\.json"):
+        run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs2"))
+    allowed = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs3", allow_environment_drift=True))
+    changes = _recorded(allowed)["triton"].changes
+    assert (changes.added, changes.removed, changes.rewritten) == (0, 0, 2)
+    assert sorted(Path(n).name for n in changes.names) == ["chunk_fwd.autotune.json", "fused_norm.autotune.json"]
+    choices = {kind: cached_autotune_choices({"triton": caches_dir(run.path) / "one" / "triton"})
+               for kind, run in (("first", first), ("rewritten", allowed))}
+    assert choices["first"] == choices["rewritten"] and len(choices["first"]) == 2  # the same kernels chosen
 
 
 def test_a_pinned_archive_with_another_digest_stops_the_study_before_the_backend_starts(tmp_path):

@@ -455,7 +455,7 @@ def _run_backend(ctx: StudyRun, backend: PlanBackend, rows: RowWriter, budget: P
         _record_server(run, backend, readiness, connections, refused)
         if ctx.envcheck is not None:
             ctx.envcheck.close_cache(backend.name)
-        kernel_caches.close_caches(run, backend.name)
+        kernel_caches.close_caches(run, backend.name, ctx.root)
     changed = kernel_caches.refuse_changed(run, backend.name, ctx.opts.allow_environment_drift)
     if ctx.envcheck is not None:  # allowed: in environment_check.json, so the report's drift banner names it
         ctx.envcheck.add_differences(changed)

@@ -11,7 +11,10 @@ TRITON_CACHE_DIR and TORCHINDUCTOR_CACHE_DIR. After the backend stopped it diges
 `kernel_caches.json` in the run records, per backend and kind, the variable, the archive and its
 sha256, and the tree digest before and after. A pinned cache that changed means some kernel was
 compiled or autotuned anew on this host: an environment difference, which stops the study unless
---allow-environment-drift (then it is recorded, and compare names it).
+--allow-environment-drift (then it is recorded, and compare names it). Its record then lists which files
+were added, removed or rewritten against the archive (`FileChanges`), so the next run can be told what
+moved: on 2026-12-04 a pinned fast-eager Triton cache kept its 887 files on a second H200 but not their
+bytes, while every autotune choice and all 325 answers stayed bit-identical to the first host.
 
 `pack_caches` writes the caches a run produced as one archive with deterministic bytes (members
 sorted, mtimes 0, owners 0, modes normalised, xz), so that `invoke kernel-cache` can hand them to the
@@ -20,6 +23,7 @@ next recipe's `pinned`.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import lzma
 import tarfile
@@ -34,7 +38,7 @@ from ..evidence.recipe import Backend, KernelCachePin
 from ..evidence.rundir import RunDir
 from ..hashing import hash_file, tree_digest
 
-__all__ = ["KIND_ENV", "RECORD_FILE", "CacheRecord", "KernelCacheChanged", "KernelCachesRecord", "caches_dir",
+__all__ = ["KIND_ENV", "RECORD_FILE", "CacheRecord", "FileChanges", "KernelCacheChanged", "KernelCachesRecord", "caches_dir",
            "close_caches", "open_caches", "pack_caches", "pin_in_recipe", "refuse_changed", "run_caches",
            "unpack_archive"]
 
@@ -67,6 +71,32 @@ class TreeDigest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         return cls(sha256=found["sha256"], files=found["files"])
 
 
+ListedNames = Annotated[tuple[Annotated[str, msgspec.Meta(max_length=4096)], ...], msgspec.Meta(max_length=20)]
+
+
+class FileChanges(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How a pinned cache's files after the run differ from its archive's: counts, and the first names of each."""
+
+    added: Count
+    removed: Count
+    rewritten: Count
+    names: ListedNames  # `<kind>/<path>`, rewritten first, then added, then removed (the first 20)
+
+    LISTED = 20
+
+    @classmethod
+    def between(cls, archived: dict[str, str], now: dict[str, str]) -> FileChanges:
+        """`archived` and `now`: relative path -> sha256 of one kind's files."""
+        rewritten = sorted(p for p in archived.keys() & now.keys() if archived[p] != now[p])
+        added, removed = sorted(now.keys() - archived.keys()), sorted(archived.keys() - now.keys())
+        return cls(added=len(added), removed=len(removed), rewritten=len(rewritten),
+                   names=tuple([*rewritten, *added, *removed][:cls.LISTED]))
+
+    def phrase(self) -> str:
+        shown = ", ".join(self.names[:3]) + (" …" if len(self.names) > 3 else "")
+        return f"{self.rewritten} rewritten, {self.added} added, {self.removed} removed: {shown}"
+
+
 class CacheRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One kernel cache of one backend: where it was, what it was pinned to, its digest before and after."""
 
@@ -77,6 +107,7 @@ class CacheRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     archive_sha256: Sha256 | msgspec.UnsetType = msgspec.UNSET
     before: TreeDigest
     after: TreeDigest | msgspec.UnsetType = msgspec.UNSET
+    changes: FileChanges | msgspec.UnsetType = msgspec.UNSET  # a pinned cache that changed: which files
 
     @property
     def pinned(self) -> bool:
@@ -91,9 +122,22 @@ class CacheRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         """The environment difference a changed pinned cache is, in one phrase (None when there is none)."""
         if not self.pinned or not self.changed or isinstance(self.after, msgspec.UnsetType):
             return None
+        which = "" if isinstance(self.changes, msgspec.UnsetType) else f"; {self.changes.phrase()}"
         return (f"{backend}: the pinned {self.kind} cache changed while it ran ({self.archive}: "
                 f"{self.before.files} files {self.before.sha256[:12]} before, {self.after.files} files "
-                f"{self.after.sha256[:12]} after): some kernel was compiled or autotuned anew on this host")
+                f"{self.after.sha256[:12]} after{which}): some kernel was compiled or autotuned anew on this host")
+
+    def closed(self, parent: Path, root: Path) -> CacheRecord:
+        """This record once the backend stopped: the digest after, and for a pinned cache that changed, which
+        files (against the archive under `root`, the recipe's root)."""
+        folder = parent / self.directory
+        closed = msgspec.structs.replace(self, after=TreeDigest.of(folder))
+        if not closed.pinned or not closed.changed or isinstance(self.archive, msgspec.UnsetType):
+            return closed
+        now = {p.relative_to(folder).as_posix(): hash_file(p) for p in folder.rglob("*")
+               if p.is_file() and not p.is_symlink() and "__pycache__" not in p.relative_to(folder).parts}
+        return msgspec.structs.replace(closed, changes=FileChanges.between(
+            archived_files(root / self.archive, self.kind), now))
 
 
 class KernelCachesRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -183,6 +227,22 @@ def unpack_archive(archive: Path, sha256: str, destination: Path) -> set[str]:
     return {PurePosixPath(m.name).parts[0] for m in members}
 
 
+def archived_files(archive: Path, kind: str) -> dict[str, str]:
+    """Path under the kind's folder -> sha256 of every regular file of that kind in an archive
+    (an archive that cannot be read any more: {}, every file then counts as added)."""
+    found: dict[str, str] = {}
+    prefix = f"{kind}/"
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            for member in tar:
+                handle = tar.extractfile(member) if member.isreg() and member.name.startswith(prefix) else None
+                if handle is not None:
+                    found[member.name.removeprefix(prefix)] = hashlib.sha256(handle.read()).hexdigest()
+    except (tarfile.TarError, lzma.LZMAError, EOFError, OSError):
+        return {}
+    return found
+
+
 def _entries(directory: Path, kind: str) -> list[tuple[str, Path]]:
     """(member name, path) of a cache folder, sorted; links, sockets and __pycache__ are left out."""
     found = [(kind, directory)]
@@ -259,13 +319,13 @@ def open_caches(run: RunDir, backend: Backend, root: Path, runtime: str) -> dict
     return {KIND_ENV[kind]: str(folder / kind) for kind in spec.kinds}
 
 
-def close_caches(run: RunDir, name: str) -> KernelCachesRecord | None:
-    """After the backend stopped: each of its caches digested again and recorded."""
+def close_caches(run: RunDir, name: str, root: Path) -> KernelCachesRecord | None:
+    """After the backend stopped: each of its caches digested again and recorded (`root`: the recipe's root,
+    where the pinned archives are)."""
     record = KernelCachesRecord.read(run)
     if record is None or name not in record.backends:
         return record
-    caches = tuple(msgspec.structs.replace(c, after=TreeDigest.of(run.path.parent / c.directory))
-                   for c in record.backends[name])
+    caches = tuple(c.closed(run.path.parent, root) for c in record.backends[name])
     record = record.with_backend(name, caches)
     record.write(run)
     return record
