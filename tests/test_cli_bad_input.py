@@ -57,6 +57,7 @@ def cases(bad: dict[str, str]) -> list[tuple[str, list[str]]]:
         "submit": ["--recipe", "{}", "--replicates", "2", "--key", "{}"], "status": ["--submission", "{}"],
         "collect": ["--submission", "{}"],
         "kernel-cache": ["--run", "{}", "--backend", "one", "--out", "caches.tar.xz"],
+        "reproduce": ["--original", "{}", "--rerun", "{}", "--pubkey", "{}"],
     }
     kinds = list(bad.values())
     out = [(task, [a.replace("{}", path) for a in argv]) for task, argv in every_kind.items() for path in kinds]

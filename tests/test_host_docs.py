@@ -16,7 +16,7 @@ def test_the_library_example_runs():
     example = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)[1]
     scope: dict = {}
     exec(compile(example, str(DOC), "exec"), scope)  # noqa: S102 - the documented example, run as written
-    assert scope["cleanup"]["passed"] and scope["binding"]["memory_policy"] == "bind:0"
+    assert scope["cleanup"]["passed"] and scope["binding"]["effective"]["hf"]["memory_policy"] == "bind:0"
     assert (scope["run"] / "memory.jsonl").exists() and (scope["run"] / "host.json").exists()
 
 

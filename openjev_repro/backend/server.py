@@ -320,19 +320,23 @@ class ReferenceServer(ThreadingHTTPServer):
             seconds = time.perf_counter() - started
             self.served += 1
         tokens = [len(c.ids) for c in candidates]
-        model, meta = self.model, self.static_meta
         return 200, {"model": name, "answers": answers,
                      "usage": {"input_tokens": sum(tokens), "output_tokens": 0},
-                     "metadata": {"method": meta.method, "temperature": model.temperature,
-                                  "candidate_sequences": len(tokens), "candidate_tokens": tokens,
-                                  "inference_seconds": seconds, "prefix_cache": False,
-                                  "checkpoint_sha256": meta.checkpoint_sha256,
-                                  "base_revision": meta.base_revision, "max_length": model.settings.max_length,
-                                  "backbone_parameter_dtypes": model.backbone_dtypes(),
-                                  "code_commit": meta.code_commit, "mode": model.settings.mode,
-                                  "prompt_format": model.settings.prompt_format,
-                                  "device": str(model.device), "implementations": model.implementations,
-                                  "cuda_graphs": model.graphs.stats() if model.graphs else None}}
+                     "metadata": self._metadata(seconds, tokens)}
+
+    def _metadata(self, seconds: float, tokens: list[int]) -> dict[str, Any]:
+        """An answer's metadata: how it was computed (scripts/serving-stages.py wraps this to time the stages)."""
+        model, meta = self.model, self.static_meta
+        return {"method": meta.method, "temperature": model.temperature,
+                "candidate_sequences": len(tokens), "candidate_tokens": tokens,
+                "inference_seconds": seconds, "prefix_cache": False,
+                "checkpoint_sha256": meta.checkpoint_sha256,
+                "base_revision": meta.base_revision, "max_length": model.settings.max_length,
+                "backbone_parameter_dtypes": model.backbone_dtypes(),
+                "code_commit": meta.code_commit, "mode": model.settings.mode,
+                "prompt_format": model.settings.prompt_format,
+                "device": str(model.device), "implementations": model.implementations,
+                "cuda_graphs": model.graphs.stats() if model.graphs else None}
 
     def _answer(self, state: Any, questions: Any, candidates: list, trace: TraceRequest | None = None) -> Any:
         """model.answer on the model thread (under the profiler for a traced request), ended between two

@@ -126,7 +126,7 @@ def _print_figures(name: str, means: list[float], probs: list[float], reference:
           f"impl={json.dumps(health.implementations)} graphs={health.cuda_graphs}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--requests", required=True, type=Path)
@@ -135,7 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-length", default="16384")
     p.add_argument("--logs", type=Path, default=Path(".cache") / "smoke",
                    help="folder for the servers' logs (default .cache/smoke, outside what git tracks)")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
     a.logs.mkdir(parents=True, exist_ok=True)
     try:
         tasks = [msgspec.json.decode(line, type=_Task) for line in a.requests.read_text().splitlines() if line.strip()]

@@ -43,6 +43,7 @@ from ..evidence.rows import Row, read_rows
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status, check_response_entry
 from ..hashing import hash_file
 from ..manifest.keys import generate_keypair
+from ..manifest.preregistration import PREREGISTRATION_NAME, TIMESTAMP_NAME, preregister
 from ..manifest.statement import write_manifest
 from ..results.energy import GPU_FILE, read_gpu_events
 from ..results.report import write_report
@@ -126,7 +127,8 @@ def _responses(path: Path) -> list[ResponseEntry]:
             for number, entry in read_jsonl(path, "a response entry")]
 
 
-_RECOMPUTED = {ENVELOPE_NAME, "summary.json", "report.md", "latency_vs_tokens.png", "latency_cdf.png", "rows.jsonl"}
+_RECOMPUTED = {ENVELOPE_NAME, "summary.json", "report.md", "latency_vs_tokens.png", "latency_cdf.png", "rows.jsonl",
+               PREREGISTRATION_NAME, TIMESTAMP_NAME}
 
 
 def _copy_unchanged(source: Path, out: Path) -> None:
@@ -159,9 +161,11 @@ def synthesize_run(source: Path, out: Path, k: int, key: Path) -> Path:
     if plan is not None and plan.case_ids is not None:  # its case ids, k times over, as the rows name them
         case_ids = {w: [_copy_id(i, j) for j in range(k) for i in ids] for w, ids in plan.case_ids.items()}
         write_json_atomic(out / "plan.json", plan.with_run_facts(case_ids, plan.gpu_override).to_json())
+    recipe = load_recipe(out / "recipe.yaml")
+    if (source / PREREGISTRATION_NAME).is_file():  # pre-registered again: its case order, by the benchmark's key
+        preregister(RunDir(out), recipe, key, None, lambda _: None)
     # The source's study asked for a signature (or not); this run is signed here, by the benchmark.
     RunDir(out).update_state(signing_requested=False)
-    recipe = load_recipe(out / "recipe.yaml")
     gpu = read_gpu_events(out / GPU_FILE) if (out / GPU_FILE).is_file() else None  # energy, as the runner sums it
     write_json_atomic(out / "summary.json", summarize(read_table(out / "rows.jsonl"), recipe, gpu=gpu).to_json())
     write_report(out)
