@@ -74,6 +74,8 @@ def test_fresh_caches_beside_the_run_are_recorded_packed_deterministically_and_p
     assert caches["triton"].pinned and caches["triton"].archive == "one.tar.xz"
     assert caches["triton"].before.sha256 == _recorded(first)["triton"].after.sha256
     assert caches["triton"].changed is False and caches["inductor"].changed is False
+    report = second.file("report.md").read_text()
+    assert "| one | triton | `one.tar.xz` (" in report and "Every pinned cache (2) was unchanged" in report
 
 
 def test_a_pinned_cache_that_changes_stops_the_study_unless_drift_is_allowed(tmp_path):
@@ -113,6 +115,9 @@ def test_a_pinned_cache_rewritten_in_place_names_the_files_and_keeps_the_choices
     allowed = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs3", allow_environment_drift=True))
     changes = _recorded(allowed)["triton"].changes
     assert (changes.added, changes.removed, changes.rewritten) == (0, 0, 2)
+    report = allowed.file("report.md").read_text()
+    assert "| 6 / 6 |" in report and "| **CHANGED**: 2 rewritten, 0 added, 0 removed: " in report
+    assert "Every pinned cache" not in report
     assert sorted(Path(n).name for n in changes.names) == ["chunk_fwd.autotune.json", "fused_norm.autotune.json"]
     choices = {kind: cached_autotune_choices({"triton": caches_dir(run.path) / "one" / "triton"})
                for kind, run in (("first", first), ("rewritten", allowed))}

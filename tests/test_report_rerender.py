@@ -44,12 +44,12 @@ def test_a_committed_signed_run_re_reports_in_place_printing_its_report_and_chan
     signed ones: it prints the report, exits 0 and writes nothing."""
     from invoking import invoke
 
-    run = REPO / "results" / "h200-fast-27b-shape" / "run"
+    run = REPO / "results" / "h200-fast-27b-shape" / "run-2026-12-02d"
     before = _snapshot(run)
     done = invoke("report", "--run", str(run), timeout=300)
     assert done.returncode == 0, done.stderr
     assert "h200-fast-27b-shape-20261202T212525Z-04b59b, started 2026-12-02 21:25:25 UTC" in done.stdout
-    assert "Run: run," not in done.stdout and f"report: {run / 'report.md'}" in done.stdout
+    assert "Run: run-2026-12-02d," not in done.stdout and f"report: {run / 'report.md'}" in done.stdout
     assert _snapshot(run) == before
 
 
@@ -91,7 +91,7 @@ def test_the_reports_tables_fit_80_columns_without_splitting_a_word_or_losing_a_
     no header breaks mid-word and no number is split or dropped."""
     # the run named from the checkout's root, as a user types it: the plots' paths printed then do not
     # depend on where the checkout lies (/work/lanes/integrate/results/... made one line 81 columns)
-    text = _at_80_columns("report", "--run", "results/h200-fast-27b-shape/run")
+    text = _at_80_columns("report", "--run", "results/h200-fast-27b-shape/run-2026-12-02d")
     assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
     assert "Successf" not in text.replace("Successful measured requests", "")
     floor = text[text.index("Hardware floor"):text.index("Plots:")]

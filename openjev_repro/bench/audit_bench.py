@@ -42,6 +42,7 @@ from ..evidence.records import ResponseEntry, plan_of
 from ..evidence.rows import Row, read_rows
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status, check_response_entry
 from ..hashing import hash_file
+from ..manifest.attestations import GATES_FOLDER, write_gate_attestations
 from ..manifest.keys import generate_keypair
 from ..manifest.preregistration import PREREGISTRATION_NAME, TIMESTAMP_NAME, preregister
 from ..manifest.statement import write_manifest
@@ -135,7 +136,7 @@ def _copy_unchanged(source: Path, out: Path) -> None:
     """Every file of the source run the synthetic run keeps as it is (not rows, responses or outputs)."""
     for path in sorted(source.rglob("*")):
         rel = path.relative_to(source)
-        if path.is_file() and rel.as_posix() not in _RECOMPUTED and rel.parts[0] != "responses" \
+        if path.is_file() and rel.as_posix() not in _RECOMPUTED and rel.parts[0] not in ("responses", GATES_FOLDER) \
                 and not path.name.startswith("."):
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, out / rel)
@@ -169,6 +170,8 @@ def synthesize_run(source: Path, out: Path, k: int, key: Path) -> Path:
     gpu = read_gpu_events(out / GPU_FILE) if (out / GPU_FILE).is_file() else None  # energy, as the runner sums it
     write_json_atomic(out / "summary.json", summarize(read_table(out / "rows.jsonl"), recipe, gpu=gpu).to_json())
     write_report(out)
+    if (source / GATES_FOLDER).is_dir():  # the gates of this run's summary, attested by the benchmark's key
+        write_gate_attestations(out, key)
     write_manifest(out, key_path=key)
     return out
 
@@ -195,15 +198,17 @@ def _arm_summary(passes: dict[int, list[float]]) -> dict[str, object]:
 
 
 def synthesize_system1(run: Path, out: Path) -> int:
-    """The measured rows of a run as system1-omni evidence; returns the number of rows written."""
+    """The measured rows of a run's first workload as system1-omni evidence (that layout has one workload, each
+    case once per pass); returns the number of rows written."""
     run, out = Path(run), Path(out)
     out.mkdir(parents=True)
+    workload = load_recipe(run / "recipe.yaml").workloads[0].name
     bodies = {(e.backend, e.pass_index, e.seq): e.body for path in sorted((run / "responses").glob("*.jsonl"))
-              for e in _responses(path) if e.phase == "measured" and isinstance(e.body, str)}
+              for e in _responses(path) if e.phase == "measured" and e.workload == workload and isinstance(e.body, str)}
     files: dict[str, list[str]] = {}
     latencies: dict[str, dict[int, list[float]]] = {}
     for r in read_table(run / "rows.jsonl").rows():
-        if r.phase != "measured":
+        if r.phase != "measured" or r.workload != workload:
             continue
         raw = json.loads(bodies[(r.backend, r.pass_index, r.seq)])
         files.setdefault(f"{r.backend}-measured-{r.pass_index}.jsonl", []).append(_system1_line(r, raw))

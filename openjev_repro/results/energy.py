@@ -11,6 +11,7 @@ measured in a quiet window of its own (after readiness, model loaded, before the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
@@ -164,7 +165,7 @@ def _energy_j(readings: list[GpuReading]) -> tuple[float | None, Literal["counte
     points = [(e.at_ns, power) for e in readings if (power := e.value("power_w")) is not None]  # trapezoids
     if len(points) < 2:
         return None, "integrated"
-    return sum((t1 - t0) / 1e9 * (p0 + p1) / 2 for (t0, p0), (t1, p1) in pairwise(points)), "integrated"
+    return math.fsum((t1 - t0) / 1e9 * (p0 + p1) / 2 for (t0, p0), (t1, p1) in pairwise(points)), "integrated"
 
 
 def _seconds(readings: list[GpuReading]) -> float:
@@ -186,7 +187,7 @@ def _state(label: str, readings: list[GpuReading]) -> PassState:
                      sm_clock_mhz=ClockRange(min=min(sm), median=median(sm), max=max(sm)) if sm else None,
                      mem_clock_mhz=ClockRange(min=min(mem), max=max(mem)) if mem else None,
                      temperature_c_max=max(temp) if temp else None,
-                     power_w=PowerRange(mean=round(sum(power) / len(power), 3), max=max(power)) if power else None,
+                     power_w=PowerRange(mean=round(math.fsum(power) / len(power), 3), max=max(power)) if power else None,
                      clock_event_reasons=reason_names(mask), clock_event_mask=mask,
                      slowdown=bool(mask & SLOWDOWN_REASONS))
 
@@ -209,9 +210,9 @@ def _round(value: float | None, digits: int) -> float | None:
 
 def _backend_energy(passes: list[PassEnergy], idle_w: float | None) -> BackendEnergy:
     known = [p.joules for p in passes if p.joules is not None]  # None: nothing to add, or any pass unknown
-    joules = sum(known) if passes and len(known) == len(passes) else None
+    joules = math.fsum(known) if passes and len(known) == len(passes) else None
     requests = sum(p.requests for p in passes)
-    above = None if joules is None or idle_w is None else joules - idle_w * sum(p.seconds for p in passes)
+    above = None if joules is None or idle_w is None else joules - idle_w * math.fsum(p.seconds for p in passes)
     return BackendEnergy(passes=passes, requests=requests, joules=_round(joules, 6),
                          joules_per_decision=_per_decision(joules, requests), idle_power_w=_round(idle_w, 3),
                          above_idle_joules_per_decision=_per_decision(above, requests))

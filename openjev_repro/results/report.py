@@ -46,6 +46,7 @@ from ..evidence.summary import (
     read_summary,
 )
 from ..printable import printable
+from .cache_report import kernel_cache_lines
 from .energy import GPU_FILE, read_gpu_events
 from .floor import floor_lines
 from .gpu_report import energy_lines
@@ -731,7 +732,8 @@ def _render_run(run: RunDir, as_status: str | None) -> tuple[str, RowTable, Summ
                          imported=imported, run_facts=run_facts_of(run, backends, [b.name for b in recipe.backends]),
                          floor=floor_lines(backends, rows), drift=recorded_drift(run),
                          servers=server_lines(servers_of(run), backends, [b.name for b in recipe.backends]),
-                         sections=[ReportSection("Kernel families (traces)", kernel_family_lines(run.path))])
+                         sections=[ReportSection("Kernel caches", kernel_cache_lines(run.path)),
+                                   ReportSection("Kernel families (traces)", kernel_family_lines(run.path))])
     return text, rows, summary, info
 
 
