@@ -106,6 +106,7 @@ def test_cli_exit_status(tmp_path):
     assert bad.returncode == 1 and "FAIL    speedup.native_vs_hf" in bad.stdout and "1 failed" in bad.stdout
 
 
+@pytest.mark.slow  # a real pseudo-terminal runs invoke: tests/tiers.py's rule does not see it
 def test_claims_on_an_80_column_terminal_keep_every_word_and_name_whole():
     """Issue 41 item 2 for `claims`: at 80 columns a table whose names and words are never split or cut;
     through a pipe the one-line-per-claim text (the tests above) is unchanged."""

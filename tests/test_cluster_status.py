@@ -83,6 +83,7 @@ def test_an_aged_out_task_is_shown_from_its_own_end_record(sub: Submission, monk
     assert rows[3].slurm.reason == "not in squeue/sacct and no attempt record"
 
 
+@pytest.mark.slow  # runs squeue (a real Slurm client) that does not answer: tests/tiers.py's rule does not see it
 def test_a_task_stopped_while_slurm_does_not_answer_still_marks_its_run_incomplete(sub: Submission) -> None:
     """At SIGTERM the task asks Slurm why; when Slurm cannot say (no such job, slurmctld down, no Slurm
     here), the run's state.json still records the end, with the error of asking and no state."""

@@ -11,6 +11,7 @@ from openjev_repro import host
 DOC = Path(__file__).resolve().parents[1] / "docs" / "host.md"
 
 
+@pytest.mark.slow  # the documented example starts numactl: tests/tiers.py's rule does not see it
 @pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl is not installed (apt-get install numactl)")
 def test_the_library_example_runs():
     example = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)[1]

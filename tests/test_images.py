@@ -460,6 +460,7 @@ def _pure_wheel(directory: Path, name: str, version: str) -> Path:
     return path
 
 
+@pytest.mark.slow  # runs pip's own install --dry-run: tests/tiers.py's rule does not see it
 def test_a_pin_comes_from_pips_own_install_report(tmp_path, monkeypatch):
     """pip resolves from a local wheel folder (no index): the pin's name, version and sha256 are read from the
     report pip writes, decoded into its type."""
