@@ -155,8 +155,8 @@ def test_a_malformed_plan_case_ids_fails_its_check(tmp_path):
     write_manifest(run.path, key_path=None)
     checks = {c.name: c for c in verify_path(run.path, allow_unsigned=True)}
     assert checks["case ids"].passed is False
-    assert checks["case ids"].detail == ("EvidenceError: plan.json: case_ids is not an object of case id lists, "
-                                         "one per workload")
+    assert checks["case ids"].detail == (f"EvidenceError: {run.file('plan.json')}: Expected `str`, got `array` - "
+                                         "at `$.case_ids[...][0]`.")
 
 
 def test_a_response_body_that_is_not_text_fails_its_check(tmp_path):

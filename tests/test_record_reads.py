@@ -34,7 +34,6 @@ OWNERS = frozenset({"evidence/records.py", "evidence/state.py", "evidence/plan.p
 
 # Reads in modules that have not moved to the records yet (module, run file or dict view): shrink to empty.
 TODAY = frozenset({
-    ("audit/run_checks.py", "plan.json"),  # audit/verify.py's reads, where lane verify's split moved them
     ("audit/verify_imported.py", "summary.json"),
     ("audit/verify_signed.py", "RunDir.read(name)"),
     ("audit/verify_signed.py", "summary.json"),

@@ -25,6 +25,7 @@ import yaml
 from ..errors import EvidenceError, ReproError, UnsupportedFormat
 from ..evidence.decoding import Count, Finite
 from ..evidence.recipe import Recipe, parse_recipe
+from ..evidence.records import plan_of
 from ..evidence.rows import Row
 from ..evidence.rundir import ENVELOPE_NAME, RESPONSE_VERSIONS, RunDir, check_response_entry
 from ..results.row_table import CHUNK_BYTES, RowTable, as_table, chunks, read_table
@@ -177,19 +178,11 @@ def case_ids_check(ev: Evidence) -> list[Check]:
     """Each timed pass holds the same case ids (and, where plan.json records them, the planned ones in order)."""
     run, rows = ev.run, ev.table
     problems = check_case_ids(rows, {w.name: w.repeat for w in ev.recipe.workloads})
-    plan = run.read("plan.json") if run.file("plan.json").is_file() else {}
-    problems += check_planned_order(rows, _planned_case_ids(plan))
+    plan = plan_of(run)  # EvidenceError naming the field when plan.json is not a plan
+    problems += check_planned_order(rows, None if plan is None or plan.case_ids is None else
+                                    {w: list(ids) for w, ids in plan.case_ids.items()})
     return [Check("case ids", not problems, "; ".join(problems[:6]) if problems
                   else f"{len(rows)} rows; every timed pass holds the same case ids")]
-
-
-def _planned_case_ids(plan: dict) -> dict[str, list[str]] | None:
-    """plan.json's case_ids (workload -> ids in order); EvidenceError when it is not that."""
-    planned = plan.get("case_ids")
-    if planned and not (isinstance(planned, dict) and all(
-            isinstance(ids, list) and all(isinstance(i, str) for i in ids) for ids in planned.values())):
-        raise EvidenceError("plan.json: case_ids is not an object of case id lists, one per workload")
-    return planned
 
 
 # --- response bodies ------------------------------------------------------------------
