@@ -337,7 +337,7 @@ def _timing_boundary(run: RunDir) -> str | None:
         return _raw_text(predicate)
     if statement is None:
         return None
-    from ..manifest.statement import TIMING_BOUNDARY
+    from ..manifest.run_manifest import TIMING_BOUNDARY
 
     return _raw_text(msgspec.Raw(msgspec.json.encode(TIMING_BOUNDARY)))
 

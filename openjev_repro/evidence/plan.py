@@ -1,6 +1,6 @@
 """plan.json's record: what `invoke plan` prints and `invoke study` executes, as typed values.
 
-`study.plan.resolve_plan` returns a `Plan`; `invoke plan` prints its attributes, `invoke plan
+`study.planner.resolve_plan` returns a `Plan`; `invoke plan` prints its attributes, `invoke plan
 --json` prints `Plan.to_json()`, the runner writes that same dict to plan.json (with the run-only
 fields `case_ids` and `gpu_override` set) and executes it: per backend its runtime, its processes
 (argv and environment filled but for the launch-time placeholders) and its steps.
@@ -373,7 +373,7 @@ _GATES: TypeAdapter[list[Gate]] = TypeAdapter(list[Gate])
 
 @dataclass(frozen=True)
 class Plan:
-    """The fully resolved plan of a recipe (`study.plan.resolve_plan`); `to_json()` is plan.json's."""
+    """The fully resolved plan of a recipe (`study.planner.resolve_plan`); `to_json()` is plan.json's."""
 
     study: Study
     recipe_path: str
