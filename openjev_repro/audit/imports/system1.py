@@ -18,6 +18,7 @@ from typing import Any
 from ...errors import EvidenceError, InputMismatch
 from ...evidence.decoding import UNSET
 from ..figures import NotReproduced, System1Summary, figure_counts, published_figures
+from .arm_rows import arm_files, collector_paused, read_arm_files
 from .manifest import (
     CheckedSource,
     SourceManifest,
@@ -28,7 +29,6 @@ from .manifest import (
     verify_source,
 )
 from .published import published_gates, study_documents, study_facts
-from .arm_rows import arm_files, collector_paused, read_arm_files
 from .run import IMPORT_FORMAT_VERSION, Origin, converted_files, imported_recipe, new_run, write_record, write_summary
 
 __all__ = ["detect", "import_system1"]
