@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from openjev_repro.audit.compare import Comparison, compare_rows
+from openjev_repro.audit.compare import RunComparison, compare_rows
 from openjev_repro.cluster.collect import (
     Baseline,
     CrossHostSummary,
@@ -34,7 +34,7 @@ def _rows(ms: float, probabilities: list[float]) -> list[Row]:
 BASELINE = _rows(10.0, [0.25, 0.375, 0.625, 0.75])
 
 
-def _comparison(probabilities: list[float], max_mean_ratio: float) -> Comparison:
+def _comparison(probabilities: list[float], max_mean_ratio: float) -> RunComparison:
     """compare's own result for a candidate 5% slower than the baseline, with these answers."""
     return compare_rows(BASELINE, _rows(10.5, probabilities),
                         tolerances={"format_version": 1, "max_mean_ratio": max_mean_ratio},

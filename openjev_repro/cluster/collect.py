@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from ..audit.bundle import opened
-from ..audit.compare import COMPARABLE_STATUSES, Comparison, compare_runs, run_status
+from ..audit.compare import COMPARABLE_STATUSES, RunComparison, compare_runs, run_status
 from ..audit.verify import verify_path
 from ..errors import EvidenceError, RunIncomplete, VerificationError
 from ..evidence.files import atomic_directory
@@ -201,7 +201,7 @@ def _sides(hosts: list[HostRun], baseline: Path | None,
 
 
 def _reports(recipe: Recipe, base: HostRun, others: list[HostRun], everyone: list[HostRun],
-             compare_tol: dict[str, Any], cross_tol: dict[str, float]) -> tuple[dict[str, Comparison], list[BackendReport]]:
+             compare_tol: dict[str, Any], cross_tol: dict[str, float]) -> tuple[dict[str, RunComparison], list[BackendReport]]:
     """Each other run compared with the baseline, and a cross-host report per (workload, backend)."""
     # `invoke compare`'s own code, on the run directories (it reads rows, recipe and backends.json).
     comparisons = {run.label: compare_runs(base.path, run.path, tolerances=compare_tol or None) for run in others}
@@ -234,7 +234,7 @@ def collect(submission: Path, *, pubkey: Path | None = None, tolerances: Path | 
     return Collected(_write(sub, summary, signing_key), summary)
 
 
-def _verdict(comparisons: dict[str, Comparison], backends: list[BackendReport], *, declared: bool) -> Verdict:
+def _verdict(comparisons: dict[str, RunComparison], backends: list[BackendReport], *, declared: bool) -> Verdict:
     """Every limit crossed (compare's, per replicate, then the cross-host ones); no verdict without limits."""
     failures = [f"{label}: {f}" for label, comparison in comparisons.items() for f in comparison.verdict.failures]
     failures += [f for b in backends for f in b.cross_host_failures]

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..audit.compare import TOLERANCE_KEYS, Comparison, check_tolerances
+from ..audit.compare import TOLERANCE_KEYS, RunComparison, check_tolerances
 from ..errors import RecipeError
 from ..evidence.files import check_format
 from ..evidence.recipe import read_yaml
@@ -193,7 +193,7 @@ def spread(means: list[float]) -> Spread:
                   cv=float(values.std(ddof=1) / centre) if values.size > 1 and centre else None)
 
 
-def _host_entry(run: HostRun, means: HostMeans, comparison: Comparison | None, workload: str,
+def _host_entry(run: HostRun, means: HostMeans, comparison: RunComparison | None, workload: str,
                 backend: str) -> HostEntry:
     """One host's mean and pass range and, when it was compared, its ratio, flips, delta and the
     compare verdict's failures that name its pair."""
@@ -210,7 +210,7 @@ def _host_entry(run: HostRun, means: HostMeans, comparison: Comparison | None, w
 
 
 def backend_report(workload: str, backend: str, hosts: list[HostRun], means: dict[str, dict[tuple[str, str], HostMeans]],
-                   comparisons: dict[str, Comparison], cross_tol: dict[str, float]) -> BackendReport:
+                   comparisons: dict[str, RunComparison], cross_tol: dict[str, float]) -> BackendReport:
     """One (workload, backend): every host's mean and pass range, the spread, flips, tolerance failures."""
     per_host = [_host_entry(run, m, comparisons.get(run.label), workload, backend)
                 for run in hosts if (m := means[run.label].get((workload, backend))) is not None]
