@@ -10,8 +10,8 @@ from openjev_repro.cluster.collect import (
     Baseline,
     CrossHostSummary,
     Replicate,
-    Tolerances,
-    Verdict,
+    CollectTolerances,
+    CollectVerdict,
     plot_means,
     to_markdown,
 )
@@ -66,8 +66,8 @@ def test_markdown_and_figure_of_a_summary() -> None:
         replicates=[Replicate(label="replicate-1", host="node1", run="/nonexistent", manifest_sha256="0" * 64,
                               verified=True)],
         baseline=Baseline(label="replicate-1", path="/nonexistent", host="node1"),
-        tolerances=Tolerances(file=None, compare={}, cross_host={"max_cv": 0.01}), backends=[_report({"max_cv": 0.01})],
-        verdict=Verdict(passed=False, failures=["replicate-2: w/b→b: mean ratio 1.0512345 exceeds 1.01"]))
+        tolerances=CollectTolerances(file=None, compare={}, cross_host={"max_cv": 0.01}), backends=[_report({"max_cv": 0.01})],
+        verdict=CollectVerdict(passed=False, failures=["replicate-2: w/b→b: mean ratio 1.0512345 exceeds 1.01"]))
     text = to_markdown(summary)
     assert text.startswith("# Cross-host report: s\n") and "**Verdict: FAIL**" in text
     assert "| replicate-1 | node1 | 10.000 | 9.500 – 10.500 | — | — | — | — | baseline |" in text

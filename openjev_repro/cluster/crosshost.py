@@ -31,7 +31,7 @@ from ..evidence.rows import Row
 from ..results.row_table import as_table
 from ..results.statistics import latency_stats
 
-__all__ = ["CROSS_HOST_KEYS", "BackendReport", "HostEntry", "HostMeans", "HostRun", "Spread", "backend_report",
+__all__ = ["CROSS_HOST_KEYS", "BackendReport", "HostEntry", "HostMeans", "HostRun", "HostSpread", "backend_report",
            "fmt", "host_means", "load_cross_host_tolerances", "spread"]
 
 CROSS_HOST_KEYS = {"max_relative_range", "max_cv"}
@@ -71,7 +71,7 @@ class HostMeans(msgspec.Struct, frozen=True, kw_only=True):
     pass_range_ms: tuple[float, float]  # the lowest and highest pass mean
 
 
-class Spread(msgspec.Struct, frozen=True, kw_only=True):
+class HostSpread(msgspec.Struct, frozen=True, kw_only=True):
     """The per-host means of one (workload, backend) across hosts."""
 
     n: int
@@ -141,7 +141,7 @@ class BackendReport(msgspec.Struct, frozen=True, kw_only=True):
     workload: str
     backend: str
     hosts: list[HostEntry]
-    spread: Spread
+    spread: HostSpread
     decision_flips: int
     max_abs_probability_delta: float | None
     hosts_outside_tolerances: list[str]
@@ -182,13 +182,13 @@ def host_means(rows: list[Row]) -> dict[tuple[str, str], HostMeans]:
     return out
 
 
-def spread(means: list[float]) -> Spread:
+def spread(means: list[float]) -> HostSpread:
     """min, max, relative range ((max - min) / mean) and coefficient of variation (ddof=1) of host means."""
     values = np.asarray(means, dtype=float)
     if values.size == 0:
-        return Spread(n=0, min_ms=None, max_ms=None, mean_ms=None, relative_range=None, cv=None)
+        return HostSpread(n=0, min_ms=None, max_ms=None, mean_ms=None, relative_range=None, cv=None)
     centre = float(values.mean())
-    return Spread(n=int(values.size), min_ms=float(values.min()), max_ms=float(values.max()), mean_ms=centre,
+    return HostSpread(n=int(values.size), min_ms=float(values.min()), max_ms=float(values.max()), mean_ms=centre,
                   relative_range=float((values.max() - values.min()) / centre) if centre else None,
                   cv=float(values.std(ddof=1) / centre) if values.size > 1 and centre else None)
 
