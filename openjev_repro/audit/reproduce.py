@@ -47,7 +47,7 @@ from ..results.row_table import RowTable, read_table
 from .bundle import opened
 from .environment_diff import RunEnvironment
 
-__all__ = ["DEFAULT_SEED", "BackendResult", "Comparability", "FieldValues", "MarginSource", "RunUnderTest", "Verdict",
+__all__ = ["DEFAULT_SEED", "BackendResult", "Comparability", "FieldValues", "MarginSource", "RunUnderTest", "ReproductionVerdict",
            "VerdictKind", "judge", "margins_of", "opened_runs"]
 
 DEFAULT_SEED = 20261204
@@ -419,7 +419,10 @@ class BackendResult:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ReproductionVerdict:
+    """What `invoke reproduce` decided of a rerun against its original, with both runs, the margins and every
+    backend's judgements."""
+
     kind: VerdictKind
     original: RunUnderTest
     rerun: RunUnderTest
@@ -457,7 +460,7 @@ def _judge_backend(original: RunUnderTest, rerun: RunUnderTest, workload: str, b
 
 
 def judge(original: RunUnderTest, rerun: RunUnderTest, *, original_pubkey: Path, seed: int = DEFAULT_SEED,
-          policy: tuple[Reproduction, MarginSource] | None = None) -> Verdict:
+          policy: tuple[Reproduction, MarginSource] | None = None) -> ReproductionVerdict:
     """The verdict on two verified runs (`opened_runs`)."""
     reproduction, source = policy or margins_of(original, original_pubkey)
     comparable = comparability(original, rerun, reproduction)
@@ -468,4 +471,4 @@ def judge(original: RunUnderTest, rerun: RunUnderTest, *, original_pubkey: Path,
             if (workload, backend) in theirs:
                 found = _judge_backend(original, rerun, workload, backend, reproduction, seed)
                 results += [found] if found is not None else []
-    return Verdict(_overall(comparable, results), original, rerun, reproduction, source, comparable, results, seed)
+    return ReproductionVerdict(_overall(comparable, results), original, rerun, reproduction, source, comparable, results, seed)
