@@ -46,7 +46,7 @@ __all__ = [
     "PlanSequence",
     "PlanStep",
     "PlanTraces",
-    "TraceEntry",
+    "PlannedTrace",
     "every_field_set",
 ]
 
@@ -275,7 +275,7 @@ class PlanAction(Record, frozen=True, kw_only=True):
         return bool(self.argv) and self.kind == "command"
 
 
-class TraceEntry(Record, frozen=True, kw_only=True):
+class PlannedTrace(Record, frozen=True, kw_only=True):
     """One planned trace (study.traces.TraceItem)."""
 
     backend: Text
@@ -288,7 +288,7 @@ class TraceEntry(Record, frozen=True, kw_only=True):
 
 class PlanTraces(Record, frozen=True, kw_only=True):
     enabled: bool
-    items: tuple[TraceEntry, ...] | UnsetType = UNSET  # when enabled
+    items: tuple[PlannedTrace, ...] | UnsetType = UNSET  # when enabled
     note: Text | UnsetType = UNSET  # why items is empty although traces are enabled
 
 
