@@ -8,10 +8,10 @@ from pathlib import Path
 from openjev_repro.audit.compare import RunComparison, compare_rows
 from openjev_repro.cluster.collect import (
     Baseline,
-    CrossHostSummary,
-    Replicate,
     CollectTolerances,
     CollectVerdict,
+    CrossHostSummary,
+    Replicate,
     plot_means,
     to_markdown,
 )
@@ -66,7 +66,8 @@ def test_markdown_and_figure_of_a_summary() -> None:
         replicates=[Replicate(label="replicate-1", host="node1", run="/nonexistent", manifest_sha256="0" * 64,
                               verified=True)],
         baseline=Baseline(label="replicate-1", path="/nonexistent", host="node1"),
-        tolerances=CollectTolerances(file=None, compare={}, cross_host={"max_cv": 0.01}), backends=[_report({"max_cv": 0.01})],
+        tolerances=CollectTolerances(file=None, compare={}, cross_host={"max_cv": 0.01}),
+        backends=[_report({"max_cv": 0.01})],
         verdict=CollectVerdict(passed=False, failures=["replicate-2: w/b→b: mean ratio 1.0512345 exceeds 1.01"]))
     text = to_markdown(summary)
     assert text.startswith("# Cross-host report: s\n") and "**Verdict: FAIL**" in text

@@ -306,7 +306,8 @@ def _item_differences(item: str, a: Any, b: Any) -> list[EnvironmentDifference]:
     return [] if a == b else [EnvironmentDifference(item, f"{item}: {a or 'not recorded'} vs {b or 'not recorded'}")]
 
 
-def _load_difference(a: tuple[float, int | None] | None, b: tuple[float, int | None] | None) -> list[EnvironmentDifference]:
+def _load_difference(a: tuple[float, int | None] | None,
+                     b: tuple[float, int | None] | None) -> list[EnvironmentDifference]:
     """The machines' 1-minute load when each run started, when they differ enough to move latency."""
     if a is None or b is None:
         return []
@@ -314,7 +315,8 @@ def _load_difference(a: tuple[float, int | None] | None, b: tuple[float, int | N
     if high - low < LOAD_STEP or high < LOAD_RATIO * low:
         return []
     cores = "" if a[1] is None or b[1] is None else f" on {a[1]} vs {b[1]} cores"
-    return [EnvironmentDifference("load_average", f"load_average (1 minute, at the start): {a[0]:g} vs {b[0]:g}{cores}")]
+    text = f"load_average (1 minute, at the start): {a[0]:g} vs {b[0]:g}{cores}"
+    return [EnvironmentDifference("load_average", text)]
 
 
 def environment_differences(base: RunEnvironment, cand: RunEnvironment, base_name: str,
@@ -325,7 +327,8 @@ def environment_differences(base: RunEnvironment, cand: RunEnvironment, base_nam
              for d in _item_differences(item, ia[item], ib[item])]
     found += _load_difference(base.load(), cand.load())
     for role, env, name in (("baseline", base, base_name), ("candidate", cand, cand_name)):
-        found += [EnvironmentDifference("drift", f"{role} measured with allowed environment drift: {d}") for d in env.drift(name)]
+        found += [EnvironmentDifference("drift", f"{role} measured with allowed environment drift: {d}")
+                  for d in env.drift(name)]
     not_recorded = [i for i in ia if ia[i] is None and ib[i] is None]
     return {"differences": msgspec.to_builtins(found), "not_recorded": not_recorded}
 

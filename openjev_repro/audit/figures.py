@@ -23,9 +23,9 @@ from ..results.statistics import latency_stats, mean
 __all__ = [
     "MAX_FIGURE",
     "SIGNIFICANT_DIGITS",
+    "Classification",
     "Figure",
     "Mode",
-    "Classification",
     "Published",
     "Samples",
     "SumsMember",

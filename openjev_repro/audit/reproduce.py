@@ -47,8 +47,19 @@ from ..results.row_table import RowTable, read_table
 from .bundle import opened
 from .environment_diff import RunEnvironment
 
-__all__ = ["DEFAULT_SEED", "BackendResult", "Comparability", "FieldValues", "MarginSource", "RunUnderTest", "ReproductionVerdict",
-           "VerdictKind", "judge", "margins_of", "opened_runs"]
+__all__ = [
+    "DEFAULT_SEED",
+    "BackendResult",
+    "Comparability",
+    "FieldValues",
+    "MarginSource",
+    "ReproductionVerdict",
+    "RunUnderTest",
+    "VerdictKind",
+    "judge",
+    "margins_of",
+    "opened_runs",
+]
 
 DEFAULT_SEED = 20261204
 
@@ -471,4 +482,5 @@ def judge(original: RunUnderTest, rerun: RunUnderTest, *, original_pubkey: Path,
             if (workload, backend) in theirs:
                 found = _judge_backend(original, rerun, workload, backend, reproduction, seed)
                 results += [found] if found is not None else []
-    return ReproductionVerdict(_overall(comparable, results), original, rerun, reproduction, source, comparable, results, seed)
+    kind = _overall(comparable, results)
+    return ReproductionVerdict(kind, original, rerun, reproduction, source, comparable, results, seed)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..manifest.attestations import signed_envelope, verification_summary
 from ..results.equivalence import CONFIDENCE, RESAMPLES, LatencyJudgement, ProbabilityJudgement
-from .reproduce import BackendResult, FieldValues, RunUnderTest, ReproductionVerdict
+from .reproduce import BackendResult, FieldValues, ReproductionVerdict, RunUnderTest
 
 __all__ = ["verdict_lines", "wrapped", "write_outputs"]
 

@@ -183,7 +183,8 @@ class Case(msgspec.Struct, frozen=True, kw_only=True, rename={"ours_1_worker": "
     def of(cls, total: int, n_files: int, ours: list[float], sha256sum: list[float],
            one_worker: list[float] | None = None) -> Case:
         median, best = statistics.median, min
-        return cls(files=n_files, bytes=total, ours=HasherTiming.of(total, ours), sha256sum=HasherTiming.of(total, sha256sum),
+        return cls(files=n_files, bytes=total, ours=HasherTiming.of(total, ours),
+                   sha256sum=HasherTiming.of(total, sha256sum),
                    ours_1_worker=HasherTiming.of(total, one_worker) if one_worker else UNSET,
                    ratio_median=round(median(sha256sum) / median(ours), 2), ratio_best=round(best(sha256sum) / best(ours), 2),
                    parallel_speedup_median=round(median(one_worker) / median(ours), 2) if one_worker else UNSET)

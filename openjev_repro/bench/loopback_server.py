@@ -167,7 +167,8 @@ class LoopbackServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m openjev_repro.bench.loopback_server", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m openjev_repro.bench.loopback_server",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--body-hex", default=SYSTEMONE_RESPONSE.hex())
     args = parser.parse_args(argv)

@@ -233,7 +233,8 @@ def collect(submission: Path, *, pubkey: Path | None = None, tolerances: Path | 
         baseline=Baseline(label=base_label, path=str(base.path), host=base.host),
         replicates=[Replicate(label=h.label, host=h.host, run=str(h.path),
                               manifest_sha256=hash_file(h.path / ENVELOPE_NAME), verified=True) for h in hosts],
-        tolerances=CollectTolerances(file=str(tolerances) if tolerances else None, compare=compare_tol, cross_host=cross_tol),
+        tolerances=CollectTolerances(file=str(tolerances) if tolerances else None, compare=compare_tol,
+                                     cross_host=cross_tol),
         backends=backends, verdict=_verdict(comparisons, backends, declared=bool(compare_tol or cross_tol)))
     return Collected(_write(sub, summary, signing_key), summary)
 

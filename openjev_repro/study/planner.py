@@ -26,12 +26,12 @@ from ..evidence.plan import (
     PlanBackend,
     PlanHash,
     PlanLoad,
+    PlannedTrace,
     PlanPreparation,
     PlanProcess,
     PlanSequence,
     PlanStep,
     PlanTraces,
-    PlannedTrace,
     every_field_set,
 )
 from ..evidence.recipe import UNPINNED, Backend, NoAliasLoader, Recipe, _line_map
