@@ -19,7 +19,7 @@ from openjev_repro.evidence.rows import Row, RowWriter, read_rows
 from openjev_repro.evidence.rundir import RunDir
 from openjev_repro.manifest import generate_keypair, write_manifest
 from openjev_repro.results.statistics import summarize
-from openjev_repro.study.plan import resolve_plan
+from openjev_repro.study.planner import resolve_plan
 from openjev_repro.study.resolved import resolve_recipe
 
 IDS = [f"case-{i:02d}" for i in range(6)]

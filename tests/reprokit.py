@@ -7,7 +7,7 @@ from pathlib import Path
 from openjev_repro.evidence.rundir import RunDir
 from openjev_repro.manifest.dsse import envelope_bytes, make_envelope
 from openjev_repro.manifest.keys import load_private_key
-from openjev_repro.manifest.statement import build_statement
+from openjev_repro.manifest.run_manifest import build_statement
 
 
 def resign(run: Path, key: Path) -> None:

@@ -17,7 +17,7 @@ from openjev_repro.audit.verify import verify_path
 from openjev_repro.errors import EvidenceError, VerificationError
 from openjev_repro.evidence.rundir import ENVELOPE_NAME
 from openjev_repro.manifest.dsse import parse_envelope, payload_of
-from openjev_repro.manifest.statement import read_statement
+from openjev_repro.manifest.run_manifest import read_statement
 
 ROOT = Path(__file__).resolve().parents[1]
 

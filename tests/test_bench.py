@@ -27,7 +27,7 @@ from openjev_repro.bench import (
 )
 from openjev_repro.bench.client_bench import ClientBenchResult
 from openjev_repro.bench.hash_bench import ensure_files
-from openjev_repro.bench.server import SYSTEMONE_REQUEST, SYSTEMONE_RESPONSE, LoopbackServer
+from openjev_repro.bench.loopback_server import SYSTEMONE_REQUEST, SYSTEMONE_RESPONSE, LoopbackServer
 from openjev_repro.bench.stats import summarize_ns
 from openjev_repro.study.passes import parse_noul_response
 from openjev_repro.study.timed_client import TimedClient, build_request
@@ -196,7 +196,7 @@ def test_cli_bench_calibrate_prints_json() -> None:
 
 def test_loopback_server_exits_when_its_parent_dies() -> None:
     parent = subprocess.Popen(
-        [sys.executable, "-c", ("from openjev_repro.bench.server import LoopbackServer as S; s = S().__enter__(); "
+        [sys.executable, "-c", ("from openjev_repro.bench.loopback_server import LoopbackServer as S; s = S().__enter__(); "
          "print(s._proc.pid, flush=True); import os; os._exit(0)")],
         stdout=subprocess.PIPE, text=True,
     )

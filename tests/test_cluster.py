@@ -313,7 +313,7 @@ def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slu
     host = json.loads((runs[1] / "host.json").read_text())
     assert host["slurm"]["array_job_id"] == str(rounds[1]["array_job_id"]) and host["slurm"]["array_task_id"] == 2
     assert host["slurm"]["node"]
-    from openjev_repro.manifest.statement import read_statement
+    from openjev_repro.manifest.run_manifest import read_statement
 
     _, statement = read_statement(runs[1] / "manifest.dsse.json")
     assert statement["predicate"]["host"]["slurm"] == host["slurm"]  # the manifest records the allocation

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from openjev_repro.audit.compare import Comparison, compare_rows
+from openjev_repro.audit.compare import RunComparison, compare_rows
 from openjev_repro.cluster.collect import (
     Baseline,
+    CollectTolerances,
+    CollectVerdict,
     CrossHostSummary,
     Replicate,
-    Tolerances,
-    Verdict,
     plot_means,
     to_markdown,
 )
@@ -34,7 +34,7 @@ def _rows(ms: float, probabilities: list[float]) -> list[Row]:
 BASELINE = _rows(10.0, [0.25, 0.375, 0.625, 0.75])
 
 
-def _comparison(probabilities: list[float], max_mean_ratio: float) -> Comparison:
+def _comparison(probabilities: list[float], max_mean_ratio: float) -> RunComparison:
     """compare's own result for a candidate 5% slower than the baseline, with these answers."""
     return compare_rows(BASELINE, _rows(10.5, probabilities),
                         tolerances={"format_version": 1, "max_mean_ratio": max_mean_ratio},
@@ -66,8 +66,9 @@ def test_markdown_and_figure_of_a_summary() -> None:
         replicates=[Replicate(label="replicate-1", host="node1", run="/nonexistent", manifest_sha256="0" * 64,
                               verified=True)],
         baseline=Baseline(label="replicate-1", path="/nonexistent", host="node1"),
-        tolerances=Tolerances(file=None, compare={}, cross_host={"max_cv": 0.01}), backends=[_report({"max_cv": 0.01})],
-        verdict=Verdict(passed=False, failures=["replicate-2: w/b→b: mean ratio 1.0512345 exceeds 1.01"]))
+        tolerances=CollectTolerances(file=None, compare={}, cross_host={"max_cv": 0.01}),
+        backends=[_report({"max_cv": 0.01})],
+        verdict=CollectVerdict(passed=False, failures=["replicate-2: w/b→b: mean ratio 1.0512345 exceeds 1.01"]))
     text = to_markdown(summary)
     assert text.startswith("# Cross-host report: s\n") and "**Verdict: FAIL**" in text
     assert "| replicate-1 | node1 | 10.000 | 9.500 – 10.500 | — | — | — | — | baseline |" in text

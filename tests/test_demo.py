@@ -76,7 +76,7 @@ def test_demo_workload_spans_a_tenfold_length_range(demo_run):
 
 
 def test_backends_json_and_manifest_record_each_backends_weights_fingerprint(demo_run):
-    from openjev_repro.manifest.statement import read_statement
+    from openjev_repro.manifest.run_manifest import read_statement
 
     run, _ = demo_run
     backends = json.loads(run.file("backends.json").read_text())["backends"]

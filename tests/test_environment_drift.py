@@ -14,7 +14,7 @@ import yaml
 
 from openjev_repro.audit.compare import compare_runs, to_markdown
 from openjev_repro.audit.verify import verify_dir
-from openjev_repro.manifest.statement import read_statement
+from openjev_repro.manifest.run_manifest import read_statement
 from openjev_repro.orchestrator.runner import StudyOptions, run_study
 
 REPO = Path(__file__).resolve().parents[1]

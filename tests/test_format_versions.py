@@ -26,7 +26,7 @@ from openjev_repro.manifest import write_manifest
 from openjev_repro.manifest.environment import ENVIRONMENT_FORMAT_VERSION
 from openjev_repro.results.report import write_report
 from openjev_repro.results.statistics import SUMMARY_FORMAT_VERSION
-from openjev_repro.study.plan import PLAN_FORMAT_VERSION
+from openjev_repro.study.planner import PLAN_FORMAT_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 FUTURE = 99

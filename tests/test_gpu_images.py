@@ -102,12 +102,13 @@ def _git_package(path):
 
 def test_source_layer_installs_a_pinned_checkout_without_network(tmp_path):
     from openjev_repro.images.build import add_source_layer
-    from openjev_repro.images.spec import Source
+    from openjev_repro.images.spec import ImageSource
 
     client = _client()
     env_image = _image(client, load_spec("hf").tag, "invoke build --backend hf --offline")
     commit = _git_package(tmp_path / "checkout")
-    spec = load_spec("hf").model_copy(update={"sources": [Source(name="probe", url="file:///probe", commit=commit)]})
+    probe = ImageSource(name="probe", url="file:///probe", commit=commit)
+    spec = load_spec("hf").model_copy(update={"sources": [probe]})
     record = add_source_layer(spec, client.images.get(env_image).id, tmp_path / "checkout", progress=lambda _: None)
     try:
         assert record["tag"] == f"openjev-repro/hf:{commit[:7]}" and record["sources"] == {"probe": commit}

@@ -34,7 +34,7 @@ from openjev_repro.images import (
 )
 from openjev_repro.images.build import _context, source_layer_dockerfile, source_tag
 from openjev_repro.images.lockfile import Lock, Pin, link_from_pool, normalise, pip_env, write_lock
-from openjev_repro.images.spec import Source, backend_names
+from openjev_repro.images.spec import ImageSource, backend_names
 from openjev_repro.runtime.docker import container_argv, container_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -251,7 +251,7 @@ def test_native_context_holds_the_pinned_trees_not_the_checked_out_one(tmp_path)
     first, second = _repo(tmp_path / "up")
     (tmp_path / "up" / "untracked").write_text("not in any commit")
     spec = load_spec("native").model_copy(update={"sources": [
-        Source(name="native", url="file:///up", commit=second), Source(name="native-lib", url="file:///up", commit=first)]})
+        ImageSource(name="native", url="file:///up", commit=second), ImageSource(name="native-lib", url="file:///up", commit=first)]})
     subprocess.run(["git", "checkout", "-q", first], cwd=tmp_path / "up", check=True)
     with tarfile.open(fileobj=_context(spec, source=tmp_path / "up")) as tar:
         names = tar.getnames()
@@ -260,7 +260,7 @@ def test_native_context_holds_the_pinned_trees_not_the_checked_out_one(tmp_path)
     assert "images/native/Dockerfile" in names and "images/common/check-one-sha256.sh" in names
     assert not any("untracked" in n or "/.git" in n for n in names)
     missing = "1" * 40
-    spec = spec.model_copy(update={"sources": [Source(name="native", url="file:///up", commit=missing)]})
+    spec = spec.model_copy(update={"sources": [ImageSource(name="native", url="file:///up", commit=missing)]})
     with pytest.raises(VerificationError, match=f"does not hold commit {missing}"):
         _context(spec, source=tmp_path / "up")
     with pytest.raises(VerificationError, match="not a git checkout"):

@@ -18,7 +18,7 @@ import pytest
 from system1_synth import write_source
 
 from openjev_repro.audit.importer import import_system1
-from openjev_repro.audit.imports import rows as importer
+from openjev_repro.audit.imports import arm_rows as importer
 from openjev_repro.errors import EvidenceError
 from openjev_repro.evidence.rows import read_rows
 

@@ -13,7 +13,7 @@ import pytest
 
 from openjev_repro.evidence.recipe import Load, LoadLevel
 from openjev_repro.evidence.rows import RowWriter, read_rows
-from openjev_repro.study.load import (
+from openjev_repro.study.load_levels import (
     ArrivalStream,
     LevelConnections,
     arrival_offsets_ns,

@@ -12,7 +12,7 @@ from studykit import scripted_backend, write_study
 
 from openjev_repro.manifest.keys import generate_keypair
 
-pytest.importorskip("openjev_repro.study.load", reason="the load runner (lane 29a) is not in this tree")
+pytest.importorskip("openjev_repro.study.load_levels", reason="the load runner (lane 29a) is not in this tree")
 
 from openjev_repro.orchestrator.runner import StudyOptions, run_study
 

@@ -16,7 +16,7 @@ from openjev_repro.evidence.recipe import load_recipe
 from openjev_repro.evidence.rundir import RunDir
 from openjev_repro.orchestrator.runner import StudyOptions, StudyRun, _Launcher, plan_study, read_plan
 from openjev_repro.study.placeholders import LAUNCH_NAMES, fill
-from openjev_repro.study.plan import resolve_plan
+from openjev_repro.study.planner import resolve_plan
 from openjev_repro.study.preparation import plan_prepare
 from openjev_repro.study.resolved import resolve_recipe
 

@@ -11,7 +11,7 @@ import pytest
 
 from openjev_repro.errors import RecipeError
 from openjev_repro.evidence.recipe import load_recipe, parse_recipe
-from openjev_repro.study.plan import check_pins, resolve_plan
+from openjev_repro.study.planner import check_pins, resolve_plan
 from openjev_repro.study.resolved import resolve_recipe
 
 ROOT = Path(__file__).resolve().parent.parent

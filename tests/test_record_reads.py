@@ -37,9 +37,9 @@ TODAY = frozenset({
     ("audit/verify_imported.py", "summary.json"),
     ("audit/verify_signed.py", "RunDir.read(name)"),
     ("audit/verify_signed.py", "summary.json"),
-    ("manifest/statement.py", "RunDir.read(name)"),
-    ("manifest/statement.py", "state()"),
-    ("manifest/statement.py", "summary.json"),
+    ("manifest/run_manifest.py", "RunDir.read(name)"),
+    ("manifest/run_manifest.py", "state()"),
+    ("manifest/run_manifest.py", "summary.json"),
 })
 
 

@@ -37,7 +37,7 @@ from openjev_repro.evidence.rundir import RunDir, Status
 from openjev_repro.evidence.state import SlurmEnd
 from openjev_repro.evidence.statement import Statement
 from openjev_repro.manifest.dsse import parse_envelope, payload_of
-from openjev_repro.manifest.statement import read_statement, read_statement_record
+from openjev_repro.manifest.run_manifest import read_statement, read_statement_record
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = sorted(p.parent for p in (REPO / "results").glob("*/*/manifest.dsse.json"))
@@ -219,7 +219,7 @@ RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
 def test_a_resolved_plan_reads_back_to_the_same_json(recipe):
-    from openjev_repro.study.plan import resolve_plan
+    from openjev_repro.study.planner import resolve_plan
     from openjev_repro.study.resolved import resolve_recipe
 
     planned = resolve_plan(resolve_recipe(recipe, apply_lock=False))
@@ -229,7 +229,7 @@ def test_a_resolved_plan_reads_back_to_the_same_json(recipe):
 
 
 def test_an_edited_plan_that_contradicts_itself_is_refused():
-    from openjev_repro.study.plan import resolve_plan
+    from openjev_repro.study.planner import resolve_plan
     from openjev_repro.study.resolved import resolve_recipe
 
     data = resolve_plan(resolve_recipe(REPO / "recipes" / "demo.yaml", apply_lock=False)).to_json()

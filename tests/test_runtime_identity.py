@@ -17,7 +17,7 @@ from studykit import scripted_backend, write_study
 from openjev_repro.audit.verify import verify_path
 from openjev_repro.evidence.identity import RuntimeIdentity
 from openjev_repro.hashing import tree_digest
-from openjev_repro.manifest.statement import write_manifest
+from openjev_repro.manifest.run_manifest import write_manifest
 from openjev_repro.orchestrator.runner import StudyOptions, run_study
 
 SHA = "a" * 64

@@ -18,7 +18,7 @@ from openjev_repro.errors import RecipeError
 from openjev_repro.evidence.kernel_families import read_kernel_families, read_traces_record
 from openjev_repro.evidence.recipe import load_recipe, parse_recipe
 from openjev_repro.manifest.keys import generate_keypair
-from openjev_repro.manifest.statement import write_manifest
+from openjev_repro.manifest.run_manifest import write_manifest
 from openjev_repro.orchestrator.runner import StudyOptions, run_study
 from openjev_repro.study.traces import TraceTarget, trace_backend
 

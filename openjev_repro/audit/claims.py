@@ -49,7 +49,7 @@ below 10**24; at most 10,000 figures per claim and claims per file), every opera
 its domain (a division by zero is one error naming the claim), and evaluation is bounded:
 rounding bounds of many inputs come from interval arithmetic, not from every corner.
 
-The file decodes once into a `ClaimsFile`: `Figure`s and one `Claim` per claim, each an
+The file decodes once into a `ClaimsFile`: `PrintedFigure`s and one `Claim` per claim, each an
 instance of its kind (`MeanOf`, `Ratio`, ..., `Within`, `And`). A kind knows its own shape
 (`check_shape`), its value (`value`, or `holds` for a true/false kind), the bounds its value
 takes over the inputs' rounding intervals (`bounds`) and its unit; `Claim.check` gives the
@@ -84,7 +84,7 @@ __all__ = [
     "Claim",
     "ClaimResult",
     "ClaimsFile",
-    "Figure",
+    "PrintedFigure",
     "check_claims",
     "format_results",
     "load_claims",
@@ -218,7 +218,9 @@ def _shows(text: str, value: Decimal) -> bool:
 
 
 @dataclass(frozen=True)
-class Figure:
+class PrintedFigure:
+    """A figure as the report prints it: its value, printed decimals, unit and where it stands."""
+
     name: str
     value: Decimal | bool
     decimals: int  # printed decimals; 0 for integers and booleans
@@ -226,7 +228,7 @@ class Figure:
     where: str = ""
 
     @classmethod
-    def of(cls, name: str, spec: FigureSpec, where: str) -> Figure:
+    def of(cls, name: str, spec: FigureSpec, where: str) -> PrintedFigure:
         unit = "" if spec.unit is UNSET else spec.unit
         if isinstance(spec.value, bool):
             return cls(name, spec.value, 0, unit, spec.where)
@@ -311,7 +313,7 @@ class Claim:
     of_booleans: ClassVar[bool] = False  # derives from true/false figures
 
     spec: ClaimSpec
-    stated: Figure
+    stated: PrintedFigure
     sides: tuple[tuple[str, ...], ...]  # `from`: each side a figure, or a group of them
     at: str  # where in the file, for errors: "FILE: claims[3]"
 
@@ -334,7 +336,7 @@ class Claim:
         if self.introduced > version:
             raise RecipeError(f"{self.at}: {self.kind} needs format_version {self.introduced}.")
 
-    def check_inputs(self, inputs: list[Figure]) -> None:
+    def check_inputs(self, inputs: list[PrintedFigure]) -> None:
         """The stated value and the inputs are of the kinds this claim derives (numbers, or true/false)."""
         if self.boolean != isinstance(self.stated.value, bool):
             raise RecipeError(f"{self.at}: {self.kind} states {'true or false' if self.boolean else 'a number'}.")
@@ -344,7 +346,7 @@ class Claim:
         if not self.of_booleans and any(booleans):
             raise RecipeError(f"{self.at}: {self.kind} derives from a true/false figure.")
 
-    def check_units(self, inputs: list[Figure]) -> None:
+    def check_units(self, inputs: list[PrintedFigure]) -> None:
         """Format 3: the inputs share one unit, and the stated one is what the kind gives of it."""
         units = sorted({f.unit for f in inputs})
         if len(units) > 1:
@@ -357,7 +359,7 @@ class Claim:
         """Whether the report's printed text shows the stated value."""
         return _shows(text, self.stated.number)
 
-    def check(self, figures: dict[str, Figure], intervals: dict[str, Interval], version: int) -> ClaimResult:
+    def check(self, figures: dict[str, PrintedFigure], intervals: dict[str, Interval], version: int) -> ClaimResult:
         raise NotImplementedError
 
     def _result(self, stated: str, recomputed: str, status: str, within_rounding: bool, detail: str = "") -> ClaimResult:
@@ -402,7 +404,7 @@ class NumericClaim(Claim):
         if self.spec.q is not UNSET or self.spec.rule is not UNSET:
             raise RecipeError(f"{self.at}: q and rule belong to percentile, not {self.kind}.")
 
-    def check_units(self, inputs: list[Figure]) -> None:
+    def check_units(self, inputs: list[PrintedFigure]) -> None:
         if self.spec.unit is UNSET:
             raise RecipeError(f"{self.at}: {self.name} declares no unit (format 3 needs `unit`; \"\" is dimensionless).")
         super().check_units(inputs)
@@ -431,7 +433,7 @@ class NumericClaim(Claim):
         """Each side's value: a figure's, or (format 3) the mean of a group's."""
         return [value_of(side[0]) if len(side) == 1 else _mean([value_of(n) for n in side]) for side in self.sides]
 
-    def _exact(self, figures: dict[str, Figure]) -> Decimal:
+    def _exact(self, figures: dict[str, PrintedFigure]) -> Decimal:
         values = self._side_values(lambda n: figures[n].number)
         try:
             return self.value(values)
@@ -443,7 +445,7 @@ class NumericClaim(Claim):
         """Decimals the value may print beyond its inputs' (a selecting kind's value is one of them)."""
         return 0
 
-    def _unsupported_decimals(self, inputs: list[Figure]) -> str:
+    def _unsupported_decimals(self, inputs: list[PrintedFigure]) -> str:
         """Why a selecting claim prints more decimals than its inputs support ("" if it does not)."""
         printed = max(f.decimals for f in inputs)
         supported = printed + self.extra_decimals(len(inputs))
@@ -452,7 +454,7 @@ class NumericClaim(Claim):
                     f"{printed} supports {supported}")
         return ""
 
-    def check(self, figures: dict[str, Figure], intervals: dict[str, Interval], version: int) -> ClaimResult:
+    def check(self, figures: dict[str, PrintedFigure], intervals: dict[str, Interval], version: int) -> ClaimResult:
         exact = self._exact(figures)
         lo, hi = self.bounds(self._side_values(lambda n: intervals[n][0]), self._side_values(lambda n: intervals[n][1]))
         stated = self.stated.number
@@ -597,7 +599,7 @@ class Product(NumericClaim):
             low, high = min(corners), max(corners)
         return low, high
 
-    def check_units(self, inputs: list[Figure]) -> None:
+    def check_units(self, inputs: list[PrintedFigure]) -> None:
         if self.spec.unit is UNSET:
             super().check_units(inputs)  # the message for a missing unit
         # a product's unit is the file's to declare (products multiply units)
@@ -739,7 +741,7 @@ class BooleanClaim(Claim):
     def shows(self, text: str) -> bool:
         return True  # true or false is the claim's own reading of the text
 
-    def check(self, figures: dict[str, Figure], intervals: dict[str, Interval], version: int) -> ClaimResult:
+    def check(self, figures: dict[str, PrintedFigure], intervals: dict[str, Interval], version: int) -> ClaimResult:
         got = self.holds([[figures[n].value for n in side] for side in self.sides])  # type: ignore[misc]
         ok = got == self.stated.value
         return self._result(str(self.stated.value).lower(), str(got).lower(), "exact" if ok else "mismatch", ok)
@@ -834,7 +836,7 @@ class And(BooleanClaim):
     def check_shape(self, version: int) -> None:
         Claim.check_shape(self, version)  # any number of sides
 
-    def check_units(self, inputs: list[Figure]) -> None:
+    def check_units(self, inputs: list[PrintedFigure]) -> None:
         return  # true/false
 
     def holds(self, groups: list[list[Decimal]]) -> bool:
@@ -873,7 +875,7 @@ class ClaimsFile:
     version: int
     report: str | None
     experiment: str | None
-    figures: dict[str, Figure]
+    figures: dict[str, PrintedFigure]
     claims: tuple[Claim, ...]
 
     @classmethod
@@ -914,22 +916,22 @@ def _decode(data: object, source: str) -> FileSpec:
     return spec
 
 
-def _base_figures(spec: FileSpec, source: str) -> dict[str, Figure]:
+def _base_figures(spec: FileSpec, source: str) -> dict[str, PrintedFigure]:
     """The `figures` section (a bare value is a figure without unit or place; format 3 needs a unit)."""
     written = {name: f if isinstance(f, FigureSpec) else FigureSpec(value=f) for name, f in (spec.figures or {}).items()}
     undeclared = [name for name, f in written.items() if f.unit is UNSET]
     if spec.format_version >= 3 and undeclared:
         raise RecipeError(f"{source}: figures {undeclared[:5]} declare no unit (format 3 needs `unit`).")
-    return {name: Figure.of(name, f, source) for name, f in written.items()}
+    return {name: PrintedFigure.of(name, f, source) for name, f in written.items()}
 
 
-def _claim(spec: ClaimSpec, figures: dict[str, Figure], version: int, at: str) -> Claim:
+def _claim(spec: ClaimSpec, figures: dict[str, PrintedFigure], version: int, at: str) -> Claim:
     """One claim of the file, of its kind, checked against the figures declared before it."""
     kind = KINDS.get(spec.derive)
     if kind is None:
         raise RecipeError(f"{at}: unknown derivation {spec.derive[:40]!r}; known: {', '.join(sorted(KINDS))}.")
     sides = _sides(spec, kind, version, at)
-    claim = kind(spec=spec, stated=Figure.of(spec.name, spec, at), sides=sides, at=at)
+    claim = kind(spec=spec, stated=PrintedFigure.of(spec.name, spec, at), sides=sides, at=at)
     missing = [n for n in claim.names if n not in figures]
     if missing:
         raise RecipeError(f"{at}: {spec.name} derives from unknown figures {missing[:10]}; "

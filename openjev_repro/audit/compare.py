@@ -35,8 +35,8 @@ process and seed of an open-loop level included) fails the verdict, naming it; a
 beyond the backends' own (inputs, environment expectations, host controls, gates) is listed in the
 verdict. The study's id, date and purpose, its notes and where its inputs lie are not compared.
 
-The result is a `Comparison`: its `Pair`s (one per backend pair: figures, answers, environment;
-`failures(limits)`, `lines()`), its `Verdict` and `to_json()`, the `--out` file.
+The result is a `RunComparison`: its `Pair`s (one per backend pair: figures, answers, environment;
+`failures(limits)`, `lines()`), its `CompareVerdict` and `to_json()`, the `--out` file.
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ __all__ = [
     "LIMIT_KEYS",
     "NO_LIMITS",
     "TOLERANCE_KEYS",
-    "Comparison",
+    "CompareVerdict",
     "Pair",
-    "Verdict",
+    "RunComparison",
     "check_tolerances",
     "compare_rows",
     "compare_runs",
@@ -159,13 +159,13 @@ class Flip(msgspec.Struct, frozen=True):
     candidate: str
 
 
-class WeightsFingerprint(msgspec.Struct, frozen=True):
+class WeightsMatch(msgspec.Struct, frozen=True):
     baseline: str | None
     candidate: str | None
     same: bool | None
 
     @classmethod
-    def of(cls, b: str | None, c: str | None) -> WeightsFingerprint:
+    def of(cls, b: str | None, c: str | None) -> WeightsMatch:
         return cls(b, c, None if b is None or c is None else b == c)
 
     def lines(self) -> list[str]:
@@ -175,7 +175,7 @@ class WeightsFingerprint(msgspec.Struct, frozen=True):
         return [f"- weights fingerprint: {same} (baseline {self.baseline}, candidate {self.candidate})"]
 
 
-class PublishedFigure(msgspec.Struct, frozen=True):
+class ImportedFigure(msgspec.Struct, frozen=True):
     """A figure an imported run's evidence publishes (import.json `figures`)."""
 
     arm: str
@@ -275,7 +275,7 @@ class Pair:
     bootstrap: Bootstrap
     answers: Answers
     input_tokens: TokenDifferences  # results/tokens.py's record of the paired cases' token counts
-    weights_fingerprint: WeightsFingerprint
+    weights_fingerprint: WeightsMatch
     levels: list[LevelPair] | None = None  # load runs only
     unmatched_levels: list[str] = field(default_factory=list)
     environment: Environment | None = None  # compare_runs: from the run directories
@@ -453,7 +453,7 @@ def _pair(workload: str, names: tuple[str, str], b: Side, c: Side, seed: int, le
                 passes={p: Metric.of(means_b.get(p), means_c.get(p)) for p in sorted(set(means_b) | set(means_c))},
                 pass_mean_ranges_ms=PassRanges.of(means_b.values(), means_c.values()),
                 bootstrap=Bootstrap.of_latencies(lat_b, lat_c, seed, "mean(candidate) - mean(baseline), measured latencies"),
-                answers=answers, input_tokens=tokens, weights_fingerprint=WeightsFingerprint.of(*fingerprints),
+                answers=answers, input_tokens=tokens, weights_fingerprint=WeightsMatch.of(*fingerprints),
                 levels=None if levels is None else levels[0], unmatched_levels=[] if levels is None else levels[1])
 
 
@@ -532,7 +532,7 @@ def recipe_differences(base: Recipe, cand: Recipe, workloads: Iterable[str]) -> 
 
 # --- the verdict ---------------------------------------------------------------------------------------------
 
-class Verdict(msgspec.Struct, frozen=True, omit_defaults=True):
+class CompareVerdict(msgspec.Struct, frozen=True, omit_defaults=True):
     """PASS/FAIL against the declared limits; a missing counterpart, a failed measured request or a recipe
     difference in what was measured fails whether limits are declared or not; with no limit declared and
     nothing failed, passed is None."""
@@ -549,7 +549,7 @@ class Verdict(msgspec.Struct, frozen=True, omit_defaults=True):
     environment_drift: list[str] | UnsetType = UNSET
 
     @classmethod
-    def of(cls, found: Findings, tolerances: Tolerances | None, recipes: list[RecipeDifference]) -> Verdict:
+    def of(cls, found: Findings, tolerances: Tolerances | None, recipes: list[RecipeDifference]) -> CompareVerdict:
         """FAIL on any failure; else PASS when a limit was checked; else no verdict, and where limits come from."""
         passed = False if found.failures else (True if found.checked else None)
         note = UNSET if found.checked else NO_LIMITS if tolerances else f"{NO_LIMITS}: {TOLERANCES_HINT}"
@@ -589,23 +589,23 @@ class Verdict(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 def _verdict(pairs: list[Pair], tolerances: Tolerances | None, unmatched: list[str],
-             recipes: list[RecipeDifference]) -> Verdict:
+             recipes: list[RecipeDifference]) -> CompareVerdict:
     found = Findings([f"backend {name} has no counterpart in the other run" for name in unmatched])
     for p in pairs:
         found += p.failures(tolerances.limits_for(p.baseline_backend) if tolerances else Limits())
     found.failures.extend(f"the recipes measure differently: {d.text()}" for d in recipes if d.measured)
-    return Verdict.of(found, tolerances, recipes)
+    return CompareVerdict.of(found, tolerances, recipes)
 
 
 # --- the comparison ---------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Comparison:
+class RunComparison:
     """Two runs compared: every backend pair, the backends without a counterpart, and the verdict."""
 
     pairs: list[Pair]
     unmatched: list[str]
-    verdict: Verdict
+    verdict: CompareVerdict
     runs: dict[str, str] = field(default_factory=dict)  # baseline, candidate and their study ids (compare_runs)
 
     def to_json(self) -> dict[str, object]:
@@ -618,7 +618,7 @@ class Comparison:
         return "\n".join([line for p in self.pairs for line in p.lines()] + self.verdict.lines()) + "\n"
 
 
-def to_markdown(result: Comparison) -> str:
+def to_markdown(result: RunComparison) -> str:
     return result.markdown()
 
 
@@ -632,7 +632,7 @@ def _tolerances(tolerances: Tolerances | Mapping[str, object] | None) -> Toleran
 def compare_rows(base_rows: RowTable | Iterable[Row], cand_rows: RowTable | Iterable[Row], *,
                  tolerances: Tolerances | Mapping[str, object] | None = None, seed: int = 20261003,
                  fingerprints: tuple[Mapping[str, str | None], Mapping[str, str | None]] = ({}, {}),
-                 recipes: tuple[Recipe, Recipe] | None = None) -> Comparison:
+                 recipes: tuple[Recipe, Recipe] | None = None) -> RunComparison:
     """Compare two runs' rows (RowTables, or iterables of Row) backend by backend."""
     tol = _tolerances(tolerances)
     tb, tc = as_table(base_rows), as_table(cand_rows)
@@ -652,7 +652,7 @@ def compare_rows(base_rows: RowTable | Iterable[Row], cand_rows: RowTable | Iter
     if not pairs:
         raise EvidenceError("The two runs share no (workload, backend) pair; map backend names in the tolerances file.")
     differences = recipe_differences(*recipes, dict.fromkeys(p.workload for p in pairs)) if recipes else []
-    return Comparison(pairs, unmatched, _verdict(pairs, tol, unmatched, differences))
+    return RunComparison(pairs, unmatched, _verdict(pairs, tol, unmatched, differences))
 
 
 # --- two run directories ------------------------------------------------------------------------------------------
@@ -694,19 +694,19 @@ def _incomplete(role: str, path: Path, directory: Path, allow_incomplete: bool) 
     return [f"{role} {path} (status {status!r})"]
 
 
-def _published_figures(directory: Path) -> list[PublishedFigure]:
+def _published_figures(directory: Path) -> list[ImportedFigure]:
     """An imported run's published figures (none for a study's run); entries of another shape are skipped."""
     record = import_of(RunDir(directory))
     return [f for f in map(_figure, record.figures if record else ()) if f is not None]
 
 
-def _figure(entry: object) -> PublishedFigure | None:
+def _figure(entry: object) -> ImportedFigure | None:
     with contextlib.suppress(msgspec.ValidationError):
-        return msgspec.convert(entry, PublishedFigure)
+        return msgspec.convert(entry, ImportedFigure)
     return None
 
 
-def _published_beside(pair: Pair, figures: list[PublishedFigure]) -> dict[str, PublishedBeside]:
+def _published_beside(pair: Pair, figures: list[ImportedFigure]) -> dict[str, PublishedBeside]:
     """The published reductions of this pair's arms (an imported run compared with itself), beside ours."""
     name, ratio = f"{pair.candidate_backend} vs {pair.baseline_backend}", pair.overall.mean_ms.ratio
     return {f.figure: PublishedBeside(f.published, f.status, None if ratio is None else (1 - ratio) * 100)
@@ -714,7 +714,7 @@ def _published_beside(pair: Pair, figures: list[PublishedFigure]) -> dict[str, P
 
 
 def compare_runs(baseline: Path, candidate: Path, *, tolerances: Tolerances | Mapping[str, object] | None = None,
-                 seed: int = 20261003, allow_incomplete: bool = False) -> Comparison:
+                 seed: int = 20261003, allow_incomplete: bool = False) -> RunComparison:
     """Compare two runs; an incomplete one is refused unless allow_incomplete, and then named in the verdict."""
     incomplete: list[str] = []
     with contextlib.ExitStack() as stack:
@@ -733,13 +733,13 @@ def compare_runs(baseline: Path, candidate: Path, *, tolerances: Tolerances | Ma
     verdict = msgspec.structs.replace(
         compared.verdict, incomplete_runs=incomplete or UNSET, explanations=[e for p in pairs for e in p.explanations()],
         project_code=project_note(b.environment, c.environment), environment_drift=drift)
-    return Comparison(pairs, compared.unmatched, verdict,
+    return RunComparison(pairs, compared.unmatched, verdict,
                       {"baseline": str(baseline), "candidate": str(candidate), "baseline_study": b.recipe.study.id,
                        "candidate_study": c.recipe.study.id})
 
 
 def _with_environment(pair: Pair, base: RunEnvironment, cand: RunEnvironment,
-                      published: list[PublishedFigure]) -> Pair:
+                      published: list[ImportedFigure]) -> Pair:
     """The pair with its environment differences (environment_diff.py) and any published figures beside it."""
     found = environment_differences(base, cand, pair.baseline_backend, pair.candidate_backend)
     return dataclasses.replace(pair, environment=msgspec.convert(found, Environment, from_attributes=True),

@@ -27,7 +27,7 @@ from ..evidence.identity import RuntimeIdentity
 from ..evidence.rundir import RunDir
 from ..study.kernel_caches import KernelCachesRecord
 
-__all__ = ["Difference", "RunEnvironment", "environment_differences", "explanations", "project_note"]
+__all__ = ["EnvironmentDifference", "RunEnvironment", "environment_differences", "explanations", "project_note"]
 
 # Differences that can change probabilities (kernels, numerics, weights, code, the kernels a process
 # loaded or tuned); the others (CPU model, load, threads) mostly move latency.
@@ -152,7 +152,7 @@ def _shown(value: msgspec.Raw) -> str:
     return text if text is not None else bytes(value).decode("utf-8", "replace")
 
 
-class Difference(msgspec.Struct, frozen=True):
+class EnvironmentDifference(msgspec.Struct, frozen=True):
     """One difference between the two runs of a pair: the item it belongs to and one phrase."""
 
     item: str
@@ -259,10 +259,10 @@ def _project_text(commit: str | None, dirty: bool | None) -> str | None:
     return f"{commit[:12]}{' (dirty)' if dirty else ''}" if commit else None
 
 
-def _listed(item: str, phrases: list[str]) -> list[Difference]:
+def _listed(item: str, phrases: list[str]) -> list[EnvironmentDifference]:
     """At most SHOWN phrases of one item, then how many more."""
     more = [f"{item}: and {len(phrases) - SHOWN} more"] if len(phrases) > SHOWN else []
-    return [Difference(item, text) for text in phrases[:SHOWN] + more]
+    return [EnvironmentDifference(item, text) for text in phrases[:SHOWN] + more]
 
 
 class Libraries(msgspec.Struct, frozen=True):
@@ -277,7 +277,7 @@ class Libraries(msgspec.Struct, frozen=True):
         return cls({_IN_CACHE.sub(r"<\1 cache>/", path): sha for path, sha in identity.library_digests().items()},
                    identity.pending)
 
-    def differences(self, other: Libraries) -> list[Difference]:
+    def differences(self, other: Libraries) -> list[EnvironmentDifference]:
         """Shared objects only one backend mapped, and the same path with two digests. A library only one
         side lists is a difference only where the other had hashed all it mapped: else it may be pending."""
         a, b = self.digests, other.digests
@@ -288,25 +288,26 @@ class Libraries(msgspec.Struct, frozen=True):
         return _listed("libraries", phrases)
 
 
-def _dict_differences(item: str, a: dict, b: dict) -> list[Difference]:
+def _dict_differences(item: str, a: dict, b: dict) -> list[EnvironmentDifference]:
     """Keys whose values differ, or that one run recorded with a value and the other did not."""
     missing = "not recorded"
     phrases = [f"{item}.{k}: {a.get(k, missing)} vs {b.get(k, missing)}" for k in sorted(set(a) | set(b))
                if a.get(k) != b.get(k) and (a.get(k) or b.get(k))]
-    return _listed(item, phrases) if item == "autotune" else [Difference(item, p) for p in phrases]
+    return _listed(item, phrases) if item == "autotune" else [EnvironmentDifference(item, p) for p in phrases]
 
 
-def _item_differences(item: str, a: Any, b: Any) -> list[Difference]:
+def _item_differences(item: str, a: Any, b: Any) -> list[EnvironmentDifference]:
     if isinstance(a, Libraries) and isinstance(b, Libraries):
         return a.differences(b)
     if isinstance(a, dict) and isinstance(b, dict):
         return _dict_differences(item, a, b)
     if isinstance(a, (dict, Libraries)) or isinstance(b, (dict, Libraries)):
-        return [Difference(item, f"{item}: recorded by one run only")]
-    return [] if a == b else [Difference(item, f"{item}: {a or 'not recorded'} vs {b or 'not recorded'}")]
+        return [EnvironmentDifference(item, f"{item}: recorded by one run only")]
+    return [] if a == b else [EnvironmentDifference(item, f"{item}: {a or 'not recorded'} vs {b or 'not recorded'}")]
 
 
-def _load_difference(a: tuple[float, int | None] | None, b: tuple[float, int | None] | None) -> list[Difference]:
+def _load_difference(a: tuple[float, int | None] | None,
+                     b: tuple[float, int | None] | None) -> list[EnvironmentDifference]:
     """The machines' 1-minute load when each run started, when they differ enough to move latency."""
     if a is None or b is None:
         return []
@@ -314,7 +315,8 @@ def _load_difference(a: tuple[float, int | None] | None, b: tuple[float, int | N
     if high - low < LOAD_STEP or high < LOAD_RATIO * low:
         return []
     cores = "" if a[1] is None or b[1] is None else f" on {a[1]} vs {b[1]} cores"
-    return [Difference("load_average", f"load_average (1 minute, at the start): {a[0]:g} vs {b[0]:g}{cores}")]
+    text = f"load_average (1 minute, at the start): {a[0]:g} vs {b[0]:g}{cores}"
+    return [EnvironmentDifference("load_average", text)]
 
 
 def environment_differences(base: RunEnvironment, cand: RunEnvironment, base_name: str,
@@ -325,7 +327,8 @@ def environment_differences(base: RunEnvironment, cand: RunEnvironment, base_nam
              for d in _item_differences(item, ia[item], ib[item])]
     found += _load_difference(base.load(), cand.load())
     for role, env, name in (("baseline", base, base_name), ("candidate", cand, cand_name)):
-        found += [Difference("drift", f"{role} measured with allowed environment drift: {d}") for d in env.drift(name)]
+        found += [EnvironmentDifference("drift", f"{role} measured with allowed environment drift: {d}")
+                  for d in env.drift(name)]
     not_recorded = [i for i in ia if ia[i] is None and ib[i] is None]
     return {"differences": msgspec.to_builtins(found), "not_recorded": not_recorded}
 
@@ -336,7 +339,7 @@ class _Answers(msgspec.Struct, frozen=True):
 
 
 class _Environment(msgspec.Struct, frozen=True):
-    differences: tuple[Difference, ...] = ()
+    differences: tuple[EnvironmentDifference, ...] = ()
 
 
 class _Pair(msgspec.Struct, frozen=True):
@@ -349,7 +352,7 @@ class _Pair(msgspec.Struct, frozen=True):
     environment: _Environment | None = None
 
 
-def _explanation_texts(found: list[Difference]) -> list[str]:
+def _explanation_texts(found: list[EnvironmentDifference]) -> list[str]:
     """What can explain a drift, in words: FLA in one run only, autotuned choices, each other difference."""
     items = {d.item for d in found}
     fla = any(d.item in ("packages", "implementations") and "fla" in d.text.lower() for d in found)

@@ -23,9 +23,9 @@ from ..results.statistics import latency_stats, mean
 __all__ = [
     "MAX_FIGURE",
     "SIGNIFICANT_DIGITS",
+    "Classification",
     "Figure",
     "Mode",
-    "Outcome",
     "Published",
     "Samples",
     "SumsMember",
@@ -136,7 +136,7 @@ def half_unit(published: float) -> float:
     return 0.5 * 10.0 ** -decimals
 
 
-class Outcome(msgspec.Struct, frozen=True, kw_only=True):
+class Classification(msgspec.Struct, frozen=True, kw_only=True):
     """How one recomputed value compares with its published figure."""
 
     status: str  # exact, within_rounding or mismatch
@@ -149,14 +149,14 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
         return {"exact": 0, "within_rounding": 1}.get(self.status, 2), self.difference or 0
 
 
-def classify(ours: float | None, published: Any, propagated: float = 0.0) -> Outcome:
+def classify(ours: float | None, published: Any, propagated: float = 0.0) -> Classification:
     """exact (bit for bit), within_rounding (|ours - published| <= half a unit) or mismatch.
 
     `propagated` widens the tolerance of a figure derived from other published figures by
     the change their own half units can make (see `published_figures`).
     """
     if ours is None or not _number(published):
-        return Outcome(status="mismatch", difference=None, half_unit=None)
+        return Classification(status="mismatch", difference=None, half_unit=None)
     tolerance = half_unit(published) + propagated
     difference = abs(float(ours) - float(published))
     if float(ours) == float(published):
@@ -165,7 +165,7 @@ def classify(ours: float | None, published: Any, propagated: float = 0.0) -> Out
         status = "mismatch"  # a count reproduces exactly or not at all
     else:
         status = "within_rounding" if difference <= tolerance else "mismatch"
-    return Outcome(status=status, difference=difference, half_unit=tolerance)
+    return Classification(status=status, difference=difference, half_unit=tolerance)
 
 
 def figure(arm: str | None, pass_index: int | None, name: str, published: Any, ours: Any,

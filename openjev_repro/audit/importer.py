@@ -5,7 +5,7 @@ One interface, several formats (`--format`, or `--format auto` to detect the lay
 - `system1-omni`: a root `manifest.json` (files with sha256 and bytes) and
   `<arm>-measured-<pass>.jsonl` arm files (`imports/system1.py`);
 - `provenance-json`: a `provenance.json` listing `files: [{file, sha256, ...}]` and
-  `raw-<mode>-c<concurrency>-p<pass>.jsonl` rows with `summary.json` (`imports/provenance.py`);
+  `raw-<mode>-c<concurrency>-p<pass>.jsonl` rows with `summary.json` (`imports/provenance_json.py`);
 - `timings-csv`: `timings.csv` (seconds per arm and pass for each case) and `summary.json`,
   with no published digests (`imports/timings.py`);
 - `sha256sums`: a `SHA256SUMS` file (sha256sum format) over gzip members, with the digests of
@@ -36,7 +36,7 @@ from .figures import (
     published_figures,
     summary_from_figures,
 )
-from .imports import provenance, sha256sums, system1, timings
+from .imports import provenance_json, sha256sums, system1, timings
 from .imports.manifest import SourceManifest, locate_source, read_source_manifest, verify_source
 from .imports.run import IMPORT_FORMAT_VERSION, REPORT_FILES, Origin, converted_files
 from .imports.system1 import import_system1
@@ -66,7 +66,7 @@ Importer = Callable[..., dict]
 # name -> (detect(src) -> bool, import(src, out, workload=, subdir=) -> import.json); auto tries them in order.
 FORMATS: dict[str, tuple[Callable[[Path], bool], Importer]] = {
     "system1-omni": (system1.detect, import_system1),
-    "provenance-json": (provenance.detect, provenance.import_provenance),
+    "provenance-json": (provenance_json.detect, provenance_json.import_provenance),
     "sha256sums": (sha256sums.detect, sha256sums.import_sha256sums),
     "timings-csv": (timings.detect, timings.import_timings),
 }

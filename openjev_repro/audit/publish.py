@@ -37,7 +37,7 @@ from ..evidence.rundir import ENVELOPE_NAME, RunDir, guard_output, scan_tree
 from ..evidence.statement import Statement
 from ..manifest.dsse import Envelope, envelope_bytes, make_envelope, verify_envelope
 from ..manifest.keys import keyid, load_private_key, load_public_key
-from ..manifest.statement import build_statement, read_statement_record
+from ..manifest.run_manifest import build_statement, read_statement_record
 from .verify import verify_dir
 
 __all__ = ["BUNDLE_SUFFIX", "COMPRESS_LEVEL", "OMITTED_DIRS", "SOURCE_ENVELOPE", "publish"]

@@ -47,8 +47,19 @@ from ..results.row_table import RowTable, read_table
 from .bundle import opened
 from .environment_diff import RunEnvironment
 
-__all__ = ["DEFAULT_SEED", "BackendResult", "Comparability", "FieldValues", "MarginSource", "RunUnderTest", "Verdict",
-           "VerdictKind", "judge", "margins_of", "opened_runs"]
+__all__ = [
+    "DEFAULT_SEED",
+    "BackendResult",
+    "Comparability",
+    "FieldValues",
+    "MarginSource",
+    "ReproductionVerdict",
+    "RunUnderTest",
+    "VerdictKind",
+    "judge",
+    "margins_of",
+    "opened_runs",
+]
 
 DEFAULT_SEED = 20261204
 
@@ -337,7 +348,7 @@ def _timing_boundary(run: RunDir) -> str | None:
         return _raw_text(predicate)
     if statement is None:
         return None
-    from ..manifest.statement import TIMING_BOUNDARY
+    from ..manifest.run_manifest import TIMING_BOUNDARY
 
     return _raw_text(msgspec.Raw(msgspec.json.encode(TIMING_BOUNDARY)))
 
@@ -419,7 +430,10 @@ class BackendResult:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ReproductionVerdict:
+    """What `invoke reproduce` decided of a rerun against its original, with both runs, the margins and every
+    backend's judgements."""
+
     kind: VerdictKind
     original: RunUnderTest
     rerun: RunUnderTest
@@ -457,7 +471,7 @@ def _judge_backend(original: RunUnderTest, rerun: RunUnderTest, workload: str, b
 
 
 def judge(original: RunUnderTest, rerun: RunUnderTest, *, original_pubkey: Path, seed: int = DEFAULT_SEED,
-          policy: tuple[Reproduction, MarginSource] | None = None) -> Verdict:
+          policy: tuple[Reproduction, MarginSource] | None = None) -> ReproductionVerdict:
     """The verdict on two verified runs (`opened_runs`)."""
     reproduction, source = policy or margins_of(original, original_pubkey)
     comparable = comparability(original, rerun, reproduction)
@@ -468,4 +482,5 @@ def judge(original: RunUnderTest, rerun: RunUnderTest, *, original_pubkey: Path,
             if (workload, backend) in theirs:
                 found = _judge_backend(original, rerun, workload, backend, reproduction, seed)
                 results += [found] if found is not None else []
-    return Verdict(_overall(comparable, results), original, rerun, reproduction, source, comparable, results, seed)
+    kind = _overall(comparable, results)
+    return ReproductionVerdict(kind, original, rerun, reproduction, source, comparable, results, seed)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..manifest.attestations import signed_envelope, verification_summary
 from ..results.equivalence import CONFIDENCE, RESAMPLES, LatencyJudgement, ProbabilityJudgement
-from .reproduce import BackendResult, FieldValues, RunUnderTest, Verdict
+from .reproduce import BackendResult, FieldValues, ReproductionVerdict, RunUnderTest
 
 __all__ = ["verdict_lines", "wrapped", "write_outputs"]
 
@@ -74,7 +74,7 @@ def _backend_lines(r: BackendResult) -> list[str]:
     return lines + (_answer_lines(r.answers) if r.answers else [])
 
 
-def verdict_lines(v: Verdict) -> list[str]:
+def verdict_lines(v: ReproductionVerdict) -> list[str]:
     """The verdict, its first line `Verdict: <VERDICT>`."""
     lines = [f"Verdict: {v.kind.value}", *_run_line("original", v.original), *_run_line("rerun", v.rerun)]
     lines += _wrap(f"margins: {v.source.value}; policy sha256 {v.policy_sha256[:16]}", "")
@@ -109,7 +109,7 @@ def _signed_file(run: RunUnderTest) -> tuple[str, bytes]:
     raise FileNotFoundError(f"{run.given} has neither manifest.dsse.json nor import.json")
 
 
-def write_outputs(v: Verdict, out: Path, key_path: Path | None) -> tuple[Path, Path]:
+def write_outputs(v: ReproductionVerdict, out: Path, key_path: Path | None) -> tuple[Path, Path]:
     """verdict.md and verdict.dsse.json in a new folder `out`, written whole or not at all (never over an
     existing folder)."""
     from ..evidence.files import atomic_directory

@@ -26,7 +26,7 @@ __all__ = ["CHECK_NAME", "kernel_families_recomputed"]
 
 CHECK_NAME = "kernel families recomputed"
 # (check name, passed: True/False/None for not applicable, detail): verify wraps each into its Check.
-Outcome = tuple[str, bool | None, str]
+CheckOutcome = tuple[str, bool | None, str]
 
 
 def _torch_traces(recipe: Recipe) -> bool:
@@ -34,7 +34,7 @@ def _torch_traces(recipe: Recipe) -> bool:
     return traces is not None and traces.enabled and traces.profiler == "torch"
 
 
-def _outcome(passed: bool | None, detail: str) -> list[Outcome]:
+def _outcome(passed: bool | None, detail: str) -> list[CheckOutcome]:
     return [(CHECK_NAME, passed, detail)]
 
 
@@ -44,7 +44,7 @@ def _first_of(names: list[str]) -> str:
 
 
 def kernel_families_recomputed(run_dir: Path, recipe: Recipe, aggregate_only: bool,
-                               first_difference: Callable[[Any, Any], str | None]) -> list[Outcome]:
+                               first_difference: Callable[[Any, Any], str | None]) -> list[CheckOutcome]:
     """The check's outcome (none for a run without torch traces); `first_difference(ours, signed)` is verify's."""
     run_dir = Path(run_dir)
     signed = read_kernel_families(run_dir)

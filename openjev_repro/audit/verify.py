@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import ReproError, UnsupportedFormat
 from ..evidence.rundir import ENVELOPE_NAME, RunDir, scan_tree
-from ..manifest.statement import read_statement_record
+from ..manifest.run_manifest import read_statement_record
 from .bundle import opened
 from .run_checks import BAD_EVIDENCE, Check, Evidence, check_case_ids, check_planned_order, first_difference
 from .verify_imported import verify_imported

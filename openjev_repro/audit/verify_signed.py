@@ -25,7 +25,7 @@ from ..evidence.statement import Statement
 from ..hashing import hash_files
 from ..manifest.dsse import Envelope, verify_envelope
 from ..manifest.keys import keyid, load_public_key
-from ..manifest.statement import OPTIONAL_FILES, read_statement_record, recipe_json
+from ..manifest.run_manifest import OPTIONAL_FILES, read_statement_record, recipe_json
 from ..results.energy import GPU_FILE, read_gpu_events
 from ..results.trace_gates import trace_inputs
 from .attestation_check import gate_attestation_verdicts

@@ -45,7 +45,7 @@ from ..hashing import hash_file
 from ..manifest.attestations import GATES_FOLDER, write_gate_attestations
 from ..manifest.keys import generate_keypair
 from ..manifest.preregistration import PREREGISTRATION_NAME, TIMESTAMP_NAME, preregister
-from ..manifest.statement import write_manifest
+from ..manifest.run_manifest import write_manifest
 from ..results.energy import GPU_FILE, read_gpu_events
 from ..results.report import write_report
 from ..results.row_table import read_table

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from ..study.timed_client import TimedClient, build_request
-from .server import SYSTEMONE_REQUEST, LoopbackServer
+from .loopback_server import SYSTEMONE_REQUEST, LoopbackServer
 from .stats import summarize_ns
 
 __all__ = ["calibrate_client_overhead"]

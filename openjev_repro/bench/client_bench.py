@@ -33,8 +33,8 @@ import msgspec
 from ..errors import BackendError
 from ..study.timed_client import TimedClient, build_request
 from .handwritten_client import HandwrittenFramingClient
+from .loopback_server import SYSTEMONE_REQUEST, LoopbackServer
 from .machine import BenchResult
-from .server import SYSTEMONE_REQUEST, LoopbackServer
 from .stats import Latencies, summarize_ns
 
 __all__ = ["ClientBenchResult", "run_client_bench"]

@@ -153,13 +153,15 @@ def _time_case(case: str, sides: _Sides, rounds: int, say: Callable[[str], None]
     return seconds
 
 
-class Side(msgspec.Struct, frozen=True, kw_only=True):
+class HasherTiming(msgspec.Struct, frozen=True, kw_only=True):
+    """One hasher's times over one case (ours, sha256sum, ours on one worker) and its throughput."""
+
     seconds: list[float]
     median_mb_s: float
     best_mb_s: float
 
     @classmethod
-    def of(cls, total: int, times: list[float]) -> Side:
+    def of(cls, total: int, times: list[float]) -> HasherTiming:
         return cls(seconds=[round(t, 4) for t in times], median_mb_s=round(total / 1e6 / statistics.median(times), 1),
                    best_mb_s=round(total / 1e6 / min(times), 1))
 
@@ -170,9 +172,9 @@ class Case(msgspec.Struct, frozen=True, kw_only=True, rename={"ours_1_worker": "
 
     files: int
     bytes: int
-    ours: Side
-    sha256sum: Side
-    ours_1_worker: Side | UnsetType = UNSET
+    ours: HasherTiming
+    sha256sum: HasherTiming
+    ours_1_worker: HasherTiming | UnsetType = UNSET
     ratio_median: float
     ratio_best: float
     parallel_speedup_median: float | UnsetType = UNSET
@@ -181,14 +183,15 @@ class Case(msgspec.Struct, frozen=True, kw_only=True, rename={"ours_1_worker": "
     def of(cls, total: int, n_files: int, ours: list[float], sha256sum: list[float],
            one_worker: list[float] | None = None) -> Case:
         median, best = statistics.median, min
-        return cls(files=n_files, bytes=total, ours=Side.of(total, ours), sha256sum=Side.of(total, sha256sum),
-                   ours_1_worker=Side.of(total, one_worker) if one_worker else UNSET,
+        return cls(files=n_files, bytes=total, ours=HasherTiming.of(total, ours),
+                   sha256sum=HasherTiming.of(total, sha256sum),
+                   ours_1_worker=HasherTiming.of(total, one_worker) if one_worker else UNSET,
                    ratio_median=round(median(sha256sum) / median(ours), 2), ratio_best=round(best(sha256sum) / best(ours), 2),
                    parallel_speedup_median=round(median(one_worker) / median(ours), 2) if one_worker else UNSET)
 
-    def sides(self) -> list[tuple[str, Side]]:
+    def sides(self) -> list[tuple[str, HasherTiming]]:
         return [("ours", self.ours), ("sha256sum", self.sha256sum),
-                *([("ours-1-worker", self.ours_1_worker)] if isinstance(self.ours_1_worker, Side) else [])]
+                *([("ours-1-worker", self.ours_1_worker)] if isinstance(self.ours_1_worker, HasherTiming) else [])]
 
 
 class FileEntry(msgspec.Struct, frozen=True, kw_only=True):

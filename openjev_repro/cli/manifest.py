@@ -35,7 +35,7 @@ def sign(c, run, key=None):
     A run that holds an UNSIGNED manifest (written by a study run without a key) is signed with the
     key given once every check of it passes: its files are still what that manifest lists."""
     from ..evidence.rundir import ENVELOPE_NAME
-    from ..manifest.statement import read_statement, write_manifest
+    from ..manifest.run_manifest import read_statement, write_manifest
 
     path = Path(run)
     envelope = path / ENVELOPE_NAME
@@ -54,7 +54,7 @@ def _sign_over_unsigned(run: Path, key: Path) -> None:
     from ..evidence.files import write_bytes_atomic
     from ..evidence.rundir import ENVELOPE_NAME
     from ..manifest.keys import load_private_key
-    from ..manifest.statement import write_manifest
+    from ..manifest.run_manifest import write_manifest
 
     load_private_key(key)  # a bad key is refused before anything moves
     failed = [c for c in verify_dir(run, allow_unsigned=True) if c.passed is False]

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from ..audit.bundle import opened
-from ..audit.compare import COMPARABLE_STATUSES, Comparison, compare_runs, run_status
+from ..audit.compare import COMPARABLE_STATUSES, RunComparison, compare_runs, run_status
 from ..audit.verify import verify_path
 from ..errors import EvidenceError, RunIncomplete, VerificationError
 from ..evidence.files import atomic_directory
@@ -67,13 +67,17 @@ class Replicate(msgspec.Struct, frozen=True, kw_only=True):
     verified: bool
 
 
-class Tolerances(msgspec.Struct, frozen=True, kw_only=True):
+class CollectTolerances(msgspec.Struct, frozen=True, kw_only=True):
+    """The limits a collection applied: the tolerances file, compare's limits and the cross-host ones."""
+
     file: str | None
     compare: dict[str, Any]  # compare's own limits (audit/compare.py), as it checked them
     cross_host: dict[str, float]
 
 
-class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+class CollectVerdict(msgspec.Struct, frozen=True, kw_only=True):
+    """A collection's PASS/FAIL over every replicate and backend (summary.json `verdict`)."""
+
     passed: bool | None  # None: no limits declared
     failures: list[str]
     note: str | None = None
@@ -92,9 +96,9 @@ class CrossHostSummary(msgspec.Struct, frozen=True, kw_only=True):
     created_utc: str
     baseline: Baseline
     replicates: list[Replicate]
-    tolerances: Tolerances
+    tolerances: CollectTolerances
     backends: list[BackendReport]
-    verdict: Verdict
+    verdict: CollectVerdict
 
     @classmethod
     def decode(cls, data: object, where: str = "summary.json") -> CrossHostSummary:
@@ -201,7 +205,7 @@ def _sides(hosts: list[HostRun], baseline: Path | None,
 
 
 def _reports(recipe: Recipe, base: HostRun, others: list[HostRun], everyone: list[HostRun],
-             compare_tol: dict[str, Any], cross_tol: dict[str, float]) -> tuple[dict[str, Comparison], list[BackendReport]]:
+             compare_tol: dict[str, Any], cross_tol: dict[str, float]) -> tuple[dict[str, RunComparison], list[BackendReport]]:
     """Each other run compared with the baseline, and a cross-host report per (workload, backend)."""
     # `invoke compare`'s own code, on the run directories (it reads rows, recipe and backends.json).
     comparisons = {run.label: compare_runs(base.path, run.path, tolerances=compare_tol or None) for run in others}
@@ -229,16 +233,17 @@ def collect(submission: Path, *, pubkey: Path | None = None, tolerances: Path | 
         baseline=Baseline(label=base_label, path=str(base.path), host=base.host),
         replicates=[Replicate(label=h.label, host=h.host, run=str(h.path),
                               manifest_sha256=hash_file(h.path / ENVELOPE_NAME), verified=True) for h in hosts],
-        tolerances=Tolerances(file=str(tolerances) if tolerances else None, compare=compare_tol, cross_host=cross_tol),
+        tolerances=CollectTolerances(file=str(tolerances) if tolerances else None, compare=compare_tol,
+                                     cross_host=cross_tol),
         backends=backends, verdict=_verdict(comparisons, backends, declared=bool(compare_tol or cross_tol)))
     return Collected(_write(sub, summary, signing_key), summary)
 
 
-def _verdict(comparisons: dict[str, Comparison], backends: list[BackendReport], *, declared: bool) -> Verdict:
+def _verdict(comparisons: dict[str, RunComparison], backends: list[BackendReport], *, declared: bool) -> CollectVerdict:
     """Every limit crossed (compare's, per replicate, then the cross-host ones); no verdict without limits."""
     failures = [f"{label}: {f}" for label, comparison in comparisons.items() for f in comparison.verdict.failures]
     failures += [f for b in backends for f in b.cross_host_failures]
-    return Verdict(passed=False if failures else (True if declared else None), failures=failures,
+    return CollectVerdict(passed=False if failures else (True if declared else None), failures=failures,
                    note=None if declared else "no limits declared")
 
 

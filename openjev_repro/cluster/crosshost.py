@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..audit.compare import TOLERANCE_KEYS, Comparison, check_tolerances
+from ..audit.compare import TOLERANCE_KEYS, RunComparison, check_tolerances
 from ..errors import RecipeError
 from ..evidence.files import check_format
 from ..evidence.recipe import read_yaml
@@ -31,7 +31,7 @@ from ..evidence.rows import Row
 from ..results.row_table import as_table
 from ..results.statistics import latency_stats
 
-__all__ = ["CROSS_HOST_KEYS", "BackendReport", "HostEntry", "HostMeans", "HostRun", "Spread", "backend_report",
+__all__ = ["CROSS_HOST_KEYS", "BackendReport", "HostEntry", "HostMeans", "HostRun", "HostSpread", "backend_report",
            "fmt", "host_means", "load_cross_host_tolerances", "spread"]
 
 CROSS_HOST_KEYS = {"max_relative_range", "max_cv"}
@@ -71,7 +71,7 @@ class HostMeans(msgspec.Struct, frozen=True, kw_only=True):
     pass_range_ms: tuple[float, float]  # the lowest and highest pass mean
 
 
-class Spread(msgspec.Struct, frozen=True, kw_only=True):
+class HostSpread(msgspec.Struct, frozen=True, kw_only=True):
     """The per-host means of one (workload, backend) across hosts."""
 
     n: int
@@ -141,7 +141,7 @@ class BackendReport(msgspec.Struct, frozen=True, kw_only=True):
     workload: str
     backend: str
     hosts: list[HostEntry]
-    spread: Spread
+    spread: HostSpread
     decision_flips: int
     max_abs_probability_delta: float | None
     hosts_outside_tolerances: list[str]
@@ -182,18 +182,18 @@ def host_means(rows: list[Row]) -> dict[tuple[str, str], HostMeans]:
     return out
 
 
-def spread(means: list[float]) -> Spread:
+def spread(means: list[float]) -> HostSpread:
     """min, max, relative range ((max - min) / mean) and coefficient of variation (ddof=1) of host means."""
     values = np.asarray(means, dtype=float)
     if values.size == 0:
-        return Spread(n=0, min_ms=None, max_ms=None, mean_ms=None, relative_range=None, cv=None)
+        return HostSpread(n=0, min_ms=None, max_ms=None, mean_ms=None, relative_range=None, cv=None)
     centre = float(values.mean())
-    return Spread(n=int(values.size), min_ms=float(values.min()), max_ms=float(values.max()), mean_ms=centre,
+    return HostSpread(n=int(values.size), min_ms=float(values.min()), max_ms=float(values.max()), mean_ms=centre,
                   relative_range=float((values.max() - values.min()) / centre) if centre else None,
                   cv=float(values.std(ddof=1) / centre) if values.size > 1 and centre else None)
 
 
-def _host_entry(run: HostRun, means: HostMeans, comparison: Comparison | None, workload: str,
+def _host_entry(run: HostRun, means: HostMeans, comparison: RunComparison | None, workload: str,
                 backend: str) -> HostEntry:
     """One host's mean and pass range and, when it was compared, its ratio, flips, delta and the
     compare verdict's failures that name its pair."""
@@ -210,7 +210,7 @@ def _host_entry(run: HostRun, means: HostMeans, comparison: Comparison | None, w
 
 
 def backend_report(workload: str, backend: str, hosts: list[HostRun], means: dict[str, dict[tuple[str, str], HostMeans]],
-                   comparisons: dict[str, Comparison], cross_tol: dict[str, float]) -> BackendReport:
+                   comparisons: dict[str, RunComparison], cross_tol: dict[str, float]) -> BackendReport:
     """One (workload, backend): every host's mean and pass range, the spread, flips, tolerance failures."""
     per_host = [_host_entry(run, m, comparisons.get(run.label), workload, backend)
                 for run in hosts if (m := means[run.label].get((workload, backend))) is not None]

@@ -15,7 +15,7 @@ from ..evidence.rundir import guard_output
 from ..hashing import hash_file
 from ..manifest.keys import PUBLIC_KEY_NAME, load_private_key
 from ..printable import printable
-from ..study.plan import REPRO_ROOT
+from ..study.planner import REPRO_ROOT
 from .jobscript import SbatchOptions, render_script, sbatch_argv
 from .slurm import TERMINAL, job_states, sbatch
 from .status import settle

@@ -1,6 +1,6 @@
 """plan.json's record: what `invoke plan` prints and `invoke study` executes, as typed values.
 
-`study.plan.resolve_plan` returns a `Plan`; `invoke plan` prints its attributes, `invoke plan
+`study.planner.resolve_plan` returns a `Plan`; `invoke plan` prints its attributes, `invoke plan
 --json` prints `Plan.to_json()`, the runner writes that same dict to plan.json (with the run-only
 fields `case_ids` and `gpu_override` set) and executes it: per backend its runtime, its processes
 (argv and environment filled but for the launch-time placeholders) and its steps.
@@ -46,7 +46,7 @@ __all__ = [
     "PlanSequence",
     "PlanStep",
     "PlanTraces",
-    "TraceEntry",
+    "PlannedTrace",
     "every_field_set",
 ]
 
@@ -275,7 +275,7 @@ class PlanAction(Record, frozen=True, kw_only=True):
         return bool(self.argv) and self.kind == "command"
 
 
-class TraceEntry(Record, frozen=True, kw_only=True):
+class PlannedTrace(Record, frozen=True, kw_only=True):
     """One planned trace (study.traces.TraceItem)."""
 
     backend: Text
@@ -288,7 +288,7 @@ class TraceEntry(Record, frozen=True, kw_only=True):
 
 class PlanTraces(Record, frozen=True, kw_only=True):
     enabled: bool
-    items: tuple[TraceEntry, ...] | UnsetType = UNSET  # when enabled
+    items: tuple[PlannedTrace, ...] | UnsetType = UNSET  # when enabled
     note: Text | UnsetType = UNSET  # why items is empty although traces are enabled
 
 
@@ -373,7 +373,7 @@ _GATES: TypeAdapter[list[Gate]] = TypeAdapter(list[Gate])
 
 @dataclass(frozen=True)
 class Plan:
-    """The fully resolved plan of a recipe (`study.plan.resolve_plan`); `to_json()` is plan.json's."""
+    """The fully resolved plan of a recipe (`study.planner.resolve_plan`); `to_json()` is plan.json's."""
 
     study: Study
     recipe_path: str

@@ -467,7 +467,7 @@ class Gpu(StrictModel):
     uuid: Annotated[str, Field(pattern=r"^GPU-[0-9a-fA-F-]{36}$")]
 
 
-class Reservation(StrictModel):
+class ReservationSettings(StrictModel):
     wait: str = "0s"
     timeout: str = "45m"
     note: str = ""
@@ -483,7 +483,7 @@ class Controls(StrictModel):
     gpu: Gpu | None = None
     numa_node: Annotated[int, Field(ge=0)] | None = None
     cpus: Annotated[str, Field(pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*$")] | None = None
-    reservation: Reservation | None = None
+    reservation: ReservationSettings | None = None
     memory_sample_period_ms: Annotated[int, Field(ge=10)] = 100
     allow_busy: bool = False
     # Quiet window after each backend's readiness, before its first inference: idle power for

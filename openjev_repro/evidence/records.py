@@ -763,7 +763,7 @@ class ReadinessEntry(Record, frozen=True, kw_only=True):
 
 
 class Connections(Record, frozen=True, kw_only=True):
-    """A backend's connections over the study (study/load.merged_connections of its clients)."""
+    """A backend's connections over the study (study/load_levels.merged_connections of its clients)."""
 
     connections_opened: Count
     closed_by_server: Count

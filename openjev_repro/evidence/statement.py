@@ -5,10 +5,10 @@
      "predicateType": PREDICATE_TYPE,
      "predicate": {"format_version": 1, "signed", "aggregate_only", "state", "summary", "gates", …}}
 
-`Statement.parse` is the one shape check of a statement (what `manifest.statement.read_statement`
+`Statement.parse` is the one shape check of a statement (what `manifest.run_manifest.read_statement`
 and verify rely on): the types, the predicate's format version, every subject a name and a
 sha256, and an aggregate-only predicate's omitted files and source envelope. `build_statement`
-(manifest/statement.py) returns a `Statement`; its `payload()` is the signed bytes, the same
+(manifest/run_manifest.py) returns a `Statement`; its `payload()` is the signed bytes, the same
 canonical JSON (sorted keys, no spaces) as before the record existed.
 
 Predicate format history (the version is in the predicate type URI and `format_version`):

@@ -24,10 +24,10 @@ __all__ = [
     "CACHE_DIR",
     "IMAGES_DIR",
     "PLACEHOLDER_DIGEST",
-    "Artifact",
     "DebianPin",
+    "ImageArtifact",
+    "ImageSource",
     "ImageSpec",
-    "Source",
     "backend_names",
     "load_spec",
     "offline_backends",
@@ -43,7 +43,7 @@ _COMMIT = r"^[0-9a-f]{40}$"
 _SHA256 = r"^[0-9a-f]{64}$"
 
 
-class Source(StrictModel):
+class ImageSource(StrictModel):
     """A git repository fetched at exactly this commit inside the build."""
 
     name: Annotated[str, Field(pattern=r"^[a-z0-9_-]+$")]
@@ -51,7 +51,7 @@ class Source(StrictModel):
     commit: Annotated[str, Field(pattern=_COMMIT)]
 
 
-class Artifact(StrictModel):
+class ImageArtifact(StrictModel):
     """A file the build produces whose SHA256 is fixed in advance (the build fails on mismatch)."""
 
     name: Annotated[str, Field(pattern=r"^[a-z0-9_-]+$")]
@@ -87,8 +87,8 @@ class ImageSpec(StrictModel):
     gpu: bool = False
     cuda_arch: str | None = None  # "90" for SM90
     source_date_epoch: int
-    sources: list[Source] = []
-    artifacts: list[Artifact] = []
+    sources: list[ImageSource] = []
+    artifacts: list[ImageArtifact] = []
     build_args: dict[str, str] = {}
     labels: dict[str, str] = {}
     debian: DebianPin | None = None

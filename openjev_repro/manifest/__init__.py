@@ -1,7 +1,7 @@
 """The signed results manifest: in-toto statement, DSSE envelope, keys, environment capture.
 
 The names below are imported on first use, so that a reader of one module (verify reads
-`manifest.statement` and `manifest.dsse`) does not load the environment collectors too.
+`manifest.run_manifest` and `manifest.dsse`) does not load the environment collectors too.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ __all__ = [
 
 _HOME = {"PAYLOAD_TYPE": "dsse", "make_envelope": "dsse", "pae": "dsse", "parse_envelope": "dsse",
          "verify_envelope": "dsse", "collect_environment": "environment", "generate_keypair": "keys", "keyid": "keys",
-         "load_private_key": "keys", "load_public_key": "keys", "PREDICATE_TYPE": "statement",
-         "STATEMENT_TYPE": "statement", "build_statement": "statement", "read_statement": "statement",
-         "write_manifest": "statement"}
+         "load_private_key": "keys", "load_public_key": "keys", "PREDICATE_TYPE": "run_manifest",
+         "STATEMENT_TYPE": "run_manifest", "build_statement": "run_manifest", "read_statement": "run_manifest",
+         "write_manifest": "run_manifest"}
 
 
 def __getattr__(name: str) -> Any:

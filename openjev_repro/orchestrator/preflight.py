@@ -97,8 +97,8 @@ def check_inputs_present(study: ResolvedRecipe) -> None:
 
 
 def check_schedules(study: ResolvedRecipe) -> None:
-    """No open-loop pass whose arrival schedule would last longer than a pass may (study/load.MAX_SCHEDULE_S)."""
-    from ..study.load import schedule_problem
+    """No open-loop pass whose arrival schedule would last longer than a pass may (study/load_levels.MAX_SCHEDULE_S)."""
+    from ..study.load_levels import schedule_problem
     from ..study.workload import load_tasks, select
 
     for w in study.recipe.workloads:

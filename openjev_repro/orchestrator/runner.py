@@ -90,7 +90,7 @@ __all__ = [
     "run_study",
 ]
 
-TIMING_BOUNDARY_TEXT = (  # calibration.json's sentence (manifest/statement.TIMING_BOUNDARY is the signed dict)
+TIMING_BOUNDARY_TEXT = (  # calibration.json's sentence (manifest/run_manifest.TIMING_BOUNDARY is the signed dict)
     "Client monotonic clock (ns) from just before the request's first byte is sent to just after the "
     "response's last byte is received, over one HTTP/1.1 connection per backend kept open for as long as the "
     "server allows (servers.json counts each backend's connections; a TCP connect, first or renewed, happens "
@@ -221,7 +221,7 @@ def _rerender_report(run: RunDir) -> None:
 
 def plan_study(opts: StudyOptions) -> StudyPlan:
     """The recipe read once (its inputs lock applied, its inputs root fixed) and its resolved plan."""
-    from ..study.plan import resolve_plan
+    from ..study.planner import resolve_plan
 
     study = resolve_recipe(opts.recipe_path, inputs_root_override=opts.inputs_root)
     return StudyPlan(study=study, planned=resolve_plan(study, runtime=opts.runtime))

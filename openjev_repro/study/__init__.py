@@ -3,7 +3,7 @@ evidence/, the orchestrator that calls these steps in orchestrator/).
 
     preparation.py   `invoke prepare`: downloads, checkouts, request selection, the inputs lock
     traces.py        Nsight traces of a prepared backend
-    plan.py          the resolved plan (`invoke plan`, plan.json)
+    planner.py       resolves a recipe into the plan (`invoke plan`, plan.json)
     inputs.py        input verification against the recipe
     workload.py      JevBench request files, selection, HTTP bodies (build_requests)
     timed_client.py  timed HTTP/1.1 client over one raw socket

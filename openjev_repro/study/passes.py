@@ -5,7 +5,7 @@ after readiness, a warm-up, then each workload's excluded feasibility passes and
 passes (with a `load`, each level's passes over that level's connections). `run_step` runs one
 of them; nothing here derives a schedule again. A measured pass is claimed from the plan's
 budget (`PassBudget`), and the host controls mark each timed pass's boundaries. Sending one
-request and recording it is study/sender.py's; a load level's pass is study/load.py's.
+request and recording it is study/sender.py's; a load level's pass is study/load_levels.py's.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..evidence.plan import PlanStep
 from ..evidence.recipe import LoadLevel, Warmup
 from ..evidence.rows import Phase, Row
 from ..runtime.readiness import first_inference_hint
-from .load import LevelConnections, connection_count, merged_connections, run_level_pass
+from .load_levels import LevelConnections, connection_count, merged_connections, run_level_pass
 from .sender import ParsedAnswer, PassRunner, ResponseLog, Via, parse_noul_response, queue_time_ms
 from .timed_client import TimedClient
 from .workload import Request

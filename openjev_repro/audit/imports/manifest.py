@@ -24,7 +24,7 @@ from ...errors import EvidenceError, InputMismatch
 from ...evidence.decoding import UNSET, UnsetType, decode
 from ...evidence.files import read_json
 from ...hashing import hash_file
-from .rows import FILE_RE
+from .arm_rows import FILE_RE
 
 __all__ = ["MANIFEST_NAME", "CheckedSource", "ManifestEntry", "SourceManifest", "evidence_folder", "file_state", "locate_source", "read_finite_json",
            "read_source_manifest", "verify_source"]

@@ -38,7 +38,7 @@ def _text(value: Any) -> str | None:
     return None
 
 
-class Controls(msgspec.Struct, frozen=True, kw_only=True):
+class PublishedControls(msgspec.Struct, frozen=True, kw_only=True):
     """plan.json's `fixed_controls`, a summary's `controls`, provenance.json's `hardware`: hardware facts,
     and (controls) the independent variable and acceptance criteria."""
 
@@ -78,9 +78,9 @@ class StudyDocument(msgspec.Struct, frozen=True, kw_only=True):
     date: Quoted = None
     hypothesis: Quoted = None
     independent_variable: Quoted = None
-    fixed_controls: Controls | NotAnObject = None
-    controls: Controls | NotAnObject = None
-    hardware: Controls | NotAnObject = None
+    fixed_controls: PublishedControls | NotAnObject = None
+    controls: PublishedControls | NotAnObject = None
+    hardware: PublishedControls | NotAnObject = None
     host: Host | NotAnObject = None
     acceptance: dict[str, Quoted] | NotAnObject = None
     gates: dict[str, Quoted] | NotAnObject = None
@@ -102,12 +102,12 @@ class StudyDocument(msgspec.Struct, frozen=True, kw_only=True):
 
     def variable(self) -> str | None:
         """The independent variable it names (at the top, else under controls)."""
-        controls = self.controls.independent_variable if isinstance(self.controls, Controls) else None
+        controls = self.controls.independent_variable if isinstance(self.controls, PublishedControls) else None
         return _text(self.independent_variable) or _text(controls)
 
     def hardware_lines(self) -> list[str]:
         """`key: value` of each hardware fact, from fixed_controls, controls, hardware, then host's driver."""
-        lines = [line for p in (self.fixed_controls, self.controls, self.hardware) if isinstance(p, Controls)
+        lines = [line for p in (self.fixed_controls, self.controls, self.hardware) if isinstance(p, PublishedControls)
                  for line in p.hardware_lines()]
         driver = _text(self.host.driver) if isinstance(self.host, Host) else None
         return lines + [f"driver: {driver}"] * bool(driver)
@@ -126,7 +126,7 @@ class StudyDocument(msgspec.Struct, frozen=True, kw_only=True):
 
     def criteria(self) -> dict[str, str]:
         """Its acceptance criteria (top level and under controls), `key: value` each."""
-        controls = self.controls.acceptance if isinstance(self.controls, Controls) else None
+        controls = self.controls.acceptance if isinstance(self.controls, PublishedControls) else None
         return {str(k): f"{k}: {v}"[:_TEXT_LIMIT] for acceptance in (self.acceptance, controls)
                 if isinstance(acceptance, dict) for k, v in acceptance.items()
                 if isinstance(v, str | int | float) and not isinstance(v, bool)}

@@ -2,7 +2,7 @@
 
 Their layout (see ../shared/facts/upstream.md and docs/manifest.md), e.g.
 `benchmarks/gdn/artifacts/20261003/`: `manifest.json` lists every file with its sha256
-(`imports/manifest.py`); the evidence folder holds the arm files (`imports/rows.py`),
+(`imports/manifest.py`); the evidence folder holds the arm files (`imports/arm_rows.py`),
 `summary.json` (per arm `passes` with `mean_ms, p50_ms, p95_ms, requests,
 max_probability_delta`, `aggregate_mean_ms`, `readiness`; at the top `cleanup` and
 `*_reduction_percent`), optionally `cleanup.json` and `plan.json` (hypothesis, hardware,
@@ -18,6 +18,7 @@ from typing import Any
 from ...errors import EvidenceError, InputMismatch
 from ...evidence.decoding import UNSET
 from ..figures import NotReproduced, System1Summary, figure_counts, published_figures
+from .arm_rows import arm_files, collector_paused, read_arm_files
 from .manifest import (
     CheckedSource,
     SourceManifest,
@@ -28,7 +29,6 @@ from .manifest import (
     verify_source,
 )
 from .published import published_gates, study_documents, study_facts
-from .rows import arm_files, collector_paused, read_arm_files
 from .run import IMPORT_FORMAT_VERSION, Origin, converted_files, imported_recipe, new_run, write_record, write_summary
 
 __all__ = ["detect", "import_system1"]

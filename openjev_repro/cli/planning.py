@@ -110,7 +110,7 @@ def _controls_line(controls: Controls) -> str:
 def plan(c, recipe, json_=False, inputs=None, runtime=None, out=None):
     """Print the fully resolved plan of a recipe, and validate every pin, without network or GPU."""
     from ..evidence.files import write_json_atomic
-    from ..study.plan import resolve_plan
+    from ..study.planner import resolve_plan
     from ..study.resolved import resolve_recipe
 
     study = resolve_recipe(Path(recipe), inputs_root_override=Path(inputs) if inputs else None,

@@ -1,6 +1,6 @@
 """A minimal loopback HTTP/1.1 server answering every request with one fixed response.
 
-It runs in its own process (`LoopbackServer` starts `python -m openjev_repro.bench.server`)
+It runs in its own process (`LoopbackServer` starts `python -m openjev_repro.bench.loopback_server`)
 so that it does not share the GIL with the clients it serves. It reads each request with a
 `recv_into` loop, frames it by Content-Length, and answers with one prebuilt `sendall`:
 as little server time as possible, so client differences stand out.
@@ -138,7 +138,7 @@ class LoopbackServer:
 
     def __enter__(self) -> Self:
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", "from openjev_repro.bench.server import main; main()", "--body-hex", self.body.hex()],
+            [sys.executable, "-c", "from openjev_repro.bench.loopback_server import main; main()", "--body-hex", self.body.hex()],
             stdin=subprocess.PIPE,  # closed when we exit, however we exit: the server follows
             stdout=subprocess.PIPE,
             text=True,
@@ -150,7 +150,7 @@ class LoopbackServer:
             self._proc.wait()
             raise BackendError(
                 f"the loopback benchmark server did not start (it printed {line!r}); "
-                "run `python -m openjev_repro.bench.server` to see why."
+                "run `python -m openjev_repro.bench.loopback_server` to see why."
             )
         self.port = int(line.split()[1])
         return self
@@ -167,7 +167,8 @@ class LoopbackServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m openjev_repro.bench.server", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m openjev_repro.bench.loopback_server",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--body-hex", default=SYSTEMONE_RESPONSE.hex())
     args = parser.parse_args(argv)

@@ -26,12 +26,12 @@ from ..evidence.plan import (
     PlanBackend,
     PlanHash,
     PlanLoad,
+    PlannedTrace,
     PlanPreparation,
     PlanProcess,
     PlanSequence,
     PlanStep,
     PlanTraces,
-    TraceEntry,
     every_field_set,
 )
 from ..evidence.recipe import UNPINNED, Backend, NoAliasLoader, Recipe, _line_map
@@ -182,7 +182,7 @@ def _traces(recipe: Recipe, root: Path) -> PlanTraces:
     if not counts:
         return PlanTraces(enabled=True, items=(), note=f"token counts {recipe.traces.token_counts} not present yet; "
                           "items resolved at run time")
-    return PlanTraces(enabled=True, items=tuple(TraceEntry(**i.to_dict()) for i in plan_traces(recipe, counts)))
+    return PlanTraces(enabled=True, items=tuple(PlannedTrace(**i.to_dict()) for i in plan_traces(recipe, counts)))
 
 
 def resolve_plan(study: ResolvedRecipe, *, runtime: str | None = None) -> Plan:
