@@ -53,6 +53,22 @@ def test_a_committed_signed_run_re_reports_in_place_printing_its_report_and_chan
     assert _snapshot(run) == before
 
 
+def test_a_signed_run_signed_before_a_report_section_prints_the_current_report_and_changes_nothing():
+    """The pinned-cache study (run/) was signed before the report gained its "Kernel caches" section: `invoke
+    report --run` prints the report rendered now (the section included), says on stderr that the signed report.md
+    differs and is left as it is, exits 0 and writes nothing."""
+    from invoking import invoke
+
+    run = REPO / "results" / "h200-fast-27b-shape" / "run"
+    before = _snapshot(run)
+    done = invoke("report", "--run", str(run), timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Every pinned cache (4) was unchanged after its backend stopped" in done.stdout
+    assert "Kernel caches" not in (run / "report.md").read_text()
+    assert done.stderr.startswith("note: ") and "report.md differs from what the report code renders now" in done.stderr
+    assert _snapshot(run) == before
+
+
 def _at_80_columns(*args: str) -> str:
     """`invoke ARGS` on a real pseudo-terminal of 80 columns (what a user sees), escape codes removed."""
     import fcntl

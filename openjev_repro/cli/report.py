@@ -24,11 +24,16 @@ def report_task(c, run, out=None, fail_on_gates=False):
     """Print a run's Markdown report and write report.md and two plots. Exit 1 if the run is not complete."""
     from ..evidence.records import state_of
     from ..evidence.rundir import RunDir, Status
-    from ..results.report import PLOT_NAMES, write_report
+    from ..results.report import PLOT_NAMES, SignedReportDiffers, write_report
     from .output import print_markdown
 
-    path = write_report(Path(run), Path(out) if out else None)
-    print_markdown(path.read_text(encoding="utf-8"))
+    try:
+        path = write_report(Path(run), Path(out) if out else None)
+        print_markdown(path.read_text(encoding="utf-8"))
+    except SignedReportDiffers as newer:  # rendered now, written nowhere: the signed files stay as they are
+        path = newer.report
+        print_markdown(newer.text)
+        sys.stderr.write(f"note: {printable(str(newer))}\n")
     sys.stdout.write(f"\nreport: {path}\n")
     for name in PLOT_NAMES:
         sys.stdout.write(f"plot: {path.parent / name}\n")

@@ -63,6 +63,7 @@ __all__ = [
     "PLOT_NAMES",
     "ReportSection",
     "RunInfo",
+    "SignedReportDiffers",
     "plot_figures",
     "render_report",
     "run_facts_of",
@@ -757,11 +758,25 @@ def write_report(run_dir: Path, out_dir: Path | None = None, *, as_status: str |
         for name, data in files.items():
             _write_atomic(target / name, data)
         return target / "report.md"
-    for name, data in files.items():  # the signed run itself: nothing is written, and nothing may differ
-        path = target / name
-        if not (path.exists() and path.read_bytes() == data):
-            raise EvidenceError(
-                f"{run.path} is signed and its {name} is absent or differs from the one rendered now; "
-                f"pass an output directory (invoke report --out DIR) instead of changing signed evidence."
-            )
+    # the signed run itself: nothing is written; what the current code renders differently is said
+    differing = [name for name, data in files.items()
+                 if not ((target / name).exists() and (target / name).read_bytes() == data)]
+    if "report.md" in differing and not run.file("report.md").is_file():
+        raise EvidenceError(f"{run.path} is signed and holds no report.md; pass an output directory "
+                            "(invoke report --out DIR) instead of changing signed evidence.")
+    if differing:
+        raise SignedReportDiffers(run.file("report.md"), differing, text)
     return target / "report.md"
+
+
+class SignedReportDiffers(EvidenceError):
+    """A signed run's report files differ from what the report code renders now (a newer section, or an edit
+    of the signed files, which verify names): nothing is written. `text` is the report rendered now from the
+    run's data, `names` the files that differ."""
+
+    def __init__(self, report: Path, names: list[str], text: str) -> None:
+        super().__init__(f"{report.parent} is signed and its {', '.join(names)} "
+                         f"{'differs' if len(names) == 1 else 'differ'} from what the report code renders now "
+                         "(shown above); the signed files are left as they are (invoke verify checks "
+                         "them; invoke report --out DIR writes the current rendering).")
+        self.report, self.names, self.text = report, names, text
