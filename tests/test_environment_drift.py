@@ -120,7 +120,8 @@ def test_compare_lists_environment_differences_and_its_verdict_names_what_can_ex
     assert any("implementations.linear_attention: recipe fla, backend reports reference" in d
                for d in verdict["environment_drift"])
     fast = next(p for p in result["pairs"] if p["baseline_backend"] == "reference-fast")
-    assert [d for d in fast["environment"]["differences"] if d["item"] != "drift"] == []
+    # two runs on one host differ in their load average when the machine is busy: recorded, never a mismatch here
+    assert [d for d in fast["environment"]["differences"] if d["item"] not in ("drift", "load_average")] == []
     text = to_markdown(compared)
     verdict_part = text.split("**Verdict:", 1)[1]
     assert "explained by the environment" in verdict_part and "dtype: float32 vs bfloat16" in verdict_part
