@@ -192,3 +192,15 @@ def test_plan_is_a_typed_record_whose_json_is_plan_json(tmp_path):
     data = plan.to_json()
     assert data["format_version"] == PLAN_FORMAT_VERSION and data["needs_preparation"] is plan.needs_preparation
     assert json.loads(json.dumps(data)) == data  # plain JSON: what the runner writes and `--json` prints
+
+
+def test_a_backend_working_directory_is_filled_in_the_plan_as_its_argv_is(tmp_path):
+    """`cwd: "{inputs}/..."` (recipes/demo-third-party.yaml) is the inputs root in plan.json, as in the argv: the
+    runner fills only launch-time names, so a cwd left unfilled stopped the third-party study."""
+    from studykit import scripted_backend, write_study
+
+    backend = {**scripted_backend("one"), "cwd": "{inputs}/requests"}
+    path = write_study(tmp_path, [backend])
+    planned = resolve_plan(resolve_recipe(path, apply_lock=False))
+    (only,) = planned.backends
+    assert only.workdir == str((tmp_path / "inputs" / "requests").resolve())

@@ -111,11 +111,13 @@ def _backend(recipe: Recipe, b: Backend, values: dict[str, str], runtime: str | 
                 for i, a in enumerate(b.aux))
     fixed = {} if b.port is None else {"port": b.port}
     command = _process("command", b.command, b.env, values, f"backend {b.name}", names, b.health, **fixed)
+    # the working directory filled as the argv is ({inputs}, {repro}, ...); launch-time names left for the runner
+    cwd = None if b.cwd is None else fill(b.cwd, values, f"backend {b.name} cwd", deferred=LAUNCH_NAMES - values.keys())
     # What the backend must report once ready (checked before measuring), when the recipe declares any.
     declared = recipe.environment_of(b).model_dump(mode="json", exclude_defaults=True)
     return PlanBackend(name=b.name, runtime=runtime or b.runtime, image=b.image, description=b.description,
                        aux=aux, command=command, endpoint=b.endpoint, model=b.model, url=b.url,
-                       launched=b.url is None, owned=b.url is None, readiness=b.readiness, health=b.health, cwd=b.cwd,
+                       launched=b.url is None, owned=b.url is None, readiness=b.readiness, health=b.health, cwd=cwd,
                        environment=DeclaredEnvironment(**declared) if declared else UNSET,
                        headers_from_env=dict(b.headers_from_env) if b.headers_from_env else UNSET)
 
