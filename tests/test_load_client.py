@@ -192,3 +192,31 @@ def test_an_arrival_stream_continues_where_a_pass_left_off():
     poisson = LoadLevel("open-r20", "open", rate_per_s=20.0, arrivals="poisson", seed=7)
     stream = ArrivalStream(poisson)
     assert stream.take(5) + stream.take(7) == arrival_offsets_ns(poisson, 12)
+
+
+def test_an_interrupt_before_every_sender_started_is_the_interrupt(tmp_path, monkeypatch):
+    """Ctrl-C while a level's senders are being started (the second has not started): the pass stops the first
+    and raises the KeyboardInterrupt itself, not 'cannot join thread before it is started' (which a study beside
+    another make test recorded as its error instead of Ctrl-C)."""
+    from openjev_repro.study import load_levels
+
+    started: list[threading.Thread] = []
+
+    class InterruptedOnSecondStart(threading.Thread):
+        def start(self) -> None:
+            if self.name.startswith("load-"):  # a level's sender (the server's threads start as always)
+                if started:
+                    raise KeyboardInterrupt
+                started.append(self)
+            super().start()
+
+    server = _serve(lambda number: 0.0)
+    runner = _runner(tmp_path, server)
+    level = LoadLevel("closed-c2", "closed", concurrency=2)
+    with _connections(server, 2) as connections, pytest.raises(KeyboardInterrupt):
+        monkeypatch.setattr(load_levels.threading, "Thread", InterruptedOnSecondStart)  # the senders only, from here
+        run_level_pass(runner, connections, level, _requests(10), workload="w", phase="measured", index=1)
+    monkeypatch.undo()
+    runner.rows.close()
+    assert len(started) == 1 and not started[0].is_alive()
+    server.shutdown()

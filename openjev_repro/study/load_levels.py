@@ -223,7 +223,8 @@ def run_level_pass(runner: PassRunner, connections: LevelConnections, level: Loa
             client.abort()
         deadline = time.monotonic() + STOP_WAIT_S
         for sender in senders:
-            sender.join(max(0.0, deadline - time.monotonic()))
+            if sender.ident is not None:  # the interrupt may come before every sender started
+                sender.join(max(0.0, deadline - time.monotonic()))
         raise
     if state.errors:
         raise state.errors[0]
