@@ -418,15 +418,6 @@ def _quiet(_message: str) -> None:
     """The default progress sink: say nothing (the task passes one that writes to stderr)."""
 
 
-def _check_bench_inputs(source: Path, rounds: int) -> None:
-    if not (source / ENVELOPE_NAME).is_file():
-        raise AuditBenchError(f"{source} is not a signed run directory (no {ENVELOPE_NAME}).")
-    if shutil.which("sha256sum") is None:
-        raise AuditBenchError("sha256sum (coreutils) is not installed; it is the floor every ratio is against.")
-    if rounds < 1:
-        raise AuditBenchError("--rounds must be at least 1.")
-
-
 def _work_dir(directory: Path | None) -> Path:
     """A fresh temporary directory for the synthesised runs, under `directory` when one is given."""
     base = Path(directory) if directory else None
