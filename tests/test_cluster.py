@@ -548,7 +548,7 @@ def test_a_run_whose_study_died_reads_incomplete(tmp_path: Path, keypair):
     assert [r.status for r in sub.runs(1)] == ["running"]  # this process owns it: alive
     gone = subprocess.Popen(["true"])
     gone.wait()
-    owner = dict(run.state()["owner"], pid=gone.pid, start_ticks=None)
+    owner = dict(run.state_record().to_json()["owner"], pid=gone.pid, start_ticks=None)
     run.update_state(owner=owner)
     [attempt] = sub.runs(1)
     assert attempt.status == "incomplete" and "stale run" in str(attempt.error)

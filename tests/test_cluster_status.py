@@ -61,11 +61,11 @@ def test_an_ended_task_is_settled_in_its_attempt_record_and_its_run(sub: Submiss
 
     record = json.loads(killed.read_text())
     assert record["outcome"] == "killed" and record["slurm_final"]["state"] == "CANCELLED"
-    assert cancelled.state()["status"] == "incomplete"
-    assert cancelled.state()["error"] == "terminated by Slurm (CANCELLED, reason user)"
-    assert timed_out.state()["error"] == "terminated by Slurm (TIMEOUT); the study stopped"  # Slurm's cause first
-    assert "slurm_final" not in json.loads(finished.read_text()) and complete.state()["status"] == "complete"
-    assert still.state()["status"] == "running"  # Slurm says it still runs: nothing to settle
+    assert cancelled.state_record().status == "incomplete"
+    assert cancelled.state_record().error == "terminated by Slurm (CANCELLED, reason user)"
+    assert timed_out.state_record().error == "terminated by Slurm (TIMEOUT); the study stopped"  # Slurm's cause first
+    assert "slurm_final" not in json.loads(finished.read_text()) and complete.state_record().status == "complete"
+    assert still.state_record().status == "running"  # Slurm says it still runs: nothing to settle
     assert [rows[k].evidence for k in range(1, 6)] == ["incomplete", "incomplete", "unsigned", "running", "none"]
     assert rows[1].to_json()["terminations"][0]["state"] == "CANCELLED" and rows[4].terminated == []
     assert rows[5].slurm.state == "UNKNOWN" and rows[5].runs == 0

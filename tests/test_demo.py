@@ -36,7 +36,7 @@ def demo_run(fixture_root, tmp_path_factory):
 
 def test_demo_completes_signed_and_verifies(demo_run):
     run, public = demo_run
-    assert run.state()["status"] == "complete"
+    assert run.state_record().status == "complete"
     for name in ("summary.json", "report.md", "latency_vs_tokens.png", "latency_cdf.png", "manifest.dsse.json"):
         assert run.file(name).stat().st_size > 0, name
     verify = invoke("verify", "--run", str(run.path), "--pubkey", str(public), cwd=REPO, timeout=None)

@@ -78,7 +78,7 @@ def test_the_study_refuses_a_drifted_backend_with_one_error_line_naming_each_dif
 
 def test_allowed_drift_is_recorded_in_the_manifest_and_shown_as_a_banner_at_the_top_of_the_report(runs):
     _, _, _, allowed = runs
-    assert allowed.state()["status"] == "complete"
+    assert allowed.state_record().status == "complete"
     report = allowed.file("report.md").read_text()
     head = report.split("## Workload", 1)[0]
     assert "**ENVIRONMENT DRIFT**" in head.splitlines()[2]

@@ -60,7 +60,7 @@ def leftovers(parent: Path) -> list[str]:
 def test_import_from_the_root_finds_e2e_and_records_the_partial_download(tmp_path):
     report = import_system1(ARTIFACTS, tmp_path / "run")
     run = RunDir.open(tmp_path / "run")
-    assert run.state()["status"] == "imported" and report["signed"] is False and report["measured_by_us"] is False
+    assert run.state_record().status == "imported" and report["signed"] is False and report["measured_by_us"] is False
     assert report["evidence_folder"] == "e2e" and report["absent"] == ABSENT and report["files_verified"] == 9
     entry = report["source_manifest"]["kernel/analysis/recurrent-reference.log"]
     assert set(entry) == {"source", "sha256", "bytes", "source_sha256", "normalization"}

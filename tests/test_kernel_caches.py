@@ -90,9 +90,9 @@ def test_a_pinned_cache_that_changes_stops_the_study_unless_drift_is_allowed(tmp
                                             r"0 rewritten, 6 added, 0 removed: [0-9a-f]{52}/"):
         run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs2"))
     (run,) = (tmp_path / "runs2").glob("test-study-*[0-9a-f]")
-    assert RunDir(run).state()["status"] == "incomplete"
+    assert RunDir(run).state_record().status == "incomplete"
     allowed = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs3", allow_environment_drift=True))
-    assert allowed.state()["status"] == "complete"
+    assert allowed.state_record().status == "complete"
     assert _recorded(allowed)["triton"].changed is True
     changes = _recorded(allowed)["triton"].changes
     assert (changes.added, changes.removed, changes.rewritten) == (6, 0, 0) and len(changes.names) == 6

@@ -126,7 +126,7 @@ def test_ctrl_c_during_a_load_level_stops_its_senders_and_marks_the_run_incomple
     assert proc.returncode != 0 and "Interrupted" in err and "Traceback" not in err
     (path,) = list((tmp_path / "runs").iterdir())
     run = RunDir.open(path)
-    assert run.state()["status"] == "incomplete" and "Ctrl-C" in run.state()["error"]
+    assert run.state_record().status == "incomplete" and "Ctrl-C" in run.state_record().error
     # the 4 answered before the slow ones, plus at most the 2 in flight: no sender took another request
     assert 4 <= len(read_rows(run.rows_path)) <= 4 + 2
     (record,) = json.loads(run.file("processes.json").read_text())["processes"]
@@ -145,7 +145,7 @@ def test_a_backend_dying_during_an_open_level_stops_the_run_with_its_rows_kept(t
     (path,) = list((tmp_path / "runs").iterdir())
     run = RunDir.open(path)
     rows = read_rows(run.rows_path)
-    assert run.state()["status"] == "incomplete" and not run.file("summary.json").exists()
+    assert run.state_record().status == "incomplete" and not run.file("summary.json").exists()
     assert [r.ok for r in rows if r.phase in ("first", "warmup")] == [True] * 3
     failed = [r for r in rows if not r.ok]
     assert failed and {(r.level, r.phase) for r in failed} == {("open-r50", "feasibility")}

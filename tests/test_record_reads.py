@@ -1,16 +1,15 @@
 """Nothing outside the owning modules reads a run file's JSON: everyone else gets records.
 
-A run file's JSON is read once, in evidence/ (records.py, state.py, plan.py, rundir.py, files.py:
-the edge), and decoded into its record (`records.host_of(run)`, `plan_of(run)`, ...). This test
-parses every module of the package and finds each call of a reader (`RunDir.read`,
+A run file's JSON is read once, in evidence/ (records.py, state.py, plan.py, rundir.py, files.py,
+summary.py: the edge), and decoded into its record (`records.host_of(run)`, `plan_of(run)`, ...).
+This test parses every module of the package and finds each call of a reader (`RunDir.read`,
 `read_unversioned`, `read_json`, `read_versioned`, `json.load(s)`, `read_text`, `read_bytes`,
 `open`) whose call mentions a run file's name as a literal (`run.read("host.json")`,
-`(path / "state.json").read_text()`), and each call of RunDir's dict views (`.state()`,
-`.effective_state()`).
+`(path / "state.json").read_text()`) or reads a run file by a name held in a variable, and each
+call of a dict view of state.json (`.state()`, `.effective_state()`: RunDir has none now).
 
-TODAY lists the reads that other lanes' modules still make until they merge the records (module,
-file or view): the lead shrinks it to empty. A read not listed fails; a listed read that is gone
-fails too, so the list only shrinks.
+The signed statement copies some run files whole and verify compares them with that copy; both
+get the document from `RunDir.as_written(name)`, at the edge, and read no key of it.
 """
 
 from __future__ import annotations
@@ -25,23 +24,12 @@ RUN_FILES = frozenset({"state.json", "plan.json", "inputs.json", "environment.js
                        "calibration.json"})
 READERS = frozenset({"read", "read_unversioned", "read_json", "read_versioned", "load", "loads", "read_text",
                      "read_bytes", "open", "loads_bounded"})
-DICT_VIEWS = frozenset({"state", "effective_state"})  # RunDir's dicts of state.json
+DICT_VIEWS = frozenset({"state", "effective_state"})  # dict views of state.json (gone; never again)
 
 # The edge: the modules that own the run files' records and their one reader.
 OWNERS = frozenset({"evidence/records.py", "evidence/state.py", "evidence/plan.py", "evidence/rundir.py",
                     "evidence/files.py",
                     "evidence/summary.py"})  # summary.json's record: lane results
-
-# Reads in modules that have not moved to the records yet (module, run file or dict view): shrink to empty.
-TODAY = frozenset({
-    ("audit/verify_imported.py", "summary.json"),
-    ("audit/verify_signed.py", "RunDir.read(name)"),
-    ("audit/verify_signed.py", "summary.json"),
-    ("manifest/run_manifest.py", "RunDir.read(name)"),
-    ("manifest/run_manifest.py", "state()"),
-    ("manifest/run_manifest.py", "summary.json"),
-})
-
 
 def _run_file_names(node: ast.AST) -> set[str]:
     return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and n.value in RUN_FILES}
@@ -87,20 +75,16 @@ def _package_reads() -> set[tuple[str, str]]:
     return reads
 
 
-def test_no_module_reads_a_run_file_outside_its_record_but_todays_list():
-    new = sorted(_package_reads() - TODAY)
-    assert not new, ("these modules read a run file's JSON themselves; read its record instead "
-                     f"(evidence/records.py: host_of(run), plan_of(run), ...): {new}")
+def test_no_module_reads_a_run_file_outside_its_record():
+    found = sorted(_package_reads())
+    assert not found, ("these modules read a run file's JSON themselves; read its record instead "
+                       f"(evidence/records.py: host_of(run), plan_of(run), ...): {found}")
 
 
-def test_todays_list_only_shrinks():
-    gone = sorted(TODAY - _package_reads())
-    assert not gone, f"no longer read raw (remove them from TODAY): {gone}"
+def test_run_dir_offers_records_not_dict_views():
+    from openjev_repro.evidence.rundir import RunDir
 
-
-def test_the_lanes_own_packages_read_no_run_file_raw():
-    ours = ("study/", "orchestrator/", "host/", "runtime/", "evidence/")
-    assert not [r for r in TODAY if r[0].startswith(ours)]
+    assert not [name for name in DICT_VIEWS if hasattr(RunDir, name)]
 
 
 def test_the_check_catches_every_shape_of_a_planted_read():

@@ -88,7 +88,7 @@ def test_a_committed_statement_re_encodes_to_its_signed_payload(path):
     envelope, statement = read_statement_record(path / "manifest.dsse.json")
     assert statement.payload() == payload_of(envelope)
     assert statement.format_version == 1 and statement.signed and not statement.aggregate_only
-    assert statement.state == RunDir.open(path).state()
+    assert statement.state == RunDir.open(path).state_record().to_json()
     assert set(statement.digests) == {p.relative_to(path).as_posix() for p in RunDir.open(path).evidence_files()}
     _, as_dict = read_statement(path / "manifest.dsse.json")
     assert as_dict == statement.to_json()

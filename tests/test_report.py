@@ -190,7 +190,7 @@ def test_run_info_dates_the_run_itself(tmp_path):
     created = RunDir.create(tmp_path / "runs", "synthetic")
     created.file("recipe.yaml").write_text(RECIPE, encoding="utf-8")
     info = run_info(created, recipe())
-    started = created.state()["started_utc"]
+    started = created.state_record().to_json()["started_utc"]
     assert info.when == "started" and info.started.startswith(started[:10]) and info.started.endswith(" UTC")
     assert info.describe() == f"{created.path.name}, started {info.started}"
     assert info.hardware == "hardware not recorded"

@@ -13,15 +13,15 @@ def test_status_is_written_as_the_plain_word(tmp_path):
     run.update_state(status=Status.INCOMPLETE, error="stopped")
     text = run.file("state.json").read_text()
     assert '"status": "incomplete"' in text
-    assert run.state()["status"] == Status.INCOMPLETE and type(run.state()["status"]) is str
+    assert run.state_record().status == Status.INCOMPLETE and type(run.state_record().status) is str
 
 
 def test_a_stale_run_reads_incomplete_as_a_plain_string(tmp_path):
     run = RunDir.create(tmp_path, "s")
-    state = run.state()
+    state = run.state_record().to_json()
     state["owner"] = dict(state["owner"], pid=2**22 + 12345, start_ticks=1)  # no such process
     run.write_state(state)
-    effective = run.effective_state()
+    effective = run.effective_state_record().to_json()
     assert effective["status"] == "incomplete" and type(effective["status"]) is str and effective["stale"]
     assert repr(effective["status"]) == "'incomplete'"  # messages quote it as the plain word
 

@@ -30,7 +30,7 @@ def _only_run(tmp_path: Path) -> RunDir:
 def test_complete_study_leaves_evidence(tmp_path):
     gates = [{"name": "same", "kind": "decisions_unchanged", "workload": "mixed", "a": "one", "b": "two"}]
     run = _run(write_study(tmp_path, [scripted_backend("one"), scripted_backend("two")], gates=gates), tmp_path)
-    assert run.state()["status"] == "complete"
+    assert run.state_record().status == "complete"
     rows = read_rows(run.rows_path)
     measured = [r for r in rows if r.phase == "measured"]
     assert len(measured) == 2 * 2 * 6  # backends x passes x requests
@@ -59,7 +59,7 @@ def test_changed_input_stops_before_any_backend(tmp_path):
     with pytest.raises(RunIncomplete, match="requests/cases.jsonl changed"):
         _run(recipe, tmp_path)
     run = _only_run(tmp_path)
-    assert run.state()["status"] == "incomplete"
+    assert run.state_record().status == "incomplete"
     assert not run.file("processes.json").exists() and not run.rows_path.exists()
 
 
@@ -69,7 +69,7 @@ def test_crash_mid_pass_keeps_rows_and_is_incomplete(tmp_path):
     with pytest.raises(RunIncomplete, match="died during measured pass 1"):
         _run(recipe, tmp_path)
     run = _only_run(tmp_path)
-    state = run.state()
+    state = run.state_record().to_json()
     assert state["status"] == "incomplete" and "backend:two" not in state["attempted"]
     rows = read_rows(run.rows_path)
     assert len(rows) == 11 and rows[-1].error and all(r.ok for r in rows[:10])
@@ -123,7 +123,7 @@ def test_ctrl_c_during_a_pass(tmp_path):
     assert proc.returncode != 0
     assert "Interrupted" in err and "marked incomplete" in err
     run = _only_run(tmp_path)
-    assert run.state()["status"] == "incomplete" and "Ctrl-C" in run.state()["error"]
+    assert run.state_record().status == "incomplete" and "Ctrl-C" in run.state_record().error
     assert len(read_rows(run.rows_path)) >= 4
     (record,) = json.loads(run.file("processes.json").read_text())["processes"]
     assert record["exited"]

@@ -91,7 +91,7 @@ def test_gpu_override_runs_the_unchanged_recipe_on_another_gpu_and_records_both(
     override = GpuOverride(uuid=other.uuid, index=index, source=source)
     run = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs", gpu_driver=gpus,
                                  gpu_override=override))
-    assert run.state()["status"] == "complete"
+    assert run.state_record().status == "complete"
     assert run.file("recipe.yaml").read_bytes() == recipe.read_bytes()   # the recipe is not edited
     host = json.loads(run.file("host.json").read_text())
     assert host["device"]["uuid"] == other.uuid and host["device"]["index"] == 1

@@ -90,7 +90,7 @@ def traced_run(fixture_root, tmp_path_factory):
 
 def test_the_study_traces_our_backend_and_counts_kernel_families(traced_run):
     run, _, _ = traced_run
-    assert run.state()["status"] == "complete"
+    assert run.state_record().status == "complete"
     record = read_traces_record(run.path)
     assert record is not None
     done = [e for e in record.entries if e.status == "done"]

@@ -145,7 +145,7 @@ class ImportedRun:
         from ..results.statistics import summarize
 
         ours = json.loads(json.dumps(summarize(self.ev.table, self.ev.recipe).to_json(), allow_nan=False))
-        diff = first_difference(ours, self.run.read("summary.json"))
+        diff = first_difference(ours, self.run.as_written("summary.json"))
         checks = [Check("statistics recomputed", diff is None, f"recomputed from rows differs from summary.json at {diff}"
                         if diff else "every statistic recomputed from rows.jsonl equals summary.json exactly")]
         if self.record.format_version == 1:

@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import EvidenceError, ReproError, UnsupportedFormat
-from ..evidence.files import read_json
 from ..evidence.records import plan_of
-from ..evidence.rundir import ENVELOPE_NAME, READABLE_VERSIONS, RunDir
+from ..evidence.rundir import ENVELOPE_NAME, RunDir
 from ..evidence.statement import Statement
 from ..hashing import hash_files
 from ..manifest.dsse import Envelope, verify_envelope
@@ -173,7 +172,7 @@ class SignedRun:
             problems.append("recipe.yaml sha256")
         if _recorded_recipe(recipe_bytes) != predicate.get("recipe"):
             problems.append("recipe.yaml content")
-        if run.read("summary.json") != predicate.get("summary"):
+        if run.as_written("summary.json") != predicate.get("summary"):
             problems.append("summary.json")
         problems += [name for key, name in OPTIONAL_FILES.items() if not _copy_matches(run, name, predicate.get(key))]
         return [Check("signed copies", not problems, "differ from the signed predicate: " + ", ".join(problems)
@@ -314,9 +313,6 @@ def _recorded_recipe(recipe_bytes: bytes) -> Any:
 
 def _copy_matches(run: RunDir, name: str, signed: Any) -> bool:
     """An optional run file equals its signed copy (or is absent, as the predicate records)."""
-    if not run.file(name).is_file():
-        on_disk = None
-    else:
-        on_disk = run.read(name) if name in READABLE_VERSIONS else read_json(run.file(name))
+    on_disk = run.as_written(name)
     absent_signed = isinstance(signed, dict) and signed.get("available") is False and on_disk is None
     return absent_signed or on_disk == signed

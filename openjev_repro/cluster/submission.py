@@ -67,7 +67,7 @@ def utc_now() -> str:
 
 @dataclass(frozen=True)
 class RunAttempt:
-    """One run directory inside a replicate, as its state.json says (RunDir.effective_state)."""
+    """One run directory inside a replicate, as its state.json says (RunDir.effective_state_record)."""
 
     path: Path
     status: str  # running | complete | incomplete | unreadable

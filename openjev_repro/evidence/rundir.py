@@ -301,12 +301,16 @@ class RunDir:
         """A JSON file of the run written without a format_version (calibration.json)."""
         return read_json(self.path / name)
 
-    def state(self) -> dict[str, Any]:
-        """state.json as written, as a dict (for readers not typed yet; `state_record()` is the record)."""
-        return dict(self.state_record().to_json())
+    def as_written(self, name: str) -> Any:
+        """A run file's JSON document whole, as written (None when the run has none): what a signed statement
+        copies and verify compares with that copy. Versioned files are refused unless their format is readable."""
+        path = self.path / name
+        if not path.is_file():
+            return None
+        return self.read(name) if name in READABLE_VERSIONS else read_json(path)
 
     def state_record(self) -> StateRecord:
-        """state.json as written (no stale check: `effective_state` and `records.state_of` make that)."""
+        """state.json as written (no stale check: `effective_state_record` and `records.state_of` make that)."""
         return StateRecord.from_json(self.read("state.json"), str(self.path / "state.json"))
 
     def write_state(self, state: StateRecord | Mapping[str, Any]) -> StateRecord:
@@ -346,10 +350,6 @@ class RunDir:
         if unsigned:
             return msgspec.structs.replace(state, status=Status.INCOMPLETE.value, error=unsigned)
         return state
-
-    def effective_state(self) -> dict[str, Any]:
-        """`effective_state_record()` as a dict (for readers not typed yet)."""
-        return dict(self.effective_state_record().to_json())
 
     def evidence_files(self) -> list[Path]:
         """Every file of the run except the top-level envelope, hidden names included, sorted by relative path.

@@ -64,7 +64,7 @@ class StateRecord(Record, frozen=True, kw_only=False):
     owner: Owner | UnsetType = UNSET  # the study writing the run (rundir.stale_reason)
     signing_requested: bool | UnsetType = UNSET  # written (True) when the study was started with --key
     slurm_end: SlurmEnd | UnsetType = UNSET  # cluster/status.py: how Slurm ended the task
-    stale: bool | UnsetType = UNSET  # never written: RunDir.effective_state's reading of a dead "running" study
+    stale: bool | UnsetType = UNSET  # never written: RunDir.effective_state_record's reading of a dead "running" study
 
     @classmethod
     def from_json(cls, data: object, where: str = "state.json") -> StateRecord:

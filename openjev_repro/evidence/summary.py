@@ -20,7 +20,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from ..errors import EvidenceError
 from .files import check_format, read_json
-from .rundir import READABLE_VERSIONS
+from .rundir import READABLE_VERSIONS, RunDir
 
 __all__ = [
     "SUMMARY_FORMAT_VERSION",
@@ -395,3 +395,8 @@ def read_summary(path: Path) -> Summary:
     if not isinstance(data, dict):
         raise EvidenceError(f"{path} is not a JSON object.")
     return Summary.decode(check_format(data, READABLE_VERSIONS["summary.json"], str(path)), str(path))
+
+
+def summary_of(run: RunDir) -> Summary:
+    """The run's summary.json as its record (read_summary's refusals)."""
+    return read_summary(run.file("summary.json"))

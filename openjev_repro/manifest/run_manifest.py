@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EvidenceError, RunIncomplete, VerificationError
-from ..evidence.files import read_json, write_bytes_atomic
+from ..evidence.files import write_bytes_atomic
 from ..evidence.recipe import safe_yaml
-from ..evidence.rundir import ENVELOPE_NAME, READABLE_VERSIONS, RunDir, Status
+from ..evidence.rundir import ENVELOPE_NAME, RunDir, Status
 from ..evidence.statement import PREDICATE_FORMAT_VERSION, PREDICATE_TYPE, STATEMENT_TYPE, Statement
-from ..evidence.summary import read_summary
+from ..evidence.summary import summary_of
 from ..hashing import hash_file
 from ..limits import MAX_JSON_DEPTH, loads_bounded
 from .dsse import Envelope, envelope_bytes, make_envelope, parse_envelope, payload_of
@@ -85,10 +85,8 @@ def subjects_of(run: RunDir) -> list[dict[str, Any]]:
 
 
 def _optional_json(run: RunDir, name: str) -> Any:
-    path = run.file(name)
-    if not path.is_file():
-        return {"available": False, "reason": f"the run has no {name}"}
-    return run.read(name) if name in READABLE_VERSIONS else read_json(path)
+    document = run.as_written(name)
+    return {"available": False, "reason": f"the run has no {name}"} if document is None else document
 
 
 def recipe_json(data: bytes) -> Any:
@@ -124,7 +122,7 @@ def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
         raise EvidenceError(f"{run.path} has no recipe.yaml; it is not a complete run.") from exc
     if not run.file("summary.json").is_file():
         raise EvidenceError(f"{run.path} has no summary.json; the study did not finish its results step.")
-    summary = read_summary(run.file("summary.json"))  # a summary of an unknown format is never signed
+    summary = summary_of(run)  # a summary of an unknown format is never signed
     copied = {key: _optional_json(run, name) for key, name in OPTIONAL_FILES.items()}
     predicate: dict[str, Any] = {
         "format_version": PREDICATE_FORMAT_VERSION,
@@ -138,7 +136,7 @@ def build_statement(run: RunDir, *, signed: bool, aggregate_only: bool = False,
         "timing_boundary": _timing_boundary(copied["plan"], copied["calibration"]),
         "summary": summary.to_json(),
         "gates": [g.to_json() for g in summary.gates],
-        "state": run.state(),
+        "state": run.state_record().to_json(),
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     predicate.update(extra or {})

@@ -78,7 +78,7 @@ def test_sigterm_in_load_mode_ends_within_seconds_not_a_request_timeout(tmp_path
     assert took < 20, f"the study took {took:.1f} s to stop after SIGTERM"
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert proc.returncode == 1 and len(errors) == 1 and "stopped by SIGTERM" in errors[0], err[-2000:]
-    assert RunDir(run_path).state()["status"] == "incomplete"
+    assert RunDir(run_path).state_record().status == "incomplete"
 
 
 def test_an_open_loop_rate_whose_pass_would_last_hours_is_refused_before_a_run_exists(tmp_path):
@@ -98,6 +98,6 @@ def test_an_answer_over_the_response_size_limit_fails_its_request_clearly(tmp_pa
     line = errors[0]
     assert "first inference" in line and "larger than max_response_bytes (1048576)" in line, line
     (run_path,) = list((tmp_path / "runs").iterdir())
-    assert RunDir(run_path).state()["status"] == "incomplete"
+    assert RunDir(run_path).state_record().status == "incomplete"
     rows = [json.loads(x) for x in (run_path / "rows.jsonl").read_text().splitlines()]
     assert rows and "larger than max_response_bytes" in rows[0]["error"]

@@ -38,7 +38,7 @@ def test_a_trickling_health_is_cut_at_the_readiness_deadline(tmp_path):
     assert "was not ready within 2 s" in error and "no complete answer before the deadline" in error
     assert elapsed < 70 * 3 / 2, elapsed  # cut at the 2 s deadline, long before the trickle could end
     [run] = (tmp_path / "runs").iterdir()
-    assert RunDir(run).state()["status"] == "incomplete"
+    assert RunDir(run).state_record().status == "incomplete"
 
 
 def test_a_trickled_response_is_a_timeout_not_a_slow_success(tmp_path):

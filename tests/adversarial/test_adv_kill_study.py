@@ -79,8 +79,8 @@ def test_kill_9_leaves_no_backend_and_a_stale_run(tmp_path):
     proc.communicate(timeout=30)
     assert wait_gone(marker) == []
     run = RunDir(run_path)
-    assert run.state()["status"] == "running"  # kill -9 cannot write; every reader must see through it
-    effective = run.effective_state()
+    assert run.state_record().status == "running"  # kill -9 cannot write; every reader must see through it
+    effective = run.effective_state_record().to_json()
     assert effective["status"] == "incomplete" and effective["error"].startswith("stale run: state.json says running")
     report = invoke("report", "--run", str(run_path), "--out", str(tmp_path / "report"))
     assert report.returncode == 1 and "INCOMPLETE RUN" in report.stdout and "stale run" in report.stdout
@@ -103,6 +103,6 @@ def test_sigterm_and_sighup_are_handled_like_ctrl_c(tmp_path, sig):
     errors = [line for line in err.splitlines() if line.startswith("error:")]  # the console log is stderr too
     assert len(errors) == 1 and errors[0].startswith(f"error: Interrupted: stopped by {sig.name} (handled like Ctrl-C)")
     assert marked(marker) == []  # stopped by the study itself, before it exited
-    state = RunDir(run_path).state()
-    assert state["status"] == "incomplete" and f"stopped by {sig.name}" in state["error"]
+    state = RunDir(run_path).state_record()
+    assert state.status == "incomplete" and f"stopped by {sig.name}" in state.error
     assert not list(run_path.rglob(".*.tmp"))

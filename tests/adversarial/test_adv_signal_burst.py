@@ -34,8 +34,8 @@ def test_a_burst_of_signals_ends_incomplete_with_one_error_line(tmp_path, sig):
     assert proc.returncode == 1 and "Traceback" not in err, (proc.returncode, err[-2000:])
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith("error: Interrupted: "), err[-2000:]
-    state = RunDir(run_path).state()
-    assert state["status"] == "incomplete", state
+    state = RunDir(run_path).state_record()
+    assert state.status == "incomplete", state
     assert marked(marker) == []
 
 
@@ -58,8 +58,8 @@ def test_complete_without_the_requested_manifest_reads_incomplete(tmp_path):
     run = build_run(tmp_path / "runs")
     gone = subprocess.Popen(["true"])
     gone.wait()
-    run.update_state(signing_requested=True, owner=dict(run.state()["owner"], pid=gone.pid))
-    effective = run.effective_state()
+    run.update_state(signing_requested=True, owner=dict(run.state_record().to_json()["owner"], pid=gone.pid))
+    effective = run.effective_state_record().to_json()
     assert effective["status"] == "incomplete"
     assert effective["error"].startswith("state.json says complete, but the study was started with --key")
     compare = one_error_line(invoke("compare", "--baseline", str(run.path), "--candidate", str(run.path)))
