@@ -110,10 +110,11 @@ def test_cli_exit_status(tmp_path):
 def test_claims_on_an_80_column_terminal_keep_every_word_and_name_whole():
     """Issue 41 item 2 for `claims`: at 80 columns a table whose names and words are never split or cut;
     through a pipe the one-line-per-claim text (the tests above) is unchanged."""
+    from invoking import on_terminal
     from rich.cells import cell_len
-    from test_cli_output import on_terminal
 
-    code, lines = on_terminal(["claims", "--file", str(PUBLISHED[2])], columns=80)
+    screen = on_terminal("claims", "--file", str(PUBLISHED[2]), columns=80)
+    code, lines = screen.code, screen.lines
     assert code == 0, "\n".join(lines)
     assert [line for line in lines if cell_len(line) > 80] == []
     assert any(line.split()[:4] == ["OK", "max_probability_delta.consistent", "0.03435", "0.03435"] for line in lines)

@@ -4,46 +4,24 @@ backends) runs under a real pseudo-terminal 100 columns wide, then through a pip
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
 import re
-import struct
 import subprocess
-import termios
 from pathlib import Path
 
+import invoking
 import pytest
-from invoking import INVOKE, invoke
+from invoking import invoke
 from rich.cells import cell_len
 from studykit import scripted_backend, write_study
 
 REPO = Path(__file__).resolve().parents[1]
 COLUMNS = 100
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
 def on_terminal(args: list[str], columns: int = COLUMNS) -> tuple[int, list[str]]:
-    """Run under a pty of `columns` columns; the screen lines as a terminal would show them."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "TERM")}
-    proc = subprocess.Popen(INVOKE + args, cwd=REPO, stdin=slave, stdout=slave, stderr=slave, close_fds=True,
-                            env={**env, "TERM": "xterm-256color"})
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO once the child side closes
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(master)
-    code = proc.wait(timeout=120)
-    text = ANSI.sub("", b"".join(chunks).decode("utf-8", "replace")).replace("\r\n", "\n")
-    return code, [line.split("\r")[-1] for line in text.split("\n")]
+    """Run under a pty of `columns` columns; the exit status and the screen lines."""
+    screen = invoking.on_terminal(*args, columns=columns)
+    return screen.code, screen.lines
 
 
 def piped(args: list[str]) -> subprocess.CompletedProcess:

@@ -4,42 +4,19 @@ whole first sentence. The same command through a pipe is the reference for the w
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
 import re
-import select
-import struct
-import sys
-import termios
 
+import invoking
 import pytest
 from invoking import REPO, invoke
 
 COLUMNS = 80
 COMMITTED = REPO / "results" / "h200-reference-27b-shape"
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def on_terminal(*args: str, columns: int = COLUMNS) -> str:
-    """`invoke ARGS` in a real pseudo-terminal `columns` wide; its output with colours removed."""
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: the terminal is its stdin, stdout and stderr
-        os.chdir(REPO)
-        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "FORCE_COLOR", "NO_COLOR")}
-        os.execve(sys.executable, [sys.executable, "-m", "invoke", *args], env)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    chunks = []
-    while select.select([fd], [], [], 120)[0]:
-        try:
-            data = os.read(fd, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.waitpid(pid, 0)
-    return ANSI.sub("", b"".join(chunks).decode("utf-8", "replace")).replace("\r\n", "\n")
+def on_terminal(*args: str) -> str:
+    """`invoke ARGS` in a real pseudo-terminal 80 columns wide; its text."""
+    return invoking.on_terminal(*args, columns=COLUMNS).text
 
 
 COMMANDS = [

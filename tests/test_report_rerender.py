@@ -11,6 +11,7 @@ tests/fixtures/rendered/<study>--<run>.md. A deliberate change of the report reg
 from pathlib import Path
 
 import pytest
+from invoking import on_terminal
 
 from openjev_repro.results.report import write_report
 
@@ -69,45 +70,13 @@ def test_a_signed_run_signed_before_a_report_section_prints_the_current_report_a
     assert _snapshot(run) == before
 
 
-def _at_80_columns(*args: str) -> str:
-    """`invoke ARGS` on a real pseudo-terminal of 80 columns (what a user sees), escape codes removed."""
-    import fcntl
-    import os
-    import pty
-    import re
-    import struct
-    import subprocess
-    import sys
-    import termios
-
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 80, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    proc = subprocess.Popen([sys.executable, "-m", "invoke", *args], cwd=REPO, stdin=subprocess.DEVNULL,
-                            stdout=slave, stderr=slave, env={**env, "TERM": "xterm"})
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    proc.wait(timeout=300)
-    os.close(master)
-    text = b"".join(chunks).decode("utf-8", errors="replace").replace("\r", "")
-    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
-
-
 def test_the_reports_tables_fit_80_columns_without_splitting_a_word_or_losing_a_column():
     """Issue 41 item 2 (invoke report): at 80 columns a table too wide for its words (the workload table's 8
     columns, the hardware floor's 14) is shown as one block per row; no line is wider than the terminal,
     no header breaks mid-word and no number is split or dropped."""
     # the run named from the checkout's root, as a user types it: the plots' paths printed then do not
     # depend on where the checkout lies (/work/lanes/integrate/results/... made one line 81 columns)
-    text = _at_80_columns("report", "--run", "results/h200-fast-27b-shape/run-2026-12-02d")
+    text = "\n".join(on_terminal("report", "--run", "results/h200-fast-27b-shape/run-2026-12-02d", columns=80).lines)
     assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
     assert "Successf" not in text.replace("Successful measured requests", "")
     floor = text[text.index("Hardware floor"):text.index("Plots:")]
