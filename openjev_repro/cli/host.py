@@ -142,11 +142,11 @@ def reserve(ctx, gpu_ids, wait="0s", timeout="45m", grace="10s", note="", record
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(uuids)}
         outcome = run_with_timeout(cmd, timeout_s, grace_s, env=env)
     if record:
-        write_json_atomic(Path(record), {"format_version": 1, "reservation": held.to_dict(), "command": outcome})
-    if outcome["timed_out"]:
-        how = "killed with SIGKILL" if outcome["killed"] else "stopped with SIGTERM"
+        write_json_atomic(Path(record), {"format_version": 1, "reservation": held.to_dict(), "command": outcome.to_json()})
+    if outcome.timed_out:
+        how = "killed with SIGKILL" if outcome.killed else "stopped with SIGTERM"
         raise Exit(f"error: the command ran past --timeout {timeout} and its process group was {how}.", code=TIMEOUT_EXIT)
-    if outcome["signal"]:
-        raise Exit(code=128 + signal.Signals[outcome["signal"]].value)
-    if outcome["exit_status"]:
-        raise Exit(code=outcome["exit_status"])
+    if outcome.signal:
+        raise Exit(code=128 + signal.Signals[outcome.signal].value)
+    if outcome.exit_status:
+        raise Exit(code=outcome.exit_status)

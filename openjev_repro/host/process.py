@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import HostError
 
-__all__ = ["group_alive", "pid_exited", "process_stopped", "run_with_timeout", "stop_group"]
+__all__ = ["CommandOutcome", "group_alive", "pid_exited", "process_stopped", "run_with_timeout", "stop_group"]
 
 
 def pid_exited(pid: int) -> bool:
@@ -109,13 +109,41 @@ def _describe_status(code: int) -> tuple[int | None, str | None]:
     return code, None
 
 
+@dataclass(frozen=True)
+class CommandOutcome:
+    """How a command run by `run_with_timeout` ended; `to_json()` is the record `invoke reserve --record` writes."""
+
+    argv: list[str]
+    pid: int  # also its process group: the command leads a new session
+    exit_status: int | None
+    signal: str | None  # the signal that ended it (SIGTERM, SIGKILL, ...), or None
+    timed_out: bool
+    timeout_s: float
+    grace_s: float
+    sigterm: bool  # its group was sent SIGTERM (at the deadline, or for stragglers)
+    killed: bool  # ... and SIGKILL after the grace period
+    group_exited: bool
+    duration_s: float
+
+    @property
+    def stragglers_stopped(self) -> bool:
+        """The command exited on its own but left members of its group, which were stopped."""
+        return not self.timed_out and self.sigterm
+
+    def to_json(self) -> dict[str, object]:
+        return {"argv": self.argv, "pid": self.pid, "pgid": self.pid, "exit_status": self.exit_status,
+                "signal": self.signal, "timed_out": self.timed_out, "timeout_s": self.timeout_s,
+                "grace_s": self.grace_s, "stragglers_stopped": self.stragglers_stopped, "sigterm": self.sigterm,
+                "killed": self.killed, "group_exited": self.group_exited, "duration_s": self.duration_s}
+
+
 def run_with_timeout(
     cmd: list[str], timeout_s: float, grace_s: float = 10.0, env: dict[str, str] | None = None
-) -> dict:
+) -> CommandOutcome:
     """Run `cmd` in a new session (its own process group); at `timeout_s` stop the whole group.
 
     Also stops members left behind when the leader exits on its own (they are ours too).
-    Returns a record for host.json: argv, pid, pgid, exit status or signal, timed_out, killed.
+    Returns how it ended: exit status or signal, whether it timed out and how its group was stopped.
     """
     if not cmd:
         raise HostError("No command was given to run; put it after `--`.")
@@ -135,18 +163,6 @@ def run_with_timeout(
     stop = stop_group(proc.pid, grace_s, proc)  # the timed-out group, or stragglers after a normal exit
     proc.wait()
     status, sig = _describe_status(proc.returncode)
-    return {
-        "argv": list(cmd),
-        "pid": proc.pid,
-        "pgid": proc.pid,
-        "exit_status": status,
-        "signal": sig,
-        "timed_out": timed_out,
-        "timeout_s": timeout_s,
-        "grace_s": grace_s,
-        "stragglers_stopped": (not timed_out) and stop.sigterm,
-        "sigterm": stop.sigterm,
-        "killed": stop.sigkill,
-        "group_exited": stop.group_exited,
-        "duration_s": round(time.monotonic() - started, 3),
-    }
+    return CommandOutcome(argv=list(cmd), pid=proc.pid, exit_status=status, signal=sig, timed_out=timed_out,
+                          timeout_s=timeout_s, grace_s=grace_s, sigterm=stop.sigterm, killed=stop.sigkill,
+                          group_exited=stop.group_exited, duration_s=round(time.monotonic() - started, 3))
