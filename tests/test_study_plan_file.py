@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from invoking import invoke
 from studykit import scripted_backend, write_study
 
@@ -76,14 +77,41 @@ def test_a_plan_whose_recipe_changed_is_refused_with_one_line_and_no_run(tmp_pat
     assert "changed since the plan" in proc.stderr and not (tmp_path / "runs").exists()
 
 
-def test_a_plan_with_a_gap_in_its_passes_is_refused_before_anything_runs(tmp_path):
+def _without_measured_pass_1(steps):
+    return [s for s in steps if s.get("pass") != 1 or s["phase"] != "measured"]
+
+
+def _first_inference_moved_last(steps):
+    return steps[1:] + steps[:1]
+
+
+def _warm_up_moved_last(steps):
+    return [s for s in steps if s["phase"] != "warmup"] + [s for s in steps if s["phase"] == "warmup"]
+
+
+def _no_measured_pass(steps):
+    return [s for s in steps if s["phase"] != "measured"]
+
+
+CONTRADICTIONS = {
+    _without_measured_pass_1: "passes are numbered 1, 2",
+    _first_inference_moved_last: "it can only be the first step",
+    _warm_up_moved_last: "a warm-up comes before the passes it warms up",
+    _no_measured_pass: "one measures no pass of mixed: every backend measures every workload",
+}
+
+
+@pytest.mark.parametrize("edit", CONTRADICTIONS, ids=lambda edit: edit.__name__.strip("_"))
+def test_a_plan_out_of_the_protocols_order_is_refused_before_anything_runs(tmp_path, edit):
+    """Counts and levels are the plan's to edit; the protocol's order and a measured pass of every workload
+    on every backend are not: one `error:` line and no run directory."""
     recipe = write_study(tmp_path, [scripted_backend("one")], n=3)
     plan_path, plan = _plan_file(tmp_path, recipe)
-    plan["passes"][0]["steps"] = [s for s in plan["passes"][0]["steps"] if s.get("pass") != 1 or s["phase"] != "measured"]
+    plan["passes"][0]["steps"] = edit(plan["passes"][0]["steps"])
     plan_path.write_text(json.dumps(plan))
     proc, _ = _study(tmp_path, plan_path)
-    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
-    assert "passes are numbered 1, 2" in proc.stderr and not (tmp_path / "runs").exists()
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: "), proc.stderr
+    assert CONTRADICTIONS[edit] in proc.stderr and not (tmp_path / "runs").exists()
 
 
 def test_plan_and_recipe_together_or_neither_are_refused(tmp_path):

@@ -221,7 +221,9 @@ class PlanStep(Record, frozen=True, kw_only=True):
 
 
 class PlanSequence(Record, frozen=True, kw_only=True):
-    """One backend's steps in order; each workload's feasibility and measured passes are numbered 1, 2, … in turn."""
+    """One backend's steps in the protocol's order: the first inference (if any) first, a workload's warm-up
+    (if any) before its timed passes, and each workload's feasibility and measured passes numbered 1, 2, …
+    in turn. Counts, levels and which warm-ups run are the plan's to choose; that order is not."""
 
     backend: Text
     server: Text = "one server reused for every pass"
@@ -229,7 +231,17 @@ class PlanSequence(Record, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         done: dict[tuple[str, str], int] = {}
-        for step in self.steps:
+        timed: set[str] = set()  # workloads with a timed pass so far
+        for position, step in enumerate(self.steps):
+            if step.phase == "first" and position:
+                raise ValueError(f"backend {self.backend}: the first inference is step {position + 1}; "
+                                 "it can only be the first step")
+            warmed = timed if step.workload_name is None else timed & {step.workload_name}
+            if step.phase == "warmup" and warmed:
+                raise ValueError(f"backend {self.backend}: a warm-up follows timed passes of "
+                                 f"{', '.join(sorted(warmed))}; a warm-up comes before the passes it warms up")
+            if step.workload_name is not None and step.phase in ("feasibility", "measured"):
+                timed.add(step.workload_name)
             if step.workload_name is not None and step.phase in ("feasibility", "measured"):
                 key = (step.workload_name, step.phase)
                 if step.pass_index != done.get(key, 0) + 1:
@@ -425,6 +437,11 @@ class Plan:
         unknown = sorted(named - set(workloads))
         if unknown:
             return f"steps name workloads the recipe does not declare: {', '.join(unknown)}."
+        measured = self.pass_budget()
+        unmeasured = [f"{b} measures no pass of {w}" for b in backends for w in workloads if (b, w) not in measured]
+        if unmeasured:
+            return (f"{'; '.join(unmeasured)}: every backend measures every workload the recipe declares "
+                    "(a recipe workload's measured passes are 1 or more).")
         return None
 
     def steps_of(self, backend: str) -> tuple[PlanStep, ...]:
