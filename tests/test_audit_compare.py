@@ -93,6 +93,18 @@ def test_bad_tolerances_file(tmp_path):
         load_tolerances(path)
 
 
+@pytest.mark.parametrize("allow", [(), ("--allow-incomplete",)], ids=["strict", "allow-incomplete"])
+def test_a_directory_that_is_no_run_is_named_as_such(tmp_path, runs, allow):
+    """A folder without state.json is no run at all (not a run of status "unknown"), with or without
+    --allow-incomplete; one error line naming it as given, nothing written."""
+    out = tmp_path / "cmp.json"
+    proc = invoke("compare", "--baseline", str(runs[0].path), "--candidate", str(tmp_path), *allow, "--out", str(out),
+                  cwd=ROOT, timeout=120)
+    assert proc.returncode == 1 and proc.stderr == f"error: {tmp_path} is not a run directory (no state.json); " \
+        "compare reads run directories or bundles.\n", proc.stderr
+    assert not out.exists()
+
+
 def test_cli_writes_json_and_markdown(tmp_path, runs):
     a, _, slow = runs
     tol = tmp_path / "tol.yaml"

@@ -657,10 +657,12 @@ def compare_rows(base_rows: RowTable | Iterable[Row], cand_rows: RowTable | Iter
 
 # --- two run directories ------------------------------------------------------------------------------------------
 
-def run_status(directory: Path) -> str:
-    """The run's status; a "running" run whose study died reads "incomplete"; no state.json reads "unknown"."""
+def run_status(directory: Path, shown: Path) -> str:
+    """The run's status (a "running" run whose study died reads "incomplete"); EvidenceError naming `shown`,
+    the path as the user gave it, for a directory that is no run."""
     if not (Path(directory) / "state.json").is_file():
-        return "unknown"
+        raise EvidenceError(f"{shown} is not a run directory (no state.json); compare reads run directories or "
+                            "bundles.")
     return str(state_of(RunDir(Path(directory))).status)
 
 
@@ -685,7 +687,7 @@ class Run:
 
 def _incomplete(role: str, path: Path, directory: Path, allow_incomplete: bool) -> list[str]:
     """[] for a complete run; RunIncomplete for another, unless allowed: then the line naming it."""
-    status = run_status(directory)
+    status = run_status(directory, path)
     if status in COMPARABLE_STATUSES:
         return []
     if not allow_incomplete:

@@ -177,7 +177,7 @@ def _complete_runs(sub: Submission) -> list[tuple[str, Path]]:
 def _baseline_run(baseline: Path, pubkey: Path) -> HostRun:
     """Another study's complete, verified run as the baseline of every replicate."""
     with opened(baseline) as directory:  # as compare refuses it, before asking for a signature it cannot have
-        status = run_status(Path(directory))
+        status = run_status(Path(directory), baseline)
     if status not in COMPARABLE_STATUSES:
         raise RunIncomplete(f"the baseline {baseline} is not a complete run (status {status!r}); "
                             "compare every replicate with a complete one.")
