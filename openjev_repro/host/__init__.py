@@ -18,11 +18,12 @@ from .driver import GpuDriver, GpuInfo, GpuProcess, NoDriver
 from .inventory import HOST_FORMAT_VERSION, host_record, inventory
 from .memory import MemorySampler
 from .numa import docker_cpuset, effective_binding, numa_prefix, numa_summary, parse_cpulist, pci_numa_node
-from .process import group_alive, run_with_timeout, stop_group
+from .process import CommandOutcome, group_alive, run_with_timeout, stop_group
 from .reservation import Reservation, holder_of, lock_dir, reserve_gpus
 
 __all__ = [
     "HOST_FORMAT_VERSION",
+    "CommandOutcome",
     "GpuDriver",
     "GpuInfo",
     "GpuProcess",
