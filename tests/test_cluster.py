@@ -245,6 +245,16 @@ def _wait(predicate, timeout: float, what: str, step: float = 0.2):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+QUEUE_WAIT_S = 900  # a node shared with other jobs (another checkout's tests) may keep a task queued this long
+
+
+def _wait_started(sub: Path, *replicates: int) -> None:
+    """Until each replicate's newest task has left Slurm's queue. Every bound after it counts from the start:
+    a task may wait in the queue for minutes while other jobs hold the node's cores, which says nothing of it."""
+    _wait(lambda: all(_status(sub)[k]["slurm"]["state"] not in ("PENDING", "UNKNOWN") for k in replicates), QUEUE_WAIT_S,
+          f"replicate(s) {', '.join(map(str, replicates))} to start", step=1)
+
+
 def _status(sub: Path) -> dict[int, dict]:
     proc = invoke("status", "--submission", str(sub), "--json", check=True)
     return {r["replicate"]: r for r in json.loads(proc.stdout)["replicates"]}
@@ -277,6 +287,7 @@ def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slu
     assert (sub / "openjev-repro.pub").read_bytes() == public.read_bytes()
 
     # Cancel replicate 2 while its measured passes run.
+    _wait_started(sub, 1, 2)
     _wait(lambda: _measured_rows(sub / "replicate-2"), 120, "replicate 2's first measured row", step=0.05)
     subprocess.run(["scancel", f"{array}_2"], check=True)
     _wait(lambda: all(r["slurm"]["state"] in ("COMPLETED", "CANCELLED") for r in _status(sub).values()), 120,
@@ -305,6 +316,7 @@ def test_scancel_mid_pass_leaves_incomplete_evidence_and_resume_completes_it(slu
     invoke("submit", "--resume", str(sub), check=True)
     rounds = json.loads((sub / "submission.json").read_text())["rounds"]
     assert [r["replicates"] for r in rounds] == [[1, 2], [2]]
+    _wait_started(sub, 2)
     _wait(lambda: _status(sub)[2]["evidence"] == "complete", 120, "the resumed replicate 2")
     runs = _runs(sub / "replicate-2")
     assert len(runs) == 2 and runs[0] == cancelled
@@ -379,6 +391,7 @@ def test_a_task_past_its_time_limit_leaves_incomplete_evidence_marked_timeout(sl
                   "--out", str(tmp_path / "subs"), check=True)
     sub = Path(proc.stdout.strip().splitlines()[-1])
     request.addfinalizer(lambda: _cancel_all(sub))
+    _wait_started(sub, 1)  # Slurm's time limit counts from here
     _wait(lambda: _status(sub)[1]["slurm"]["state"] == "TIMEOUT", 180, "Slurm's time limit", step=2)
     status = _status(sub)[1]
     assert status["evidence"] == "incomplete"
@@ -398,16 +411,19 @@ def _partitions() -> set[str]:
 
 @pytest.mark.slurm
 def test_a_preempted_task_leaves_incomplete_evidence_marked_preempted(slurm, tmp_path, keypair, request):
-    """The local cluster's "urgent" partition preempts (cancels) jobs of "debug"."""
+    """The local cluster's "urgent" partition preempts (cancels) jobs of "debug". The urgent job asks for the one
+    GPU gres this task holds, not the whole node: it preempts this task, not other jobs sharing the node."""
     if "urgent" not in _partitions():
         (pytest.fail if REQUIRED else pytest.skip)("this cluster has no preempting partition 'urgent'")
     private, _ = keypair
     proc = invoke("submit", "--recipe", str(_slow_study(tmp_path / "study")), "--replicates", "1",
-                  "--key", str(private), "--partition", "debug", "--out", str(tmp_path / "subs"), check=True)
+                  "--key", str(private), "--partition", "debug", "--gres", "gpu:1", "--out", str(tmp_path / "subs"),
+                  check=True)
     sub = Path(proc.stdout.strip().splitlines()[-1])
     request.addfinalizer(lambda: _cancel_all(sub))
+    _wait_started(sub, 1)
     _wait(lambda: _measured_rows(sub / "replicate-1"), 120, "the first measured row", step=0.05)
-    urgent = subprocess.run(["sbatch", "--parsable", "--partition=urgent", "--exclusive", "--output=/dev/null",
+    urgent = subprocess.run(["sbatch", "--parsable", "--partition=urgent", "--gres=gpu:1", "--output=/dev/null",
                              "--wrap", "sleep 1"], check=True, capture_output=True, text=True).stdout.strip()
     request.addfinalizer(lambda: subprocess.run(["scancel", urgent], check=False))
     _wait(lambda: _status(sub)[1]["slurm"]["state"] == "PREEMPTED", 90, "the preemption", step=1)
@@ -448,6 +464,7 @@ def test_a_gpu_recipe_measures_on_the_allocated_gpu_or_not_at_all(slurm, tmp_pat
     assert "--time=0-00:05:00" in record["rounds"][0]["sbatch"]  # the reservation timeout
     assert record["job_name"] == "cluster test: reserved for test-study"
     assert record["comment"] == "openjev-repro test-study: cluster test: reserved for test-study"
+    _wait_started(sub, 1)
     _wait(lambda: _status(sub)[1]["slurm"]["state"] in ("FAILED", "COMPLETED"), 60, "the task to end")
     status = _status(sub)[1]
     attempt = json.loads(next((sub / "replicate-1").glob("attempt-*.json")).read_text())

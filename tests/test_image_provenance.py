@@ -106,21 +106,27 @@ def test_build_refuses_a_bad_key_before_building(tmp_path):
 
 
 def test_the_built_reference_image_has_its_sbom_and_provenance_beside_it():
-    """After `invoke build --backend reference --offline` (CI's scripts/ci-docker.sh): the records name the image."""
+    """After `invoke build --backend reference --offline` (CI's scripts/ci-docker.sh): the records name the image
+    this checkout built. The image is looked up by the id its build record holds, not by its tag: on a daemon
+    shared with another checkout the tag may name that checkout's build since (same layers, another id)."""
     import docker
+    import msgspec
 
     from openjev_repro.errors import DockerError
     from openjev_repro.images import connect
-    from openjev_repro.images.provenance import provenance_path, sbom_path
+    from openjev_repro.images.build import read_record, record_path
+    from openjev_repro.images.provenance import BuildRecord, provenance_path, sbom_path
 
     spec = load_spec("reference", offline=True)
+    if not (record_path(spec).is_file() and provenance_path(spec, signed=False).is_file()):
+        (pytest.fail if REQUIRED else pytest.skip)(f"this checkout has not built {spec.tag} (no build record here)")
+    built = msgspec.convert(read_record(spec.name), BuildRecord)
     try:
-        image = connect(timeout_s=10).images.get(spec.tag)
+        image = connect(timeout_s=10).images.get(built.image_id)
     except (DockerError, docker.errors.ImageNotFound) as exc:
-        (pytest.fail if REQUIRED else pytest.skip)(f"no built reference image here: {exc}")
-    if not provenance_path(spec, signed=False).is_file():  # the daemon's image, built from another checkout
-        (pytest.fail if REQUIRED else pytest.skip)(f"{spec.tag} was not built by this checkout (no provenance here)")
+        (pytest.fail if REQUIRED else pytest.skip)(f"the reference image this checkout built is not here: {exc}")
+    assert tuple(image.attrs["RootFS"]["Layers"]) == built.diff_ids
     statement = json.loads(provenance_path(spec, signed=False).read_text())
-    assert statement["subject"][0]["digest"]["sha256"] == image.id.removeprefix("sha256:")
+    assert statement["subject"][0]["digest"]["sha256"] == image.id.removeprefix("sha256:") == built.digest
     bom = _valid(sbom_path(spec).read_text())
     assert bom["metadata"]["component"]["version"] == image.id
