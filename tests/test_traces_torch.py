@@ -112,8 +112,16 @@ def test_the_study_traces_our_backend_and_counts_kernel_families(traced_run):
 def test_the_trace_gates_are_decided_by_the_study(traced_run):
     run, _, _ = traced_run
     gates = {g["name"]: g for g in json.loads(run.file("summary.json").read_text())["gates"]}
-    assert gates["silu-time"]["evaluated"] and gates["silu-time"]["passed"] is True
-    assert "silu at 107 tokens: fast-fused" in gates["silu-time"]["detail"]
+    # decided from the run's own traces: the silu time each backend's 107-token traces recorded (CPU op times,
+    # which a loaded machine stretches at random: the outcome is the rule applied to them, whichever it is)
+    table = read_kernel_families(run.path)
+    assert table is not None
+    silu_ms = {b: sum(t.families["silu"].time_us for t in table.traces if t.backend == b and t.tokens == 107) / 2 / 1000
+               for b in ("fast", "fast-fused")}
+    percent = (silu_ms["fast"] - silu_ms["fast-fused"]) / silu_ms["fast"] * 100
+    assert gates["silu-time"]["evaluated"] and gates["silu-time"]["passed"] is (percent >= -1000.0)
+    assert (f"silu at 107 tokens: fast-fused {silu_ms['fast-fused']:.3f} ms is {percent:.2f}% below fast "
+            f"{silu_ms['fast']:.3f} ms (mean of 2 and 2 traces; required >= -1000.0%)") == gates["silu-time"]["detail"]
     assert gates["fast-replays"]["passed"] is False  # no CUDA Graph on a CPU
     assert "0 graph launches, 0 kernel launches, 0 captures" in gates["fast-replays"]["detail"]
     assert gates["untraced-silu"]["passed"] is False and "no trace of untraced" in gates["untraced-silu"]["detail"]
