@@ -19,6 +19,8 @@
 # study: run.tar.gz; rerun: rerun.tar.gz. The caches themselves stay on the host (beside each run).
 # Everything is overridable for a CPU check (tests/test_h200_identity_call.py runs every part on the demo):
 # PYTHON, RECIPE, CACHES_RECIPE, ARCHIVES, BACKENDS, WORK, FIXTURE, PRODUCE_LIMIT, STUDY_LIMIT.
+# STUDY_ARGS adds options to the study and rerun parts (e.g. --allow-environment-drift: a rewritten pinned
+# cache is then recorded, with the files that changed, instead of stopping the study).
 set -u -o pipefail
 PART=${1:?usage: h200-identity-call.sh host-a|produce|study|rerun}
 case "$PART" in host-a|produce|study|rerun) ;; *) echo "error: part $PART: give host-a, produce, study or rerun" >&2; exit 2 ;; esac
@@ -93,8 +95,9 @@ study() {  # study NAME: the signed study (unsigned without $KEY) of $RECIPE, it
   say "$1: $RECIPE with the pinned caches"
   local key=(); [ -n "${KEY:-}" ] && key=(--key "$KEY")
   rm -rf "$WORK/$1"
+  # shellcheck disable=SC2086  # STUDY_ARGS is a list of options
   run timeout "${STUDY_LIMIT:-340}" "$PYTHON" -m invoke study --recipe "$RECIPE" --out "$WORK/$1" "${key[@]}" \
-    "${GPU_ARGS[@]}"
+    "${GPU_ARGS[@]}" ${STUDY_ARGS:-}
   local rc=$? dir; dir=$(run_dir "$WORK/$1")
   if [ -n "$dir" ]; then
     tar -czf "$OUT/$1.tar.gz" -C "$WORK/$1" "$(basename "$dir")"
