@@ -6,6 +6,7 @@ Skipped (with the reason) where dockerd or an image is absent; with OPENJEV_REQU
 from __future__ import annotations
 
 import os
+import uuid
 
 import docker
 import pytest
@@ -94,7 +95,9 @@ def _git_package(path):
     (path / "layer_probe" / "__init__.py").write_text("WHERE = 'source layer'\n")
     (path / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
                                         '[project]\nname = "layer-probe"\nversion = "0.1"\n')
-    for argv in (["init", "-q"], ["add", "."], ["commit", "-qm", "probe"]):
+    # A message of its own: two checkouts testing on one daemon at the same second would otherwise make the
+    # same commit, hence the same temporary tag, and one would remove the other's image.
+    for argv in (["init", "-q"], ["add", "."], ["commit", "-qm", f"probe {uuid.uuid4().hex}"]):
         subprocess.run(["git", *argv], cwd=path, env=env, check=True, capture_output=True)
     (path / "untracked.py").write_text("not committed\n")
     return subprocess.run(["git", "rev-parse", "HEAD"], cwd=path, capture_output=True, text=True, check=True).stdout.strip()
