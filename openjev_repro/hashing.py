@@ -121,10 +121,12 @@ def _usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def tree_digest(root: str | os.PathLike[str], suffixes: tuple[str, ...] | None = None) -> dict:
+def tree_digest(root: str | os.PathLike[str], suffixes: tuple[str, ...] | None = None, *,
+                file_sha256: Callable[[Path], str] | None = None) -> dict:
     """SHA256 over a directory's regular files: one line `<sha256>  <relative posix path>\n` per
     file, sorted by path (what `sha256sum` prints, so it can be recomputed by hand). Links and
-    other non-regular entries are skipped and counted; `suffixes` keeps only files ending so."""
+    other non-regular entries are skipped and counted; `suffixes` keeps only files ending so;
+    `file_sha256` hashes one file (default: its bytes, `hash_file`)."""
     base = Path(root)
     lines, skipped = [], 0
     for path in sorted(base.rglob("*")):
@@ -136,7 +138,7 @@ def tree_digest(root: str | os.PathLike[str], suffixes: tuple[str, ...] | None =
         if path.is_symlink() or not path.is_file():
             skipped += 1
             continue
-        lines.append(f"{hash_file(path)}  {rel}\n")
+        lines.append(f"{(file_sha256 or hash_file)(path)}  {rel}\n")
     digest = hashlib.sha256("".join(lines).encode()).hexdigest()
     return {"sha256": digest, "files": len(lines), "skipped": skipped,
             "method": "sha256 of sorted `sha256sum`-style lines (sha256, two spaces, relative path)"}

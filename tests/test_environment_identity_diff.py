@@ -31,11 +31,13 @@ def _edit(path, name, change):
     (path / name).write_text(json.dumps(data))
 
 
-def _identity(libraries: dict[str, str], autotune: dict, caches: dict[str, str]) -> dict:
+def _identity(libraries: dict[str, str], autotune: dict, caches: dict[str, str], paths: str | None = "relative") -> dict:
+    """A runtime identity as /health reports it; `paths=None`: cache digests as reported before 2026-12-05."""
+    where = {} if paths is None else {"paths": paths}
     return {"format_version": 1, "pending": 0, "versions": {"torch": "2.11.0"},
             "libraries": [{"path": p, "size": 1, "sha256": s} for p, s in sorted(libraries.items())],
             "kernel_caches": [{"kind": k, "env": {"triton": "TRITON_CACHE_DIR", "inductor": "TORCHINDUCTOR_CACHE_DIR"}[k],
-                               "files": 3, "sha256": s} for k, s in caches.items()],
+                               "files": 3, "sha256": s, **where} for k, s in caches.items()],
             "autotune": autotune}
 
 
@@ -79,6 +81,15 @@ def test_libraries_caches_and_autotune_choices_are_named_and_explain_a_drift(two
     (explained,) = result.to_json()["verdict"]["explanations"]
     assert "can be explained by autotuned kernels chose differently (1 listed below)" in explained
     assert "autotune.inductor/cabc/triton_red_fused_0" in to_markdown(result)
+
+
+def test_a_cache_digest_hashed_with_absolute_paths_says_so_beside_a_location_free_one(two_runs, tmp_path):
+    a, b = _copies(two_runs, tmp_path)
+    _edit(a, "backends.json", lambda d: d["backends"]["one"].update(runtime_identity=_identity({}, {}, {"triton": A},
+                                                                                              paths=None)))
+    _edit(b, "backends.json", lambda d: d["backends"]["one"].update(runtime_identity=_identity({}, {}, {"triton": A})))
+    texts = [d["text"] for d in compare_runs(a, b).to_json()["pairs"][0]["environment"]["differences"]]
+    assert f"kernel_caches.triton: {A} (group files hashed with their absolute paths) vs {A}" in texts
 
 
 def test_a_long_list_of_differing_libraries_is_cut_at_eighty_columns_worth(two_runs, tmp_path):

@@ -51,7 +51,7 @@ def _recorded(run: RunDir, name: str = "one") -> dict:
 def test_fresh_caches_beside_the_run_are_recorded_packed_deterministically_and_pinned_unchanged(tmp_path):
     first = run_study(StudyOptions(recipe_path=_study(tmp_path / "a", [_backend()]), out_dir=tmp_path / "runs"))
     caches = _recorded(first)
-    assert caches["triton"].before.files == 0 and caches["triton"].after.files == 6  # 2 kernels x 3 files
+    assert caches["triton"].before.files == 0 and caches["triton"].after.files == 8  # 2 kernels x 4 files (with the group file)
     assert caches["inductor"].after.files == 4 and not caches["inductor"].pinned
     assert (caches_dir(first.path) / "one" / "inductor").is_dir()
     assert not any("kernel-caches" in p.as_posix() for p in first.evidence_files())  # beside, not in, the run
@@ -78,6 +78,40 @@ def test_fresh_caches_beside_the_run_are_recorded_packed_deterministically_and_p
     assert "| one | triton | `one.tar.xz` (" in report and "Every pinned cache (2) was unchanged" in report
 
 
+def test_a_pinned_cache_made_in_a_folder_that_is_gone_is_still_a_hit_and_packs_location_free(tmp_path):
+    """Triton's group files name their kernels' files by absolute path, and a kernel whose listed paths do
+    not exist is compiled again. The producing run's folder is gone on any other host (removed here), so
+    the pinned cache must be pointed at where it lands: unchanged, with no kernel written again."""
+    import shutil
+
+    first = run_study(StudyOptions(recipe_path=_study(tmp_path / "a", [_backend()]), out_dir=tmp_path / "runs"))
+    produced = caches_dir(first.path) / "one" / "triton"
+    out = tmp_path / "pins" / "inputs" / "one.tar.xz"
+    pack_caches({"triton": produced}, out)
+    moved = tmp_path / "elsewhere" / "triton"  # the same cache in another folder packs to the same bytes
+    shutil.copytree(produced, moved)
+    for group in moved.rglob("__grp__*.json"):  # as Triton would have written it there
+        group.write_text(group.read_text().replace(str(produced), str(moved)))
+    pack_caches({"triton": moved}, tmp_path / "again.tar.xz")
+    assert (tmp_path / "again.tar.xz").read_bytes() == out.read_bytes()
+    with tarfile.open(out) as tar:
+        assert not any(str(tmp_path) in tar.extractfile(m).read().decode() for m in tar if m.isreg())
+    shutil.rmtree(caches_dir(first.path))  # "another host": the producing folder does not exist there
+
+    pinned = {"kinds": ["triton"], "pinned": [{"archive": "one.tar.xz", "sha256": sha256(out)}]}
+    compiled = tmp_path / "compiled.txt"
+    recipe = _study(tmp_path / "pins", [_backend(caches=pinned, DOUBLE_COMPILED=str(compiled))])
+    second = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs2"))
+    assert not compiled.exists()  # every kernel found where the study put it
+    cache = _recorded(second)["triton"]
+    assert cache.changed is False and cache.before.files == 8 and cache.before.paths == "relative"
+    assert cache.before.sha256 == _recorded(first)["triton"].after.sha256  # location-free digests
+    landed = caches_dir(second.path) / "one" / "triton"
+    for group in landed.rglob("__grp__*.json"):  # every child listed where it is now, and there
+        children = json.loads(group.read_text())["child_paths"].values()
+        assert children and all(Path(p).parent == group.parent and Path(p).is_file() for p in children)
+
+
 def test_a_pinned_cache_that_changes_stops_the_study_unless_drift_is_allowed(tmp_path):
     first = run_study(StudyOptions(recipe_path=_study(tmp_path / "a", [_backend()]), out_dir=tmp_path / "runs"))
     out = tmp_path / "pins" / "inputs" / "one.tar.xz"
@@ -86,8 +120,8 @@ def test_a_pinned_cache_that_changes_stops_the_study_unless_drift_is_allowed(tmp
     # Another autotuned choice on "this host": the double writes new entries into the pinned cache.
     recipe = _study(tmp_path / "pins", [_backend(caches=pinned, DOUBLE_CONFIG="BT=16,num_warps=8")])
     with pytest.raises(RunIncomplete, match=r"one: the pinned triton cache changed while it ran \(one.tar.xz: "
-                                            r"6 files [0-9a-f]{12} before, 12 files [0-9a-f]{12} after; "
-                                            r"0 rewritten, 6 added, 0 removed: [0-9a-f]{52}/"):
+                                            r"8 files [0-9a-f]{12} before, 16 files [0-9a-f]{12} after; "
+                                            r"0 rewritten, 8 added, 0 removed: [0-9a-f]{52}/"):
         run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs2"))
     (run,) = (tmp_path / "runs2").glob("test-study-*[0-9a-f]")
     assert RunDir(run).state_record().status == "incomplete"
@@ -95,7 +129,7 @@ def test_a_pinned_cache_that_changes_stops_the_study_unless_drift_is_allowed(tmp
     assert allowed.state_record().status == "complete"
     assert _recorded(allowed)["triton"].changed is True
     changes = _recorded(allowed)["triton"].changes
-    assert (changes.added, changes.removed, changes.rewritten) == (6, 0, 0) and len(changes.names) == 6
+    assert (changes.added, changes.removed, changes.rewritten) == (8, 0, 0) and len(changes.names) == 8
     check = json.loads(allowed.file("environment_check.json").read_text())
     assert any("the pinned triton cache changed" in d for d in check["differences"])
     assert "the pinned triton cache changed" in allowed.file("report.md").read_text()  # the drift banner
@@ -109,14 +143,14 @@ def test_a_pinned_cache_rewritten_in_place_names_the_files_and_keeps_the_choices
     pack_caches({"triton": caches_dir(first.path) / "one" / "triton"}, out)
     pinned = {"kinds": ["triton"], "pinned": [{"archive": "one.tar.xz", "sha256": sha256(out)}]}
     recipe = _study(tmp_path / "pins", [_backend(caches=pinned, DOUBLE_RETIME="0.02")])
-    with pytest.raises(RunIncomplete, match=r"6 files [0-9a-f]{12} before, 6 files [0-9a-f]{12} after; "
+    with pytest.raises(RunIncomplete, match=r"8 files [0-9a-f]{12} before, 8 files [0-9a-f]{12} after; "
                                             r"2 rewritten, 0 added, 0 removed: [0-9a-f]{52}/\w+\.autotune\.json"):
         run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs2"))
     allowed = run_study(StudyOptions(recipe_path=recipe, out_dir=tmp_path / "runs3", allow_environment_drift=True))
     changes = _recorded(allowed)["triton"].changes
     assert (changes.added, changes.removed, changes.rewritten) == (0, 0, 2)
     report = allowed.file("report.md").read_text()
-    assert "| 6 / 6 |" in report and "| **CHANGED**: 2 rewritten, 0 added, 0 removed: " in report
+    assert "| 8 / 8 |" in report and "| **CHANGED**: 2 rewritten, 0 added, 0 removed: " in report
     assert "Every pinned cache" not in report
     assert sorted(Path(n).name for n in changes.names) == ["chunk_fwd.autotune.json", "fused_norm.autotune.json"]
     choices = {kind: cached_autotune_choices({"triton": caches_dir(run.path) / "one" / "triton"})

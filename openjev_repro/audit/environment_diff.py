@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from ..errors import EvidenceError
-from ..evidence.identity import RuntimeIdentity
+from ..evidence.identity import RuntimeIdentity, cache_digest_text
 from ..evidence.rundir import RunDir
 from ..study.kernel_caches import KernelCachesRecord
 
@@ -234,7 +234,8 @@ class RunEnvironment:
         """kind -> the digest of the cache the backend ran with (after its passes)."""
         recorded = self.caches.backends.get(backend) if self.caches is not None else None
         if recorded:
-            return {c.kind: (c.before if isinstance(c.after, msgspec.UnsetType) else c.after).sha256 for c in recorded}
+            digests = {c.kind: c.before if isinstance(c.after, msgspec.UnsetType) else c.after for c in recorded}
+            return {kind: cache_digest_text(d.sha256, d.paths) for kind, d in digests.items()}
         return identity.cache_digests() or None if identity is not None else None
 
     def autotune(self, entry: _BackendEntry, identity: RuntimeIdentity | None) -> dict[str, str] | None:

@@ -25,7 +25,8 @@ from typing import Any
 import msgspec
 
 from ..evidence.identity import CacheDigest, LoadedLibrary, RuntimeIdentity, RuntimeVersions
-from ..hashing import hash_file, tree_digest
+from ..hashing import hash_file
+from ..kernel_cache_files import cache_digest
 
 __all__ = ["RuntimeIdentityReporter", "cached_autotune_choices", "mapped_libraries"]
 
@@ -203,9 +204,9 @@ class RuntimeIdentityReporter:
                                for p in folder.rglob("*") if p.is_file() and not p.is_symlink()))
         known = self._digests.get(kind)
         if known is None or known[0] != listing:
-            tree = tree_digest(folder)
+            tree = cache_digest(folder)
             known = (listing, CacheDigest(kind=kind, env=CACHE_ENV[kind],  # type: ignore[arg-type]
-                                          files=tree["files"], sha256=tree["sha256"]))
+                                          files=tree["files"], sha256=tree["sha256"], paths="relative"))
             self._digests[kind] = known
         return known[1]
 

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-__all__ = ["AutotuneValue", "CacheDigest", "LoadedLibrary", "RuntimeIdentity", "RuntimeVersions"]
+__all__ = ["AutotuneValue", "CacheDigest", "LoadedLibrary", "RuntimeIdentity", "RuntimeVersions", "cache_digest_text"]
 
 Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
 Path_ = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^/[^\n\r\x00]*$")]
@@ -51,12 +51,15 @@ class RuntimeVersions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
 
 class CacheDigest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A kernel cache the process was pointed at: its tree digest (hashing.tree_digest) when /health answered."""
+    """A kernel cache the process was pointed at: its tree digest when /health answered. `paths: relative`
+    (kernel_cache_files.cache_digest, since 2026-12-05): Triton's group files hashed location-free; without
+    it they were hashed as written (hashing.tree_digest), naming the folder the cache lay in."""
 
     kind: Literal["triton", "inductor"]
     env: Literal["TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"]
     files: Count
     sha256: Sha256
+    paths: Literal["relative"] | msgspec.UnsetType = msgspec.UNSET
 
 
 class RuntimeIdentity(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -87,4 +90,10 @@ class RuntimeIdentity(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         return {lib.path: lib.sha256 for lib in self.libraries}
 
     def cache_digests(self) -> dict[str, str]:
-        return {cache.kind: cache.sha256 for cache in self.kernel_caches}
+        return {cache.kind: cache_digest_text(cache.sha256, cache.paths) for cache in self.kernel_caches}
+
+
+def cache_digest_text(sha256: str, paths: str | msgspec.UnsetType) -> str:
+    """A kernel cache digest as compare shows it: one hashed as written says so, since its group files'
+    absolute paths make it differ from any other folder's (kernel_cache_files.py)."""
+    return sha256 if paths == "relative" else f"{sha256} (group files hashed with their absolute paths)"

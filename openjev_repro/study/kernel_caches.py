@@ -14,7 +14,10 @@ compiled or autotuned anew on this host: an environment difference, which stops 
 --allow-environment-drift (then it is recorded, and compare names it). Its record then lists which files
 were added, removed or rewritten against the archive (`FileChanges`), so the next run can be told what
 moved: on 2026-12-04 a pinned fast-eager Triton cache kept its 887 files on a second H200 but not their
-bytes, while every autotune choice and all 325 answers stayed bit-identical to the first host.
+bytes, while every autotune choice and all 325 answers stayed bit-identical to the first host. The cause
+was in the archive: Triton's group files named the producing run's folder (kernel_cache_files.py), so a
+cache unpacked elsewhere missed every kernel. Packing now writes group files location-free, unpacking
+points them at the folder they land in, and every digest and comparison counts them location-free.
 
 `pack_caches` writes the caches a run produced as one archive with deterministic bytes (members
 sorted, mtimes 0, owners 0, modes normalised, xz), so that `invoke kernel-cache` can hand them to the
@@ -36,7 +39,8 @@ from ..errors import EvidenceError, InputMismatch, RecipeError
 from ..evidence.files import write_bytes_atomic
 from ..evidence.recipe import Backend, KernelCachePin
 from ..evidence.rundir import RunDir
-from ..hashing import hash_file, tree_digest
+from ..hashing import hash_file
+from ..kernel_cache_files import cache_digest, cache_file_sha256, is_group_file, relative_form, relocated
 
 __all__ = ["KIND_ENV", "RECORD_FILE", "CacheRecord", "FileChanges", "KernelCacheChanged", "KernelCachesRecord", "caches_dir",
            "close_caches", "open_caches", "pack_caches", "pin_in_recipe", "refuse_changed", "run_caches",
@@ -60,15 +64,18 @@ class KernelCacheChanged(InputMismatch):
 
 
 class TreeDigest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """hashing.tree_digest of a cache directory: sha256 over its files' `sha256sum` lines, and their count."""
+    """kernel_cache_files.cache_digest of a cache directory: sha256 over its files' `sha256sum` lines, and
+    their count. `paths: relative` (since 2026-12-05): Triton's group files were hashed location-free; a
+    record without it hashed them as written, with the absolute paths of the folder they lay in."""
 
     sha256: Sha256
     files: Count
+    paths: Literal["relative"] | msgspec.UnsetType = msgspec.UNSET
 
     @classmethod
     def of(cls, directory: Path) -> TreeDigest:
-        found = tree_digest(directory)
-        return cls(sha256=found["sha256"], files=found["files"])
+        found = cache_digest(directory)
+        return cls(sha256=found["sha256"], files=found["files"], paths="relative")
 
 
 ListedNames = Annotated[tuple[Annotated[str, msgspec.Meta(max_length=4096)], ...], msgspec.Meta(max_length=20)]
@@ -134,7 +141,7 @@ class CacheRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         closed = msgspec.structs.replace(self, after=TreeDigest.of(folder))
         if not closed.pinned or not closed.changed or isinstance(self.archive, msgspec.UnsetType):
             return closed
-        now = {p.relative_to(folder).as_posix(): hash_file(p) for p in folder.rglob("*")
+        now = {p.relative_to(folder).as_posix(): cache_file_sha256(p) for p in folder.rglob("*")
                if p.is_file() and not p.is_symlink() and "__pycache__" not in p.relative_to(folder).parts}
         return msgspec.structs.replace(closed, changes=FileChanges.between(
             archived_files(root / self.archive, self.kind), now))
@@ -222,14 +229,18 @@ def unpack_archive(archive: Path, sha256: str, destination: Path) -> set[str]:
         with tarfile.open(archive, "r:*") as tar:
             members = _checked_members(tar, archive)
             tar.extractall(destination, members=members, filter="data")
+        for member in members:  # Triton's group files, pointed at where their kernels now are
+            if member.isreg() and is_group_file(member.name):
+                path = destination / member.name
+                write_bytes_atomic(path, relocated(path.read_bytes(), path.parent))
     except (tarfile.TarError, lzma.LZMAError, EOFError, OSError) as exc:
         raise InputMismatch(f"The kernel cache archive {archive} cannot be read: {exc}.") from None
     return {PurePosixPath(m.name).parts[0] for m in members}
 
 
 def archived_files(archive: Path, kind: str) -> dict[str, str]:
-    """Path under the kind's folder -> sha256 of every regular file of that kind in an archive
-    (an archive that cannot be read any more: {}, every file then counts as added)."""
+    """Path under the kind's folder -> sha256 of every regular file of that kind in an archive, group files
+    in their relative form (an archive that cannot be read any more: {}, every file then counts as added)."""
     found: dict[str, str] = {}
     prefix = f"{kind}/"
     try:
@@ -237,7 +248,9 @@ def archived_files(archive: Path, kind: str) -> dict[str, str]:
             for member in tar:
                 handle = tar.extractfile(member) if member.isreg() and member.name.startswith(prefix) else None
                 if handle is not None:
-                    found[member.name.removeprefix(prefix)] = hashlib.sha256(handle.read()).hexdigest()
+                    data = handle.read()
+                    data = relative_form(data) if is_group_file(member.name) else data
+                    found[member.name.removeprefix(prefix)] = hashlib.sha256(data).hexdigest()
     except (tarfile.TarError, lzma.LZMAError, EOFError, OSError):
         return {}
     return found
@@ -255,7 +268,8 @@ def _entries(directory: Path, kind: str) -> list[tuple[str, Path]]:
 
 
 def pack_caches(folders: dict[str, Path], out: Path) -> str:
-    """One deterministic .tar.xz of the given kind -> folder caches at `out` (never overwritten); its sha256."""
+    """One deterministic .tar.xz of the given kind -> folder caches at `out` (never overwritten); its sha256.
+    Group files go in location-free (`relative_form`), so the same cache packs to the same bytes anywhere."""
     if out.exists() or out.is_symlink():
         raise RecipeError(f"{out} exists already; give a new --out (an archive is never overwritten).")
     buffer = io.BytesIO()
@@ -269,9 +283,10 @@ def pack_caches(folders: dict[str, Path], out: Path) -> str:
                     info.type, info.mode = tarfile.DIRTYPE, 0o755
                     tar.addfile(info)
                     continue
-                info.size, info.mode = path.stat().st_size, 0o755 if path.stat().st_mode & 0o100 else 0o644
-                with path.open("rb") as handle:
-                    tar.addfile(info, handle)
+                data = path.read_bytes()
+                data = relative_form(data) if is_group_file(name) else data
+                info.size, info.mode = len(data), 0o755 if path.stat().st_mode & 0o100 else 0o644
+                tar.addfile(info, io.BytesIO(data))
     out.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(out, buffer.getvalue())
     return hash_file(out)
