@@ -141,6 +141,28 @@ def test_committed_fast_rerun_on_host_b_stopped_because_a_pinned_cache_changed_w
     assert health[0]["runtime_identity"]["autotune"] == health[1]["runtime_identity"]["autotune"]
 
 
+def test_committed_fast_rerun_from_the_pinned_caches_is_bit_identical_in_every_backend():
+    """rerun/ (2026-12-05, a fresh H200, issue 39): the recipe's pinned caches unpacked location-free. It verifies
+    with run/'s key; every answer of every backend (raw, fast eager, the compiled best) equals run/'s; fast eager's
+    caches stayed unchanged; the best configuration's Triton cache gained kernel variants (32 files added, none
+    rewritten or removed), as its report says, while its Inductor cache stayed unchanged."""
+    report = _verified_report("rerun", "signing-key.pub")
+    assert "FAILED" not in report
+    result = compare_runs(FAST / "run", FAST / "rerun").to_json()
+    deltas = {(p["workload"], p["candidate_backend"]): p["answers"] for p in result["pairs"]}
+    assert len(deltas) == 6
+    assert all(a["max_abs_probability_delta"] == 0.0 and not a["decision_flips"] for a in deltas.values())
+    caches = {(name, c["kind"]): c for name, backend in
+              json.loads((FAST / "rerun" / "kernel_caches.json").read_text())["backends"].items() for c in backend}
+    assert all(c["before"]["paths"] == "relative" for c in caches.values())
+    unchanged = [k for k, c in caches.items() if c["before"] == c["after"]]
+    assert sorted(unchanged) == [("reference-fast-best", "inductor"), ("reference-fast-eager", "inductor"),
+                                 ("reference-fast-eager", "triton")]
+    best = caches["reference-fast-best", "triton"]["changes"]
+    assert (best["added"], best["rewritten"], best["removed"]) == (32, 0, 0)
+    assert "| 600 / 632 |" in report and "**CHANGED**: 0 rewritten, 32 added, 0 removed" in report
+
+
 def test_committed_pinned_best_on_a_third_host_is_not_bit_identical_and_says_its_cache_changed():
     """The best configuration with run-2026-12-02d/'s Triton cache pinned on a third host (pinned-best-host-d/, unsigned):
     its evidence checks pass; the cache did not stay unchanged (a kernel compiled or autotuned anew there) and the

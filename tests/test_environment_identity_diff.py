@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from studykit import scripted_backend, write_study
@@ -90,6 +91,16 @@ def test_a_cache_digest_hashed_with_absolute_paths_says_so_beside_a_location_fre
     _edit(b, "backends.json", lambda d: d["backends"]["one"].update(runtime_identity=_identity({}, {}, {"triton": A})))
     texts = [d["text"] for d in compare_runs(a, b).to_json()["pairs"][0]["environment"]["differences"]]
     assert f"kernel_caches.triton: {A} (group files hashed with their absolute paths) vs {A}" in texts
+
+
+def test_the_committed_rerun_names_the_old_digest_method_but_not_for_an_empty_cache():
+    """results/h200-fast-27b-shape: run/ (2026-12-04) hashed its caches as written, rerun/ (2026-12-05)
+    location-free; an empty Inductor cache has one digest either way."""
+    root = Path(__file__).resolve().parents[1] / "results" / "h200-fast-27b-shape"
+    texts = [d["text"] for pair in compare_runs(root / "run", root / "rerun").to_json()["pairs"]
+             for d in pair["environment"]["differences"]]
+    assert any(t.startswith("kernel_caches.triton: 1556d19f") and "absolute paths) vs 17278854" in t for t in texts)
+    assert not any(t.startswith("kernel_caches.inductor") and "e3b0c442" in t for t in texts)
 
 
 def test_a_long_list_of_differing_libraries_is_cut_at_eighty_columns_worth(two_runs, tmp_path):

@@ -235,7 +235,7 @@ class RunEnvironment:
         recorded = self.caches.backends.get(backend) if self.caches is not None else None
         if recorded:
             digests = {c.kind: c.before if isinstance(c.after, msgspec.UnsetType) else c.after for c in recorded}
-            return {kind: cache_digest_text(d.sha256, d.paths) for kind, d in digests.items()}
+            return {kind: cache_digest_text(d.sha256, d.paths, d.files) for kind, d in digests.items()}
         return identity.cache_digests() or None if identity is not None else None
 
     def autotune(self, entry: _BackendEntry, identity: RuntimeIdentity | None) -> dict[str, str] | None:

@@ -90,10 +90,12 @@ class RuntimeIdentity(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         return {lib.path: lib.sha256 for lib in self.libraries}
 
     def cache_digests(self) -> dict[str, str]:
-        return {cache.kind: cache_digest_text(cache.sha256, cache.paths) for cache in self.kernel_caches}
+        return {cache.kind: cache_digest_text(cache.sha256, cache.paths, cache.files) for cache in self.kernel_caches}
 
 
-def cache_digest_text(sha256: str, paths: str | msgspec.UnsetType) -> str:
+def cache_digest_text(sha256: str, paths: str | msgspec.UnsetType, files: int) -> str:
     """A kernel cache digest as compare shows it: one hashed as written says so, since its group files'
-    absolute paths make it differ from any other folder's (kernel_cache_files.py)."""
-    return sha256 if paths == "relative" else f"{sha256} (group files hashed with their absolute paths)"
+    absolute paths make it differ from any other folder's (kernel_cache_files.py); an empty cache's
+    digest is the same either way."""
+    as_written = paths != "relative" and files > 0
+    return f"{sha256} (group files hashed with their absolute paths)" if as_written else sha256
