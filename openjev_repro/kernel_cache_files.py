@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from .hashing import hash_file, tree_digest
 
-__all__ = ["cache_digest", "cache_file_sha256", "is_group_file", "relative_form", "relocated"]
+__all__ = ["MAX_GROUP_BYTES", "cache_digest", "cache_file_sha256", "is_group_file", "relative_form", "relocated"]
 
 GROUP_PREFIX = "__grp__"
 MAX_GROUP_BYTES = 1 << 20  # Triton's are ~2 KB; a larger "group file" is hashed as it is

@@ -112,6 +112,22 @@ def test_a_pinned_cache_made_in_a_folder_that_is_gone_is_still_a_hit_and_packs_l
         assert children and all(Path(p).parent == group.parent and Path(p).is_file() for p in children)
 
 
+def test_a_group_file_naming_paths_elsewhere_is_pointed_into_its_own_folder_when_unpacked(tmp_path):
+    """A hostile or foreign archive's group file may list any path (/etc/passwd, another run); unpacking points
+    each child at the group file's own folder, by file name only, so Triton never reads outside the cache."""
+    archive = tmp_path / "a.tar.xz"
+    group = json.dumps({"child_paths": {"k.cubin": "/etc/passwd", "k.json": "../../../outside/k.json"}}).encode()
+    with tarfile.open(archive, "w:xz") as tar:
+        for name, data in (("triton/H/__grp__k.json", group), ("triton/H/k.cubin", b"cubin"), ("triton/H/k.json", b"{}")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    unpack_archive(archive, sha256(archive), tmp_path / "into")
+    children = json.loads((tmp_path / "into" / "triton" / "H" / "__grp__k.json").read_text())["child_paths"]
+    assert children == {"k.cubin": str(tmp_path / "into" / "triton" / "H" / "passwd"),
+                        "k.json": str(tmp_path / "into" / "triton" / "H" / "k.json")}
+
+
 def test_a_pinned_cache_that_changes_stops_the_study_unless_drift_is_allowed(tmp_path):
     first = run_study(StudyOptions(recipe_path=_study(tmp_path / "a", [_backend()]), out_dir=tmp_path / "runs"))
     out = tmp_path / "pins" / "inputs" / "one.tar.xz"

@@ -40,7 +40,14 @@ from ..evidence.files import write_bytes_atomic
 from ..evidence.recipe import Backend, KernelCachePin
 from ..evidence.rundir import RunDir
 from ..hashing import hash_file
-from ..kernel_cache_files import cache_digest, cache_file_sha256, is_group_file, relative_form, relocated
+from ..kernel_cache_files import (
+    MAX_GROUP_BYTES,
+    cache_digest,
+    cache_file_sha256,
+    is_group_file,
+    relative_form,
+    relocated,
+)
 
 __all__ = ["KIND_ENV", "RECORD_FILE", "CacheRecord", "FileChanges", "KernelCacheChanged", "KernelCachesRecord", "caches_dir",
            "close_caches", "open_caches", "pack_caches", "pin_in_recipe", "refuse_changed", "run_caches",
@@ -230,7 +237,7 @@ def unpack_archive(archive: Path, sha256: str, destination: Path) -> set[str]:
             members = _checked_members(tar, archive)
             tar.extractall(destination, members=members, filter="data")
         for member in members:  # Triton's group files, pointed at where their kernels now are
-            if member.isreg() and is_group_file(member.name):
+            if member.isreg() and is_group_file(member.name) and member.size <= MAX_GROUP_BYTES:
                 path = destination / member.name
                 write_bytes_atomic(path, relocated(path.read_bytes(), path.parent))
     except (tarfile.TarError, lzma.LZMAError, EOFError, OSError) as exc:
