@@ -24,6 +24,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
+import msgspec
+
 from .hashing import hash_file, tree_digest
 
 __all__ = ["MAX_GROUP_BYTES", "cache_digest", "cache_file_sha256", "is_group_file", "relative_form", "relocated"]
@@ -37,16 +39,19 @@ def is_group_file(name: str) -> bool:
     return base.startswith(GROUP_PREFIX) and base.endswith(".json")
 
 
+class _Group(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A Triton group file: each child file's name -> its path."""
+
+    child_paths: dict[str, str]
+
+
 def _with_children(data: bytes, place: Callable[[str], str]) -> bytes:
     """The group file with each child path replaced by `place(its file name)`; `data` when not a group."""
     try:
-        value = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+        group = msgspec.json.decode(data, type=_Group)
+    except (msgspec.DecodeError, msgspec.ValidationError):
         return data
-    children = value.get("child_paths") if isinstance(value, dict) and len(value) == 1 else None
-    if not isinstance(children, dict) or not all(isinstance(v, str) for v in children.values()):
-        return data
-    moved = {name: place(PurePosixPath(path).name) for name, path in children.items()}
+    moved = {name: place(PurePosixPath(path).name) for name, path in group.child_paths.items()}
     return json.dumps({"child_paths": moved}).encode()  # Triton's own layout (json.dumps defaults)
 
 
