@@ -46,7 +46,10 @@ class _Group(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 def _with_children(data: bytes, place: Callable[[str], str]) -> bytes:
-    """The group file with each child path replaced by `place(its file name)`; `data` when not a group."""
+    """The group file with each child path replaced by `place(its file name)`; `data` when not a group
+    (larger than MAX_GROUP_BYTES included, so packing, digests and comparisons treat such a file alike)."""
+    if len(data) > MAX_GROUP_BYTES:
+        return data
     try:
         group = msgspec.json.decode(data, type=_Group)
     except (msgspec.DecodeError, msgspec.ValidationError):

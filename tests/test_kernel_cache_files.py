@@ -48,3 +48,15 @@ def test_files_that_are_not_group_files_are_left_as_they_are(tmp_path):
     plain = tmp_path / "k.autotune.json"
     plain.write_bytes(b'{"child_paths": {"k": "/x/k"}}')  # a group's shape under another name: as written
     assert cache_file_sha256(plain) == hashlib.sha256(plain.read_bytes()).hexdigest()
+
+
+def test_an_oversized_group_file_is_left_as_written_by_every_form(tmp_path):
+    """Packing and comparisons (relative_form) and digests (cache_file_sha256) agree on a group file too
+    large to be Triton's: all take it as written."""
+    from openjev_repro.kernel_cache_files import MAX_GROUP_BYTES
+
+    data = json.dumps({"child_paths": {"k": "/x/" + "k" * MAX_GROUP_BYTES}}).encode()
+    path = tmp_path / "__grp__k.json"
+    path.write_bytes(data)
+    assert relative_form(data) == data and relocated(data, tmp_path) == data
+    assert cache_file_sha256(path) == hashlib.sha256(data).hexdigest()
